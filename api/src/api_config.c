@@ -1,0 +1,17 @@
+/*
+ * The registry of configuration tables, one per layer that has settings.
+ */
+#include "api/api.h"
+#include "topo/topo.h"
+
+const util_config_table_t *const api_config_tables[] = {
+    &util_log_config_table,
+    &topo_config_table,
+};
+
+const size_t api_num_config_tables = UTIL_ARRAY_SIZE(api_config_tables);
+
+int api_config_warn_unknown(void)
+{
+    return util_config_warn_unknown(api_config_tables, api_num_config_tables);
+}

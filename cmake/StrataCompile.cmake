@@ -1,0 +1,29 @@
+# Warnings, sanitizers and the helper that declares a layer.
+add_compile_options(-Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
+                    -Wno-unused-parameter -Werror=implicit-function-declaration
+                    -Werror=incompatible-pointer-types)
+add_compile_definitions(_GNU_SOURCE)
+
+if(STRATA_SANITIZE STREQUAL "address")
+    add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer
+                        -fno-sanitize-recover=undefined)
+    add_link_options(-fsanitize=address,undefined)
+elseif(STRATA_SANITIZE STREQUAL "thread")
+    add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+    add_link_options(-fsanitize=thread)
+elseif(NOT STRATA_SANITIZE STREQUAL "")
+    message(FATAL_ERROR "STRATA_SANITIZE must be address, thread or empty, not '${STRATA_SANITIZE}'")
+endif()
+
+# strata_add_layer(<name> SOURCES ... [LIBS ...]): object library strata_<name> whose
+# objects go into libstrata; layers see the repository root and the public headers.
+set_property(GLOBAL PROPERTY STRATA_LAYERS "")
+function(strata_add_layer name)
+    cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+    add_library(strata_${name} OBJECT ${ARG_SOURCES})
+    target_include_directories(strata_${name} PUBLIC ${PROJECT_SOURCE_DIR}
+                               ${PROJECT_SOURCE_DIR}/api/include)
+    target_compile_definitions(strata_${name} PRIVATE STRATA_BUILDING_LIBRARY)
+    target_link_libraries(strata_${name} PUBLIC ${ARG_LIBS})
+    set_property(GLOBAL APPEND PROPERTY STRATA_LAYERS strata_${name})
+endfunction()

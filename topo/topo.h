@@ -1,0 +1,211 @@
+/*
+ * topo: the machine as strata sees it — NUMA nodes, the PCIe tree, GPUs, NICs, GPU links —
+ * from live discovery (hwloc + NVML / ROCm SMI / KFD sysfs) or from a topology file
+ * (hwloc XML, NCCL topology XML), and the rail plan: which NICs each GPU uses.
+ * Other layers include only this header.
+ */
+#ifndef STRATA_TOPO_TOPO_H
+#define STRATA_TOPO_TOPO_H
+
+#include <strata/strata.h>
+
+#include "util/util_config.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TOPO_BUSID_LEN   20  /* "dddd:bb:dd.f", domains up to 8 digits, + NUL */
+#define TOPO_NAME_LEN    64
+#define TOPO_CPUS_LEN    256 /* "0-23,48-71" list form */
+#define TOPO_ERR_LEN     512
+#define TOPO_MAX_DEVICES 4096
+
+/** PCIe distance between two devices, with the legend of `nvidia-smi topo -m`. */
+typedef enum topo_path {
+    TOPO_PATH_SELF = 0, /**< the same device */
+    TOPO_PATH_PIX,      /**< through at most one PCIe bridge/switch */
+    TOPO_PATH_PXB,      /**< through several PCIe bridges, no host bridge */
+    TOPO_PATH_PHB,      /**< through a PCIe host bridge (the CPU) */
+    TOPO_PATH_NODE,     /**< between host bridges of one NUMA node */
+    TOPO_PATH_SYS       /**< across the inter-socket interconnect */
+} topo_path_t;
+
+typedef enum topo_vendor {
+    TOPO_VENDOR_UNKNOWN = 0,
+    TOPO_VENDOR_NVIDIA,
+    TOPO_VENDOR_AMD
+} topo_vendor_t;
+
+typedef enum topo_nic_kind {
+    TOPO_NIC_ETHERNET = 0, /**< plain Ethernet: TCP only */
+    TOPO_NIC_VERBS,        /**< InfiniBand / RoCE through libibverbs (mlx5, bnxt_re, irdma...) */
+    TOPO_NIC_EFA,          /**< AWS Elastic Fabric Adapter (SRD) */
+    TOPO_NIC_SLINGSHOT     /**< HPE Slingshot (cxi) */
+} topo_nic_kind_t;
+
+typedef enum topo_port_state {
+    TOPO_PORT_UNKNOWN = 0,
+    TOPO_PORT_DOWN,
+    TOPO_PORT_INIT,
+    TOPO_PORT_ACTIVE
+} topo_port_state_t;
+
+typedef enum topo_link_kind {
+    TOPO_LINK_NONE = 0, /**< GPUs talk over PCIe only */
+    TOPO_LINK_NVLINK,
+    TOPO_LINK_XGMI
+} topo_link_kind_t;
+
+typedef enum topo_source {
+    TOPO_SOURCE_DISCOVERY = 0, /**< this machine, live */
+    TOPO_SOURCE_HWLOC_XML,
+    TOPO_SOURCE_NCCL_XML
+} topo_source_t;
+
+typedef struct topo_numa {
+    int      os_index;
+    char     cpus[TOPO_CPUS_LEN]; /**< list form, e.g. "0-23,48-71"; "" when unknown */
+    uint64_t memory_bytes;        /**< 0 when unknown */
+} topo_numa_t;
+
+/** A PCIe bridge or switch (one node per switch in NCCL files) or a host bridge. */
+typedef struct topo_pci_node {
+    char busid[TOPO_BUSID_LEN]; /**< "" for host bridges */
+    bool host_bridge;
+    int  parent;                /**< index in topo->pci, -1 at the top */
+    int  numa;                  /**< index in topo->numa, -1 unknown */
+} topo_pci_node_t;
+
+typedef struct topo_gpu {
+    char          busid[TOPO_BUSID_LEN];
+    topo_vendor_t vendor;
+    uint16_t      vendor_id;
+    uint16_t      device_id;
+    char          model[TOPO_NAME_LEN];
+    int           numa;         /**< index in topo->numa, -1 unknown */
+    int           pci_parent;   /**< index in topo->pci, -1 attached to the CPU */
+    int           cuda_index;   /**< -1 when unknown */
+    int           hip_index;    /**< -1 when unknown */
+    double        pcie_gbps;    /**< PCIe link bandwidth in GB/s, 0 unknown */
+} topo_gpu_t;
+
+typedef struct topo_nic {
+    char              name[TOPO_NAME_LEN]; /**< device name (mlx5_0, rdmap16s27, eth0); "" unknown */
+    char              busid[TOPO_BUSID_LEN];
+    topo_nic_kind_t   kind;
+    uint16_t          vendor_id;
+    uint16_t          device_id;
+    int               numa;
+    int               pci_parent;
+    uint64_t          speed_mbps;          /**< port speed, 0 unknown */
+    topo_port_state_t port_state;
+} topo_nic_t;
+
+/** Direct GPU↔GPU fabric link (symmetric). */
+typedef struct topo_gpu_link {
+    topo_link_kind_t kind;
+    unsigned         count;       /**< NVLink lanes or XGMI links; 0 when only bandwidth is known */
+    double           gbps;        /**< aggregate bandwidth in GB/s, 0 unknown */
+    bool             via_switch;  /**< through NVSwitch rather than point to point */
+} topo_gpu_link_t;
+
+typedef struct topo topo_t;
+
+/** Ordered NICs for one GPU: nics[0..num_rails) are its rails, the rest fallbacks. */
+typedef struct topo_rail {
+    int  gpu;
+    int  num_rails;
+    int  num_nics;
+    int *nics;          /**< indices in the topology's NIC list, best first */
+} topo_rail_t;
+
+typedef struct topo_rail_plan {
+    int          num_gpus;
+    topo_rail_t *rails; /**< one per GPU, in GPU order */
+} topo_rail_plan_t;
+
+/* --- Loading ------------------------------------------------------------------------- */
+
+/**
+ * Discover this machine. Never fails for lack of GPUs, NICs, NVML or ROCm: those give an
+ * empty list. sysfs_root ("" or NULL for "/") lets tests point AMD KFD reading at a tree.
+ * On error, err (TOPO_ERR_LEN) holds one line and *topo_p is untouched.
+ */
+strata_status_t topo_discover(const char *sysfs_root, topo_t **topo_p, char *err);
+
+/**
+ * Load a topology file, hwloc XML or NCCL XML, detected from its content. Errors
+ * (missing, unreadable, empty, truncated, malformed, not a topology) give one line in err
+ * naming the file: STRATA_ERR_NOT_FOUND, STRATA_ERR_IO or STRATA_ERR_PARSE.
+ */
+strata_status_t topo_load_file(const char *path, topo_t **topo_p, char *err);
+
+/** Same, from memory; name is used in messages. */
+strata_status_t topo_load_buffer(const char *name, const char *data, size_t size,
+                                 topo_t **topo_p, char *err);
+
+/**
+ * The topology strata runs with: file when not NULL, else the file named by
+ * STRATA_TOPO_FILE when set, else discovery. Errors: one line in err, nothing logged.
+ */
+strata_status_t topo_open(const char *file, topo_t **topo_p, char *err);
+
+/** topo_open(NULL, ...) for a communicator: errors are logged once. */
+strata_status_t topo_create(topo_t **topo_p);
+
+void topo_destroy(topo_t *topo);
+
+/* --- Queries (the topology owns everything returned) ------------------------------------ */
+
+topo_source_t      topo_source(const topo_t *topo);
+const char        *topo_description(const topo_t *topo); /**< e.g. the file path */
+int                topo_num_numa(const topo_t *topo);
+int                topo_num_gpus(const topo_t *topo);
+int                topo_num_nics(const topo_t *topo);
+int                topo_num_nvswitches(const topo_t *topo);
+const topo_numa_t *topo_numa(const topo_t *topo, int index);
+const topo_gpu_t  *topo_gpu(const topo_t *topo, int index);
+const topo_nic_t  *topo_nic(const topo_t *topo, int index);
+const topo_pci_node_t *topo_pci_node(const topo_t *topo, int index);
+
+/** Index of the GPU or NIC with this PCI bus id (case-insensitive), -1 if none. */
+int topo_gpu_find(const topo_t *topo, const char *busid);
+int topo_nic_find(const topo_t *topo, const char *busid);
+
+/** The NVLink/XGMI link between two GPUs (kind NONE when they have none). */
+const topo_gpu_link_t *topo_gpu_link(const topo_t *topo, int gpu_a, int gpu_b);
+
+topo_path_t topo_gpu_gpu_path(const topo_t *topo, int gpu_a, int gpu_b);
+topo_path_t topo_gpu_nic_path(const topo_t *topo, int gpu, int nic);
+
+/** True for NICs that do RDMA (verbs, EFA, Slingshot); rails prefer these over Ethernet. */
+bool topo_nic_is_rdma(const topo_nic_t *nic);
+
+/* --- Rail plan -------------------------------------------------------------------------- */
+
+/**
+ * For every GPU, the NICs it should use: the closest path class first, and among GPUs
+ * that share their closest NICs, the NICs split evenly (each GPU gets its own when there
+ * are as many NICs as GPUs, several when there are more, and NICs are shared with loads
+ * differing by at most one when there are fewer). RDMA NICs are preferred; Ethernet NICs
+ * are used only when the machine has no RDMA NIC.
+ */
+strata_status_t topo_rail_plan_create(const topo_t *topo, topo_rail_plan_t **plan_p);
+void            topo_rail_plan_destroy(topo_rail_plan_t *plan);
+
+/* --- Names ------------------------------------------------------------------------------ */
+
+const char *topo_path_name(topo_path_t path);           /**< "PIX", "SYS", ... */
+const char *topo_nic_kind_name(topo_nic_kind_t kind);   /**< "verbs", "efa", ... */
+const char *topo_port_state_name(topo_port_state_t state);
+const char *topo_vendor_name(topo_vendor_t vendor);
+const char *topo_link_kind_name(topo_link_kind_t kind);
+const char *topo_source_name(topo_source_t source);
+/** Short name of a NIC for tables: its name, or "nic<index>" when unknown. */
+const char *topo_nic_label(const topo_t *topo, int nic, char *buf, size_t size);
+
+/** The layer's configuration (STRATA_TOPO_*). */
+extern const util_config_table_t topo_config_table;
+
+#endif

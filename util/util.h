@@ -1,0 +1,13 @@
+/*
+ * util: the base services every strata layer uses. Other layers include only this header.
+ */
+#ifndef STRATA_UTIL_UTIL_H
+#define STRATA_UTIL_UTIL_H
+
+#include "util_compiler.h"
+#include "util_log.h"
+#include "util_config.h"
+#include "util_clock.h"
+#include "util_histogram.h"
+
+#endif

@@ -1,0 +1,23 @@
+/*
+ * Monotonic clock for timeouts and latency measurement.
+ */
+#ifndef STRATA_UTIL_CLOCK_H
+#define STRATA_UTIL_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+#define UTIL_NSEC_PER_USEC 1000ull
+#define UTIL_NSEC_PER_MSEC 1000000ull
+#define UTIL_NSEC_PER_SEC  1000000000ull
+
+/** Nanoseconds since an arbitrary fixed point; never goes backwards; thread-safe. */
+static inline uint64_t util_clock_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * UTIL_NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+#endif

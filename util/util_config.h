@@ -1,0 +1,88 @@
+/*
+ * Declarative configuration: each layer describes its STRATA_* variables in a table
+ * (name, default as text, one-line doc, typed parser, offset into its config struct).
+ * This module is the only code in strata that reads the environment.
+ */
+#ifndef STRATA_UTIL_CONFIG_H
+#define STRATA_UTIL_CONFIG_H
+
+#include <strata/strata.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define UTIL_CONFIG_ENV_PREFIX "STRATA_"
+/** Variables under this prefix belong to strata's test suite and are never warned about. */
+#define UTIL_CONFIG_TEST_PREFIX "STRATA_TEST_"
+#define UTIL_CONFIG_ERR_MAX 256
+
+/** Field types and the C type each is stored as. */
+typedef enum util_config_type {
+    UTIL_CONFIG_INT,    /**< int64_t; decimal, optional sign */
+    UTIL_CONFIG_SIZE,   /**< uint64_t bytes; "4096", "8k", "64KiB", "1m", "2g" (binary units) */
+    UTIL_CONFIG_TIME,   /**< uint64_t nanoseconds; "10ms", "2s", "500us", "100ns", "1min" */
+    UTIL_CONFIG_BOOL,   /**< bool; y/yes/on/true/1 or n/no/off/false/0 */
+    UTIL_CONFIG_ENUM,   /**< int index into enum_names; case-insensitive */
+    UTIL_CONFIG_STRING  /**< char *, owned by the struct: free with util_config_release */
+} util_config_type_t;
+
+typedef struct util_config_field {
+    const char         *name;          /**< without the STRATA_ prefix, e.g. "LOG_LEVEL" */
+    const char         *default_value; /**< text parsed like an environment value */
+    const char         *doc;           /**< one line */
+    util_config_type_t  type;
+    size_t              offset;        /**< into the layer's config struct */
+    const char *const  *enum_names;    /**< UTIL_CONFIG_ENUM only; NULL-terminated */
+} util_config_field_t;
+
+typedef struct util_config_table {
+    const char                *layer;  /**< shown by strata-info -c */
+    const util_config_field_t *fields;
+    size_t                     num_fields;
+    size_t                     struct_size;
+} util_config_table_t;
+
+/** The logging module's table (STRATA_LOG_LEVEL). */
+extern const util_config_table_t util_log_config_table;
+
+/**
+ * Parse one value into dst (the field's storage). On error writes a one-line reason to
+ * err (UTIL_CONFIG_ERR_MAX bytes) and leaves dst untouched.
+ */
+strata_status_t util_config_parse_value(const util_config_field_t *field, const char *text,
+                                        void *dst, char *err);
+
+/**
+ * Fill config (table->struct_size bytes) from STRATA_<name> or the defaults. A malformed
+ * variable is logged with its name and value and gives STRATA_ERR_CONFIG; config is then
+ * left with nothing to release.
+ */
+strata_status_t util_config_read(const util_config_table_t *table, void *config);
+
+/** Free what util_config_read allocated (strings). Tolerates a zeroed struct. */
+void util_config_release(const util_config_table_t *table, void *config);
+
+/** Set one field by name (without prefix) from text, e.g. for a public config struct. */
+strata_status_t util_config_set(const util_config_table_t *table, void *config,
+                                const char *name, const char *text);
+
+/**
+ * Warn once about each STRATA_* variable in the environment that no table knows, naming
+ * the closest known variable. Returns the number of unknown variables.
+ */
+int util_config_warn_unknown(const util_config_table_t *const *tables, size_t num_tables);
+
+/** Closest known full variable name to `name` (or NULL if none is close). */
+const char *util_config_closest_name(const util_config_table_t *const *tables,
+                                     size_t num_tables, const char *name,
+                                     char *buf, size_t buf_size);
+
+/** Print every variable of table: name, default, type, doc (and allowed enum values). */
+void util_config_print(const util_config_table_t *table, FILE *stream);
+
+/** Format a value of the field from its storage, e.g. for printing the effective config. */
+void util_config_format_value(const util_config_field_t *field, const void *src,
+                              char *buf, size_t buf_size);
+
+#endif
