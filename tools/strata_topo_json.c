@@ -127,19 +127,33 @@ static json_t *links_json(const topo_t *topo, bool *ok)
     return array;
 }
 
-/* rows[g][j]: GPU×GPU cells (as the table shows them) or GPU×NIC path classes. */
-static json_t *matrix_json(const topo_t *topo, bool nics, bool *ok)
+typedef enum matrix_kind {
+    MATRIX_GPU_CELL, /* GPU×GPU as the table shows it: NV#, XGMI or the PCIe class */
+    MATRIX_GPU_PCIE, /* GPU×GPU PCIe path class, links aside */
+    MATRIX_NIC_PCIE  /* GPU×NIC PCIe path class */
+} matrix_kind_t;
+
+static const char *matrix_cell(const topo_t *topo, matrix_kind_t kind, int g, int j, char *buf,
+                               size_t size)
+{
+    switch (kind) {
+    case MATRIX_GPU_CELL: return strata_topo_gpu_cell(topo, g, j, buf, size);
+    case MATRIX_GPU_PCIE: return topo_path_name(topo_gpu_gpu_path(topo, g, j));
+    case MATRIX_NIC_PCIE: return topo_path_name(topo_gpu_nic_path(topo, g, j));
+    }
+    return "?";
+}
+
+static json_t *matrix_json(const topo_t *topo, matrix_kind_t kind, bool *ok)
 {
     json_t *rows = json_array(), *row;
-    int cols = nics ? topo_num_nics(topo) : topo_num_gpus(topo);
+    int cols = (kind == MATRIX_NIC_PCIE) ? topo_num_nics(topo) : topo_num_gpus(topo);
     char cell[32];
 
     for (int g = 0; rows && g < topo_num_gpus(topo); ++g) {
         row = json_array();
         for (int j = 0; row && j < cols; ++j) {
-            append(row, json_string(nics ? topo_path_name(topo_gpu_nic_path(topo, g, j))
-                                         : strata_topo_gpu_cell(topo, g, j, cell, sizeof(cell))),
-                   ok);
+            append(row, json_string(matrix_cell(topo, kind, g, j, cell, sizeof(cell))), ok);
         }
         append(rows, row, ok);
     }
@@ -190,8 +204,9 @@ strata_status_t strata_topo_print_json(const topo_t *topo, const topo_rail_plan_
     put(doc, "nics", nics_json(topo, &ok), &ok);
     put(doc, "nvswitches", json_integer(topo_num_nvswitches(topo)), &ok);
     put(doc, "gpu_links", links_json(topo, &ok), &ok);
-    put(doc, "gpu_gpu", matrix_json(topo, false, &ok), &ok);
-    put(doc, "gpu_nic", matrix_json(topo, true, &ok), &ok);
+    put(doc, "gpu_gpu", matrix_json(topo, MATRIX_GPU_CELL, &ok), &ok);
+    put(doc, "gpu_gpu_pcie", matrix_json(topo, MATRIX_GPU_PCIE, &ok), &ok);
+    put(doc, "gpu_nic", matrix_json(topo, MATRIX_NIC_PCIE, &ok), &ok);
     put(doc, "rails", rails_json(plan, &ok), &ok);
     if (!ok) {
         json_decref(doc);

@@ -66,6 +66,21 @@ static void topo_hwloc_busid(const struct hwloc_pcidev_attr_s *pci, char *busid)
              pci->func);
 }
 
+/*
+ * Below a root port (bridge depth 1), PCIe switches alternate upstream port (even depth)
+ * and downstream ports (odd depth). A switch is one bridge to the devices behind it, so
+ * its downstream ports fold into its upstream port: devices on one switch are then PIX.
+ */
+static bool topo_hwloc_is_switch_downstream_port(hwloc_obj_t bridge)
+{
+    hwloc_obj_t parent = bridge->parent;
+
+    return bridge->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI &&
+           bridge->attr->bridge.depth >= 3 && (bridge->attr->bridge.depth % 2) == 1 &&
+           parent != NULL && parent->type == HWLOC_OBJ_BRIDGE &&
+           parent->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI;
+}
+
 /* Model index of the bridge chain above obj (adding it on first sight), -1 at the top. */
 static int topo_hwloc_parent(topo_hwloc_ctx_t *ctx, hwloc_obj_t obj)
 {
@@ -76,6 +91,9 @@ static int topo_hwloc_parent(topo_hwloc_ctx_t *ctx, hwloc_obj_t obj)
 
     if (obj == NULL || obj->type != HWLOC_OBJ_BRIDGE) {
         return -1;
+    }
+    if (topo_hwloc_is_switch_downstream_port(obj)) {
+        return topo_hwloc_parent(ctx, obj->parent); /* one node per switch, as NCCL does */
     }
     for (int i = 0; i < ctx->topo->num_pci; ++i) {
         if (ctx->bridge_gp[i] == obj->gp_index) {
@@ -350,7 +368,6 @@ static void topo_hwloc_xgmi(topo_hwloc_ctx_t *ctx, struct hwloc_distances_s *bw,
             a = topo_hwloc_gpu_of(ctx, d->objs[i]);
             b = topo_hwloc_gpu_of(ctx, d->objs[j]);
             link.gbps  = bw ? (double)bw->values[k] / 1000.0 : 0.0;
-            link.count = 1;
             topo_set_gpu_link(ctx->topo, a, b, &link);
         }
     }

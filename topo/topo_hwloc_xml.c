@@ -3,6 +3,8 @@
  * against: the format differs in the version number and in OS device types, which became
  * a bit mask (storage 1, memory 2, GPU 4, coprocessor 8, network 16, OpenFabrics 32,
  * DMA 64). Everything else is read by hwloc itself.
+ * Comments are removed as well: without its libxml2 plugin (Debian ships it apart), hwloc
+ * reads XML with a minimal parser that accepts only what hwloc itself writes.
  */
 #include "topo_internal.h"
 
@@ -66,6 +68,21 @@ static void topo_hwloc3_adapt_node(xmlNode *node)
     }
 }
 
+static void topo_hwloc_strip_comments(xmlNode *node)
+{
+    xmlNode *next;
+
+    for (; node != NULL; node = next) {
+        next = node->next;
+        if (node->type == XML_COMMENT_NODE || node->type == XML_PI_NODE) {
+            xmlUnlinkNode(node);
+            xmlFreeNode(node);
+        } else {
+            topo_hwloc_strip_comments(node->children);
+        }
+    }
+}
+
 /* Major version of the document's format; 0 when absent (hwloc 1.x wrote none). */
 static unsigned topo_hwloc_xml_version(xmlNode *root)
 {
@@ -77,7 +94,7 @@ static unsigned topo_hwloc_xml_version(xmlNode *root)
 }
 
 strata_status_t topo_hwloc_import_xml(topo_t *topo, const char *name, struct _xmlDoc *doc,
-                                      const char *data, size_t size, char *err)
+                                      char *err)
 {
     xmlNode *root = xmlDocGetRootElement(doc);
     unsigned version = topo_hwloc_xml_version(root);
@@ -93,15 +110,15 @@ strata_status_t topo_hwloc_import_xml(topo_t *topo, const char *name, struct _xm
     if (version == 3) {
         xmlSetProp(root, BAD_CAST "version", BAD_CAST "2.0");
         topo_hwloc3_adapt_node(root->children);
-        xmlDocDumpMemory(doc, &adapted, &adapted_size);
-        if (adapted == NULL) {
-            topo_error(err, "%s: out of memory", name);
-            return STRATA_ERR_NO_MEMORY;
-        }
-        data = (const char *)adapted;
-        size = (size_t)adapted_size;
     }
-    status = topo_hwloc_import_buffer(topo, name, data, size, err);
+    topo_hwloc_strip_comments(doc->children);
+    xmlDocDumpMemory(doc, &adapted, &adapted_size);
+    if (adapted == NULL) {
+        topo_error(err, "%s: out of memory", name);
+        return STRATA_ERR_NO_MEMORY;
+    }
+    status = topo_hwloc_import_buffer(topo, name, (const char *)adapted, (size_t)adapted_size,
+                                      err);
     xmlFree(adapted);
     return status;
 }

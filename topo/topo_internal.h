@@ -103,9 +103,9 @@ void topo_error(char *err, const char *fmt, ...) UTIL_PRINTF(2, 3);
 /* Importers (each fills a topology allocated by the caller). */
 struct _xmlDoc;
 strata_status_t topo_nccl_import(topo_t *topo, const char *name, struct _xmlDoc *doc, char *err);
-/* hwloc XML: doc is the parsed document (adapted in place when written by hwloc 3.x). */
+/* hwloc XML: doc is the parsed document, adapted in place for the hwloc library. */
 strata_status_t topo_hwloc_import_xml(topo_t *topo, const char *name, struct _xmlDoc *doc,
-                                      const char *data, size_t size, char *err);
+                                      char *err);
 /* hwloc 2.x XML in a NUL-terminated buffer (size excludes the NUL). */
 strata_status_t topo_hwloc_import_buffer(topo_t *topo, const char *name, const char *data,
                                          size_t size, char *err);

@@ -46,8 +46,8 @@ static void topo_xml_message(const xmlError *error, char *buf, size_t size)
     buf[strcspn(buf, "\n")] = '\0';
 }
 
-static strata_status_t topo_import_doc(topo_t **topo_p, const char *name, const char *data,
-                                       size_t size, xmlDocPtr doc, char *err)
+static strata_status_t topo_import_doc(topo_t **topo_p, const char *name, xmlDocPtr doc,
+                                       char *err)
 {
     const xmlNode *root = xmlDocGetRootElement(doc);
     strata_status_t status;
@@ -73,7 +73,7 @@ static strata_status_t topo_import_doc(topo_t **topo_p, const char *name, const 
         return STRATA_ERR_NO_MEMORY;
     }
     status = (source == TOPO_SOURCE_HWLOC_XML)
-                 ? topo_hwloc_import_xml(topo, name, doc, data, size, err)
+                 ? topo_hwloc_import_xml(topo, name, doc, err)
                  : topo_nccl_import(topo, name, doc, err);
     if (status != STRATA_OK) {
         topo_destroy(topo);
@@ -115,7 +115,7 @@ strata_status_t topo_load_buffer(const char *name, const char *data, size_t size
                    message);
         status = STRATA_ERR_PARSE;
     } else {
-        status = topo_import_doc(topo_p, name, data, size, doc, err);
+        status = topo_import_doc(topo_p, name, doc, err);
     }
     xmlFreeDoc(doc);
     xmlFreeParserCtxt(ctxt);

@@ -66,7 +66,7 @@ static strata_status_t topo_nccl_uint(topo_nccl_ctx_t *ctx, const xmlNode *node,
     errno    = 0;
     *value_p = strtoul(text, &end, 0);
     if (end == text || *end != '\0' || errno != 0 || text[0] == '-') {
-        snprintf(what, sizeof(what), "has a malformed %s=", name);
+        snprintf(what, sizeof(what), "has a malformed %s", name);
         status = topo_nccl_fail(ctx, node, what, text);
     }
     xmlFree(text);

@@ -75,7 +75,7 @@ static void topo_rsmi_scan(topo_t *topo, const topo_rsmi_api_t *api, uint32_t co
                 type != TOPO_RSMI_IOLINK_XGMI || hops != 1) {
                 continue;
             }
-            topo_gpu_link_t link = {.kind = TOPO_LINK_XGMI, .count = 1};
+            topo_gpu_link_t link = {.kind = TOPO_LINK_XGMI};
             if (api->bandwidth && api->bandwidth(i, j, &min_mbps, &max_mbps) == 0) {
                 link.gbps = (double)max_mbps / 1000.0;
             }
@@ -187,7 +187,7 @@ static void topo_kfd_node_links(topo_t *topo, const char *root, unsigned node, i
             (peer = topo_gpu_find(topo, busid)) < 0) {
             continue;
         }
-        topo_gpu_link_t xgmi = {.kind = TOPO_LINK_XGMI, .count = 1};
+        topo_gpu_link_t xgmi = {.kind = TOPO_LINK_XGMI};
         if (topo_kfd_property(path, "max_bandwidth", &mbps)) {
             xgmi.gbps = (double)mbps / 1000.0;
         }

@@ -1,0 +1,266 @@
+/*
+ * Topology facts on strata's own fixtures, checked against values worked out by hand:
+ * an 8-GPU NVSwitch machine, 8 GPUs sharing 4 NICs, an AMD XGMI machine, and a machine
+ * with no GPU and no NIC (as CI machines are).
+ */
+#include "topo/topo.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+static topo_t *load(const char *file)
+{
+    char path[1024], err[TOPO_ERR_LEN];
+    topo_t *topo = NULL;
+
+    snprintf(path, sizeof(path), "%s/%s", STRATA_TEST_FIXTURES, file);
+    if (topo_load_file(path, &topo, err) != STRATA_OK) {
+        fail_msg("%s", err);
+    }
+    return topo;
+}
+
+static topo_rail_plan_t *plan_of(const topo_t *topo)
+{
+    topo_rail_plan_t *plan = NULL;
+
+    assert_int_equal(topo_rail_plan_create(topo, &plan), STRATA_OK);
+    assert_int_equal(plan->num_gpus, topo_num_gpus(topo));
+    return plan;
+}
+
+/* Each GPU's rails, written as expected[gpu][i], -1 ending a row. */
+static void assert_rails(const topo_rail_plan_t *plan, int num_gpus, const int expected[][4])
+{
+    for (int g = 0; g < num_gpus; ++g) {
+        int n = 0;
+
+        while (n < 4 && expected[g][n] >= 0) {
+            assert_true(n < plan->rails[g].num_rails);
+            if (plan->rails[g].nics[n] != expected[g][n]) {
+                fail_msg("GPU%d rail %d: NIC%d, expected NIC%d", g, n, plan->rails[g].nics[n],
+                         expected[g][n]);
+            }
+            ++n;
+        }
+        assert_int_equal(plan->rails[g].num_rails, n);
+    }
+}
+
+static void test_nvswitch_8gpu(void **state)
+{
+    static const int rails[8][4] = {{0, -1}, {1, -1}, {2, -1}, {3, -1},
+                                    {4, -1}, {5, -1}, {6, -1}, {7, -1}};
+    topo_t *topo = load("nvswitch-8gpu-8nic.nccl.xml");
+    topo_rail_plan_t *plan;
+
+    (void)state;
+    assert_int_equal(topo_source(topo), TOPO_SOURCE_NCCL_XML);
+    assert_int_equal(topo_num_gpus(topo), 8);
+    assert_int_equal(topo_num_nics(topo), 8);
+    assert_int_equal(topo_num_numa(topo), 2);
+    assert_int_equal(topo_num_nvswitches(topo), 1); /* one virtual switch target */
+    assert_string_equal(topo_numa(topo, 1)->cpus, "32-63");
+
+    const topo_gpu_t *gpu0 = topo_gpu(topo, 0);
+    assert_string_equal(gpu0->busid, "0000:18:00.0");
+    assert_int_equal(gpu0->vendor, TOPO_VENDOR_NVIDIA);
+    assert_string_equal(gpu0->model, "H100-SXM5-80GB");
+    assert_int_equal(gpu0->cuda_index, 0);
+    assert_float_equal(gpu0->pcie_gbps, 63.015, 0.01);
+    assert_int_equal(topo_gpu(topo, 7)->cuda_index, 7);
+
+    const topo_nic_t *nic5 = topo_nic(topo, 5);
+    assert_string_equal(nic5->name, "mlx5_5");
+    assert_int_equal(nic5->kind, TOPO_NIC_VERBS);
+    assert_int_equal(nic5->speed_mbps, 400000);
+
+    /* Every pair: 18 NVLink4 lanes through the switch, 450 GB/s. */
+    for (int a = 0; a < 8; ++a) {
+        for (int b = 0; b < 8; ++b) {
+            const topo_gpu_link_t *link = topo_gpu_link(topo, a, b);
+            if (a == b) {
+                assert_int_equal(link->kind, TOPO_LINK_NONE);
+                continue;
+            }
+            assert_int_equal(link->kind, TOPO_LINK_NVLINK);
+            assert_int_equal(link->count, 18);
+            assert_true(link->via_switch);
+            assert_float_equal(link->gbps, 450.0, 1e-9);
+        }
+    }
+    /* GPUn/NICn share a leaf switch; leaves pair under root switches; two roots per socket. */
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 0), TOPO_PATH_PIX);
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 1), TOPO_PATH_PXB);
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 2), TOPO_PATH_NODE);
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 4), TOPO_PATH_SYS);
+    assert_int_equal(topo_gpu_nic_path(topo, 7, 6), TOPO_PATH_PXB);
+    assert_int_equal(topo_gpu_gpu_path(topo, 2, 3), TOPO_PATH_PXB);
+    assert_int_equal(topo_gpu_gpu_path(topo, 4, 4), TOPO_PATH_SELF);
+
+    plan = plan_of(topo);
+    assert_rails(plan, 8, rails);
+    /* GPU0's fallbacks: its root switch's other NIC, then the socket's NODE NICs. */
+    assert_int_equal(plan->rails[0].num_nics, 8);
+    assert_int_equal(plan->rails[0].nics[1], 1);
+    assert_int_equal(topo_gpu_nic_path(topo, 0, plan->rails[0].nics[2]), TOPO_PATH_NODE);
+    assert_int_equal(topo_gpu_nic_path(topo, 0, plan->rails[0].nics[7]), TOPO_PATH_SYS);
+    topo_rail_plan_destroy(plan);
+    topo_destroy(topo);
+}
+
+static void test_shared_4nic_8gpu(void **state)
+{
+    /* Each socket's four GPUs reach its two NICs through the host bridge: two GPUs per NIC. */
+    static const int rails[8][4] = {{0, -1}, {1, -1}, {0, -1}, {1, -1},
+                                    {2, -1}, {3, -1}, {2, -1}, {3, -1}};
+    topo_t *topo = load("shared-4nic-8gpu.hwloc.xml");
+    topo_rail_plan_t *plan;
+    int load[4] = {0};
+
+    (void)state;
+    assert_int_equal(topo_source(topo), TOPO_SOURCE_HWLOC_XML);
+    assert_int_equal(topo_num_gpus(topo), 8);
+    assert_int_equal(topo_num_nics(topo), 4);
+    assert_int_equal(topo_num_numa(topo), 2);
+    assert_string_equal(topo_gpu(topo, 0)->busid, "0000:03:00.0");
+    assert_string_equal(topo_gpu(topo, 4)->busid, "0000:83:00.0");
+    assert_int_equal(topo_gpu(topo, 5)->numa, 1);
+    assert_string_equal(topo_nic(topo, 2)->name, "mlx5_2");
+    assert_int_equal(topo_nic(topo, 2)->port_state, TOPO_PORT_ACTIVE);
+    assert_int_equal(topo_nic(topo, 2)->kind, TOPO_NIC_VERBS);
+
+    /* Two GPUs on one switch (its downstream ports fold into one node): PIX. */
+    assert_int_equal(topo_gpu_gpu_path(topo, 0, 1), TOPO_PATH_PIX);
+    assert_int_equal(topo_gpu_gpu_path(topo, 0, 2), TOPO_PATH_PHB);
+    assert_int_equal(topo_gpu_gpu_path(topo, 3, 4), TOPO_PATH_SYS);
+    assert_int_equal(topo_gpu_link(topo, 0, 1)->kind, TOPO_LINK_NONE);
+    for (int g = 0; g < 8; ++g) {
+        for (int n = 0; n < 4; ++n) {
+            topo_path_t want = ((g < 4) == (n < 2)) ? TOPO_PATH_PHB : TOPO_PATH_SYS;
+            assert_int_equal(topo_gpu_nic_path(topo, g, n), want);
+        }
+    }
+    plan = plan_of(topo);
+    assert_rails(plan, 8, rails);
+    for (int g = 0; g < 8; ++g) {
+        load[plan->rails[g].nics[0]]++;
+    }
+    for (int n = 0; n < 4; ++n) {
+        assert_int_equal(load[n], 2); /* no NIC overloaded */
+    }
+    topo_rail_plan_destroy(plan);
+    topo_destroy(topo);
+}
+
+static void test_amd_xgmi(void **state)
+{
+    static const int rails[4][4] = {{0, -1}, {0, -1}, {1, -1}, {1, -1}};
+    topo_t *topo = load("amd-xgmi-4gpu.hwloc.xml");
+    topo_rail_plan_t *plan;
+
+    (void)state;
+    assert_int_equal(topo_num_gpus(topo), 4);
+    assert_int_equal(topo_num_nics(topo), 2);
+    for (int g = 0; g < 4; ++g) {
+        assert_int_equal(topo_gpu(topo, g)->vendor, TOPO_VENDOR_AMD);
+        assert_int_equal(topo_gpu(topo, g)->hip_index, g);
+        assert_int_equal(topo_gpu(topo, g)->cuda_index, -1);
+    }
+    assert_string_equal(topo_gpu(topo, 2)->model, "AMD Instinct MI250X/MI250");
+    for (int a = 0; a < 4; ++a) {
+        for (int b = 0; b < 4; ++b) {
+            const topo_gpu_link_t *link = topo_gpu_link(topo, a, b);
+            double want = ((a == 0 && b == 1) || (a == 1 && b == 0)) ? 200.0 : 50.0;
+
+            if (a == b) {
+                continue;
+            }
+            assert_int_equal(link->kind, TOPO_LINK_XGMI);
+            assert_false(link->via_switch);
+            assert_float_equal(link->gbps, want, 1e-9);
+        }
+    }
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 0), TOPO_PATH_PIX);
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 1), TOPO_PATH_PHB);
+    assert_int_equal(topo_gpu_gpu_path(topo, 2, 3), TOPO_PATH_PIX);
+    plan = plan_of(topo);
+    assert_rails(plan, 4, rails);
+    topo_rail_plan_destroy(plan);
+    topo_destroy(topo);
+}
+
+static void test_no_gpu_no_nic(void **state)
+{
+    topo_t *topo = load("no-gpu-no-nic.hwloc.xml");
+    topo_rail_plan_t *plan;
+
+    (void)state;
+    assert_int_equal(topo_num_gpus(topo), 0);
+    assert_int_equal(topo_num_nics(topo), 0);
+    assert_int_equal(topo_num_numa(topo), 1);
+    assert_string_equal(topo_numa(topo, 0)->cpus, "0-1");
+    assert_int_equal(topo_numa(topo, 0)->memory_bytes, 24ull << 30);
+    assert_null(topo_gpu(topo, 0));
+    assert_null(topo_nic(topo, -1));
+    assert_int_equal(topo_gpu_link(topo, 0, 1)->kind, TOPO_LINK_NONE);
+    plan = plan_of(topo);
+    assert_int_equal(plan->num_gpus, 0);
+    topo_rail_plan_destroy(plan);
+    topo_destroy(topo);
+}
+
+/* More NICs than GPUs (AWS p5: four EFA per GPU): each GPU drives all of its own. */
+static void test_several_rails_per_gpu(void **state)
+{
+    static const char xml[] =
+        "<system version=\"1\"><cpu numaid=\"0\" affinity=\"0000ffff\">"
+        "<pci busid=\"0000:10:00.0\" class=\"0x060400\">"
+        "  <pci busid=\"0000:11:00.0\" class=\"0x030200\" vendor=\"0x10de\" device=\"0x2330\"/>"
+        "  <pci busid=\"0000:12:00.0\" class=\"0x020000\" vendor=\"0x1d0f\" device=\"0xefa1\"/>"
+        "  <pci busid=\"0000:13:00.0\" class=\"0x020000\" vendor=\"0x1d0f\" device=\"0xefa1\"/>"
+        "  <pci busid=\"0000:14:00.0\" class=\"0x020000\" vendor=\"0x1d0f\" device=\"0xefa1\"/>"
+        "  <pci busid=\"0000:15:00.0\" class=\"0x020000\" vendor=\"0x1d0f\" device=\"0xefa1\"/>"
+        "</pci>"
+        "<pci busid=\"0000:20:00.0\" class=\"0x060400\">"
+        "  <pci busid=\"0000:21:00.0\" class=\"0x030200\" vendor=\"0x10de\" device=\"0x2330\"/>"
+        "  <pci busid=\"0000:22:00.0\" class=\"0x020000\" vendor=\"0x1d0f\" device=\"0xefa1\"/>"
+        "  <pci busid=\"0000:23:00.0\" class=\"0x020000\" vendor=\"0x1d0f\" device=\"0xefa1\"/>"
+        "  <pci busid=\"0000:24:00.0\" class=\"0x020000\" vendor=\"0x1d0f\" device=\"0xefa1\"/>"
+        "  <pci busid=\"0000:25:00.0\" class=\"0x020000\" vendor=\"0x1d0f\" device=\"0xefa1\"/>"
+        "  <pci busid=\"0000:26:00.0\" class=\"0x020000\" vendor=\"0x8086\" device=\"0x1572\"/>"
+        "</pci></cpu></system>";
+    static const int rails[2][4] = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+    char err[TOPO_ERR_LEN];
+    topo_rail_plan_t *plan;
+    topo_t *topo;
+
+    (void)state;
+    assert_int_equal(topo_load_buffer("p5-like", xml, sizeof(xml) - 1, &topo, err), STRATA_OK);
+    assert_int_equal(topo_num_nics(topo), 9);
+    assert_int_equal(topo_nic(topo, 0)->kind, TOPO_NIC_EFA);
+    assert_int_equal(topo_nic(topo, 8)->kind, TOPO_NIC_ETHERNET);
+    plan = plan_of(topo);
+    assert_rails(plan, 2, rails);
+    assert_int_equal(plan->rails[0].num_nics, 8); /* Ethernet is never a rail next to RDMA */
+    topo_rail_plan_destroy(plan);
+    topo_destroy(topo);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_nvswitch_8gpu),
+        cmocka_unit_test(test_shared_4nic_8gpu),
+        cmocka_unit_test(test_amd_xgmi),
+        cmocka_unit_test(test_no_gpu_no_nic),
+        cmocka_unit_test(test_several_rails_per_gpu),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

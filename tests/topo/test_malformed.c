@@ -1,0 +1,218 @@
+/*
+ * Bad topology files: each gives a clear one-line error naming the file, a precise status,
+ * and no topology — never a crash.
+ */
+#include "topo/topo.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+static char tmpdir[256];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/strata-test-malformed-XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    char cmd[300];
+
+    (void)state;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    return system(cmd);
+}
+
+static void write_file(const char *path, const void *data, size_t size)
+{
+    FILE *file = fopen(path, "wb");
+
+    assert_non_null(file);
+    assert_int_equal(fwrite(data, 1, size, file), size);
+    assert_int_equal(fclose(file), 0);
+}
+
+/* Load path; expect status, an error naming the file that contains `needle`, one line. */
+static void expect_failure(const char *path, strata_status_t status, const char *needle)
+{
+    char err[TOPO_ERR_LEN] = "";
+    topo_t *topo = (topo_t *)(uintptr_t)0x1;
+
+    assert_int_equal(topo_load_file(path, &topo, err), status);
+    assert_ptr_equal(topo, (topo_t *)(uintptr_t)0x1); /* output untouched on failure */
+    if (strstr(err, path) == NULL || strstr(err, needle) == NULL || strchr(err, '\n')) {
+        fail_msg("error for %s: '%s' (wanted '%s')", path, err, needle);
+    }
+}
+
+static void expect_text_failure(const char *name, const char *text, const char *needle)
+{
+    char path[512];
+
+    snprintf(path, sizeof(path), "%s/%s", tmpdir, name);
+    write_file(path, text, strlen(text));
+    expect_failure(path, STRATA_ERR_PARSE, needle);
+}
+
+static void test_missing(void **state)
+{
+    char path[512];
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/does-not-exist.xml", tmpdir);
+    expect_failure(path, STRATA_ERR_NOT_FOUND, "No such file");
+}
+
+static void test_directory(void **state)
+{
+    (void)state;
+    expect_failure(tmpdir, STRATA_ERR_IO, "not a regular file");
+}
+
+static void test_empty(void **state)
+{
+    (void)state;
+    expect_text_failure("empty.xml", "", "empty file");
+}
+
+static void test_binary(void **state)
+{
+    static const unsigned char elf[] = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0};
+    char path[512];
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/binary.xml", tmpdir);
+    write_file(path, elf, sizeof(elf));
+    expect_failure(path, STRATA_ERR_PARSE, "binary data");
+}
+
+static void test_not_xml(void **state)
+{
+    (void)state;
+    expect_text_failure("notes.txt", "GPU0 -> mlx5_0\nGPU1 -> mlx5_1\n",
+                        "malformed or truncated XML");
+}
+
+static void truncate_fixture(const char *fixture, const char *name)
+{
+    char src[512], dst[512], buf[65536];
+    size_t size;
+    FILE *file;
+
+    snprintf(src, sizeof(src), "%s/%s", STRATA_TEST_FIXTURES, fixture);
+    file = fopen(src, "rb");
+    assert_non_null(file);
+    size = fread(buf, 1, sizeof(buf), file);
+    fclose(file);
+    assert_true(size > 100);
+    snprintf(dst, sizeof(dst), "%s/%s", tmpdir, name);
+    write_file(dst, buf, size / 2);
+    expect_failure(dst, STRATA_ERR_PARSE, "malformed or truncated XML");
+}
+
+static void test_truncated(void **state)
+{
+    (void)state;
+    truncate_fixture("nvswitch-8gpu-8nic.nccl.xml", "truncated.nccl.xml");
+    truncate_fixture("shared-4nic-8gpu.hwloc.xml", "truncated.hwloc.xml");
+}
+
+static void test_unbalanced_tags(void **state)
+{
+    (void)state;
+    expect_text_failure("unbalanced.xml",
+                        "<system version=\"1\">\n  <cpu numaid=\"0\">\n  </pci>\n</system>\n",
+                        ":3: malformed or truncated XML");
+}
+
+static void test_not_topology(void **state)
+{
+    (void)state;
+    expect_text_failure("page.xml", "<html><body>hello</body></html>",
+                        "not a topology file: root element is <html>");
+}
+
+static void test_nccl_semantic_errors(void **state)
+{
+    (void)state;
+    expect_text_failure("no-cpu.xml", "<system version=\"1\"></system>", "has no <cpu>");
+    expect_text_failure("no-numaid.xml", "<system>\n<cpu affinity=\"ff\"/>\n</system>",
+                        ":2: <cpu> has no numaid");
+    expect_text_failure("bad-numaid.xml", "<system><cpu numaid=\"zero\"/></system>",
+                        "malformed numaid 'zero'");
+    expect_text_failure("bad-affinity.xml",
+                        "<system><cpu numaid=\"0\" affinity=\"00ff,xyz\"/></system>",
+                        "malformed affinity mask '00ff,xyz'");
+    expect_text_failure("no-busid.xml",
+                        "<system><cpu numaid=\"0\">\n\n<pci class=\"0x030200\"/></cpu></system>",
+                        ":3: <pci> has no busid");
+    expect_text_failure("bad-busid.xml",
+                        "<system><cpu numaid=\"0\"><pci busid=\"gpu0\" class=\"0x030200\"/>"
+                        "</cpu></system>",
+                        "busid that is not a PCI address: 'gpu0'");
+    expect_text_failure("bad-class.xml",
+                        "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0xZZ\"/>"
+                        "</cpu></system>",
+                        "malformed class '0xZZ'");
+    expect_text_failure("bad-speed.xml",
+                        "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x020700\">"
+                        "<nic><net name=\"mlx5_0\" speed=\"fast\"/></nic></pci></cpu></system>",
+                        "<net> has a malformed speed 'fast'");
+    expect_text_failure("nvlink-no-target.xml",
+                        "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\">"
+                        "<gpu dev=\"0\" sm=\"90\"><nvlink count=\"18\"/></gpu></pci></cpu></system>",
+                        "<nvlink> has no target");
+}
+
+static void test_hwloc_semantic_errors(void **state)
+{
+    (void)state;
+    expect_text_failure("future.hwloc.xml",
+                        "<topology version=\"4.0\"><object type=\"Machine\"/></topology>",
+                        "hwloc XML format 4 is newer than strata can read");
+    expect_text_failure("banana.hwloc.xml",
+                        "<topology version=\"2.0\"><object type=\"Banana\" os_index=\"0\"/>"
+                        "</topology>",
+                        "hwloc rejected this hwloc XML");
+}
+
+static void test_buffer_and_arguments(void **state)
+{
+    char err[TOPO_ERR_LEN];
+    topo_t *topo = NULL;
+
+    (void)state;
+    assert_int_equal(topo_load_file("", &topo, err), STRATA_ERR_INVALID);
+    assert_int_equal(topo_load_file(NULL, &topo, err), STRATA_ERR_INVALID);
+    assert_int_equal(topo_load_buffer("empty", "", 0, &topo, err), STRATA_ERR_PARSE);
+    assert_null(topo);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_missing),
+        cmocka_unit_test(test_directory),
+        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_binary),
+        cmocka_unit_test(test_not_xml),
+        cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_unbalanced_tags),
+        cmocka_unit_test(test_not_topology),
+        cmocka_unit_test(test_nccl_semantic_errors),
+        cmocka_unit_test(test_hwloc_semantic_errors),
+        cmocka_unit_test(test_buffer_and_arguments),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
