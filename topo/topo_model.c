@@ -128,8 +128,12 @@ strata_status_t topo_finalize(topo_t *topo)
 {
     size_t cells = (size_t)topo->num_gpus * (size_t)topo->num_gpus;
 
-    qsort(topo->gpus, (size_t)topo->num_gpus, sizeof(*topo->gpus), topo_gpu_compare);
-    qsort(topo->nics, (size_t)topo->num_nics, sizeof(*topo->nics), topo_nic_compare);
+    if (topo->num_gpus > 1) {
+        qsort(topo->gpus, (size_t)topo->num_gpus, sizeof(*topo->gpus), topo_gpu_compare);
+    }
+    if (topo->num_nics > 1) {
+        qsort(topo->nics, (size_t)topo->num_nics, sizeof(*topo->nics), topo_nic_compare);
+    }
     if (cells > 0) {
         topo->links = calloc(cells, sizeof(*topo->links));
         if (topo->links == NULL) {
