@@ -1,8 +1,9 @@
 /*
- * strata-info: version, build options, device backends and transports compiled in, and
+ * strata-info: version, build options, device backends compiled in, and
  * with -c every configuration variable with its default and meaning.
  */
 #include "api/api.h"
+#include "intra/intra.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -47,6 +48,11 @@ int main(int argc, char **argv)
     api_config_warn_unknown();
     printf("strata %s\n", strata_get_version_string());
     printf("build: %s\n", strata_get_build_options());
+    printf("device backends:");
+    for (size_t i = 0; i < intra_device_count(); ++i) {
+        printf(" %s", intra_device_get(i)->name);
+    }
+    printf("\n");
     if (show_config) {
         print_config();
     }

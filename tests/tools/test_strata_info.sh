@@ -9,6 +9,8 @@ grep -q '^strata [0-9]*\.[0-9]*\.[0-9]*$' <<<"$out" || fail "no version line: $o
 grep -q '^build: cuda=\(on\|off\) hip=\(on\|off\) verbs=\(on\|off\) ucx=\(on\|off\) sanitize=' <<<"$out" ||
     fail "no build line: $out"
 
+grep -q '^device backends:.* host' <<<"$out" || fail "host device backend not listed: $out"
+
 out=$("$info" -c) || fail "strata-info -c exited $?"
 for var in STRATA_LOG_LEVEL STRATA_TOPO_FILE; do
     grep -q "^$var=" <<<"$out" || fail "-c does not list $var"

@@ -1,0 +1,39 @@
+/*
+ * intra: the intra-node tier. Device backends behind one ops table (host today; CUDA and
+ * HIP plug in here), chosen by name from the table compiled in. Other layers include only
+ * this header.
+ */
+#ifndef STRATA_INTRA_INTRA_H
+#define STRATA_INTRA_INTRA_H
+
+#include <strata/strata.h>
+
+#include <stddef.h>
+
+/** Alignment of every device allocation: what GPU allocators give and vector loads want. */
+#define INTRA_DEVICE_ALIGNMENT 256
+
+/**
+ * A device backend. Memory operations act on memory the backend allocated; copies are
+ * complete when synchronize returns (the host backend's are complete on return).
+ */
+typedef struct intra_device_ops {
+    const char *name;
+    /** size > 0; *ptr_p aligned to INTRA_DEVICE_ALIGNMENT, set only on success. */
+    strata_status_t (*mem_alloc)(size_t size, void **ptr_p);
+    /** Tolerates NULL. */
+    void (*mem_free)(void *ptr);
+    strata_status_t (*mem_copy)(void *dst, const void *src, size_t size);
+    strata_status_t (*mem_set)(void *dst, int value, size_t size);
+    /** Wait until every operation issued so far has completed. */
+    strata_status_t (*synchronize)(void);
+} intra_device_ops_t;
+
+/** Backends compiled into this build, in preference order. */
+size_t                    intra_device_count(void);
+const intra_device_ops_t *intra_device_get(size_t index);
+
+/** The backend called name ("host", "cuda", "hip"); NULL when not compiled in. */
+const intra_device_ops_t *intra_device_find(const char *name);
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * The table of device backends compiled into this build (DESIGN.md: backends are chosen
+ * from an explicit table, not registered by constructors).
+ */
+#include "intra.h"
+#include "host/host_device.h"
+#include "util/util.h"
+
+#include <string.h>
+
+static const intra_device_ops_t *const intra_devices[] = {
+    &host_device_ops,
+};
+
+size_t intra_device_count(void)
+{
+    return UTIL_ARRAY_SIZE(intra_devices);
+}
+
+const intra_device_ops_t *intra_device_get(size_t index)
+{
+    return (index < UTIL_ARRAY_SIZE(intra_devices)) ? intra_devices[index] : NULL;
+}
+
+const intra_device_ops_t *intra_device_find(const char *name)
+{
+    for (size_t i = 0; name != NULL && i < UTIL_ARRAY_SIZE(intra_devices); ++i) {
+        if (strcmp(intra_devices[i]->name, name) == 0) {
+            return intra_devices[i];
+        }
+    }
+    return NULL;
+}

@@ -1,0 +1,69 @@
+/*
+ * Device backend table and the host backend.
+ */
+#include "intra/intra.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+static void test_table(void **state)
+{
+    (void)state;
+    assert_true(intra_device_count() >= 1);
+    assert_ptr_equal(intra_device_find("host"), intra_device_get(0));
+    assert_null(intra_device_find("no-such-backend"));
+    assert_null(intra_device_find(NULL));
+    assert_null(intra_device_get(intra_device_count()));
+    for (size_t i = 0; i < intra_device_count(); ++i) {
+        const intra_device_ops_t *ops = intra_device_get(i);
+        assert_non_null(ops->mem_alloc);
+        assert_non_null(ops->mem_free);
+        assert_non_null(ops->mem_copy);
+        assert_non_null(ops->mem_set);
+        assert_non_null(ops->synchronize);
+        assert_ptr_equal(intra_device_find(ops->name), ops);
+    }
+}
+
+static void test_host_memory(void **state)
+{
+    const intra_device_ops_t *host = intra_device_find("host");
+    unsigned char *a = NULL, *b = NULL;
+    void *untouched = (void *)(uintptr_t)0x1;
+
+    (void)state;
+    assert_int_equal(host->mem_alloc(0, &untouched), STRATA_ERR_INVALID);
+    assert_ptr_equal(untouched, (void *)(uintptr_t)0x1);
+    assert_int_equal(host->mem_alloc(1000, (void **)&a), STRATA_OK);
+    assert_int_equal(host->mem_alloc(1000, (void **)&b), STRATA_OK);
+    assert_int_equal((uintptr_t)a % INTRA_DEVICE_ALIGNMENT, 0);
+    assert_int_equal(host->mem_set(a, 0x5a, 1000), STRATA_OK);
+    for (int i = 0; i < 1000; ++i) {
+        b[i] = (unsigned char)(i * 7);
+    }
+    assert_int_equal(host->mem_copy(a + 100, b, 500), STRATA_OK);
+    assert_int_equal(host->synchronize(), STRATA_OK);
+    assert_int_equal(a[99], 0x5a);
+    assert_memory_equal(a + 100, b, 500);
+    assert_int_equal(a[600], 0x5a);
+    assert_int_equal(host->mem_copy(a + 1, a, 999), STRATA_OK); /* overlapping is fine */
+    assert_int_equal(host->mem_copy(NULL, b, 1), STRATA_ERR_INVALID);
+    assert_int_equal(host->mem_set(NULL, 0, 1), STRATA_ERR_INVALID);
+    host->mem_free(a);
+    host->mem_free(b);
+    host->mem_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_host_memory),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
