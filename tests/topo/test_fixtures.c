@@ -3,7 +3,6 @@
  * an 8-GPU NVSwitch machine, 8 GPUs sharing 4 NICs, an AMD XGMI machine, and a machine
  * with no GPU and no NIC (as CI machines are).
  */
-#include "topo/topo.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+
+#include "topo_test.h"
 
 static topo_t *load(const char *file)
 {
@@ -34,27 +35,9 @@ static topo_rail_plan_t *plan_of(const topo_t *topo)
     return plan;
 }
 
-/* Each GPU's rails, written as expected[gpu][i], -1 ending a row. */
-static void assert_rails(const topo_rail_plan_t *plan, int num_gpus, const int expected[][4])
-{
-    for (int g = 0; g < num_gpus; ++g) {
-        int n = 0;
-
-        while (n < 4 && expected[g][n] >= 0) {
-            assert_true(n < plan->rails[g].num_rails);
-            if (plan->rails[g].nics[n] != expected[g][n]) {
-                fail_msg("GPU%d rail %d: NIC%d, expected NIC%d", g, n, plan->rails[g].nics[n],
-                         expected[g][n]);
-            }
-            ++n;
-        }
-        assert_int_equal(plan->rails[g].num_rails, n);
-    }
-}
-
 static void test_nvswitch_8gpu(void **state)
 {
-    static const int rails[8][4] = {{0, -1}, {1, -1}, {2, -1}, {3, -1},
+    static const int rails[8][TOPO_TEST_MAX_RAILS] = {{0, -1}, {1, -1}, {2, -1}, {3, -1},
                                     {4, -1}, {5, -1}, {6, -1}, {7, -1}};
     topo_t *topo = load("nvswitch-8gpu-8nic.nccl.xml");
     topo_rail_plan_t *plan;
@@ -104,7 +87,7 @@ static void test_nvswitch_8gpu(void **state)
     assert_int_equal(topo_gpu_gpu_path(topo, 4, 4), TOPO_PATH_SELF);
 
     plan = plan_of(topo);
-    assert_rails(plan, 8, rails);
+    topo_test_assert_rails(plan, 8, rails);
     /* GPU0's fallbacks: its root switch's other NIC, then the socket's NODE NICs. */
     assert_int_equal(plan->rails[0].num_nics, 8);
     assert_int_equal(plan->rails[0].nics[1], 1);
@@ -117,7 +100,7 @@ static void test_nvswitch_8gpu(void **state)
 static void test_shared_4nic_8gpu(void **state)
 {
     /* Each socket's four GPUs reach its two NICs through the host bridge: two GPUs per NIC. */
-    static const int rails[8][4] = {{0, -1}, {1, -1}, {0, -1}, {1, -1},
+    static const int rails[8][TOPO_TEST_MAX_RAILS] = {{0, -1}, {1, -1}, {0, -1}, {1, -1},
                                     {2, -1}, {3, -1}, {2, -1}, {3, -1}};
     topo_t *topo = load("shared-4nic-8gpu.hwloc.xml");
     topo_rail_plan_t *plan;
@@ -147,7 +130,7 @@ static void test_shared_4nic_8gpu(void **state)
         }
     }
     plan = plan_of(topo);
-    assert_rails(plan, 8, rails);
+    topo_test_assert_rails(plan, 8, rails);
     for (int g = 0; g < 8; ++g) {
         load[plan->rails[g].nics[0]]++;
     }
@@ -160,7 +143,7 @@ static void test_shared_4nic_8gpu(void **state)
 
 static void test_amd_xgmi(void **state)
 {
-    static const int rails[4][4] = {{0, -1}, {0, -1}, {1, -1}, {1, -1}};
+    static const int rails[4][TOPO_TEST_MAX_RAILS] = {{0, -1}, {0, -1}, {1, -1}, {1, -1}};
     topo_t *topo = load("amd-xgmi-4gpu.hwloc.xml");
     topo_rail_plan_t *plan;
 
@@ -190,7 +173,7 @@ static void test_amd_xgmi(void **state)
     assert_int_equal(topo_gpu_nic_path(topo, 0, 1), TOPO_PATH_PHB);
     assert_int_equal(topo_gpu_gpu_path(topo, 2, 3), TOPO_PATH_PIX);
     plan = plan_of(topo);
-    assert_rails(plan, 4, rails);
+    topo_test_assert_rails(plan, 4, rails);
     topo_rail_plan_destroy(plan);
     topo_destroy(topo);
 }
@@ -235,7 +218,7 @@ static void test_several_rails_per_gpu(void **state)
         "  <pci busid=\"0000:25:00.0\" class=\"0x020000\" vendor=\"0x1d0f\" device=\"0xefa1\"/>"
         "  <pci busid=\"0000:26:00.0\" class=\"0x020000\" vendor=\"0x8086\" device=\"0x1572\"/>"
         "</pci></cpu></system>";
-    static const int rails[2][4] = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+    static const int rails[2][TOPO_TEST_MAX_RAILS] = {{0, 1, 2, 3}, {4, 5, 6, 7}};
     char err[TOPO_ERR_LEN];
     topo_rail_plan_t *plan;
     topo_t *topo;
@@ -246,7 +229,7 @@ static void test_several_rails_per_gpu(void **state)
     assert_int_equal(topo_nic(topo, 0)->kind, TOPO_NIC_EFA);
     assert_int_equal(topo_nic(topo, 8)->kind, TOPO_NIC_ETHERNET);
     plan = plan_of(topo);
-    assert_rails(plan, 2, rails);
+    topo_test_assert_rails(plan, 2, rails);
     assert_int_equal(plan->rails[0].num_nics, 8); /* Ethernet is never a rail next to RDMA */
     topo_rail_plan_destroy(plan);
     topo_destroy(topo);

@@ -2,7 +2,6 @@
  * Every topology file of real machines in $STRATA_TEST_TOPOLOGY_DIR loads, and the facts
  * read off each file by hand hold. Skipped when the folder is absent.
  */
-#include "topo/topo.h"
 
 #include <dirent.h>
 #include <setjmp.h>
@@ -14,19 +13,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-typedef void (*check_fn_t)(const topo_t *topo, const topo_rail_plan_t *plan);
+#include "topo_test.h"
 
-/* Rail k of every GPU, in GPU order. */
-static void assert_first_rails(const topo_rail_plan_t *plan, const int *nics, int num_gpus)
-{
-    assert_int_equal(plan->num_gpus, num_gpus);
-    for (int g = 0; g < num_gpus; ++g) {
-        assert_int_equal(plan->rails[g].num_rails, 1);
-        if (plan->rails[g].nics[0] != nics[g]) {
-            fail_msg("GPU%d drives NIC%d, expected NIC%d", g, plan->rails[g].nics[0], nics[g]);
-        }
-    }
-}
+typedef void (*check_fn_t)(const topo_t *topo, const topo_rail_plan_t *plan);
 
 /* Azure NDv4: 4 NUMA nodes, each a PCIe switch with 2 A100 and 2 HDR InfiniBand NICs. */
 static void check_azure_ndv4(const topo_t *topo, const topo_rail_plan_t *plan)
@@ -35,7 +24,8 @@ static void check_azure_ndv4(const topo_t *topo, const topo_rail_plan_t *plan)
                                           "0004:00:00.0", "000b:00:00.0", "000c:00:00.0",
                                           "000d:00:00.0", "000e:00:00.0"};
     static const int gpu_numa_os[] = {1, 1, 0, 0, 3, 3, 2, 2};
-    static const int rails[] = {0, 1, 2, 3, 4, 5, 6, 7};
+    static const int rails[8][TOPO_TEST_MAX_RAILS] = {{0, -1}, {1, -1}, {2, -1}, {3, -1},
+                                                        {4, -1}, {5, -1}, {6, -1}, {7, -1}};
 
     assert_int_equal(topo_source(topo), TOPO_SOURCE_NCCL_XML);
     assert_int_equal(topo_num_gpus(topo), 8);
@@ -58,13 +48,14 @@ static void check_azure_ndv4(const topo_t *topo, const topo_rail_plan_t *plan)
     assert_int_equal(topo_gpu_gpu_path(topo, 2, 3), TOPO_PATH_PIX);
     assert_int_equal(topo_gpu_gpu_path(topo, 0, 7), TOPO_PATH_SYS);
     assert_int_equal(topo_gpu_link(topo, 0, 1)->kind, TOPO_LINK_NONE); /* file has no <nvlink> */
-    assert_first_rails(plan, rails, 8);
+    topo_test_assert_rails(plan, 8, rails);
 }
 
 /* AWS p4d.24xlarge: per socket two PCIe switches, each with 2 A100 and 1 EFA. */
 static void check_aws_p4d(const topo_t *topo, const topo_rail_plan_t *plan)
 {
-    static const int rails[] = {0, 0, 1, 1, 2, 2, 3, 3};
+    static const int rails[8][TOPO_TEST_MAX_RAILS] = {{0, -1}, {0, -1}, {1, -1}, {1, -1},
+                                                        {2, -1}, {2, -1}, {3, -1}, {3, -1}};
 
     assert_int_equal(topo_num_gpus(topo), 8);
     assert_int_equal(topo_num_nics(topo), 4);
@@ -82,7 +73,7 @@ static void check_aws_p4d(const topo_t *topo, const topo_rail_plan_t *plan)
     assert_int_equal(topo_gpu_nic_path(topo, 0, 1), TOPO_PATH_NODE);
     assert_int_equal(topo_gpu_nic_path(topo, 0, 2), TOPO_PATH_SYS);
     assert_int_equal(topo_gpu_gpu_path(topo, 6, 7), TOPO_PATH_PIX);
-    assert_first_rails(plan, rails, 8);
+    topo_test_assert_rails(plan, 8, rails);
 }
 
 /* DGX-2H: 16 V100 on 12 NVSwitches (6 links each), two sockets, no NIC in the dump. */
@@ -119,7 +110,7 @@ static void check_dgx2(const topo_t *topo, const topo_rail_plan_t *plan)
 /* Dual Xeon E5 with three Tesla (one K40m seen by CUDA), a ConnectX-4 and two I350 ports. */
 static void check_xeon_2s(const topo_t *topo, const topo_rail_plan_t *plan)
 {
-    static const int rails[] = {0, 0, 0};
+    static const int rails[3][TOPO_TEST_MAX_RAILS] = {{0, -1}, {0, -1}, {0, -1}};
 
     assert_int_equal(topo_num_gpus(topo), 3); /* the Radeon at 84:00.1 has no ROCm device */
     assert_int_equal(topo_num_nics(topo), 3);
@@ -137,7 +128,7 @@ static void check_xeon_2s(const topo_t *topo, const topo_rail_plan_t *plan)
     assert_int_equal(topo_gpu_nic_path(topo, 1, 0), TOPO_PATH_PHB);
     assert_int_equal(topo_gpu_nic_path(topo, 0, 0), TOPO_PATH_SYS);
     assert_int_equal(topo_gpu_gpu_path(topo, 1, 2), TOPO_PATH_PHB);
-    assert_first_rails(plan, rails, 3);
+    topo_test_assert_rails(plan, 3, rails);
     assert_int_equal(plan->rails[0].num_nics, 1); /* the Ethernet ports are not rails */
 }
 
