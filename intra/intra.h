@@ -12,6 +12,7 @@
 
 /** Alignment of every device allocation: what GPU allocators give and vector loads want. */
 #define INTRA_DEVICE_ALIGNMENT 256
+#define INTRA_REASON_LEN       128
 
 /**
  * A device backend. Memory operations act on memory the backend allocated; copies are
@@ -19,6 +20,11 @@
  */
 typedef struct intra_device_ops {
     const char *name;
+    /**
+     * Whether this machine can run the backend (a driver and a device). On failure, reason
+     * (INTRA_REASON_LEN) says why in a few words; nothing is logged.
+     */
+    strata_status_t (*probe)(char *reason);
     /** size > 0; *ptr_p aligned to INTRA_DEVICE_ALIGNMENT, set only on success. */
     strata_status_t (*mem_alloc)(size_t size, void **ptr_p);
     /** Tolerates NULL. */

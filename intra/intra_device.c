@@ -4,12 +4,18 @@
  */
 #include "intra.h"
 #include "host/host_device.h"
+#ifdef STRATA_HAVE_CUDA
+#include "cuda/cuda_device.h"
+#endif
 #include "util/util.h"
 
 #include <string.h>
 
 static const intra_device_ops_t *const intra_devices[] = {
     &host_device_ops,
+#ifdef STRATA_HAVE_CUDA
+    &cuda_device_ops,
+#endif
 };
 
 size_t intra_device_count(void)

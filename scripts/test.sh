@@ -28,7 +28,12 @@ run_suite() {
     (cd "$dir" && ctest --output-on-failure -j "$jobs")
 }
 
-run_suite "$top/build"
+# The plain build also compiles the CUDA backend wherever the CUDA toolkit is installed.
+cuda_option=()
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    cuda_option=(-DSTRATA_WITH_CUDA=ON)
+fi
+run_suite "$top/build" "${cuda_option[@]}"
 for sanitizer in ${STRATA_TEST_SANITIZERS-address thread}; do
     run_suite "$top/build-$sanitizer" -DSTRATA_SANITIZE="$sanitizer"
 done

@@ -50,7 +50,14 @@ int main(int argc, char **argv)
     printf("build: %s\n", strata_get_build_options());
     printf("device backends:");
     for (size_t i = 0; i < intra_device_count(); ++i) {
-        printf(" %s", intra_device_get(i)->name);
+        const intra_device_ops_t *ops = intra_device_get(i);
+        char reason[INTRA_REASON_LEN] = "";
+
+        if (ops->probe(reason) == STRATA_OK) {
+            printf(" %s", ops->name);
+        } else {
+            printf(" %s (unusable here: %s)", ops->name, reason);
+        }
     }
     printf("\n");
     if (show_config) {

@@ -7,6 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+static strata_status_t host_probe(char *reason)
+{
+    (void)reason;
+    return STRATA_OK; /* every machine has host memory and threads */
+}
+
 static strata_status_t host_mem_alloc(size_t size, void **ptr_p)
 {
     void *ptr;
@@ -57,6 +63,7 @@ static strata_status_t host_synchronize(void)
 
 const intra_device_ops_t host_device_ops = {
     .name        = "host",
+    .probe       = host_probe,
     .mem_alloc   = host_mem_alloc,
     .mem_free    = host_mem_free,
     .mem_copy    = host_mem_copy,

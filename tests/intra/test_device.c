@@ -20,6 +20,7 @@ static void test_table(void **state)
     assert_null(intra_device_get(intra_device_count()));
     for (size_t i = 0; i < intra_device_count(); ++i) {
         const intra_device_ops_t *ops = intra_device_get(i);
+        assert_non_null(ops->probe);
         assert_non_null(ops->mem_alloc);
         assert_non_null(ops->mem_free);
         assert_non_null(ops->mem_copy);
@@ -35,7 +36,10 @@ static void test_host_memory(void **state)
     unsigned char *a = NULL, *b = NULL;
     void *untouched = (void *)(uintptr_t)0x1;
 
+    char reason[INTRA_REASON_LEN];
+
     (void)state;
+    assert_int_equal(host->probe(reason), STRATA_OK);
     assert_int_equal(host->mem_alloc(0, &untouched), STRATA_ERR_INVALID);
     assert_ptr_equal(untouched, (void *)(uintptr_t)0x1);
     assert_int_equal(host->mem_alloc(1000, (void **)&a), STRATA_OK);
