@@ -187,7 +187,7 @@ static const char *nic_name(const topo_t *topo, int nic, char *buf, size_t size)
 
 static void print_rails(const topo_t *topo, const topo_rail_plan_t *plan, FILE *out)
 {
-    char label[TOPO_NAME_LEN];
+    char label[TOPO_NAME_LEN + 16];
     const int max_fallback = 3;
 
     if (plan->num_gpus == 0 || topo_num_nics(topo) == 0) {

@@ -9,5 +9,6 @@
 #include "util_config.h"
 #include "util_clock.h"
 #include "util_histogram.h"
+#include "util_sock.h"
 
 #endif

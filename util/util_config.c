@@ -383,6 +383,11 @@ int util_config_warn_unknown(const util_config_table_t *const *tables, size_t nu
     return unknown;
 }
 
+const char *util_config_foreign(const char *name)
+{
+    return getenv(name);
+}
+
 static const char *util_config_type_name(util_config_type_t type)
 {
     switch (type) {

@@ -78,6 +78,12 @@ const char *util_config_closest_name(const util_config_table_t *const *tables,
                                      size_t num_tables, const char *name,
                                      char *buf, size_t buf_size);
 
+/**
+ * A variable strata reads but does not own (a launcher's RANK, SLURM_PROCID, ...); NULL
+ * when unset. Kept here so that this module stays the only reader of the environment.
+ */
+const char *util_config_foreign(const char *name);
+
 /** Print every variable of table: name, default, type, doc (and allowed enum values). */
 void util_config_print(const util_config_table_t *table, FILE *stream);
 

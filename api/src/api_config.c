@@ -7,6 +7,8 @@
 const util_config_table_t *const api_config_tables[] = {
     &util_log_config_table,
     &topo_config_table,
+    &api_bootstrap_config_table,
+    &api_comm_config_table,
 };
 
 const size_t api_num_config_tables = UTIL_ARRAY_SIZE(api_config_tables);

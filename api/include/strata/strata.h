@@ -81,7 +81,8 @@ typedef enum strata_log_level {
 /** Bits of strata_config_t::field_mask: which fields the caller set. */
 enum strata_config_field {
     STRATA_CONFIG_FIELD_LOG_LEVEL = 1u << 0,
-    STRATA_CONFIG_FIELD_TOPO_FILE = 1u << 1
+    STRATA_CONFIG_FIELD_TOPO_FILE = 1u << 1,
+    STRATA_CONFIG_FIELD_NODE_NAME = 1u << 2
 };
 
 /**
@@ -94,7 +95,88 @@ typedef struct strata_config {
     uint64_t           field_mask;
     strata_log_level_t log_level; /**< STRATA_LOG_LEVEL */
     const char        *topo_file; /**< STRATA_TOPO_FILE: topology file instead of live discovery */
+    const char        *node_name; /**< STRATA_NODE_NAME: ranks with equal names share a node
+                                       (default: the host name) */
 } strata_config_t;
+
+/* --- Bootstrap ------------------------------------------------------------------------ */
+
+/**
+ * Gather size bytes from every rank: recv_buf receives world_size blocks in rank order.
+ * Called by every rank with the same size; must not return before all blocks are in.
+ */
+typedef strata_status_t (*strata_allgather_fn_t)(void *ctx, const void *send_buf,
+                                                 void *recv_buf, size_t size);
+typedef strata_status_t (*strata_barrier_fn_t)(void *ctx);
+
+/**
+ * How ranks find each other. A framework may fill one from what it already has
+ * (torch.distributed, MPI) and keep ownership; the built-in ones below are created and
+ * destroyed by strata. Callbacks are called from the thread that calls strata, one at a time.
+ */
+typedef struct strata_bootstrap {
+    int                   rank;
+    int                   world_size;
+    strata_allgather_fn_t allgather;
+    strata_barrier_fn_t   barrier;
+    void                 *ctx;
+} strata_bootstrap_t;
+
+/**
+ * Built-in TCP rendezvous: rank 0 listens on root_addr:port, the others connect to it,
+ * retrying until timeout_ms (0: STRATA_BOOTSTRAP_TIMEOUT) — then STRATA_ERR_TIMEOUT naming
+ * the address. Every collective is bounded by the same timeout; a rank that disappears gives
+ * STRATA_ERR_BOOTSTRAP on the others.
+ */
+STRATA_API strata_status_t strata_bootstrap_tcp_create(const char *root_addr, uint16_t port,
+                                                       int rank, int world_size,
+                                                       uint64_t timeout_ms,
+                                                       strata_bootstrap_t **bootstrap_p);
+
+/**
+ * The TCP rendezvous configured from the launcher's environment. Rank and world size from
+ * torchrun (RANK, WORLD_SIZE), Slurm (SLURM_PROCID, SLURM_NTASKS) or Open MPI
+ * (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), in that order; the root's address from
+ * STRATA_BOOTSTRAP_ADDR or MASTER_ADDR, its port from STRATA_BOOTSTRAP_PORT or
+ * MASTER_PORT + 1 (MASTER_PORT itself is torchrun's store). STRATA_ERR_INVALID names what
+ * is missing.
+ */
+STRATA_API strata_status_t strata_bootstrap_from_env(strata_bootstrap_t **bootstrap_p);
+
+/** Destroy a built-in bootstrap (never one the caller filled in). Tolerates NULL. */
+STRATA_API void strata_bootstrap_destroy(strata_bootstrap_t *bootstrap);
+
+/* --- Communicator -------------------------------------------------------------------- */
+
+typedef struct strata_comm strata_comm_t;
+
+/**
+ * Collective over the bootstrap's ranks: exchanges each rank's host identity, devices and
+ * topology summary, derives nodes and local ranks, and plans the rails of this rank's GPU.
+ * config may be NULL (everything from the environment). The bootstrap must outlive the
+ * communicator.
+ */
+STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
+                                              strata_bootstrap_t *bootstrap,
+                                              strata_comm_t **comm_p);
+
+/** Local teardown (not collective). Tolerates NULL. */
+STRATA_API void strata_comm_destroy(strata_comm_t *comm);
+
+STRATA_API int strata_comm_rank(const strata_comm_t *comm);
+STRATA_API int strata_comm_size(const strata_comm_t *comm);
+STRATA_API int strata_comm_node(const strata_comm_t *comm);       /**< 0..num_nodes-1 */
+STRATA_API int strata_comm_num_nodes(const strata_comm_t *comm);
+STRATA_API int strata_comm_local_rank(const strata_comm_t *comm); /**< rank within the node */
+STRATA_API int strata_comm_local_size(const strata_comm_t *comm);
+/** Global rank of local rank local_rank on node node, -1 if none. */
+STRATA_API int strata_comm_node_rank(const strata_comm_t *comm, int node, int local_rank);
+/** The device backend this rank uses: "host", "cuda" or "hip". */
+STRATA_API const char *strata_comm_device_backend(const strata_comm_t *comm);
+/** Index of this rank's GPU among the node's GPUs, -1 without one. */
+STRATA_API int strata_comm_gpu(const strata_comm_t *comm);
+/** How many NICs this rank's GPU drives (its rails); 0 without GPU or RDMA NIC. */
+STRATA_API int strata_comm_num_rails(const strata_comm_t *comm);
 
 #ifdef __cplusplus
 }

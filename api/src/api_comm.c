@@ -1,0 +1,262 @@
+/*
+ * The communicator: who is where (nodes, local ranks), which device backend and GPU each
+ * rank uses, and which NICs that GPU drives.
+ */
+#include "api/api.h"
+#include "intra/intra.h"
+#include "topo/topo.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define API_NODE_NAME_LEN 64
+
+typedef struct api_comm_config {
+    char *node_name;
+} api_comm_config_t;
+
+static const util_config_field_t api_comm_config_fields[] = {
+    {.name = "NODE_NAME", .default_value = "",
+     .doc = "Name of this rank's node: ranks with equal names share a node (default: the "
+            "host name).",
+     .type = UTIL_CONFIG_STRING, .offset = offsetof(api_comm_config_t, node_name)},
+};
+
+const util_config_table_t api_comm_config_table = {
+    .layer       = "comm",
+    .fields      = api_comm_config_fields,
+    .num_fields  = UTIL_ARRAY_SIZE(api_comm_config_fields),
+    .struct_size = sizeof(api_comm_config_t),
+};
+
+/* What every rank tells the others when the communicator is created. */
+typedef struct api_rank_info {
+    char    node_name[API_NODE_NAME_LEN];
+    int32_t pid;
+    int32_t num_gpus;
+    int32_t num_rdma_nics;
+} api_rank_info_t;
+
+struct strata_comm {
+    strata_bootstrap_t       *bootstrap;
+    int                       rank;
+    int                       size;
+    int                       num_nodes;
+    int                      *rank_node;  /* [size] node of each rank */
+    int                      *rank_local; /* [size] local rank of each rank */
+    int                      *node_size;  /* [num_nodes] ranks on each node */
+    topo_t                   *topo;
+    topo_rail_plan_t         *plan;
+    int                       gpu;
+    const intra_device_ops_t *device;
+};
+
+static void api_comm_node_name(const strata_config_t *config, char *name)
+{
+    api_comm_config_t env;
+
+    name[0] = '\0';
+    if (config && (config->field_mask & STRATA_CONFIG_FIELD_NODE_NAME) && config->node_name) {
+        snprintf(name, API_NODE_NAME_LEN, "%s", config->node_name);
+    } else if (util_config_read(&api_comm_config_table, &env) == STRATA_OK) {
+        snprintf(name, API_NODE_NAME_LEN, "%s", env.node_name);
+        util_config_release(&api_comm_config_table, &env);
+    }
+    if (name[0] == '\0' && gethostname(name, API_NODE_NAME_LEN - 1) != 0) {
+        snprintf(name, API_NODE_NAME_LEN, "localhost");
+    }
+    name[API_NODE_NAME_LEN - 1] = '\0';
+}
+
+static strata_status_t api_comm_open_topology(strata_comm_t *comm, const strata_config_t *config)
+{
+    const char *file = NULL;
+    char err[TOPO_ERR_LEN];
+    strata_status_t status;
+
+    if (config && (config->field_mask & STRATA_CONFIG_FIELD_TOPO_FILE)) {
+        file = config->topo_file;
+    }
+    status = topo_open(file, &comm->topo, err);
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("topology: %s", err);
+        return status;
+    }
+    return topo_rail_plan_create(comm->topo, &comm->plan);
+}
+
+static void api_comm_fill_info(const strata_comm_t *comm, const char *node_name,
+                               api_rank_info_t *info)
+{
+    memset(info, 0, sizeof(*info));
+    snprintf(info->node_name, sizeof(info->node_name), "%s", node_name);
+    info->pid      = (int32_t)getpid();
+    info->num_gpus = topo_num_gpus(comm->topo);
+    for (int n = 0; n < topo_num_nics(comm->topo); ++n) {
+        info->num_rdma_nics += topo_nic_is_rdma(topo_nic(comm->topo, n));
+    }
+}
+
+/* Nodes numbered in order of their first rank; local ranks in rank order within a node. */
+static strata_status_t api_comm_map_nodes(strata_comm_t *comm, const api_rank_info_t *infos)
+{
+    comm->rank_node  = calloc((size_t)comm->size, sizeof(int));
+    comm->rank_local = calloc((size_t)comm->size, sizeof(int));
+    comm->node_size  = calloc((size_t)comm->size, sizeof(int));
+    if (!comm->rank_node || !comm->rank_local || !comm->node_size) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < comm->size; ++r) {
+        int node = -1;
+
+        for (int q = 0; q < r && node < 0; ++q) {
+            if (strcmp(infos[q].node_name, infos[r].node_name) == 0) {
+                node = comm->rank_node[q];
+            }
+        }
+        if (node < 0) {
+            node = comm->num_nodes++;
+        }
+        comm->rank_node[r]  = node;
+        comm->rank_local[r] = comm->node_size[node]++;
+        if (infos[r].num_gpus != infos[0].num_gpus && comm->rank == 0) {
+            UTIL_LOG_WARN("rank %d sees %d GPUs, rank 0 sees %d: topologies differ", r,
+                          infos[r].num_gpus, infos[0].num_gpus);
+        }
+    }
+    return STRATA_OK;
+}
+
+/* One GPU per local rank, round robin; CUDA when it can run here, else the host backend. */
+static void api_comm_pick_device(strata_comm_t *comm)
+{
+    const intra_device_ops_t *cuda = intra_device_find("cuda");
+    int num_gpus = topo_num_gpus(comm->topo);
+    char reason[INTRA_REASON_LEN];
+
+    comm->gpu    = (num_gpus > 0) ? strata_comm_local_rank(comm) % num_gpus : -1;
+    comm->device = intra_device_find("host");
+    if (comm->gpu >= 0 && topo_gpu(comm->topo, comm->gpu)->vendor == TOPO_VENDOR_NVIDIA &&
+        cuda != NULL && cuda->probe(reason) == STRATA_OK) {
+        comm->device = cuda;
+    }
+}
+
+STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
+                                              strata_bootstrap_t *bootstrap,
+                                              strata_comm_t **comm_p)
+{
+    char node_name[API_NODE_NAME_LEN];
+    api_rank_info_t info, *infos = NULL;
+    strata_status_t status;
+    strata_comm_t *comm;
+
+    if (bootstrap == NULL || comm_p == NULL || bootstrap->allgather == NULL ||
+        bootstrap->barrier == NULL || bootstrap->world_size <= 0 || bootstrap->rank < 0 ||
+        bootstrap->rank >= bootstrap->world_size) {
+        UTIL_LOG_ERROR("comm: invalid bootstrap (rank %d of %d, callbacks %s)",
+                       bootstrap ? bootstrap->rank : -1, bootstrap ? bootstrap->world_size : 0,
+                       (bootstrap && bootstrap->allgather && bootstrap->barrier) ? "set"
+                                                                                 : "missing");
+        return STRATA_ERR_INVALID;
+    }
+    if (config && (config->field_mask & STRATA_CONFIG_FIELD_LOG_LEVEL)) {
+        util_log_set_level(config->log_level);
+    }
+    util_log_set_rank(bootstrap->rank);
+    api_config_warn_unknown();
+
+    comm = calloc(1, sizeof(*comm));
+    if (comm == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    comm->bootstrap = bootstrap;
+    comm->rank      = bootstrap->rank;
+    comm->size      = bootstrap->world_size;
+    api_comm_node_name(config, node_name);
+
+    status = api_comm_open_topology(comm, config);
+    if (status != STRATA_OK) {
+        goto err_comm;
+    }
+    infos = calloc((size_t)comm->size, sizeof(*infos));
+    if (infos == NULL) {
+        status = STRATA_ERR_NO_MEMORY;
+        goto err_comm;
+    }
+    api_comm_fill_info(comm, node_name, &info);
+    status = bootstrap->allgather(bootstrap->ctx, &info, infos, sizeof(info));
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("comm: exchanging rank information failed: %s",
+                       strata_status_string(status));
+        goto err_comm;
+    }
+    status = api_comm_map_nodes(comm, infos);
+    if (status != STRATA_OK) {
+        goto err_comm;
+    }
+    api_comm_pick_device(comm);
+    UTIL_LOG_INFO("comm: rank %d of %d on node %d (%s), local rank %d of %d, device %s, GPU %d, "
+                  "%d rails", comm->rank, comm->size, strata_comm_node(comm), node_name,
+                  strata_comm_local_rank(comm), strata_comm_local_size(comm), comm->device->name,
+                  comm->gpu, strata_comm_num_rails(comm));
+    free(infos);
+    *comm_p = comm;
+    return STRATA_OK;
+
+err_comm:
+    free(infos);
+    strata_comm_destroy(comm);
+    return status;
+}
+
+STRATA_API void strata_comm_destroy(strata_comm_t *comm)
+{
+    if (comm == NULL) {
+        return;
+    }
+    topo_rail_plan_destroy(comm->plan);
+    topo_destroy(comm->topo);
+    free(comm->rank_node);
+    free(comm->rank_local);
+    free(comm->node_size);
+    free(comm);
+}
+
+STRATA_API int strata_comm_rank(const strata_comm_t *comm) { return comm->rank; }
+STRATA_API int strata_comm_size(const strata_comm_t *comm) { return comm->size; }
+STRATA_API int strata_comm_node(const strata_comm_t *comm) { return comm->rank_node[comm->rank]; }
+STRATA_API int strata_comm_num_nodes(const strata_comm_t *comm) { return comm->num_nodes; }
+STRATA_API int strata_comm_gpu(const strata_comm_t *comm) { return comm->gpu; }
+
+STRATA_API int strata_comm_local_rank(const strata_comm_t *comm)
+{
+    return comm->rank_local[comm->rank];
+}
+
+STRATA_API int strata_comm_local_size(const strata_comm_t *comm)
+{
+    return comm->node_size[strata_comm_node(comm)];
+}
+
+STRATA_API int strata_comm_node_rank(const strata_comm_t *comm, int node, int local_rank)
+{
+    for (int r = 0; r < comm->size; ++r) {
+        if (comm->rank_node[r] == node && comm->rank_local[r] == local_rank) {
+            return r;
+        }
+    }
+    return -1;
+}
+
+STRATA_API const char *strata_comm_device_backend(const strata_comm_t *comm)
+{
+    return comm->device->name;
+}
+
+STRATA_API int strata_comm_num_rails(const strata_comm_t *comm)
+{
+    return (comm->gpu >= 0) ? comm->plan->rails[comm->gpu].num_rails : 0;
+}

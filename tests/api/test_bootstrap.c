@@ -1,0 +1,236 @@
+/*
+ * The TCP rendezvous with real processes on loopback: allgather and barrier results, a
+ * root that never appears, a rank that dies mid-collective, launcher variables.
+ */
+#include "api/api.h"
+
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#define MAX_RANKS 8
+
+/* A port nobody listens on right now (the kernel's pick, released again). */
+static uint16_t free_port(void)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&addr, &len), 0);
+    close(fd);
+    return ntohs(addr.sin_port);
+}
+
+typedef int (*rank_fn_t)(int rank, int world, uint16_t port);
+
+/* Run fn in `world` child processes; return each one's exit status in codes. */
+static void run_ranks(int world, rank_fn_t fn, int *codes)
+{
+    uint16_t port = free_port();
+    pid_t pids[MAX_RANKS];
+
+    for (int r = 0; r < world; ++r) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+        if (pids[r] == 0) {
+            alarm(30); /* a hung child must not hang the suite */
+            _exit(fn(r, world, port));
+        }
+    }
+    for (int r = 0; r < world; ++r) {
+        int status;
+
+        assert_int_equal(waitpid(pids[r], &status, 0), pids[r]);
+        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+}
+
+/* Allgather blocks of several sizes, each rank's block a pattern of (rank, round). */
+static int allgather_rounds(int rank, int world, uint16_t port)
+{
+    static const size_t sizes[] = {1, 8, 1000, 65536, 0, 3};
+    strata_bootstrap_t *bs;
+    unsigned char *send, *recv;
+
+    if (strata_bootstrap_tcp_create("127.0.0.1", port, rank, world, 10000, &bs) != STRATA_OK) {
+        return 10;
+    }
+    send = malloc(65536);
+    recv = malloc(65536 * (size_t)world);
+    for (size_t round = 0; round < sizeof(sizes) / sizeof(sizes[0]); ++round) {
+        for (size_t i = 0; i < sizes[round]; ++i) {
+            send[i] = (unsigned char)(rank * 31 + round * 7 + i);
+        }
+        if (bs->allgather(bs->ctx, send, recv, sizes[round]) != STRATA_OK) {
+            return 11;
+        }
+        for (int r = 0; r < world; ++r) {
+            for (size_t i = 0; i < sizes[round]; ++i) {
+                if (recv[(size_t)r * sizes[round] + i] != (unsigned char)(r * 31 + round * 7 + i)) {
+                    return 12;
+                }
+            }
+        }
+        if (bs->barrier(bs->ctx) != STRATA_OK) {
+            return 13;
+        }
+    }
+    free(send);
+    free(recv);
+    strata_bootstrap_destroy(bs);
+    return 0;
+}
+
+static void test_allgather_2_and_4_ranks(void **state)
+{
+    int codes[MAX_RANKS];
+
+    (void)state;
+    for (int world = 1; world <= 4; world *= 2) {
+        run_ranks(world, allgather_rounds, codes);
+        for (int r = 0; r < world; ++r) {
+            if (codes[r] != 0) {
+                fail_msg("world %d: rank %d exited %d", world, r, codes[r]);
+            }
+        }
+    }
+}
+
+/* Rank 1 alone: nobody listens; it must give up with a timeout close to the one asked. */
+static int lonely_rank(int rank, int world, uint16_t port)
+{
+    strata_bootstrap_t *bs = NULL;
+    uint64_t start = util_clock_now_ns(), elapsed;
+    strata_status_t status;
+
+    (void)rank;
+    (void)world;
+    status = strata_bootstrap_tcp_create("127.0.0.1", port, 1, 2, 300, &bs);
+    elapsed = util_clock_now_ns() - start;
+    if (status != STRATA_ERR_TIMEOUT || bs != NULL) {
+        return 20;
+    }
+    return (elapsed >= 250 * UTIL_NSEC_PER_MSEC && elapsed < 3 * UTIL_NSEC_PER_SEC) ? 0 : 21;
+}
+
+static void test_root_never_appears(void **state)
+{
+    int codes[1];
+
+    (void)state;
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    run_ranks(1, lonely_rank, codes);
+    assert_int_equal(codes[0], 0);
+}
+
+/* Rank 2 of 3 joins, then dies before the first collective: the others fail, not hang. */
+static int dies_mid_collective(int rank, int world, uint16_t port)
+{
+    strata_bootstrap_t *bs;
+    int value = rank, all[MAX_RANKS];
+    strata_status_t status;
+
+    if (strata_bootstrap_tcp_create("127.0.0.1", port, rank, world, 2000, &bs) != STRATA_OK) {
+        return 30;
+    }
+    if (rank == 2) {
+        _exit(0);
+    }
+    status = bs->allgather(bs->ctx, &value, all, sizeof(value));
+    if (status == STRATA_OK) {
+        return 31;
+    }
+    strata_bootstrap_destroy(bs);
+    return (status == STRATA_ERR_BOOTSTRAP || status == STRATA_ERR_TIMEOUT) ? 0 : 32;
+}
+
+static void test_rank_dies(void **state)
+{
+    int codes[3];
+
+    (void)state;
+    run_ranks(3, dies_mid_collective, codes);
+    assert_int_equal(codes[0], 0);
+    assert_int_equal(codes[1], 0);
+    assert_int_equal(codes[2], 0);
+}
+
+static void test_invalid_arguments(void **state)
+{
+    strata_bootstrap_t *bs = NULL;
+
+    (void)state;
+    assert_int_equal(strata_bootstrap_tcp_create("127.0.0.1", 1, 2, 2, 100, &bs),
+                     STRATA_ERR_INVALID);
+    assert_int_equal(strata_bootstrap_tcp_create("127.0.0.1", 1, -1, 2, 100, &bs),
+                     STRATA_ERR_INVALID);
+    assert_int_equal(strata_bootstrap_tcp_create(NULL, 1, 0, 2, 100, &bs), STRATA_ERR_INVALID);
+    assert_int_equal(strata_bootstrap_tcp_create("127.0.0.1", 0, 0, 2, 100, &bs),
+                     STRATA_ERR_INVALID);
+    assert_null(bs);
+    assert_int_equal(strata_bootstrap_tcp_create(NULL, 0, 0, 1, 100, &bs), STRATA_OK);
+    strata_bootstrap_destroy(bs);
+    strata_bootstrap_destroy(NULL);
+}
+
+static void test_from_env(void **state)
+{
+    strata_bootstrap_t *bs = NULL;
+
+    (void)state;
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("SLURM_PROCID");
+    unsetenv("SLURM_NTASKS");
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    assert_int_equal(strata_bootstrap_from_env(&bs), STRATA_ERR_INVALID);
+
+    setenv("SLURM_PROCID", "0", 1);
+    setenv("SLURM_NTASKS", "1", 1);
+    assert_int_equal(strata_bootstrap_from_env(&bs), STRATA_OK); /* one rank needs no root */
+    assert_int_equal(bs->rank, 0);
+    assert_int_equal(bs->world_size, 1);
+    strata_bootstrap_destroy(bs);
+
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1); /* Slurm's pair is read first */
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    setenv("SLURM_PROCID", "one", 1);
+    assert_int_equal(strata_bootstrap_from_env(&bs), STRATA_ERR_INVALID);
+    unsetenv("SLURM_PROCID");
+    unsetenv("SLURM_NTASKS");
+    bs = NULL;
+    assert_int_equal(strata_bootstrap_from_env(&bs), STRATA_ERR_INVALID); /* no address */
+    assert_null(bs);
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_allgather_2_and_4_ranks),
+        cmocka_unit_test(test_root_never_appears),
+        cmocka_unit_test(test_rank_dies),
+        cmocka_unit_test(test_invalid_arguments),
+        cmocka_unit_test(test_from_env),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,239 @@
+/*
+ * TCP helpers with deadlines.
+ */
+#include "util_sock.h"
+#include "util_clock.h"
+#include "util_log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define UTIL_SOCK_RETRY_NS (50 * UTIL_NSEC_PER_MSEC)
+
+/* Milliseconds until deadline for poll(), at least 0. */
+static int util_sock_remaining_ms(uint64_t deadline_ns)
+{
+    uint64_t now = util_clock_now_ns();
+
+    if (now >= deadline_ns) {
+        return 0;
+    }
+    return (int)UTIL_MIN((deadline_ns - now + UTIL_NSEC_PER_MSEC - 1) / UTIL_NSEC_PER_MSEC,
+                         (uint64_t)INT32_MAX);
+}
+
+static strata_status_t util_sock_wait(int fd, short events, uint64_t deadline_ns)
+{
+    struct pollfd pfd = {.fd = fd, .events = events};
+    int rc;
+
+    do {
+        rc = poll(&pfd, 1, util_sock_remaining_ms(deadline_ns));
+    } while (rc < 0 && errno == EINTR);
+    if (rc < 0) {
+        UTIL_LOG_ERROR("socket: poll failed: %s", strerror(errno));
+        return STRATA_ERR_IO;
+    }
+    return (rc == 0) ? STRATA_ERR_TIMEOUT : STRATA_OK;
+}
+
+static strata_status_t util_sock_resolve(const char *addr, uint16_t port, bool passive,
+                                         struct addrinfo **res_p)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    char service[8];
+    int rc;
+
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    snprintf(service, sizeof(service), "%u", port);
+    rc = getaddrinfo((addr && addr[0]) ? addr : NULL, service, &hints, res_p);
+    if (rc != 0) {
+        UTIL_LOG_ERROR("socket: cannot resolve '%s': %s", addr ? addr : "", gai_strerror(rc));
+        return STRATA_ERR_INVALID;
+    }
+    return STRATA_OK;
+}
+
+static void util_sock_tune(int fd)
+{
+    int one = 1;
+
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+strata_status_t util_sock_listen(const char *addr, uint16_t port, int *fd_p, uint16_t *port_p)
+{
+    struct sockaddr_storage bound;
+    socklen_t len = sizeof(bound);
+    struct addrinfo *res;
+    strata_status_t status;
+    int fd, one = 1;
+
+    status = util_sock_resolve(addr, port, true, &res);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1024) != 0 ||
+        getsockname(fd, (struct sockaddr *)&bound, &len) != 0) {
+        UTIL_LOG_ERROR("socket: cannot listen on %s:%u: %s", (addr && addr[0]) ? addr : "*",
+                       port, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        freeaddrinfo(res);
+        return STRATA_ERR_IO;
+    }
+    freeaddrinfo(res);
+    *port_p = ntohs((bound.ss_family == AF_INET6) ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                   : ((struct sockaddr_in *)&bound)->sin_port);
+    *fd_p = fd;
+    return STRATA_OK;
+}
+
+/* One connection attempt; STRATA_ERR_BUSY when it is worth retrying. */
+static strata_status_t util_sock_try_connect(const struct addrinfo *ai, int *fd_p)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+
+    if (fd < 0) {
+        UTIL_LOG_ERROR("socket: %s", strerror(errno));
+        return STRATA_ERR_IO;
+    }
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+        util_sock_tune(fd);
+        *fd_p = fd;
+        return STRATA_OK;
+    }
+    close(fd);
+    switch (errno) {
+    case ECONNREFUSED:
+    case ETIMEDOUT:
+    case ENETUNREACH:
+    case EHOSTUNREACH:
+    case EINTR:
+        return STRATA_ERR_BUSY;
+    default:
+        return STRATA_ERR_IO;
+    }
+}
+
+strata_status_t util_sock_connect(const char *addr, uint16_t port, uint64_t deadline_ns,
+                                  int *fd_p)
+{
+    struct addrinfo *res;
+    strata_status_t status;
+    int last_errno = 0;
+
+    status = util_sock_resolve(addr, port, false, &res);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    for (;;) {
+        status = util_sock_try_connect(res, fd_p);
+        last_errno = errno;
+        if (status != STRATA_ERR_BUSY || util_clock_now_ns() >= deadline_ns) {
+            break;
+        }
+        usleep(UTIL_SOCK_RETRY_NS / UTIL_NSEC_PER_USEC);
+    }
+    freeaddrinfo(res);
+    if (status == STRATA_ERR_BUSY) {
+        UTIL_LOG_ERROR("socket: nobody answered at %s:%u before the timeout (%s)", addr, port,
+                       strerror(last_errno));
+        return STRATA_ERR_TIMEOUT;
+    }
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("socket: cannot connect to %s:%u: %s", addr, port, strerror(last_errno));
+    }
+    return status;
+}
+
+strata_status_t util_sock_accept(int listen_fd, uint64_t deadline_ns, int *fd_p)
+{
+    strata_status_t status;
+    int fd;
+
+    for (;;) {
+        status = util_sock_wait(listen_fd, POLLIN, deadline_ns);
+        if (status != STRATA_OK) {
+            return status;
+        }
+        fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) {
+            util_sock_tune(fd);
+            *fd_p = fd;
+            return STRATA_OK;
+        }
+        if (errno != EINTR && errno != ECONNABORTED && errno != EAGAIN) {
+            UTIL_LOG_ERROR("socket: accept failed: %s", strerror(errno));
+            return STRATA_ERR_IO;
+        }
+    }
+}
+
+strata_status_t util_sock_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns)
+{
+    const char *p = buf;
+    strata_status_t status;
+    ssize_t sent;
+
+    while (len > 0) {
+        status = util_sock_wait(fd, POLLOUT, deadline_ns);
+        if (status != STRATA_OK) {
+            return status;
+        }
+        sent = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (sent < 0 && (errno == EINTR || errno == EAGAIN)) {
+            continue;
+        }
+        if (sent <= 0) {
+            return STRATA_ERR_IO; /* the peer closed: the caller knows who it was */
+        }
+        p += sent;
+        len -= (size_t)sent;
+    }
+    return STRATA_OK;
+}
+
+strata_status_t util_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns)
+{
+    char *p = buf;
+    strata_status_t status;
+    ssize_t got;
+
+    while (len > 0) {
+        status = util_sock_wait(fd, POLLIN, deadline_ns);
+        if (status != STRATA_OK) {
+            return status;
+        }
+        got = recv(fd, p, len, MSG_DONTWAIT);
+        if (got < 0 && (errno == EINTR || errno == EAGAIN)) {
+            continue;
+        }
+        if (got <= 0) {
+            return STRATA_ERR_IO;
+        }
+        p += got;
+        len -= (size_t)got;
+    }
+    return STRATA_OK;
+}
+
+void util_sock_close(int fd)
+{
+    if (fd >= 0) {
+        close(fd);
+    }
+}
