@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# strata-run end to end: environment, output prefixes, failure and timeout handling,
+# simulated nodes in network namespaces (skipped where they cannot be made), cleanup.
+set -u
+run=$1 check=$2
+passed=0 failed=0 skipped=0
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+pass() { passed=$((passed + 1)); }
+work=$(mktemp -d /tmp/strata-test-run-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+expect() { # expect CODE MAX_SECONDS CMD...: exit code and a bound on the time it took
+    local want=$1 limit=$2; shift 2
+    local start=$SECONDS
+    "$@" >"$work/out" 2>"$work/err"
+    local got=$? took=$((SECONDS - start))
+    if [ "$got" -ne "$want" ]; then
+        fail "'$*' exited $got, expected $want"; cat "$work/out" "$work/err"; return 1
+    elif [ "$took" -gt "$limit" ]; then
+        fail "'$*' took ${took}s, more than ${limit}s"; return 1
+    fi
+    pass
+}
+
+expect 0 30 "$run" -n 2 -- sh -c 'echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE'
+grep -qx '\[r1\] rank=1 world=2 local=1/2' "$work/out" && pass || fail "environment: $(cat "$work/out")"
+expect 0 30 "$run" -n 4 -- "$check"
+[ "$(grep -c '^\[r[0-3]\] rank [0-3] of 4' "$work/out")" -eq 4 ] && pass || fail "4 ranks: $(cat "$work/out")"
+
+# A failing rank stops the job at once with its status; --allow-fail lets it go.
+expect 7 10 "$run" -n 3 -- sh -c '[ "$RANK" = 1 ] && exit 7; sleep 60'
+grep -q 'rank 1 failed (status 7)' "$work/err" && pass || fail "failure report: $(cat "$work/err")"
+expect 0 10 "$run" -n 2 --allow-fail 1 -- sh -c '[ "$RANK" = 1 ] && exit 5; exit 0'
+expect 124 10 "$run" -n 2 --timeout 1 -- sleep 60
+expect 2 5 "$run" -n 3 --nodes 2 -- true
+expect 2 5 "$run" -n 2
+expect 127 10 "$run" -n 1 -- /nonexistent/program
+
+# A rank that dies after joining: the others see the bootstrap fail and exit cleanly.
+expect 0 40 env STRATA_BOOTSTRAP_TIMEOUT=3s "$run" -n 3 --allow-fail 2 -- "$check" --die 2
+[ "$(grep -c 'saw rank 2.s death' "$work/out")" -eq 2 ] && pass || fail "death not seen: $(cat "$work/out" "$work/err")"
+
+# Simulated nodes.
+before=$(ip netns list 2>/dev/null | grep -c '^strata-run-')
+if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
+    expect 0 60 "$run" -n 4 --nodes 2 -- "$check"
+    grep -q '^\[r3\] rank 3 of 4: node 1 of 2, local rank 1 of 2' "$work/out" && pass ||
+        fail "2 nodes x 2 ranks: $(cat "$work/out")"
+    expect 0 30 "$run" -n 2 --nodes 2 -- sh -c 'ip -4 -o addr show dev eth0'
+    grep -q '^\[r1\] .*inet 198\.18\.0\.2/24' "$work/out" && pass || fail "node address: $(cat "$work/out")"
+    expect 0 60 "$run" -n 6 --nodes 3 -- "$check"
+    # Stopped by a signal, it still removes its namespaces.
+    "$run" -n 2 --nodes 2 -- sleep 60 >/dev/null 2>&1 &
+    pid=$!
+    sleep 2
+    kill -TERM "$pid"
+    wait "$pid"
+    [ $? -eq 143 ] && pass || fail "SIGTERM exit status"
+    after=$(ip netns list 2>/dev/null | grep -c '^strata-run-')
+    [ "$after" -eq "$before" ] && pass || fail "namespaces left behind: $(ip netns list)"
+else
+    echo "SKIP: cannot create network namespaces here (needs root and iproute2)"
+    skipped=$((skipped + 1))
+fi
+
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,434 @@
+/*
+ * strata-run: a local launcher for development and tests. Starts N ranks with the launcher
+ * variables strata_bootstrap_from_env reads, optionally spread over K simulated nodes
+ * (network namespaces), forwards their output with a rank prefix, stops the whole job when
+ * a rank fails or the time limit passes, and always removes the namespaces it made.
+ * Production jobs use Slurm, mpirun or torchrun.
+ */
+#include "strata_run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RUN_MAX_RANKS     256
+#define RUN_LINE_MAX      4096
+#define RUN_GRACE_SECONDS 3
+#define RUN_EXIT_USAGE    2
+#define RUN_EXIT_SETUP    3
+#define RUN_EXIT_TIMEOUT  124
+
+typedef struct run_stream {
+    int    fd;        /* read end of the rank's pipe, -1 once closed */
+    FILE  *out;       /* where its lines go */
+    char   line[RUN_LINE_MAX];
+    size_t len;
+} run_stream_t;
+
+typedef struct run_rank {
+    pid_t        pid;     /* also its process group */
+    bool         running;
+    bool         may_fail; /* --allow-fail: its failure neither counts nor stops the job */
+    int          status;  /* exit code, or 128 + signal */
+    run_stream_t streams[2];
+} run_rank_t;
+
+typedef struct run_job {
+    int         num_ranks;
+    int         num_nodes;  /* 0: no namespaces */
+    double      timeout;
+    char      **argv;
+    run_rank_t  ranks[RUN_MAX_RANKS];
+    run_netns_t netns;
+    uint16_t    port;
+} run_job_t;
+
+static volatile sig_atomic_t run_signal;
+
+static void run_on_signal(int sig)
+{
+    run_signal = sig;
+}
+
+static double run_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: strata-run -n N [--nodes K] [--timeout SEC] [--allow-fail RANK]... -- CMD [ARG]...\n"
+            "Start N ranks of CMD on this machine with RANK, WORLD_SIZE, LOCAL_RANK,\n"
+            "LOCAL_WORLD_SIZE, STRATA_BOOTSTRAP_ADDR and STRATA_BOOTSTRAP_PORT set.\n"
+            "\n"
+            "  -n, --ranks N        ranks to start (1..%d)\n"
+            "  -k, --nodes K        simulate K nodes as network namespaces joined by veth pairs\n"
+            "                       (198.18.0.0/15 addresses inside them; needs root); ranks are\n"
+            "                       spread in blocks, STRATA_NODE_NAME=node<k>\n"
+            "  -t, --timeout SEC    stop the job after SEC seconds (default 300), exit 124\n"
+            "  -a, --allow-fail R   rank R may fail (e.g. a test kills it) without stopping the job\n"
+            "\n"
+            "Output lines are prefixed with [r<rank>]. When a rank fails, the others are stopped\n"
+            "(SIGTERM, then SIGKILL after %d s). Exit status: 0 when every rank succeeded, else\n"
+            "the first failure's (128+signal for a signal), 124 on timeout.\n",
+            RUN_MAX_RANKS, RUN_GRACE_SECONDS);
+}
+
+/* A TCP port free on this machine now; inside fresh namespaces every port is free. */
+static uint16_t run_pick_port(void)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(addr);
+    uint16_t port = 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&addr, &len) == 0) {
+        port = ntohs(addr.sin_port);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return port;
+}
+
+static int run_node_of(const run_job_t *job, int rank)
+{
+    int per_node = job->num_ranks / (job->num_nodes ? job->num_nodes : 1);
+
+    return rank / per_node;
+}
+
+static void run_set_env(const run_job_t *job, int rank)
+{
+    int nodes = job->num_nodes ? job->num_nodes : 1;
+    int per_node = job->num_ranks / nodes, node = run_node_of(job, rank);
+    char value[64];
+
+    snprintf(value, sizeof(value), "%d", rank);
+    setenv("RANK", value, 1);
+    snprintf(value, sizeof(value), "%d", job->num_ranks);
+    setenv("WORLD_SIZE", value, 1);
+    snprintf(value, sizeof(value), "%d", rank % per_node);
+    setenv("LOCAL_RANK", value, 1);
+    snprintf(value, sizeof(value), "%d", per_node);
+    setenv("LOCAL_WORLD_SIZE", value, 1);
+    setenv("STRATA_BOOTSTRAP_ADDR", job->num_nodes ? job->netns.addr[0] : "127.0.0.1", 1);
+    snprintf(value, sizeof(value), "%u", job->port);
+    setenv("STRATA_BOOTSTRAP_PORT", value, 1);
+    if (job->num_nodes) {
+        snprintf(value, sizeof(value), "node%d", node);
+        setenv("STRATA_NODE_NAME", value, 1);
+    }
+}
+
+/* In the child: join the node, wire the pipes, become a process group, exec. */
+static void run_child(const run_job_t *job, int rank, int out_pipe[2], int err_pipe[2])
+{
+    setpgid(0, 0);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (job->num_nodes && !run_netns_enter(&job->netns, run_node_of(job, rank))) {
+        fprintf(stderr, "strata-run: rank %d cannot enter its node's namespace: %s\n", rank,
+                strerror(errno));
+        _exit(RUN_EXIT_SETUP);
+    }
+    run_set_env(job, rank);
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    close(err_pipe[0]);
+    close(err_pipe[1]);
+    execvp(job->argv[0], job->argv);
+    fprintf(stderr, "strata-run: cannot run %s: %s\n", job->argv[0], strerror(errno));
+    _exit(127);
+}
+
+static bool run_start_rank(run_job_t *job, int rank)
+{
+    run_rank_t *r = &job->ranks[rank];
+    int out_pipe[2], err_pipe[2];
+
+    if (pipe2(out_pipe, O_CLOEXEC) != 0) {
+        return false;
+    }
+    if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+        close(out_pipe[0]);
+        close(out_pipe[1]);
+        return false;
+    }
+    fflush(NULL);
+    r->pid = fork();
+    if (r->pid < 0) {
+        close(out_pipe[0]);
+        close(out_pipe[1]);
+        close(err_pipe[0]);
+        close(err_pipe[1]);
+        return false;
+    }
+    if (r->pid == 0) {
+        run_child(job, rank, out_pipe, err_pipe);
+    }
+    setpgid(r->pid, r->pid); /* also here, so a kill before the child runs still finds it */
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    r->running    = true;
+    r->streams[0] = (run_stream_t){.fd = out_pipe[0], .out = stdout};
+    r->streams[1] = (run_stream_t){.fd = err_pipe[0], .out = stderr};
+    return true;
+}
+
+static void run_emit(int rank, run_stream_t *s)
+{
+    fprintf(s->out, "[r%d] %.*s\n", rank, (int)s->len, s->line);
+    s->len = 0;
+}
+
+/* Read what a stream has; print whole lines; flush the rest at end of file. */
+static void run_drain(int rank, run_stream_t *s)
+{
+    char buf[RUN_LINE_MAX];
+    ssize_t got = read(s->fd, buf, sizeof(buf));
+
+    if (got <= 0) {
+        if (got < 0 && (errno == EINTR || errno == EAGAIN)) {
+            return;
+        }
+        if (s->len > 0) {
+            run_emit(rank, s);
+        }
+        close(s->fd);
+        s->fd = -1;
+        return;
+    }
+    for (ssize_t i = 0; i < got; ++i) {
+        if (buf[i] == '\n' || s->len == sizeof(s->line)) {
+            run_emit(rank, s);
+            if (buf[i] == '\n') {
+                continue;
+            }
+        }
+        s->line[s->len++] = buf[i];
+    }
+    fflush(s->out);
+}
+
+static void run_pump_output(run_job_t *job, int timeout_ms)
+{
+    struct pollfd pfds[RUN_MAX_RANKS * 2];
+    run_stream_t *owners[RUN_MAX_RANKS * 2];
+    int ranks[RUN_MAX_RANKS * 2], n = 0;
+
+    for (int r = 0; r < job->num_ranks; ++r) {
+        for (int s = 0; s < 2; ++s) {
+            if (job->ranks[r].streams[s].fd >= 0) {
+                pfds[n]   = (struct pollfd){.fd = job->ranks[r].streams[s].fd, .events = POLLIN};
+                owners[n] = &job->ranks[r].streams[s];
+                ranks[n++] = r;
+            }
+        }
+    }
+    if (n == 0) {
+        usleep((useconds_t)timeout_ms * 1000);
+        return;
+    }
+    if (poll(pfds, (nfds_t)n, timeout_ms) <= 0) {
+        return;
+    }
+    for (int i = 0; i < n; ++i) {
+        if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+            run_drain(ranks[i], owners[i]);
+        }
+    }
+}
+
+/* Reap finished ranks; return the rank that just failed (and counts), or -1. */
+static int run_reap(run_job_t *job)
+{
+    int failed = -1, status;
+    pid_t pid;
+
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        for (int r = 0; r < job->num_ranks; ++r) {
+            run_rank_t *rank = &job->ranks[r];
+
+            if (rank->pid != pid || !rank->running) {
+                continue;
+            }
+            rank->running = false;
+            rank->status  = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            if (rank->status != 0 && !rank->may_fail && failed < 0) {
+                failed = r;
+            }
+        }
+    }
+    return failed;
+}
+
+static int run_count_running(const run_job_t *job)
+{
+    int running = 0;
+
+    for (int r = 0; r < job->num_ranks; ++r) {
+        running += job->ranks[r].running;
+    }
+    return running;
+}
+
+static void run_signal_all(run_job_t *job, int sig)
+{
+    for (int r = 0; r < job->num_ranks; ++r) {
+        if (job->ranks[r].running) {
+            kill(-job->ranks[r].pid, sig); /* its process group: the rank and its children */
+        }
+    }
+}
+
+/* SIGTERM every rank still running, SIGKILL what is left after the grace period. */
+static void run_stop_all(run_job_t *job)
+{
+    double deadline = run_now() + RUN_GRACE_SECONDS;
+
+    run_signal_all(job, SIGTERM);
+    while (run_count_running(job) > 0 && run_now() < deadline) {
+        run_pump_output(job, 50);
+        run_reap(job);
+    }
+    if (run_count_running(job) > 0) {
+        run_signal_all(job, SIGKILL);
+        while (run_count_running(job) > 0) {
+            run_pump_output(job, 50);
+            run_reap(job);
+        }
+    }
+}
+
+static int run_wait(run_job_t *job)
+{
+    double deadline = run_now() + job->timeout;
+    int failed = -1, rc = 0;
+
+    while (run_count_running(job) > 0) {
+        run_pump_output(job, 100);
+        failed = run_reap(job);
+        if (failed >= 0) {
+            fprintf(stderr, "strata-run: rank %d failed (status %d); stopping the job\n", failed,
+                    job->ranks[failed].status);
+            rc = job->ranks[failed].status;
+            run_stop_all(job);
+        } else if (run_signal) {
+            fprintf(stderr, "strata-run: signal %d; stopping the job\n", (int)run_signal);
+            rc = 128 + run_signal;
+            run_stop_all(job);
+        } else if (run_now() > deadline) {
+            fprintf(stderr, "strata-run: timed out after %g s; stopping the job\n", job->timeout);
+            rc = RUN_EXIT_TIMEOUT;
+            run_stop_all(job);
+        }
+    }
+    /* Output written just before exit; bounded, since a stray grandchild may hold a pipe. */
+    deadline = run_now() + RUN_GRACE_SECONDS;
+    for (int r = 0; r < job->num_ranks && run_now() < deadline; ++r) {
+        while ((job->ranks[r].streams[0].fd >= 0 || job->ranks[r].streams[1].fd >= 0) &&
+               run_now() < deadline) {
+            run_pump_output(job, 100);
+        }
+    }
+    return rc;
+}
+
+static int run_parse(run_job_t *job, int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"ranks", required_argument, NULL, 'n'},
+        {"nodes", required_argument, NULL, 'k'},
+        {"timeout", required_argument, NULL, 't'},
+        {"allow-fail", required_argument, NULL, 'a'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int opt, rank;
+
+    job->timeout = 300;
+    while ((opt = getopt_long(argc, argv, "+n:k:t:a:h", options, NULL)) != -1) {
+        switch (opt) {
+        case 'n': job->num_ranks = atoi(optarg); break;
+        case 'k': job->num_nodes = atoi(optarg); break;
+        case 't': job->timeout = atof(optarg); break;
+        case 'a':
+            rank = atoi(optarg);
+            if (rank < 0 || rank >= RUN_MAX_RANKS) {
+                fprintf(stderr, "strata-run: --allow-fail %s is not a rank\n", optarg);
+                return RUN_EXIT_USAGE;
+            }
+            job->ranks[rank].may_fail = true;
+            break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return RUN_EXIT_USAGE;
+        }
+    }
+    if (optind >= argc || job->num_ranks < 1 || job->num_ranks > RUN_MAX_RANKS ||
+        job->num_nodes < 0 || job->num_nodes > RUN_MAX_NODES || !(job->timeout > 0) ||
+        (job->num_nodes > 0 && job->num_ranks % job->num_nodes != 0)) {
+        fprintf(stderr, "strata-run: need -n 1..%d, --nodes dividing it (at most %d), a "
+                        "positive --timeout, and a command after --\n",
+                RUN_MAX_RANKS, RUN_MAX_NODES);
+        return RUN_EXIT_USAGE;
+    }
+    job->argv = &argv[optind];
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static run_job_t job;
+    struct sigaction sa = {.sa_handler = run_on_signal};
+    int rc = run_parse(&job, argc, argv);
+
+    if (rc != 0) {
+        return rc;
+    }
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    job.port = run_pick_port();
+    if (job.port == 0) {
+        fprintf(stderr, "strata-run: no free TCP port for the rendezvous\n");
+        return RUN_EXIT_SETUP;
+    }
+    if (job.num_nodes > 0 && !run_netns_create(&job.netns, job.num_nodes)) {
+        return RUN_EXIT_SETUP;
+    }
+    for (int r = 0; r < job.num_ranks; ++r) {
+        job.ranks[r].streams[0].fd = job.ranks[r].streams[1].fd = -1;
+    }
+    for (int r = 0; r < job.num_ranks && rc == 0; ++r) {
+        if (!run_start_rank(&job, r)) {
+            fprintf(stderr, "strata-run: cannot start rank %d: %s\n", r, strerror(errno));
+            rc = RUN_EXIT_SETUP;
+            run_stop_all(&job);
+        }
+    }
+    if (rc == 0) {
+        rc = run_wait(&job);
+    }
+    run_netns_destroy(&job.netns);
+    return rc;
+}
