@@ -13,7 +13,7 @@ extern const util_config_table_t api_comm_config_table;
 extern const util_config_table_t *const api_config_tables[];
 extern const size_t api_num_config_tables;
 
-/** Warn about STRATA_* variables no table knows (with the closest known name). */
-int api_config_warn_unknown(void);
+/** Warn, once per process, about STRATA_* variables no table knows (naming the closest). */
+void api_config_warn_unknown(void);
 
 #endif

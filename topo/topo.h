@@ -141,7 +141,7 @@ strata_status_t topo_discover(const char *sysfs_root, topo_t **topo_p, char *err
  */
 strata_status_t topo_load_file(const char *path, topo_t **topo_p, char *err);
 
-/** Same, from memory; name is used in messages. */
+/** Same, from memory; name is used in messages. data[size] must be '\0' (as files read are). */
 strata_status_t topo_load_buffer(const char *name, const char *data, size_t size,
                                  topo_t **topo_p, char *err);
 

@@ -349,28 +349,52 @@ static strata_status_t topo_hwloc_nvlink(topo_hwloc_ctx_t *ctx, struct hwloc_dis
     return STRATA_OK;
 }
 
-/* XGMI: a direct link where XGMIHops is 1 (or, without hops, bandwidth is reported). */
-static void topo_hwloc_xgmi(topo_hwloc_ctx_t *ctx, struct hwloc_distances_s *bw,
-                            struct hwloc_distances_s *hops)
+/* Per GPU pair, the value of a distance matrix (indexed by matrix objects) or 0. */
+static uint64_t *topo_hwloc_by_gpu(topo_hwloc_ctx_t *ctx, struct hwloc_distances_s *d)
 {
-    struct hwloc_distances_s *d = bw ? bw : hops;
-    topo_gpu_link_t link = {.kind = TOPO_LINK_XGMI};
+    size_t n = (size_t)ctx->topo->num_gpus;
+    uint64_t *values = calloc(n * n + 1, sizeof(*values));
     int a, b;
 
-    for (unsigned i = 0; i < d->nbobjs; ++i) {
-        for (unsigned j = 0; j < d->nbobjs; ++j) {
-            unsigned k = i * d->nbobjs + j;
-
-            if (i == j || (hops && hops->nbobjs == d->nbobjs && hops->values[k] != 1) ||
-                (!hops && bw->values[k] == 0)) {
-                continue;
-            }
-            a = topo_hwloc_gpu_of(ctx, d->objs[i]);
+    for (unsigned i = 0; values != NULL && d != NULL && i < d->nbobjs; ++i) {
+        a = topo_hwloc_gpu_of(ctx, d->objs[i]);
+        for (unsigned j = 0; j < d->nbobjs && a >= 0; ++j) {
             b = topo_hwloc_gpu_of(ctx, d->objs[j]);
-            link.gbps  = bw ? (double)bw->values[k] / 1000.0 : 0.0;
-            topo_set_gpu_link(ctx->topo, a, b, &link);
+            if (b >= 0) {
+                values[(size_t)a * n + (size_t)b] = d->values[i * d->nbobjs + j];
+            }
         }
     }
+    return values;
+}
+
+/* XGMI: a direct link where XGMIHops is 1 and, when recorded, bandwidth is not 0. */
+static strata_status_t topo_hwloc_xgmi(topo_hwloc_ctx_t *ctx, struct hwloc_distances_s *bw,
+                                       struct hwloc_distances_s *hops)
+{
+    uint64_t *gbw = topo_hwloc_by_gpu(ctx, bw), *ghops = topo_hwloc_by_gpu(ctx, hops);
+    size_t n = (size_t)ctx->topo->num_gpus;
+    topo_gpu_link_t link = {.kind = TOPO_LINK_XGMI};
+
+    if (gbw == NULL || ghops == NULL) {
+        free(gbw);
+        free(ghops);
+        return topo_hwloc_nomem(ctx);
+    }
+    for (size_t a = 0; a < n; ++a) {
+        for (size_t b = 0; b < n; ++b) {
+            size_t k = a * n + b;
+
+            if (a == b || (hops && ghops[k] != 1) || (bw && gbw[k] == 0)) {
+                continue;
+            }
+            link.gbps = bw ? (double)gbw[k] / 1000.0 : 0.0;
+            topo_set_gpu_link(ctx->topo, (int)a, (int)b, &link);
+        }
+    }
+    free(gbw);
+    free(ghops);
+    return STRATA_OK;
 }
 
 static struct hwloc_distances_s *topo_hwloc_distances(topo_hwloc_ctx_t *ctx, const char *name)
@@ -395,8 +419,8 @@ static strata_status_t topo_hwloc_links(topo_hwloc_ctx_t *ctx)
         status = topo_hwloc_nvlink(ctx, nvlink);
         hwloc_distances_release(ctx->hwloc, nvlink);
     }
-    if (xgmi_bw != NULL || xgmi_hops != NULL) {
-        topo_hwloc_xgmi(ctx, xgmi_bw, xgmi_hops);
+    if (status == STRATA_OK && (xgmi_bw != NULL || xgmi_hops != NULL)) {
+        status = topo_hwloc_xgmi(ctx, xgmi_bw, xgmi_hops);
     }
     if (xgmi_bw != NULL) {
         hwloc_distances_release(ctx->hwloc, xgmi_bw);

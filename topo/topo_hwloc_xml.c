@@ -108,7 +108,10 @@ strata_status_t topo_hwloc_import_xml(topo_t *topo, const char *name, struct _xm
         return STRATA_ERR_PARSE;
     }
     if (version == 3) {
-        xmlSetProp(root, BAD_CAST "version", BAD_CAST "2.0");
+        if (xmlSetProp(root, BAD_CAST "version", BAD_CAST "2.0") == NULL) {
+            topo_error(err, "%s: out of memory", name);
+            return STRATA_ERR_NO_MEMORY;
+        }
         topo_hwloc3_adapt_node(root->children);
     }
     topo_hwloc_strip_comments(doc->children);

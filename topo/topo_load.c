@@ -128,11 +128,12 @@ static strata_status_t topo_read_file(const char *path, char **data_p, size_t *s
     ssize_t got;
     size_t done = 0;
     char *data;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), saved; /* a FIFO must not block */
 
     if (fd < 0) {
-        topo_error(err, "%s: %s", path, strerror(errno));
-        return (errno == ENOENT) ? STRATA_ERR_NOT_FOUND : STRATA_ERR_IO;
+        saved = errno;
+        topo_error(err, "%s: %s", path, strerror(saved));
+        return (saved == ENOENT) ? STRATA_ERR_NOT_FOUND : STRATA_ERR_IO;
     }
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         topo_error(err, "%s: not a regular file", path);
@@ -231,9 +232,11 @@ strata_status_t topo_open(const char *file, topo_t **topo_p, char *err)
     if (file != NULL) {
         return topo_load_file(file, topo_p, err);
     }
-    status = util_config_read(&topo_config_table, &config);
+    char reason[UTIL_CONFIG_ERR_MAX];
+
+    status = util_config_read_quiet(&topo_config_table, &config, reason);
     if (status != STRATA_OK) {
-        topo_error(err, "STRATA_TOPO_FILE could not be read");
+        topo_error(err, "%s", reason);
         return status;
     }
     if (config.file[0] != '\0') {

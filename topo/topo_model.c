@@ -278,9 +278,7 @@ static topo_path_t topo_pci_path(const topo_t *topo, int parent_a, int numa_a, i
 {
     int pos_a, pos_b;
 
-    if (numa_a != numa_b || numa_a < 0) {
-        return TOPO_PATH_SYS;
-    }
+    /* A shared PCIe ancestor decides even where NUMA affinity is unknown (-1). */
     for (int node = parent_a, pos = 0; node >= 0; node = topo->pci[node].parent, ++pos) {
         pos_b = topo_pci_chain_position(topo, parent_b, node);
         if (pos_b < 0) {
@@ -291,6 +289,9 @@ static topo_path_t topo_pci_path(const topo_t *topo, int parent_a, int numa_a, i
             return TOPO_PATH_PHB;
         }
         return (pos_a + pos_b == 0) ? TOPO_PATH_PIX : TOPO_PATH_PXB;
+    }
+    if (numa_a != numa_b || numa_a < 0) {
+        return TOPO_PATH_SYS;
     }
     if (parent_a < 0 || parent_b < 0) {
         return TOPO_PATH_PHB; /* one side sits on the CPU's own root complex */

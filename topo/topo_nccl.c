@@ -57,17 +57,20 @@ static strata_status_t topo_nccl_uint(topo_nccl_ctx_t *ctx, const xmlNode *node,
 {
     strata_status_t status = STRATA_OK;
     char *text = topo_nccl_attr(node, name);
+    unsigned long value;
     char what[96];
     char *end;
 
     if (text == NULL) {
         return STRATA_ERR_NOT_FOUND;
     }
-    errno    = 0;
-    *value_p = strtoul(text, &end, 0);
+    errno = 0;
+    value = strtoul(text, &end, 0);
     if (end == text || *end != '\0' || errno != 0 || text[0] == '-') {
         snprintf(what, sizeof(what), "has a malformed %s", name);
         status = topo_nccl_fail(ctx, node, what, text);
+    } else {
+        *value_p = value;
     }
     xmlFree(text);
     return status;

@@ -11,7 +11,8 @@
 #define TOPO_NVML_SUCCESS       0
 #define TOPO_NVML_MAX_LINKS     18
 #define TOPO_NVML_FEATURE_ON    1
-#define TOPO_NVML_DEVICE_SWITCH 1
+#define TOPO_NVML_DEVICE_GPU    0
+#define TOPO_NVML_DEVICE_SWITCH 2 /* 1 is IBMNPU: a POWER9 CPU link, not a switch */
 
 /* The NVML ABI subset used here (nvml.h, stable since the _v2/_v3 entry points). */
 typedef struct topo_nvml_device *topo_nvml_device_t;
@@ -74,7 +75,7 @@ static double topo_nvml_lane_gbps(const topo_nvml_api_t *api, topo_nvml_device_t
 
 static void topo_nvml_scan_device(topo_t *topo, const topo_nvml_api_t *api,
                                   topo_nvml_device_t device, unsigned *peer_lanes,
-                                  double *switch_gbps, unsigned *switch_lanes)
+                                  double *peer_gbps, double *switch_gbps, unsigned *switch_lanes)
 {
     topo_nvml_pci_info_t self, remote;
     int active, type, a, b;
@@ -94,11 +95,12 @@ static void topo_nvml_scan_device(topo_t *topo, const topo_nvml_api_t *api,
             api->link_remote_type(device, link, &type);
         }
         b = topo_nvml_gpu_index(topo, &remote);
-        if (b >= 0 && type != TOPO_NVML_DEVICE_SWITCH) {
-            peer_lanes[a * topo->num_gpus + b]++;
-        } else if (type == TOPO_NVML_DEVICE_SWITCH || b < 0) {
+        if (type == TOPO_NVML_DEVICE_SWITCH) {
             switch_gbps[a] += topo_nvml_lane_gbps(api, device, link);
             switch_lanes[a]++;
+        } else if (b >= 0 && (type == TOPO_NVML_DEVICE_GPU || type == -1)) {
+            peer_lanes[a * topo->num_gpus + b]++;
+            peer_gbps[a * topo->num_gpus + b] += topo_nvml_lane_gbps(api, device, link);
         }
     }
 }
@@ -108,7 +110,7 @@ void topo_nvml_add_links(topo_t *topo)
     topo_nvml_api_t api;
     topo_nvml_device_t device;
     unsigned count = 0, *peer_lanes = NULL, *switch_lanes = NULL;
-    double *switch_gbps = NULL;
+    double *switch_gbps = NULL, *peer_gbps = NULL;
     size_t n = (size_t)topo->num_gpus;
     void *lib;
 
@@ -122,20 +124,22 @@ void topo_nvml_add_links(topo_t *topo)
         return;
     }
     peer_lanes   = calloc(n * n, sizeof(*peer_lanes));
+    peer_gbps    = calloc(n * n, sizeof(*peer_gbps));
     switch_lanes = calloc(n, sizeof(*switch_lanes));
     switch_gbps  = calloc(n, sizeof(*switch_gbps));
-    if (peer_lanes && switch_lanes && switch_gbps &&
+    if (peer_lanes && peer_gbps && switch_lanes && switch_gbps &&
         api.device_count(&count) == TOPO_NVML_SUCCESS) {
         for (unsigned i = 0; i < count; ++i) {
             if (api.device_by_index(i, &device) == TOPO_NVML_SUCCESS) {
-                topo_nvml_scan_device(topo, &api, device, peer_lanes, switch_gbps, switch_lanes);
+                topo_nvml_scan_device(topo, &api, device, peer_lanes, peer_gbps, switch_gbps,
+                                      switch_lanes);
             }
         }
         for (size_t a = 0; a < n; ++a) {
             for (size_t b = 0; b < n; ++b) {
                 topo_gpu_link_t link = {.kind = TOPO_LINK_NVLINK,
                                         .count = peer_lanes[a * n + b],
-                                        .gbps = peer_lanes[a * n + b] * TOPO_NVLINK2_GBPS};
+                                        .gbps = peer_gbps[a * n + b]};
                 if (link.count > 0) {
                     topo_set_gpu_link(topo, (int)a, (int)b, &link);
                 }
@@ -144,6 +148,7 @@ void topo_nvml_add_links(topo_t *topo)
         topo_connect_nvswitch_fabric(topo, switch_gbps, switch_lanes);
     }
     free(peer_lanes);
+    free(peer_gbps);
     free(switch_lanes);
     free(switch_gbps);
     api.shutdown();

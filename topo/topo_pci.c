@@ -71,6 +71,20 @@ static bool topo_name_has_prefix(const char *name, const char *prefix)
     return name != NULL && strncmp(name, prefix, strlen(prefix)) == 0;
 }
 
+/* Names the kernel gives verbs devices (InfiniBand and RoCE) and IPoIB netdevs. */
+static bool topo_nic_is_verbs_name(const char *name)
+{
+    static const char *const prefixes[] = {"mlx", "ib", "bnxt_re", "irdma", "ionic", "rocep",
+                                           "hns", "erdma", "qedr", "siw", "rxe"};
+
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(prefixes); ++i) {
+        if (topo_name_has_prefix(name, prefixes[i])) {
+            return true;
+        }
+    }
+    return false;
+}
+
 topo_nic_kind_t topo_nic_kind_guess(unsigned class_id, unsigned vendor_id, unsigned device_id,
                                     const char *name, bool has_verbs_device)
 {
@@ -84,7 +98,7 @@ topo_nic_kind_t topo_nic_kind_guess(unsigned class_id, unsigned vendor_id, unsig
     }
     if (has_verbs_device || class_id == TOPO_PCI_CLASS_INFINIBAND ||
         class_id == TOPO_PCI_CLASS_SERIAL_IB || vendor_id == TOPO_PCI_VENDOR_MELLANOX ||
-        topo_name_has_prefix(name, "mlx") || topo_name_has_prefix(name, "ib")) {
+        topo_nic_is_verbs_name(name)) {
         return TOPO_NIC_VERBS;
     }
     return TOPO_NIC_ETHERNET;

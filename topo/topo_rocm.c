@@ -182,15 +182,14 @@ static void topo_kfd_node_links(topo_t *topo, const char *root, unsigned node, i
         if (!topo_kfd_property(path, "type", &type)) {
             break; /* io_links are numbered densely from 0 */
         }
-        if (type != TOPO_KFD_IOLINK_XGMI || !topo_kfd_property(path, "node_to", &to) ||
+        /* KFD lists every peer of an XGMI hive; only direct neighbours report bandwidth. */
+        if (type != TOPO_KFD_IOLINK_XGMI || !topo_kfd_property(path, "max_bandwidth", &mbps) ||
+            mbps == 0 || !topo_kfd_property(path, "node_to", &to) ||
             to >= TOPO_KFD_MAX_NODES || !topo_kfd_node_busid(root, (unsigned)to, busid) ||
             (peer = topo_gpu_find(topo, busid)) < 0) {
             continue;
         }
-        topo_gpu_link_t xgmi = {.kind = TOPO_LINK_XGMI};
-        if (topo_kfd_property(path, "max_bandwidth", &mbps)) {
-            xgmi.gbps = (double)mbps / 1000.0;
-        }
+        topo_gpu_link_t xgmi = {.kind = TOPO_LINK_XGMI, .gbps = (double)mbps / 1000.0};
         topo_set_gpu_link(topo, gpu, peer, &xgmi);
     }
 }

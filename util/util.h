@@ -10,5 +10,6 @@
 #include "util_clock.h"
 #include "util_histogram.h"
 #include "util_sock.h"
+#include "util_ring.h"
 
 #endif

@@ -234,8 +234,18 @@ void util_config_release(const util_config_table_t *table, void *config)
 
 strata_status_t util_config_read(const util_config_table_t *table, void *config)
 {
-    char name[UTIL_CONFIG_NAME_MAX];
     char err[UTIL_CONFIG_ERR_MAX];
+    strata_status_t status = util_config_read_quiet(table, config, err);
+
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("%s", err);
+    }
+    return status;
+}
+
+strata_status_t util_config_read_quiet(const util_config_table_t *table, void *config, char *err)
+{
+    char name[UTIL_CONFIG_NAME_MAX], reason[UTIL_CONFIG_ERR_MAX];
     const util_config_field_t *field;
     strata_status_t status;
     const char *text;
@@ -248,9 +258,9 @@ strata_status_t util_config_read(const util_config_table_t *table, void *config)
         if (text == NULL) {
             text = field->default_value;
         }
-        status = util_config_parse_value(field, text, (char *)config + field->offset, err);
+        status = util_config_parse_value(field, text, (char *)config + field->offset, reason);
         if (status != STRATA_OK) {
-            UTIL_LOG_ERROR("%s=%s: %s", name, text, err);
+            snprintf(err, UTIL_CONFIG_ERR_MAX, "%.100s=%.100s: %.250s", name, text, reason);
             util_config_release(table, config);
             return status;
         }
@@ -429,6 +439,12 @@ void util_config_format_value(const util_config_field_t *field, const void *src,
         return;
     case UTIL_CONFIG_ENUM:
         memcpy(&index, src, sizeof(index));
+        for (int i = 0; i <= index; ++i) {
+            if (index < 0 || field->enum_names[i] == NULL) {
+                snprintf(buf, buf_size, "?");
+                return;
+            }
+        }
         snprintf(buf, buf_size, "%s", field->enum_names[index]);
         return;
     case UTIL_CONFIG_STRING:

@@ -15,7 +15,7 @@
 #define UTIL_CONFIG_ENV_PREFIX "STRATA_"
 /** Variables under this prefix belong to strata's test suite and are never warned about. */
 #define UTIL_CONFIG_TEST_PREFIX "STRATA_TEST_"
-#define UTIL_CONFIG_ERR_MAX 256
+#define UTIL_CONFIG_ERR_MAX 512
 
 /** Field types and the C type each is stored as. */
 typedef enum util_config_type {
@@ -59,6 +59,9 @@ strata_status_t util_config_parse_value(const util_config_field_t *field, const 
  * left with nothing to release.
  */
 strata_status_t util_config_read(const util_config_table_t *table, void *config);
+
+/** util_config_read that logs nothing: the reason goes to err (UTIL_CONFIG_ERR_MAX). */
+strata_status_t util_config_read_quiet(const util_config_table_t *table, void *config, char *err);
 
 /** Free what util_config_read allocated (strings). Tolerates a zeroed struct. */
 void util_config_release(const util_config_table_t *table, void *config);

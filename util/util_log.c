@@ -52,12 +52,15 @@ static void *util_log_handler_arg;
 
 static void util_log_init(void)
 {
+    char err[UTIL_CONFIG_ERR_MAX];
     util_log_config_t config;
 
-    /* A bad STRATA_LOG_LEVEL is reported by the config parser; the default stays. */
-    if (util_config_read(&util_log_config_table, &config) == STRATA_OK) {
+    /* Logging cannot log while it starts: a bad STRATA_LOG_LEVEL goes straight to stderr. */
+    if (util_config_read_quiet(&util_log_config_table, &config, err) == STRATA_OK) {
         atomic_store(&util_log_current_level, config.level);
         util_config_release(&util_log_config_table, &config);
+    } else {
+        fprintf(stderr, "strata: %s (keeping warn)\n", err);
     }
 }
 

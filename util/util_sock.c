@@ -102,38 +102,54 @@ strata_status_t util_sock_listen(const char *addr, uint16_t port, int *fd_p, uin
     return STRATA_OK;
 }
 
-/* One connection attempt; STRATA_ERR_BUSY when it is worth retrying. */
-static strata_status_t util_sock_try_connect(const struct addrinfo *ai, int *fd_p)
+/* Whether a failed connect is worth retrying: nobody listens yet, or the path is not up. */
+static bool util_sock_retryable(int err)
 {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
+    return err == ECONNREFUSED || err == ETIMEDOUT || err == ENETUNREACH ||
+           err == EHOSTUNREACH || err == EINTR || err == ECONNRESET;
+}
+
+/*
+ * One non-blocking connection attempt bounded by deadline. STRATA_ERR_BUSY when it is
+ * worth retrying; *err_p gets the system's reason.
+ */
+static strata_status_t util_sock_try_connect(const struct addrinfo *ai, uint64_t deadline_ns,
+                                             int *fd_p, int *err_p)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    socklen_t len = sizeof(*err_p);
+    strata_status_t status;
 
     if (fd < 0) {
-        UTIL_LOG_ERROR("socket: %s", strerror(errno));
+        *err_p = errno;
         return STRATA_ERR_IO;
     }
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+    *err_p = 0;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        *err_p = errno;
+        if (*err_p == EINPROGRESS) {
+            status = util_sock_wait(fd, POLLOUT, deadline_ns);
+            *err_p = ETIMEDOUT;
+            if (status == STRATA_OK && getsockopt(fd, SOL_SOCKET, SO_ERROR, err_p, &len) != 0) {
+                *err_p = errno;
+            }
+        }
+    }
+    if (*err_p == 0) {
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
         util_sock_tune(fd);
         *fd_p = fd;
         return STRATA_OK;
     }
     close(fd);
-    switch (errno) {
-    case ECONNREFUSED:
-    case ETIMEDOUT:
-    case ENETUNREACH:
-    case EHOSTUNREACH:
-    case EINTR:
-        return STRATA_ERR_BUSY;
-    default:
-        return STRATA_ERR_IO;
-    }
+    return util_sock_retryable(*err_p) ? STRATA_ERR_BUSY : STRATA_ERR_IO;
 }
 
 strata_status_t util_sock_connect(const char *addr, uint16_t port, uint64_t deadline_ns,
                                   int *fd_p)
 {
+    strata_status_t status = STRATA_ERR_BUSY;
     struct addrinfo *res;
-    strata_status_t status;
     int last_errno = 0;
 
     status = util_sock_resolve(addr, port, false, &res);
@@ -141,8 +157,13 @@ strata_status_t util_sock_connect(const char *addr, uint16_t port, uint64_t dead
         return status;
     }
     for (;;) {
-        status = util_sock_try_connect(res, fd_p);
-        last_errno = errno;
+        /* Each address the name resolves to, until one answers. */
+        for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+            status = util_sock_try_connect(ai, deadline_ns, fd_p, &last_errno);
+            if (status != STRATA_ERR_BUSY) {
+                break;
+            }
+        }
         if (status != STRATA_ERR_BUSY || util_clock_now_ns() >= deadline_ns) {
             break;
         }

@@ -10,6 +10,7 @@
 
 #define API_BOOTSTRAP_MAGIC   0x53545241u /* "STRA" */
 #define API_BOOTSTRAP_VERSION 1u
+#define API_HELLO_NS          (2 * UTIL_NSEC_PER_SEC)
 
 typedef struct api_bootstrap_hello {
     uint32_t magic;
@@ -170,7 +171,10 @@ static strata_status_t api_bootstrap_accept_all(api_tcp_bootstrap_t *bs, int lis
                            bs->base.world_size);
             return (status == STRATA_ERR_TIMEOUT) ? STRATA_ERR_TIMEOUT : STRATA_ERR_BOOTSTRAP;
         }
-        status = util_sock_recv_all(fd, &hello, sizeof(hello), deadline);
+        memset(&hello, 0, sizeof(hello));
+        /* A stray connection that never speaks must not hold up the rendezvous. */
+        status = util_sock_recv_all(fd, &hello, sizeof(hello),
+                                    UTIL_MIN(deadline, util_clock_now_ns() + API_HELLO_NS));
         if (status != STRATA_OK || hello.magic != API_BOOTSTRAP_MAGIC ||
             hello.version != API_BOOTSTRAP_VERSION || hello.world_size != bs->base.world_size ||
             hello.rank <= 0 || hello.rank >= bs->base.world_size ||
@@ -202,7 +206,9 @@ static strata_status_t api_bootstrap_root_start(api_tcp_bootstrap_t *bs, const c
     for (int i = 0; i < bs->base.world_size; ++i) {
         bs->peer_fds[i] = -1;
     }
-    status = util_sock_listen(addr, port, &listen_fd, &bound);
+    /* Every address: the one others were told may resolve differently here (127.0.1.1). */
+    (void)addr;
+    status = util_sock_listen(NULL, port, &listen_fd, &bound);
     if (status != STRATA_OK) {
         return status;
     }
@@ -298,13 +304,15 @@ STRATA_API strata_status_t strata_bootstrap_tcp_create(const char *root_addr, ui
 /* First of the launchers' variable pairs that is set. */
 static bool api_env_rank(int *rank_p, int *world_p, const char **source_p)
 {
+    /* mpirun and torchrun inside a Slurm allocation inherit SLURM_PROCID: theirs win. */
     static const char *const pairs[][3] = {
+        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
         {"RANK", "WORLD_SIZE", "torchrun"},
         {"SLURM_PROCID", "SLURM_NTASKS", "Slurm"},
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
     };
     const char *rank, *world;
     char *end1, *end2;
+    long r, w;
 
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(pairs); ++i) {
         rank  = util_config_foreign(pairs[i][0]);
@@ -312,14 +320,17 @@ static bool api_env_rank(int *rank_p, int *world_p, const char **source_p)
         if (rank == NULL || world == NULL) {
             continue;
         }
-        *rank_p   = (int)strtol(rank, &end1, 10);
-        *world_p  = (int)strtol(world, &end2, 10);
-        *source_p = pairs[i][2];
-        if (*end1 != '\0' || *end2 != '\0' || rank[0] == '\0' || world[0] == '\0') {
-            UTIL_LOG_ERROR("bootstrap: %s=%s %s=%s are not numbers", pairs[i][0], rank,
+        r = strtol(rank, &end1, 10);
+        w = strtol(world, &end2, 10);
+        if (*end1 != '\0' || *end2 != '\0' || rank[0] == '\0' || world[0] == '\0' || w <= 0 ||
+            w > INT32_MAX || r < 0 || r >= w) {
+            UTIL_LOG_ERROR("bootstrap: %s=%s %s=%s is not a rank of a job", pairs[i][0], rank,
                            pairs[i][1], world);
             return false;
         }
+        *rank_p   = (int)r;
+        *world_p  = (int)w;
+        *source_p = pairs[i][2];
         return true;
     }
     UTIL_LOG_ERROR("bootstrap: no launcher variables (RANK/WORLD_SIZE, SLURM_PROCID/"

@@ -4,6 +4,8 @@
 #include "api/api.h"
 #include "topo/topo.h"
 
+#include <pthread.h>
+
 const util_config_table_t *const api_config_tables[] = {
     &util_log_config_table,
     &topo_config_table,
@@ -13,7 +15,14 @@ const util_config_table_t *const api_config_tables[] = {
 
 const size_t api_num_config_tables = UTIL_ARRAY_SIZE(api_config_tables);
 
-int api_config_warn_unknown(void)
+static void api_config_warn_unknown_once(void)
 {
-    return util_config_warn_unknown(api_config_tables, api_num_config_tables);
+    util_config_warn_unknown(api_config_tables, api_num_config_tables);
+}
+
+void api_config_warn_unknown(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+    pthread_once(&once, api_config_warn_unknown_once);
 }

@@ -20,6 +20,11 @@ err=$(STRATA_TOPO_FIEL=x "$info" 2>&1 >/dev/null)
 grep -q 'unknown variable STRATA_TOPO_FIEL (did you mean STRATA_TOPO_FILE?)' <<<"$err" ||
     fail "no warning for a misspelt variable: $err"
 
+# A malformed level is reported once at start-up, not a hang (logging cannot log itself).
+err=$(STRATA_LOG_LEVEL=verbose timeout 10 "$info" 2>&1 >/dev/null)
+[ $? -eq 0 ] || fail "strata-info with a bad STRATA_LOG_LEVEL did not finish"
+grep -q "STRATA_LOG_LEVEL=verbose: 'verbose' is not one of" <<<"$err" || fail "bad level not reported: $err"
+
 "$info" --bogus >/dev/null 2>&1
 [ $? -eq 2 ] || fail "bad option should exit 2"
 echo "1 passed, 0 failed"

@@ -84,6 +84,9 @@ static void test_nic_kind(void **state)
                      TOPO_NIC_SLINGSHOT);
     assert_int_equal(topo_nic_kind_guess(0x0200, 0x14e4, 0x1750, "bnxt_re0", true),
                      TOPO_NIC_VERBS);
+    assert_int_equal(topo_nic_kind_guess(0x0200, 0x14e4, 0x1760, "bnxt_re3", false),
+                     TOPO_NIC_VERBS); /* RoCE named in an NCCL file */
+    assert_int_equal(topo_nic_kind_guess(0x0200, 0x8086, 0x1592, "irdma1", false), TOPO_NIC_VERBS);
     assert_int_equal(topo_nic_kind_guess(0x0200, 0x1af4, 0x1000, "eth0", false),
                      TOPO_NIC_ETHERNET);
 }

@@ -46,7 +46,12 @@ static int setup(void **state)
     put(KFD "/1/io_links/1/properties",
         "type 11\nnode_from 1\nnode_to 2\nweight 15\nmin_bandwidth 64000\nmax_bandwidth 64000\n");
     put(KFD "/2/properties", "simd_count 440\nlocation_id 49664\ndomain 0\n");
-    put(KFD "/2/io_links/0/properties", "type 11\nnode_from 2\nnode_to 1\nweight 15\n");
+    put(KFD "/2/io_links/0/properties",
+        "type 11\nnode_from 2\nnode_to 1\nweight 15\nmax_bandwidth 64000\n");
+    /* Node 3, c3:00.0, is in the hive but two hops away: listed, with no bandwidth. */
+    put(KFD "/2/io_links/1/properties",
+        "type 11\nnode_from 2\nnode_to 3\nweight 30\nmax_bandwidth 0\n");
+    put(KFD "/3/properties", "simd_count 440\nlocation_id 49920\ndomain 0\n");
     put("sys/class/infiniband/mlx5_0/ports/1/state", "4: ACTIVE\n");
     put("sys/class/infiniband/mlx5_0/ports/1/rate", "200 Gb/sec (4X HDR)\n");
     put("sys/class/net/eth7/operstate", "down\n");
@@ -79,7 +84,8 @@ static void test_kfd_xgmi(void **state)
     (void)state;
     assert_true(topo_kfd_has_gpu(root, "0000:c1:00.0"));
     assert_true(topo_kfd_has_gpu(root, "0000:c2:00.0"));
-    assert_false(topo_kfd_has_gpu(root, "0000:c3:00.0"));
+    assert_true(topo_kfd_has_gpu(root, "0000:c3:00.0"));
+    assert_false(topo_kfd_has_gpu(root, "0000:c4:00.0"));
     assert_false(topo_kfd_has_gpu("/nonexistent-root", "0000:c1:00.0"));
 
     assert_int_equal(topo_load_buffer("mi300", xml, sizeof(xml) - 1, &topo, err), STRATA_OK);
@@ -90,7 +96,8 @@ static void test_kfd_xgmi(void **state)
     assert_int_equal(topo_gpu_link(topo, 0, 1)->kind, TOPO_LINK_XGMI);
     assert_int_equal(topo_gpu_link(topo, 1, 0)->kind, TOPO_LINK_XGMI);
     assert_float_equal(topo_gpu_link(topo, 0, 1)->gbps, 64.0, 1e-9);
-    assert_int_equal(topo_gpu_link(topo, 0, 2)->kind, TOPO_LINK_NONE); /* no KFD node */
+    assert_int_equal(topo_gpu_link(topo, 1, 2)->kind, TOPO_LINK_NONE); /* not a neighbour */
+    assert_int_equal(topo_gpu_link(topo, 0, 2)->kind, TOPO_LINK_NONE); /* no io_link */
     topo_kfd_add_links(topo, "/nonexistent-root"); /* nothing there: nothing changes */
     assert_int_equal(topo_gpu_link(topo, 0, 1)->kind, TOPO_LINK_XGMI);
     topo_destroy(topo);
@@ -155,12 +162,30 @@ static void test_down_port_avoided(void **state)
     topo_destroy(topo);
 }
 
+/* Where NUMA affinity is unknown, the PCIe tree still decides (VMs report numa_node -1). */
+static void test_unknown_numa(void **state)
+{
+    char path[512], err[TOPO_ERR_LEN];
+    topo_t *topo;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/nvswitch-8gpu-8nic.nccl.xml", STRATA_TEST_FIXTURES);
+    assert_int_equal(topo_load_file(path, &topo, err), STRATA_OK);
+    topo->gpus[0].numa = -1;
+    topo->nics[0].numa = -1;
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 0), TOPO_PATH_PIX);
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 1), TOPO_PATH_PXB);
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 2), TOPO_PATH_SYS); /* no shared switch */
+    topo_destroy(topo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kfd_xgmi),
         cmocka_unit_test(test_nic_ports),
         cmocka_unit_test(test_down_port_avoided),
+        cmocka_unit_test(test_unknown_numa),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -123,7 +123,8 @@ typedef struct strata_bootstrap {
 } strata_bootstrap_t;
 
 /**
- * Built-in TCP rendezvous: rank 0 listens on root_addr:port, the others connect to it,
+ * Built-in TCP rendezvous: rank 0 listens on port (every address), the others connect to
+ * root_addr:port,
  * retrying until timeout_ms (0: STRATA_BOOTSTRAP_TIMEOUT) — then STRATA_ERR_TIMEOUT naming
  * the address. Every collective is bounded by the same timeout; a rank that disappears gives
  * STRATA_ERR_BOOTSTRAP on the others.
