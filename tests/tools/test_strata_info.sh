@@ -21,7 +21,7 @@ grep -q 'unknown variable STRATA_TOPO_FIEL (did you mean STRATA_TOPO_FILE?)' <<<
     fail "no warning for a misspelt variable: $err"
 
 # A malformed level is reported once at start-up, not a hang (logging cannot log itself).
-err=$(STRATA_LOG_LEVEL=verbose timeout 10 "$info" 2>&1 >/dev/null)
+err=$(STRATA_LOG_LEVEL=verbose STRATA_NO_SUCH_VARIABLE=1 timeout 10 "$info" 2>&1 >/dev/null)
 [ $? -eq 0 ] || fail "strata-info with a bad STRATA_LOG_LEVEL did not finish"
 grep -q "STRATA_LOG_LEVEL=verbose: 'verbose' is not one of" <<<"$err" || fail "bad level not reported: $err"
 
