@@ -5,6 +5,7 @@ find_package(Threads REQUIRED)
 pkg_check_modules(HWLOC   REQUIRED IMPORTED_TARGET hwloc>=2.0)
 pkg_check_modules(LIBXML2 REQUIRED IMPORTED_TARGET libxml-2.0)
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric>=1.9)
 
 if(STRATA_BUILD_TESTS)
     pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)

@@ -1,15 +1,24 @@
 /*
- * inter: the inter-node tier (host-proxy RDMA transfer engine). Today: how a large write is
- * cut into chunks and striped over a GPU's rails, computed identically by sender and
- * receiver so the receiver knows how many immediates to expect. Other layers include only
- * this header.
+ * inter: the inter-node tier, a host-proxy transfer engine. Requests from any thread enter
+ * a lock-free ring; a proxy thread posts them over one or more rails (transport endpoints)
+ * and polls their completion queues. Delivery is reliable but unordered: a target learns
+ * that data arrived only by counting immediates. Large writes are cut into chunks striped
+ * over the rails, each chunk carrying the immediate; sender and receiver compute the same
+ * chunk count. Heartbeats turn a dead or silent peer into STRATA_ERR_PEER_FAILED for every
+ * request that involves it, within the peer timeout. Other layers include only this header.
  */
 #ifndef STRATA_INTER_ENGINE_H
 #define STRATA_INTER_ENGINE_H
 
 #include <strata/strata.h>
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "util/util_config.h"
+
+/* --- Striping ------------------------------------------------------------------------ */
 
 /** Chunks never start on an offset that is not a multiple of this (cache line). */
 #define INTER_STRIPE_ALIGNMENT 64
@@ -37,5 +46,160 @@ strata_status_t inter_stripe_num_chunks(const inter_stripe_params_t *params, uin
 /** Chunk `index` of a write cut into num_chunks (from inter_stripe_num_chunks). */
 strata_status_t inter_stripe_chunk(const inter_stripe_params_t *params, uint64_t length,
                                    uint32_t num_chunks, uint32_t index, inter_chunk_t *chunk_p);
+
+/* --- Engine ---------------------------------------------------------------------------- */
+
+#define INTER_MAX_RAILS 8
+#define INTER_IMM_MAX   65536u /* user immediates are 0..INTER_IMM_MAX-1 */
+
+typedef struct inter_engine  inter_engine_t;
+typedef struct inter_mr      inter_mr_t;
+typedef struct inter_request inter_request_t;
+
+typedef struct inter_engine_params {
+    int         rank;
+    int         world_size;
+    const char *provider;        /**< "auto", "tcp", "shm", "verbs", "efa" */
+    const char *iface;           /**< tcp: interface name, "" for any */
+    int         num_rails;       /**< endpoints to open, 1..INTER_MAX_RAILS */
+    uint64_t    heartbeat_ns;    /**< interval between heartbeats to each peer */
+    uint64_t    peer_timeout_ns; /**< silence after which a peer is failed */
+    size_t      msg_size;        /**< largest send/recv message */
+    uint64_t    stripe_min_chunk;
+    uint32_t    stripe_max_chunks;
+} inter_engine_params_t;
+
+/** The STRATA_INTER_* variables. */
+extern const util_config_table_t inter_config_table;
+
+/** Parameters from STRATA_INTER_*; rank and world size are the caller's to set. */
+strata_status_t inter_engine_params_from_env(inter_engine_params_t *params);
+
+strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_engine_t **engine_p);
+
+/** Bytes of this rank's address blob; equal on every rank with equal parameters. */
+size_t          inter_engine_address_size(const inter_engine_t *engine);
+strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob);
+
+/**
+ * Wire up every rank from their blobs (world_size blobs, rank order, as an allgather gives)
+ * and start the proxy thread. Collective in effect: every rank connects.
+ */
+strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs);
+
+/** Stop the proxy, fail what is outstanding, close the rails. Tolerates NULL. */
+void inter_engine_destroy(inter_engine_t *engine);
+
+int         inter_engine_num_rails(const inter_engine_t *engine);
+const char *inter_engine_transport_name(const inter_engine_t *engine);
+bool        inter_engine_has_read(const inter_engine_t *engine);
+/** Whether peer has been declared failed (by heartbeat silence or a transport error). */
+bool        inter_engine_peer_failed(const inter_engine_t *engine, int peer);
+
+/* --- Memory -------------------------------------------------------------------------- */
+
+/** What a peer needs to write into or read from a registered region; plain bytes. */
+typedef struct inter_rdesc {
+    uint32_t magic;
+    uint32_t num_rails;
+    uint64_t base;
+    uint64_t length;
+    uint64_t keys[INTER_MAX_RAILS];
+} inter_rdesc_t;
+
+/** Register [addr, addr+len) on every rail. Thread-safe. */
+strata_status_t inter_engine_mem_register(inter_engine_t *engine, void *addr, size_t len,
+                                          inter_mr_t **mr_p);
+/** Only once no request uses the region. Tolerates NULL. */
+void            inter_engine_mem_deregister(inter_engine_t *engine, inter_mr_t *mr);
+void            inter_engine_mem_descriptor(const inter_mr_t *mr, inter_rdesc_t *desc_p);
+
+/* --- Requests -------------------------------------------------------------------------- */
+
+/**
+ * Every operation returns a request (set only on success) that completes asynchronously.
+ * Bad input (unknown or failed peer, unregistered or out-of-range memory, a length past the
+ * remote region, zero or oversized length, an immediate out of range) is refused with a
+ * status and one log line, and no request is made.
+ */
+
+/** Write len bytes; with_imm: the target counts imm once per chunk (inter_engine_write_chunks). */
+strata_status_t inter_engine_write(inter_engine_t *engine, int peer, const inter_mr_t *lmr,
+                                   size_t loff, const inter_rdesc_t *rdesc, size_t roff,
+                                   size_t len, bool with_imm, uint32_t imm,
+                                   inter_request_t **req_p);
+
+/**
+ * Paged write: page i goes from lmr offset src_pages[i] * stride to rdesc offset
+ * dst_pages[i] * stride, page_size bytes each; with_imm counts once per page.
+ */
+strata_status_t inter_engine_write_paged(inter_engine_t *engine, int peer, const inter_mr_t *lmr,
+                                         const inter_rdesc_t *rdesc, const uint32_t *src_pages,
+                                         const uint32_t *dst_pages, uint32_t num_pages,
+                                         size_t page_size, size_t stride, bool with_imm,
+                                         uint32_t imm, inter_request_t **req_p);
+
+/** One source to many peers: rdescs[i] at roffs[i] on peers[i]; one request for all. */
+strata_status_t inter_engine_write_scatter(inter_engine_t *engine, const int *peers,
+                                           int num_peers, const inter_mr_t *lmr, size_t loff,
+                                           const inter_rdesc_t *rdescs, const size_t *roffs,
+                                           size_t len, bool with_imm, uint32_t imm,
+                                           inter_request_t **req_p);
+
+/** RDMA read; STRATA_ERR_UNSUPPORTED where the transport has none. */
+strata_status_t inter_engine_read(inter_engine_t *engine, int peer, const inter_mr_t *lmr,
+                                  size_t loff, const inter_rdesc_t *rdesc, size_t roff,
+                                  size_t len, inter_request_t **req_p);
+
+/** Message of at most msg_size bytes from any memory (copied at submission). */
+strata_status_t inter_engine_send(inter_engine_t *engine, int peer, const void *buf, size_t len,
+                                  inter_request_t **req_p);
+
+/** Receive into buf (cap bytes) a message from peer, or from anyone with peer -1. */
+strata_status_t inter_engine_recv(inter_engine_t *engine, int peer, void *buf, size_t cap,
+                                  inter_request_t **req_p);
+
+/** STRATA_INPROGRESS until done, then the request's final status. */
+strata_status_t inter_request_test(const inter_request_t *req);
+/** Wait up to timeout_ns; STRATA_ERR_TIMEOUT leaves the request running. */
+strata_status_t inter_request_wait(const inter_request_t *req, uint64_t timeout_ns);
+/** For a completed recv: bytes received and the sender. */
+size_t          inter_request_length(const inter_request_t *req);
+int             inter_request_source(const inter_request_t *req);
+/**
+ * Cancel: parts not yet posted are never posted; the request completes with
+ * STRATA_ERR_CANCELLED (bytes already in flight may still land). No effect once done.
+ */
+void            inter_request_cancel(inter_request_t *req);
+/** Give the request back; the engine frees it once nothing refers to it. Tolerates NULL. */
+void            inter_request_free(inter_request_t *req);
+
+/* --- Immediates and barrier ------------------------------------------------------------------- */
+
+/** How many immediates a write of len bytes from this rank produces at peer. */
+uint32_t inter_engine_write_chunks(const inter_engine_t *engine, int peer, size_t len);
+
+/**
+ * Wait until imm has arrived count times, and consume them. from_peer (or -1 for any peer)
+ * names who writes: its failure ends the wait with STRATA_ERR_PEER_FAILED.
+ */
+strata_status_t inter_engine_imm_wait(inter_engine_t *engine, uint32_t imm, uint64_t count,
+                                      int from_peer, uint64_t timeout_ns);
+
+typedef void (*inter_imm_fn_t)(void *arg, uint32_t imm, strata_status_t status);
+
+/**
+ * Call fn from the proxy thread once imm has arrived count times (consuming them), or with
+ * STRATA_ERR_PEER_FAILED if from_peer fails first. One callback per immediate at a time.
+ */
+strata_status_t inter_engine_imm_notify(inter_engine_t *engine, uint32_t imm, uint64_t count,
+                                        int from_peer, inter_imm_fn_t fn, void *arg);
+
+/**
+ * Barrier over peers[0..n) (this rank among them), by immediates: every member writes to
+ * every other. Members call barriers over a group in the same order.
+ */
+strata_status_t inter_engine_barrier(inter_engine_t *engine, const int *peers, int n,
+                                     uint64_t timeout_ns);
 
 #endif

@@ -2,6 +2,7 @@
  * The registry of configuration tables, one per layer that has settings.
  */
 #include "api/api.h"
+#include "inter/engine.h"
 #include "topo/topo.h"
 
 #include <pthread.h>
@@ -9,6 +10,7 @@
 const util_config_table_t *const api_config_tables[] = {
     &util_log_config_table,
     &topo_config_table,
+    &inter_config_table,
     &api_bootstrap_config_table,
     &api_comm_config_table,
 };

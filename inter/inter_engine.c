@@ -1,0 +1,486 @@
+/*
+ * Engine lifecycle: rails, buffer pools, address exchange, memory registration.
+ */
+#include "inter_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define INTER_BLOB_MAGIC 0x494e5452u /* "INTR" */
+
+extern const inter_transport_ops_t ofi_transport_ops;
+
+typedef struct inter_config {
+    char    *provider;
+    char    *iface;
+    int64_t  rails;
+    uint64_t heartbeat_ns;
+    uint64_t peer_timeout_ns;
+    uint64_t msg_size;
+    uint64_t stripe_min;
+    int64_t  stripe_max_chunks;
+} inter_config_t;
+
+static const util_config_field_t inter_config_fields[] = {
+    {.name = "INTER_PROVIDER", .default_value = "auto",
+     .doc = "libfabric provider: auto (efa, then verbs, then tcp), tcp, shm, verbs or efa.",
+     .type = UTIL_CONFIG_STRING, .offset = offsetof(inter_config_t, provider)},
+    {.name = "INTER_IFACE", .default_value = "",
+     .doc = "Network interface for the tcp provider (default: the first non-loopback one).",
+     .type = UTIL_CONFIG_STRING, .offset = offsetof(inter_config_t, iface)},
+    {.name = "INTER_RAILS", .default_value = "1",
+     .doc = "Endpoints (rails) each rank opens and stripes large writes over.",
+     .type = UTIL_CONFIG_INT, .offset = offsetof(inter_config_t, rails)},
+    {.name = "INTER_HEARTBEAT", .default_value = "100ms",
+     .doc = "Interval between heartbeats to each peer.",
+     .type = UTIL_CONFIG_TIME, .offset = offsetof(inter_config_t, heartbeat_ns)},
+    {.name = "INTER_PEER_TIMEOUT", .default_value = "3s",
+     .doc = "Silence after which a peer is declared failed.",
+     .type = UTIL_CONFIG_TIME, .offset = offsetof(inter_config_t, peer_timeout_ns)},
+    {.name = "INTER_MSG_SIZE", .default_value = "64k",
+     .doc = "Largest send/recv message.",
+     .type = UTIL_CONFIG_SIZE, .offset = offsetof(inter_config_t, msg_size)},
+    {.name = "INTER_STRIPE_MIN", .default_value = "256k",
+     .doc = "Smallest chunk of a write striped over several rails.",
+     .type = UTIL_CONFIG_SIZE, .offset = offsetof(inter_config_t, stripe_min)},
+    {.name = "INTER_STRIPE_MAX_CHUNKS", .default_value = "64",
+     .doc = "Most chunks (and immediates) one write is cut into.",
+     .type = UTIL_CONFIG_INT, .offset = offsetof(inter_config_t, stripe_max_chunks)},
+};
+
+const util_config_table_t inter_config_table = {
+    .layer       = "inter",
+    .fields      = inter_config_fields,
+    .num_fields  = UTIL_ARRAY_SIZE(inter_config_fields),
+    .struct_size = sizeof(inter_config_t),
+};
+
+/* Strings of the parameters read from the environment live as long as the process. */
+static char inter_env_provider[32], inter_env_iface[32];
+
+strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
+{
+    inter_config_t config;
+    strata_status_t status = util_config_read(&inter_config_table, &config);
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    snprintf(inter_env_provider, sizeof(inter_env_provider), "%s", config.provider);
+    snprintf(inter_env_iface, sizeof(inter_env_iface), "%s", config.iface);
+    memset(params, 0, sizeof(*params));
+    params->provider          = inter_env_provider;
+    params->iface             = inter_env_iface;
+    params->num_rails         = (int)config.rails;
+    params->heartbeat_ns      = config.heartbeat_ns;
+    params->peer_timeout_ns   = config.peer_timeout_ns;
+    params->msg_size          = config.msg_size;
+    params->stripe_min_chunk  = config.stripe_min;
+    params->stripe_max_chunks = (uint32_t)UTIL_MAX(config.stripe_max_chunks, 0);
+    util_config_release(&inter_config_table, &config);
+    return STRATA_OK;
+}
+
+static strata_status_t inter_params_check(const inter_engine_params_t *p)
+{
+    if (p->world_size <= 0 || p->rank < 0 || p->rank >= p->world_size || p->num_rails < 1 ||
+        p->num_rails > INTER_MAX_RAILS || p->msg_size == 0 || p->msg_size > (64u << 20) ||
+        p->heartbeat_ns == 0 || p->peer_timeout_ns <= p->heartbeat_ns ||
+        p->stripe_min_chunk == 0 || p->stripe_max_chunks == 0 || p->provider == NULL) {
+        UTIL_LOG_ERROR("engine: invalid parameters: rank %d of %d, %d rails (1..%d), message "
+                       "size %zu, heartbeat %llu ns, peer timeout %llu ns (must exceed the "
+                       "heartbeat), stripe %llu bytes x %u", p->rank, p->world_size,
+                       p->num_rails, INTER_MAX_RAILS, p->msg_size,
+                       (unsigned long long)p->heartbeat_ns, (unsigned long long)p->peer_timeout_ns,
+                       (unsigned long long)p->stripe_min_chunk, p->stripe_max_chunks);
+        return STRATA_ERR_INVALID;
+    }
+    return STRATA_OK;
+}
+
+/* Receive and send pools of one rail, registered once. */
+static strata_status_t inter_rail_pools(inter_engine_t *engine, inter_rail_t *rail)
+{
+    size_t bytes = engine->slot_size * INTER_RX_SLOTS;
+    strata_status_t status;
+
+    rail->rx_pool = aligned_alloc(4096, bytes);
+    rail->tx_pool = aligned_alloc(4096, engine->slot_size * INTER_TX_SLOTS);
+    if (rail->rx_pool == NULL || rail->tx_pool == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    status = engine->ops->mem_register(rail->tp, rail->rx_pool, bytes,
+                                       atomic_fetch_add(&engine->key_counter, 1), &rail->rx_mr);
+    if (status == STRATA_OK) {
+        status = engine->ops->mem_register(rail->tp, rail->tx_pool,
+                                           engine->slot_size * INTER_TX_SLOTS,
+                                           atomic_fetch_add(&engine->key_counter, 1),
+                                           &rail->tx_mr);
+    }
+    for (int i = 0; i < INTER_TX_SLOTS; ++i) {
+        rail->tx_free[i] = i;
+    }
+    rail->num_tx_free = INTER_TX_SLOTS;
+    return status;
+}
+
+static strata_status_t inter_open_rails(inter_engine_t *engine)
+{
+    inter_transport_params_t tp_params = {.provider = engine->params.provider,
+                                          .iface = engine->params.iface ? engine->params.iface
+                                                                        : ""};
+    strata_status_t status = STRATA_OK;
+
+    for (int r = 0; r < engine->params.num_rails && status == STRATA_OK; ++r) {
+        inter_rail_t *rail = &engine->rails[r];
+
+        tp_params.rail = r;
+        status = engine->ops->open(&tp_params, &rail->tp);
+        if (status != STRATA_OK) {
+            break;
+        }
+        engine->num_rails++;
+        rail->peers = calloc((size_t)engine->params.world_size, sizeof(uint64_t));
+        status = rail->peers ? inter_rail_pools(engine, rail) : STRATA_ERR_NO_MEMORY;
+    }
+    return status;
+}
+
+strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_engine_t **engine_p)
+{
+    strata_status_t status = inter_params_check(params);
+    inter_engine_t *engine;
+    size_t world;
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    engine = calloc(1, sizeof(*engine));
+    if (engine == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    world             = (size_t)params->world_size;
+    engine->params    = *params;
+    engine->ops       = &ofi_transport_ops;
+    engine->slot_size = sizeof(inter_msg_header_t) + params->msg_size;
+    atomic_init(&engine->key_counter, 1);
+    pthread_mutex_init(&engine->mr_lock, NULL);
+    engine->peer_info   = calloc(world, sizeof(*engine->peer_info));
+    engine->peer_failed = calloc(world, sizeof(*engine->peer_failed));
+    engine->last_seen   = calloc(world, sizeof(*engine->last_seen));
+    engine->ctrl        = aligned_alloc(64, 64);
+    if (!engine->peer_info || !engine->peer_failed || !engine->last_seen || !engine->ctrl ||
+        util_ring_init(&engine->ring, INTER_RING_SIZE) != STRATA_OK) {
+        status = STRATA_ERR_NO_MEMORY;
+        goto err;
+    }
+    memset(engine->ctrl, 0, 64);
+    status = inter_open_rails(engine);
+    if (status == STRATA_OK) {
+        status = inter_engine_mem_register(engine, engine->ctrl, 64, &engine->ctrl_mr);
+    }
+    if (status != STRATA_OK) {
+        goto err;
+    }
+    *engine_p = engine;
+    return STRATA_OK;
+
+err:
+    inter_engine_destroy(engine);
+    return status;
+}
+
+/* --- Address exchange -------------------------------------------------------------------- */
+
+typedef struct inter_blob_header {
+    uint32_t      magic;
+    uint32_t      num_rails;
+    uint64_t      stripe_min_chunk;
+    uint32_t      stripe_max_chunks;
+    uint32_t      msg_size;
+    inter_rdesc_t ctrl;
+} inter_blob_header_t;
+
+typedef struct inter_blob_rail {
+    uint32_t len;
+    uint8_t  addr[INTER_ADDR_MAX];
+} inter_blob_rail_t;
+
+size_t inter_engine_address_size(const inter_engine_t *engine)
+{
+    (void)engine;
+    return sizeof(inter_blob_header_t) + INTER_MAX_RAILS * sizeof(inter_blob_rail_t);
+}
+
+strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob)
+{
+    inter_blob_header_t *header = blob;
+    inter_blob_rail_t *rails = (inter_blob_rail_t *)(header + 1);
+    strata_status_t status;
+    size_t len;
+
+    memset(blob, 0, inter_engine_address_size(engine));
+    header->magic             = INTER_BLOB_MAGIC;
+    header->num_rails         = (uint32_t)engine->num_rails;
+    header->stripe_min_chunk  = engine->params.stripe_min_chunk;
+    header->stripe_max_chunks = engine->params.stripe_max_chunks;
+    header->msg_size          = (uint32_t)engine->params.msg_size;
+    inter_engine_mem_descriptor(engine->ctrl_mr, &header->ctrl);
+    for (int r = 0; r < engine->num_rails; ++r) {
+        len    = INTER_ADDR_MAX;
+        status = engine->ops->address(engine->rails[r].tp, rails[r].addr, &len);
+        if (status != STRATA_OK) {
+            return status;
+        }
+        rails[r].len = (uint32_t)len;
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t inter_connect_peer(inter_engine_t *engine, int peer, const void *blob)
+{
+    const inter_blob_header_t *header = blob;
+    const inter_blob_rail_t *rails = (const inter_blob_rail_t *)(header + 1);
+    strata_status_t status;
+
+    if (header->magic != INTER_BLOB_MAGIC || header->num_rails < 1 ||
+        header->num_rails > INTER_MAX_RAILS ||
+        header->stripe_min_chunk != engine->params.stripe_min_chunk ||
+        header->stripe_max_chunks != engine->params.stripe_max_chunks ||
+        header->msg_size != engine->params.msg_size) {
+        UTIL_LOG_ERROR("engine: rank %d's engine is configured differently (rails %u, stripe "
+                       "%llu x %u, messages %u): STRATA_INTER_* must match on every rank", peer,
+                       header->num_rails, (unsigned long long)header->stripe_min_chunk,
+                       header->stripe_max_chunks, header->msg_size);
+        return STRATA_ERR_INVALID;
+    }
+    engine->peer_info[peer].num_rails = (int)header->num_rails;
+    engine->peer_info[peer].ctrl      = header->ctrl;
+    /* Rail r talks to the peer's rail r; rails beyond the peer's count go unused for it. */
+    for (int r = 0; r < engine->num_rails && r < (int)header->num_rails; ++r) {
+        status = engine->ops->insert_peer(engine->rails[r].tp, rails[r].addr, rails[r].len,
+                                          &engine->rails[r].peers[peer]);
+        if (status != STRATA_OK) {
+            return status;
+        }
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t inter_post_rx_pool(inter_engine_t *engine, int r)
+{
+    inter_rail_t *rail = &engine->rails[r];
+    strata_status_t status;
+
+    for (int i = 0; i < INTER_RX_SLOTS; ++i) {
+        inter_op_t *op = &rail->rx_ops[i];
+
+        memset(op, 0, sizeof(*op));
+        op->kind = INTER_OP_RX;
+        op->rail = r;
+        op->slot = i;
+        op->lbuf = rail->rx_pool + (size_t)i * engine->slot_size;
+        op->len  = engine->slot_size;
+        op->desc = rail->rx_mr.desc;
+        status   = engine->ops->post_recv(rail->tp, op->lbuf, op->len, op->desc, op);
+        if (status != STRATA_OK) {
+            UTIL_LOG_ERROR("engine: posting receive buffers on rail %d failed: %s", r,
+                           strata_status_string(status));
+            return status;
+        }
+    }
+    return STRATA_OK;
+}
+
+strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
+{
+    size_t blob_size = inter_engine_address_size(engine);
+    strata_status_t status = STRATA_OK;
+    uint64_t now = util_clock_now_ns();
+
+    if (engine->connected) {
+        return STRATA_ERR_INVALID;
+    }
+    for (int peer = 0; peer < engine->params.world_size && status == STRATA_OK; ++peer) {
+        status = inter_connect_peer(engine, peer, (const char *)blobs + (size_t)peer * blob_size);
+        engine->last_seen[peer] = now;
+    }
+    for (int r = 0; r < engine->num_rails && status == STRATA_OK; ++r) {
+        status = inter_post_rx_pool(engine, r);
+    }
+    if (status != STRATA_OK) {
+        return status;
+    }
+    engine->next_heartbeat = now;
+    atomic_store(&engine->proxy_pulse, now);
+    atomic_store(&engine->proxy_target, -1);
+    atomic_store(&engine->running, true);
+    if (pthread_create(&engine->proxy, NULL, inter_proxy_main, engine) != 0) {
+        atomic_store(&engine->running, false);
+        UTIL_LOG_ERROR("engine: cannot start the proxy thread");
+        return STRATA_ERR_NO_MEMORY;
+    }
+    engine->connected = true;
+    return STRATA_OK;
+}
+
+void inter_engine_destroy(inter_engine_t *engine)
+{
+    if (engine == NULL) {
+        return;
+    }
+    if (engine->connected) {
+        struct timespec deadline;
+
+        atomic_store(&engine->running, false);
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_sec += 1 + (time_t)(engine->params.peer_timeout_ns / UTIL_NSEC_PER_SEC);
+        if (pthread_timedjoin_np(engine->proxy, NULL, &deadline) != 0) {
+            /* Stuck inside the transport: closing it under the thread would crash. */
+            UTIL_LOG_ERROR("engine: the proxy thread is stuck in the transport; leaving the "
+                           "engine to process exit");
+            pthread_detach(engine->proxy);
+            return;
+        }
+    }
+    inter_proxy_drain(engine);
+    inter_engine_mem_deregister(engine, engine->ctrl_mr);
+    for (int r = 0; r < engine->num_rails; ++r) {
+        inter_rail_t *rail = &engine->rails[r];
+
+        engine->ops->mem_deregister(rail->tp, &rail->rx_mr);
+        engine->ops->mem_deregister(rail->tp, &rail->tx_mr);
+        engine->ops->close(rail->tp);
+        free(rail->rx_pool);
+        free(rail->tx_pool);
+        free(rail->peers);
+    }
+    if (engine->ring.slots != NULL) {
+        util_ring_cleanup(&engine->ring);
+    }
+    pthread_mutex_destroy(&engine->mr_lock);
+    free(engine->ctrl);
+    free(engine->peer_info);
+    free(engine->peer_failed);
+    free(engine->last_seen);
+    free(engine);
+}
+
+int inter_engine_num_rails(const inter_engine_t *engine)
+{
+    return engine->num_rails;
+}
+
+const char *inter_engine_transport_name(const inter_engine_t *engine)
+{
+    return engine->rails[0].tp->name;
+}
+
+bool inter_engine_has_read(const inter_engine_t *engine)
+{
+    return engine->rails[0].tp->has_read;
+}
+
+bool inter_engine_wedged(inter_engine_t *engine)
+{
+    uint64_t pulse = atomic_load_explicit(&engine->proxy_pulse, memory_order_acquire);
+    uint64_t now = util_clock_now_ns();
+    int target;
+
+    if (!engine->connected || now < pulse || now - pulse < engine->params.peer_timeout_ns) {
+        return false;
+    }
+    target = atomic_load(&engine->proxy_target);
+    if (target >= 0 && !atomic_exchange(&engine->peer_failed[target], true)) {
+        UTIL_LOG_WARN("engine: peer %d failed: the transport has been stuck on it for more "
+                      "than the peer timeout", target);
+    }
+    return true;
+}
+
+bool inter_engine_peer_failed(const inter_engine_t *engine, int peer)
+{
+    return peer >= 0 && peer < engine->params.world_size &&
+           atomic_load_explicit(&engine->peer_failed[peer], memory_order_acquire);
+}
+
+/* --- Memory ---------------------------------------------------------------------------- */
+
+strata_status_t inter_engine_mem_register(inter_engine_t *engine, void *addr, size_t len,
+                                          inter_mr_t **mr_p)
+{
+    strata_status_t status = STRATA_OK;
+    inter_mr_t *mr;
+
+    if (addr == NULL || len == 0 || mr_p == NULL) {
+        UTIL_LOG_ERROR("engine: cannot register %zu bytes at %p", len, addr);
+        return STRATA_ERR_INVALID;
+    }
+    mr = calloc(1, sizeof(*mr));
+    if (mr == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    mr->addr = addr;
+    mr->len  = len;
+    pthread_mutex_lock(&engine->mr_lock);
+    for (int r = 0; r < engine->num_rails && status == STRATA_OK; ++r) {
+        status = engine->ops->mem_register(engine->rails[r].tp, addr, len,
+                                           atomic_fetch_add(&engine->key_counter, 1),
+                                           &mr->tmr[r]);
+        mr->num_rails += (status == STRATA_OK);
+    }
+    pthread_mutex_unlock(&engine->mr_lock);
+    if (status != STRATA_OK) {
+        inter_engine_mem_deregister(engine, mr);
+        return status;
+    }
+    *mr_p = mr;
+    return STRATA_OK;
+}
+
+void inter_engine_mem_deregister(inter_engine_t *engine, inter_mr_t *mr)
+{
+    if (mr == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&engine->mr_lock);
+    for (int r = 0; r < mr->num_rails; ++r) {
+        engine->ops->mem_deregister(engine->rails[r].tp, &mr->tmr[r]);
+    }
+    pthread_mutex_unlock(&engine->mr_lock);
+    free(mr);
+}
+
+void inter_engine_mem_descriptor(const inter_mr_t *mr, inter_rdesc_t *desc_p)
+{
+    memset(desc_p, 0, sizeof(*desc_p));
+    desc_p->magic     = INTER_RDESC_MAGIC;
+    desc_p->num_rails = (uint32_t)mr->num_rails;
+    desc_p->base      = (uint64_t)(uintptr_t)mr->addr;
+    desc_p->length    = mr->len;
+    for (int r = 0; r < mr->num_rails; ++r) {
+        desc_p->keys[r] = mr->tmr[r].key;
+    }
+}
+
+/* Rails a write between this rank and peer uses: both sides count the same. */
+static uint32_t inter_pair_rails(const inter_engine_t *engine, int peer)
+{
+    return (uint32_t)UTIL_MIN(engine->num_rails, engine->peer_info[peer].num_rails);
+}
+
+uint32_t inter_engine_write_chunks(const inter_engine_t *engine, int peer, size_t len)
+{
+    inter_stripe_params_t stripe = {.num_rails = inter_pair_rails(engine, peer),
+                                    .min_chunk = engine->params.stripe_min_chunk,
+                                    .max_chunks = engine->params.stripe_max_chunks};
+    uint32_t chunks = 0;
+
+    if (peer < 0 || peer >= engine->params.world_size ||
+        inter_stripe_num_chunks(&stripe, len, &chunks) != STRATA_OK) {
+        return 0;
+    }
+    return chunks;
+}

@@ -1,0 +1,190 @@
+/*
+ * Inside the inter layer: engine, rails, requests and their operations.
+ */
+#ifndef STRATA_INTER_INTERNAL_H
+#define STRATA_INTER_INTERNAL_H
+
+#include "engine.h"
+#include "transport.h"
+#include "util/util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define INTER_RX_SLOTS      64  /* receive buffers per rail */
+#define INTER_TX_SLOTS      64  /* send buffers per rail */
+#define INTER_RING_SIZE     4096
+#define INTER_RDESC_MAGIC   0x52444553u /* "RDES" */
+#define INTER_BARRIER_SLOTS 256
+
+/* The two top bits of an immediate say whose it is. */
+#define INTER_IMM_TYPE_SHIFT 30
+#define INTER_IMM_USER       0u
+#define INTER_IMM_BARRIER    1u
+#define INTER_IMM_VALUE_MASK ((1u << INTER_IMM_TYPE_SHIFT) - 1)
+
+typedef enum inter_msg_type {
+    INTER_MSG_HEARTBEAT = 1,
+    INTER_MSG_USER      = 2
+} inter_msg_type_t;
+
+/* Precedes every message on the wire. */
+typedef struct inter_msg_header {
+    uint32_t magic;
+    uint16_t type;
+    uint16_t rail;
+    int32_t  src;
+    uint32_t length;
+} inter_msg_header_t;
+
+#define INTER_MSG_MAGIC 0x4d534731u /* "MSG1" */
+
+typedef enum inter_op_kind {
+    INTER_OP_WRITE,
+    INTER_OP_READ,
+    INTER_OP_SEND,
+    INTER_OP_RX /* a receive buffer of the pool */
+} inter_op_kind_t;
+
+typedef struct inter_request_priv inter_request_priv_t;
+
+/* One posted transport operation; the transport's context space comes first. */
+typedef struct inter_op {
+    char                   context[INTER_CONTEXT_SPACE];
+    inter_request_t       *req;
+    struct inter_op       *next;     /* proxy: pending list */
+    inter_op_kind_t        kind;
+    int                    rail;
+    int                    peer;
+    void                  *lbuf;
+    size_t                 len;
+    void                  *desc;
+    uint64_t               raddr;
+    uint64_t               rkey;
+    bool                   with_imm;
+    uint32_t               imm;
+    int                    slot;     /* send: tx slot used, -1 none yet */
+} inter_op_t;
+
+typedef enum inter_req_type {
+    INTER_REQ_RMA,    /* writes and reads: ops[] posted as they are */
+    INTER_REQ_SEND,
+    INTER_REQ_RECV,
+    INTER_REQ_NOTIFY
+} inter_req_type_t;
+
+struct inter_request {
+    atomic_int             done;      /* proxy publishes status with release */
+    atomic_bool            cancelled;
+    atomic_bool            released;  /* the user gave it back */
+    strata_status_t        status;
+    inter_req_type_t       type;
+    inter_engine_t        *engine;
+    uint32_t               num_ops;
+    uint32_t               ops_posted;
+    uint32_t               ops_finished;
+    inter_op_t            *ops;
+    struct inter_request  *next_active; /* proxy: requests it still holds */
+    /* send/recv */
+    int                    peer;
+    void                  *buf;
+    size_t                 cap;
+    size_t                 length;
+    int                    source;
+    struct inter_request  *next_recv;
+    /* notify */
+    uint32_t               imm;
+    uint64_t               count;
+    inter_imm_fn_t         fn;
+    void                  *arg;
+};
+
+typedef struct inter_rail {
+    inter_transport_t *tp;
+    uint64_t          *peers;        /* [world] transport handle of each rank */
+    char              *rx_pool;
+    inter_tmr_t        rx_mr;
+    inter_op_t         rx_ops[INTER_RX_SLOTS];
+    char              *tx_pool;
+    inter_tmr_t        tx_mr;
+    int                tx_free[INTER_TX_SLOTS];
+    int                num_tx_free;
+} inter_rail_t;
+
+struct inter_mr {
+    void       *addr;
+    size_t      len;
+    int         num_rails;
+    inter_tmr_t tmr[INTER_MAX_RAILS];
+};
+
+/* An unexpected message, kept until a matching recv is posted. */
+typedef struct inter_unexpected {
+    struct inter_unexpected *next;
+    int                      src;
+    size_t                   length;
+    char                     data[];
+} inter_unexpected_t;
+
+typedef struct inter_peer_info {
+    int           num_rails;
+    inter_rdesc_t ctrl; /* its barrier landing word */
+} inter_peer_info_t;
+
+struct inter_engine {
+    inter_engine_params_t  params;
+    const inter_transport_ops_t *ops;
+    int                    num_rails;
+    inter_rail_t           rails[INTER_MAX_RAILS];
+    size_t                 slot_size;   /* header + msg_size */
+    inter_peer_info_t     *peer_info;   /* [world] */
+    atomic_bool           *peer_failed; /* [world] */
+    uint64_t              *last_seen;   /* [world] proxy: last message time */
+    util_ring_t            ring;
+    pthread_t              proxy;
+    atomic_bool            running;
+    bool                   connected;
+    atomic_uint_fast64_t   key_counter;
+    pthread_mutex_t        mr_lock;     /* registrations from several threads */
+    /* proxy-owned */
+    inter_op_t            *pending_head, *pending_tail;
+    inter_request_t       *active;
+    inter_request_t       *recvs;       /* posted user receives, in order */
+    inter_unexpected_t    *unexpected;
+    inter_request_t       *notify[INTER_IMM_MAX];
+    uint64_t               next_heartbeat;
+    /* shared */
+    _Atomic uint64_t       imm_count[INTER_IMM_MAX];
+    _Atomic uint64_t       barrier_count[INTER_BARRIER_SLOTS];
+    uint32_t               barrier_epoch; /* caller-serialised */
+    /* The proxy's pulse: a proxy stuck inside the transport (shm spins forever on a lock a
+     * dead peer held) is seen by waiters, who fail instead of hanging. */
+    _Atomic uint64_t       proxy_pulse;   /* clock of the proxy's last loop */
+    atomic_int             proxy_target;  /* peer the proxy is posting to, -1 none */
+    uint64_t              *ctrl;          /* [0] barrier landing word, [1] barrier source */
+    inter_mr_t            *ctrl_mr;
+};
+
+/* inter_proxy.c */
+void *inter_proxy_main(void *arg);
+void  inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why);
+void  inter_proxy_drain(inter_engine_t *engine); /* at destroy: fail and free everything */
+
+/* inter_engine.c */
+/** True (and the peer the proxy was posting to is failed) when the proxy is stuck. */
+bool inter_engine_wedged(inter_engine_t *engine);
+
+/* inter_request.c */
+strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req);
+inter_request_t *inter_request_alloc(inter_engine_t *engine, inter_req_type_t type,
+                                     uint32_t num_ops);
+void             inter_request_destroy(inter_request_t *req);
+void             inter_request_finish(inter_request_t *req, strata_status_t status);
+
+static inline uint64_t inter_remote_addr(const inter_engine_t *engine, int rail,
+                                         const inter_rdesc_t *rdesc, size_t offset)
+{
+    return engine->rails[rail].tp->virt_addr ? rdesc->base + offset : offset;
+}
+
+#endif

@@ -1,0 +1,534 @@
+/*
+ * The proxy thread: takes requests off the submission ring, posts their operations in
+ * order (keeping what the transport cannot take yet), polls every rail's completion queue,
+ * counts immediates, matches messages to receives, sends heartbeats and fails silent peers.
+ * Everything here runs on the proxy thread only, except inter_proxy_drain.
+ */
+#include "inter_internal.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INTER_PROXY_CQ_BATCH 32
+
+static void inter_active_push(inter_engine_t *engine, inter_request_t *req)
+{
+    req->next_active = engine->active;
+    engine->active   = req;
+}
+
+static void inter_pending_push(inter_engine_t *engine, inter_op_t *op)
+{
+    op->next = NULL;
+    if (engine->pending_tail) {
+        engine->pending_tail->next = op;
+    } else {
+        engine->pending_head = op;
+    }
+    engine->pending_tail = op;
+}
+
+/* An operation is over (done, failed or never posted); finish its request after the last. */
+static void inter_op_finished(inter_op_t *op, strata_status_t status)
+{
+    inter_request_t *req = op->req;
+
+    if (status != STRATA_OK && req->status == STRATA_OK) {
+        req->status = status;
+    }
+    if (++req->ops_finished == req->num_ops) {
+        inter_request_finish(req, req->status);
+    }
+}
+
+/* --- Messages -------------------------------------------------------------------------- */
+
+static bool inter_recv_matches(const inter_request_t *req, int src)
+{
+    return req->peer == -1 || req->peer == src;
+}
+
+static void inter_recv_complete(inter_request_t *req, int src, const void *data, size_t len)
+{
+    strata_status_t status = STRATA_OK;
+
+    if (len > req->cap) {
+        UTIL_LOG_ERROR("engine: message of %zu bytes from rank %d into a %zu-byte receive", len,
+                       src, req->cap);
+        status = STRATA_ERR_INVALID;
+        len    = req->cap;
+    }
+    if (len > 0) {
+        memcpy(req->buf, data, len);
+    }
+    req->length = len;
+    req->source = src;
+    inter_request_finish(req, status);
+}
+
+static void inter_deliver(inter_engine_t *engine, int src, const void *data, size_t len)
+{
+    inter_request_t **link = &engine->recvs, *req;
+    inter_unexpected_t *msg, **tail;
+
+    for (; (req = *link) != NULL; link = &req->next_recv) {
+        if (inter_recv_matches(req, src)) {
+            *link = req->next_recv;
+            inter_recv_complete(req, src, data, len);
+            return;
+        }
+    }
+    msg = malloc(sizeof(*msg) + len);
+    if (msg == NULL) {
+        UTIL_LOG_ERROR("engine: out of memory keeping a %zu-byte message from rank %d", len, src);
+        return;
+    }
+    msg->next   = NULL;
+    msg->src    = src;
+    msg->length = len;
+    memcpy(msg->data, data, len);
+    for (tail = &engine->unexpected; *tail != NULL; tail = &(*tail)->next) {
+    }
+    *tail = msg;
+}
+
+static void inter_post_user_recv(inter_engine_t *engine, inter_request_t *req)
+{
+    inter_unexpected_t **link = &engine->unexpected, *msg;
+    inter_request_t **tail;
+
+    for (; (msg = *link) != NULL; link = &msg->next) {
+        if (inter_recv_matches(req, msg->src)) {
+            *link = msg->next;
+            inter_recv_complete(req, msg->src, msg->data, msg->length);
+            free(msg);
+            return;
+        }
+    }
+    if (req->peer >= 0 && inter_engine_peer_failed(engine, req->peer)) {
+        inter_request_finish(req, STRATA_ERR_PEER_FAILED);
+        return;
+    }
+    for (tail = &engine->recvs; *tail != NULL; tail = &(*tail)->next_recv) {
+    }
+    req->next_recv = NULL;
+    *tail          = req;
+}
+
+/* --- Immediates ------------------------------------------------------------------------- */
+
+static void inter_notify_check(inter_engine_t *engine, uint32_t imm)
+{
+    inter_request_t *req = engine->notify[imm];
+    uint64_t seen;
+
+    if (req == NULL) {
+        return;
+    }
+    seen = atomic_load_explicit(&engine->imm_count[imm], memory_order_acquire);
+    if (seen >= req->count) {
+        atomic_fetch_sub_explicit(&engine->imm_count[imm], req->count, memory_order_acq_rel);
+        engine->notify[imm] = NULL;
+        req->fn(req->arg, imm, STRATA_OK);
+        inter_request_finish(req, STRATA_OK);
+    }
+}
+
+static void inter_imm_arrived(inter_engine_t *engine, uint32_t imm)
+{
+    uint32_t type = imm >> INTER_IMM_TYPE_SHIFT, value = imm & INTER_IMM_VALUE_MASK;
+
+    if (type == INTER_IMM_BARRIER) {
+        atomic_fetch_add_explicit(&engine->barrier_count[value % INTER_BARRIER_SLOTS], 1,
+                                  memory_order_release);
+    } else if (type == INTER_IMM_USER && value < INTER_IMM_MAX) {
+        /* Proxy publishes the arrival (release); waiters acquire the count. */
+        atomic_fetch_add_explicit(&engine->imm_count[value], 1, memory_order_release);
+        inter_notify_check(engine, value);
+    }
+}
+
+static void inter_add_notify(inter_engine_t *engine, inter_request_t *req)
+{
+    inter_request_t *old = engine->notify[req->imm];
+
+    if (old != NULL) {
+        UTIL_LOG_ERROR("engine: immediate %u already has a callback", req->imm);
+        req->fn(req->arg, req->imm, STRATA_ERR_BUSY);
+        inter_request_finish(req, STRATA_ERR_BUSY);
+        return;
+    }
+    if (req->peer >= 0 && inter_engine_peer_failed(engine, req->peer)) {
+        req->fn(req->arg, req->imm, STRATA_ERR_PEER_FAILED);
+        inter_request_finish(req, STRATA_ERR_PEER_FAILED);
+        return;
+    }
+    engine->notify[req->imm] = req;
+    inter_notify_check(engine, req->imm);
+}
+
+/* --- Submission and posting ------------------------------------------------------------------ */
+
+static void inter_accept(inter_engine_t *engine, inter_request_t *req)
+{
+    inter_active_push(engine, req);
+    switch (req->type) {
+    case INTER_REQ_RECV:
+        inter_post_user_recv(engine, req);
+        return;
+    case INTER_REQ_NOTIFY:
+        inter_add_notify(engine, req);
+        return;
+    case INTER_REQ_RMA:
+    case INTER_REQ_SEND:
+        for (uint32_t i = 0; i < req->num_ops; ++i) {
+            req->ops[i].req = req;
+            inter_pending_push(engine, &req->ops[i]);
+        }
+        return;
+    }
+}
+
+static int inter_pop_submissions(inter_engine_t *engine)
+{
+    inter_request_t *req;
+    int n = 0;
+
+    while (n < 256 && (req = util_ring_pop(&engine->ring)) != NULL) {
+        inter_accept(engine, req);
+        ++n;
+    }
+    return n;
+}
+
+static strata_status_t inter_post_send(inter_engine_t *engine, inter_op_t *op)
+{
+    inter_rail_t *rail = &engine->rails[op->rail];
+    inter_msg_header_t *header;
+    strata_status_t status;
+
+    if (op->slot < 0) {
+        if (rail->num_tx_free == 0) {
+            return STRATA_ERR_BUSY; /* all send buffers in flight */
+        }
+        op->slot = rail->tx_free[--rail->num_tx_free];
+    }
+    header  = (inter_msg_header_t *)(rail->tx_pool + (size_t)op->slot * engine->slot_size);
+    *header = (inter_msg_header_t){.magic = INTER_MSG_MAGIC, .type = INTER_MSG_USER,
+                                   .rail = (uint16_t)op->rail, .src = engine->params.rank,
+                                   .length = (uint32_t)op->len};
+    memcpy(header + 1, op->req->buf, op->len);
+    status = engine->ops->post_send(rail->tp, rail->peers[op->peer], header,
+                                    sizeof(*header) + op->len, rail->tx_mr.desc, op);
+    if (status != STRATA_OK) {
+        rail->tx_free[rail->num_tx_free++] = op->slot;
+        op->slot                           = -1;
+    }
+    return status;
+}
+
+static strata_status_t inter_post_op(inter_engine_t *engine, inter_op_t *op)
+{
+    inter_rail_t *rail = &engine->rails[op->rail];
+
+    switch (op->kind) {
+    case INTER_OP_WRITE:
+        return engine->ops->post_write(rail->tp, rail->peers[op->peer], op->lbuf, op->len,
+                                       op->desc, op->raddr, op->rkey, op->with_imm, op->imm, op);
+    case INTER_OP_READ:
+        return engine->ops->post_read(rail->tp, rail->peers[op->peer], op->lbuf, op->len,
+                                      op->desc, op->raddr, op->rkey, op);
+    case INTER_OP_SEND:
+        return inter_post_send(engine, op);
+    case INTER_OP_RX:
+        break;
+    }
+    return STRATA_ERR_INTERNAL;
+}
+
+/* Post pending operations in order until the transport pushes back. */
+static int inter_post_pending(inter_engine_t *engine)
+{
+    strata_status_t status;
+    inter_op_t *op;
+    int n = 0;
+
+    while ((op = engine->pending_head) != NULL) {
+        if (atomic_load(&op->req->cancelled)) {
+            status = STRATA_ERR_CANCELLED;
+        } else if (inter_engine_peer_failed(engine, op->peer)) {
+            status = STRATA_ERR_PEER_FAILED;
+        } else {
+            atomic_store_explicit(&engine->proxy_target, op->peer, memory_order_relaxed);
+            status = inter_post_op(engine, op);
+            atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
+            if (status == STRATA_ERR_BUSY) {
+                break;
+            }
+        }
+        engine->pending_head = op->next;
+        if (engine->pending_head == NULL) {
+            engine->pending_tail = NULL;
+        }
+        if (status == STRATA_OK) {
+            op->req->ops_posted++;
+        } else {
+            if (status == STRATA_ERR_TRANSPORT) {
+                inter_proxy_fail_peer(engine, op->peer, "posting to it failed");
+            }
+            inter_op_finished(op, status);
+        }
+        ++n;
+    }
+    return n;
+}
+
+/* --- Completions -------------------------------------------------------------------------- */
+
+static void inter_repost_rx(inter_engine_t *engine, inter_op_t *op)
+{
+    inter_rail_t *rail = &engine->rails[op->rail];
+    strata_status_t status;
+
+    status = engine->ops->post_recv(rail->tp, op->lbuf, op->len, op->desc, op);
+    if (status != STRATA_OK && atomic_load(&engine->running)) {
+        UTIL_LOG_ERROR("engine: re-posting a receive buffer on rail %d failed: %s", op->rail,
+                       strata_status_string(status));
+    }
+}
+
+static void inter_on_message(inter_engine_t *engine, inter_op_t *rx, size_t length)
+{
+    const inter_msg_header_t *header = rx->lbuf;
+
+    if (length < sizeof(*header) || header->magic != INTER_MSG_MAGIC || header->src < 0 ||
+        header->src >= engine->params.world_size ||
+        header->length > length - sizeof(*header)) {
+        UTIL_LOG_WARN("engine: dropped a malformed message of %zu bytes on rail %d", length,
+                      rx->rail);
+        return;
+    }
+    engine->last_seen[header->src] = util_clock_now_ns();
+    if (header->type == INTER_MSG_USER) {
+        inter_deliver(engine, header->src, header + 1, header->length);
+    }
+}
+
+static void inter_on_local(inter_engine_t *engine, inter_op_t *op, strata_status_t status)
+{
+    if (op->kind == INTER_OP_SEND && op->slot >= 0) {
+        inter_rail_t *rail = &engine->rails[op->rail];
+
+        rail->tx_free[rail->num_tx_free++] = op->slot;
+        op->slot                           = -1;
+    }
+    op->req->ops_posted--; /* back from the transport */
+    /* A transport error, or a cancellation nobody asked for (the provider tore down the
+     * connection), means the peer is gone. */
+    if (status == STRATA_ERR_TRANSPORT ||
+        (status == STRATA_ERR_CANCELLED && !atomic_load(&op->req->cancelled))) {
+        inter_proxy_fail_peer(engine, op->peer, "an operation to it failed");
+        status = STRATA_ERR_PEER_FAILED;
+    }
+    inter_op_finished(op, status);
+}
+
+static int inter_poll_rail(inter_engine_t *engine, int r)
+{
+    inter_cqe_t cqes[INTER_PROXY_CQ_BATCH];
+    int n = engine->ops->poll(engine->rails[r].tp, cqes, INTER_PROXY_CQ_BATCH);
+
+    if (n < 0) {
+        return 0;
+    }
+    for (int i = 0; i < n; ++i) {
+        inter_op_t *op = cqes[i].context;
+
+        switch (cqes[i].kind) {
+        case INTER_CQE_LOCAL:
+            if (op != NULL) {
+                inter_on_local(engine, op, cqes[i].status);
+            }
+            break;
+        case INTER_CQE_RECV:
+            if (op == NULL) {
+                break;
+            }
+            if (cqes[i].status == STRATA_OK) {
+                inter_on_message(engine, op, cqes[i].length);
+            }
+            if (cqes[i].status != STRATA_ERR_CANCELLED) {
+                inter_repost_rx(engine, op);
+            }
+            break;
+        case INTER_CQE_IMM:
+            inter_imm_arrived(engine, cqes[i].imm);
+            if (op != NULL) {
+                inter_repost_rx(engine, op); /* FI_RX_CQ_DATA providers consume a buffer */
+            }
+            break;
+        }
+    }
+    return n;
+}
+
+/* --- Liveness ------------------------------------------------------------------------------- */
+
+static bool inter_request_involves(const inter_request_t *req, int peer)
+{
+    if (req->peer == peer) {
+        return true;
+    }
+    for (uint32_t i = 0; i < req->num_ops; ++i) {
+        if (req->ops[i].peer == peer) {
+            return true;
+        }
+    }
+    return false;
+}
+
+void inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why)
+{
+    inter_request_t **link;
+
+    if (peer < 0 || peer >= engine->params.world_size || peer == engine->params.rank ||
+        atomic_exchange(&engine->peer_failed[peer], true)) {
+        return;
+    }
+    UTIL_LOG_WARN("engine: peer %d failed: %s", peer, why);
+    for (inter_request_t *req = engine->active; req != NULL; req = req->next_active) {
+        if (!atomic_load(&req->done) && req->type != INTER_REQ_NOTIFY &&
+            inter_request_involves(req, peer)) {
+            inter_request_finish(req, STRATA_ERR_PEER_FAILED);
+        }
+    }
+    for (link = &engine->recvs; *link != NULL;) {
+        if ((*link)->peer == peer || atomic_load(&(*link)->done)) {
+            inter_request_finish(*link, STRATA_ERR_PEER_FAILED);
+            *link = (*link)->next_recv;
+        } else {
+            link = &(*link)->next_recv;
+        }
+    }
+    for (uint32_t imm = 0; imm < INTER_IMM_MAX; ++imm) {
+        inter_request_t *req = engine->notify[imm];
+
+        if (req != NULL && (req->peer == peer || req->peer == -1)) {
+            engine->notify[imm] = NULL;
+            req->fn(req->arg, imm, STRATA_ERR_PEER_FAILED);
+            inter_request_finish(req, STRATA_ERR_PEER_FAILED);
+        }
+    }
+}
+
+static void inter_heartbeat(inter_engine_t *engine, uint64_t now)
+{
+    inter_rail_t *rail = &engine->rails[0];
+    inter_msg_header_t beat = {.magic = INTER_MSG_MAGIC, .type = INTER_MSG_HEARTBEAT,
+                               .src = engine->params.rank};
+
+    for (int p = 0; p < engine->params.world_size; ++p) {
+        if (p == engine->params.rank || inter_engine_peer_failed(engine, p)) {
+            continue;
+        }
+        /* Best effort: a full queue now is fine, the next beat will go. */
+        atomic_store_explicit(&engine->proxy_target, p, memory_order_relaxed);
+        engine->ops->inject(rail->tp, rail->peers[p], &beat, sizeof(beat));
+        atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
+        if (now - engine->last_seen[p] > engine->params.peer_timeout_ns &&
+            engine->last_seen[p] < now) {
+            inter_proxy_fail_peer(engine, p, "no heartbeat within the peer timeout");
+        }
+    }
+}
+
+/* Cancelled receives leave the matching list; they complete STRATA_ERR_CANCELLED. */
+static void inter_sweep_cancelled_recvs(inter_engine_t *engine)
+{
+    inter_request_t **link = &engine->recvs;
+
+    while (*link != NULL) {
+        if (atomic_load(&(*link)->cancelled)) {
+            inter_request_finish(*link, STRATA_ERR_CANCELLED);
+            *link = (*link)->next_recv;
+        } else {
+            link = &(*link)->next_recv;
+        }
+    }
+}
+
+/* Free requests the user gave back once nothing of theirs is with the transport. */
+static void inter_sweep(inter_engine_t *engine)
+{
+    inter_request_t **link = &engine->active, *req;
+
+    inter_sweep_cancelled_recvs(engine);
+
+    while ((req = *link) != NULL) {
+        bool in_recv_list = req->type == INTER_REQ_RECV && !atomic_load(&req->done);
+
+        if (atomic_load_explicit(&req->released, memory_order_acquire) &&
+            atomic_load(&req->done) && req->ops_posted == 0 && !in_recv_list &&
+            req->ops_finished == req->num_ops) {
+            *link = req->next_active;
+            inter_request_destroy(req);
+        } else {
+            link = &req->next_active;
+        }
+    }
+}
+
+void *inter_proxy_main(void *arg)
+{
+    inter_engine_t *engine = arg;
+    uint64_t now;
+    int work;
+
+    while (atomic_load_explicit(&engine->running, memory_order_acquire)) {
+        atomic_store_explicit(&engine->proxy_pulse, util_clock_now_ns(), memory_order_release);
+        work = inter_pop_submissions(engine);
+        work += inter_post_pending(engine);
+        for (int r = 0; r < engine->num_rails; ++r) {
+            work += inter_poll_rail(engine, r);
+        }
+        now = util_clock_now_ns();
+        if (now >= engine->next_heartbeat) {
+            inter_heartbeat(engine, now);
+            inter_sweep(engine);
+            engine->next_heartbeat = now + engine->params.heartbeat_ns;
+        }
+        if (work == 0) {
+            sched_yield();
+        }
+    }
+    return NULL;
+}
+
+void inter_proxy_drain(inter_engine_t *engine)
+{
+    inter_request_t *req;
+    inter_unexpected_t *msg;
+
+    if (engine->ring.slots != NULL) {
+        while ((req = util_ring_pop(&engine->ring)) != NULL) {
+            inter_active_push(engine, req);
+        }
+    }
+    for (uint32_t imm = 0; imm < INTER_IMM_MAX; ++imm) {
+        if ((req = engine->notify[imm]) != NULL) {
+            engine->notify[imm] = NULL;
+            req->fn(req->arg, imm, STRATA_ERR_CANCELLED);
+        }
+    }
+    while ((req = engine->active) != NULL) {
+        engine->active = req->next_active;
+        inter_request_destroy(req);
+    }
+    while ((msg = engine->unexpected) != NULL) {
+        engine->unexpected = msg->next;
+        free(msg);
+    }
+    engine->recvs        = NULL;
+    engine->pending_head = engine->pending_tail = NULL;
+}

@@ -1,0 +1,555 @@
+/*
+ * Request submission from any thread: validation, expansion into transport operations
+ * (chunks striped over rails, pages, scatter targets), and the waits on requests,
+ * immediates and barriers.
+ */
+#include "inter_internal.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+inter_request_t *inter_request_alloc(inter_engine_t *engine, inter_req_type_t type,
+                                     uint32_t num_ops)
+{
+    inter_request_t *req = calloc(1, sizeof(*req));
+
+    if (req == NULL) {
+        return NULL;
+    }
+    if (num_ops > 0) {
+        req->ops = calloc(num_ops, sizeof(*req->ops));
+        if (req->ops == NULL) {
+            free(req);
+            return NULL;
+        }
+    }
+    req->engine  = engine;
+    req->type    = type;
+    req->num_ops = num_ops;
+    req->peer    = -1;
+    req->source  = -1;
+    atomic_init(&req->done, 0);
+    atomic_init(&req->cancelled, false);
+    atomic_init(&req->released, false);
+    return req;
+}
+
+void inter_request_destroy(inter_request_t *req)
+{
+    if (req != NULL) {
+        free(req->ops);
+        free(req->buf != NULL && req->type == INTER_REQ_SEND ? req->buf : NULL);
+        free(req);
+    }
+}
+
+void inter_request_finish(inter_request_t *req, strata_status_t status)
+{
+    if (atomic_load_explicit(&req->done, memory_order_relaxed)) {
+        return;
+    }
+    if (status == STRATA_OK && atomic_load(&req->cancelled)) {
+        status = STRATA_ERR_CANCELLED;
+    }
+    req->status = status;
+    /* Proxy publishes the status (release); the user's test/wait acquires it. */
+    atomic_store_explicit(&req->done, 1, memory_order_release);
+}
+
+strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req)
+{
+    uint64_t deadline;
+
+    if (!engine->connected) {
+        UTIL_LOG_ERROR("engine: request before inter_engine_connect");
+        inter_request_destroy(req);
+        return STRATA_ERR_INVALID;
+    }
+    deadline = util_clock_now_ns() + engine->params.peer_timeout_ns;
+    while (!util_ring_push(&engine->ring, req)) {
+        if (util_clock_now_ns() > deadline) { /* the proxy is stuck: do not hang */
+            UTIL_LOG_ERROR("engine: submission ring full for %llu ns",
+                           (unsigned long long)engine->params.peer_timeout_ns);
+            inter_request_destroy(req);
+            return STRATA_ERR_BUSY;
+        }
+        sched_yield();
+    }
+    return STRATA_OK;
+}
+
+strata_status_t inter_request_test(const inter_request_t *req)
+{
+    if (!atomic_load_explicit(&req->done, memory_order_acquire)) {
+        return STRATA_INPROGRESS;
+    }
+    return req->status;
+}
+
+strata_status_t inter_request_wait(const inter_request_t *req, uint64_t timeout_ns)
+{
+    uint64_t deadline = util_clock_now_ns() + timeout_ns;
+    strata_status_t status;
+
+    while ((status = inter_request_test(req)) == STRATA_INPROGRESS) {
+        if (inter_engine_wedged(req->engine)) {
+            return STRATA_ERR_PEER_FAILED;
+        }
+        if (util_clock_now_ns() > deadline) {
+            return STRATA_ERR_TIMEOUT;
+        }
+        sched_yield();
+    }
+    return status;
+}
+
+size_t inter_request_length(const inter_request_t *req)
+{
+    return req->length;
+}
+
+int inter_request_source(const inter_request_t *req)
+{
+    return req->source;
+}
+
+void inter_request_cancel(inter_request_t *req)
+{
+    if (req != NULL) {
+        atomic_store(&req->cancelled, true);
+    }
+}
+
+void inter_request_free(inter_request_t *req)
+{
+    if (req != NULL) {
+        /* User gives it back (release); the proxy frees it when no operation is left. */
+        atomic_store_explicit(&req->released, true, memory_order_release);
+    }
+}
+
+/* --- Validation ------------------------------------------------------------------------- */
+
+static strata_status_t inter_check_peer(inter_engine_t *engine, int peer)
+{
+    if (peer < 0 || peer >= engine->params.world_size) {
+        UTIL_LOG_ERROR("engine: unknown peer %d (ranks are 0..%d)", peer,
+                       engine->params.world_size - 1);
+        return STRATA_ERR_INVALID;
+    }
+    if (inter_engine_peer_failed(engine, peer) || inter_engine_wedged(engine)) {
+        UTIL_LOG_ERROR("engine: peer %d has failed", peer);
+        return STRATA_ERR_PEER_FAILED;
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t inter_check_local(const inter_mr_t *lmr, size_t off, size_t len)
+{
+    if (lmr == NULL || off > lmr->len || len > lmr->len - off) {
+        UTIL_LOG_ERROR("engine: local memory [%zu, +%zu) is not inside a registered region "
+                       "(%zu bytes)", off, len, lmr ? lmr->len : 0);
+        return STRATA_ERR_INVALID;
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t inter_check_remote(const inter_engine_t *engine, int peer,
+                                          const inter_rdesc_t *rdesc, size_t off, size_t len)
+{
+    if (rdesc == NULL || rdesc->magic != INTER_RDESC_MAGIC ||
+        rdesc->num_rails < (uint32_t)UTIL_MIN(engine->num_rails,
+                                              engine->peer_info[peer].num_rails)) {
+        UTIL_LOG_ERROR("engine: not a remote memory descriptor (for peer %d)", peer);
+        return STRATA_ERR_INVALID;
+    }
+    if (off > rdesc->length || len > rdesc->length - off) {
+        UTIL_LOG_ERROR("engine: remote range [%zu, +%zu) runs past peer %d's region of %llu "
+                       "bytes", off, len, peer, (unsigned long long)rdesc->length);
+        return STRATA_ERR_INVALID;
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t inter_check_length(const inter_engine_t *engine, size_t len)
+{
+    if (len == 0 || len > engine->rails[0].tp->max_msg_size) {
+        UTIL_LOG_ERROR("engine: transfer of %zu bytes (must be 1..%llu)", len,
+                       (unsigned long long)engine->rails[0].tp->max_msg_size);
+        return STRATA_ERR_INVALID;
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t inter_check_imm(bool with_imm, uint32_t imm)
+{
+    if (with_imm && imm >= INTER_IMM_MAX) {
+        UTIL_LOG_ERROR("engine: immediate %u out of range (0..%u)", imm, INTER_IMM_MAX - 1);
+        return STRATA_ERR_INVALID;
+    }
+    return STRATA_OK;
+}
+
+/* --- Writes and reads --------------------------------------------------------------------- */
+
+static void inter_fill_rma(const inter_engine_t *engine, inter_op_t *op, inter_op_kind_t kind,
+                           int peer, int rail, const inter_mr_t *lmr, size_t loff,
+                           const inter_rdesc_t *rdesc, size_t roff, size_t len, bool with_imm,
+                           uint32_t imm)
+{
+    op->kind     = kind;
+    op->peer     = peer;
+    op->rail     = rail;
+    op->lbuf     = (char *)lmr->addr + loff;
+    op->len      = len;
+    op->desc     = lmr->tmr[rail].desc;
+    op->raddr    = inter_remote_addr(engine, rail, rdesc, roff);
+    op->rkey     = rdesc->keys[rail];
+    op->with_imm = with_imm;
+    op->imm      = (INTER_IMM_USER << INTER_IMM_TYPE_SHIFT) | imm;
+    op->slot     = -1;
+}
+
+/* Chunks of one striped transfer to one peer, appended at ops[*n]. */
+static void inter_add_chunks(const inter_engine_t *engine, inter_op_t *ops, uint32_t *n,
+                             inter_op_kind_t kind, int peer, const inter_mr_t *lmr, size_t loff,
+                             const inter_rdesc_t *rdesc, size_t roff, size_t len, bool with_imm,
+                             uint32_t imm)
+{
+    inter_stripe_params_t stripe = {.num_rails = (uint32_t)UTIL_MIN(
+                                        engine->num_rails, engine->peer_info[peer].num_rails),
+                                    .min_chunk = engine->params.stripe_min_chunk,
+                                    .max_chunks = engine->params.stripe_max_chunks};
+    uint32_t chunks = inter_engine_write_chunks(engine, peer, len);
+    inter_chunk_t chunk;
+
+    for (uint32_t c = 0; c < chunks; ++c) {
+        inter_stripe_chunk(&stripe, len, chunks, c, &chunk);
+        inter_fill_rma(engine, &ops[(*n)++], kind, peer, (int)chunk.rail, lmr,
+                       loff + chunk.offset, rdesc, roff + chunk.offset, chunk.length, with_imm,
+                       imm);
+    }
+}
+
+static strata_status_t inter_rma(inter_engine_t *engine, inter_op_kind_t kind, int peer,
+                                 const inter_mr_t *lmr, size_t loff, const inter_rdesc_t *rdesc,
+                                 size_t roff, size_t len, bool with_imm, uint32_t imm,
+                                 inter_request_t **req_p)
+{
+    strata_status_t status;
+    inter_request_t *req;
+    uint32_t n = 0;
+
+    if ((status = inter_check_peer(engine, peer)) != STRATA_OK ||
+        (status = inter_check_length(engine, len)) != STRATA_OK ||
+        (status = inter_check_local(lmr, loff, len)) != STRATA_OK ||
+        (status = inter_check_remote(engine, peer, rdesc, roff, len)) != STRATA_OK ||
+        (status = inter_check_imm(with_imm, imm)) != STRATA_OK) {
+        return status;
+    }
+    req = inter_request_alloc(engine, INTER_REQ_RMA, inter_engine_write_chunks(engine, peer, len));
+    if (req == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    inter_add_chunks(engine, req->ops, &n, kind, peer, lmr, loff, rdesc, roff, len, with_imm, imm);
+    req->peer = peer;
+    status    = inter_request_submit(engine, req);
+    if (status == STRATA_OK) {
+        *req_p = req;
+    }
+    return status;
+}
+
+strata_status_t inter_engine_write(inter_engine_t *engine, int peer, const inter_mr_t *lmr,
+                                   size_t loff, const inter_rdesc_t *rdesc, size_t roff,
+                                   size_t len, bool with_imm, uint32_t imm,
+                                   inter_request_t **req_p)
+{
+    return inter_rma(engine, INTER_OP_WRITE, peer, lmr, loff, rdesc, roff, len, with_imm, imm,
+                     req_p);
+}
+
+strata_status_t inter_engine_read(inter_engine_t *engine, int peer, const inter_mr_t *lmr,
+                                  size_t loff, const inter_rdesc_t *rdesc, size_t roff,
+                                  size_t len, inter_request_t **req_p)
+{
+    if (!inter_engine_has_read(engine)) {
+        UTIL_LOG_ERROR("engine: %s offers no RDMA read", inter_engine_transport_name(engine));
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    return inter_rma(engine, INTER_OP_READ, peer, lmr, loff, rdesc, roff, len, false, 0, req_p);
+}
+
+strata_status_t inter_engine_write_paged(inter_engine_t *engine, int peer, const inter_mr_t *lmr,
+                                         const inter_rdesc_t *rdesc, const uint32_t *src_pages,
+                                         const uint32_t *dst_pages, uint32_t num_pages,
+                                         size_t page_size, size_t stride, bool with_imm,
+                                         uint32_t imm, inter_request_t **req_p)
+{
+    strata_status_t status;
+    inter_request_t *req;
+
+    if ((status = inter_check_peer(engine, peer)) != STRATA_OK ||
+        (status = inter_check_length(engine, page_size)) != STRATA_OK ||
+        (status = inter_check_imm(with_imm, imm)) != STRATA_OK) {
+        return status;
+    }
+    if (num_pages == 0 || src_pages == NULL || dst_pages == NULL || stride < page_size) {
+        UTIL_LOG_ERROR("engine: paged write of %u pages of %zu bytes with stride %zu", num_pages,
+                       page_size, stride);
+        return STRATA_ERR_INVALID;
+    }
+    for (uint32_t i = 0; i < num_pages; ++i) {
+        if ((status = inter_check_local(lmr, (size_t)src_pages[i] * stride, page_size)) !=
+                STRATA_OK ||
+            (status = inter_check_remote(engine, peer, rdesc, (size_t)dst_pages[i] * stride,
+                                         page_size)) != STRATA_OK) {
+            return status;
+        }
+    }
+    req = inter_request_alloc(engine, INTER_REQ_RMA, num_pages);
+    if (req == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    /* One operation per page, pages spread over the pair's rails. */
+    for (uint32_t i = 0; i < num_pages; ++i) {
+        int rail = (int)(i % (uint32_t)UTIL_MIN(engine->num_rails,
+                                                engine->peer_info[peer].num_rails));
+        inter_fill_rma(engine, &req->ops[i], INTER_OP_WRITE, peer, rail, lmr,
+                       (size_t)src_pages[i] * stride, rdesc, (size_t)dst_pages[i] * stride,
+                       page_size, with_imm, imm);
+    }
+    req->peer = peer;
+    status    = inter_request_submit(engine, req);
+    if (status == STRATA_OK) {
+        *req_p = req;
+    }
+    return status;
+}
+
+strata_status_t inter_engine_write_scatter(inter_engine_t *engine, const int *peers,
+                                           int num_peers, const inter_mr_t *lmr, size_t loff,
+                                           const inter_rdesc_t *rdescs, const size_t *roffs,
+                                           size_t len, bool with_imm, uint32_t imm,
+                                           inter_request_t **req_p)
+{
+    strata_status_t status;
+    inter_request_t *req;
+    uint32_t total = 0, n = 0;
+
+    if (num_peers <= 0 || peers == NULL || rdescs == NULL || roffs == NULL) {
+        UTIL_LOG_ERROR("engine: scatter write to %d peers", num_peers);
+        return STRATA_ERR_INVALID;
+    }
+    if ((status = inter_check_length(engine, len)) != STRATA_OK ||
+        (status = inter_check_local(lmr, loff, len)) != STRATA_OK ||
+        (status = inter_check_imm(with_imm, imm)) != STRATA_OK) {
+        return status;
+    }
+    for (int i = 0; i < num_peers; ++i) {
+        if ((status = inter_check_peer(engine, peers[i])) != STRATA_OK ||
+            (status = inter_check_remote(engine, peers[i], &rdescs[i], roffs[i], len)) !=
+                STRATA_OK) {
+            return status;
+        }
+        total += inter_engine_write_chunks(engine, peers[i], len);
+    }
+    req = inter_request_alloc(engine, INTER_REQ_RMA, total);
+    if (req == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    for (int i = 0; i < num_peers; ++i) {
+        inter_add_chunks(engine, req->ops, &n, INTER_OP_WRITE, peers[i], lmr, loff, &rdescs[i],
+                         roffs[i], len, with_imm, imm);
+    }
+    status = inter_request_submit(engine, req);
+    if (status == STRATA_OK) {
+        *req_p = req;
+    }
+    return status;
+}
+
+/* --- Messages -------------------------------------------------------------------------- */
+
+strata_status_t inter_engine_send(inter_engine_t *engine, int peer, const void *buf, size_t len,
+                                  inter_request_t **req_p)
+{
+    strata_status_t status;
+    inter_request_t *req;
+
+    if ((status = inter_check_peer(engine, peer)) != STRATA_OK) {
+        return status;
+    }
+    if ((len > 0 && buf == NULL) || len > engine->params.msg_size) {
+        UTIL_LOG_ERROR("engine: message of %zu bytes (at most %zu)", len,
+                       engine->params.msg_size);
+        return STRATA_ERR_INVALID;
+    }
+    req = inter_request_alloc(engine, INTER_REQ_SEND, 1);
+    if (req == NULL || (req->buf = malloc(len ? len : 1)) == NULL) {
+        inter_request_destroy(req);
+        return STRATA_ERR_NO_MEMORY;
+    }
+    memcpy(req->buf, buf, len);
+    req->length       = len;
+    req->peer         = peer;
+    req->ops[0].kind  = INTER_OP_SEND;
+    req->ops[0].peer  = peer;
+    req->ops[0].rail  = 0;
+    req->ops[0].slot  = -1;
+    req->ops[0].len   = len;
+    status            = inter_request_submit(engine, req);
+    if (status == STRATA_OK) {
+        *req_p = req;
+    }
+    return status;
+}
+
+strata_status_t inter_engine_recv(inter_engine_t *engine, int peer, void *buf, size_t cap,
+                                  inter_request_t **req_p)
+{
+    strata_status_t status;
+    inter_request_t *req;
+
+    if (peer != -1 && (status = inter_check_peer(engine, peer)) != STRATA_OK) {
+        return status;
+    }
+    if (buf == NULL && cap > 0) {
+        return STRATA_ERR_INVALID;
+    }
+    req = inter_request_alloc(engine, INTER_REQ_RECV, 0);
+    if (req == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    req->peer = peer;
+    req->buf  = buf;
+    req->cap  = cap;
+    status    = inter_request_submit(engine, req);
+    if (status == STRATA_OK) {
+        *req_p = req;
+    }
+    return status;
+}
+
+/* --- Immediates and barrier ---------------------------------------------------------------- */
+
+static bool inter_any_peer_failed(const inter_engine_t *engine)
+{
+    for (int p = 0; p < engine->params.world_size; ++p) {
+        if (inter_engine_peer_failed(engine, p)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Wait until *counter >= count, then take count; fail if the writer fails. */
+static strata_status_t inter_counter_wait(inter_engine_t *engine, _Atomic uint64_t *counter,
+                                          uint64_t count, int from_peer, uint64_t timeout_ns)
+{
+    uint64_t deadline = util_clock_now_ns() + timeout_ns, seen;
+
+    for (;;) {
+        seen = atomic_load_explicit(counter, memory_order_acquire);
+        if (seen >= count) {
+            atomic_fetch_sub_explicit(counter, count, memory_order_acq_rel);
+            return STRATA_OK;
+        }
+        if (inter_engine_wedged(engine) ||
+            (from_peer >= 0 && inter_engine_peer_failed(engine, from_peer)) ||
+            (from_peer < 0 && inter_any_peer_failed(engine))) {
+            return STRATA_ERR_PEER_FAILED;
+        }
+        if (util_clock_now_ns() > deadline) {
+            return STRATA_ERR_TIMEOUT;
+        }
+        sched_yield();
+    }
+}
+
+strata_status_t inter_engine_imm_wait(inter_engine_t *engine, uint32_t imm, uint64_t count,
+                                      int from_peer, uint64_t timeout_ns)
+{
+    if (imm >= INTER_IMM_MAX || from_peer >= engine->params.world_size || from_peer < -1) {
+        UTIL_LOG_ERROR("engine: wait on immediate %u from peer %d", imm, from_peer);
+        return STRATA_ERR_INVALID;
+    }
+    return inter_counter_wait(engine, &engine->imm_count[imm], count, from_peer, timeout_ns);
+}
+
+strata_status_t inter_engine_imm_notify(inter_engine_t *engine, uint32_t imm, uint64_t count,
+                                        int from_peer, inter_imm_fn_t fn, void *arg)
+{
+    inter_request_t *req;
+
+    if (imm >= INTER_IMM_MAX || fn == NULL || count == 0 || from_peer < -1 ||
+        from_peer >= engine->params.world_size) {
+        UTIL_LOG_ERROR("engine: notify on immediate %u x %llu from peer %d", imm,
+                       (unsigned long long)count, from_peer);
+        return STRATA_ERR_INVALID;
+    }
+    req = inter_request_alloc(engine, INTER_REQ_NOTIFY, 0);
+    if (req == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    req->imm   = imm;
+    req->count = count;
+    req->peer  = from_peer;
+    req->fn    = fn;
+    req->arg   = arg;
+    atomic_store(&req->released, true); /* the engine owns it; the callback is the result */
+    return inter_request_submit(engine, req);
+}
+
+strata_status_t inter_engine_barrier(inter_engine_t *engine, const int *peers, int n,
+                                     uint64_t timeout_ns)
+{
+    uint32_t epoch = ++engine->barrier_epoch;
+    uint32_t slot = epoch % INTER_BARRIER_SLOTS;
+    inter_request_t *req;
+    strata_status_t status = STRATA_OK;
+    bool member = false;
+    uint32_t k = 0;
+
+    for (int i = 0; i < n; ++i) {
+        if ((status = inter_check_peer(engine, peers[i])) != STRATA_OK) {
+            return status;
+        }
+        member = member || peers[i] == engine->params.rank;
+    }
+    if (!member || n < 1) {
+        UTIL_LOG_ERROR("engine: barrier over %d ranks that do not include rank %d", n,
+                       engine->params.rank);
+        return STRATA_ERR_INVALID;
+    }
+    req = inter_request_alloc(engine, INTER_REQ_RMA, (uint32_t)(n - 1));
+    if (req == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    engine->ctrl[1] = epoch;
+    for (int i = 0; i < n; ++i) {
+        if (peers[i] == engine->params.rank) {
+            continue;
+        }
+        inter_fill_rma(engine, &req->ops[k++], INTER_OP_WRITE, peers[i], 0, engine->ctrl_mr,
+                       sizeof(uint64_t), &engine->peer_info[peers[i]].ctrl, 0, sizeof(uint64_t),
+                       true, 0);
+        req->ops[k - 1].imm = (INTER_IMM_BARRIER << INTER_IMM_TYPE_SHIFT) | slot;
+    }
+    if (k == 0) {
+        inter_request_destroy(req);
+        return STRATA_OK;
+    }
+    status = inter_request_submit(engine, req);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = inter_counter_wait(engine, &engine->barrier_count[slot], (uint64_t)(n - 1), -1,
+                                timeout_ns);
+    if (status == STRATA_OK) {
+        status = inter_request_wait(req, timeout_ns);
+    }
+    inter_request_free(req);
+    return status;
+}

@@ -1,0 +1,423 @@
+/*
+ * The transfer engine across real processes (run under strata-run): every operation's data
+ * checked byte for byte with seeded random sizes and offsets, exact immediate counts,
+ * barrier, callbacks, cancellation, bad input refused without harm, and with --kill RANK a
+ * peer that dies mid-transfer: the survivors must see STRATA_ERR_PEER_FAILED within the
+ * bound and exit 0. Prints one line per rank; exit 0 on success.
+ */
+#include "api/api.h"
+#include "inter/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SLOT        (2u << 20)  /* bytes each source owns in every receive region */
+#define MAX_RANKS   8
+#define WAIT_NS     (20ull * UTIL_NSEC_PER_SEC)
+#define ROUNDS      6
+
+#define CHECK(cond, ...) \
+    do { \
+        if (!(cond)) { \
+            fprintf(stderr, "engine_check r%d (seed %u): ", g_rank, g_seed); \
+            fprintf(stderr, __VA_ARGS__); \
+            fprintf(stderr, "\n"); \
+            exit(1); \
+        } \
+    } while (0)
+
+static int g_rank, g_world;
+static unsigned g_seed = 12345;
+static inter_engine_t *g_engine;
+static strata_bootstrap_t *g_bs;
+static unsigned char *g_src, *g_dst; /* g_dst: world slots of SLOT bytes, one per source */
+static inter_mr_t *g_src_mr, *g_dst_mr;
+static inter_rdesc_t g_src_desc[MAX_RANKS], g_dst_desc[MAX_RANKS];
+
+/* Deterministic per (round, src, dst): both ends derive the same sizes and offsets. */
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return x ^ (x >> 33);
+}
+
+static uint64_t draw(int round, int src, int dst, int what)
+{
+    return mix(((uint64_t)g_seed << 40) ^ ((uint64_t)round << 24) ^ ((uint64_t)src << 16) ^
+               ((uint64_t)dst << 8) ^ (uint64_t)what);
+}
+
+static unsigned char pattern(int round, int src, size_t i)
+{
+    return (unsigned char)(mix(((uint64_t)round << 48) ^ ((uint64_t)src << 40) ^ i) & 0xff);
+}
+
+/* Size in 1..max with a spread over small and large, and an offset keeping it in a slot. */
+static void shape(int round, int src, int dst, size_t *len, size_t *off)
+{
+    size_t max = SLOT / 2;
+
+    *len = 1 + draw(round, src, dst, 1) % ((draw(round, src, dst, 2) % 3 == 0) ? 256 : max);
+    *off = draw(round, src, dst, 3) % (SLOT - *len);
+}
+
+static void setup(void)
+{
+    inter_engine_params_t params;
+    size_t blob_size;
+    void *blobs, *mine;
+
+    const char *seed = getenv("STRATA_TEST_SEED");
+
+    if (seed != NULL) {
+        g_seed = (unsigned)strtoul(seed, NULL, 10);
+    }
+    CHECK(strata_bootstrap_from_env(&g_bs) == STRATA_OK, "bootstrap");
+    g_rank  = g_bs->rank;
+    g_world = g_bs->world_size;
+    util_log_set_rank(g_rank);
+    CHECK(g_world <= MAX_RANKS, "at most %d ranks", MAX_RANKS);
+    CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
+    params.rank       = g_rank;
+    params.world_size = g_world;
+    CHECK(inter_engine_create(&params, &g_engine) == STRATA_OK, "engine create");
+    blob_size = inter_engine_address_size(g_engine);
+    mine      = malloc(blob_size);
+    blobs     = malloc(blob_size * (size_t)g_world);
+    CHECK(inter_engine_address(g_engine, mine) == STRATA_OK, "address");
+    CHECK(g_bs->allgather(g_bs->ctx, mine, blobs, blob_size) == STRATA_OK, "allgather");
+    CHECK(inter_engine_connect(g_engine, blobs) == STRATA_OK, "connect");
+    free(mine);
+    free(blobs);
+
+    g_src = aligned_alloc(4096, SLOT);
+    g_dst = aligned_alloc(4096, SLOT * (size_t)g_world);
+    CHECK(g_src && g_dst, "memory");
+    CHECK(inter_engine_mem_register(g_engine, g_src, SLOT, &g_src_mr) == STRATA_OK, "reg src");
+    CHECK(inter_engine_mem_register(g_engine, g_dst, SLOT * (size_t)g_world, &g_dst_mr) ==
+              STRATA_OK, "reg dst");
+    inter_engine_mem_descriptor(g_src_mr, &g_src_desc[g_rank]);
+    inter_engine_mem_descriptor(g_dst_mr, &g_dst_desc[g_rank]);
+    CHECK(g_bs->allgather(g_bs->ctx, &g_src_desc[g_rank], g_src_desc, sizeof(inter_rdesc_t)) ==
+              STRATA_OK, "src descriptors");
+    CHECK(g_bs->allgather(g_bs->ctx, &g_dst_desc[g_rank], g_dst_desc, sizeof(inter_rdesc_t)) ==
+              STRATA_OK, "dst descriptors");
+}
+
+static void fill_src(int round)
+{
+    for (size_t i = 0; i < SLOT; ++i) {
+        g_src[i] = pattern(round, g_rank, i);
+    }
+}
+
+static void wait_req(inter_request_t *req, const char *what)
+{
+    strata_status_t status = inter_request_wait(req, WAIT_NS);
+
+    CHECK(status == STRATA_OK, "%s: %s", what, strata_status_string(status));
+    inter_request_free(req);
+}
+
+/* Every rank writes a random piece of its source to every rank (itself too). */
+static void round_write(int round)
+{
+    inter_request_t *reqs[MAX_RANKS];
+    uint64_t expect = 0;
+    size_t len, off;
+    uint32_t imm = 100 + (uint32_t)round;
+
+    fill_src(round);
+    memset(g_dst, 0, SLOT * (size_t)g_world);
+    CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
+              STRATA_OK, "barrier before write round %d", round);
+    for (int dst = 0; dst < g_world; ++dst) {
+        shape(round, g_rank, dst, &len, &off);
+        CHECK(inter_engine_write(g_engine, dst, g_src_mr, off, &g_dst_desc[dst],
+                                 (size_t)g_rank * SLOT + off, len, true, imm, &reqs[dst]) ==
+                  STRATA_OK, "write to %d", dst);
+    }
+    for (int src = 0; src < g_world; ++src) {
+        shape(round, src, g_rank, &len, &off);
+        expect += inter_engine_write_chunks(g_engine, src, len);
+    }
+    CHECK(inter_engine_imm_wait(g_engine, imm, expect, -1, WAIT_NS) == STRATA_OK,
+          "round %d: %llu immediates", round, (unsigned long long)expect);
+    for (int dst = 0; dst < g_world; ++dst) {
+        wait_req(reqs[dst], "write");
+    }
+    for (int src = 0; src < g_world; ++src) {
+        shape(round, src, g_rank, &len, &off);
+        for (size_t i = 0; i < len; ++i) {
+            CHECK(g_dst[(size_t)src * SLOT + off + i] == pattern(round, src, off + i),
+                  "round %d: byte %zu of %zu from rank %d", round, i, len, src);
+        }
+    }
+    /* No extra immediates: the count was exact. */
+    CHECK(inter_engine_imm_wait(g_engine, imm, 1, -1, 0) == STRATA_ERR_TIMEOUT,
+          "round %d: more immediates than writes", round);
+}
+
+/* Pages of the source, permuted, into the next rank's slot; one immediate per page. */
+static void paged_write(void)
+{
+    enum { PAGES = 64, PAGE = 4096 };
+    uint32_t src_pages[PAGES], dst_pages[PAGES];
+    int next = (g_rank + 1) % g_world, prev = (g_rank + g_world - 1) % g_world;
+    inter_request_t *req;
+
+    fill_src(50);
+    for (uint32_t i = 0; i < PAGES; ++i) {
+        src_pages[i] = (uint32_t)((i * 7 + 3) % PAGES);
+        dst_pages[i] = (uint32_t)(PAGES - 1 - i);
+    }
+    CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
+              STRATA_OK, "barrier before paged write");
+    CHECK(inter_engine_write_paged(g_engine, next, g_src_mr, &g_dst_desc[next], src_pages,
+                                   dst_pages, PAGES, PAGE, PAGE, true, 7, &req) == STRATA_OK,
+          "paged write");
+    CHECK(inter_engine_imm_wait(g_engine, 7, PAGES, prev, WAIT_NS) == STRATA_OK, "page imms");
+    wait_req(req, "paged write");
+    /* The previous rank wrote its page src_pages[i] at page dst_pages[i] of our region. */
+    for (uint32_t i = 0; i < PAGES; ++i) {
+        for (size_t b = 0; b < PAGE; b += 61) {
+            CHECK(g_dst[(size_t)dst_pages[i] * PAGE + b] ==
+                      pattern(50, prev, (size_t)src_pages[i] * PAGE + b),
+                  "page %u byte %zu", i, b);
+        }
+    }
+}
+
+/* One source to every other rank, then an RDMA read of the right neighbour's source. */
+static void scatter_and_read(void)
+{
+    int peers[MAX_RANKS], n = 0;
+    inter_rdesc_t descs[MAX_RANKS];
+    size_t offs[MAX_RANKS], len = 300000;
+    inter_request_t *req;
+    int right = (g_rank + 1) % g_world;
+    unsigned char *back;
+
+    fill_src(60);
+    for (int p = 0; p < g_world; ++p) {
+        if (p != g_rank) {
+            peers[n]  = p;
+            descs[n]  = g_dst_desc[p];
+            offs[n++] = (size_t)g_rank * SLOT + 1000;
+        }
+    }
+    CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
+              STRATA_OK, "barrier before scatter");
+    if (n > 0) {
+        CHECK(inter_engine_write_scatter(g_engine, peers, n, g_src_mr, 17, descs, offs, len, true,
+                                         9, &req) == STRATA_OK, "scatter");
+        wait_req(req, "scatter");
+        uint64_t expect = 0;
+        for (int p = 0; p < g_world; ++p) {
+            expect += (p == g_rank) ? 0 : inter_engine_write_chunks(g_engine, p, len);
+        }
+        CHECK(inter_engine_imm_wait(g_engine, 9, expect, -1, WAIT_NS) == STRATA_OK, "scatter imms");
+        for (int p = 0; p < g_world; ++p) {
+            for (size_t i = 0; p != g_rank && i < len; i += 13) {
+                CHECK(g_dst[(size_t)p * SLOT + 1000 + i] == pattern(60, p, 17 + i),
+                      "scatter from %d byte %zu", p, i);
+            }
+        }
+    }
+    if (!inter_engine_has_read(g_engine)) {
+        return;
+    }
+    CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
+              STRATA_OK, "barrier before read");
+    back = g_dst + (size_t)g_rank * SLOT; /* read into our own slot */
+    memset(back, 0, SLOT);
+    CHECK(inter_engine_read(g_engine, right, g_dst_mr, (size_t)g_rank * SLOT, &g_src_desc[right],
+                            4096, 1500000, &req) == STRATA_OK, "read");
+    wait_req(req, "read");
+    for (size_t i = 0; i < 1500000; i += 7) {
+        CHECK(back[i] == pattern(60, right, 4096 + i), "read byte %zu", i);
+    }
+}
+
+/* Messages around the ring, sizes from 0 to the limit, and a receive from anyone. */
+static void messages(void)
+{
+    static const size_t sizes[] = {0, 1, 100, 4096, 65536};
+    int next = (g_rank + 1) % g_world, prev = (g_rank + g_world - 1) % g_world;
+    unsigned char out[65536], in[65536];
+    inter_request_t *send, *recv;
+
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); ++k) {
+        for (size_t i = 0; i < sizes[k]; ++i) {
+            out[i] = pattern(70 + (int)k, g_rank, i);
+        }
+        CHECK(inter_engine_recv(g_engine, k == 2 ? -1 : prev, in, sizeof(in), &recv) == STRATA_OK,
+              "recv");
+        CHECK(inter_engine_send(g_engine, next, out, sizes[k], &send) == STRATA_OK, "send");
+        wait_req(send, "send");
+        CHECK(inter_request_wait(recv, WAIT_NS) == STRATA_OK, "recv of %zu bytes", sizes[k]);
+        CHECK(inter_request_length(recv) == sizes[k] && inter_request_source(recv) == prev,
+              "recv: %zu bytes from %d", inter_request_length(recv), inter_request_source(recv));
+        for (size_t i = 0; i < sizes[k]; ++i) {
+            CHECK(in[i] == pattern(70 + (int)k, prev, i), "message byte %zu", i);
+        }
+        inter_request_free(recv);
+    }
+}
+
+static volatile int g_notified = -1;
+
+static void on_imm(void *arg, uint32_t imm, strata_status_t status)
+{
+    (void)arg;
+    g_notified = (status == STRATA_OK) ? (int)imm : -2;
+}
+
+/* A callback when the left neighbour's three writes are in. */
+static void notify(void)
+{
+    int next = (g_rank + 1) % g_world, prev = (g_rank + g_world - 1) % g_world;
+    inter_request_t *req;
+    uint64_t deadline = util_clock_now_ns() + WAIT_NS;
+    uint64_t chunks = 3ull * inter_engine_write_chunks(g_engine, prev, 1000);
+
+    CHECK(inter_engine_imm_notify(g_engine, 4242, chunks, prev, on_imm, NULL) == STRATA_OK,
+          "notify");
+    CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
+              STRATA_OK, "barrier before notify");
+    for (int i = 0; i < 3; ++i) {
+        CHECK(inter_engine_write(g_engine, next, g_src_mr, 0, &g_dst_desc[next], 0, 1000, true,
+                                 4242, &req) == STRATA_OK, "write for notify");
+        wait_req(req, "write for notify");
+    }
+    while (g_notified != 4242 && util_clock_now_ns() < deadline) {
+        usleep(100);
+    }
+    CHECK(g_notified == 4242, "callback not called (%d)", g_notified);
+}
+
+/* Bad input is refused, logged, and harmless; a cancelled receive completes as such. */
+static void bad_input_and_cancel(void)
+{
+    inter_request_t *req = NULL;
+    int next = (g_rank + 1) % g_world;
+    unsigned char big[70000];
+    strata_status_t status;
+
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR + 0); /* the refusals log one line each */
+    CHECK(inter_engine_write(g_engine, g_world, g_src_mr, 0, &g_dst_desc[0], 0, 8, false, 0,
+                             &req) == STRATA_ERR_INVALID, "unknown peer");
+    CHECK(inter_engine_write(g_engine, -1, g_src_mr, 0, &g_dst_desc[0], 0, 8, false, 0, &req) ==
+              STRATA_ERR_INVALID, "negative peer");
+    CHECK(inter_engine_write(g_engine, next, g_src_mr, SLOT - 4, &g_dst_desc[next], 0, 8, false,
+                             0, &req) == STRATA_ERR_INVALID, "local range past registration");
+    CHECK(inter_engine_write(g_engine, next, NULL, 0, &g_dst_desc[next], 0, 8, false, 0, &req) ==
+              STRATA_ERR_INVALID, "unregistered local memory");
+    CHECK(inter_engine_write(g_engine, next, g_src_mr, 0, &g_dst_desc[next],
+                             SLOT * (size_t)g_world - 4, 8, false, 0, &req) == STRATA_ERR_INVALID,
+          "length past the remote region");
+    CHECK(inter_engine_write(g_engine, next, g_src_mr, 0, &g_dst_desc[next], 0, 0, false, 0,
+                             &req) == STRATA_ERR_INVALID, "zero length");
+    CHECK(inter_engine_write(g_engine, next, g_src_mr, 0, &g_dst_desc[next], 0, 8, true,
+                             INTER_IMM_MAX, &req) == STRATA_ERR_INVALID, "immediate range");
+    CHECK(inter_engine_send(g_engine, next, big, sizeof(big), &req) == STRATA_ERR_INVALID,
+          "oversized message");
+    inter_rdesc_t forged = g_dst_desc[next];
+    forged.magic = 0;
+    CHECK(inter_engine_write(g_engine, next, g_src_mr, 0, &forged, 0, 8, false, 0, &req) ==
+              STRATA_ERR_INVALID, "not a descriptor");
+    CHECK(req == NULL, "a refused call made a request");
+
+    CHECK(inter_engine_recv(g_engine, next, big, sizeof(big), &req) == STRATA_OK, "recv");
+    inter_request_cancel(req);
+    status = inter_request_wait(req, WAIT_NS);
+    CHECK(status == STRATA_ERR_CANCELLED, "cancelled recv: %s", strata_status_string(status));
+    inter_request_free(req);
+
+    /* A cancelled write completes (cancelled, or done if it got out first); never hangs. */
+    CHECK(inter_engine_write(g_engine, next, g_src_mr, 0, &g_dst_desc[next],
+                             (size_t)g_rank * SLOT, SLOT / 2, false, 0, &req) == STRATA_OK,
+          "write to cancel");
+    inter_request_cancel(req);
+    status = inter_request_wait(req, WAIT_NS);
+    CHECK(status == STRATA_ERR_CANCELLED || status == STRATA_OK, "cancelled write: %s",
+          strata_status_string(status));
+    inter_request_free(req);
+    util_log_set_level(STRATA_LOG_LEVEL_WARN);
+}
+
+/* Rank `victim` dies while the others write to it and wait on its writes. */
+static int kill_test(int victim)
+{
+    uint64_t start, elapsed, bound = 3 * UTIL_NSEC_PER_SEC + 2 * UTIL_NSEC_PER_SEC;
+    inter_request_t *req;
+    strata_status_t status;
+    int written = 0;
+
+    CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
+              STRATA_OK, "barrier before the kill");
+    if (g_rank == victim) {
+        usleep(200000);
+        _exit(9); /* mid-transfer, no goodbye */
+    }
+    start = util_clock_now_ns();
+    for (;;) {
+        status = inter_engine_write(g_engine, victim, g_src_mr, 0, &g_dst_desc[victim],
+                                    (size_t)g_rank * SLOT, SLOT, true, 300, &req);
+        if (status == STRATA_ERR_PEER_FAILED) {
+            break;
+        }
+        CHECK(status == STRATA_OK, "write to the victim: %s", strata_status_string(status));
+        status = inter_request_wait(req, WAIT_NS);
+        inter_request_free(req);
+        if (status == STRATA_ERR_PEER_FAILED) {
+            break;
+        }
+        CHECK(status == STRATA_OK, "write to the victim ended %s", strata_status_string(status));
+        ++written;
+        CHECK(util_clock_now_ns() - start < WAIT_NS, "never noticed the death");
+    }
+    status = inter_engine_imm_wait(g_engine, 301, 1, victim, WAIT_NS);
+    CHECK(status == STRATA_ERR_PEER_FAILED, "wait on the dead: %s", strata_status_string(status));
+    elapsed = util_clock_now_ns() - start;
+    CHECK(elapsed < bound, "took %.2f s to notice", (double)elapsed / 1e9);
+    printf("rank %d: peer %d failed after %d writes, noticed in %.2f s\n", g_rank, victim,
+           written, (double)elapsed / 1e9);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int kill = (argc == 3 && strcmp(argv[1], "--kill") == 0) ? atoi(argv[2]) : -1;
+
+    setup();
+    if (kill >= 0) {
+        kill_test(kill);
+    } else {
+        for (int round = 0; round < ROUNDS; ++round) {
+            round_write(round);
+        }
+        paged_write();
+        scatter_and_read();
+        messages();
+        notify();
+        bad_input_and_cancel();
+        CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
+                  STRATA_OK, "final barrier");
+        printf("rank %d of %d: all checks passed over %s, %d rails, read %s\n", g_rank, g_world,
+               inter_engine_transport_name(g_engine), inter_engine_num_rails(g_engine),
+               inter_engine_has_read(g_engine) ? "yes" : "no");
+    }
+    inter_engine_mem_deregister(g_engine, g_src_mr);
+    inter_engine_mem_deregister(g_engine, g_dst_mr);
+    inter_engine_destroy(g_engine);
+    free(g_src);
+    free(g_dst);
+    strata_bootstrap_destroy(g_bs);
+    return 0;
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The transfer engine over real libfabric providers, several processes each: tcp;ofi_rxm on
+# loopback (2 and 4 ranks, 1 and 2 rails), tcp between 2 simulated nodes x 2 ranks (network
+# namespaces; skipped where they cannot be made), shm, and a rank killed mid-transfer.
+set -u
+run=$1 check=$2
+passed=0 failed=0 skipped=0
+seed=${STRATA_TEST_SEED:-$(( $(date +%s) % 100000 ))}
+export STRATA_TEST_SEED=$seed
+log=$(mktemp /tmp/strata-test-engine-XXXXXX)
+trap 'rm -f "$log"' EXIT
+
+check_case() { # check_case NAME EXPECTED_COUNT PATTERN -- env... -- run options... -- args...
+    local name=$1 count=$2 pattern=$3; shift 3; shift
+    local envs=() opts=()
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+    while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
+    env "${envs[@]}" "$run" --timeout 120 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1
+    local rc=$? got
+    got=$(grep -c "$pattern" "$log")
+    if [ $rc -eq 0 ] && [ "$got" -eq "$count" ]; then
+        passed=$((passed + 1)); echo "ok: $name"
+    else
+        failed=$((failed + 1)); echo "FAIL: $name (exit $rc, $got of $count ranks reported; seed $seed)"
+        grep -v 'error: engine:' "$log" | tail -30
+    fi
+}
+
+ok='all checks passed'
+check_case "tcp loopback, 2 ranks" 2 "$ok" -- STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 2 --
+check_case "tcp loopback, 4 ranks, 2 rails" 4 "$ok" -- STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 -- -n 4 --
+check_case "shm, 2 ranks" 2 "$ok" -- STRATA_INTER_PROVIDER=shm -- -n 2 --
+check_case "shm, 4 ranks, 2 rails" 4 "$ok" -- STRATA_INTER_PROVIDER=shm STRATA_INTER_RAILS=2 -- -n 4 --
+dead='failed after'
+check_case "tcp, rank 2 of 3 killed" 2 "$dead" -- STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
+check_case "shm, rank 1 of 3 killed" 2 "$dead" -- STRATA_INTER_PROVIDER=shm -- -n 3 --allow-fail 1 -- --kill 1
+
+if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
+    check_case "tcp, 2 nodes x 2 ranks, 2 rails" 4 "$ok" -- STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0 STRATA_INTER_RAILS=2 -- -n 4 --nodes 2 --
+    check_case "tcp, 2 nodes x 2 ranks, rank 3 killed" 3 "$dead" -- STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0 -- -n 4 --nodes 2 --allow-fail 3 -- --kill 3
+else
+    echo "SKIP: network namespaces cannot be made here (need root and iproute2)"
+    skipped=$((skipped + 2))
+fi
+
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
