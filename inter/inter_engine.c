@@ -106,8 +106,8 @@ static strata_status_t inter_rail_pools(inter_engine_t *engine, inter_rail_t *ra
     size_t bytes = engine->slot_size * INTER_RX_SLOTS;
     strata_status_t status;
 
-    rail->rx_pool = aligned_alloc(4096, bytes);
-    rail->tx_pool = aligned_alloc(4096, engine->slot_size * INTER_TX_SLOTS);
+    rail->rx_pool = util_alloc_aligned(4096, bytes);
+    rail->tx_pool = util_alloc_aligned(4096, engine->slot_size * INTER_TX_SLOTS);
     if (rail->rx_pool == NULL || rail->tx_pool == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
@@ -170,7 +170,7 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     engine->peer_info   = calloc(world, sizeof(*engine->peer_info));
     engine->peer_failed = calloc(world, sizeof(*engine->peer_failed));
     engine->last_seen   = calloc(world, sizeof(*engine->last_seen));
-    engine->ctrl        = aligned_alloc(64, 64);
+    engine->ctrl        = util_alloc_aligned(64, 64);
     if (!engine->peer_info || !engine->peer_failed || !engine->last_seen || !engine->ctrl ||
         util_ring_init(&engine->ring, INTER_RING_SIZE) != STRATA_OK) {
         status = STRATA_ERR_NO_MEMORY;

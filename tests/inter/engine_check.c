@@ -95,8 +95,8 @@ static void setup(void)
     free(mine);
     free(blobs);
 
-    g_src = aligned_alloc(4096, SLOT);
-    g_dst = aligned_alloc(4096, SLOT * (size_t)g_world);
+    g_src = util_alloc_aligned(4096, SLOT);
+    g_dst = util_alloc_aligned(4096, SLOT * (size_t)g_world);
     CHECK(g_src && g_dst, "memory");
     CHECK(inter_engine_mem_register(g_engine, g_src, SLOT, &g_src_mr) == STRATA_OK, "reg src");
     CHECK(inter_engine_mem_register(g_engine, g_dst, SLOT * (size_t)g_world, &g_dst_mr) ==

@@ -1,0 +1,36 @@
+/*
+ * strata-bench internals: the point-to-point patterns, run once through the engine and
+ * once through raw libfabric calls in the same process, so ratios compare like with like.
+ */
+#ifndef STRATA_TOOLS_STRATA_BENCH_H
+#define STRATA_TOOLS_STRATA_BENCH_H
+
+#include <strata/strata.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/util.h"
+
+#define BENCH_WINDOW 16 /* writes in flight in the bandwidth pattern */
+
+/** One way to move bytes between rank 0 and rank 1 with write-with-immediate. */
+typedef struct bench_path {
+    const char *name;
+    void       *ctx;
+    /** Write len bytes from the local buffer to the peer's at the same offset, with imm. */
+    strata_status_t (*write)(void *ctx, size_t len, uint32_t imm);
+    /** Wait until every write posted so far has left (local completion). */
+    strata_status_t (*flush)(void *ctx);
+    /** Wait for `count` writes of len bytes with imm from the peer. */
+    strata_status_t (*wait_imm)(void *ctx, size_t len, uint32_t imm, uint64_t count);
+} bench_path_t;
+
+typedef struct bench_raw bench_raw_t;
+
+/** Raw libfabric endpoint with the same provider and interface the engine chose. */
+strata_status_t bench_raw_create(strata_bootstrap_t *bs, const char *provider, const char *iface,
+                                 size_t buf_size, bench_raw_t **raw_p, bench_path_t *path);
+void            bench_raw_destroy(bench_raw_t *raw);
+
+#endif
