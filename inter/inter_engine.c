@@ -6,7 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define INTER_BLOB_MAGIC 0x494e5452u /* "INTR" */
 
@@ -381,6 +385,29 @@ const char *inter_engine_transport_name(const inter_engine_t *engine)
 bool inter_engine_has_read(const inter_engine_t *engine)
 {
     return engine->rails[0].tp->has_read;
+}
+
+/* Yield-spin this long before sleeping: longer than a round trip, far shorter than a bulk
+ * transfer, whose waiter then leaves its core to the proxies. */
+#define INTER_SPIN_NS (100 * UTIL_NSEC_PER_USEC)
+
+void inter_engine_idle(inter_engine_t *engine, uint64_t *spin_until, unsigned seq)
+{
+    struct timespec nap = {.tv_sec = 0, .tv_nsec = (long)UTIL_NSEC_PER_MSEC};
+    uint64_t now = util_clock_now_ns();
+
+    if (*spin_until == 0) {
+        *spin_until = now + INTER_SPIN_NS;
+    }
+    if (now < *spin_until) {
+        sched_yield();
+        return;
+    }
+    /* The proxy bumps wake_seq after every batch of completions: if anything completed since
+     * the caller read seq, the futex returns at once; the wake itself is only a shortcut. */
+    atomic_fetch_add(&engine->sleepers, 1);
+    syscall(SYS_futex, &engine->wake_seq, FUTEX_WAIT_PRIVATE, seq, &nap, NULL, 0);
+    atomic_fetch_sub(&engine->sleepers, 1);
 }
 
 bool inter_engine_wedged(inter_engine_t *engine)

@@ -160,6 +160,10 @@ struct inter_engine {
     /* The proxy's pulse: a proxy stuck inside the transport (shm spins forever on a lock a
      * dead peer held) is seen by waiters, who fail instead of hanging. */
     _Atomic uint64_t       proxy_pulse;   /* clock of the proxy's last loop */
+    /* Waiters spin briefly, then sleep on wake_seq; the proxy bumps it and wakes them
+     * after completions, so sleeping waiters leave the cores to the proxies. */
+    atomic_uint            wake_seq;
+    atomic_int             sleepers;
     atomic_int             proxy_target;  /* peer the proxy is posting to, -1 none */
     uint64_t              *ctrl;          /* [0] barrier landing word, [1] barrier source */
     inter_mr_t            *ctrl_mr;
@@ -173,6 +177,12 @@ void  inter_proxy_drain(inter_engine_t *engine); /* at destroy: fail and free ev
 /* inter_engine.c */
 /** True (and the peer the proxy was posting to is failed) when the proxy is stuck. */
 bool inter_engine_wedged(inter_engine_t *engine);
+
+/**
+ * Wait for progress: yield-spin for a while (*spin_until starts at 0), then sleep up to 1 ms unless wake_seq has
+ * moved from seq, which the caller read before it last checked its condition.
+ */
+void inter_engine_idle(inter_engine_t *engine, uint64_t *spin_until, unsigned seq);
 
 /* inter_request.c */
 strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req);

@@ -6,9 +6,12 @@
  */
 #include "inter_internal.h"
 
+#include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define INTER_PROXY_CQ_BATCH 32
 
@@ -482,15 +485,25 @@ static void inter_sweep(inter_engine_t *engine)
 void *inter_proxy_main(void *arg)
 {
     inter_engine_t *engine = arg;
+    int work, completions;
     uint64_t now;
-    int work;
 
     while (atomic_load_explicit(&engine->running, memory_order_acquire)) {
+        completions = 0;
         atomic_store_explicit(&engine->proxy_pulse, util_clock_now_ns(), memory_order_release);
         work = inter_pop_submissions(engine);
         work += inter_post_pending(engine);
         for (int r = 0; r < engine->num_rails; ++r) {
-            work += inter_poll_rail(engine, r);
+            completions += inter_poll_rail(engine, r);
+        }
+        work += completions;
+        if (completions > 0) {
+            /* Proxy publishes "something completed" (release) after the completions. */
+            atomic_fetch_add_explicit(&engine->wake_seq, 1, memory_order_release);
+            if (atomic_load(&engine->sleepers) > 0) {
+                syscall(SYS_futex, &engine->wake_seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL,
+                        0);
+            }
         }
         now = util_clock_now_ns();
         if (now >= engine->next_heartbeat) {

@@ -91,6 +91,8 @@ strata_status_t inter_request_wait(const inter_request_t *req, uint64_t timeout_
 {
     uint64_t deadline = util_clock_now_ns() + timeout_ns;
     strata_status_t status;
+    unsigned seq = atomic_load_explicit(&req->engine->wake_seq, memory_order_acquire);
+    uint64_t spins = 0;
 
     while ((status = inter_request_test(req)) == STRATA_INPROGRESS) {
         if (inter_engine_wedged(req->engine)) {
@@ -99,7 +101,8 @@ strata_status_t inter_request_wait(const inter_request_t *req, uint64_t timeout_
         if (util_clock_now_ns() > deadline) {
             return STRATA_ERR_TIMEOUT;
         }
-        sched_yield();
+        inter_engine_idle(req->engine, &spins, seq);
+        seq = atomic_load_explicit(&req->engine->wake_seq, memory_order_acquire);
     }
     return status;
 }
@@ -449,8 +452,11 @@ static strata_status_t inter_counter_wait(inter_engine_t *engine, _Atomic uint64
                                           uint64_t count, int from_peer, uint64_t timeout_ns)
 {
     uint64_t deadline = util_clock_now_ns() + timeout_ns, seen;
+    uint64_t spins = 0;
+    unsigned seq;
 
     for (;;) {
+        seq  = atomic_load_explicit(&engine->wake_seq, memory_order_acquire);
         seen = atomic_load_explicit(counter, memory_order_acquire);
         if (seen >= count) {
             atomic_fetch_sub_explicit(counter, count, memory_order_acq_rel);
@@ -464,7 +470,7 @@ static strata_status_t inter_counter_wait(inter_engine_t *engine, _Atomic uint64
         if (util_clock_now_ns() > deadline) {
             return STRATA_ERR_TIMEOUT;
         }
-        sched_yield();
+        inter_engine_idle(engine, &spins, seq);
     }
 }
 

@@ -23,6 +23,10 @@ strata_status_t inter_stripe_num_chunks(const inter_stripe_params_t *params, uin
                        params ? params->max_chunks : 0);
         return STRATA_ERR_INVALID;
     }
+    if (params->num_rails == 1) {
+        *num_chunks_p = 1; /* one rail: cutting buys nothing and costs operations */
+        return STRATA_OK;
+    }
     /* Chunks of at least min_chunk each, rounded up to whole aligned units. */
     min_chunk = (params->min_chunk + INTER_STRIPE_ALIGNMENT - 1) / INTER_STRIPE_ALIGNMENT *
                 INTER_STRIPE_ALIGNMENT;

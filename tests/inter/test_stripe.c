@@ -67,6 +67,9 @@ static void test_examples(void **state)
     assert_int_equal(check_write(&p, 64ull << 20, 0), 64);
     p.num_rails = 3;
     assert_int_equal(check_write(&p, 1 << 20, 0), 15);
+    p.num_rails = 1;
+    assert_int_equal(check_write(&p, 64ull << 20, 0), 1); /* one rail: one chunk */
+    p.num_rails = 3;
     assert_int_equal(check_write(&p, 128 * 1024, 0), 2); /* fewer chunks than rails */
     assert_int_equal(inter_stripe_num_chunks(&p, 0, &n), STRATA_ERR_INVALID);
     p.num_rails = 0;
