@@ -60,8 +60,11 @@ typedef struct inter_engine_params {
     int         rank;
     int         world_size;
     const char *provider;        /**< "auto", "tcp", "shm", "verbs", "efa" */
-    const char *iface;           /**< tcp: interface name, "" for any */
-    int         num_rails;       /**< endpoints to open, 1..INTER_MAX_RAILS */
+    const char *iface;           /**< interface (tcp) or device; "" for any; must exist */
+    /** Preferred device of each rail (the rail plan's NICs); used when iface is "", and
+     *  skipped for the default when the provider has no such device. NULL entries: none. */
+    const char *rail_devices[INTER_MAX_RAILS];
+    int         num_rails;       /**< endpoints to open, 1..INTER_MAX_RAILS (0: 1) */
     uint64_t    heartbeat_ns;    /**< interval between heartbeats to each peer */
     uint64_t    peer_timeout_ns; /**< silence after which a peer is failed */
     size_t      msg_size;        /**< largest send/recv message */

@@ -34,8 +34,9 @@ static const util_config_field_t inter_config_fields[] = {
     {.name = "INTER_IFACE", .default_value = "",
      .doc = "Network interface for the tcp provider (default: the first non-loopback one).",
      .type = UTIL_CONFIG_STRING, .offset = offsetof(inter_config_t, iface)},
-    {.name = "INTER_RAILS", .default_value = "1",
-     .doc = "Endpoints (rails) each rank opens and stripes large writes over.",
+    {.name = "INTER_RAILS", .default_value = "0",
+     .doc = "Endpoints (rails) each rank opens and stripes large writes over (0: one per NIC "
+            "the rail plan gives this rank's GPU, at least 1).",
      .type = UTIL_CONFIG_INT, .offset = offsetof(inter_config_t, rails)},
     {.name = "INTER_HEARTBEAT", .default_value = "100ms",
      .doc = "Interval between heartbeats to each peer.",
@@ -89,7 +90,7 @@ strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
 
 static strata_status_t inter_params_check(const inter_engine_params_t *p)
 {
-    if (p->world_size <= 0 || p->rank < 0 || p->rank >= p->world_size || p->num_rails < 1 ||
+    if (p->world_size <= 0 || p->rank < 0 || p->rank >= p->world_size || p->num_rails < 0 ||
         p->num_rails > INTER_MAX_RAILS || p->msg_size == 0 || p->msg_size > (64u << 20) ||
         p->heartbeat_ns == 0 || p->peer_timeout_ns <= p->heartbeat_ns ||
         p->stripe_min_chunk == 0 || p->stripe_max_chunks == 0 || p->provider == NULL) {
@@ -132,15 +133,17 @@ static strata_status_t inter_rail_pools(inter_engine_t *engine, inter_rail_t *ra
 
 static strata_status_t inter_open_rails(inter_engine_t *engine)
 {
-    inter_transport_params_t tp_params = {.provider = engine->params.provider,
-                                          .iface = engine->params.iface ? engine->params.iface
-                                                                        : ""};
+    const char *iface = engine->params.iface ? engine->params.iface : "";
+    inter_transport_params_t tp_params = {.provider = engine->params.provider};
     strata_status_t status = STRATA_OK;
 
     for (int r = 0; r < engine->params.num_rails && status == STRATA_OK; ++r) {
         inter_rail_t *rail = &engine->rails[r];
 
-        tp_params.rail = r;
+        tp_params.rail     = r;
+        tp_params.required = iface[0] != '\0';
+        tp_params.iface    = (iface[0] || !engine->params.rail_devices[r])
+                                 ? iface : engine->params.rail_devices[r];
         status = engine->ops->open(&tp_params, &rail->tp);
         if (status != STRATA_OK) {
             break;
@@ -167,6 +170,7 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     }
     world             = (size_t)params->world_size;
     engine->params    = *params;
+    engine->params.num_rails = params->num_rails ? params->num_rails : 1;
     engine->ops       = &ofi_transport_ops;
     engine->slot_size = sizeof(inter_msg_header_t) + params->msg_size;
     atomic_init(&engine->key_counter, 1);

@@ -30,7 +30,8 @@ typedef struct inter_transport {
 
 typedef struct inter_transport_params {
     const char *provider; /* "auto", "tcp", "shm", "verbs", "efa" */
-    const char *iface;    /* network interface for tcp ("" picks one) */
+    const char *iface;    /* interface (tcp) or device to use ("" picks one) */
+    bool        required; /* iface must exist; else a missing one falls back to the default */
     int         rail;     /* which rail this is, for names and logs */
 } inter_transport_params_t;
 

@@ -275,6 +275,7 @@ int main(int argc, char **argv)
     BENCH_TRY(strata_bootstrap_from_env(&bs));
     if (bs->world_size != 2) {
         fprintf(stderr, "strata-bench p2p: run with exactly 2 ranks (strata-run -n 2)\n");
+        strata_bootstrap_destroy(bs);
         return 2;
     }
     util_log_set_rank(bs->rank);

@@ -3,6 +3,7 @@
  * rank uses, and which NICs that GPU drives.
  */
 #include "api/api.h"
+#include "api_comm.h"
 #include "intra/intra.h"
 #include "topo/topo.h"
 
@@ -38,20 +39,6 @@ typedef struct api_rank_info {
     int32_t num_gpus;
     int32_t num_rdma_nics;
 } api_rank_info_t;
-
-struct strata_comm {
-    strata_bootstrap_t       *bootstrap;
-    int                       rank;
-    int                       size;
-    int                       num_nodes;
-    int                      *rank_node;  /* [size] node of each rank */
-    int                      *rank_local; /* [size] local rank of each rank */
-    int                      *node_size;  /* [num_nodes] ranks on each node */
-    topo_t                   *topo;
-    topo_rail_plan_t         *plan;
-    int                       gpu;
-    const intra_device_ops_t *device;
-};
 
 static void api_comm_node_name(const strata_config_t *config, char *name)
 {
@@ -144,6 +131,52 @@ static void api_comm_pick_device(strata_comm_t *comm)
     }
 }
 
+/* The inter-node engine: one rail per NIC the rail plan gives this GPU, addresses exchanged. */
+static strata_status_t api_comm_start_engine(strata_comm_t *comm)
+{
+    const topo_rail_t *rail = (comm->gpu >= 0) ? &comm->plan->rails[comm->gpu] : NULL;
+    inter_engine_params_t params;
+    char *mine = NULL, *all = NULL;
+    strata_status_t status;
+    size_t blob_size;
+
+    status = inter_engine_params_from_env(&params);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    params.rank       = comm->rank;
+    params.world_size = comm->size;
+    if (params.num_rails == 0) {
+        params.num_rails = rail ? UTIL_MAX(1, UTIL_MIN(rail->num_rails, INTER_MAX_RAILS)) : 1;
+    }
+    for (int r = 0; rail != NULL && r < rail->num_rails && r < INTER_MAX_RAILS; ++r) {
+        const topo_nic_t *nic = topo_nic(comm->topo, rail->nics[r]);
+
+        params.rail_devices[r] = nic->name[0] ? nic->name : NULL;
+    }
+    status = inter_engine_create(&params, &comm->engine);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    blob_size = inter_engine_address_size(comm->engine);
+    mine      = malloc(blob_size);
+    all       = malloc(blob_size * (size_t)comm->size);
+    if (mine == NULL || all == NULL) {
+        status = STRATA_ERR_NO_MEMORY;
+    } else {
+        status = inter_engine_address(comm->engine, mine);
+    }
+    if (status == STRATA_OK) {
+        status = comm->bootstrap->allgather(comm->bootstrap->ctx, mine, all, blob_size);
+    }
+    if (status == STRATA_OK) {
+        status = inter_engine_connect(comm->engine, all);
+    }
+    free(mine);
+    free(all);
+    return status;
+}
+
 STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
                                               strata_bootstrap_t *bootstrap,
                                               strata_comm_t **comm_p)
@@ -198,6 +231,10 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
         goto err_comm;
     }
     api_comm_pick_device(comm);
+    status = api_comm_start_engine(comm);
+    if (status != STRATA_OK) {
+        goto err_comm;
+    }
     UTIL_LOG_INFO("comm: rank %d of %d on node %d (%s), local rank %d of %d, device %s, GPU %d, "
                   "%d rails", comm->rank, comm->size, strata_comm_node(comm), node_name,
                   strata_comm_local_rank(comm), strata_comm_local_size(comm), comm->device->name,
@@ -217,6 +254,7 @@ STRATA_API void strata_comm_destroy(strata_comm_t *comm)
     if (comm == NULL) {
         return;
     }
+    inter_engine_destroy(comm->engine); /* before the topology its rail names come from */
     topo_rail_plan_destroy(comm->plan);
     topo_destroy(comm->topo);
     free(comm->rank_node);
@@ -254,6 +292,11 @@ STRATA_API int strata_comm_node_rank(const strata_comm_t *comm, int node, int lo
 STRATA_API const char *strata_comm_device_backend(const strata_comm_t *comm)
 {
     return comm->device->name;
+}
+
+STRATA_API const char *strata_comm_transport(const strata_comm_t *comm)
+{
+    return inter_engine_transport_name(comm->engine);
 }
 
 STRATA_API int strata_comm_num_rails(const strata_comm_t *comm)

@@ -89,10 +89,18 @@ static struct fi_info *ofi_hints(const char *prov_name)
     return hints;
 }
 
-/* The entry for the interface asked for, else the first IPv4 one off loopback, else any. */
-static struct fi_info *ofi_pick(struct fi_info *list, const char *iface)
+/* Preference among entries when no device is named: off loopback first, then IPv4. */
+static int ofi_default_rank(const struct fi_info *info)
 {
-    struct fi_info *fallback = NULL;
+    const char *domain = info->domain_attr->name ? info->domain_attr->name : "";
+
+    return (strcmp(domain, "lo") == 0 ? 2 : 0) + (info->addr_format == FI_SOCKADDR_IN ? 0 : 1);
+}
+
+/* The entry for the device asked for; else (unless required) the preferred default. */
+static struct fi_info *ofi_pick(struct fi_info *list, const char *iface, bool required)
+{
+    struct fi_info *best = NULL;
 
     for (struct fi_info *cur = list; cur != NULL; cur = cur->next) {
         const char *domain = cur->domain_attr->name ? cur->domain_attr->name : "";
@@ -100,20 +108,14 @@ static struct fi_info *ofi_pick(struct fi_info *list, const char *iface)
         if (cur->domain_attr->cq_data_size < sizeof(uint32_t)) {
             continue; /* no room for the immediate */
         }
-        if (iface && iface[0]) {
-            if (strcmp(domain, iface) == 0) {
-                return cur;
-            }
-            continue;
-        }
-        if (cur->addr_format == FI_SOCKADDR_IN && strcmp(domain, "lo") != 0) {
+        if (iface && iface[0] && strcmp(domain, iface) == 0) {
             return cur;
         }
-        if (fallback == NULL) {
-            fallback = cur;
+        if (best == NULL || ofi_default_rank(cur) < ofi_default_rank(best)) {
+            best = cur;
         }
     }
-    return fallback;
+    return (iface && iface[0] && required) ? NULL : best;
 }
 
 static strata_status_t ofi_getinfo(const inter_transport_params_t *params, struct fi_info **info_p)
@@ -136,7 +138,7 @@ static strata_status_t ofi_getinfo(const inter_transport_params_t *params, struc
         }
         rc = fi_getinfo(OFI_VERSION, NULL, NULL, 0, hints, &list);
         fi_freeinfo(hints);
-        if (rc == 0 && (pick = ofi_pick(list, params->iface)) != NULL) {
+        if (rc == 0 && (pick = ofi_pick(list, params->iface, params->required)) != NULL) {
             *info_p = fi_dupinfo(pick);
             fi_freeinfo(list);
             return (*info_p != NULL) ? STRATA_OK : STRATA_ERR_NO_MEMORY;

@@ -2,7 +2,8 @@
  * Run under strata-run: every rank bootstraps from the launcher's environment, creates a
  * communicator and checks the node and local-rank layout against what the launcher set.
  * With --die RANK, that rank exits after creation and the others must see the bootstrap
- * fail (not hang) and exit 0. Prints one line per rank; exit 0 on success.
+ * fail (not hang) and exit 0. Then the point-to-point API: a write with immediate to the
+ * next rank, checked byte for byte, a message, and a barrier. Prints one line per rank.
  */
 #include <strata/strata.h>
 
@@ -19,6 +20,68 @@
             exit(1); \
         } \
     } while (0)
+
+#define P2P_BYTES (256u * 1024)
+#define P2P_LEN   200000u
+#define P2P_IMM   11u
+#define WAIT_MS   20000u
+
+static unsigned char pattern(int rank, size_t i)
+{
+    return (unsigned char)((rank * 131 + i * 7 + (i >> 9)) & 0xff);
+}
+
+/* Write to the next rank, check what the previous one wrote, exchange a message. */
+static void point_to_point(strata_comm_t *comm, strata_bootstrap_t *bs)
+{
+    int rank = strata_comm_rank(comm), size = strata_comm_size(comm);
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    unsigned char *src = malloc(P2P_BYTES), *dst = calloc(1, P2P_BYTES), msg[64] = {0};
+    strata_mem_desc_t mine, *all = calloc((size_t)size, sizeof(*all));
+    strata_mem_t *src_mem, *dst_mem;
+    strata_request_t *req, *recv;
+    strata_status_t status;
+
+    CHECK(src && dst && all, "memory");
+    for (size_t i = 0; i < P2P_BYTES; ++i) {
+        src[i] = pattern(rank, i);
+    }
+    CHECK(strata_mem_register(comm, src, P2P_BYTES, &src_mem) == STRATA_OK, "register src");
+    CHECK(strata_mem_register(comm, dst, P2P_BYTES, &dst_mem) == STRATA_OK, "register dst");
+    strata_mem_descriptor(dst_mem, &mine);
+    CHECK(bs->allgather(bs->ctx, &mine, all, sizeof(mine)) == STRATA_OK, "descriptors");
+
+    status = strata_write(comm, next, src_mem, 1000, &all[next], 3000, P2P_LEN, STRATA_WRITE_IMM,
+                          P2P_IMM, &req);
+    CHECK(status == STRATA_OK, "strata_write: %s", strata_status_string(status));
+    status = strata_imm_wait(comm, P2P_IMM, strata_write_imm_count(comm, prev, P2P_LEN), prev,
+                             WAIT_MS);
+    CHECK(status == STRATA_OK, "strata_imm_wait: %s", strata_status_string(status));
+    CHECK(strata_request_wait(req, WAIT_MS) == STRATA_OK, "write completion");
+    strata_request_free(req);
+    for (size_t i = 0; i < P2P_LEN; ++i) {
+        CHECK(dst[3000 + i] == pattern(prev, 1000 + i), "byte %zu from rank %d", i, prev);
+    }
+    CHECK(dst[2999] == 0 && dst[3000 + P2P_LEN] == 0, "write spilled outside its range");
+    CHECK(strata_write(comm, size, src_mem, 0, &all[0], 0, 8, 0, 0, &req) == STRATA_ERR_INVALID,
+          "unknown peer accepted");
+
+    CHECK(strata_recv(comm, prev, msg, sizeof(msg), &recv) == STRATA_OK, "recv");
+    CHECK(strata_send(comm, next, &rank, sizeof(rank), &req) == STRATA_OK, "send");
+    CHECK(strata_request_wait(recv, WAIT_MS) == STRATA_OK, "recv completion");
+    CHECK(strata_request_length(recv) == sizeof(int) && *(int *)msg == prev &&
+              strata_request_source(recv) == prev, "message");
+    CHECK(strata_request_wait(req, WAIT_MS) == STRATA_OK, "send completion");
+    strata_request_free(req);
+    strata_request_free(recv);
+
+    CHECK(strata_barrier(comm, WAIT_MS) == STRATA_OK, "barrier");
+    strata_mem_deregister(comm, src_mem);
+    strata_mem_deregister(comm, dst_mem);
+    free(src);
+    free(dst);
+    free(all);
+}
 
 static int env_int(const char *name)
 {
@@ -71,9 +134,11 @@ int main(int argc, char **argv)
         for (int r = 0; r < size; ++r) {
             CHECK(all[r] == r, "allgather slot %d holds %d", r, all[r]);
         }
-        printf("rank %d of %d: node %d of %d, local rank %d of %d, device %s\n", rank, size,
-               strata_comm_node(comm), strata_comm_num_nodes(comm), strata_comm_local_rank(comm),
-               strata_comm_local_size(comm), strata_comm_device_backend(comm));
+        point_to_point(comm, bs);
+        printf("rank %d of %d: node %d of %d, local rank %d of %d, device %s, transport %s\n",
+               rank, size, strata_comm_node(comm), strata_comm_num_nodes(comm),
+               strata_comm_local_rank(comm), strata_comm_local_size(comm),
+               strata_comm_device_backend(comm), strata_comm_transport(comm));
     }
     free(all);
     strata_comm_destroy(comm);

@@ -178,6 +178,77 @@ STRATA_API const char *strata_comm_device_backend(const strata_comm_t *comm);
 STRATA_API int strata_comm_gpu(const strata_comm_t *comm);
 /** How many NICs this rank's GPU drives (its rails); 0 without GPU or RDMA NIC. */
 STRATA_API int strata_comm_num_rails(const strata_comm_t *comm);
+/** The inter-node transport in use, e.g. "ofi tcp;ofi_rxm eth0". */
+STRATA_API const char *strata_comm_transport(const strata_comm_t *comm);
+
+/* --- Point-to-point: the transfer engine ------------------------------------------------ */
+
+/*
+ * Delivery is reliable but unordered. A target learns that written data has arrived only by
+ * counting immediates: strata_imm_wait for as many as strata_write_imm_count says a write
+ * produces (large writes are striped over several NICs, one immediate per piece).
+ * Every call validates its input (peer, registered ranges, lengths, immediate range) and
+ * refuses bad input with STRATA_ERR_INVALID and one log line, creating no request. A peer
+ * that dies or goes silent fails everything involving it with STRATA_ERR_PEER_FAILED within
+ * STRATA_INTER_PEER_TIMEOUT. Thread-safe: any thread may submit.
+ */
+
+typedef struct strata_mem     strata_mem_t;
+typedef struct strata_request strata_request_t;
+
+#define STRATA_MEM_DESC_SIZE 128
+#define STRATA_IMM_MAX       65536u /**< immediates are 0..STRATA_IMM_MAX-1 */
+
+/** What a peer needs to reach registered memory: plain bytes, to be sent by any means. */
+typedef struct strata_mem_desc {
+    uint8_t bytes[STRATA_MEM_DESC_SIZE];
+} strata_mem_desc_t;
+
+/** Register [addr, addr+len) for transfers (on every rail). Free with strata_mem_deregister. */
+STRATA_API strata_status_t strata_mem_register(strata_comm_t *comm, void *addr, size_t len,
+                                               strata_mem_t **mem_p);
+/** Only once no request uses it. Tolerates NULL. */
+STRATA_API void strata_mem_deregister(strata_comm_t *comm, strata_mem_t *mem);
+STRATA_API void strata_mem_descriptor(const strata_mem_t *mem, strata_mem_desc_t *desc_p);
+
+/** strata_write flag: the target counts imm (strata_imm_wait). */
+#define STRATA_WRITE_IMM 1u
+
+/** Write len bytes of src at src_offset to the peer's dst at dst_offset. */
+STRATA_API strata_status_t strata_write(strata_comm_t *comm, int peer, const strata_mem_t *src,
+                                        size_t src_offset, const strata_mem_desc_t *dst,
+                                        size_t dst_offset, size_t len, unsigned flags,
+                                        uint32_t imm, strata_request_t **req_p);
+/** RDMA read; STRATA_ERR_UNSUPPORTED where the transport has none. */
+STRATA_API strata_status_t strata_read(strata_comm_t *comm, int peer, const strata_mem_t *dst,
+                                       size_t dst_offset, const strata_mem_desc_t *src,
+                                       size_t src_offset, size_t len, strata_request_t **req_p);
+/** A message of at most STRATA_INTER_MSG_SIZE bytes, copied at the call. */
+STRATA_API strata_status_t strata_send(strata_comm_t *comm, int peer, const void *buf,
+                                       size_t len, strata_request_t **req_p);
+/** Receive a message from peer, or from anyone with -1, into buf (cap bytes). */
+STRATA_API strata_status_t strata_recv(strata_comm_t *comm, int peer, void *buf, size_t cap,
+                                       strata_request_t **req_p);
+
+/** STRATA_INPROGRESS until done, then the final status. */
+STRATA_API strata_status_t strata_request_test(const strata_request_t *req);
+/** Wait up to timeout_ms; STRATA_ERR_TIMEOUT leaves it running. */
+STRATA_API strata_status_t strata_request_wait(const strata_request_t *req, uint64_t timeout_ms);
+/** Bytes and sender of a completed receive. */
+STRATA_API size_t strata_request_length(const strata_request_t *req);
+STRATA_API int    strata_request_source(const strata_request_t *req);
+/** Parts not yet posted are dropped; it completes with STRATA_ERR_CANCELLED. */
+STRATA_API void   strata_request_cancel(strata_request_t *req);
+/** Give the request back (done or not). Tolerates NULL. */
+STRATA_API void   strata_request_free(strata_request_t *req);
+
+/** Immediates a write of len bytes from peer produces at this rank. */
+STRATA_API uint32_t strata_write_imm_count(const strata_comm_t *comm, int peer, size_t len);
+/** Wait for count arrivals of imm (from from_peer, or -1 for any) and consume them. */
+STRATA_API strata_status_t strata_imm_wait(strata_comm_t *comm, uint32_t imm, uint64_t count,
+                                           int from_peer, uint64_t timeout_ms);
+/** Barrier over all ranks of the communicator, by immediates. */
+STRATA_API strata_status_t strata_barrier(strata_comm_t *comm, uint64_t timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,26 @@
+/*
+ * The communicator object, shared by the api/ sources that implement its parts.
+ */
+#ifndef STRATA_API_COMM_H
+#define STRATA_API_COMM_H
+
+#include "inter/engine.h"
+#include "intra/intra.h"
+#include "topo/topo.h"
+
+struct strata_comm {
+    strata_bootstrap_t       *bootstrap;
+    int                       rank;
+    int                       size;
+    int                       num_nodes;
+    int                      *rank_node;  /* [size] node of each rank */
+    int                      *rank_local; /* [size] local rank of each rank */
+    int                      *node_size;  /* [num_nodes] ranks on each node */
+    topo_t                   *topo;
+    topo_rail_plan_t         *plan;
+    int                       gpu;
+    const intra_device_ops_t *device;
+    inter_engine_t           *engine;
+};
+
+#endif

@@ -1,0 +1,204 @@
+/*
+ * Point-to-point API: the transfer engine behind the communicator. Public handles are the
+ * engine's objects under opaque names; descriptors are the engine's, in public-sized bytes.
+ */
+#include "api/api.h"
+#include "api_comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(inter_rdesc_t) <= STRATA_MEM_DESC_SIZE,
+               "strata_mem_desc_t must hold the engine's remote descriptor");
+
+static inter_mr_t *api_mr(const strata_mem_t *mem)
+{
+    return (inter_mr_t *)(uintptr_t)mem;
+}
+
+static inter_request_t *api_req(const strata_request_t *req)
+{
+    return (inter_request_t *)(uintptr_t)req;
+}
+
+static const inter_rdesc_t *api_rdesc(const strata_mem_desc_t *desc, inter_rdesc_t *copy)
+{
+    if (desc == NULL) {
+        return NULL;
+    }
+    memcpy(copy, desc->bytes, sizeof(*copy)); /* the bytes may sit anywhere the peer put them */
+    return copy;
+}
+
+static uint64_t api_ms_to_ns(uint64_t ms)
+{
+    return (ms > UINT64_MAX / UTIL_NSEC_PER_MSEC) ? UINT64_MAX / 2 : ms * UTIL_NSEC_PER_MSEC;
+}
+
+STRATA_API strata_status_t strata_mem_register(strata_comm_t *comm, void *addr, size_t len,
+                                               strata_mem_t **mem_p)
+{
+    inter_mr_t *mr;
+    strata_status_t status;
+
+    if (comm == NULL || mem_p == NULL) {
+        return STRATA_ERR_INVALID;
+    }
+    status = inter_engine_mem_register(comm->engine, addr, len, &mr);
+    if (status == STRATA_OK) {
+        *mem_p = (strata_mem_t *)(void *)mr;
+    }
+    return status;
+}
+
+STRATA_API void strata_mem_deregister(strata_comm_t *comm, strata_mem_t *mem)
+{
+    if (comm != NULL) {
+        inter_engine_mem_deregister(comm->engine, api_mr(mem));
+    }
+}
+
+STRATA_API void strata_mem_descriptor(const strata_mem_t *mem, strata_mem_desc_t *desc_p)
+{
+    inter_rdesc_t rdesc;
+
+    memset(desc_p, 0, sizeof(*desc_p));
+    inter_engine_mem_descriptor(api_mr(mem), &rdesc);
+    memcpy(desc_p->bytes, &rdesc, sizeof(rdesc));
+}
+
+STRATA_API strata_status_t strata_write(strata_comm_t *comm, int peer, const strata_mem_t *src,
+                                        size_t src_offset, const strata_mem_desc_t *dst,
+                                        size_t dst_offset, size_t len, unsigned flags,
+                                        uint32_t imm, strata_request_t **req_p)
+{
+    inter_rdesc_t rdesc;
+    inter_request_t *req;
+    strata_status_t status;
+
+    if (comm == NULL || req_p == NULL || (flags & ~STRATA_WRITE_IMM) != 0) {
+        UTIL_LOG_ERROR("strata_write: invalid arguments (flags 0x%x)", flags);
+        return STRATA_ERR_INVALID;
+    }
+    status = inter_engine_write(comm->engine, peer, api_mr(src), src_offset, api_rdesc(dst, &rdesc),
+                                dst_offset, len, (flags & STRATA_WRITE_IMM) != 0, imm, &req);
+    if (status == STRATA_OK) {
+        *req_p = (strata_request_t *)(void *)req;
+    }
+    return status;
+}
+
+STRATA_API strata_status_t strata_read(strata_comm_t *comm, int peer, const strata_mem_t *dst,
+                                       size_t dst_offset, const strata_mem_desc_t *src,
+                                       size_t src_offset, size_t len, strata_request_t **req_p)
+{
+    inter_rdesc_t rdesc;
+    inter_request_t *req;
+    strata_status_t status;
+
+    if (comm == NULL || req_p == NULL) {
+        return STRATA_ERR_INVALID;
+    }
+    status = inter_engine_read(comm->engine, peer, api_mr(dst), dst_offset, api_rdesc(src, &rdesc),
+                               src_offset, len, &req);
+    if (status == STRATA_OK) {
+        *req_p = (strata_request_t *)(void *)req;
+    }
+    return status;
+}
+
+STRATA_API strata_status_t strata_send(strata_comm_t *comm, int peer, const void *buf,
+                                       size_t len, strata_request_t **req_p)
+{
+    inter_request_t *req;
+    strata_status_t status;
+
+    if (comm == NULL || req_p == NULL) {
+        return STRATA_ERR_INVALID;
+    }
+    status = inter_engine_send(comm->engine, peer, buf, len, &req);
+    if (status == STRATA_OK) {
+        *req_p = (strata_request_t *)(void *)req;
+    }
+    return status;
+}
+
+STRATA_API strata_status_t strata_recv(strata_comm_t *comm, int peer, void *buf, size_t cap,
+                                       strata_request_t **req_p)
+{
+    inter_request_t *req;
+    strata_status_t status;
+
+    if (comm == NULL || req_p == NULL) {
+        return STRATA_ERR_INVALID;
+    }
+    status = inter_engine_recv(comm->engine, peer, buf, cap, &req);
+    if (status == STRATA_OK) {
+        *req_p = (strata_request_t *)(void *)req;
+    }
+    return status;
+}
+
+STRATA_API strata_status_t strata_request_test(const strata_request_t *req)
+{
+    return req ? inter_request_test(api_req(req)) : STRATA_ERR_INVALID;
+}
+
+STRATA_API strata_status_t strata_request_wait(const strata_request_t *req, uint64_t timeout_ms)
+{
+    return req ? inter_request_wait(api_req(req), api_ms_to_ns(timeout_ms)) : STRATA_ERR_INVALID;
+}
+
+STRATA_API size_t strata_request_length(const strata_request_t *req)
+{
+    return req ? inter_request_length(api_req(req)) : 0;
+}
+
+STRATA_API int strata_request_source(const strata_request_t *req)
+{
+    return req ? inter_request_source(api_req(req)) : -1;
+}
+
+STRATA_API void strata_request_cancel(strata_request_t *req)
+{
+    inter_request_cancel(api_req(req));
+}
+
+STRATA_API void strata_request_free(strata_request_t *req)
+{
+    inter_request_free(api_req(req));
+}
+
+STRATA_API uint32_t strata_write_imm_count(const strata_comm_t *comm, int peer, size_t len)
+{
+    return comm ? inter_engine_write_chunks(comm->engine, peer, len) : 0;
+}
+
+STRATA_API strata_status_t strata_imm_wait(strata_comm_t *comm, uint32_t imm, uint64_t count,
+                                           int from_peer, uint64_t timeout_ms)
+{
+    if (comm == NULL) {
+        return STRATA_ERR_INVALID;
+    }
+    return inter_engine_imm_wait(comm->engine, imm, count, from_peer, api_ms_to_ns(timeout_ms));
+}
+
+STRATA_API strata_status_t strata_barrier(strata_comm_t *comm, uint64_t timeout_ms)
+{
+    int *all;
+    strata_status_t status;
+
+    if (comm == NULL) {
+        return STRATA_ERR_INVALID;
+    }
+    all = malloc((size_t)comm->size * sizeof(int));
+    if (all == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < comm->size; ++r) {
+        all[r] = r;
+    }
+    status = inter_engine_barrier(comm->engine, all, comm->size, api_ms_to_ns(timeout_ms));
+    free(all);
+    return status;
+}
