@@ -8,6 +8,7 @@
 #include "api/api.h"
 #include "inter/engine.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,7 +271,7 @@ static void messages(void)
     }
 }
 
-static volatile int g_notified = -1;
+static atomic_int g_notified = -1; /* set by the proxy thread's callback */
 
 static void on_imm(void *arg, uint32_t imm, strata_status_t status)
 {
