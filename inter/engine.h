@@ -59,11 +59,11 @@ typedef struct inter_request inter_request_t;
 typedef struct inter_engine_params {
     int         rank;
     int         world_size;
-    const char *provider;        /**< "auto", "tcp", "shm", "verbs", "efa" */
-    const char *iface;           /**< interface (tcp) or device; "" for any; must exist */
+    char        provider[32];    /**< "auto", "tcp", "shm", "verbs", "efa" */
+    char        iface[64];       /**< interface (tcp) or device; "" for any; must exist */
     /** Preferred device of each rail (the rail plan's NICs); used when iface is "", and
-     *  skipped for the default when the provider has no such device. NULL entries: none. */
-    const char *rail_devices[INTER_MAX_RAILS];
+     *  skipped for the default when the provider has no such device. "" entries: none. */
+    char        rail_devices[INTER_MAX_RAILS][64];
     int         num_rails;       /**< endpoints to open, 1..INTER_MAX_RAILS (0: 1) */
     uint64_t    heartbeat_ns;    /**< interval between heartbeats to each peer */
     uint64_t    peer_timeout_ns; /**< silence after which a peer is failed */
@@ -90,7 +90,10 @@ strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob);
  */
 strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs);
 
-/** Stop the proxy, fail what is outstanding, close the rails. Tolerates NULL. */
+/**
+ * Stop the proxy, close the rails and free every request, given back or not: requests and
+ * registrations are invalid afterwards. Tolerates NULL.
+ */
 void inter_engine_destroy(inter_engine_t *engine);
 
 int         inter_engine_num_rails(const inter_engine_t *engine);
@@ -113,7 +116,11 @@ typedef struct inter_rdesc {
 /** Register [addr, addr+len) on every rail. Thread-safe. */
 strata_status_t inter_engine_mem_register(inter_engine_t *engine, void *addr, size_t len,
                                           inter_mr_t **mr_p);
-/** Only once no request uses the region. Tolerates NULL. */
+/**
+ * Only once no request uses the region. A request failed with STRATA_ERR_PEER_FAILED may
+ * still have an operation with the transport (the peer vanished mid-flight): keep its
+ * memory registered until the engine is destroyed. Tolerates NULL.
+ */
 void            inter_engine_mem_deregister(inter_engine_t *engine, inter_mr_t *mr);
 void            inter_engine_mem_descriptor(const inter_mr_t *mr, inter_rdesc_t *desc_p);
 

@@ -62,9 +62,6 @@ const util_config_table_t inter_config_table = {
     .struct_size = sizeof(inter_config_t),
 };
 
-/* Strings of the parameters read from the environment live as long as the process. */
-static char inter_env_provider[32], inter_env_iface[32];
-
 strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
 {
     inter_config_t config;
@@ -73,11 +70,16 @@ strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
     if (status != STRATA_OK) {
         return status;
     }
-    snprintf(inter_env_provider, sizeof(inter_env_provider), "%s", config.provider);
-    snprintf(inter_env_iface, sizeof(inter_env_iface), "%s", config.iface);
     memset(params, 0, sizeof(*params));
-    params->provider          = inter_env_provider;
-    params->iface             = inter_env_iface;
+    if (strlen(config.provider) >= sizeof(params->provider) ||
+        strlen(config.iface) >= sizeof(params->iface)) {
+        UTIL_LOG_ERROR("STRATA_INTER_PROVIDER '%s' or STRATA_INTER_IFACE '%s' is too long",
+                       config.provider, config.iface);
+        util_config_release(&inter_config_table, &config);
+        return STRATA_ERR_CONFIG;
+    }
+    snprintf(params->provider, sizeof(params->provider), "%s", config.provider);
+    snprintf(params->iface, sizeof(params->iface), "%s", config.iface);
     params->num_rails         = (int)config.rails;
     params->heartbeat_ns      = config.heartbeat_ns;
     params->peer_timeout_ns   = config.peer_timeout_ns;
@@ -93,7 +95,8 @@ static strata_status_t inter_params_check(const inter_engine_params_t *p)
     if (p->world_size <= 0 || p->rank < 0 || p->rank >= p->world_size || p->num_rails < 0 ||
         p->num_rails > INTER_MAX_RAILS || p->msg_size == 0 || p->msg_size > (64u << 20) ||
         p->heartbeat_ns == 0 || p->peer_timeout_ns <= p->heartbeat_ns ||
-        p->stripe_min_chunk == 0 || p->stripe_max_chunks == 0 || p->provider == NULL) {
+        p->stripe_min_chunk == 0 || p->stripe_min_chunk > (1ull << 40) ||
+        p->stripe_max_chunks == 0 || p->provider[0] == '\0') {
         UTIL_LOG_ERROR("engine: invalid parameters: rank %d of %d, %d rails (1..%d), message "
                        "size %zu, heartbeat %llu ns, peer timeout %llu ns (must exceed the "
                        "heartbeat), stripe %llu bytes x %u", p->rank, p->world_size,
@@ -133,7 +136,7 @@ static strata_status_t inter_rail_pools(inter_engine_t *engine, inter_rail_t *ra
 
 static strata_status_t inter_open_rails(inter_engine_t *engine)
 {
-    const char *iface = engine->params.iface ? engine->params.iface : "";
+    const char *iface = engine->params.iface;
     inter_transport_params_t tp_params = {.provider = engine->params.provider};
     strata_status_t status = STRATA_OK;
 
@@ -142,7 +145,7 @@ static strata_status_t inter_open_rails(inter_engine_t *engine)
 
         tp_params.rail     = r;
         tp_params.required = iface[0] != '\0';
-        tp_params.iface    = (iface[0] || !engine->params.rail_devices[r])
+        tp_params.iface    = (iface[0] || !engine->params.rail_devices[r][0])
                                  ? iface : engine->params.rail_devices[r];
         status = engine->ops->open(&tp_params, &rail->tp);
         if (status != STRATA_OK) {
@@ -175,6 +178,7 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     engine->slot_size = sizeof(inter_msg_header_t) + params->msg_size;
     atomic_init(&engine->key_counter, 1);
     pthread_mutex_init(&engine->mr_lock, NULL);
+    pthread_mutex_init(&engine->barrier_lock, NULL);
     engine->peer_info   = calloc(world, sizeof(*engine->peer_info));
     engine->peer_failed = calloc(world, sizeof(*engine->peer_failed));
     engine->last_seen   = calloc(world, sizeof(*engine->last_seen));
@@ -308,7 +312,9 @@ strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
     strata_status_t status = STRATA_OK;
     uint64_t now = util_clock_now_ns();
 
-    if (engine->connected) {
+    if (engine->connected || engine->connect_failed) {
+        UTIL_LOG_ERROR("engine: connect called again (after %s)",
+                       engine->connected ? "success" : "a failure");
         return STRATA_ERR_INVALID;
     }
     for (int peer = 0; peer < engine->params.world_size && status == STRATA_OK; ++peer) {
@@ -319,14 +325,17 @@ strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
         status = inter_post_rx_pool(engine, r);
     }
     if (status != STRATA_OK) {
+        engine->connect_failed = true; /* receive buffers may be posted: no second try */
         return status;
     }
     engine->next_heartbeat = now;
     atomic_store(&engine->proxy_pulse, now);
     atomic_store(&engine->proxy_target, -1);
+    atomic_store(&engine->wedged_on, -1);
     atomic_store(&engine->running, true);
     if (pthread_create(&engine->proxy, NULL, inter_proxy_main, engine) != 0) {
         atomic_store(&engine->running, false);
+        engine->connect_failed = true;
         UTIL_LOG_ERROR("engine: cannot start the proxy thread");
         return STRATA_ERR_NO_MEMORY;
     }
@@ -353,6 +362,10 @@ void inter_engine_destroy(inter_engine_t *engine)
             return;
         }
     }
+    /* Endpoints first: after that no provider holds an operation's context or buffer. */
+    for (int r = 0; r < engine->num_rails; ++r) {
+        engine->ops->shutdown(engine->rails[r].tp);
+    }
     inter_proxy_drain(engine);
     inter_engine_mem_deregister(engine, engine->ctrl_mr);
     for (int r = 0; r < engine->num_rails; ++r) {
@@ -369,6 +382,7 @@ void inter_engine_destroy(inter_engine_t *engine)
         util_ring_cleanup(&engine->ring);
     }
     pthread_mutex_destroy(&engine->mr_lock);
+    pthread_mutex_destroy(&engine->barrier_lock);
     free(engine->ctrl);
     free(engine->peer_info);
     free(engine->peer_failed);
@@ -414,6 +428,15 @@ void inter_engine_idle(inter_engine_t *engine, uint64_t *spin_until, unsigned se
     atomic_fetch_sub(&engine->sleepers, 1);
 }
 
+void inter_engine_wake(inter_engine_t *engine)
+{
+    /* Publishes "something changed" (release) after the change; sleepers compare it. */
+    atomic_fetch_add_explicit(&engine->wake_seq, 1, memory_order_release);
+    if (atomic_load(&engine->sleepers) > 0) {
+        syscall(SYS_futex, &engine->wake_seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+    }
+}
+
 bool inter_engine_wedged(inter_engine_t *engine)
 {
     uint64_t pulse = atomic_load_explicit(&engine->proxy_pulse, memory_order_acquire);
@@ -423,10 +446,11 @@ bool inter_engine_wedged(inter_engine_t *engine)
     if (!engine->connected || now < pulse || now - pulse < engine->params.peer_timeout_ns) {
         return false;
     }
+    /* Only the proxy fails peers (with everything that involves them); it does so for this
+     * one if it ever comes back. Until then waiters report the failure themselves. */
     target = atomic_load(&engine->proxy_target);
-    if (target >= 0 && !atomic_exchange(&engine->peer_failed[target], true)) {
-        UTIL_LOG_WARN("engine: peer %d failed: the transport has been stuck on it for more "
-                      "than the peer timeout", target);
+    if (target >= 0) {
+        atomic_store(&engine->wedged_on, target);
     }
     return true;
 }

@@ -15,7 +15,8 @@
 #define INTER_TX_SLOTS      64  /* send buffers per rail */
 #define INTER_RING_SIZE     4096
 #define INTER_RDESC_MAGIC   0x52444553u /* "RDES" */
-#define INTER_BARRIER_SLOTS 256
+#define INTER_BARRIER_SLOTS 4096
+#define INTER_BARRIER_GROUPS 64
 
 /* The two top bits of an immediate say whose it is. */
 #define INTER_IMM_TYPE_SHIFT 30
@@ -156,10 +157,18 @@ struct inter_engine {
     /* shared */
     _Atomic uint64_t       imm_count[INTER_IMM_MAX];
     _Atomic uint64_t       barrier_count[INTER_BARRIER_SLOTS];
-    uint32_t               barrier_epoch; /* caller-serialised */
+    /* Barrier sequence per group of ranks (keyed by a hash of the sorted members). */
+    pthread_mutex_t        barrier_lock;
+    uint64_t               barrier_keys[INTER_BARRIER_GROUPS];
+    uint32_t               barrier_seqs[INTER_BARRIER_GROUPS];
+    int                    num_barrier_groups;
     /* The proxy's pulse: a proxy stuck inside the transport (shm spins forever on a lock a
      * dead peer held) is seen by waiters, who fail instead of hanging. */
     _Atomic uint64_t       proxy_pulse;   /* clock of the proxy's last loop */
+    atomic_int             wedged_on;     /* peer a waiter saw the proxy stuck on, -1 none */
+    inter_op_t            *rx_retry;      /* proxy: receive buffers whose re-post failed */
+    bool                   rail_broken[INTER_MAX_RAILS]; /* proxy: its CQ cannot be read */
+    bool                   connect_failed;
     /* Waiters spin briefly, then sleep on wake_seq; the proxy bumps it and wakes them
      * after completions, so sleeping waiters leave the cores to the proxies. */
     atomic_uint            wake_seq;
@@ -168,6 +177,23 @@ struct inter_engine {
     uint64_t              *ctrl;          /* [0] barrier landing word, [1] barrier source */
     inter_mr_t            *ctrl_mr;
 };
+
+/** Counter consumption: take count if at least count are there (compare-exchange). */
+static inline bool inter_counter_take(_Atomic uint64_t *counter, uint64_t count)
+{
+    uint64_t seen = atomic_load_explicit(counter, memory_order_acquire);
+
+    while (seen >= count) {
+        if (atomic_compare_exchange_weak_explicit(counter, &seen, seen - count,
+                                                  memory_order_acq_rel, memory_order_acquire)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/** Wake waiters sleeping on the engine (after anything they may wait for changed). */
+void inter_engine_wake(inter_engine_t *engine);
 
 /* inter_proxy.c */
 void *inter_proxy_main(void *arg);

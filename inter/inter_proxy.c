@@ -6,12 +6,9 @@
  */
 #include "inter_internal.h"
 
-#include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #define INTER_PROXY_CQ_BATCH 32
 
@@ -84,7 +81,8 @@ static void inter_deliver(inter_engine_t *engine, int src, const void *data, siz
     }
     msg = malloc(sizeof(*msg) + len);
     if (msg == NULL) {
-        UTIL_LOG_ERROR("engine: out of memory keeping a %zu-byte message from rank %d", len, src);
+        /* Dropping it would leave the receive meant for it waiting forever. */
+        inter_proxy_fail_peer(engine, src, "out of memory keeping a message from it");
         return;
     }
     msg->next   = NULL;
@@ -124,14 +122,11 @@ static void inter_post_user_recv(inter_engine_t *engine, inter_request_t *req)
 static void inter_notify_check(inter_engine_t *engine, uint32_t imm)
 {
     inter_request_t *req = engine->notify[imm];
-    uint64_t seen;
 
     if (req == NULL) {
         return;
     }
-    seen = atomic_load_explicit(&engine->imm_count[imm], memory_order_acquire);
-    if (seen >= req->count) {
-        atomic_fetch_sub_explicit(&engine->imm_count[imm], req->count, memory_order_acq_rel);
+    if (inter_counter_take(&engine->imm_count[imm], req->count)) {
         engine->notify[imm] = NULL;
         req->fn(req->arg, imm, STRATA_OK);
         inter_request_finish(req, STRATA_OK);
@@ -289,16 +284,35 @@ static int inter_post_pending(inter_engine_t *engine)
 
 /* --- Completions -------------------------------------------------------------------------- */
 
+/* Give a receive buffer back to the transport; keep it for a later try if it is refused. */
 static void inter_repost_rx(inter_engine_t *engine, inter_op_t *op)
 {
     inter_rail_t *rail = &engine->rails[op->rail];
     strata_status_t status;
 
     status = engine->ops->post_recv(rail->tp, op->lbuf, op->len, op->desc, op);
-    if (status != STRATA_OK && atomic_load(&engine->running)) {
-        UTIL_LOG_ERROR("engine: re-posting a receive buffer on rail %d failed: %s", op->rail,
-                       strata_status_string(status));
+    if (status != STRATA_OK) {
+        if (status != STRATA_ERR_BUSY) {
+            UTIL_LOG_DEBUG("engine: re-posting a receive buffer on rail %d: %s", op->rail,
+                           strata_status_string(status));
+        }
+        op->next         = engine->rx_retry;
+        engine->rx_retry = op;
     }
+}
+
+static int inter_retry_rx(inter_engine_t *engine)
+{
+    inter_op_t *list = engine->rx_retry, *op;
+    int n = 0;
+
+    engine->rx_retry = NULL;
+    while ((op = list) != NULL) {
+        list = op->next;
+        inter_repost_rx(engine, op); /* back on the list if refused again */
+        ++n;
+    }
+    return n;
 }
 
 static void inter_on_message(inter_engine_t *engine, inter_op_t *rx, size_t length)
@@ -337,41 +351,54 @@ static void inter_on_local(inter_engine_t *engine, inter_op_t *op, strata_status
     inter_op_finished(op, status);
 }
 
+/* A completion queue that cannot be read: nothing on this rail will complete again. */
+static void inter_break_rail(inter_engine_t *engine, int r)
+{
+    engine->rail_broken[r] = true;
+    UTIL_LOG_ERROR("engine: rail %d's completion queue failed; failing every peer", r);
+    for (int p = 0; p < engine->params.world_size; ++p) {
+        inter_proxy_fail_peer(engine, p, "its rail broke");
+    }
+}
+
+static void inter_on_cqe(inter_engine_t *engine, const inter_cqe_t *cqe)
+{
+    inter_op_t *op = cqe->context;
+
+    if (cqe->kind == INTER_CQE_IMM && cqe->status == STRATA_OK) {
+        inter_imm_arrived(engine, cqe->imm);
+    }
+    if (op == NULL) {
+        return;
+    }
+    /* What was posted decides, not the flags: providers may leave error flags empty. */
+    if (op->kind != INTER_OP_RX) {
+        inter_on_local(engine, op, cqe->status);
+        return;
+    }
+    if (cqe->kind == INTER_CQE_RECV && cqe->status == STRATA_OK) {
+        inter_on_message(engine, op, cqe->length);
+    }
+    if (cqe->status != STRATA_ERR_CANCELLED) {
+        inter_repost_rx(engine, op); /* FI_RX_CQ_DATA immediates consume a buffer too */
+    }
+}
+
 static int inter_poll_rail(inter_engine_t *engine, int r)
 {
     inter_cqe_t cqes[INTER_PROXY_CQ_BATCH];
-    int n = engine->ops->poll(engine->rails[r].tp, cqes, INTER_PROXY_CQ_BATCH);
+    int n;
 
+    if (engine->rail_broken[r]) {
+        return 0;
+    }
+    n = engine->ops->poll(engine->rails[r].tp, cqes, INTER_PROXY_CQ_BATCH);
     if (n < 0) {
+        inter_break_rail(engine, r);
         return 0;
     }
     for (int i = 0; i < n; ++i) {
-        inter_op_t *op = cqes[i].context;
-
-        switch (cqes[i].kind) {
-        case INTER_CQE_LOCAL:
-            if (op != NULL) {
-                inter_on_local(engine, op, cqes[i].status);
-            }
-            break;
-        case INTER_CQE_RECV:
-            if (op == NULL) {
-                break;
-            }
-            if (cqes[i].status == STRATA_OK) {
-                inter_on_message(engine, op, cqes[i].length);
-            }
-            if (cqes[i].status != STRATA_ERR_CANCELLED) {
-                inter_repost_rx(engine, op);
-            }
-            break;
-        case INTER_CQE_IMM:
-            inter_imm_arrived(engine, cqes[i].imm);
-            if (op != NULL) {
-                inter_repost_rx(engine, op); /* FI_RX_CQ_DATA providers consume a buffer */
-            }
-            break;
-        }
+        inter_on_cqe(engine, &cqes[i]);
     }
     return n;
 }
@@ -485,25 +512,33 @@ static void inter_sweep(inter_engine_t *engine)
 void *inter_proxy_main(void *arg)
 {
     inter_engine_t *engine = arg;
-    int work, completions;
-    uint64_t now;
+    uint64_t now, last_loop = util_clock_now_ns();
+    int work, completions, wedged;
 
     while (atomic_load_explicit(&engine->running, memory_order_acquire)) {
         completions = 0;
-        atomic_store_explicit(&engine->proxy_pulse, util_clock_now_ns(), memory_order_release);
+        now = util_clock_now_ns();
+        atomic_store_explicit(&engine->proxy_pulse, now, memory_order_release);
+        if (now - last_loop > engine->params.peer_timeout_ns / 2) {
+            /* This thread stalled: the silence was ours, not the peers'. */
+            for (int p = 0; p < engine->params.world_size; ++p) {
+                engine->last_seen[p] = now;
+            }
+        }
+        last_loop = now;
+        wedged    = atomic_exchange(&engine->wedged_on, -1);
+        if (wedged >= 0) {
+            inter_proxy_fail_peer(engine, wedged, "the transport was stuck on it");
+        }
         work = inter_pop_submissions(engine);
+        work += inter_retry_rx(engine);
         work += inter_post_pending(engine);
         for (int r = 0; r < engine->num_rails; ++r) {
             completions += inter_poll_rail(engine, r);
         }
         work += completions;
         if (completions > 0) {
-            /* Proxy publishes "something completed" (release) after the completions. */
-            atomic_fetch_add_explicit(&engine->wake_seq, 1, memory_order_release);
-            if (atomic_load(&engine->sleepers) > 0) {
-                syscall(SYS_futex, &engine->wake_seq, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL,
-                        0);
-            }
+            inter_engine_wake(engine); /* immediates counted, requests finished */
         }
         now = util_clock_now_ns();
         if (now >= engine->next_heartbeat) {

@@ -55,6 +55,7 @@ void inter_request_finish(inter_request_t *req, strata_status_t status)
     req->status = status;
     /* Proxy publishes the status (release); the user's test/wait acquires it. */
     atomic_store_explicit(&req->done, 1, memory_order_release);
+    inter_engine_wake(req->engine);
 }
 
 strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req)
@@ -298,7 +299,8 @@ strata_status_t inter_engine_write_paged(inter_engine_t *engine, int peer, const
         (status = inter_check_imm(with_imm, imm)) != STRATA_OK) {
         return status;
     }
-    if (num_pages == 0 || src_pages == NULL || dst_pages == NULL || stride < page_size) {
+    if (num_pages == 0 || src_pages == NULL || dst_pages == NULL || stride < page_size ||
+        stride > SIZE_MAX / ((size_t)UINT32_MAX + 1)) { /* index * stride must not wrap */
         UTIL_LOG_ERROR("engine: paged write of %u pages of %zu bytes with stride %zu", num_pages,
                        page_size, stride);
         return STRATA_ERR_INVALID;
@@ -394,7 +396,9 @@ strata_status_t inter_engine_send(inter_engine_t *engine, int peer, const void *
         inter_request_destroy(req);
         return STRATA_ERR_NO_MEMORY;
     }
-    memcpy(req->buf, buf, len);
+    if (len > 0) {
+        memcpy(req->buf, buf, len);
+    }
     req->length       = len;
     req->peer         = peer;
     req->ops[0].kind  = INTER_OP_SEND;
@@ -419,6 +423,7 @@ strata_status_t inter_engine_recv(inter_engine_t *engine, int peer, void *buf, s
         return status;
     }
     if (buf == NULL && cap > 0) {
+        UTIL_LOG_ERROR("engine: receive into a NULL buffer of %zu bytes", cap);
         return STRATA_ERR_INVALID;
     }
     req = inter_request_alloc(engine, INTER_REQ_RECV, 0);
@@ -437,34 +442,32 @@ strata_status_t inter_engine_recv(inter_engine_t *engine, int peer, void *buf, s
 
 /* --- Immediates and barrier ---------------------------------------------------------------- */
 
-static bool inter_any_peer_failed(const inter_engine_t *engine)
+/* Whether any of peers[0..n) failed; every rank when peers is NULL. */
+static bool inter_peers_failed(const inter_engine_t *engine, const int *peers, int n)
 {
-    for (int p = 0; p < engine->params.world_size; ++p) {
-        if (inter_engine_peer_failed(engine, p)) {
+    for (int i = 0; i < (peers ? n : engine->params.world_size); ++i) {
+        if (inter_engine_peer_failed(engine, peers ? peers[i] : i)) {
             return true;
         }
     }
     return false;
 }
 
-/* Wait until *counter >= count, then take count; fail if the writer fails. */
+/* Wait until *counter >= count, then take count; fail if a writer (peers) fails. */
 static strata_status_t inter_counter_wait(inter_engine_t *engine, _Atomic uint64_t *counter,
-                                          uint64_t count, int from_peer, uint64_t timeout_ns)
+                                          uint64_t count, const int *peers, int n,
+                                          uint64_t timeout_ns)
 {
-    uint64_t deadline = util_clock_now_ns() + timeout_ns, seen;
+    uint64_t deadline = util_clock_now_ns() + timeout_ns;
     uint64_t spins = 0;
     unsigned seq;
 
     for (;;) {
         seq  = atomic_load_explicit(&engine->wake_seq, memory_order_acquire);
-        seen = atomic_load_explicit(counter, memory_order_acquire);
-        if (seen >= count) {
-            atomic_fetch_sub_explicit(counter, count, memory_order_acq_rel);
+        if (inter_counter_take(counter, count)) {
             return STRATA_OK;
         }
-        if (inter_engine_wedged(engine) ||
-            (from_peer >= 0 && inter_engine_peer_failed(engine, from_peer)) ||
-            (from_peer < 0 && inter_any_peer_failed(engine))) {
+        if (inter_engine_wedged(engine) || inter_peers_failed(engine, peers, n)) {
             return STRATA_ERR_PEER_FAILED;
         }
         if (util_clock_now_ns() > deadline) {
@@ -481,7 +484,8 @@ strata_status_t inter_engine_imm_wait(inter_engine_t *engine, uint32_t imm, uint
         UTIL_LOG_ERROR("engine: wait on immediate %u from peer %d", imm, from_peer);
         return STRATA_ERR_INVALID;
     }
-    return inter_counter_wait(engine, &engine->imm_count[imm], count, from_peer, timeout_ns);
+    return inter_counter_wait(engine, &engine->imm_count[imm], count,
+                              from_peer >= 0 ? &from_peer : NULL, 1, timeout_ns);
 }
 
 strata_status_t inter_engine_imm_notify(inter_engine_t *engine, uint32_t imm, uint64_t count,
@@ -508,17 +512,55 @@ strata_status_t inter_engine_imm_notify(inter_engine_t *engine, uint32_t imm, ui
     return inter_request_submit(engine, req);
 }
 
+static int inter_int_compare(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* The group's key (FNV-1a over its sorted members) and this barrier's sequence in it. */
+static strata_status_t inter_barrier_next(inter_engine_t *engine, const int *peers, int n,
+                                          uint32_t *value_p)
+{
+    uint64_t key = 1469598103934665603ull;
+    int *sorted = malloc((size_t)n * sizeof(int)), g;
+
+    if (sorted == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    memcpy(sorted, peers, (size_t)n * sizeof(int));
+    qsort(sorted, (size_t)n, sizeof(int), inter_int_compare);
+    for (int i = 0; i < n; ++i) {
+        key = (key ^ (uint64_t)(uint32_t)sorted[i]) * 1099511628211ull;
+    }
+    free(sorted);
+    pthread_mutex_lock(&engine->barrier_lock);
+    for (g = 0; g < engine->num_barrier_groups && engine->barrier_keys[g] != key; ++g) {
+    }
+    if (g == engine->num_barrier_groups) {
+        if (g == INTER_BARRIER_GROUPS) {
+            pthread_mutex_unlock(&engine->barrier_lock);
+            UTIL_LOG_ERROR("engine: barriers over more than %d different groups",
+                           INTER_BARRIER_GROUPS);
+            return STRATA_ERR_UNSUPPORTED;
+        }
+        engine->barrier_keys[g] = key;
+        engine->num_barrier_groups++;
+    }
+    /* 16 bits of the group, 14 of its sequence: the immediate's 30-bit value. */
+    *value_p = (uint32_t)((key & 0xffff) << 14) | (++engine->barrier_seqs[g] & 0x3fff);
+    pthread_mutex_unlock(&engine->barrier_lock);
+    return STRATA_OK;
+}
+
 strata_status_t inter_engine_barrier(inter_engine_t *engine, const int *peers, int n,
                                      uint64_t timeout_ns)
 {
-    uint32_t epoch = ++engine->barrier_epoch;
-    uint32_t slot = epoch % INTER_BARRIER_SLOTS;
     inter_request_t *req;
     strata_status_t status = STRATA_OK;
+    uint32_t value, k = 0;
     bool member = false;
-    uint32_t k = 0;
 
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < n && peers != NULL; ++i) {
         if ((status = inter_check_peer(engine, peers[i])) != STRATA_OK) {
             return status;
         }
@@ -529,30 +571,33 @@ strata_status_t inter_engine_barrier(inter_engine_t *engine, const int *peers, i
                        engine->params.rank);
         return STRATA_ERR_INVALID;
     }
+    if (n == 1) {
+        return STRATA_OK;
+    }
+    status = inter_barrier_next(engine, peers, n, &value);
+    if (status != STRATA_OK) {
+        return status;
+    }
     req = inter_request_alloc(engine, INTER_REQ_RMA, (uint32_t)(n - 1));
     if (req == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    engine->ctrl[1] = epoch;
     for (int i = 0; i < n; ++i) {
         if (peers[i] == engine->params.rank) {
             continue;
         }
-        inter_fill_rma(engine, &req->ops[k++], INTER_OP_WRITE, peers[i], 0, engine->ctrl_mr,
+        /* 8 bytes from the control word to the peer's; the immediate is what counts. */
+        inter_fill_rma(engine, &req->ops[k], INTER_OP_WRITE, peers[i], 0, engine->ctrl_mr,
                        sizeof(uint64_t), &engine->peer_info[peers[i]].ctrl, 0, sizeof(uint64_t),
                        true, 0);
-        req->ops[k - 1].imm = (INTER_IMM_BARRIER << INTER_IMM_TYPE_SHIFT) | slot;
-    }
-    if (k == 0) {
-        inter_request_destroy(req);
-        return STRATA_OK;
+        req->ops[k++].imm = (INTER_IMM_BARRIER << INTER_IMM_TYPE_SHIFT) | value;
     }
     status = inter_request_submit(engine, req);
     if (status != STRATA_OK) {
         return status;
     }
-    status = inter_counter_wait(engine, &engine->barrier_count[slot], (uint64_t)(n - 1), -1,
-                                timeout_ns);
+    status = inter_counter_wait(engine, &engine->barrier_count[value % INTER_BARRIER_SLOTS],
+                                (uint64_t)(n - 1), peers, n, timeout_ns);
     if (status == STRATA_OK) {
         status = inter_request_wait(req, timeout_ns);
     }

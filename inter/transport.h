@@ -60,6 +60,9 @@ typedef struct inter_cqe {
 struct inter_transport_ops {
     const char *name;
     strata_status_t (*open)(const inter_transport_params_t *params, inter_transport_t **tp_p);
+    /** Close the endpoint: the transport touches no posted context or buffer after this. */
+    void (*shutdown)(inter_transport_t *tp);
+    /** Release everything (after the registrations made on it are released). */
     void (*close)(inter_transport_t *tp);
     strata_status_t (*address)(inter_transport_t *tp, void *addr, size_t *len_p);
     /** Make a peer's address usable; *peer_p is the handle posts take. */

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -137,12 +138,33 @@ static void run_set_env(const run_job_t *job, int rank)
     }
 }
 
+/* Variables of other launchers that strata_bootstrap_from_env would read before ours. */
+static const char *const run_foreign_vars[] = {
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "SLURM_PROCID", "SLURM_NTASKS", "PMIX_RANK",
+};
+
 /* In the child: join the node, wire the pipes, become a process group, exec. */
-static void run_child(const run_job_t *job, int rank, int out_pipe[2], int err_pipe[2])
+static void run_child(const run_job_t *job, int rank, int out_pipe[2], int err_pipe[2],
+                      pid_t launcher)
 {
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
     setpgid(0, 0);
+    /* Die with the launcher, even if it is killed outright; it may already be gone. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) {
+        _exit(RUN_EXIT_SETUP);
+    }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL); /* the launcher ignores it; exec would keep that */
+    if (devnull >= 0) {
+        dup2(devnull, STDIN_FILENO); /* a background group reading the terminal would stop */
+    }
+    for (size_t i = 0; i < sizeof(run_foreign_vars) / sizeof(run_foreign_vars[0]); ++i) {
+        unsetenv(run_foreign_vars[i]);
+    }
     if (job->num_nodes && !run_netns_enter(&job->netns, run_node_of(job, rank))) {
         fprintf(stderr, "strata-run: rank %d cannot enter its node's namespace: %s\n", rank,
                 strerror(errno));
@@ -164,6 +186,7 @@ static bool run_start_rank(run_job_t *job, int rank)
 {
     run_rank_t *r = &job->ranks[rank];
     int out_pipe[2], err_pipe[2];
+    pid_t launcher;
 
     if (pipe2(out_pipe, O_CLOEXEC) != 0) {
         return false;
@@ -174,7 +197,8 @@ static bool run_start_rank(run_job_t *job, int rank)
         return false;
     }
     fflush(NULL);
-    r->pid = fork();
+    launcher = getpid();
+    r->pid   = fork();
     if (r->pid < 0) {
         close(out_pipe[0]);
         close(out_pipe[1]);
@@ -183,7 +207,7 @@ static bool run_start_rank(run_job_t *job, int rank)
         return false;
     }
     if (r->pid == 0) {
-        run_child(job, rank, out_pipe, err_pipe);
+        run_child(job, rank, out_pipe, err_pipe, launcher);
     }
     setpgid(r->pid, r->pid); /* also here, so a kill before the child runs still finds it */
     close(out_pipe[1]);
@@ -306,15 +330,25 @@ static void run_stop_all(run_job_t *job)
     double deadline = run_now() + RUN_GRACE_SECONDS;
 
     run_signal_all(job, SIGTERM);
+    run_signal_all(job, SIGCONT); /* a stopped rank must run to die */
     while (run_count_running(job) > 0 && run_now() < deadline) {
         run_pump_output(job, 50);
         run_reap(job);
     }
-    if (run_count_running(job) > 0) {
-        run_signal_all(job, SIGKILL);
-        while (run_count_running(job) > 0) {
-            run_pump_output(job, 50);
-            run_reap(job);
+    if (run_count_running(job) == 0) {
+        return;
+    }
+    run_signal_all(job, SIGKILL);
+    deadline = run_now() + RUN_GRACE_SECONDS;
+    while (run_count_running(job) > 0 && run_now() < deadline) {
+        run_pump_output(job, 50);
+        run_reap(job);
+    }
+    if (run_count_running(job) > 0) { /* e.g. stuck in the kernel (state D) */
+        fprintf(stderr, "strata-run: %d rank(s) survive SIGKILL; leaving them\n",
+                run_count_running(job));
+        for (int r = 0; r < job->num_ranks; ++r) {
+            job->ranks[r].running = false;
         }
     }
 }
@@ -412,6 +446,9 @@ int main(int argc, char **argv)
     if (job.port == 0) {
         fprintf(stderr, "strata-run: no free TCP port for the rendezvous\n");
         return RUN_EXIT_SETUP;
+    }
+    if (job.num_nodes > 0) {
+        run_netns_remove_stale();
     }
     if (job.num_nodes > 0 && !run_netns_create(&job.netns, job.num_nodes)) {
         return RUN_EXIT_SETUP;

@@ -25,6 +25,9 @@ bool run_netns_create(run_netns_t *netns, int num_nodes);
 /** Remove every namespace this job made; safe to call twice. */
 void run_netns_destroy(run_netns_t *netns);
 
+/** Remove namespaces that launchers killed outright (no cleanup) left behind. */
+void run_netns_remove_stale(void);
+
 /** In a child: move into node k's namespace. false (with errno) on failure. */
 bool run_netns_enter(const run_netns_t *netns, int node);
 

@@ -5,8 +5,10 @@
  */
 #include "strata_run.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -104,6 +106,27 @@ void run_netns_destroy(run_netns_t *netns)
     if (netns->created[RUN_MAX_NODES] && run_ip("netns", "del", netns->hub, NULL)) {
         netns->created[RUN_MAX_NODES] = false;
     }
+}
+
+void run_netns_remove_stale(void)
+{
+    DIR *dir = opendir("/var/run/netns");
+    struct dirent *entry;
+    int pid;
+
+    if (dir == NULL) {
+        return;
+    }
+    while ((entry = readdir(dir)) != NULL) {
+        /* Ours are strata-run-<launcher pid>-...; a dead launcher (killed outright) left them. */
+        if (sscanf(entry->d_name, "strata-run-%d-", &pid) == 1 && pid > 0 &&
+            kill(pid, 0) != 0 && errno == ESRCH) {
+            fprintf(stderr, "strata-run: removing %s, left by a launcher that is gone\n",
+                    entry->d_name);
+            run_ip("netns", "del", entry->d_name, NULL);
+        }
+    }
+    closedir(dir);
 }
 
 bool run_netns_enter(const run_netns_t *netns, int node)

@@ -71,31 +71,49 @@ static void util_sock_tune(int fd)
     fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 
+/* Bind and listen on one resolved address; -1 with errno set on failure. */
+static int util_sock_listen_one(const struct addrinfo *ai)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0), one = 1, saved;
+
+    if (fd < 0) {
+        return -1;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+        bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+        saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
 strata_status_t util_sock_listen(const char *addr, uint16_t port, int *fd_p, uint16_t *port_p)
 {
     struct sockaddr_storage bound;
     socklen_t len = sizeof(bound);
     struct addrinfo *res;
     strata_status_t status;
-    int fd, one = 1;
+    int fd = -1;
 
     status = util_sock_resolve(addr, port, true, &res);
     if (status != STRATA_OK) {
         return status;
     }
-    fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-        bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1024) != 0 ||
-        getsockname(fd, (struct sockaddr *)&bound, &len) != 0) {
+    /* The first address family this host can listen on (a namespace may lack IPv6). */
+    for (const struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
+        fd = util_sock_listen_one(ai);
+    }
+    freeaddrinfo(res);
+    if (fd < 0 || getsockname(fd, (struct sockaddr *)&bound, &len) != 0) {
         UTIL_LOG_ERROR("socket: cannot listen on %s:%u: %s", (addr && addr[0]) ? addr : "*",
                        port, strerror(errno));
         if (fd >= 0) {
             close(fd);
         }
-        freeaddrinfo(res);
         return STRATA_ERR_IO;
     }
-    freeaddrinfo(res);
     *port_p = ntohs((bound.ss_family == AF_INET6) ? ((struct sockaddr_in6 *)&bound)->sin6_port
                                                    : ((struct sockaddr_in *)&bound)->sin_port);
     *fd_p = fd;

@@ -125,6 +125,13 @@ static strata_status_t api_bootstrap_allgather(void *ctx, const void *send_buf, 
     }
     if (bs->base.rank == 0) {
         status = api_bootstrap_root_allgather(bs, recv_buf, size, deadline);
+        if (status != STRATA_OK) {
+            /* The star is broken: let every other rank see it now, not at its timeout. */
+            for (int peer = 1; peer < bs->base.world_size; ++peer) {
+                util_sock_close(bs->peer_fds[peer]);
+                bs->peer_fds[peer] = -1;
+            }
+        }
     } else {
         status = util_sock_send_all(bs->root_fd, &header, sizeof(header), deadline);
         if (status == STRATA_OK && size > 0) {
@@ -156,6 +163,12 @@ static strata_status_t api_bootstrap_barrier(void *ctx)
     return status;
 }
 
+/* Root's answer to a hello: 1 accepted, 0 refused. */
+static strata_status_t api_bootstrap_answer(int fd, uint8_t accepted)
+{
+    return util_sock_send_all(fd, &accepted, 1, util_clock_now_ns() + API_HELLO_NS);
+}
+
 /* Root: accept until every other rank has said hello, each rank once. */
 static strata_status_t api_bootstrap_accept_all(api_tcp_bootstrap_t *bs, int listen_fd,
                                                 uint64_t deadline)
@@ -182,7 +195,12 @@ static strata_status_t api_bootstrap_accept_all(api_tcp_bootstrap_t *bs, int lis
             UTIL_LOG_WARN("bootstrap: refused a connection (rank %d of %d, version %u): not "
                           "this job, or a rank seen twice", hello.rank, hello.world_size,
                           hello.version);
+            api_bootstrap_answer(fd, 0); /* tell it now rather than at its timeout */
             util_sock_close(fd);
+            continue;
+        }
+        if (api_bootstrap_answer(fd, 1) != STRATA_OK) {
+            util_sock_close(fd); /* gone already: it may come back and say hello again */
             continue;
         }
         bs->peer_fds[hello.rank] = fd;
@@ -231,8 +249,20 @@ static strata_status_t api_bootstrap_join(api_tcp_bootstrap_t *bs, const char *a
                        port);
         return status;
     }
+    uint8_t accepted = 0;
+
     status = util_sock_send_all(bs->root_fd, &hello, sizeof(hello), deadline);
-    return (status == STRATA_OK) ? STRATA_OK : STRATA_ERR_BOOTSTRAP;
+    if (status == STRATA_OK) {
+        status = util_sock_recv_all(bs->root_fd, &accepted, 1, deadline);
+    }
+    if (status != STRATA_OK || accepted != 1) {
+        UTIL_LOG_ERROR("bootstrap: rank 0 at %s:%u %s rank %d of %d (another job on that "
+                       "port, a different world size, or this rank taken twice)", addr, port,
+                       status == STRATA_OK ? "refused" : "did not answer", bs->base.rank,
+                       bs->base.world_size);
+        return status == STRATA_ERR_TIMEOUT ? STRATA_ERR_TIMEOUT : STRATA_ERR_BOOTSTRAP;
+    }
+    return STRATA_OK;
 }
 
 STRATA_API void strata_bootstrap_destroy(strata_bootstrap_t *bootstrap)

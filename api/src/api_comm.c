@@ -92,8 +92,12 @@ static strata_status_t api_comm_map_nodes(strata_comm_t *comm, const api_rank_in
     comm->rank_node  = calloc((size_t)comm->size, sizeof(int));
     comm->rank_local = calloc((size_t)comm->size, sizeof(int));
     comm->node_size  = calloc((size_t)comm->size, sizeof(int));
-    if (!comm->rank_node || !comm->rank_local || !comm->node_size) {
+    comm->all_ranks  = calloc((size_t)comm->size, sizeof(int));
+    if (!comm->rank_node || !comm->rank_local || !comm->node_size || !comm->all_ranks) {
         return STRATA_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < comm->size; ++r) {
+        comm->all_ranks[r] = r;
     }
     for (int r = 0; r < comm->size; ++r) {
         int node = -1;
@@ -152,7 +156,7 @@ static strata_status_t api_comm_start_engine(strata_comm_t *comm)
     for (int r = 0; rail != NULL && r < rail->num_rails && r < INTER_MAX_RAILS; ++r) {
         const topo_nic_t *nic = topo_nic(comm->topo, rail->nics[r]);
 
-        params.rail_devices[r] = nic->name[0] ? nic->name : NULL;
+        snprintf(params.rail_devices[r], sizeof(params.rail_devices[r]), "%s", nic->name);
     }
     status = inter_engine_create(&params, &comm->engine);
     if (status != STRATA_OK) {
@@ -260,6 +264,7 @@ STRATA_API void strata_comm_destroy(strata_comm_t *comm)
     free(comm->rank_node);
     free(comm->rank_local);
     free(comm->node_size);
+    free(comm->all_ranks);
     free(comm);
 }
 

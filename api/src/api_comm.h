@@ -21,6 +21,7 @@ struct strata_comm {
     int                       gpu;
     const intra_device_ops_t *device;
     inter_engine_t           *engine;
+    int                      *all_ranks;  /* [size] 0..size-1, the group of strata_barrier */
 };
 
 #endif

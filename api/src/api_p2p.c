@@ -30,6 +30,16 @@ static const inter_rdesc_t *api_rdesc(const strata_mem_desc_t *desc, inter_rdesc
     return copy;
 }
 
+/* The public entry points' own argument check: one log line naming the call. */
+static bool api_args_ok(const char *call, const void *comm, const void *out)
+{
+    if (comm == NULL || out == NULL) {
+        UTIL_LOG_ERROR("%s: NULL %s", call, comm == NULL ? "communicator" : "output argument");
+        return false;
+    }
+    return true;
+}
+
 static uint64_t api_ms_to_ns(uint64_t ms)
 {
     return (ms > UINT64_MAX / UTIL_NSEC_PER_MSEC) ? UINT64_MAX / 2 : ms * UTIL_NSEC_PER_MSEC;
@@ -41,7 +51,7 @@ STRATA_API strata_status_t strata_mem_register(strata_comm_t *comm, void *addr, 
     inter_mr_t *mr;
     strata_status_t status;
 
-    if (comm == NULL || mem_p == NULL) {
+    if (!api_args_ok("strata_mem_register", comm, mem_p)) {
         return STRATA_ERR_INVALID;
     }
     status = inter_engine_mem_register(comm->engine, addr, len, &mr);
@@ -62,6 +72,10 @@ STRATA_API void strata_mem_descriptor(const strata_mem_t *mem, strata_mem_desc_t
 {
     inter_rdesc_t rdesc;
 
+    if (mem == NULL || desc_p == NULL) {
+        UTIL_LOG_ERROR("strata_mem_descriptor: NULL %s", mem == NULL ? "memory" : "descriptor");
+        return;
+    }
     memset(desc_p, 0, sizeof(*desc_p));
     inter_engine_mem_descriptor(api_mr(mem), &rdesc);
     memcpy(desc_p->bytes, &rdesc, sizeof(rdesc));
@@ -76,8 +90,11 @@ STRATA_API strata_status_t strata_write(strata_comm_t *comm, int peer, const str
     inter_request_t *req;
     strata_status_t status;
 
-    if (comm == NULL || req_p == NULL || (flags & ~STRATA_WRITE_IMM) != 0) {
-        UTIL_LOG_ERROR("strata_write: invalid arguments (flags 0x%x)", flags);
+    if (!api_args_ok("strata_write", comm, req_p)) {
+        return STRATA_ERR_INVALID;
+    }
+    if ((flags & ~STRATA_WRITE_IMM) != 0) {
+        UTIL_LOG_ERROR("strata_write: unknown flags 0x%x", flags);
         return STRATA_ERR_INVALID;
     }
     status = inter_engine_write(comm->engine, peer, api_mr(src), src_offset, api_rdesc(dst, &rdesc),
@@ -96,7 +113,7 @@ STRATA_API strata_status_t strata_read(strata_comm_t *comm, int peer, const stra
     inter_request_t *req;
     strata_status_t status;
 
-    if (comm == NULL || req_p == NULL) {
+    if (!api_args_ok("strata_read", comm, req_p)) {
         return STRATA_ERR_INVALID;
     }
     status = inter_engine_read(comm->engine, peer, api_mr(dst), dst_offset, api_rdesc(src, &rdesc),
@@ -113,7 +130,7 @@ STRATA_API strata_status_t strata_send(strata_comm_t *comm, int peer, const void
     inter_request_t *req;
     strata_status_t status;
 
-    if (comm == NULL || req_p == NULL) {
+    if (!api_args_ok("strata_send", comm, req_p)) {
         return STRATA_ERR_INVALID;
     }
     status = inter_engine_send(comm->engine, peer, buf, len, &req);
@@ -129,7 +146,7 @@ STRATA_API strata_status_t strata_recv(strata_comm_t *comm, int peer, void *buf,
     inter_request_t *req;
     strata_status_t status;
 
-    if (comm == NULL || req_p == NULL) {
+    if (!api_args_ok("strata_recv", comm, req_p)) {
         return STRATA_ERR_INVALID;
     }
     status = inter_engine_recv(comm->engine, peer, buf, cap, &req);
@@ -177,7 +194,7 @@ STRATA_API uint32_t strata_write_imm_count(const strata_comm_t *comm, int peer, 
 STRATA_API strata_status_t strata_imm_wait(strata_comm_t *comm, uint32_t imm, uint64_t count,
                                            int from_peer, uint64_t timeout_ms)
 {
-    if (comm == NULL) {
+    if (!api_args_ok("strata_imm_wait", comm, comm)) {
         return STRATA_ERR_INVALID;
     }
     return inter_engine_imm_wait(comm->engine, imm, count, from_peer, api_ms_to_ns(timeout_ms));
@@ -185,20 +202,9 @@ STRATA_API strata_status_t strata_imm_wait(strata_comm_t *comm, uint32_t imm, ui
 
 STRATA_API strata_status_t strata_barrier(strata_comm_t *comm, uint64_t timeout_ms)
 {
-    int *all;
-    strata_status_t status;
-
-    if (comm == NULL) {
+    if (!api_args_ok("strata_barrier", comm, comm)) {
         return STRATA_ERR_INVALID;
     }
-    all = malloc((size_t)comm->size * sizeof(int));
-    if (all == NULL) {
-        return STRATA_ERR_NO_MEMORY;
-    }
-    for (int r = 0; r < comm->size; ++r) {
-        all[r] = r;
-    }
-    status = inter_engine_barrier(comm->engine, all, comm->size, api_ms_to_ns(timeout_ms));
-    free(all);
-    return status;
+    return inter_engine_barrier(comm->engine, comm->all_ranks, comm->size,
+                                api_ms_to_ns(timeout_ms));
 }

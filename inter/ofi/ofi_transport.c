@@ -139,9 +139,14 @@ static strata_status_t ofi_getinfo(const inter_transport_params_t *params, struc
         rc = fi_getinfo(OFI_VERSION, NULL, NULL, 0, hints, &list);
         fi_freeinfo(hints);
         if (rc == 0 && (pick = ofi_pick(list, params->iface, params->required)) != NULL) {
-            *info_p = fi_dupinfo(pick);
+            struct fi_info *dup = fi_dupinfo(pick);
+
             fi_freeinfo(list);
-            return (*info_p != NULL) ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+            if (dup == NULL) {
+                return STRATA_ERR_NO_MEMORY;
+            }
+            *info_p = dup;
+            return STRATA_OK;
         }
         if (rc == 0) {
             fi_freeinfo(list);
@@ -154,6 +159,16 @@ static strata_status_t ofi_getinfo(const inter_transport_params_t *params, struc
     return STRATA_ERR_UNSUPPORTED;
 }
 
+static void ofi_shutdown(inter_transport_t *tp)
+{
+    ofi_transport_t *ofi = ofi_of(tp);
+
+    if (ofi->ep) {
+        fi_close(&ofi->ep->fid);
+        ofi->ep = NULL;
+    }
+}
+
 static void ofi_close(inter_transport_t *tp)
 {
     ofi_transport_t *ofi;
@@ -162,9 +177,7 @@ static void ofi_close(inter_transport_t *tp)
         return;
     }
     ofi = ofi_of(tp);
-    if (ofi->ep) {
-        fi_close(&ofi->ep->fid);
-    }
+    ofi_shutdown(tp);
     if (ofi->cq) {
         fi_close(&ofi->cq->fid);
     }
@@ -187,6 +200,8 @@ static int ofi_open_objects(ofi_transport_t *ofi)
     struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
     int rc;
 
+    /* Room for every completion the endpoint can have outstanding at once. */
+    cq_attr.size = ofi->info->tx_attr->size + ofi->info->rx_attr->size;
     rc = fi_fabric(ofi->info->fabric_attr, &ofi->fabric, NULL);
     if (rc == 0) {
         rc = fi_domain(ofi->fabric, ofi->info, &ofi->domain, NULL);
@@ -410,6 +425,7 @@ static int ofi_poll(inter_transport_t *tp, inter_cqe_t *cqes, int max)
 const inter_transport_ops_t ofi_transport_ops = {
     .name           = "ofi",
     .open           = ofi_open,
+    .shutdown       = ofi_shutdown,
     .close          = ofi_close,
     .address        = ofi_address,
     .insert_peer    = ofi_insert_peer,

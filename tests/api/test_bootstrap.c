@@ -168,6 +168,47 @@ static void test_rank_dies(void **state)
     assert_int_equal(codes[2], 0);
 }
 
+/* Rank 0 of 2 and a stray rank that believes in 3 ranks: refused at once, not at its timeout;
+ * the real rank 1 then completes the rendezvous. */
+static int mismatched_world(int rank, int world, uint16_t port)
+{
+    strata_bootstrap_t *bs = NULL;
+    uint64_t start = util_clock_now_ns();
+    strata_status_t status;
+
+    (void)world;
+    if (rank == 2) {
+        status = strata_bootstrap_tcp_create("127.0.0.1", port, 1, 3, 10000, &bs);
+        if (status != STRATA_ERR_BOOTSTRAP || bs != NULL) {
+            return 40;
+        }
+        return (util_clock_now_ns() - start < 5 * UTIL_NSEC_PER_SEC) ? 0 : 41;
+    }
+    if (rank == 1) {
+        sleep(2); /* after the stray one has been refused */
+    }
+    status = strata_bootstrap_tcp_create("127.0.0.1", port, rank, 2, 10000, &bs);
+    if (status != STRATA_OK) {
+        return 42;
+    }
+    status = bs->barrier(bs->ctx);
+    strata_bootstrap_destroy(bs);
+    return (status == STRATA_OK) ? 0 : 43;
+}
+
+static void test_refused_quickly(void **state)
+{
+    int codes[3];
+
+    (void)state;
+    run_ranks(3, mismatched_world, codes);
+    for (int r = 0; r < 3; ++r) {
+        if (codes[r] != 0) {
+            fail_msg("process %d exited %d", r, codes[r]);
+        }
+    }
+}
+
 static void test_invalid_arguments(void **state)
 {
     strata_bootstrap_t *bs = NULL;
@@ -228,6 +269,7 @@ int main(void)
         cmocka_unit_test(test_allgather_2_and_4_ranks),
         cmocka_unit_test(test_root_never_appears),
         cmocka_unit_test(test_rank_dies),
+        cmocka_unit_test(test_refused_quickly),
         cmocka_unit_test(test_invalid_arguments),
         cmocka_unit_test(test_from_env),
     };

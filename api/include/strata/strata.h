@@ -136,8 +136,9 @@ STRATA_API strata_status_t strata_bootstrap_tcp_create(const char *root_addr, ui
 
 /**
  * The TCP rendezvous configured from the launcher's environment. Rank and world size from
- * torchrun (RANK, WORLD_SIZE), Slurm (SLURM_PROCID, SLURM_NTASKS) or Open MPI
- * (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), in that order; the root's address from
+ * Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), torchrun (RANK, WORLD_SIZE) or
+ * Slurm (SLURM_PROCID, SLURM_NTASKS), in that order (mpirun and torchrun inside a Slurm
+ * allocation inherit SLURM_PROCID); the root's address from
  * STRATA_BOOTSTRAP_ADDR or MASTER_ADDR, its port from STRATA_BOOTSTRAP_PORT or
  * MASTER_PORT + 1 (MASTER_PORT itself is torchrun's store). STRATA_ERR_INVALID names what
  * is missing.
