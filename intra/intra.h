@@ -1,7 +1,7 @@
 /*
- * intra: the intra-node tier. Device backends behind one ops table (host today; CUDA and
- * HIP plug in here), chosen by name from the table compiled in. Other layers include only
- * this header.
+ * intra: the intra-node tier. Device backends behind one ops table (host and CUDA today;
+ * HIP plugs in here), chosen by name from the table compiled in, and the symmetric heap
+ * (host backend). Other layers include only this header.
  */
 #ifndef STRATA_INTRA_INTRA_H
 #define STRATA_INTRA_INTRA_H
@@ -9,6 +9,8 @@
 #include <strata/strata.h>
 
 #include <stddef.h>
+
+#include "heap/heap.h"
 
 /** Alignment of every device allocation: what GPU allocators give and vector loads want. */
 #define INTRA_DEVICE_ALIGNMENT 256

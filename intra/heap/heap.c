@@ -1,0 +1,323 @@
+/*
+ * Symmetric heap, host backend: memfd regions exchanged through local rank 0 over an
+ * abstract unix socket (SCM_RIGHTS), then mapped by every rank.
+ */
+#include "heap.h"
+#include "util/util.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define HEAP_MAX_ALLOCS 256
+
+typedef struct heap_alloc {
+    char   name[INTRA_HEAP_NAME_LEN];
+    size_t offset;
+} heap_alloc_t;
+
+struct intra_heap {
+    int          local_rank;
+    int          local_size;
+    size_t       size;
+    void        *base[INTRA_HEAP_MAX_RANKS];
+    size_t       used;
+    int          num_allocs;
+    heap_alloc_t allocs[HEAP_MAX_ALLOCS];
+};
+
+static int heap_remaining_ms(uint64_t deadline)
+{
+    uint64_t now = util_clock_now_ns();
+
+    return now >= deadline ? 0 : (int)UTIL_MIN((deadline - now) / UTIL_NSEC_PER_MSEC + 1, 60000);
+}
+
+static bool heap_wait(int fd, short events, uint64_t deadline)
+{
+    struct pollfd pfd = {.fd = fd, .events = events};
+    int rc;
+
+    do {
+        rc = poll(&pfd, 1, heap_remaining_ms(deadline));
+    } while (rc < 0 && errno == EINTR);
+    return rc > 0;
+}
+
+/* The node's rendezvous: an abstract unix socket name, nothing in the file system. */
+static socklen_t heap_address(const char *job_key, struct sockaddr_un *addr)
+{
+    memset(addr, 0, sizeof(*addr));
+    addr->sun_family = AF_UNIX;
+    snprintf(addr->sun_path + 1, sizeof(addr->sun_path) - 1, "strata-heap-%s", job_key);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(addr->sun_path + 1));
+}
+
+/* Send ints and the same number of descriptors (or none) in one message. */
+static bool heap_send_fds(int sock, const int *values, const int *fds, int n, uint64_t deadline)
+{
+    char control[CMSG_SPACE(sizeof(int) * INTRA_HEAP_MAX_RANKS)] = {0};
+    struct iovec iov = {.iov_base = (void *)values, .iov_len = sizeof(int) * (size_t)n};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    struct cmsghdr *cmsg;
+
+    if (fds != NULL) {
+        msg.msg_control    = control;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
+        cmsg               = CMSG_FIRSTHDR(&msg);
+        cmsg->cmsg_level   = SOL_SOCKET;
+        cmsg->cmsg_type    = SCM_RIGHTS;
+        cmsg->cmsg_len     = CMSG_LEN(sizeof(int) * (size_t)n);
+        memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * (size_t)n);
+    }
+    return heap_wait(sock, POLLOUT, deadline) &&
+           sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)iov.iov_len;
+}
+
+/* Receive n ints and n descriptors sent by heap_send_fds. */
+static bool heap_recv_fds(int sock, int *values, int *fds, int n, uint64_t deadline)
+{
+    char control[CMSG_SPACE(sizeof(int) * INTRA_HEAP_MAX_RANKS)];
+    struct iovec iov = {.iov_base = values, .iov_len = sizeof(int) * (size_t)n};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
+                         .msg_controllen = sizeof(control)};
+    struct cmsghdr *cmsg;
+
+    if (!heap_wait(sock, POLLIN, deadline) ||
+        recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL) != (ssize_t)iov.iov_len) {
+        return false;
+    }
+    cmsg = CMSG_FIRSTHDR(&msg);
+    if (cmsg == NULL || cmsg->cmsg_type != SCM_RIGHTS ||
+        cmsg->cmsg_len != CMSG_LEN(sizeof(int) * (size_t)n)) {
+        return false;
+    }
+    memcpy(fds, CMSG_DATA(cmsg), sizeof(int) * (size_t)n);
+    return true;
+}
+
+/* Local rank 0: collect every rank's region, then hand all of them to every rank. */
+static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listener, int *fds,
+                                        uint64_t deadline)
+{
+    int conns[INTRA_HEAP_MAX_RANKS], ranks[INTRA_HEAP_MAX_RANKS], joined = 1, sock, rank, fd;
+    strata_status_t status = STRATA_OK;
+
+    for (int i = 0; i < p->local_size; ++i) {
+        conns[i] = -1;
+        ranks[i] = i;
+    }
+    while (joined < p->local_size && status == STRATA_OK) {
+        if (!heap_wait(listener, POLLIN, deadline) ||
+            (sock = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) < 0) {
+            UTIL_LOG_ERROR("heap: only %d of %d local ranks joined", joined, p->local_size);
+            status = STRATA_ERR_TIMEOUT;
+            break;
+        }
+        if (!heap_recv_fds(sock, &rank, &fd, 1, deadline) || rank <= 0 ||
+            rank >= p->local_size || conns[rank] >= 0) {
+            UTIL_LOG_WARN("heap: refused a connection claiming local rank %d", rank);
+            close(sock);
+            continue;
+        }
+        conns[rank] = sock;
+        fds[rank]   = fd;
+        ++joined;
+    }
+    for (int r = 1; r < p->local_size && status == STRATA_OK; ++r) {
+        if (!heap_send_fds(conns[r], ranks, fds, p->local_size, deadline)) {
+            UTIL_LOG_ERROR("heap: cannot hand the regions to local rank %d", r);
+            status = STRATA_ERR_IO;
+        }
+    }
+    for (int r = 1; r < p->local_size; ++r) {
+        if (conns[r] >= 0) {
+            close(conns[r]);
+        }
+    }
+    return status;
+}
+
+static strata_status_t heap_gather_peer(const intra_heap_params_t *p, int own_fd, int *fds,
+                                        uint64_t deadline)
+{
+    int ranks[INTRA_HEAP_MAX_RANKS], sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un addr;
+    socklen_t len = heap_address(p->job_key, &addr);
+    strata_status_t status = STRATA_ERR_TIMEOUT;
+
+    if (sock < 0) {
+        return STRATA_ERR_IO;
+    }
+    /* Local rank 0 may not listen yet: retry until the deadline. */
+    while (connect(sock, (struct sockaddr *)&addr, len) != 0) {
+        if ((errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN) ||
+            util_clock_now_ns() > deadline) {
+            UTIL_LOG_ERROR("heap: local rank 0 of job %s never answered: %s", p->job_key,
+                           strerror(errno));
+            close(sock);
+            return STRATA_ERR_TIMEOUT;
+        }
+        usleep(10000);
+    }
+    if (heap_send_fds(sock, &p->local_rank, &own_fd, 1, deadline) &&
+        heap_recv_fds(sock, ranks, fds, p->local_size, deadline)) {
+        status = STRATA_OK;
+    } else {
+        UTIL_LOG_ERROR("heap: exchanging regions with local rank 0 failed");
+    }
+    close(sock);
+    return status;
+}
+
+static strata_status_t heap_exchange(const intra_heap_params_t *p, int own_fd, int *fds)
+{
+    uint64_t deadline = util_clock_now_ns() + p->timeout_ns;
+    struct sockaddr_un addr;
+    socklen_t len = heap_address(p->job_key, &addr);
+    strata_status_t status;
+    int listener;
+
+    fds[p->local_rank] = own_fd;
+    if (p->local_size == 1) {
+        return STRATA_OK;
+    }
+    if (p->local_rank != 0) {
+        return heap_gather_peer(p, own_fd, fds, deadline);
+    }
+    listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener < 0 || bind(listener, (struct sockaddr *)&addr, len) != 0 ||
+        listen(listener, INTRA_HEAP_MAX_RANKS) != 0) {
+        UTIL_LOG_ERROR("heap: cannot listen for the node's ranks (job %s): %s", p->job_key,
+                       strerror(errno));
+        if (listener >= 0) {
+            close(listener);
+        }
+        return STRATA_ERR_IO;
+    }
+    status = heap_gather_root(p, listener, fds, deadline);
+    close(listener);
+    return status;
+}
+
+strata_status_t intra_heap_create(const intra_heap_params_t *p, intra_heap_t **heap_p)
+{
+    int fds[INTRA_HEAP_MAX_RANKS], own_fd;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    strata_status_t status;
+    intra_heap_t *heap;
+
+    if (p == NULL || p->local_size < 1 || p->local_size > INTRA_HEAP_MAX_RANKS ||
+        p->local_rank < 0 || p->local_rank >= p->local_size || p->size == 0 ||
+        p->job_key == NULL || p->job_key[0] == '\0' || strlen(p->job_key) > 64) {
+        UTIL_LOG_ERROR("heap: invalid parameters (local rank %d of %d, %zu bytes)",
+                       p ? p->local_rank : -1, p ? p->local_size : 0, p ? p->size : 0);
+        return STRATA_ERR_INVALID;
+    }
+    heap = calloc(1, sizeof(*heap));
+    if (heap == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    heap->local_rank = p->local_rank;
+    heap->local_size = p->local_size;
+    heap->size       = (p->size + page - 1) / page * page;
+    for (int r = 0; r < INTRA_HEAP_MAX_RANKS; ++r) {
+        fds[r] = -1;
+    }
+    own_fd = memfd_create("strata-heap", MFD_CLOEXEC);
+    if (own_fd < 0 || ftruncate(own_fd, (off_t)heap->size) != 0) {
+        UTIL_LOG_ERROR("heap: cannot create a %zu-byte region: %s", heap->size, strerror(errno));
+        status = STRATA_ERR_NO_MEMORY;
+    } else {
+        status = heap_exchange(p, own_fd, fds);
+    }
+    for (int r = 0; r < p->local_size && status == STRATA_OK; ++r) {
+        heap->base[r] = mmap(NULL, heap->size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[r], 0);
+        if (heap->base[r] == MAP_FAILED) {
+            heap->base[r] = NULL;
+            UTIL_LOG_ERROR("heap: cannot map local rank %d's region: %s", r, strerror(errno));
+            status = STRATA_ERR_NO_MEMORY;
+        }
+    }
+    for (int r = 0; r < p->local_size; ++r) { /* mappings keep the regions alive */
+        if (fds[r] >= 0 && fds[r] != own_fd) {
+            close(fds[r]);
+        }
+    }
+    if (own_fd >= 0) {
+        close(own_fd);
+    }
+    if (status != STRATA_OK) {
+        intra_heap_destroy(heap);
+        return status;
+    }
+    *heap_p = heap;
+    return STRATA_OK;
+}
+
+void intra_heap_destroy(intra_heap_t *heap)
+{
+    if (heap == NULL) {
+        return;
+    }
+    for (int r = 0; r < heap->local_size; ++r) {
+        if (heap->base[r] != NULL) {
+            munmap(heap->base[r], heap->size);
+        }
+    }
+    free(heap);
+}
+
+void *intra_heap_base(const intra_heap_t *heap, int peer)
+{
+    return (peer >= 0 && peer < heap->local_size) ? heap->base[peer] : NULL;
+}
+
+size_t intra_heap_size(const intra_heap_t *heap)
+{
+    return heap->size;
+}
+
+strata_status_t intra_heap_find(const intra_heap_t *heap, const char *name, size_t *offset_p)
+{
+    for (int i = 0; name != NULL && i < heap->num_allocs; ++i) {
+        if (strcmp(heap->allocs[i].name, name) == 0) {
+            *offset_p = heap->allocs[i].offset;
+            return STRATA_OK;
+        }
+    }
+    return STRATA_ERR_NOT_FOUND;
+}
+
+strata_status_t intra_heap_alloc(intra_heap_t *heap, const char *name, size_t size,
+                                 size_t alignment, size_t *offset_p)
+{
+    size_t offset, unused;
+
+    if (name == NULL || name[0] == '\0' || strlen(name) >= INTRA_HEAP_NAME_LEN || size == 0 ||
+        alignment == 0 || (alignment & (alignment - 1)) != 0 ||
+        intra_heap_find(heap, name, &unused) == STRATA_OK) {
+        UTIL_LOG_ERROR("heap: invalid allocation '%s' of %zu bytes aligned to %zu (empty or "
+                       "repeated name, zero size, or alignment not a power of two)",
+                       name ? name : "", size, alignment);
+        return STRATA_ERR_INVALID;
+    }
+    offset = (heap->used + alignment - 1) & ~(alignment - 1);
+    if (offset < heap->used || offset > heap->size || size > heap->size - offset ||
+        heap->num_allocs == HEAP_MAX_ALLOCS) {
+        UTIL_LOG_ERROR("heap: '%s' needs %zu bytes; %zu of %zu are used", name, size, heap->used,
+                       heap->size);
+        return STRATA_ERR_NO_MEMORY;
+    }
+    snprintf(heap->allocs[heap->num_allocs].name, INTRA_HEAP_NAME_LEN, "%s", name);
+    heap->allocs[heap->num_allocs++].offset = offset;
+    heap->used = offset + size;
+    *offset_p  = offset;
+    return STRATA_OK;
+}

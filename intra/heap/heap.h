@@ -1,0 +1,50 @@
+/*
+ * Symmetric heap, host backend: every local rank of a node maps one shared region of the
+ * same size, and every rank maps every peer's, so heap_base[peer] + offset reaches the same
+ * object in any rank's region (the Iris scheme). Regions are memfds handed over a unix
+ * socket in the abstract namespace, so nothing is left in the file system on any exit.
+ */
+#ifndef STRATA_INTRA_HEAP_H
+#define STRATA_INTRA_HEAP_H
+
+#include <strata/strata.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define INTRA_HEAP_MAX_RANKS 64
+#define INTRA_HEAP_NAME_LEN  48
+
+typedef struct intra_heap intra_heap_t;
+
+typedef struct intra_heap_params {
+    int         local_rank;
+    int         local_size;
+    size_t      size;       /**< bytes of each rank's region (rounded up to pages) */
+    const char *job_key;    /**< the same on every rank of the job, unique per job */
+    uint64_t    timeout_ns; /**< for the exchange of regions */
+} intra_heap_params_t;
+
+/**
+ * Collective over the node's local ranks: create this rank's region, exchange regions,
+ * map every peer's. A rank that never shows up gives STRATA_ERR_TIMEOUT.
+ */
+strata_status_t intra_heap_create(const intra_heap_params_t *params, intra_heap_t **heap_p);
+void            intra_heap_destroy(intra_heap_t *heap);
+
+/** Start of local rank peer's region as mapped here. */
+void  *intra_heap_base(const intra_heap_t *heap, int peer);
+size_t intra_heap_size(const intra_heap_t *heap);
+
+/**
+ * Symmetric allocation: every rank calls it with the same arguments in the same order and
+ * gets the same offset. STRATA_ERR_NO_MEMORY when the region is full; STRATA_ERR_INVALID
+ * for a zero size, an alignment that is not a power of two, or a name used twice.
+ */
+strata_status_t intra_heap_alloc(intra_heap_t *heap, const char *name, size_t size,
+                                 size_t alignment, size_t *offset_p);
+
+/** Offset of a named allocation, or STRATA_ERR_NOT_FOUND. */
+strata_status_t intra_heap_find(const intra_heap_t *heap, const char *name, size_t *offset_p);
+
+#endif

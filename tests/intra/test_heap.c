@@ -1,0 +1,195 @@
+/*
+ * Symmetric heap with real processes: every rank sees every peer's region, symmetric
+ * allocations agree, stores into a peer's region are seen there (release/acquire flags),
+ * a missing rank is a timeout, and bad allocations are refused.
+ */
+#include "intra/heap/heap.h"
+#include "util/util.h"
+
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#define DATA_BYTES (1u << 20)
+#define WAIT_NS    (10ull * UTIL_NSEC_PER_SEC)
+
+static unsigned char pattern(int rank, int round, size_t i)
+{
+    return (unsigned char)(rank * 37 + round * 101 + i * 13 + (i >> 11));
+}
+
+/* Spin until the flag reaches value (acquire: the writer's data is visible after it). */
+static int wait_flag(_Atomic uint64_t *flag, uint64_t value)
+{
+    uint64_t deadline = util_clock_now_ns() + WAIT_NS;
+
+    while (atomic_load_explicit(flag, memory_order_acquire) < value) {
+        if (util_clock_now_ns() > deadline) {
+            return 0;
+        }
+        sched_yield();
+    }
+    return 1;
+}
+
+static int rank_main(int rank, int size, const char *key)
+{
+    intra_heap_params_t p = {.local_rank = rank, .local_size = size, .size = 3 * DATA_BYTES,
+                             .job_key = key, .timeout_ns = WAIT_NS};
+    size_t data, flags, again;
+    intra_heap_t *heap;
+    int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+
+    if (intra_heap_create(&p, &heap) != STRATA_OK) {
+        return 10;
+    }
+    if (intra_heap_alloc(heap, "data", DATA_BYTES, 4096, &data) != STRATA_OK ||
+        intra_heap_alloc(heap, "flags", 64 * sizeof(uint64_t), 64, &flags) != STRATA_OK ||
+        intra_heap_find(heap, "data", &again) != STRATA_OK || again != data) {
+        return 11;
+    }
+    /* Round 1: fill our own region, raise our flag; read every peer's after its flag. */
+    unsigned char *own = (unsigned char *)intra_heap_base(heap, rank) + data;
+    for (size_t i = 0; i < DATA_BYTES; ++i) {
+        own[i] = pattern(rank, 1, i);
+    }
+    _Atomic uint64_t *own_flags = (void *)((char *)intra_heap_base(heap, rank) + flags);
+    atomic_store_explicit(&own_flags[rank], 1, memory_order_release); /* publishes own data */
+    for (int r = 0; r < size; ++r) {
+        _Atomic uint64_t *f = (void *)((char *)intra_heap_base(heap, r) + flags);
+        const unsigned char *d = (const unsigned char *)intra_heap_base(heap, r) + data;
+
+        if (!wait_flag(&f[r], 1)) {
+            return 12;
+        }
+        for (size_t i = 0; i < DATA_BYTES; i += 97) {
+            if (d[i] != pattern(r, 1, i)) {
+                return 13;
+            }
+        }
+    }
+    /* Everyone has read round 1 before anyone writes into a peer's region. */
+    atomic_store_explicit(&own_flags[rank], 2, memory_order_release);
+    for (int r = 0; r < size; ++r) {
+        _Atomic uint64_t *f = (void *)((char *)intra_heap_base(heap, r) + flags);
+        if (!wait_flag(&f[r], 2)) {
+            return 17;
+        }
+    }
+    /* Round 2: write a slice into the next rank's region, raise its flag for us. */
+    size_t slice = DATA_BYTES / 64;
+    unsigned char *theirs = (unsigned char *)intra_heap_base(heap, next) + data + rank * slice;
+    for (size_t i = 0; i < slice; ++i) {
+        theirs[i] = pattern(rank, 2, i);
+    }
+    _Atomic uint64_t *next_flags = (void *)((char *)intra_heap_base(heap, next) + flags);
+    atomic_store_explicit(&next_flags[32 + rank], 2, memory_order_release); /* publishes it */
+    if (!wait_flag(&own_flags[32 + prev], 2)) {
+        return 14;
+    }
+    for (size_t i = 0; i < slice; ++i) {
+        if (own[prev * slice + i] != pattern(prev, 2, i)) {
+            return 15;
+        }
+    }
+    /* Everyone done reading before anyone unmaps. */
+    atomic_store_explicit(&own_flags[rank], 3, memory_order_release);
+    for (int r = 0; r < size; ++r) {
+        _Atomic uint64_t *f = (void *)((char *)intra_heap_base(heap, r) + flags);
+        if (!wait_flag(&f[r], 3)) {
+            return 16;
+        }
+    }
+    intra_heap_destroy(heap);
+    return 0;
+}
+
+static void run(int size)
+{
+    char key[64];
+    pid_t pids[8];
+    int status;
+
+    snprintf(key, sizeof(key), "test-%d-%d", (int)getpid(), size);
+    for (int r = 0; r < size; ++r) {
+        pids[r] = fork();
+        assert_true(pids[r] >= 0);
+        if (pids[r] == 0) {
+            alarm(30);
+            _exit(rank_main(r, size, key));
+        }
+    }
+    for (int r = 0; r < size; ++r) {
+        assert_int_equal(waitpid(pids[r], &status, 0), pids[r]);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fail_msg("%d ranks: rank %d ended with status 0x%x", size, r, status);
+        }
+    }
+}
+
+static void test_2_3_4_ranks(void **state)
+{
+    (void)state;
+    run(2);
+    run(3);
+    run(4);
+}
+
+static void test_missing_rank_times_out(void **state)
+{
+    intra_heap_params_t p = {.local_rank = 1, .local_size = 2, .size = 4096,
+                             .job_key = "test-nobody-listens", .timeout_ns = 300 * UTIL_NSEC_PER_MSEC};
+    uint64_t start = util_clock_now_ns();
+    intra_heap_t *heap = NULL;
+
+    (void)state;
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    assert_int_equal(intra_heap_create(&p, &heap), STRATA_ERR_TIMEOUT);
+    assert_null(heap);
+    assert_true(util_clock_now_ns() - start < 3 * UTIL_NSEC_PER_SEC);
+}
+
+static void test_allocation_rules(void **state)
+{
+    intra_heap_params_t p = {.local_rank = 0, .local_size = 1, .size = 10000,
+                             .job_key = "test-alone", .timeout_ns = UTIL_NSEC_PER_SEC};
+    intra_heap_t *heap;
+    size_t a, b;
+
+    (void)state;
+    assert_int_equal(intra_heap_create(&p, &heap), STRATA_OK);
+    assert_int_equal(intra_heap_size(heap) % 4096, 0);
+    assert_int_equal(intra_heap_alloc(heap, "a", 100, 8, &a), STRATA_OK);
+    assert_int_equal(intra_heap_alloc(heap, "b", 100, 256, &b), STRATA_OK);
+    assert_int_equal(a, 0);
+    assert_int_equal(b, 256);
+    assert_int_equal(intra_heap_alloc(heap, "a", 8, 8, &a), STRATA_ERR_INVALID);   /* twice */
+    assert_int_equal(intra_heap_alloc(heap, "c", 0, 8, &a), STRATA_ERR_INVALID);   /* empty */
+    assert_int_equal(intra_heap_alloc(heap, "c", 8, 12, &a), STRATA_ERR_INVALID);  /* align */
+    assert_int_equal(intra_heap_alloc(heap, "c", 1u << 20, 8, &a), STRATA_ERR_NO_MEMORY);
+    assert_int_equal(intra_heap_find(heap, "nope", &a), STRATA_ERR_NOT_FOUND);
+    assert_null(intra_heap_base(heap, 1));
+    intra_heap_destroy(heap);
+    p.local_size = 0;
+    assert_int_equal(intra_heap_create(&p, &heap), STRATA_ERR_INVALID);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_2_3_4_ranks),
+        cmocka_unit_test(test_missing_rank_times_out),
+        cmocka_unit_test(test_allocation_rules),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
