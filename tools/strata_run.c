@@ -7,6 +7,7 @@
  */
 #include "strata_run.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -86,7 +87,8 @@ static void usage(FILE *out)
             "\n"
             "Output lines are prefixed with [r<rank>]. When a rank fails, the others are stopped\n"
             "(SIGTERM, then SIGKILL after %d s). Exit status: 0 when every rank succeeded, else\n"
-            "the first failure's (128+signal for a signal), 124 on timeout.\n",
+            "the first failure's (128+signal for a signal), 124 on timeout. Shared-memory\n"
+            "files the ranks left in /dev/shm (libfabric's shm, named after their pids) go too.\n",
             RUN_MAX_RANKS, RUN_GRACE_SECONDS);
 }
 
@@ -387,6 +389,36 @@ static int run_wait(run_job_t *job)
     return rc;
 }
 
+/*
+ * libfabric's shm provider names its regions /dev/shm/<pid>:<...>; a rank that dies (or
+ * whose transport is left open because it is stuck) leaves them behind. Remove those of
+ * this job's ranks, found by their pids, once every rank is gone.
+ */
+static void run_remove_shm_leftovers(const run_job_t *job)
+{
+    DIR *dir = opendir("/dev/shm");
+    struct dirent *entry;
+    char path[512];
+    int pid, used;
+
+    if (dir == NULL) {
+        return;
+    }
+    while ((entry = readdir(dir)) != NULL) {
+        used = 0;
+        if (sscanf(entry->d_name, "%d:%n", &pid, &used) != 1 || used == 0) {
+            continue;
+        }
+        for (int r = 0; r < job->num_ranks; ++r) {
+            if (job->ranks[r].pid == pid && !job->ranks[r].running) {
+                snprintf(path, sizeof(path), "/dev/shm/%s", entry->d_name);
+                unlink(path);
+            }
+        }
+    }
+    closedir(dir);
+}
+
 static int run_parse(run_job_t *job, int argc, char **argv)
 {
     static const struct option options[] = {
@@ -466,6 +498,7 @@ int main(int argc, char **argv)
     if (rc == 0) {
         rc = run_wait(&job);
     }
+    run_remove_shm_leftovers(&job);
     run_netns_destroy(&job.netns);
     return rc;
 }

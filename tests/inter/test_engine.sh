@@ -37,7 +37,16 @@ check_case "shm, 2 ranks" 2 "$ok" -- $calm STRATA_INTER_PROVIDER=shm -- -n 2 --
 check_case "shm, 4 ranks, 2 rails" 4 "$ok" -- $calm STRATA_INTER_PROVIDER=shm STRATA_INTER_RAILS=2 -- -n 4 --
 dead='failed after'
 check_case "tcp, rank 2 of 3 killed" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
+shm_before=$(ls /dev/shm 2>/dev/null | wc -l)
 check_case "shm, rank 1 of 3 killed" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=shm -- -n 3 --allow-fail 1 -- --kill 1
+# The killed rank's shared memory (and the survivors', whose stuck transport stays open)
+# must not outlive the job: strata-run removes what its ranks left in /dev/shm.
+shm_after=$(ls /dev/shm 2>/dev/null | wc -l)
+if [ "$shm_after" -le "$shm_before" ]; then
+    passed=$((passed + 1)); echo "ok: no shared memory left in /dev/shm"
+else
+    failed=$((failed + 1)); echo "FAIL: /dev/shm grew from $shm_before to $shm_after entries"
+fi
 
 if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
     check_case "tcp, 2 nodes x 2 ranks, 2 rails" 4 "$ok" -- $calm STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0 STRATA_INTER_RAILS=2 -- -n 4 --nodes 2 --
