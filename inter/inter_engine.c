@@ -520,22 +520,22 @@ void inter_engine_mem_descriptor(const inter_mr_t *mr, inter_rdesc_t *desc_p)
     }
 }
 
-/* Rails a write between this rank and peer uses: both sides count the same. */
-static uint32_t inter_pair_rails(const inter_engine_t *engine, int peer)
+void inter_engine_stripe(const inter_engine_t *engine, int peer, inter_stripe_params_t *stripe)
 {
-    return (uint32_t)UTIL_MIN(engine->num_rails, engine->peer_info[peer].num_rails);
+    /* Rails between this rank and peer: the fewer of the two, so both sides count alike. */
+    stripe->num_rails  = (uint32_t)UTIL_MIN(engine->num_rails, engine->peer_info[peer].num_rails);
+    stripe->min_chunk  = engine->params.stripe_min_chunk;
+    stripe->max_chunks = engine->params.stripe_max_chunks;
 }
 
 uint32_t inter_engine_write_chunks(const inter_engine_t *engine, int peer, size_t len)
 {
-    inter_stripe_params_t stripe = {.num_rails = inter_pair_rails(engine, peer),
-                                    .min_chunk = engine->params.stripe_min_chunk,
-                                    .max_chunks = engine->params.stripe_max_chunks};
+    inter_stripe_params_t stripe;
     uint32_t chunks = 0;
 
-    if (peer < 0 || peer >= engine->params.world_size ||
-        inter_stripe_num_chunks(&stripe, len, &chunks) != STRATA_OK) {
+    if (peer < 0 || peer >= engine->params.world_size) {
         return 0;
     }
-    return chunks;
+    inter_engine_stripe(engine, peer, &stripe);
+    return (inter_stripe_num_chunks(&stripe, len, &chunks) == STRATA_OK) ? chunks : 0;
 }

@@ -210,6 +210,9 @@ bool inter_engine_wedged(inter_engine_t *engine);
  */
 void inter_engine_idle(inter_engine_t *engine, uint64_t *spin_until, unsigned seq);
 
+/** Striping between this rank and peer (the pair's rails, the engine's chunk bounds). */
+void inter_engine_stripe(const inter_engine_t *engine, int peer, inter_stripe_params_t *stripe);
+
 /* inter_request.c */
 strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req);
 inter_request_t *inter_request_alloc(inter_engine_t *engine, inter_req_type_t type,

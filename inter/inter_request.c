@@ -162,9 +162,10 @@ static strata_status_t inter_check_local(const inter_mr_t *lmr, size_t off, size
 static strata_status_t inter_check_remote(const inter_engine_t *engine, int peer,
                                           const inter_rdesc_t *rdesc, size_t off, size_t len)
 {
-    if (rdesc == NULL || rdesc->magic != INTER_RDESC_MAGIC ||
-        rdesc->num_rails < (uint32_t)UTIL_MIN(engine->num_rails,
-                                              engine->peer_info[peer].num_rails)) {
+    inter_stripe_params_t stripe;
+
+    inter_engine_stripe(engine, peer, &stripe);
+    if (rdesc == NULL || rdesc->magic != INTER_RDESC_MAGIC || rdesc->num_rails < stripe.num_rails) {
         UTIL_LOG_ERROR("engine: not a remote memory descriptor (for peer %d)", peer);
         return STRATA_ERR_INVALID;
     }
@@ -221,13 +222,11 @@ static void inter_add_chunks(const inter_engine_t *engine, inter_op_t *ops, uint
                              const inter_rdesc_t *rdesc, size_t roff, size_t len, bool with_imm,
                              uint32_t imm)
 {
-    inter_stripe_params_t stripe = {.num_rails = (uint32_t)UTIL_MIN(
-                                        engine->num_rails, engine->peer_info[peer].num_rails),
-                                    .min_chunk = engine->params.stripe_min_chunk,
-                                    .max_chunks = engine->params.stripe_max_chunks};
     uint32_t chunks = inter_engine_write_chunks(engine, peer, len);
+    inter_stripe_params_t stripe;
     inter_chunk_t chunk;
 
+    inter_engine_stripe(engine, peer, &stripe);
     for (uint32_t c = 0; c < chunks; ++c) {
         inter_stripe_chunk(&stripe, len, chunks, c, &chunk);
         inter_fill_rma(engine, &ops[(*n)++], kind, peer, (int)chunk.rail, lmr,
@@ -318,9 +317,11 @@ strata_status_t inter_engine_write_paged(inter_engine_t *engine, int peer, const
         return STRATA_ERR_NO_MEMORY;
     }
     /* One operation per page, pages spread over the pair's rails. */
+    inter_stripe_params_t stripe;
+
+    inter_engine_stripe(engine, peer, &stripe);
     for (uint32_t i = 0; i < num_pages; ++i) {
-        int rail = (int)(i % (uint32_t)UTIL_MIN(engine->num_rails,
-                                                engine->peer_info[peer].num_rails));
+        int rail = (int)(i % stripe.num_rails);
         inter_fill_rma(engine, &req->ops[i], INTER_OP_WRITE, peer, rail, lmr,
                        (size_t)src_pages[i] * stride, rdesc, (size_t)dst_pages[i] * stride,
                        page_size, with_imm, imm);

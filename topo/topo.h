@@ -202,8 +202,6 @@ const char *topo_port_state_name(topo_port_state_t state);
 const char *topo_vendor_name(topo_vendor_t vendor);
 const char *topo_link_kind_name(topo_link_kind_t kind);
 const char *topo_source_name(topo_source_t source);
-/** Short name of a NIC for tables: its name, or "nic<index>" when unknown. */
-const char *topo_nic_label(const topo_t *topo, int nic, char *buf, size_t size);
 
 /** The layer's configuration (STRATA_TOPO_*). */
 extern const util_config_table_t topo_config_table;

@@ -390,18 +390,6 @@ const char *topo_source_name(topo_source_t source)
     return ((unsigned)source < UTIL_ARRAY_SIZE(names)) ? names[source] : "?";
 }
 
-const char *topo_nic_label(const topo_t *topo, int nic, char *buf, size_t size)
-{
-    const topo_nic_t *n = topo_nic(topo, nic);
-
-    if (n != NULL && n->name[0] != '\0') {
-        snprintf(buf, size, "%s", n->name);
-    } else {
-        snprintf(buf, size, "nic%d", nic);
-    }
-    return buf;
-}
-
 void topo_error(char *err, const char *fmt, ...)
 {
     va_list ap;

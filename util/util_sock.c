@@ -31,7 +31,7 @@ static int util_sock_remaining_ms(uint64_t deadline_ns)
                          (uint64_t)INT32_MAX);
 }
 
-static strata_status_t util_sock_wait(int fd, short events, uint64_t deadline_ns)
+strata_status_t util_sock_wait(int fd, short events, uint64_t deadline_ns)
 {
     struct pollfd pfd = {.fd = fd, .events = events};
     int rc;

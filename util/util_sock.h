@@ -26,6 +26,9 @@ strata_status_t util_sock_accept(int listen_fd, uint64_t deadline_ns, int *fd_p)
 strata_status_t util_sock_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns);
 strata_status_t util_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns);
 
+/** Wait until fd is ready for events (POLLIN, POLLOUT); STRATA_ERR_TIMEOUT at the deadline. */
+strata_status_t util_sock_wait(int fd, short events, uint64_t deadline_ns);
+
 /** Tolerates -1. */
 void util_sock_close(int fd);
 

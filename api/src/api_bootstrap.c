@@ -69,12 +69,10 @@ static uint64_t api_bootstrap_deadline(const api_tcp_bootstrap_t *bs)
     return util_clock_now_ns() + bs->timeout_ns;
 }
 
-static strata_status_t api_bootstrap_lost(const api_tcp_bootstrap_t *bs, int peer,
-                                          strata_status_t status, const char *what)
+static strata_status_t api_bootstrap_lost(int peer, strata_status_t status, const char *what)
 {
     UTIL_LOG_ERROR("bootstrap: %s rank %d failed: %s", what, peer,
                    (status == STRATA_ERR_TIMEOUT) ? "timed out" : "connection lost");
-    (void)bs;
     return (status == STRATA_ERR_TIMEOUT) ? STRATA_ERR_TIMEOUT : STRATA_ERR_BOOTSTRAP;
 }
 
@@ -99,14 +97,14 @@ static strata_status_t api_bootstrap_root_allgather(api_tcp_bootstrap_t *bs, cha
                                         size, deadline);
         }
         if (status != STRATA_OK) {
-            return api_bootstrap_lost(bs, peer, status, "gathering from");
+            return api_bootstrap_lost(peer, status, "gathering from");
         }
     }
     for (int peer = 1; peer < bs->base.world_size; ++peer) {
         status = util_sock_send_all(bs->peer_fds[peer], recv_buf,
                                     size * (size_t)bs->base.world_size, deadline);
         if (status != STRATA_OK) {
-            return api_bootstrap_lost(bs, peer, status, "sending to");
+            return api_bootstrap_lost(peer, status, "sending to");
         }
     }
     return STRATA_OK;
@@ -142,7 +140,7 @@ static strata_status_t api_bootstrap_allgather(void *ctx, const void *send_buf, 
                                         deadline);
         }
         if (status != STRATA_OK) {
-            status = api_bootstrap_lost(bs, 0, status, "exchange with");
+            status = api_bootstrap_lost(0, status, "exchange with");
         }
     }
     bs->seq++;

@@ -32,24 +32,6 @@ struct intra_heap {
     heap_alloc_t allocs[HEAP_MAX_ALLOCS];
 };
 
-static int heap_remaining_ms(uint64_t deadline)
-{
-    uint64_t now = util_clock_now_ns();
-
-    return now >= deadline ? 0 : (int)UTIL_MIN((deadline - now) / UTIL_NSEC_PER_MSEC + 1, 60000);
-}
-
-static bool heap_wait(int fd, short events, uint64_t deadline)
-{
-    struct pollfd pfd = {.fd = fd, .events = events};
-    int rc;
-
-    do {
-        rc = poll(&pfd, 1, heap_remaining_ms(deadline));
-    } while (rc < 0 && errno == EINTR);
-    return rc > 0;
-}
-
 /* The node's rendezvous: an abstract unix socket name, nothing in the file system. */
 static socklen_t heap_address(const char *job_key, struct sockaddr_un *addr)
 {
@@ -76,7 +58,7 @@ static bool heap_send_fds(int sock, const int *values, const int *fds, int n, ui
         cmsg->cmsg_len     = CMSG_LEN(sizeof(int) * (size_t)n);
         memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * (size_t)n);
     }
-    return heap_wait(sock, POLLOUT, deadline) &&
+    return util_sock_wait(sock, POLLOUT, deadline) == STRATA_OK &&
            sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)iov.iov_len;
 }
 
@@ -89,7 +71,7 @@ static bool heap_recv_fds(int sock, int *values, int *fds, int n, uint64_t deadl
                          .msg_controllen = sizeof(control)};
     struct cmsghdr *cmsg;
 
-    if (!heap_wait(sock, POLLIN, deadline) ||
+    if (util_sock_wait(sock, POLLIN, deadline) != STRATA_OK ||
         recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL) != (ssize_t)iov.iov_len) {
         return false;
     }
@@ -114,7 +96,7 @@ static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listen
         ranks[i] = i;
     }
     while (joined < p->local_size && status == STRATA_OK) {
-        if (!heap_wait(listener, POLLIN, deadline) ||
+        if (util_sock_wait(listener, POLLIN, deadline) != STRATA_OK ||
             (sock = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) < 0) {
             UTIL_LOG_ERROR("heap: only %d of %d local ranks joined", joined, p->local_size);
             status = STRATA_ERR_TIMEOUT;
