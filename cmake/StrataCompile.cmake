@@ -1,7 +1,9 @@
 # Warnings, sanitizers and the helper that declares a layer.
-add_compile_options(-Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes
-                    -Wno-unused-parameter -Werror=implicit-function-declaration
-                    -Werror=incompatible-pointer-types)
+# C only: nvcc compiles the .cu kernels with its own options.
+add_compile_options("$<$<COMPILE_LANGUAGE:C>:-Wall;-Wextra;-Wshadow;-Wstrict-prototypes>"
+                    "$<$<COMPILE_LANGUAGE:C>:-Wmissing-prototypes;-Wno-unused-parameter>"
+                    "$<$<COMPILE_LANGUAGE:C>:-Werror=implicit-function-declaration>"
+                    "$<$<COMPILE_LANGUAGE:C>:-Werror=incompatible-pointer-types>")
 add_compile_definitions(_GNU_SOURCE)
 
 if(STRATA_SANITIZE STREQUAL "address")

@@ -1,7 +1,8 @@
 /*
- * intra: the intra-node tier. Device backends behind one ops table (host and CUDA today;
- * HIP plugs in here), chosen by name from the table compiled in, and the symmetric heap
- * (host backend). Other layers include only this header.
+ * intra: the intra-node tier. Device backends (host, CUDA, HIP) behind one ops table,
+ * chosen by name from the table compiled in; the symmetric heap over the backend's
+ * shareable memory; and MoE dispatch/combine between the local ranks with the single-source
+ * kernels. Other layers include only this header.
  */
 #ifndef STRATA_INTRA_INTRA_H
 #define STRATA_INTRA_INTRA_H
@@ -9,12 +10,33 @@
 #include <strata/strata.h>
 
 #include <stddef.h>
-
-#include "heap/heap.h"
+#include <stdint.h>
 
 /** Alignment of every device allocation: what GPU allocators give and vector loads want. */
-#define INTRA_DEVICE_ALIGNMENT 256
-#define INTRA_REASON_LEN       128
+#define INTRA_DEVICE_ALIGNMENT  256
+#define INTRA_REASON_LEN        128
+#define INTRA_REGION_HANDLE_LEN 64
+
+/**
+ * Memory one rank shares with the other local ranks: a memfd on the host backend (fd), an
+ * IPC handle on GPU backends (handle). Peers receive fd or handle and open the region.
+ */
+typedef struct intra_region {
+    void         *base;
+    size_t        size;
+    int           fd;
+    unsigned char handle[INTRA_REGION_HANDLE_LEN];
+} intra_region_t;
+
+/** A backend's queue: a thread pool on the host, a stream on GPUs. */
+typedef struct intra_queue intra_queue_t;
+
+struct intra_moe_args;
+
+typedef enum intra_moe_kernel {
+    INTRA_MOE_KERNEL_DISPATCH,
+    INTRA_MOE_KERNEL_COMBINE,
+} intra_moe_kernel_t;
 
 /**
  * A device backend. Memory operations act on memory the backend allocated; copies are
@@ -35,7 +57,31 @@ typedef struct intra_device_ops {
     strata_status_t (*mem_set)(void *dst, int value, size_t size);
     /** Wait until every operation issued so far has completed. */
     strata_status_t (*synchronize)(void);
+
+    /** A zeroed region of size bytes that peers can open; region_p set only on success. */
+    strata_status_t (*region_create)(size_t size, intra_region_t *region_p);
+    /** Map a peer's region (its size, and its fd or handle as received). */
+    strata_status_t (*region_open)(const intra_region_t *peer, void **base_p);
+    /** Unmap a peer's region opened by region_open. */
+    void (*region_close)(void *base, size_t size);
+    /** Release this rank's region; tolerates a zeroed struct. */
+    void (*region_destroy)(intra_region_t *region);
+
+    /** A queue whose launches run num_blocks blocks (host: that many threads). */
+    strata_status_t (*queue_create)(unsigned num_blocks, intra_queue_t **queue_p);
+    void (*queue_destroy)(intra_queue_t *queue);
+    /** Start a MoE kernel; it has finished when queue_synchronize returns. */
+    strata_status_t (*moe_launch)(intra_queue_t *queue, intra_moe_kernel_t kernel,
+                                  const struct intra_moe_args *args);
+    strata_status_t (*queue_synchronize)(intra_queue_t *queue);
+    /** Blocks a launch uses when the caller does not say. */
+    unsigned default_blocks;
+    /** Rate of the kernels' timer (kernel_timer), for their wait bounds. */
+    uint64_t timer_ticks_per_us;
 } intra_device_ops_t;
+
+#include "heap/heap.h"
+#include "moe/moe.h"
 
 /** Backends compiled into this build, in preference order. */
 size_t                    intra_device_count(void);

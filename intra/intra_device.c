@@ -7,6 +7,9 @@
 #ifdef STRATA_HAVE_CUDA
 #include "cuda/cuda_device.h"
 #endif
+#ifdef STRATA_HAVE_HIP
+#include "hip/hip_device.h"
+#endif
 #include "util/util.h"
 
 #include <string.h>
@@ -15,6 +18,9 @@ static const intra_device_ops_t *const intra_devices[] = {
     &host_device_ops,
 #ifdef STRATA_HAVE_CUDA
     &cuda_device_ops,
+#endif
+#ifdef STRATA_HAVE_HIP
+    &hip_device_ops,
 #endif
 };
 

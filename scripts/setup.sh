@@ -11,6 +11,8 @@ packages=(
     libhwloc-dev libxml2-dev libcmocka-dev libjansson-dev
     libfabric-dev libibverbs-dev libucx-dev
     iproute2
+    hipcc                        # compiles the HIP kernels (the CUDA toolkit is not in Debian)
+    libopenmpi-dev openmpi-bin   # MPI_Alltoallv, the baseline of strata-bench intra
 )
 
 missing=()

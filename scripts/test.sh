@@ -28,12 +28,16 @@ run_suite() {
     (cd "$dir" && ctest --output-on-failure -j "$jobs")
 }
 
-# The plain build also compiles the CUDA backend wherever the CUDA toolkit is installed.
-cuda_option=()
+# The plain build also compiles the CUDA backend wherever the CUDA toolkit is installed,
+# and the HIP backend with hipcc (which setup.sh installs).
+gpu_options=()
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
-    cuda_option=(-DSTRATA_WITH_CUDA=ON)
+    gpu_options+=(-DSTRATA_WITH_CUDA=ON)
 fi
-run_suite "$top/build" "${cuda_option[@]}"
+if command -v hipcc >/dev/null 2>&1; then
+    gpu_options+=(-DSTRATA_WITH_HIP=ON)
+fi
+run_suite "$top/build" "${gpu_options[@]}"
 for sanitizer in ${STRATA_TEST_SANITIZERS-address thread}; do
     run_suite "$top/build-$sanitizer" -DSTRATA_SANITIZE="$sanitizer"
 done

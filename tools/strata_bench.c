@@ -2,6 +2,7 @@
  * strata-bench: performance of strata against a baseline run in the same process.
  *
  *   strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]
+ *   mpirun -n 2 strata-bench intra [options]           (strata_bench_intra.c)
  *
  * p2p: write-with-immediate between two ranks, through the transfer engine and through raw
  * libfabric calls on the same provider and interface: one-way latency from ping-pong
@@ -135,14 +136,6 @@ static strata_status_t bench_engine_setup(strata_bootstrap_t *bs, size_t buf_siz
     return status;
 }
 
-#define BENCH_TRY(expr) \
-    do { \
-        strata_status_t _s = (expr); \
-        if (_s != STRATA_OK) { \
-            fprintf(stderr, "strata-bench: %s: %s\n", #expr, strata_status_string(_s)); \
-            exit(1); \
-        } \
-    } while (0)
 
 /* Rank 0 pings, rank 1 pongs; half the round trip is the one-way latency. */
 static void bench_latency(const bench_path_t *path, int rank, size_t len, int iters,
@@ -215,6 +208,7 @@ static void bench_measure(const bench_path_t *path, strata_bootstrap_t *bs, size
 static void usage(FILE *out)
 {
     fprintf(out, "Usage: strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]\n"
+                 "       mpirun -n N strata-bench intra [--help]\n"
                  "Write-with-immediate latency (p50/p99) and bandwidth, engine against raw\n"
                  "libfabric on the same provider (STRATA_INTER_PROVIDER, STRATA_INTER_IFACE).\n");
 }
@@ -255,6 +249,11 @@ int main(int argc, char **argv)
     bench_raw_t *raw;
     int opt;
 
+#ifdef STRATA_BENCH_HAVE_MPI
+    if (argc >= 2 && strcmp(argv[1], "intra") == 0) {
+        return bench_intra_main(argc, argv);
+    }
+#endif
     if (argc < 2 || strcmp(argv[1], "p2p") != 0) {
         usage(stderr);
         return 2;

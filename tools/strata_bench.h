@@ -14,6 +14,19 @@
 
 #define BENCH_WINDOW 16 /* writes in flight in the bandwidth pattern */
 
+/* Exit with the failing expression and its status: a benchmark has nothing to recover. */
+#define BENCH_TRY(expr) \
+    do { \
+        strata_status_t _s = (expr); \
+        if (_s != STRATA_OK) { \
+            fprintf(stderr, "strata-bench: %s: %s\n", #expr, strata_status_string(_s)); \
+            exit(1); \
+        } \
+    } while (0)
+
+/** strata-bench intra (strata_bench_intra.c, built with MPI): argv[1] is "intra". */
+int bench_intra_main(int argc, char **argv);
+
 /** One way to move bytes between rank 0 and rank 1 with write-with-immediate. */
 typedef struct bench_path {
     const char *name;

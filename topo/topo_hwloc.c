@@ -4,7 +4,9 @@
  */
 #include "topo_internal.h"
 
+#include <dlfcn.h>
 #include <hwloc.h>
+#include <pthread.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -453,14 +455,33 @@ static strata_status_t topo_hwloc_build(topo_hwloc_ctx_t *ctx)
     return status;
 }
 
+/*
+ * hwloc's PCI plugin reads device names through libpciaccess, which caches pci.ids in its
+ * globals and never frees it; hwloc unloads the plugin with the topology, and the cache
+ * then looks leaked. Keeping libpciaccess loaded for the life of the process keeps it
+ * reachable, as it is in every program that links libpciaccess itself.
+ */
+static void topo_hwloc_pin_pciaccess(void)
+{
+    (void)dlopen("libpciaccess.so.0", RTLD_LAZY | RTLD_NODELETE);
+}
+
 static strata_status_t topo_hwloc_open(hwloc_topology_t *hwloc_p, enum hwloc_type_filter_e io,
                                        const char *name, char *err)
 {
+    static pthread_once_t pinned = PTHREAD_ONCE_INIT;
+
+    pthread_once(&pinned, topo_hwloc_pin_pciaccess);
     if (hwloc_topology_init(hwloc_p) != 0) {
         topo_error(err, "%s: hwloc could not initialise", name);
         return STRATA_ERR_TOPOLOGY;
     }
     hwloc_topology_set_io_types_filter(*hwloc_p, io);
+    /* strata finds GPUs on the PCI tree and asks NVML or ROCm SMI itself. hwloc's OpenCL
+     * and GL plugins would start whatever runtime is installed (ROCm's OpenCL takes minutes
+     * without a GPU, and leaks) or talk to an X server: leave them out. */
+    hwloc_topology_set_components(*hwloc_p, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "opencl");
+    hwloc_topology_set_components(*hwloc_p, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "gl");
     return STRATA_OK;
 }
 

@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TOPO_RSMI_SUCCESS         0
 #define TOPO_RSMI_IOLINK_XGMI     2
 #define TOPO_KFD_IOLINK_XGMI      11
 #define TOPO_KFD_NODES            "/sys/class/kfd/kfd/topology/nodes"
+#define TOPO_KFD_DEVICE           "/dev/kfd"
 #define TOPO_KFD_MAX_NODES        256
 #define TOPO_PATH_MAX             512
 
@@ -90,8 +92,14 @@ bool topo_rsmi_add_links(topo_t *topo)
     uint32_t count = 0;
     uint64_t bdfid;
     int *gpu_of;
-    void *lib = topo_rsmi_open();
+    void *lib;
 
+    /* Without the AMD GPU driver there is nothing to ask, and ROCm SMI's initialisation on
+     * such a machine is slow and leaks what it parsed. */
+    if (access(TOPO_KFD_DEVICE, F_OK) != 0) {
+        return false;
+    }
+    lib = topo_rsmi_open();
     if (lib == NULL) {
         return false;
     }

@@ -2,6 +2,7 @@
  * The registry of configuration tables, one per layer that has settings.
  */
 #include "api/api.h"
+#include "intra/intra.h"
 #include "inter/engine.h"
 #include "topo/topo.h"
 
@@ -10,6 +11,7 @@
 const util_config_table_t *const api_config_tables[] = {
     &util_log_config_table,
     &topo_config_table,
+    &intra_config_table,
     &inter_config_table,
     &api_bootstrap_config_table,
     &api_comm_config_table,

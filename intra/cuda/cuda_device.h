@@ -1,5 +1,6 @@
 /*
- * The CUDA device backend: device memory and copies through the CUDA runtime.
+ * The CUDA device backend: device memory, IPC-shared heap regions, streams and the MoE
+ * kernels through the CUDA runtime.
  */
 #ifndef STRATA_INTRA_CUDA_DEVICE_H
 #define STRATA_INTRA_CUDA_DEVICE_H

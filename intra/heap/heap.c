@@ -1,8 +1,9 @@
 /*
- * Symmetric heap, host backend: memfd regions exchanged through local rank 0 over an
- * abstract unix socket (SCM_RIGHTS), then mapped by every rank.
+ * Symmetric heap: each rank's region comes from its device backend; descriptions of the
+ * regions (and memfds, by SCM_RIGHTS) go through local rank 0 over an abstract unix socket,
+ * then every rank opens every peer's.
  */
-#include "heap.h"
+#include "intra/intra.h"
 #include "util/util.h"
 
 #include <errno.h>
@@ -10,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -23,6 +23,8 @@ typedef struct heap_alloc {
 } heap_alloc_t;
 
 struct intra_heap {
+    const intra_device_ops_t *device;
+    intra_region_t own;
     int          local_rank;
     int          local_size;
     size_t       size;
@@ -41,11 +43,20 @@ static socklen_t heap_address(const char *job_key, struct sockaddr_un *addr)
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(addr->sun_path + 1));
 }
 
-/* Send ints and the same number of descriptors (or none) in one message. */
-static bool heap_send_fds(int sock, const int *values, const int *fds, int n, uint64_t deadline)
+/* What a rank tells the others about its region. */
+typedef struct heap_card {
+    int32_t       rank;
+    int32_t       has_fd;
+    uint64_t      size;
+    unsigned char handle[INTRA_REGION_HANDLE_LEN];
+} heap_card_t;
+
+/* Send n cards with, when fds is not NULL, one descriptor per card, in one message. */
+static bool heap_send_cards(int sock, const heap_card_t *cards, const int *fds, int n,
+                            uint64_t deadline)
 {
     char control[CMSG_SPACE(sizeof(int) * INTRA_HEAP_MAX_RANKS)] = {0};
-    struct iovec iov = {.iov_base = (void *)values, .iov_len = sizeof(int) * (size_t)n};
+    struct iovec iov = {.iov_base = (void *)cards, .iov_len = sizeof(*cards) * (size_t)n};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
     struct cmsghdr *cmsg;
 
@@ -62,11 +73,11 @@ static bool heap_send_fds(int sock, const int *values, const int *fds, int n, ui
            sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)iov.iov_len;
 }
 
-/* Receive n ints and n descriptors sent by heap_send_fds. */
-static bool heap_recv_fds(int sock, int *values, int *fds, int n, uint64_t deadline)
+/* Receive n cards and, when they say so, their descriptors. */
+static bool heap_recv_cards(int sock, heap_card_t *cards, int *fds, int n, uint64_t deadline)
 {
     char control[CMSG_SPACE(sizeof(int) * INTRA_HEAP_MAX_RANKS)];
-    struct iovec iov = {.iov_base = values, .iov_len = sizeof(int) * (size_t)n};
+    struct iovec iov = {.iov_base = cards, .iov_len = sizeof(*cards) * (size_t)n};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
                          .msg_controllen = sizeof(control)};
     struct cmsghdr *cmsg;
@@ -76,6 +87,9 @@ static bool heap_recv_fds(int sock, int *values, int *fds, int n, uint64_t deadl
         return false;
     }
     cmsg = CMSG_FIRSTHDR(&msg);
+    if (!cards[0].has_fd) {
+        return cmsg == NULL;
+    }
     if (cmsg == NULL || cmsg->cmsg_type != SCM_RIGHTS ||
         cmsg->cmsg_len != CMSG_LEN(sizeof(int) * (size_t)n)) {
         return false;
@@ -84,16 +98,17 @@ static bool heap_recv_fds(int sock, int *values, int *fds, int n, uint64_t deadl
     return true;
 }
 
-/* Local rank 0: collect every rank's region, then hand all of them to every rank. */
-static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listener, int *fds,
-                                        uint64_t deadline)
+/* Local rank 0: collect every rank's card, then hand all of them to every rank. */
+static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listener,
+                                        heap_card_t *cards, int *fds, uint64_t deadline)
 {
-    int conns[INTRA_HEAP_MAX_RANKS], ranks[INTRA_HEAP_MAX_RANKS], joined = 1, sock, rank, fd;
+    int conns[INTRA_HEAP_MAX_RANKS], joined = 1, sock;
     strata_status_t status = STRATA_OK;
+    heap_card_t card;
+    int fd = -1;
 
     for (int i = 0; i < p->local_size; ++i) {
         conns[i] = -1;
-        ranks[i] = i;
     }
     while (joined < p->local_size && status == STRATA_OK) {
         if (util_sock_wait(listener, POLLIN, deadline) != STRATA_OK ||
@@ -102,18 +117,25 @@ static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listen
             status = STRATA_ERR_TIMEOUT;
             break;
         }
-        if (!heap_recv_fds(sock, &rank, &fd, 1, deadline) || rank <= 0 ||
-            rank >= p->local_size || conns[rank] >= 0) {
-            UTIL_LOG_WARN("heap: refused a connection claiming local rank %d", rank);
+        fd = -1;
+        if (!heap_recv_cards(sock, &card, &fd, 1, deadline) || card.rank <= 0 ||
+            card.rank >= p->local_size || conns[card.rank] >= 0 ||
+            card.has_fd != cards[0].has_fd || card.size != cards[0].size) {
+            UTIL_LOG_WARN("heap: refused a connection claiming local rank %d", card.rank);
+            if (fd >= 0) {
+                close(fd);
+            }
             close(sock);
             continue;
         }
-        conns[rank] = sock;
-        fds[rank]   = fd;
+        conns[card.rank] = sock;
+        cards[card.rank] = card;
+        fds[card.rank]   = fd;
         ++joined;
     }
     for (int r = 1; r < p->local_size && status == STRATA_OK; ++r) {
-        if (!heap_send_fds(conns[r], ranks, fds, p->local_size, deadline)) {
+        if (!heap_send_cards(conns[r], cards, cards[0].has_fd ? fds : NULL, p->local_size,
+                             deadline)) {
             UTIL_LOG_ERROR("heap: cannot hand the regions to local rank %d", r);
             status = STRATA_ERR_IO;
         }
@@ -126,10 +148,10 @@ static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listen
     return status;
 }
 
-static strata_status_t heap_gather_peer(const intra_heap_params_t *p, int own_fd, int *fds,
-                                        uint64_t deadline)
+static strata_status_t heap_gather_peer(const intra_heap_params_t *p, heap_card_t *cards,
+                                        int *fds, uint64_t deadline)
 {
-    int ranks[INTRA_HEAP_MAX_RANKS], sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), own = p->local_rank;
     struct sockaddr_un addr;
     socklen_t len = heap_address(p->job_key, &addr);
     strata_status_t status = STRATA_ERR_TIMEOUT;
@@ -148,17 +170,29 @@ static strata_status_t heap_gather_peer(const intra_heap_params_t *p, int own_fd
         }
         usleep(10000);
     }
-    if (heap_send_fds(sock, &p->local_rank, &own_fd, 1, deadline) &&
-        heap_recv_fds(sock, ranks, fds, p->local_size, deadline)) {
-        status = STRATA_OK;
-    } else {
+    if (heap_send_cards(sock, &cards[own], cards[own].has_fd ? &fds[own] : NULL, 1, deadline)) {
+        heap_card_t own_card = cards[own];
+        int own_fd = fds[own];
+
+        if (heap_recv_cards(sock, cards, fds, p->local_size, deadline)) {
+            status = STRATA_OK;
+        }
+        if (own_card.has_fd && fds[own] != own_fd) {
+            close(fds[own]); /* our own region came back as a second descriptor */
+        }
+        cards[own] = own_card;
+        fds[own]   = own_fd;
+    }
+    if (status != STRATA_OK) {
         UTIL_LOG_ERROR("heap: exchanging regions with local rank 0 failed");
     }
     close(sock);
     return status;
 }
 
-static strata_status_t heap_exchange(const intra_heap_params_t *p, int own_fd, int *fds)
+/* Every rank ends with every rank's card (and descriptor, for fd-backed regions). */
+static strata_status_t heap_exchange(const intra_heap_params_t *p, heap_card_t *cards,
+                                     int *fds)
 {
     uint64_t deadline = util_clock_now_ns() + p->timeout_ns;
     struct sockaddr_un addr;
@@ -166,12 +200,11 @@ static strata_status_t heap_exchange(const intra_heap_params_t *p, int own_fd, i
     strata_status_t status;
     int listener;
 
-    fds[p->local_rank] = own_fd;
     if (p->local_size == 1) {
         return STRATA_OK;
     }
     if (p->local_rank != 0) {
-        return heap_gather_peer(p, own_fd, fds, deadline);
+        return heap_gather_peer(p, cards, fds, deadline);
     }
     listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (listener < 0 || bind(listener, (struct sockaddr *)&addr, len) != 0 ||
@@ -183,21 +216,51 @@ static strata_status_t heap_exchange(const intra_heap_params_t *p, int own_fd, i
         }
         return STRATA_ERR_IO;
     }
-    status = heap_gather_root(p, listener, fds, deadline);
+    status = heap_gather_root(p, listener, cards, fds, deadline);
     close(listener);
     return status;
 }
 
+/* Open every peer's region from its card. */
+static strata_status_t heap_open_peers(intra_heap_t *heap, const heap_card_t *cards,
+                                       const int *fds)
+{
+    for (int r = 0; r < heap->local_size; ++r) {
+        intra_region_t peer = {.size = heap->size, .fd = fds[r]};
+        strata_status_t status;
+
+        if (r == heap->local_rank) {
+            continue;
+        }
+        memcpy(peer.handle, cards[r].handle, sizeof(peer.handle));
+        status = heap->device->region_open(&peer, &heap->base[r]);
+        if (status != STRATA_OK) {
+            heap->base[r] = NULL;
+            UTIL_LOG_ERROR("heap: cannot open local rank %d's region: %s", r,
+                           strata_status_string(status));
+            return status;
+        }
+    }
+    return STRATA_OK;
+}
+
+static bool heap_params_valid(const intra_heap_params_t *p)
+{
+    return p != NULL && p->device != NULL && p->local_size >= 1 &&
+           p->local_size <= INTRA_HEAP_MAX_RANKS && p->local_rank >= 0 &&
+           p->local_rank < p->local_size && p->size > 0 && p->job_key != NULL &&
+           p->job_key[0] != '\0' && strlen(p->job_key) <= 64;
+}
+
 strata_status_t intra_heap_create(const intra_heap_params_t *p, intra_heap_t **heap_p)
 {
-    int fds[INTRA_HEAP_MAX_RANKS], own_fd;
+    heap_card_t cards[INTRA_HEAP_MAX_RANKS];
+    int fds[INTRA_HEAP_MAX_RANKS];
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     strata_status_t status;
     intra_heap_t *heap;
 
-    if (p == NULL || p->local_size < 1 || p->local_size > INTRA_HEAP_MAX_RANKS ||
-        p->local_rank < 0 || p->local_rank >= p->local_size || p->size == 0 ||
-        p->job_key == NULL || p->job_key[0] == '\0' || strlen(p->job_key) > 64) {
+    if (!heap_params_valid(p)) {
         UTIL_LOG_ERROR("heap: invalid parameters (local rank %d of %d, %zu bytes)",
                        p ? p->local_rank : -1, p ? p->local_size : 0, p ? p->size : 0);
         return STRATA_ERR_INVALID;
@@ -206,34 +269,36 @@ strata_status_t intra_heap_create(const intra_heap_params_t *p, intra_heap_t **h
     if (heap == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
+    heap->device     = p->device;
     heap->local_rank = p->local_rank;
     heap->local_size = p->local_size;
     heap->size       = (p->size + page - 1) / page * page;
+    heap->own.fd     = -1;
+    memset(cards, 0, sizeof(cards));
     for (int r = 0; r < INTRA_HEAP_MAX_RANKS; ++r) {
         fds[r] = -1;
     }
-    own_fd = memfd_create("strata-heap", MFD_CLOEXEC);
-    if (own_fd < 0 || ftruncate(own_fd, (off_t)heap->size) != 0) {
-        UTIL_LOG_ERROR("heap: cannot create a %zu-byte region: %s", heap->size, strerror(errno));
-        status = STRATA_ERR_NO_MEMORY;
-    } else {
-        status = heap_exchange(p, own_fd, fds);
+    status = heap->device->region_create(heap->size, &heap->own);
+    if (status == STRATA_OK) {
+        heap_card_t *own = &cards[p->local_rank];
+
+        own->rank   = p->local_rank;
+        own->has_fd = heap->own.fd >= 0;
+        own->size   = heap->size;
+        memcpy(own->handle, heap->own.handle, sizeof(own->handle));
+        fds[p->local_rank]          = heap->own.fd;
+        heap->base[p->local_rank]   = heap->own.base;
+        cards[0].has_fd             = own->has_fd; /* what rank 0 expects from the others */
+        cards[0].size               = heap->size;
+        status = heap_exchange(p, cards, fds);
     }
-    for (int r = 0; r < p->local_size && status == STRATA_OK; ++r) {
-        heap->base[r] = mmap(NULL, heap->size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[r], 0);
-        if (heap->base[r] == MAP_FAILED) {
-            heap->base[r] = NULL;
-            UTIL_LOG_ERROR("heap: cannot map local rank %d's region: %s", r, strerror(errno));
-            status = STRATA_ERR_NO_MEMORY;
-        }
+    if (status == STRATA_OK) {
+        status = heap_open_peers(heap, cards, fds);
     }
     for (int r = 0; r < p->local_size; ++r) { /* mappings keep the regions alive */
-        if (fds[r] >= 0 && fds[r] != own_fd) {
+        if (fds[r] >= 0 && r != p->local_rank) {
             close(fds[r]);
         }
-    }
-    if (own_fd >= 0) {
-        close(own_fd);
     }
     if (status != STRATA_OK) {
         intra_heap_destroy(heap);
@@ -249,10 +314,11 @@ void intra_heap_destroy(intra_heap_t *heap)
         return;
     }
     for (int r = 0; r < heap->local_size; ++r) {
-        if (heap->base[r] != NULL) {
-            munmap(heap->base[r], heap->size);
+        if (heap->base[r] != NULL && r != heap->local_rank) {
+            heap->device->region_close(heap->base[r], heap->size);
         }
     }
+    heap->device->region_destroy(&heap->own);
     free(heap);
 }
 
@@ -264,6 +330,21 @@ void *intra_heap_base(const intra_heap_t *heap, int peer)
 size_t intra_heap_size(const intra_heap_t *heap)
 {
     return heap->size;
+}
+
+int intra_heap_local_rank(const intra_heap_t *heap)
+{
+    return heap->local_rank;
+}
+
+int intra_heap_local_size(const intra_heap_t *heap)
+{
+    return heap->local_size;
+}
+
+const intra_device_ops_t *intra_heap_device(const intra_heap_t *heap)
+{
+    return heap->device;
 }
 
 strata_status_t intra_heap_find(const intra_heap_t *heap, const char *name, size_t *offset_p)

@@ -1,8 +1,9 @@
 /*
- * Symmetric heap, host backend: every local rank of a node maps one shared region of the
- * same size, and every rank maps every peer's, so heap_base[peer] + offset reaches the same
- * object in any rank's region (the Iris scheme). Regions are memfds handed over a unix
- * socket in the abstract namespace, so nothing is left in the file system on any exit.
+ * Symmetric heap: every local rank of a node creates one shared region of the same size in
+ * its device backend's memory, and every rank maps every peer's, so heap_base[peer] + offset
+ * reaches the same object in any rank's region (the Iris scheme). Regions (memfds, or GPU
+ * IPC handles) are handed over a unix socket in the abstract namespace, so nothing is left
+ * in the file system on any exit.
  */
 #ifndef STRATA_INTRA_HEAP_H
 #define STRATA_INTRA_HEAP_H
@@ -16,8 +17,10 @@
 #define INTRA_HEAP_NAME_LEN  48
 
 typedef struct intra_heap intra_heap_t;
+struct intra_device_ops;
 
 typedef struct intra_heap_params {
+    const struct intra_device_ops *device; /**< whose memory; the same on every rank */
     int         local_rank;
     int         local_size;
     size_t      size;       /**< bytes of each rank's region (rounded up to pages) */
@@ -35,6 +38,9 @@ void            intra_heap_destroy(intra_heap_t *heap);
 /** Start of local rank peer's region as mapped here. */
 void  *intra_heap_base(const intra_heap_t *heap, int peer);
 size_t intra_heap_size(const intra_heap_t *heap);
+int    intra_heap_local_rank(const intra_heap_t *heap);
+int    intra_heap_local_size(const intra_heap_t *heap);
+const struct intra_device_ops *intra_heap_device(const intra_heap_t *heap);
 
 /**
  * Symmetric allocation: every rank calls it with the same arguments in the same order and

@@ -1,11 +1,15 @@
 /*
- * Host device backend: aligned host allocations and synchronous copies.
+ * Host device backend: aligned host allocations, synchronous copies, memfd regions for the
+ * symmetric heap, and queues that run each kernel block on a worker thread.
  */
 #include "host_device.h"
 #include "util/util.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static strata_status_t host_probe(char *reason)
 {
@@ -61,12 +65,85 @@ static strata_status_t host_synchronize(void)
     return STRATA_OK; /* every host operation completes before it returns */
 }
 
+/* A memfd leaves nothing in the file system, whatever way the process ends. */
+static strata_status_t host_region_create(size_t size, intra_region_t *region_p)
+{
+    intra_region_t region = {.size = size, .fd = memfd_create("strata-heap", MFD_CLOEXEC)};
+
+    if (region.fd < 0 || ftruncate(region.fd, (off_t)size) != 0) {
+        UTIL_LOG_ERROR("host device: cannot create a %zu-byte shared region: %s", size,
+                       strerror(errno));
+        goto err_close;
+    }
+    region.base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, region.fd, 0);
+    if (region.base == MAP_FAILED) {
+        UTIL_LOG_ERROR("host device: cannot map a %zu-byte shared region: %s", size,
+                       strerror(errno));
+        goto err_close;
+    }
+    *region_p = region;
+    return STRATA_OK;
+
+err_close:
+    if (region.fd >= 0) {
+        close(region.fd);
+    }
+    return STRATA_ERR_NO_MEMORY;
+}
+
+static strata_status_t host_region_open(const intra_region_t *peer, void **base_p)
+{
+    void *base;
+
+    if (peer->fd < 0) {
+        UTIL_LOG_ERROR("host device: a peer's region came without its memfd");
+        return STRATA_ERR_INVALID;
+    }
+    base = mmap(NULL, peer->size, PROT_READ | PROT_WRITE, MAP_SHARED, peer->fd, 0);
+    if (base == MAP_FAILED) {
+        UTIL_LOG_ERROR("host device: cannot map a peer's %zu-byte region: %s", peer->size,
+                       strerror(errno));
+        return STRATA_ERR_NO_MEMORY;
+    }
+    *base_p = base;
+    return STRATA_OK;
+}
+
+static void host_region_close(void *base, size_t size)
+{
+    if (base != NULL) {
+        munmap(base, size);
+    }
+}
+
+static void host_region_destroy(intra_region_t *region)
+{
+    if (region->base != NULL) {
+        munmap(region->base, region->size);
+        region->base = NULL;
+    }
+    if (region->fd >= 0) {
+        close(region->fd);
+        region->fd = -1;
+    }
+}
+
 const intra_device_ops_t host_device_ops = {
-    .name        = "host",
-    .probe       = host_probe,
-    .mem_alloc   = host_mem_alloc,
-    .mem_free    = host_mem_free,
-    .mem_copy    = host_mem_copy,
-    .mem_set     = host_mem_set,
-    .synchronize = host_synchronize,
+    .name               = "host",
+    .probe              = host_probe,
+    .mem_alloc          = host_mem_alloc,
+    .mem_free           = host_mem_free,
+    .mem_copy           = host_mem_copy,
+    .mem_set            = host_mem_set,
+    .synchronize        = host_synchronize,
+    .region_create      = host_region_create,
+    .region_open        = host_region_open,
+    .region_close       = host_region_close,
+    .region_destroy     = host_region_destroy,
+    .queue_create       = host_queue_create,
+    .queue_destroy      = host_queue_destroy,
+    .moe_launch         = host_moe_launch,
+    .queue_synchronize  = host_queue_synchronize,
+    .default_blocks     = 2,
+    .timer_ticks_per_us = 1000, /* CLOCK_MONOTONIC nanoseconds */
 };

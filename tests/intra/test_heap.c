@@ -3,7 +3,7 @@
  * allocations agree, stores into a peer's region are seen there (release/acquire flags),
  * a missing rank is a timeout, and bad allocations are refused.
  */
-#include "intra/heap/heap.h"
+#include "intra/host/host_device.h"
 #include "util/util.h"
 
 #include <sched.h>
@@ -43,8 +43,8 @@ static int wait_flag(_Atomic uint64_t *flag, uint64_t value)
 
 static int rank_main(int rank, int size, const char *key)
 {
-    intra_heap_params_t p = {.local_rank = rank, .local_size = size, .size = 3 * DATA_BYTES,
-                             .job_key = key, .timeout_ns = WAIT_NS};
+    intra_heap_params_t p = {.device = &host_device_ops, .local_rank = rank,
+                             .local_size = size, .size = 3 * DATA_BYTES, .job_key = key, .timeout_ns = WAIT_NS};
     size_t data, flags, again;
     intra_heap_t *heap;
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
@@ -146,8 +146,8 @@ static void test_2_3_4_ranks(void **state)
 
 static void test_missing_rank_times_out(void **state)
 {
-    intra_heap_params_t p = {.local_rank = 1, .local_size = 2, .size = 4096,
-                             .job_key = "test-nobody-listens", .timeout_ns = 300 * UTIL_NSEC_PER_MSEC};
+    intra_heap_params_t p = {.device = &host_device_ops, .local_rank = 1, .local_size = 2,
+                             .size = 4096, .job_key = "test-nobody-listens", .timeout_ns = 300 * UTIL_NSEC_PER_MSEC};
     uint64_t start = util_clock_now_ns();
     intra_heap_t *heap = NULL;
 
@@ -160,8 +160,8 @@ static void test_missing_rank_times_out(void **state)
 
 static void test_allocation_rules(void **state)
 {
-    intra_heap_params_t p = {.local_rank = 0, .local_size = 1, .size = 10000,
-                             .job_key = "test-alone", .timeout_ns = UTIL_NSEC_PER_SEC};
+    intra_heap_params_t p = {.device = &host_device_ops, .local_rank = 0, .local_size = 1,
+                             .size = 10000, .job_key = "test-alone", .timeout_ns = UTIL_NSEC_PER_SEC};
     intra_heap_t *heap;
     size_t a, b;
 

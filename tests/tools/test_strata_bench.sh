@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# strata-bench p2p runs end to end on a small size range and prints a row per size.
+# strata-bench p2p runs end to end on a small size range and prints a row per size; where
+# strata-bench has its intra subcommand (built with MPI) and the build is not sanitized
+# (third argument), intra runs on small shapes and prints every path.
 set -u
-run=$1 bench=$2
+run=$1 bench=$2 sanitize=${3:-}
 out=$(STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo "$run" -n 2 --timeout 120 -- \
       "$bench" p2p --min 8 --max 64k 2>&1)
 rc=$?
@@ -13,4 +15,17 @@ if [ $rc -ne 0 ] || [ "$rows" -ne 14 ]; then
 fi
 "$run" -n 1 -- "$bench" p2p >/dev/null 2>&1
 [ $? -eq 2 ] || { echo "one rank should be refused (exit 2)"; echo "1 passed, 1 failed"; exit 1; }
+if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --help >/dev/null 2>&1; then
+    out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 \
+          mpirun --oversubscribe -n 2 "$bench" intra --tokens 8,64 --hidden 256 --iters 5 2>&1)
+    rc=$?
+    rows=$(grep -cE '^ +(8|64) (memcpy|MPI_Alltoallv|strata push|strata pull) ' <<<"$out")
+    if [ $rc -ne 0 ] || [ "$rows" -ne 8 ]; then
+        echo "$out"
+        echo "2 passed, 1 failed"
+        exit 1
+    fi
+    echo "3 passed, 0 failed"
+    exit 0
+fi
 echo "2 passed, 0 failed"

@@ -70,6 +70,14 @@ STRATA_API const char *strata_get_version_string(void);
 /** Build options compiled into the library, e.g. "cuda=off hip=off verbs=on ucx=on sanitize=none". */
 STRATA_API const char *strata_get_build_options(void);
 
+/** Element types of MoE tokens and expert outputs. */
+typedef enum strata_dtype {
+    STRATA_DTYPE_BF16     = 0,
+    STRATA_DTYPE_FP16     = 1,
+    STRATA_DTYPE_FP32     = 2,
+    STRATA_DTYPE_FP8_E4M3 = 3, /**< with one fp32 scale per 128 columns */
+} strata_dtype_t;
+
 typedef enum strata_log_level {
     STRATA_LOG_LEVEL_ERROR = 0,
     STRATA_LOG_LEVEL_WARN  = 1,

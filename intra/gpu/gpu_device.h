@@ -1,0 +1,229 @@
+/*
+ * The body of a GPU device backend, written once for the CUDA and HIP runtimes, whose APIs
+ * match name for name. The including file maps the gpu* names below onto cuda* or hip*,
+ * names its ops table (GPU_OPS), its kernel launcher (GPU_MOE_LAUNCH, in the .cu/.hip file)
+ * and its timer rate, then includes this file once.
+ */
+#ifndef GPU_OPS
+#error "define the gpu* runtime names and GPU_OPS before including gpu_device.h"
+#endif
+
+#include "util/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct intra_queue {
+    gpuStream_t stream;
+    unsigned    num_blocks;
+};
+
+/* Launch one MoE kernel on a stream: the .cu/.hip file of the backend. */
+gpuError_t GPU_MOE_LAUNCH(gpuStream_t stream, int kernel, const struct intra_moe_args *args,
+                          unsigned num_blocks);
+
+static strata_status_t gpu_status(gpuError_t error, const char *what)
+{
+    switch (error) {
+    case gpuSuccess:
+        return STRATA_OK;
+    case gpuErrorMemoryAllocation:
+        UTIL_LOG_ERROR("%s device: %s: %s", GPU_NAME, what, gpuGetErrorName(error));
+        return STRATA_ERR_NO_MEMORY;
+    case gpuErrorInvalidValue:
+        UTIL_LOG_ERROR("%s device: %s: %s", GPU_NAME, what, gpuGetErrorName(error));
+        return STRATA_ERR_INVALID;
+    default:
+        UTIL_LOG_ERROR("%s device: %s: %s (%s)", GPU_NAME, what, gpuGetErrorName(error),
+                       gpuGetErrorString(error));
+        return STRATA_ERR_UNSUPPORTED;
+    }
+}
+
+static strata_status_t gpu_probe(char *reason)
+{
+    int count = 0;
+    gpuError_t error = gpuGetDeviceCount(&count);
+
+    if (error != gpuSuccess) {
+        snprintf(reason, INTRA_REASON_LEN, "%s", gpuGetErrorName(error));
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    if (count == 0) {
+        snprintf(reason, INTRA_REASON_LEN, "no %s device", GPU_NAME);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t gpu_mem_alloc(size_t size, void **ptr_p)
+{
+    void *ptr = NULL;
+    strata_status_t status;
+
+    if (size == 0 || ptr_p == NULL) {
+        UTIL_LOG_ERROR("%s device: cannot allocate %zu bytes", GPU_NAME, size);
+        return STRATA_ERR_INVALID;
+    }
+    /* The runtimes' allocators align to at least 256 bytes, INTRA_DEVICE_ALIGNMENT. */
+    status = gpu_status(gpuMalloc(&ptr, size), "malloc");
+    if (status == STRATA_OK) {
+        *ptr_p = ptr;
+    }
+    return status;
+}
+
+static void gpu_mem_free(void *ptr)
+{
+    if (ptr != NULL) {
+        gpu_status(gpuFree(ptr), "free");
+    }
+}
+
+/* Synchronous: the host may use what it copied back as soon as this returns. */
+static strata_status_t gpu_mem_copy(void *dst, const void *src, size_t size)
+{
+    if (size > 0 && (dst == NULL || src == NULL)) {
+        return STRATA_ERR_INVALID;
+    }
+    if (size == 0) {
+        return STRATA_OK;
+    }
+    return gpu_status(gpuMemcpy(dst, src, size, gpuMemcpyDefault), "memcpy");
+}
+
+/* Ordered before every later launch: queues are blocking streams, synchronised with the
+ * legacy default stream this runs on. */
+static strata_status_t gpu_mem_set(void *dst, int value, size_t size)
+{
+    if (size > 0 && dst == NULL) {
+        return STRATA_ERR_INVALID;
+    }
+    return size == 0 ? STRATA_OK : gpu_status(gpuMemset(dst, value, size), "memset");
+}
+
+static strata_status_t gpu_synchronize(void)
+{
+    return gpu_status(gpuDeviceSynchronize(), "device synchronize");
+}
+
+/* A region peers open through an IPC handle; zeroed, as the heap promises. */
+static strata_status_t gpu_region_create(size_t size, intra_region_t *region_p)
+{
+    intra_region_t region = {.size = size, .fd = -1};
+    gpuIpcMemHandle_t handle;
+    strata_status_t status;
+
+    _Static_assert(sizeof(handle) <= INTRA_REGION_HANDLE_LEN, "IPC handle too large");
+    status = gpu_mem_alloc(size, &region.base);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = gpu_status(gpuMemset(region.base, 0, size), "memset");
+    if (status == STRATA_OK) {
+        status = gpu_status(gpuIpcGetMemHandle(&handle, region.base), "IPC handle");
+    }
+    if (status == STRATA_OK) {
+        status = gpu_synchronize();
+    }
+    if (status != STRATA_OK) {
+        gpu_mem_free(region.base);
+        return status;
+    }
+    memcpy(region.handle, &handle, sizeof(handle));
+    *region_p = region;
+    return STRATA_OK;
+}
+
+static strata_status_t gpu_region_open(const intra_region_t *peer, void **base_p)
+{
+    gpuIpcMemHandle_t handle;
+    void *base = NULL;
+    strata_status_t status;
+
+    memcpy(&handle, peer->handle, sizeof(handle));
+    status = gpu_status(gpuIpcOpenMemHandle(&base, handle, gpuIpcMemLazyEnablePeerAccess),
+                        "open IPC handle");
+    if (status == STRATA_OK) {
+        *base_p = base;
+    }
+    return status;
+}
+
+static void gpu_region_close(void *base, size_t size)
+{
+    (void)size;
+    if (base != NULL) {
+        gpu_status(gpuIpcCloseMemHandle(base), "close IPC handle");
+    }
+}
+
+static void gpu_region_destroy(intra_region_t *region)
+{
+    gpu_mem_free(region->base);
+    region->base = NULL;
+}
+
+static strata_status_t gpu_queue_create(unsigned num_blocks, intra_queue_t **queue_p)
+{
+    intra_queue_t *queue;
+    strata_status_t status;
+
+    if (num_blocks == 0 || num_blocks > 1024) {
+        UTIL_LOG_ERROR("%s device: a queue needs 1 to 1024 blocks, not %u", GPU_NAME, num_blocks);
+        return STRATA_ERR_INVALID;
+    }
+    queue = calloc(1, sizeof(*queue));
+    if (queue == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    queue->num_blocks = num_blocks;
+    status = gpu_status(gpuStreamCreate(&queue->stream), "stream create");
+    if (status != STRATA_OK) {
+        free(queue);
+        return status;
+    }
+    *queue_p = queue;
+    return STRATA_OK;
+}
+
+static void gpu_queue_destroy(intra_queue_t *queue)
+{
+    if (queue != NULL) {
+        gpu_status(gpuStreamDestroy(queue->stream), "stream destroy");
+        free(queue);
+    }
+}
+
+static strata_status_t gpu_moe_launch(intra_queue_t *queue, intra_moe_kernel_t kernel,
+                                      const struct intra_moe_args *args)
+{
+    return gpu_status(GPU_MOE_LAUNCH(queue->stream, (int)kernel, args, queue->num_blocks),
+                      "MoE kernel launch");
+}
+
+static strata_status_t gpu_queue_synchronize(intra_queue_t *queue)
+{
+    return gpu_status(gpuStreamSynchronize(queue->stream), "stream synchronize");
+}
+
+const intra_device_ops_t GPU_OPS = {
+    .name               = GPU_NAME,
+    .probe              = gpu_probe,
+    .mem_alloc          = gpu_mem_alloc,
+    .mem_free           = gpu_mem_free,
+    .mem_copy           = gpu_mem_copy,
+    .mem_set            = gpu_mem_set,
+    .synchronize        = gpu_synchronize,
+    .region_create      = gpu_region_create,
+    .region_open        = gpu_region_open,
+    .region_close       = gpu_region_close,
+    .region_destroy     = gpu_region_destroy,
+    .queue_create       = gpu_queue_create,
+    .queue_destroy      = gpu_queue_destroy,
+    .moe_launch         = gpu_moe_launch,
+    .queue_synchronize  = gpu_queue_synchronize,
+    .default_blocks     = 32,
+    .timer_ticks_per_us = GPU_TIMER_TICKS_PER_US,
+};

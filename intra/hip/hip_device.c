@@ -1,0 +1,36 @@
+/*
+ * HIP device backend: the GPU backend body (intra/gpu/gpu_device.h) over the HIP runtime.
+ * Heap regions are hipMalloc'd and shared by hipIpc handles; kernels are hip_kernels.hip.
+ */
+#include "hip_device.h"
+
+#include <hip/hip_runtime_api.h>
+
+#define GPU_NAME                      "hip"
+#define GPU_OPS                       hip_device_ops
+#define GPU_MOE_LAUNCH                hip_moe_launch
+#define GPU_TIMER_TICKS_PER_US        100  /* s_memrealtime runs at 100 MHz on gfx9 and later */
+#define gpuError_t                    hipError_t
+#define gpuSuccess                    hipSuccess
+#define gpuErrorMemoryAllocation      hipErrorMemoryAllocation
+#define gpuErrorInvalidValue          hipErrorInvalidValue
+#define gpuGetErrorName               hipGetErrorName
+#define gpuGetErrorString             hipGetErrorString
+#define gpuGetDeviceCount             hipGetDeviceCount
+#define gpuMalloc                     hipMalloc
+#define gpuFree                       hipFree
+#define gpuMemcpy                     hipMemcpy
+#define gpuMemcpyDefault              hipMemcpyDefault
+#define gpuMemset                     hipMemset
+#define gpuDeviceSynchronize          hipDeviceSynchronize
+#define gpuIpcMemHandle_t             hipIpcMemHandle_t
+#define gpuIpcGetMemHandle            hipIpcGetMemHandle
+#define gpuIpcOpenMemHandle           hipIpcOpenMemHandle
+#define gpuIpcCloseMemHandle          hipIpcCloseMemHandle
+#define gpuIpcMemLazyEnablePeerAccess hipIpcMemLazyEnablePeerAccess
+#define gpuStream_t                   hipStream_t
+#define gpuStreamCreate               hipStreamCreate
+#define gpuStreamDestroy              hipStreamDestroy
+#define gpuStreamSynchronize          hipStreamSynchronize
+
+#include "intra/gpu/gpu_device.h"

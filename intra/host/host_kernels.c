@@ -1,0 +1,19 @@
+/*
+ * The MoE kernels compiled as host C: one call runs one block, with one thread in it.
+ * Built with -ffp-contract=off so that combine's fp32 sums round as on the GPUs.
+ */
+#include "host_device.h"
+#include "intra/kernels/moe_kernels.h"
+
+void host_moe_run_block(intra_moe_kernel_t kernel, const intra_moe_args_t *args,
+                        unsigned block, unsigned num_blocks)
+{
+    kernel_grid_t grid = {.block = block, .num_blocks = num_blocks, .thread = 0,
+                          .num_threads = 1};
+
+    if (kernel == INTRA_MOE_KERNEL_DISPATCH) {
+        intra_moe_dispatch_body(args, grid);
+    } else {
+        intra_moe_combine_body(args, grid);
+    }
+}

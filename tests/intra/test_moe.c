@@ -1,0 +1,228 @@
+/*
+ * Intra-node MoE dispatch/combine on the host backend: 2, 3 and 4 local ranks as processes,
+ * every token type, Push, Pull and mixed masks, 120 steps each, compared with a sequential
+ * reference (moe_check.c); capacity overflow, bad expert ids, bad parameters, calls out of
+ * order, and a peer that never comes.
+ */
+#include "moe_check.h"
+#include "intra/intra.h"
+#include "util/util.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+static unsigned test_seed(void)
+{
+    const char *text = getenv("STRATA_TEST_SEED");
+    return text != NULL ? (unsigned)strtoul(text, NULL, 0) : 20261202u;
+}
+
+static void run_case(moe_case_t c)
+{
+    if (moe_check_run(&c) != 0) {
+        fail_msg("%d ranks, dtype %d -> %d, scenario %d failed (seed %u; rerun with "
+                 "STRATA_TEST_SEED=%u)", c.ranks, (int)c.dtype, (int)c.combine_dtype,
+                 (int)c.scenario, c.seed, c.seed);
+    }
+}
+
+static void run_every_dtype(int ranks, int experts)
+{
+    static const strata_dtype_t types[][2] = {
+        {STRATA_DTYPE_BF16, STRATA_DTYPE_BF16},
+        {STRATA_DTYPE_FP16, STRATA_DTYPE_FP16},
+        {STRATA_DTYPE_FP32, STRATA_DTYPE_FP32},
+        {STRATA_DTYPE_FP8_E4M3, STRATA_DTYPE_BF16},
+    };
+
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(types); ++i) {
+        run_case((moe_case_t){.device = "host", .ranks = ranks, .experts = experts, .topk = 4,
+                              .hidden = 256, .max_tokens = 40, .steps = 120,
+                              .dtype = types[i][0], .combine_dtype = types[i][1],
+                              .seed = test_seed() + (unsigned)(ranks * 10 + (int)i),
+                              .scenario = MOE_SCENARIO_EXACT});
+    }
+}
+
+static void test_two_ranks(void **state)
+{
+    (void)state;
+    run_every_dtype(2, 8);
+}
+
+static void test_three_ranks(void **state)
+{
+    (void)state;
+    run_every_dtype(3, 9);
+}
+
+static void test_four_ranks(void **state)
+{
+    (void)state;
+    run_every_dtype(4, 16);
+}
+
+static void test_capacity_overflow(void **state)
+{
+    (void)state;
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR); /* the expected errors */
+    run_case((moe_case_t){.device = "host", .ranks = 3, .experts = 6, .topk = 2, .hidden = 64,
+                          .max_tokens = 32, .capacity = 5, .steps = 60,
+                          .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_FP32,
+                          .seed = test_seed() + 100, .scenario = MOE_SCENARIO_OVERFLOW});
+}
+
+static void test_bad_expert_ids(void **state)
+{
+    (void)state;
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    run_case((moe_case_t){.device = "host", .ranks = 2, .experts = 4, .topk = 3, .hidden = 32,
+                          .max_tokens = 16, .steps = 24, .dtype = STRATA_DTYPE_FP32,
+                          .combine_dtype = STRATA_DTYPE_FP32, .seed = test_seed() + 200,
+                          .scenario = MOE_SCENARIO_BAD_ID});
+}
+
+static const intra_moe_params_t good = {.num_experts = 8, .topk = 2, .hidden = 128,
+                                        .dtype = STRATA_DTYPE_BF16,
+                                        .combine_dtype = STRATA_DTYPE_BF16, .max_tokens = 16};
+
+static void test_bad_parameters(void **state)
+{
+    intra_moe_params_t p;
+
+    (void)state;
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    assert_true(intra_moe_heap_size(&good, 2) > 0);
+    p = good, p.topk = 9; /* more choices than experts */
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.topk = 0;
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.hidden = 100; /* 200-byte bf16 rows */
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.hidden = 64, p.dtype = STRATA_DTYPE_FP8_E4M3; /* scales need 128 columns */
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.combine_dtype = STRATA_DTYPE_FP8_E4M3;
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.num_experts = 9; /* not a multiple of 2 ranks */
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.dtype = (strata_dtype_t)17;
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.max_tokens = 0;
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.capacity = -1;
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    assert_int_equal(intra_moe_heap_size(&good, INTRA_MOE_MAX_RANKS + 1), 0);
+}
+
+/* One rank alone: calls out of order and bad arguments are refused, and the object lives on. */
+static void test_call_order_and_arguments(void **state)
+{
+    intra_heap_params_t hp = {.device = intra_device_find("host"), .local_rank = 0,
+                              .local_size = 1, .size = intra_moe_heap_size(&good, 1),
+                              .job_key = "test-moe-alone", .timeout_ns = UTIL_NSEC_PER_SEC};
+    static int64_t idx[16 * 2];
+    static float w[16 * 2];
+    static _Alignas(16) uint16_t x[16 * 128], out[16 * 128];
+    intra_moe_recv_t recv;
+    intra_heap_t *heap;
+    intra_moe_t *moe;
+    intra_moe_params_t p = good;
+
+    (void)state;
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    assert_int_equal(intra_heap_create(&hp, &heap), STRATA_OK);
+    p.topk = 12;
+    assert_int_equal(intra_moe_create(&p, heap, &moe), STRATA_ERR_INVALID);
+    assert_int_equal(intra_moe_create(&good, heap, &moe), STRATA_OK);
+    assert_int_equal(intra_moe_combine(moe, recv.expert_y = x, w, NULL, out),
+                     STRATA_ERR_INVALID); /* combine before dispatch */
+    for (int i = 0; i < 32; ++i) {
+        idx[i] = i % 8;
+        w[i]   = 0.5f;
+    }
+    assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 17, NULL, &recv), STRATA_ERR_INVALID);
+    assert_int_equal(intra_moe_dispatch(moe, (char *)x + 2, NULL, idx, 4, NULL, &recv),
+                     STRATA_ERR_INVALID); /* misaligned */
+    assert_int_equal(intra_moe_dispatch(moe, x, (float *)w, idx, 4, NULL, &recv),
+                     STRATA_ERR_INVALID); /* scales for bf16 */
+    assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 16, NULL, &recv), STRATA_OK);
+    assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 16, NULL, &recv),
+                     STRATA_ERR_INVALID); /* dispatch twice */
+    assert_int_equal(intra_moe_combine(moe, recv.expert_y, NULL, NULL, out), STRATA_ERR_INVALID);
+    assert_int_equal(intra_moe_combine(moe, recv.expert_y, w, NULL, out), STRATA_OK);
+    assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 0, NULL, &recv), STRATA_OK);
+    assert_int_equal(intra_moe_combine(moe, recv.expert_y, NULL, NULL, NULL), STRATA_OK);
+    intra_moe_destroy(moe);
+    intra_heap_destroy(heap);
+}
+
+/* Local rank 1 joins the heap but never dispatches: rank 0 times out, then stays failed. */
+static void test_missing_peer_times_out(void **state)
+{
+    intra_moe_params_t p = good;
+    intra_heap_params_t hp = {.device = intra_device_find("host"), .local_size = 2,
+                              .size = intra_moe_heap_size(&good, 2), .timeout_ns = 5 * UTIL_NSEC_PER_SEC};
+    char key[64];
+    static int64_t idx[32];
+    static _Alignas(16) uint16_t x[16 * 128];
+    intra_moe_recv_t recv;
+    intra_heap_t *heap;
+    intra_moe_t *moe;
+    int pipefd[2], status;
+    uint64_t start;
+    pid_t child;
+    char byte;
+
+    (void)state;
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    snprintf(key, sizeof(key), "test-moe-timeout-%d", (int)getpid());
+    hp.job_key    = key;
+    p.timeout_ns  = 300 * UTIL_NSEC_PER_MSEC;
+    assert_int_equal(pipe(pipefd), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        hp.local_rank = 1;
+        alarm(30);
+        close(pipefd[1]);
+        if (intra_heap_create(&hp, &heap) != STRATA_OK || intra_moe_create(&p, heap, &moe)) {
+            _exit(1);
+        }
+        _exit(read(pipefd[0], &byte, 1) == 0 ? 0 : 2); /* wait for the parent's verdict */
+    }
+    close(pipefd[0]);
+    assert_int_equal(intra_heap_create(&hp, &heap), STRATA_OK);
+    assert_int_equal(intra_moe_create(&p, heap, &moe), STRATA_OK);
+    start = util_clock_now_ns();
+    assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 16, NULL, &recv), STRATA_ERR_TIMEOUT);
+    assert_true(util_clock_now_ns() - start < 3 * UTIL_NSEC_PER_SEC);
+    assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 16, NULL, &recv), STRATA_ERR_TIMEOUT);
+    close(pipefd[1]);
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    intra_moe_destroy(moe);
+    intra_heap_destroy(heap);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_parameters),
+        cmocka_unit_test(test_call_order_and_arguments),
+        cmocka_unit_test(test_missing_peer_times_out),
+        cmocka_unit_test(test_two_ranks),
+        cmocka_unit_test(test_three_ranks),
+        cmocka_unit_test(test_four_ranks),
+        cmocka_unit_test(test_capacity_overflow),
+        cmocka_unit_test(test_bad_expert_ids),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

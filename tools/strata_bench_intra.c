@@ -1,0 +1,419 @@
+/*
+ * strata-bench intra: MoE dispatch+combine between the ranks of one node through the
+ * intra-node tier, against two baselines run in the same processes on the same tokens:
+ * a plain memcpy of the same payload bytes, and MPI_Alltoallv (pack by destination, send,
+ * send back, weighted sum). Launched by mpirun; MPI also coordinates the ranks.
+ *
+ *   mpirun -n 2 strata-bench intra [--tokens N[,N...]] [--hidden H] [--topk K]
+ *          [--experts E] [--iters N] [--device host]
+ */
+#include "strata_bench.h"
+#include "intra/intra.h"
+
+#include <getopt.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define INTRA_MAX_SIZES 8
+
+typedef struct intra_bench {
+    int                       rank, size;
+    int                       hidden, topk, experts, tokens, iters;
+    uint64_t                  pull_mask[INTRA_MOE_MASK_WORDS];
+    const intra_device_ops_t *device;
+    size_t                    row_bytes;
+    uint16_t                 *x, *out;
+    int64_t                  *idx;
+    float                    *weights;
+    /* the MPI path */
+    uint16_t                 *packed, *received;
+    int                      *send_counts, *send_displs, *recv_counts, *recv_displs;
+    int                      *order; /* packed row -> token * topk + k */
+    /* the same inputs in the device's memory, for strata */
+    void                     *d_x, *d_out, *d_idx, *d_weights;
+} intra_bench_t;
+
+typedef struct intra_result {
+    util_histogram_summary_t dispatch, combine, step; /* ns, rank 0's samples */
+    double                   gbps;                    /* payload / median step time */
+} intra_result_t;
+
+#define MPI_TRY(expr) \
+    do { \
+        if ((expr) != MPI_SUCCESS) { \
+            fprintf(stderr, "strata-bench intra: %s failed\n", #expr); \
+            MPI_Abort(MPI_COMM_WORLD, 1); \
+        } \
+    } while (0)
+
+/* Distinct uniform experts per token, seeded by rank. */
+static void intra_route(intra_bench_t *b)
+{
+    uint64_t state = 0x9e3779b97f4a7c15ull * (uint64_t)(b->rank + 1);
+
+    for (int t = 0; t < b->tokens; ++t) {
+        for (int k = 0; k < b->topk; ++k) {
+            int64_t e;
+            bool again;
+            do {
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                e = (int64_t)((state >> 33) % (uint64_t)b->experts);
+                again = false;
+                for (int j = 0; j < k; ++j) {
+                    again |= b->idx[t * b->topk + j] == e;
+                }
+            } while (again);
+            b->idx[t * b->topk + k]     = e;
+            b->weights[t * b->topk + k] = 1.0f / (float)b->topk;
+        }
+    }
+    for (size_t i = 0; i < (size_t)b->tokens * (size_t)b->hidden; ++i) {
+        b->x[i] = (uint16_t)(0x3c00 + (i & 0xff));
+    }
+}
+
+/* Dispatch rows plus combined result rows: what each rank moves per step. */
+static double intra_payload(const intra_bench_t *b)
+{
+    return 2.0 * (double)b->tokens * b->topk * (double)b->row_bytes;
+}
+
+static void intra_summary(util_histogram_t *h, util_histogram_summary_t *s)
+{
+    util_histogram_summarize(h, s);
+    util_histogram_reset(h);
+}
+
+/* Per-step samples of one path: dispatch, combine, and the two together. */
+typedef struct intra_samples {
+    util_histogram_t dispatch, combine, step;
+} intra_samples_t;
+
+static void intra_record(intra_samples_t *s, uint64_t t0, uint64_t t1, uint64_t t2)
+{
+    util_histogram_record(&s->dispatch, t1 - t0);
+    util_histogram_record(&s->combine, t2 - t1);
+    util_histogram_record(&s->step, t2 - t0);
+}
+
+static void intra_finish(intra_bench_t *b, intra_samples_t *s, intra_result_t *r)
+{
+    intra_summary(&s->dispatch, &r->dispatch);
+    intra_summary(&s->combine, &r->combine);
+    intra_summary(&s->step, &r->step);
+    r->gbps = intra_payload(b) / (double)r->step.p50;
+}
+
+static void intra_run_strata(intra_bench_t *b, intra_moe_t *moe, intra_result_t *r)
+{
+    static intra_samples_t samples;
+    intra_moe_recv_t recv;
+
+    for (int i = -2; i < b->iters; ++i) {
+        uint64_t t0, t1, t2;
+
+        MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+        t0 = util_clock_now_ns();
+        BENCH_TRY(intra_moe_dispatch(moe, b->d_x, NULL, b->d_idx, b->tokens, b->pull_mask,
+                                     &recv));
+        t1 = util_clock_now_ns();
+        BENCH_TRY(intra_moe_combine(moe, recv.expert_y, b->d_weights, b->pull_mask, b->d_out));
+        t2 = util_clock_now_ns();
+        if (i >= 0) {
+            intra_record(&samples, t0, t1, t2);
+        }
+    }
+    intra_finish(b, &samples, r);
+}
+
+static void intra_run_memcpy(intra_bench_t *b, intra_result_t *r)
+{
+    static util_histogram_t hs;
+    size_t bytes = (size_t)intra_payload(b);
+    char *src = malloc(bytes), *dst = malloc(bytes);
+
+    if (src == NULL || dst == NULL) {
+        fprintf(stderr, "strata-bench intra: cannot allocate 2 x %zu bytes\n", bytes);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    memset(src, 1, bytes);
+    memset(dst, 2, bytes);
+    for (int i = -2; i < b->iters; ++i) {
+        uint64_t t0;
+
+        MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+        t0 = util_clock_now_ns();
+        memcpy(dst, src, bytes);
+        if (i >= 0) {
+            util_histogram_record(&hs, util_clock_now_ns() - t0);
+        }
+    }
+    memset(r, 0, sizeof(*r));
+    intra_summary(&hs, &r->step);
+    r->gbps = intra_payload(b) / (double)r->step.p50;
+    free(src);
+    free(dst);
+}
+
+/* Counts and order of the rows each rank sends: (token, k) grouped by owner rank. */
+static void intra_mpi_layout(intra_bench_t *b)
+{
+    int per_rank = b->experts / b->size, n = 0;
+
+    memset(b->send_counts, 0, sizeof(int) * (size_t)b->size);
+    for (int dst = 0; dst < b->size; ++dst) {
+        b->send_displs[dst] = n * b->hidden;
+        for (int i = 0; i < b->tokens * b->topk; ++i) {
+            if (b->idx[i] / per_rank == dst) {
+                b->order[n++] = i;
+                b->send_counts[dst] += b->hidden;
+            }
+        }
+    }
+    MPI_TRY(MPI_Alltoall(b->send_counts, 1, MPI_INT, b->recv_counts, 1, MPI_INT,
+                         MPI_COMM_WORLD));
+    for (int src = 0, off = 0; src < b->size; ++src) {
+        b->recv_displs[src] = off;
+        off += b->recv_counts[src];
+    }
+}
+
+/* out[t] = sum_k w * y, fp32 in k order, from rows back in packed order. */
+static void intra_mpi_reduce(intra_bench_t *b)
+{
+    float *acc = calloc((size_t)b->tokens * (size_t)b->hidden, sizeof(float));
+
+    if (acc == NULL) {
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (int n = 0; n < b->tokens * b->topk; ++n) {
+        int entry = b->order[n], t = entry / b->topk;
+        const uint16_t *row = b->packed + (size_t)n * (size_t)b->hidden;
+        float w = b->weights[entry];
+
+        for (int h = 0; h < b->hidden; ++h) {
+            uint32_t bits = (uint32_t)row[h] << 16;
+            float v;
+            memcpy(&v, &bits, sizeof(v));
+            acc[(size_t)t * (size_t)b->hidden + (size_t)h] += w * v;
+        }
+    }
+    for (size_t i = 0; i < (size_t)b->tokens * (size_t)b->hidden; ++i) {
+        uint32_t bits;
+        memcpy(&bits, &acc[i], sizeof(bits));
+        b->out[i] = (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    }
+    free(acc);
+}
+
+static void intra_run_mpi(intra_bench_t *b, intra_result_t *r)
+{
+    static intra_samples_t samples;
+
+    for (int i = -2; i < b->iters; ++i) {
+        uint64_t t0, t1, t2;
+
+        MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+        t0 = util_clock_now_ns();
+        for (int n = 0; n < b->tokens * b->topk; ++n) { /* pack by destination */
+            memcpy(b->packed + (size_t)n * (size_t)b->hidden,
+                   b->x + (size_t)(b->order[n] / b->topk) * (size_t)b->hidden, b->row_bytes);
+        }
+        MPI_TRY(MPI_Alltoallv(b->packed, b->send_counts, b->send_displs, MPI_UINT16_T,
+                              b->received, b->recv_counts, b->recv_displs, MPI_UINT16_T,
+                              MPI_COMM_WORLD));
+        t1 = util_clock_now_ns();
+        MPI_TRY(MPI_Alltoallv(b->received, b->recv_counts, b->recv_displs, MPI_UINT16_T,
+                              b->packed, b->send_counts, b->send_displs, MPI_UINT16_T,
+                              MPI_COMM_WORLD));
+        intra_mpi_reduce(b);
+        t2 = util_clock_now_ns();
+        if (i >= 0) {
+            intra_record(&samples, t0, t1, t2);
+        }
+    }
+    intra_finish(b, &samples, r);
+}
+
+static void intra_alloc(intra_bench_t *b, int max_tokens)
+{
+    size_t rows = (size_t)max_tokens * (size_t)b->topk;
+
+    b->x           = util_alloc_aligned(256, (size_t)max_tokens * b->row_bytes);
+    b->out         = util_alloc_aligned(256, (size_t)max_tokens * b->row_bytes);
+    b->idx         = calloc(rows, sizeof(int64_t));
+    b->weights     = calloc(rows, sizeof(float));
+    b->packed      = malloc(rows * b->row_bytes);
+    b->received    = malloc(rows * b->row_bytes * (size_t)b->size);
+    b->order       = calloc(rows, sizeof(int));
+    b->send_counts = calloc((size_t)b->size * 4, sizeof(int));
+    if (!b->x || !b->out || !b->idx || !b->weights || !b->packed || !b->received ||
+        !b->order || !b->send_counts) {
+        fprintf(stderr, "strata-bench intra: out of memory for %d tokens\n", max_tokens);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    BENCH_TRY(b->device->mem_alloc((size_t)max_tokens * b->row_bytes, &b->d_x));
+    BENCH_TRY(b->device->mem_alloc((size_t)max_tokens * b->row_bytes, &b->d_out));
+    BENCH_TRY(b->device->mem_alloc(rows * sizeof(int64_t), &b->d_idx));
+    BENCH_TRY(b->device->mem_alloc(rows * sizeof(float), &b->d_weights));
+    b->send_displs = b->send_counts + b->size;
+    b->recv_counts = b->send_counts + 2 * b->size;
+    b->recv_displs = b->send_counts + 3 * b->size;
+}
+
+static void intra_print_row(const char *what, int tokens, const intra_result_t *r,
+                            const intra_result_t *base)
+{
+    printf("%6d %-16s | %9.1f %9.1f | %9.1f %9.1f | %9.1f %9.1f | %7.2f | %6.2f\n", tokens, what,
+           r->dispatch.p50 / 1e3, r->dispatch.p99 / 1e3, r->combine.p50 / 1e3,
+           r->combine.p99 / 1e3, r->step.p50 / 1e3, r->step.p99 / 1e3, r->gbps,
+           base != NULL ? r->gbps / base->gbps : 1.0);
+}
+
+/* One token count: strata Push and Pull, memcpy, MPI_Alltoallv. */
+static void intra_measure(intra_bench_t *b, intra_heap_t *heap, intra_moe_t *moe)
+{
+    intra_result_t push, pull, copy, mpi;
+
+    (void)heap;
+    intra_route(b);
+    BENCH_TRY(b->device->mem_copy(b->d_x, b->x, (size_t)b->tokens * b->row_bytes));
+    BENCH_TRY(b->device->mem_copy(b->d_idx, b->idx,
+                                  (size_t)b->tokens * (size_t)b->topk * sizeof(int64_t)));
+    BENCH_TRY(b->device->mem_copy(b->d_weights, b->weights,
+                                  (size_t)b->tokens * (size_t)b->topk * sizeof(float)));
+    intra_mpi_layout(b);
+    memset(b->pull_mask, 0, sizeof(b->pull_mask));
+    intra_run_strata(b, moe, &push);
+    memset(b->pull_mask, 0xff, sizeof(b->pull_mask));
+    intra_run_strata(b, moe, &pull);
+    intra_run_memcpy(b, &copy);
+    intra_run_mpi(b, &mpi);
+    if (b->rank == 0) {
+        intra_print_row("memcpy", b->tokens, &copy, NULL);
+        intra_print_row("MPI_Alltoallv", b->tokens, &mpi, &copy);
+        intra_print_row("strata push", b->tokens, &push, &copy);
+        intra_print_row("strata pull", b->tokens, &pull, &copy);
+        printf("%6d strata/alltoallv | push %.2fx   pull %.2fx (step p50 speed-up)\n", b->tokens,
+               (double)mpi.step.p50 / (double)push.step.p50,
+               (double)mpi.step.p50 / (double)pull.step.p50);
+        fflush(stdout);
+    }
+}
+
+static int intra_parse_sizes(const char *text, int *sizes)
+{
+    int n = 0;
+    char *copy = strdup(text), *save = NULL;
+
+    for (char *tok = strtok_r(copy, ",", &save); tok && n < INTRA_MAX_SIZES;
+         tok = strtok_r(NULL, ",", &save)) {
+        sizes[n++] = atoi(tok);
+    }
+    free(copy);
+    return n;
+}
+
+static void intra_usage(FILE *out)
+{
+    fprintf(out, "Usage: mpirun -n N strata-bench intra [--tokens N[,N...]] [--hidden H] "
+                 "[--topk K]\n              [--experts E] [--iters N] [--device host]\n"
+                 "MoE dispatch+combine in one node (bf16, uniform routing) against memcpy of "
+                 "the same\npayload and MPI_Alltoallv moving the same tokens.\n");
+}
+
+/* A fresh heap and object per token count, sized for it. */
+static void intra_bench_tokens(intra_bench_t *b, const char *key)
+{
+    int avg = b->tokens * b->size * b->topk / b->experts;
+    intra_moe_params_t p = {.num_experts = b->experts, .topk = b->topk, .hidden = b->hidden,
+                            .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
+                            .max_tokens = b->tokens,
+                            .capacity = UTIL_MIN(2 * avg + 64, b->tokens * b->size)};
+    intra_heap_params_t hp = {.device = b->device, .local_rank = b->rank, .local_size = b->size,
+                              .size = intra_moe_heap_size(&p, b->size), .job_key = key,
+                              .timeout_ns = 60 * UTIL_NSEC_PER_SEC};
+    intra_heap_t *heap;
+    intra_moe_t *moe;
+
+    if (hp.size == 0) {
+        fprintf(stderr, "strata-bench intra: invalid shape (see the error above)\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    BENCH_TRY(intra_heap_create(&hp, &heap));
+    BENCH_TRY(intra_moe_create(&p, heap, &moe));
+    intra_measure(b, heap, moe);
+    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD)); /* nobody unmaps while a peer still reads */
+    intra_moe_destroy(moe);
+    intra_heap_destroy(heap);
+}
+
+int bench_intra_main(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"tokens", required_argument, NULL, 't'}, {"hidden", required_argument, NULL, 'H'},
+        {"topk", required_argument, NULL, 'k'},   {"experts", required_argument, NULL, 'e'},
+        {"iters", required_argument, NULL, 'i'},  {"device", required_argument, NULL, 'd'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    };
+    intra_bench_t b = {.hidden = 7168, .topk = 8};
+    int sizes[INTRA_MAX_SIZES] = {128, 4096}, num_sizes = 2, opt, max_tokens = 0, iters = 0;
+    const char *device = "host";
+    char key[64];
+    long job;
+
+    optind = 2;
+    while ((opt = getopt_long(argc, argv, "t:H:k:e:i:d:h", options, NULL)) != -1) {
+        switch (opt) {
+        case 't': num_sizes = intra_parse_sizes(optarg, sizes); break;
+        case 'H': b.hidden = atoi(optarg); break;
+        case 'k': b.topk = atoi(optarg); break;
+        case 'e': b.experts = atoi(optarg); break;
+        case 'i': iters = atoi(optarg); break;
+        case 'd': device = optarg; break;
+        case 'h': intra_usage(stdout); return 0;
+        default: intra_usage(stderr); return 2;
+        }
+    }
+    MPI_TRY(MPI_Init(&argc, &argv));
+    MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &b.rank));
+    MPI_TRY(MPI_Comm_size(MPI_COMM_WORLD, &b.size));
+    util_log_set_rank(b.rank);
+    b.device = intra_device_find(device);
+    if (b.experts == 0) {
+        b.experts = 8 * b.size;
+    }
+    if (b.device == NULL || num_sizes == 0 || b.experts % b.size != 0) {
+        fprintf(stderr, "strata-bench intra: unknown device %s, no token counts, or experts "
+                        "not a multiple of the %d ranks\n", device, b.size);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    b.row_bytes = (size_t)b.hidden * sizeof(uint16_t);
+    for (int i = 0; i < num_sizes; ++i) {
+        max_tokens = UTIL_MAX(max_tokens, sizes[i]);
+    }
+    intra_alloc(&b, max_tokens);
+    job = (long)getpid();
+    MPI_TRY(MPI_Bcast(&job, 1, MPI_LONG, 0, MPI_COMM_WORLD));
+    if (b.rank == 0) {
+        printf("# strata-bench intra: %d ranks in one node, %s backend, hidden %d, top-%d of %d "
+               "experts, bf16\n# payload per rank and step: dispatched rows + combined rows; "
+               "times in us (rank 0), GB/s = payload / step p50\n"
+               "# ratio: GB/s against memcpy of the same bytes in the same processes\n",
+               b.size, device, b.hidden, b.topk, b.experts);
+        printf("%6s %-16s | %9s %9s | %9s %9s | %9s %9s | %7s | %6s\n", "tokens", "path",
+               "disp p50", "disp p99", "comb p50", "comb p99", "step p50", "step p99", "GB/s",
+               "ratio");
+    }
+    for (int i = 0; i < num_sizes; ++i) {
+        b.tokens = sizes[i];
+        b.iters  = iters > 0 ? iters : sizes[i] >= 1024 ? 10 : 200;
+        snprintf(key, sizeof(key), "bench-intra-%ld-%d", job, i);
+        intra_bench_tokens(&b, key);
+    }
+    MPI_TRY(MPI_Finalize());
+    return 0;
+}
