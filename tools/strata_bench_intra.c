@@ -274,11 +274,10 @@ static void intra_print_row(const char *what, int tokens, const intra_result_t *
 }
 
 /* One token count: strata Push and Pull, memcpy, MPI_Alltoallv. */
-static void intra_measure(intra_bench_t *b, intra_heap_t *heap, intra_moe_t *moe)
+static void intra_measure(intra_bench_t *b, intra_moe_t *moe)
 {
     intra_result_t push, pull, copy, mpi;
 
-    (void)heap;
     intra_route(b);
     BENCH_TRY(b->device->mem_copy(b->d_x, b->x, (size_t)b->tokens * b->row_bytes));
     BENCH_TRY(b->device->mem_copy(b->d_idx, b->idx,
@@ -345,7 +344,7 @@ static void intra_bench_tokens(intra_bench_t *b, const char *key)
     }
     BENCH_TRY(intra_heap_create(&hp, &heap));
     BENCH_TRY(intra_moe_create(&p, heap, &moe));
-    intra_measure(b, heap, moe);
+    intra_measure(b, moe);
     MPI_TRY(MPI_Barrier(MPI_COMM_WORLD)); /* nobody unmaps while a peer still reads */
     intra_moe_destroy(moe);
     intra_heap_destroy(heap);

@@ -94,8 +94,8 @@ bool topo_rsmi_add_links(topo_t *topo)
     int *gpu_of;
     void *lib;
 
-    /* Without the AMD GPU driver there is nothing to ask, and ROCm SMI's initialisation on
-     * such a machine is slow and leaks what it parsed. */
+    /* Without the AMD GPU driver (its device node) ROCm SMI has no GPU to report: do not
+     * load and initialise it for nothing. */
     if (access(TOPO_KFD_DEVICE, F_OK) != 0) {
         return false;
     }

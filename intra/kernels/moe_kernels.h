@@ -56,7 +56,6 @@ typedef struct intra_moe_control {
     uint64_t dispatch_send_done; /* blocks that finished a phase, summed over steps */
     uint64_t dispatch_recv_done;
     uint64_t combine_send_done;
-    uint64_t combine_recv_done;
     intra_moe_status_t dispatch_status;
     intra_moe_status_t combine_status;
 } intra_moe_control_t;
@@ -594,8 +593,6 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
     if (moe_wait_flags(a, control->combine_flag, &control->combine_status, g)) {
         moe_combine_reduce(a, g);
     }
-    /* Keeps the block count of the step: combine_recv_done is the host's record only. */
-    (void)moe_last_block(&control->combine_recv_done, a, g);
 }
 
 #endif
