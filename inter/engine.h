@@ -99,6 +99,8 @@ void inter_engine_destroy(inter_engine_t *engine);
 int         inter_engine_num_rails(const inter_engine_t *engine);
 const char *inter_engine_transport_name(const inter_engine_t *engine);
 bool        inter_engine_has_read(const inter_engine_t *engine);
+/** The silence after which a peer is declared failed. */
+uint64_t    inter_engine_peer_timeout_ns(const inter_engine_t *engine);
 /** Whether peer has been declared failed (by heartbeat silence or a transport error). */
 bool        inter_engine_peer_failed(const inter_engine_t *engine, int peer);
 
@@ -123,6 +125,13 @@ strata_status_t inter_engine_mem_register(inter_engine_t *engine, void *addr, si
  */
 void            inter_engine_mem_deregister(inter_engine_t *engine, inter_mr_t *mr);
 void            inter_engine_mem_descriptor(const inter_mr_t *mr, inter_rdesc_t *desc_p);
+
+/**
+ * For memory a failed peer's operation may still reach: the engine deregisters mr and calls
+ * free_fn(ptr) in inter_engine_destroy, once its endpoints are shut down. Thread-safe.
+ */
+void inter_engine_mem_release_late(inter_engine_t *engine, inter_mr_t *mr, void *ptr,
+                                   void (*free_fn)(void *ptr));
 
 /* --- Requests -------------------------------------------------------------------------- */
 

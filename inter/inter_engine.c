@@ -367,6 +367,14 @@ void inter_engine_destroy(inter_engine_t *engine)
         engine->ops->shutdown(engine->rails[r].tp);
     }
     inter_proxy_drain(engine);
+    while (engine->late_release != NULL) {
+        inter_late_release_t *late = engine->late_release;
+
+        engine->late_release = late->next;
+        inter_engine_mem_deregister(engine, late->mr);
+        late->free_fn(late->ptr);
+        free(late);
+    }
     inter_engine_mem_deregister(engine, engine->ctrl_mr);
     for (int r = 0; r < engine->num_rails; ++r) {
         inter_rail_t *rail = &engine->rails[r];
@@ -455,6 +463,11 @@ bool inter_engine_wedged(inter_engine_t *engine)
     return true;
 }
 
+uint64_t inter_engine_peer_timeout_ns(const inter_engine_t *engine)
+{
+    return engine->params.peer_timeout_ns;
+}
+
 bool inter_engine_peer_failed(const inter_engine_t *engine, int peer)
 {
     return peer >= 0 && peer < engine->params.world_size &&
@@ -506,6 +519,23 @@ void inter_engine_mem_deregister(inter_engine_t *engine, inter_mr_t *mr)
     }
     pthread_mutex_unlock(&engine->mr_lock);
     free(mr);
+}
+
+void inter_engine_mem_release_late(inter_engine_t *engine, inter_mr_t *mr, void *ptr,
+                                   void (*free_fn)(void *ptr))
+{
+    inter_late_release_t *late = malloc(sizeof(*late));
+
+    if (late == NULL) {
+        UTIL_LOG_WARN("engine: out of memory; %zu registered bytes are kept to process exit",
+                      mr->len);
+        return;
+    }
+    *late = (inter_late_release_t){.mr = mr, .ptr = ptr, .free_fn = free_fn};
+    pthread_mutex_lock(&engine->mr_lock);
+    late->next           = engine->late_release;
+    engine->late_release = late;
+    pthread_mutex_unlock(&engine->mr_lock);
 }
 
 void inter_engine_mem_descriptor(const inter_mr_t *mr, inter_rdesc_t *desc_p)

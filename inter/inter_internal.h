@@ -132,6 +132,14 @@ typedef struct inter_peer_info {
     inter_rdesc_t ctrl; /* its barrier landing word */
 } inter_peer_info_t;
 
+/* Memory whose release waits for the endpoints' shutdown (inter_engine_mem_release_late). */
+typedef struct inter_late_release {
+    struct inter_late_release *next;
+    inter_mr_t                *mr;
+    void                      *ptr;
+    void                     (*free_fn)(void *ptr);
+} inter_late_release_t;
+
 struct inter_engine {
     inter_engine_params_t  params;
     const inter_transport_ops_t *ops;
@@ -176,6 +184,7 @@ struct inter_engine {
     atomic_int             proxy_target;  /* peer the proxy is posting to, -1 none */
     uint64_t              *ctrl;          /* [0] barrier landing word, [1] barrier source */
     inter_mr_t            *ctrl_mr;
+    struct inter_late_release *late_release; /* freed after the endpoints, at destroy */
 };
 
 /** Counter consumption: take count if at least count are there (compare-exchange). */

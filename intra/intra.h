@@ -36,6 +36,7 @@ struct intra_moe_args;
 typedef enum intra_moe_kernel {
     INTRA_MOE_KERNEL_DISPATCH,
     INTRA_MOE_KERNEL_COMBINE,
+    INTRA_MOE_KERNEL_REDUCE, /* no peer involved: sums terms gathered by combine */
 } intra_moe_kernel_t;
 
 /**

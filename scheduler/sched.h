@@ -1,15 +1,21 @@
 /*
- * scheduler: MoE step planning and execution. Today: the dispatch layout — from topk_idx,
- * how many tokens go to each expert, each rank and each node, with a token counted once per
- * destination rank and once per destination node (the de-duplication the routes rely on).
- * Other layers include only this header.
+ * scheduler: MoE step planning and execution. The layout counts (tokens per expert, rank
+ * and node, de-duplicated per destination), the per-step plan of a rank's tokens, and the
+ * two-tier MoE object: dispatch and combine across nodes through the transfer engine
+ * (flat or hierarchical routes, two-round speculative dispatch) and inside a node through
+ * the intra tier. Other layers include only this header.
  */
 #ifndef STRATA_SCHEDULER_SCHED_H
 #define STRATA_SCHEDULER_SCHED_H
 
 #include <strata/strata.h>
 
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "inter/engine.h"
+#include "intra/intra.h"
+#include "util/util_config.h"
 
 typedef struct sched_layout_params {
     int num_experts;    /**< global expert count, a multiple of world_size */
@@ -42,5 +48,56 @@ static inline int sched_expert_rank(const sched_layout_params_t *params, int exp
 {
     return expert / (params->num_experts / params->world_size);
 }
+
+/** The expert ids of one token: distinct, each -1 or in 0..num_experts-1; or INVALID. */
+strata_status_t sched_layout_check_token(const sched_layout_params_t *p, const int64_t *experts,
+                                         int token);
+
+/* --- Two-tier MoE ------------------------------------------------------------------------- */
+
+typedef struct sched_moe sched_moe_t;
+/** A rank's plan for one routing: the public layout handle. */
+typedef struct strata_moe_layout sched_plan_t;
+
+/** Where the MoE object runs: the communicator's view of the ranks, and its tiers. */
+typedef struct sched_moe_world {
+    int                            rank;
+    int                            world_size;
+    int                            num_nodes;
+    const int                     *rank_node;  /**< [world_size], copied */
+    const int                     *rank_local; /**< [world_size], copied */
+    inter_engine_t                *engine;
+    const struct intra_device_ops *device;
+    const char                    *job_key;    /**< the same on every rank, unique per object */
+    uint64_t                       peer_timeout_ns; /**< the engine's heartbeat bound */
+    strata_allgather_fn_t          allgather;  /**< collective over all ranks */
+    void                          *allgather_ctx;
+} sched_moe_world_t;
+
+/** The STRATA_MOE_* variables. */
+extern const util_config_table_t sched_moe_config_table;
+
+/** Collective over all ranks (see strata_moe_create). */
+strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_moe_world_t *world,
+                                 sched_moe_t **moe_p);
+/** After a failed step the network area goes to the engine to release at its destroy. */
+void            sched_moe_destroy(sched_moe_t *moe);
+
+/**
+ * Plan num_tokens tokens. skip_bad: a bad expert id becomes -1 and the plan is still made
+ * (with STRATA_ERR_INVALID); otherwise it is refused.
+ */
+strata_status_t sched_plan_create(const sched_moe_t *moe, const int64_t *topk_idx, int num_tokens,
+                                  bool skip_bad, sched_plan_t **plan_p);
+void            sched_plan_destroy(sched_plan_t *plan);
+
+strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispatch_mask,
+                                        const uint64_t *combine_mask);
+strata_status_t sched_moe_dispatch_send(sched_moe_t *moe, const sched_plan_t *plan,
+                                        const void *x, const float *x_scales);
+strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *recv_p);
+strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y);
+strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weights, void *out);
+void            sched_moe_stats(const sched_moe_t *moe, strata_moe_stats_t *stats_p);
 
 #endif

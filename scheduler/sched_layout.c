@@ -68,9 +68,8 @@ static void sched_layout_zero(sched_layout_t *layout)
                                             sizeof(int32_t));
 }
 
-/* Validate token t's slots; its experts are distinct and in range, or -1. */
-static strata_status_t sched_layout_check_token(const sched_layout_params_t *p,
-                                                const int64_t *experts, int token)
+strata_status_t sched_layout_check_token(const sched_layout_params_t *p,
+                                         const int64_t *experts, int token)
 {
     for (int k = 0; k < p->topk; ++k) {
         if (experts[k] < -1 || experts[k] >= p->num_experts) {

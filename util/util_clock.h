@@ -20,4 +20,13 @@ static inline uint64_t util_clock_now_ns(void)
     return (uint64_t)ts.tv_sec * UTIL_NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
 }
 
+/** Sleep about ns nanoseconds (longer if a signal interrupts it). */
+static inline void util_sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {.tv_sec  = (time_t)(ns / UTIL_NSEC_PER_SEC),
+                          .tv_nsec = (long)(ns % UTIL_NSEC_PER_SEC)};
+
+    nanosleep(&ts, NULL);
+}
+
 #endif

@@ -4,6 +4,7 @@
 #include "api/api.h"
 #include "intra/intra.h"
 #include "inter/engine.h"
+#include "scheduler/sched.h"
 #include "topo/topo.h"
 
 #include <pthread.h>
@@ -13,6 +14,7 @@ const util_config_table_t *const api_config_tables[] = {
     &topo_config_table,
     &intra_config_table,
     &inter_config_table,
+    &sched_moe_config_table,
     &api_bootstrap_config_table,
     &api_comm_config_table,
 };

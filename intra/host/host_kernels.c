@@ -11,9 +11,15 @@ void host_moe_run_block(intra_moe_kernel_t kernel, const intra_moe_args_t *args,
     kernel_grid_t grid = {.block = block, .num_blocks = num_blocks, .thread = 0,
                           .num_threads = 1};
 
-    if (kernel == INTRA_MOE_KERNEL_DISPATCH) {
+    switch (kernel) {
+    case INTRA_MOE_KERNEL_DISPATCH:
         intra_moe_dispatch_body(args, grid);
-    } else {
+        break;
+    case INTRA_MOE_KERNEL_COMBINE:
         intra_moe_combine_body(args, grid);
+        break;
+    case INTRA_MOE_KERNEL_REDUCE:
+        intra_moe_reduce_body(args, grid);
+        break;
     }
 }

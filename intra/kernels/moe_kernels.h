@@ -102,7 +102,7 @@ typedef struct intra_moe_args {
     int32_t  hidden;
     int32_t  y_elem;       /* INTRA_MOE_ELEM_* of combine input and output */
     int32_t  y_row_bytes;
-    int32_t  pad;
+    int32_t  gather;        /* combine: write each term to out[t][k] instead of the sum */
     uint64_t step;          /* 1 for the first step */
     uint64_t timeout_ticks; /* bound on each wait for a peer, in kernel_timer ticks */
     uint64_t pull_mask[INTRA_MOE_MASK_WORDS]; /* bit e set: expert e moves in Pull form */
@@ -114,7 +114,8 @@ typedef struct intra_moe_args {
     const int64_t *topk_idx;     /* [num_tokens][topk] */
     const void    *expert_y;     /* [experts_per_rank][capacity][y_row_bytes] */
     const float   *topk_weights; /* [num_tokens][topk] */
-    void          *out;          /* [num_tokens][y_row_bytes] */
+    void          *out;          /* [num_tokens][y_row_bytes]; gather: [num_tokens][topk][..] */
+    const void    *terms;        /* reduce: [num_tokens][topk][y_row_bytes] */
 } intra_moe_args_t;
 
 #define MOE_AT(a, rank, field, type) ((type *)((a)->heap[rank] + (a)->layout.field))
@@ -540,6 +541,26 @@ KERNEL_FN const char *moe_result_row(const intra_moe_args_t *a, int token, int k
            ((size_t)local * (size_t)a->capacity + (size_t)row) * (size_t)a->y_row_bytes;
 }
 
+/* out = sum over the n rows of weights[i] * rows[i], in fp32, i in order: the
+ * reference's rounding order. */
+KERNEL_FN void moe_sum_rows(const intra_moe_args_t *a, const char *const *rows,
+                            const float *weights, int n, char *out, kernel_grid_t g)
+{
+    for (int h0 = (int)g.thread * MOE_COMBINE_TILE; h0 < a->hidden;
+         h0 += (int)g.num_threads * MOE_COMBINE_TILE) {
+        int len = a->hidden - h0 < MOE_COMBINE_TILE ? a->hidden - h0 : MOE_COMBINE_TILE;
+        float acc[MOE_COMBINE_TILE];
+
+        for (int j = 0; j < len; ++j) {
+            acc[j] = 0.0f;
+        }
+        for (int i = 0; i < n; ++i) {
+            moe_accumulate(acc, rows[i], h0, len, weights[i], a->y_elem);
+        }
+        moe_store_tile(out, h0, len, a->y_elem, acc);
+    }
+}
+
 /* Source role: out[t] = sum over k of topk_weights[t][k] * y, in fp32, k in order. */
 KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
 {
@@ -548,7 +569,6 @@ KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
     float weights[INTRA_MOE_MAX_TOPK];
 
     for (int t = (int)g.block; t < a->num_tokens; t += (int)g.num_blocks) {
-        char *out = (char *)a->out + (size_t)t * (size_t)a->y_row_bytes;
         int n = 0;
 
         for (int k = 0; k < a->topk; ++k) {
@@ -563,18 +583,35 @@ KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
                 moe_report(&control->combine_status, INTRA_MOE_KERNEL_DROPPED, expert, t, k, 0);
             }
         }
-        for (int h0 = (int)g.thread * MOE_COMBINE_TILE; h0 < a->hidden;
-             h0 += (int)g.num_threads * MOE_COMBINE_TILE) {
-            int len = a->hidden - h0 < MOE_COMBINE_TILE ? a->hidden - h0 : MOE_COMBINE_TILE;
-            float acc[MOE_COMBINE_TILE];
+        moe_sum_rows(a, rows, weights, n, (char *)a->out + (size_t)t * (size_t)a->y_row_bytes,
+                     g);
+    }
+}
 
-            for (int j = 0; j < len; ++j) {
-                acc[j] = 0.0f;
+/* Source role, gather form: each term as it is, out[t][k]; a dropped term becomes zeros,
+ * so that a later sum lacks it. Slots routed nowhere on this node are left alone. */
+KERNEL_FN void moe_combine_gather(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+
+    for (int t = (int)g.block; t < a->num_tokens; t += (int)g.num_blocks) {
+        for (int k = 0; k < a->topk; ++k) {
+            size_t entry = (size_t)t * (size_t)a->topk + (size_t)k;
+            int expert = MOE_AT(a, a->rank, route, int32_t)[entry];
+            const char *row = moe_result_row(a, t, k);
+            char *out = (char *)a->out + entry * (size_t)a->y_row_bytes;
+
+            if (row != NULL) {
+                kernel_copy_block(out, row, (size_t)a->y_row_bytes, g);
+            } else if (expert >= 0) {
+                for (int j = (int)g.thread; j < a->y_row_bytes; j += (int)g.num_threads) {
+                    out[j] = 0;
+                }
+                if (g.thread == 0) {
+                    moe_report(&control->combine_status, INTRA_MOE_KERNEL_DROPPED, expert, t,
+                               k, 0);
+                }
             }
-            for (int i = 0; i < n; ++i) { /* k in order: the reference's rounding order */
-                moe_accumulate(acc, rows[i], h0, len, weights[i], a->y_elem);
-            }
-            moe_store_tile(out, h0, len, a->y_elem, acc);
         }
     }
 }
@@ -590,8 +627,36 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
             kernel_store_release_u64(&moe_control(a, source)->combine_flag[a->rank], a->step);
         }
     }
-    if (moe_wait_flags(a, control->combine_flag, &control->combine_status, g)) {
+    if (!moe_wait_flags(a, control->combine_flag, &control->combine_status, g)) {
+        return;
+    }
+    if (a->gather) {
+        moe_combine_gather(a, g);
+    } else {
         moe_combine_reduce(a, g);
+    }
+}
+
+/* out[t] = sum over k with topk_idx[t][k] >= 0 of topk_weights[t][k] * terms[t][k], in
+ * fp32, k in order: the last stage of a combine whose terms came from several places. */
+KERNEL_FN void intra_moe_reduce_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const char *rows[INTRA_MOE_MAX_TOPK];
+    float weights[INTRA_MOE_MAX_TOPK];
+
+    for (int t = (int)g.block; t < a->num_tokens; t += (int)g.num_blocks) {
+        int n = 0;
+
+        for (int k = 0; k < a->topk; ++k) {
+            size_t entry = (size_t)t * (size_t)a->topk + (size_t)k;
+
+            if (a->topk_idx[entry] >= 0) {
+                rows[n] = (const char *)a->terms + entry * (size_t)a->y_row_bytes;
+                weights[n++] = a->topk_weights[entry];
+            }
+        }
+        moe_sum_rows(a, rows, weights, n, (char *)a->out + (size_t)t * (size_t)a->y_row_bytes,
+                     g);
     }
 }
 

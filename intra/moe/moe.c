@@ -479,9 +479,10 @@ strata_status_t intra_moe_dispatch(intra_moe_t *moe, const void *x, const float 
     return status;
 }
 
-strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
-                                  const float *topk_weights, const uint64_t *pull_mask,
-                                  void *out)
+/* Both forms of combine: the sum into out, or (gather) each term into out[t][k]. */
+static strata_status_t moe_combine(intra_moe_t *moe, const void *expert_y,
+                                   const float *topk_weights, const uint64_t *pull_mask,
+                                   void *out, bool gather)
 {
     strata_status_t status;
 
@@ -494,7 +495,8 @@ strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
         return status;
     }
     if (expert_y == NULL || moe_misaligned(expert_y) ||
-        (moe->num_tokens > 0 && (topk_weights == NULL || out == NULL || moe_misaligned(out)))) {
+        (moe->num_tokens > 0 && ((!gather && topk_weights == NULL) || out == NULL ||
+                                 moe_misaligned(out)))) {
         /* Refused before this rank enters the combine: the state stays, so the caller can
          * retry with valid arguments while the peers wait (up to their timeout). */
         UTIL_LOG_ERROR("intra moe: combine needs expert_y, and for %d tokens topk_weights and "
@@ -505,9 +507,52 @@ strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
     moe->args.expert_y     = expert_y;
     moe->args.topk_weights = topk_weights;
     moe->args.out          = out;
+    moe->args.gather       = gather;
     status = moe_run(moe, INTRA_MOE_KERNEL_COMBINE);
     if (moe->state != MOE_FAILED) {
         moe->state = MOE_EXPECT_DISPATCH;
+    }
+    return status;
+}
+
+strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
+                                  const float *topk_weights, const uint64_t *pull_mask,
+                                  void *out)
+{
+    return moe_combine(moe, expert_y, topk_weights, pull_mask, out, false);
+}
+
+strata_status_t intra_moe_combine_terms(intra_moe_t *moe, const void *expert_y,
+                                        const uint64_t *pull_mask, void *terms)
+{
+    return moe_combine(moe, expert_y, NULL, pull_mask, terms, true);
+}
+
+strata_status_t intra_moe_reduce(intra_moe_t *moe, const void *terms, const int64_t *topk_idx,
+                                 const float *topk_weights, int num_tokens, void *out)
+{
+    intra_moe_args_t args;
+    strata_status_t status;
+
+    if (moe == NULL || num_tokens < 0 ||
+        (num_tokens > 0 && (terms == NULL || topk_idx == NULL || topk_weights == NULL ||
+                            out == NULL || moe_misaligned(terms) || moe_misaligned(out)))) {
+        UTIL_LOG_ERROR("intra moe: reduce of %d tokens needs terms, topk_idx, topk_weights and "
+                       "out, with terms and out 16-byte aligned", num_tokens);
+        return STRATA_ERR_INVALID;
+    }
+    if (num_tokens == 0) {
+        return STRATA_OK;
+    }
+    args              = moe->args; /* shape only; the kernel reads no heap */
+    args.num_tokens   = num_tokens;
+    args.terms        = terms;
+    args.topk_idx     = topk_idx;
+    args.topk_weights = topk_weights;
+    args.out          = out;
+    status = moe->device->moe_launch(moe->queue, INTRA_MOE_KERNEL_REDUCE, &args);
+    if (status == STRATA_OK) {
+        status = moe->device->queue_synchronize(moe->queue);
     }
     return status;
 }

@@ -85,6 +85,24 @@ strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
                                   const float *topk_weights, const uint64_t *pull_mask,
                                   void *out);
 
+/**
+ * Combine in gather form, for steps whose tokens also have experts on other nodes: the
+ * term y(t, k) of every slot routed to this node is written, unweighted, to
+ * terms[t][k] ([num_tokens][topk][hidden] in the combine dtype, 16-byte aligned); a term
+ * dropped for capacity becomes zeros (and STRATA_ERR_CAPACITY); other slots are not
+ * touched. Collective like intra_moe_combine, in its place in the step.
+ */
+strata_status_t intra_moe_combine_terms(intra_moe_t *moe, const void *expert_y,
+                                        const uint64_t *pull_mask, void *terms);
+
+/**
+ * out[t] = sum over k with topk_idx[t][k] >= 0 of topk_weights[t][k] * terms[t][k],
+ * accumulated in fp32 in k order and rounded once: intra_moe_combine's arithmetic over
+ * terms gathered from anywhere. Local: involves no peer, any number of tokens.
+ */
+strata_status_t intra_moe_reduce(intra_moe_t *moe, const void *terms, const int64_t *topk_idx,
+                                 const float *topk_weights, int num_tokens, void *out);
+
 /** The config table of the intra layer (STRATA_INTRA_*). */
 extern const util_config_table_t intra_config_table;
 

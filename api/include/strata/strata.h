@@ -259,6 +259,177 @@ STRATA_API strata_status_t strata_imm_wait(strata_comm_t *comm, uint32_t imm, ui
 /** Barrier over all ranks of the communicator, by immediates. */
 STRATA_API strata_status_t strata_barrier(strata_comm_t *comm, uint64_t timeout_ms);
 
+
+/* --- MoE dispatch and combine ----------------------------------------------------------- */
+
+/*
+ * Expert-parallel dispatch and combine over the whole communicator. Experts are split into
+ * equal contiguous blocks: rank r owns experts [r * E / W, (r + 1) * E / W). Inside a node,
+ * tokens move through the intra-node tier's kernels over the symmetric heap; between nodes,
+ * through the transfer engine by writes with immediate into pre-registered buffers.
+ *
+ * A step is collective over all ranks: dispatch (send, then receive), then combine (send,
+ * then receive), on every rank, in that order, whatever a call returned. An error that one
+ * rank finds in its input (a bad expert id, a capacity overflow) still completes the step
+ * for the others. A peer that dies or goes silent fails the step with
+ * STRATA_ERR_PEER_FAILED on every surviving rank within the heartbeat bound
+ * (STRATA_INTER_PEER_TIMEOUT); the object can then only be destroyed. One object is used
+ * by one thread at a time. While an object exists it uses the immediates from
+ * STRATA_MOE_IMM_BASE up; do not wait on those with strata_imm_wait.
+ */
+
+typedef struct strata_moe        strata_moe_t;
+typedef struct strata_moe_layout strata_moe_layout_t;
+
+#define STRATA_MOE_IMM_BASE 32768u
+
+/** How tokens cross nodes. */
+typedef enum strata_moe_route {
+    STRATA_MOE_ROUTE_DEFAULT      = 0, /**< STRATA_MOE_ROUTE; "auto" picks from max_tokens */
+    STRATA_MOE_ROUTE_FLAT         = 1, /**< each token straight to each rank it goes to */
+    /** once per node, to the rank with the same local index there, which fans it out */
+    STRATA_MOE_ROUTE_HIERARCHICAL = 2,
+} strata_moe_route_t;
+
+/** How every expert's tokens move until strata_moe_set_pull_mask says otherwise. */
+typedef enum strata_moe_mode {
+    STRATA_MOE_MODE_DEFAULT = 0, /**< STRATA_MOE_MODE */
+    STRATA_MOE_MODE_PUSH    = 1, /**< senders write into the owner's slots */
+    STRATA_MOE_MODE_PULL    = 2, /**< the owner fetches what senders published */
+} strata_moe_mode_t;
+
+typedef struct strata_moe_params {
+    int                num_experts;      /**< over all ranks; a multiple of the world size */
+    int                topk;             /**< experts per token, 1..min(num_experts, 32) */
+    int                hidden;           /**< columns of a token row (whole 16-byte rows;
+                                              a multiple of 128 for fp8) */
+    strata_dtype_t     dtype;            /**< tokens; fp8 comes with per-128-column scales */
+    strata_dtype_t     combine_dtype;    /**< expert outputs and results: bf16, fp16, fp32 */
+    int                max_tokens;       /**< per rank and step */
+    /** rows kept for each local expert (0: the most it can receive, max_tokens times
+     *  the world size), rounded up to expert_alignment */
+    int                capacity;
+    int                expert_alignment; /**< rows; 0 or 1: none */
+    strata_moe_route_t route;
+    strata_moe_mode_t  mode;
+} strata_moe_params_t;
+
+/** Where a received row came from: its rank, token index there, and top-k slot. */
+typedef struct strata_moe_source {
+    int32_t rank;
+    int32_t token;
+    int32_t slot;
+} strata_moe_source_t;
+
+/**
+ * What a dispatch delivered to this rank's experts, valid until the next dispatch. Local
+ * expert e (global id first_expert + e) has its rows in one contiguous block:
+ * x + e * capacity * row_bytes, the first count[e] of them filled, in no particular order
+ * (src says whose each row is). Buffers are in the device backend's memory except count and
+ * src, which are host memory.
+ */
+typedef struct strata_moe_recv {
+    int                        num_local_experts;
+    int                        first_expert;
+    int                        capacity;     /**< rows between experts' blocks */
+    size_t                     row_bytes;    /**< bytes of one token row */
+    size_t                     y_row_bytes;  /**< bytes of one expert output row */
+    const int32_t             *count;        /**< [num_local_experts] */
+    void                      *x;            /**< [num_local_experts][capacity] rows */
+    const float               *x_scales;     /**< fp8 only: hidden / 128 per row ... */
+    size_t                     scale_stride; /**< ... with this many bytes between rows */
+    const strata_moe_source_t *src;          /**< [num_local_experts][capacity] */
+    /** [num_local_experts][capacity] rows in the combine dtype: writing the expert outputs
+     *  here saves combine a copy. */
+    void                      *expert_y;
+} strata_moe_recv_t;
+
+/** What the last step did, on this rank. */
+typedef struct strata_moe_stats {
+    uint64_t           steps;            /**< steps completed by this object */
+    strata_moe_route_t route;
+    int                num_local_experts;
+    const int32_t     *tokens_per_expert; /**< [num_local_experts] rows received */
+    const uint64_t    *pull_mask;        /**< bit e: expert e moved in Pull form */
+    uint64_t           tokens_to_nodes;  /**< token rows this rank sent to other nodes */
+    uint64_t           tokens_round_two; /**< of those, sent after the counts were known */
+    uint64_t           bytes_to_nodes;   /**< dispatch and combine payload bytes it sent */
+    uint64_t           dispatch_ns;      /**< from dispatch_send to dispatch_recv's return */
+    uint64_t           combine_ns;
+} strata_moe_stats_t;
+
+/**
+ * Collective: every rank calls it with the same params. Allocates the node's symmetric
+ * heap and the registered network buffers, sized for the worst case of the params.
+ * STRATA_ERR_INVALID names a bad parameter. The communicator must outlive the object.
+ */
+STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
+                                             strata_moe_t **moe_p);
+/** Local; tolerates NULL. After a failed step the network buffers stay registered until
+ *  the communicator is destroyed (a dead peer's operations may still be in flight). */
+STRATA_API void strata_moe_destroy(strata_moe_t *moe);
+
+/**
+ * Where num_tokens tokens go (topk_idx: [num_tokens][topk] expert ids, -1 for none, host
+ * memory): per destination rank and node, with each token sent once per node. Local and
+ * reusable: pass it to every dispatch whose routing is the same (no re-layout, nothing
+ * allocated: the path for CUDA-graph capture). STRATA_ERR_INVALID names a bad or repeated
+ * expert id.
+ */
+STRATA_API strata_status_t strata_moe_layout_create(strata_moe_t *moe, const int64_t *topk_idx,
+                                                    int num_tokens,
+                                                    strata_moe_layout_t **layout_p);
+/** Only once no dispatch or combine that used it is in progress. Tolerates NULL. */
+STRATA_API void strata_moe_layout_destroy(strata_moe_layout_t *layout);
+
+/**
+ * Every rank must set the same masks before the same step: bit e of word e / 64 set moves
+ * expert e in Pull form, in dispatch and in combine respectively (NULL: all Push).
+ */
+STRATA_API strata_status_t strata_moe_set_pull_mask(strata_moe_t *moe,
+                                                    const uint64_t *dispatch_mask,
+                                                    const uint64_t *combine_mask);
+
+/**
+ * First half of dispatch: send x ([num_tokens][hidden] in dtype, 16-byte aligned) and, for
+ * fp8, x_scales ([num_tokens][hidden / 128]) to the layout's destinations. x may be reused
+ * once dispatch_recv returns. The layout must outlive the step's combine.
+ */
+STRATA_API strata_status_t strata_moe_dispatch_send(strata_moe_t *moe,
+                                                    const strata_moe_layout_t *layout,
+                                                    const void *x, const float *x_scales);
+/** Second half: wait for this rank's experts' tokens; fills *recv_p. */
+STRATA_API strata_status_t strata_moe_dispatch_recv(strata_moe_t *moe, strata_moe_recv_t *recv_p);
+
+/**
+ * Both halves, with a layout made for this call: a bad expert id is skipped (the step
+ * still completes) and reported as STRATA_ERR_INVALID. STRATA_ERR_CAPACITY: rows past an
+ * expert's capacity were not delivered.
+ */
+STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
+                                               const float *x_scales, const int64_t *topk_idx,
+                                               int num_tokens, strata_moe_recv_t *recv_p);
+
+/**
+ * First half of combine: return the experts' outputs (expert_y:
+ * [num_local_experts][capacity][hidden] in the combine dtype, as laid out in the recv; NULL:
+ * recv.expert_y) to their tokens' ranks.
+ */
+STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void *expert_y);
+/**
+ * Second half: out[t] = sum over k of topk_weights[t][k] * y(t, k) ([num_tokens][hidden]
+ * in the combine dtype; topk_weights [num_tokens][topk] fp32), accumulated in fp32 in k
+ * order and rounded once. STRATA_ERR_CAPACITY: a term was dropped, its row lacks it.
+ */
+STRATA_API strata_status_t strata_moe_combine_recv(strata_moe_t *moe, const float *topk_weights,
+                                                   void *out);
+STRATA_API strata_status_t strata_moe_combine(strata_moe_t *moe, const void *expert_y,
+                                              const float *topk_weights, void *out);
+
+/** The last completed step's statistics; pointers valid until the next step. */
+STRATA_API strata_status_t strata_moe_get_stats(const strata_moe_t *moe,
+                                                strata_moe_stats_t *stats_p);
+
 #ifdef __cplusplus
 }
 #endif

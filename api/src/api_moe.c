@@ -1,0 +1,203 @@
+/*
+ * The public MoE object: the communicator's view of the ranks handed to the scheduler,
+ * which runs every step. Arguments are checked here, before any rank takes part.
+ */
+#include "api/api.h"
+#include "api_comm.h"
+#include "scheduler/sched.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+struct strata_moe {
+    strata_comm_t       *comm;
+    sched_moe_t         *sched;
+    strata_moe_layout_t *own_layout; /* strata_moe_dispatch's, for this step */
+};
+
+/* Unique per object and the same on every rank: rank 0's process and clock, and a count of
+ * the objects this process made (ranks make them collectively, in the same order). */
+static strata_status_t api_moe_job_key(strata_comm_t *comm, char *key, size_t size)
+{
+    static atomic_uint created;
+    uint64_t mine[2] = {(uint64_t)getpid(), util_clock_now_ns()};
+    uint64_t *all = calloc((size_t)comm->size * 2, sizeof(uint64_t));
+    strata_status_t status;
+
+    if (all == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    status = comm->bootstrap->allgather(comm->bootstrap->ctx, mine, all, sizeof(mine));
+    if (status == STRATA_OK) {
+        snprintf(key, size, "strata-moe-%llu-%llx-%u", (unsigned long long)all[0],
+                 (unsigned long long)all[1], atomic_fetch_add(&created, 1u));
+    }
+    free(all);
+    return status;
+}
+
+STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
+                                             strata_moe_t **moe_p)
+{
+    char key[96];
+    sched_moe_world_t world;
+    strata_status_t status;
+    strata_moe_t *moe;
+
+    if (comm == NULL || params == NULL || moe_p == NULL) {
+        UTIL_LOG_ERROR("strata_moe_create: NULL communicator, parameters or result");
+        return STRATA_ERR_INVALID;
+    }
+    status = api_moe_job_key(comm, key, sizeof(key));
+    if (status != STRATA_OK) {
+        return status;
+    }
+    world = (sched_moe_world_t){
+        .rank            = comm->rank,
+        .world_size      = comm->size,
+        .num_nodes       = comm->num_nodes,
+        .rank_node       = comm->rank_node,
+        .rank_local      = comm->rank_local,
+        .engine          = comm->engine,
+        .device          = comm->device,
+        .job_key         = key,
+        .peer_timeout_ns = inter_engine_peer_timeout_ns(comm->engine),
+        .allgather       = comm->bootstrap->allgather,
+        .allgather_ctx   = comm->bootstrap->ctx,
+    };
+    moe = calloc(1, sizeof(*moe));
+    if (moe == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    moe->comm = comm;
+    status    = sched_moe_create(params, &world, &moe->sched);
+    if (status != STRATA_OK) {
+        free(moe);
+        return status;
+    }
+    *moe_p = moe;
+    return STRATA_OK;
+}
+
+STRATA_API void strata_moe_destroy(strata_moe_t *moe)
+{
+    if (moe == NULL) {
+        return;
+    }
+    sched_moe_destroy(moe->sched);
+    sched_plan_destroy(moe->own_layout);
+    free(moe);
+}
+
+STRATA_API strata_status_t strata_moe_layout_create(strata_moe_t *moe, const int64_t *topk_idx,
+                                                    int num_tokens,
+                                                    strata_moe_layout_t **layout_p)
+{
+    if (moe == NULL || layout_p == NULL) {
+        UTIL_LOG_ERROR("strata_moe_layout_create: NULL object or result");
+        return STRATA_ERR_INVALID;
+    }
+    return sched_plan_create(moe->sched, topk_idx, num_tokens, false, layout_p);
+}
+
+STRATA_API void strata_moe_layout_destroy(strata_moe_layout_t *layout)
+{
+    sched_plan_destroy(layout);
+}
+
+STRATA_API strata_status_t strata_moe_set_pull_mask(strata_moe_t *moe,
+                                                    const uint64_t *dispatch_mask,
+                                                    const uint64_t *combine_mask)
+{
+    if (moe == NULL) {
+        UTIL_LOG_ERROR("strata_moe_set_pull_mask: NULL object");
+        return STRATA_ERR_INVALID;
+    }
+    return sched_moe_set_pull_mask(moe->sched, dispatch_mask, combine_mask);
+}
+
+STRATA_API strata_status_t strata_moe_dispatch_send(strata_moe_t *moe,
+                                                    const strata_moe_layout_t *layout,
+                                                    const void *x, const float *x_scales)
+{
+    if (moe == NULL) {
+        UTIL_LOG_ERROR("strata_moe_dispatch_send: NULL object");
+        return STRATA_ERR_INVALID;
+    }
+    return sched_moe_dispatch_send(moe->sched, layout, x, x_scales);
+}
+
+STRATA_API strata_status_t strata_moe_dispatch_recv(strata_moe_t *moe, strata_moe_recv_t *recv_p)
+{
+    if (moe == NULL) {
+        UTIL_LOG_ERROR("strata_moe_dispatch_recv: NULL object");
+        return STRATA_ERR_INVALID;
+    }
+    return sched_moe_dispatch_recv(moe->sched, recv_p);
+}
+
+STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
+                                               const float *x_scales, const int64_t *topk_idx,
+                                               int num_tokens, strata_moe_recv_t *recv_p)
+{
+    strata_moe_layout_t *layout = NULL;
+    strata_status_t planned, status;
+
+    if (moe == NULL || recv_p == NULL) {
+        UTIL_LOG_ERROR("strata_moe_dispatch: NULL object or result");
+        return STRATA_ERR_INVALID;
+    }
+    /* Bad ids are skipped, not refused: the other ranks are already in the step. */
+    planned = sched_plan_create(moe->sched, topk_idx, num_tokens, true, &layout);
+    if (planned != STRATA_OK && planned != STRATA_ERR_INVALID) {
+        return planned;
+    }
+    status = sched_moe_dispatch_send(moe->sched, layout, x, x_scales);
+    if (status != STRATA_OK) {
+        sched_plan_destroy(layout);
+        return status;
+    }
+    sched_plan_destroy(moe->own_layout); /* the previous step's, whose combine is over */
+    moe->own_layout = layout;
+    return sched_moe_dispatch_recv(moe->sched, recv_p);
+}
+
+STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void *expert_y)
+{
+    if (moe == NULL) {
+        UTIL_LOG_ERROR("strata_moe_combine_send: NULL object");
+        return STRATA_ERR_INVALID;
+    }
+    return sched_moe_combine_send(moe->sched, expert_y);
+}
+
+STRATA_API strata_status_t strata_moe_combine_recv(strata_moe_t *moe, const float *topk_weights,
+                                                   void *out)
+{
+    if (moe == NULL) {
+        UTIL_LOG_ERROR("strata_moe_combine_recv: NULL object");
+        return STRATA_ERR_INVALID;
+    }
+    return sched_moe_combine_recv(moe->sched, topk_weights, out);
+}
+
+STRATA_API strata_status_t strata_moe_combine(strata_moe_t *moe, const void *expert_y,
+                                              const float *topk_weights, void *out)
+{
+    strata_status_t status = strata_moe_combine_send(moe, expert_y);
+
+    return status == STRATA_OK ? strata_moe_combine_recv(moe, topk_weights, out) : status;
+}
+
+STRATA_API strata_status_t strata_moe_get_stats(const strata_moe_t *moe,
+                                                strata_moe_stats_t *stats_p)
+{
+    if (moe == NULL || stats_p == NULL) {
+        UTIL_LOG_ERROR("strata_moe_get_stats: NULL object or result");
+        return STRATA_ERR_INVALID;
+    }
+    sched_moe_stats(moe->sched, stats_p);
+    return STRATA_OK;
+}

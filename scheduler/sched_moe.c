@@ -1,0 +1,537 @@
+/*
+ * The two-tier MoE object: parameters and configuration resolved, the ranks it exchanges
+ * tokens with, the node's symmetric heap and intra-tier object, the registered network
+ * area, and the helpers every phase of a step uses.
+ */
+#include "sched_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sched_moe_config {
+    int      route;
+    int64_t  flat_tokens;
+    int64_t  spec_tokens;
+    int      mode;
+    bool     pull_read;
+    uint64_t timeout_ns;
+} sched_moe_config_t;
+
+static const char *const sched_route_names[] = {"auto", "flat", "hierarchical", NULL};
+static const char *const sched_mode_names[]  = {"push", "pull", NULL};
+
+static const util_config_field_t sched_moe_config_fields[] = {
+    {.name = "MOE_ROUTE", .default_value = "auto",
+     .doc = "How tokens cross nodes: flat (straight to each rank), hierarchical (once per "
+            "node, fanned out there), or auto (flat up to STRATA_MOE_FLAT_TOKENS tokens).",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, route),
+     .enum_names = sched_route_names},
+    {.name = "MOE_FLAT_TOKENS", .default_value = "128",
+     .doc = "auto route: the largest max_tokens that still takes the flat route.",
+     .type = UTIL_CONFIG_INT, .offset = offsetof(sched_moe_config_t, flat_tokens)},
+    {.name = "MOE_SPEC_TOKENS", .default_value = "32",
+     .doc = "Tokens per destination sent in round one of dispatch, before the counts are "
+            "known; the rest follow in round two.",
+     .type = UTIL_CONFIG_INT, .offset = offsetof(sched_moe_config_t, spec_tokens)},
+    {.name = "MOE_MODE", .default_value = "push",
+     .doc = "How every expert moves until a pull mask is set: push or pull.",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, mode),
+     .enum_names = sched_mode_names},
+    {.name = "MOE_PULL_READ", .default_value = "on",
+     .doc = "Pull across nodes by RDMA read where the transport has it (off: ask the "
+            "sender to push).",
+     .type = UTIL_CONFIG_BOOL, .offset = offsetof(sched_moe_config_t, pull_read)},
+    {.name = "MOE_TIMEOUT", .default_value = "60s",
+     .doc = "Bound on each wait of a MoE step for live peers (a dead peer fails the step "
+            "within STRATA_INTER_PEER_TIMEOUT).",
+     .type = UTIL_CONFIG_TIME, .offset = offsetof(sched_moe_config_t, timeout_ns)},
+};
+
+const util_config_table_t sched_moe_config_table = {
+    .layer       = "moe",
+    .fields      = sched_moe_config_fields,
+    .num_fields  = UTIL_ARRAY_SIZE(sched_moe_config_fields),
+    .struct_size = sizeof(sched_moe_config_t),
+};
+
+static size_t sched_round16(size_t n)
+{
+    return (n + 15) / 16 * 16;
+}
+
+static size_t sched_elem_size(strata_dtype_t dtype)
+{
+    return dtype == STRATA_DTYPE_FP32 ? 4 : dtype == STRATA_DTYPE_FP8_E4M3 ? 1 : 2;
+}
+
+/* What the intra tier does not check itself: the world's shape. */
+static bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w)
+{
+    int max_world = (int)((INTER_IMM_MAX - STRATA_MOE_IMM_BASE) / SCHED_IMM_KINDS);
+
+    if (w->world_size > max_world) {
+        UTIL_LOG_ERROR("moe: %d ranks; at most %d are supported", w->world_size, max_world);
+    } else if (w->world_size % w->num_nodes != 0) {
+        UTIL_LOG_ERROR("moe: %d ranks on %d nodes: every node needs as many ranks",
+                       w->world_size, w->num_nodes);
+    } else if (p->num_experts <= 0 || p->num_experts % w->world_size != 0) {
+        UTIL_LOG_ERROR("moe: %d experts do not split evenly over %d ranks", p->num_experts,
+                       w->world_size);
+    } else if (p->max_tokens <= 0 || p->capacity < 0 || p->expert_alignment < 0) {
+        UTIL_LOG_ERROR("moe: max_tokens %d, capacity %d, expert_alignment %d: max_tokens must "
+                       "be positive, the others not negative", p->max_tokens, p->capacity,
+                       p->expert_alignment);
+    } else if ((uint64_t)p->max_tokens * (uint64_t)w->world_size > INT32_MAX / 4) {
+        UTIL_LOG_ERROR("moe: max_tokens %d times %d ranks is too large", p->max_tokens,
+                       w->world_size);
+    } else {
+        return true;
+    }
+    return false;
+}
+
+static strata_status_t sched_resolve_config(sched_moe_t *moe)
+{
+    sched_moe_config_t config;
+    strata_status_t status = util_config_read(&sched_moe_config_table, &config);
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (config.spec_tokens < 0 || config.spec_tokens > INT32_MAX / 2 || config.flat_tokens < 0) {
+        UTIL_LOG_ERROR("moe: STRATA_MOE_SPEC_TOKENS=%" PRId64 " and STRATA_MOE_FLAT_TOKENS=%"
+                       PRId64 " must not be negative", config.spec_tokens, config.flat_tokens);
+        return STRATA_ERR_CONFIG;
+    }
+    moe->route = moe->params.route;
+    if (moe->route == STRATA_MOE_ROUTE_DEFAULT) {
+        moe->route = config.route == 1 ? STRATA_MOE_ROUTE_FLAT
+                     : config.route == 2 ? STRATA_MOE_ROUTE_HIERARCHICAL
+                     : moe->params.max_tokens <= config.flat_tokens ? STRATA_MOE_ROUTE_FLAT
+                                                                    : STRATA_MOE_ROUTE_HIERARCHICAL;
+    }
+    if (moe->params.mode == STRATA_MOE_MODE_DEFAULT) {
+        moe->params.mode = config.mode == 1 ? STRATA_MOE_MODE_PULL : STRATA_MOE_MODE_PUSH;
+    }
+    moe->spec_tokens = (int)UTIL_MIN(config.spec_tokens, (int64_t)moe->params.max_tokens);
+    moe->pull_read   = config.pull_read && inter_engine_has_read(moe->world.engine);
+    moe->timeout_ns  = config.timeout_ns;
+    return STRATA_OK;
+}
+
+/* Node membership, and the ranks this one exchanges tokens with: on the flat route every
+ * rank of another node, on the hierarchical one the rank with this local index there. */
+static strata_status_t sched_map_peers(sched_moe_t *moe)
+{
+    const sched_moe_world_t *w = &moe->world;
+    int me = w->rank;
+
+    moe->local_size = w->world_size / w->num_nodes;
+    moe->node_ranks = calloc((size_t)w->world_size, sizeof(int));
+    moe->peers      = calloc((size_t)w->world_size, sizeof(int));
+    moe->peer_index = calloc((size_t)w->world_size, sizeof(int));
+    if (!moe->node_ranks || !moe->peers || !moe->peer_index) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < w->world_size; ++r) {
+        if (w->rank_local[r] >= moe->local_size) {
+            UTIL_LOG_ERROR("moe: rank %d is local rank %d of node %d: every node needs %d "
+                           "ranks", r, w->rank_local[r], w->rank_node[r], moe->local_size);
+            return STRATA_ERR_INVALID;
+        }
+        moe->node_ranks[w->rank_node[r] * moe->local_size + w->rank_local[r]] = r;
+        moe->peer_index[r] = -1;
+    }
+    for (int r = 0; r < w->world_size; ++r) {
+        bool remote = w->rank_node[r] != w->rank_node[me];
+
+        if (remote && (moe->route == STRATA_MOE_ROUTE_FLAT ||
+                       w->rank_local[r] == w->rank_local[me])) {
+            moe->peer_index[r]           = moe->num_peers;
+            moe->peers[moe->num_peers++] = r;
+        }
+    }
+    return STRATA_OK;
+}
+
+static void sched_size_rows(sched_moe_t *moe)
+{
+    const strata_moe_params_t *p = &moe->params;
+    int align = UTIL_MAX(p->expert_alignment, 1);
+    int64_t capacity = p->capacity > 0 ? p->capacity
+                                       : (int64_t)p->max_tokens * moe->world.world_size;
+
+    moe->experts_per_rank = p->num_experts / moe->world.world_size;
+    moe->experts_per_node = moe->experts_per_rank * moe->local_size;
+    moe->params.capacity  = (int)((capacity + align - 1) / align * align);
+    moe->scale_count  = p->dtype == STRATA_DTYPE_FP8_E4M3 ? p->hidden / INTRA_MOE_SCALE_COLUMNS
+                                                          : 0;
+    moe->row_bytes    = (size_t)p->hidden * sched_elem_size(p->dtype);
+    moe->scale_bytes  = sched_round16((size_t)moe->scale_count * sizeof(float));
+    moe->record_bytes = sched_round16(sizeof(int32_t) * (size_t)(1 + p->topk));
+    moe->entry_bytes  = moe->record_bytes + moe->row_bytes + moe->scale_bytes;
+    moe->y_row_bytes  = (size_t)p->hidden * sched_elem_size(p->combine_dtype);
+    moe->max_aug      = p->max_tokens * (1 + moe->num_peers);
+}
+
+static size_t sched_place(size_t *cursor, size_t bytes)
+{
+    size_t at = *cursor;
+
+    *cursor = (at + bytes + 255) / 256 * 256;
+    return at;
+}
+
+static void sched_layout_net(sched_moe_t *moe)
+{
+    sched_net_layout_t *l = &moe->net_layout;
+    size_t world = (size_t)moe->world.world_size, cursor = 0;
+    size_t max_tokens = (size_t)moe->params.max_tokens;
+
+    l->terms    = sched_place(&cursor, (size_t)moe->max_aug * (size_t)moe->params.topk *
+                                           moe->y_row_bytes);
+    l->headers  = sched_place(&cursor, world * SCHED_CTRL_BYTES);
+    l->grants   = sched_place(&cursor, world * SCHED_CTRL_BYTES);
+    l->out_headers = sched_place(&cursor, world * SCHED_CTRL_BYTES);
+    l->out_grants  = sched_place(&cursor, world * SCHED_CTRL_BYTES);
+    l->spec     = sched_place(&cursor, world * (size_t)moe->spec_tokens * moe->entry_bytes);
+    l->overflow = sched_place(&cursor, (size_t)moe->num_peers * max_tokens * moe->entry_bytes);
+    l->staging  = sched_place(&cursor, world * max_tokens * moe->entry_bytes);
+    l->total    = sched_place(&cursor, 0);
+}
+
+/* The node's heap, holding the intra tier's buffers and every rank's origin table. */
+static strata_status_t sched_open_intra(sched_moe_t *moe)
+{
+    const strata_moe_params_t *p = &moe->params;
+    intra_moe_params_t ip = {
+        .num_experts   = moe->experts_per_node,
+        .topk          = p->topk,
+        .hidden        = p->hidden,
+        .dtype         = p->dtype,
+        .combine_dtype = p->combine_dtype,
+        .max_tokens    = moe->max_aug,
+        .capacity      = p->capacity,
+        .timeout_ns    = moe->world.peer_timeout_ns,
+    };
+    size_t origin_bytes = (size_t)moe->max_aug * 2 * sizeof(int32_t);
+    size_t intra_bytes  = intra_moe_heap_size(&ip, moe->local_size);
+    intra_heap_params_t hp = {
+        .device     = moe->world.device,
+        .local_rank = moe->world.rank_local[moe->world.rank],
+        .local_size = moe->local_size,
+        .size       = intra_bytes + origin_bytes + 2 * INTRA_DEVICE_ALIGNMENT,
+        .job_key    = moe->world.job_key,
+        .timeout_ns = moe->timeout_ns,
+    };
+    strata_status_t status;
+
+    if (intra_bytes == 0) {
+        return STRATA_ERR_INVALID; /* intra_moe_heap_size named the parameter */
+    }
+    status = intra_heap_create(&hp, &moe->heap);
+    if (status == STRATA_OK) {
+        status = intra_moe_create(&ip, moe->heap, &moe->intra);
+    }
+    if (status == STRATA_OK) {
+        status = intra_heap_alloc(moe->heap, "sched-origin", origin_bytes,
+                                  INTRA_DEVICE_ALIGNMENT, &moe->origin_offset);
+    }
+    return status;
+}
+
+/* The registered network area, and every rank's descriptor of it. */
+static strata_status_t sched_open_net(sched_moe_t *moe)
+{
+    inter_rdesc_t mine;
+    strata_status_t status;
+
+    sched_layout_net(moe);
+    if (posix_memalign((void **)&moe->net, 4096, moe->net_layout.total) != 0) {
+        moe->net = NULL;
+        return STRATA_ERR_NO_MEMORY;
+    }
+    memset(moe->net, 0, moe->net_layout.total);
+    moe->net_desc = calloc((size_t)moe->world.world_size, sizeof(inter_rdesc_t));
+    if (moe->net_desc == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    status = inter_engine_mem_register(moe->world.engine, moe->net, moe->net_layout.total,
+                                       &moe->net_mr);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    inter_engine_mem_descriptor(moe->net_mr, &mine);
+    status = moe->world.allgather(moe->world.allgather_ctx, &mine, moe->net_desc, sizeof(mine));
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("moe: exchanging buffer descriptors failed: %s",
+                       strata_status_string(status));
+    }
+    return status;
+}
+
+static strata_status_t sched_alloc_step_buffers(sched_moe_t *moe)
+{
+    size_t aug = (size_t)moe->max_aug, topk = (size_t)moe->params.topk;
+    size_t rows = (size_t)moe->experts_per_rank * (size_t)moe->params.capacity;
+
+    const struct intra_device_ops *device = moe->world.device;
+    strata_status_t status;
+
+    /* The intra kernels read their token ids from device memory. */
+    status = device->mem_alloc(aug * topk * sizeof(int64_t), (void **)&moe->aug_idx);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (posix_memalign((void **)&moe->aug_x, 64, UTIL_MAX(aug * moe->row_bytes, 64)) != 0) {
+        moe->aug_x = NULL;
+        return STRATA_ERR_NO_MEMORY;
+    }
+    moe->aug_scales = calloc(aug * (size_t)UTIL_MAX(moe->scale_count, 1), sizeof(float));
+    moe->host_idx   = calloc(aug * topk, sizeof(int64_t));
+    moe->aug_origin = calloc(aug * 2, sizeof(int32_t));
+    moe->src_pages  = calloc(aug * topk, sizeof(uint32_t));
+    moe->dst_pages  = calloc(aug * topk, sizeof(uint32_t));
+    moe->peer_step  = calloc((size_t)UTIL_MAX(moe->num_peers, 1), sizeof(sched_peer_step_t));
+    moe->requests   = calloc((size_t)UTIL_MAX(moe->num_peers, 1) * SCHED_MAX_REQUESTS_PER_PEER,
+                             sizeof(inter_request_t *));
+    moe->src        = calloc(UTIL_MAX(rows, 1), sizeof(strata_moe_source_t));
+    moe->intra_src  = calloc(UTIL_MAX(rows, 1), sizeof(intra_moe_source_t));
+    moe->origins    = calloc((size_t)moe->local_size * aug * 2, sizeof(int32_t));
+    if (!moe->aug_scales || !moe->host_idx || !moe->aug_origin || !moe->src_pages ||
+        !moe->dst_pages || !moe->peer_step || !moe->requests || !moe->src || !moe->intra_src ||
+        !moe->origins) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    return STRATA_OK;
+}
+
+static void sched_default_masks(sched_moe_t *moe)
+{
+    int words = (moe->params.num_experts + 63) / 64;
+
+    memset(moe->dispatch_mask, 0, sizeof(moe->dispatch_mask));
+    if (moe->params.mode == STRATA_MOE_MODE_PULL) {
+        for (int e = 0; e < moe->params.num_experts; ++e) {
+            moe->dispatch_mask[e / 64] |= UINT64_C(1) << (e % 64);
+        }
+    }
+    memcpy(moe->combine_mask, moe->dispatch_mask, sizeof(uint64_t) * (size_t)words);
+}
+
+strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_moe_world_t *world,
+                                 sched_moe_t **moe_p)
+{
+    strata_status_t status;
+    sched_moe_t *moe;
+
+    if (params == NULL || world == NULL || moe_p == NULL || !sched_params_valid(params, world)) {
+        return STRATA_ERR_INVALID;
+    }
+    if (world->num_nodes > 1 && strcmp(world->device->name, "host") != 0) {
+        /* The network area would have to be device memory registered with the NIC. */
+        UTIL_LOG_ERROR("moe: across nodes, the %s backend needs GPU memory registration "
+                       "(GPUDirect RDMA), which this version does not do", world->device->name);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    if (params->num_experts > INTRA_MOE_MAX_EXPERTS * world->num_nodes) {
+        UTIL_LOG_ERROR("moe: %d experts on %d nodes; at most %d per node are supported",
+                       params->num_experts, world->num_nodes, INTRA_MOE_MAX_EXPERTS);
+        return STRATA_ERR_INVALID;
+    }
+    moe = calloc(1, sizeof(*moe));
+    if (moe == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    moe->params = *params;
+    moe->world  = *world;
+    moe->world.rank_node  = NULL; /* copied below: the caller's arrays need not outlive us */
+    moe->world.rank_local = NULL;
+    moe->world.job_key    = NULL;
+    status = STRATA_ERR_NO_MEMORY;
+    {
+        int *node  = malloc(sizeof(int) * (size_t)world->world_size);
+        int *local = malloc(sizeof(int) * (size_t)world->world_size);
+
+        moe->world.rank_node  = node;
+        moe->world.rank_local = local;
+        if (node == NULL || local == NULL) {
+            goto err;
+        }
+        memcpy(node, world->rank_node, sizeof(int) * (size_t)world->world_size);
+        memcpy(local, world->rank_local, sizeof(int) * (size_t)world->world_size);
+    }
+    if ((status = sched_resolve_config(moe)) != STRATA_OK ||
+        (status = sched_map_peers(moe)) != STRATA_OK) {
+        goto err;
+    }
+    moe->world.job_key = world->job_key;
+    sched_size_rows(moe);
+    if ((status = sched_open_intra(moe)) != STRATA_OK ||
+        (status = sched_open_net(moe)) != STRATA_OK ||
+        (status = sched_alloc_step_buffers(moe)) != STRATA_OK) {
+        goto err;
+    }
+    moe->world.job_key = NULL; /* used only by the heap's rendezvous */
+    sched_default_masks(moe);
+    moe->stats.route             = moe->route;
+    moe->stats.num_local_experts = moe->experts_per_rank;
+    UTIL_LOG_INFO("moe: %d experts, top-%d, hidden %d, %s route, %d peers, round one %d "
+                  "tokens, capacity %d, network area %zu bytes, pull across nodes by %s",
+                  params->num_experts, params->topk, params->hidden,
+                  moe->route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical", moe->num_peers,
+                  moe->spec_tokens, moe->params.capacity, moe->net_layout.total,
+                  moe->pull_read ? "read" : "request");
+    *moe_p = moe;
+    return STRATA_OK;
+
+err:
+    moe->world.job_key = NULL;
+    sched_moe_destroy(moe);
+    return status;
+}
+
+void sched_moe_destroy(sched_moe_t *moe)
+{
+    if (moe == NULL) {
+        return;
+    }
+    if (moe->num_requests > 0 && moe->state != SCHED_STEP_FAILED) {
+        (void)sched_finish_requests(moe);
+    }
+    for (int i = 0; i < moe->num_requests; ++i) {
+        inter_request_free(moe->requests[i]);
+    }
+    intra_moe_destroy(moe->intra);
+    intra_heap_destroy(moe->heap);
+    if (moe->state == SCHED_STEP_FAILED && moe->net_mr != NULL) {
+        /* A dead peer's operations may still be in the transport: not before it closes. */
+        inter_engine_mem_release_late(moe->world.engine, moe->net_mr, moe->net, free);
+    } else {
+        inter_engine_mem_deregister(moe->world.engine, moe->net_mr);
+        free(moe->net);
+    }
+    free(moe->net_desc);
+    free(moe->aug_x);
+    free(moe->aug_scales);
+    if (moe->aug_idx != NULL) {
+        moe->world.device->mem_free(moe->aug_idx);
+    }
+    free(moe->host_idx);
+    free(moe->aug_origin);
+    free(moe->src_pages);
+    free(moe->dst_pages);
+    free(moe->peer_step);
+    free(moe->requests);
+    free(moe->src);
+    free(moe->intra_src);
+    free(moe->origins);
+    free(moe->node_ranks);
+    free(moe->peers);
+    free(moe->peer_index);
+    free((void *)moe->world.rank_node);
+    free((void *)moe->world.rank_local);
+    free(moe);
+}
+
+strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispatch_mask,
+                                        const uint64_t *combine_mask)
+{
+    int words = (moe->params.num_experts + 63) / 64;
+
+    if (moe->state != SCHED_STEP_IDLE) {
+        UTIL_LOG_ERROR("moe: pull masks can change only between steps");
+        return moe->state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+    }
+    memset(moe->dispatch_mask, 0, sizeof(moe->dispatch_mask));
+    memset(moe->combine_mask, 0, sizeof(moe->combine_mask));
+    if (dispatch_mask != NULL) {
+        memcpy(moe->dispatch_mask, dispatch_mask, sizeof(uint64_t) * (size_t)words);
+    }
+    if (combine_mask != NULL) {
+        memcpy(moe->combine_mask, combine_mask, sizeof(uint64_t) * (size_t)words);
+    }
+    if (moe->params.num_experts % 64 != 0) {
+        uint64_t keep = (UINT64_C(1) << (moe->params.num_experts % 64)) - 1;
+
+        moe->dispatch_mask[words - 1] &= keep;
+        moe->combine_mask[words - 1] &= keep;
+    }
+    return STRATA_OK;
+}
+
+void sched_moe_stats(const sched_moe_t *moe, strata_moe_stats_t *stats_p)
+{
+    *stats_p = moe->stats;
+}
+
+strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what)
+{
+    UTIL_LOG_ERROR("moe: step %" PRIu64 " failed %s: %s; the object can only be destroyed",
+                   moe->step, what, strata_status_string(status));
+    moe->state = SCHED_STEP_FAILED;
+    return status;
+}
+
+strata_status_t sched_wait_imm(sched_moe_t *moe, sched_imm_kind_t kind, int from, uint64_t count,
+                               const char *what)
+{
+    strata_status_t status;
+
+    if (count == 0) {
+        return STRATA_OK;
+    }
+    /* from_peer -1: the failure of any rank ends the wait, since a step needs all of them. */
+    status = inter_engine_imm_wait(moe->world.engine, sched_imm(moe, kind, from), count, -1,
+                                   moe->timeout_ns);
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("moe: waiting for %s from rank %d: %s", what, from,
+                       strata_status_string(status));
+    }
+    return status;
+}
+
+strata_status_t sched_intra_failure(sched_moe_t *moe, strata_status_t status)
+{
+    uint64_t deadline = util_clock_now_ns() + moe->world.peer_timeout_ns;
+
+    if (status != STRATA_ERR_TIMEOUT) {
+        return status;
+    }
+    do {
+        for (int r = 0; r < moe->world.world_size; ++r) {
+            if (inter_engine_peer_failed(moe->world.engine, r)) {
+                UTIL_LOG_ERROR("moe: rank %d failed during step %" PRIu64, r, moe->step);
+                return STRATA_ERR_PEER_FAILED;
+            }
+        }
+        util_sleep_ns(UTIL_NSEC_PER_MSEC * 10);
+    } while (util_clock_now_ns() < deadline);
+    return status;
+}
+
+void sched_keep_request(sched_moe_t *moe, inter_request_t *req)
+{
+    moe->requests[moe->num_requests++] = req;
+}
+
+strata_status_t sched_finish_requests(sched_moe_t *moe)
+{
+    strata_status_t status = STRATA_OK, one;
+    int kept = 0;
+
+    for (int i = 0; i < moe->num_requests; ++i) {
+        one = inter_request_wait(moe->requests[i], moe->timeout_ns);
+        if (one == STRATA_ERR_TIMEOUT) {
+            moe->requests[kept++] = moe->requests[i]; /* still running: never free it early */
+        } else {
+            inter_request_free(moe->requests[i]);
+        }
+        if (status == STRATA_OK && one != STRATA_OK) {
+            status = one;
+        }
+    }
+    moe->num_requests = kept;
+    return status;
+}

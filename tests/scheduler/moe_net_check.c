@@ -1,0 +1,325 @@
+/*
+ * Two-tier MoE across simulated nodes (run under strata-run): every rank regenerates every
+ * rank's inputs from the seed and checks, each step, that its experts received exactly the
+ * reference's rows (count per expert, each row byte for byte, its source recorded once)
+ * and that its tokens' combined results equal a sequential reference bit for bit (fp32 in
+ * k order, rounded once). Steps alternate between strata_moe_dispatch/combine and a
+ * reusable layout with split halves; pull masks change by step. With --kill RANK that rank
+ * dies in the middle of a step and the others must see STRATA_ERR_PEER_FAILED in time.
+ * Prints one line per rank; exit 0 on success.
+ */
+#include "common/moe_ref.h"
+#include "intra/intra.h"
+#include "util/util.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CHECK(cond, ...) \
+    do { \
+        if (!(cond)) { \
+            fprintf(stderr, "moe_net_check r%d step %d (seed %u): ", g_rank, g_step, g_seed); \
+            fprintf(stderr, __VA_ARGS__); \
+            fprintf(stderr, "\n"); \
+            exit(1); \
+        } \
+    } while (0)
+
+static int g_rank, g_step;
+static unsigned g_seed;
+
+typedef struct options {
+    moe_case_t c;
+    int        kill;       /* rank that dies, or -1 */
+    int        kill_step;
+    uint64_t   kill_bound_ms; /* survivors must see the failure within this */
+} options_t;
+
+static strata_dtype_t parse_dtype(const char *s)
+{
+    return !strcmp(s, "fp16") ? STRATA_DTYPE_FP16 : !strcmp(s, "fp32") ? STRATA_DTYPE_FP32
+           : !strcmp(s, "fp8") ? STRATA_DTYPE_FP8_E4M3 : STRATA_DTYPE_BF16;
+}
+
+static void parse(int argc, char **argv, options_t *o)
+{
+    const char *seed = getenv("STRATA_TEST_SEED");
+
+    *o = (options_t){.c = {.device = "host", .experts = 16, .topk = 4, .hidden = 256,
+                           .max_tokens = 24, .steps = 50, .dtype = STRATA_DTYPE_BF16,
+                           .combine_dtype = STRATA_DTYPE_BF16},
+                     .kill = -1, .kill_bound_ms = 15000};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+
+        if (!strcmp(k, "--experts")) o->c.experts = atoi(v);
+        else if (!strcmp(k, "--topk")) o->c.topk = atoi(v);
+        else if (!strcmp(k, "--hidden")) o->c.hidden = atoi(v);
+        else if (!strcmp(k, "--tokens")) o->c.max_tokens = atoi(v);
+        else if (!strcmp(k, "--steps")) o->c.steps = atoi(v);
+        else if (!strcmp(k, "--dtype")) o->c.dtype = parse_dtype(v);
+        else if (!strcmp(k, "--combine-dtype")) o->c.combine_dtype = parse_dtype(v);
+        else if (!strcmp(k, "--kill")) o->kill = atoi(v);
+        else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
+        else CHECK(0, "unknown option %s", k);
+    }
+    o->c.seed = seed ? (unsigned)strtoul(seed, NULL, 10) : 12345u;
+    o->kill_step = o->c.steps / 2;
+    g_seed = o->c.seed;
+}
+
+typedef struct rank_state {
+    const moe_case_t *c;
+    strata_moe_t     *moe;
+    int               rank, world, n;
+    size_t            row_bytes, y_row_bytes, scales;
+    unsigned char    *x, *out, *ref;
+    float            *x_scales, *weights;
+    int64_t          *idx;
+    unsigned char    *seen; /* [world][max_tokens][topk] */
+} rank_state_t;
+
+static void make_inputs(rank_state_t *r)
+{
+    const moe_case_t *c = r->c;
+
+    r->n = gen_tokens(c, g_step, r->rank);
+    for (int t = 0; t < r->n; ++t) {
+        for (size_t i = 0; i < r->row_bytes; ++i) {
+            r->x[(size_t)t * r->row_bytes + i] = gen_x_byte(c, g_step, r->rank, t, i);
+        }
+        for (size_t i = 0; i < r->scales; ++i) {
+            r->x_scales[(size_t)t * r->scales + i] = gen_scale(c, g_step, r->rank, t, (int)i);
+        }
+        for (int k = 0; k < c->topk; ++k) {
+            r->idx[(size_t)t * (size_t)c->topk + (size_t)k] = gen_route(c, g_step, r->rank, t, k);
+            r->weights[(size_t)t * (size_t)c->topk + (size_t)k] =
+                gen_weight(c, g_step, r->rank, t, k);
+        }
+    }
+}
+
+/* Rows every rank routes to expert e this step. */
+static int ref_count(const rank_state_t *r, int64_t e)
+{
+    int count = 0;
+
+    for (int s = 0; s < r->world; ++s) {
+        int n = gen_tokens(r->c, g_step, s);
+
+        for (int t = 0; t < n; ++t) {
+            for (int k = 0; k < r->c->topk; ++k) {
+                count += ref_route(r->c, g_step, s, t, k) == e;
+            }
+        }
+    }
+    return count;
+}
+
+/* A received row: routed here by the reference, equal to its source's, seen once. */
+static void check_row(rank_state_t *r, const strata_moe_recv_t *recv, int e, int row)
+{
+    const moe_case_t *c = r->c;
+    size_t at = (size_t)e * (size_t)recv->capacity + (size_t)row;
+    strata_moe_source_t s = recv->src[at];
+    const unsigned char *got = (const unsigned char *)recv->x + at * recv->row_bytes;
+    size_t key;
+
+    CHECK(s.rank >= 0 && s.rank < r->world && s.token >= 0 &&
+              s.token < gen_tokens(c, g_step, s.rank) && s.slot >= 0 && s.slot < c->topk,
+          "expert %d row %d has source (%d, %d, %d)", recv->first_expert + e, row, s.rank,
+          s.token, s.slot);
+    CHECK(ref_route(c, g_step, s.rank, s.token, s.slot) == recv->first_expert + e,
+          "expert %d row %d: (%d, %d, %d) is not routed here", recv->first_expert + e, row,
+          s.rank, s.token, s.slot);
+    key = ((size_t)s.rank * (size_t)c->max_tokens + (size_t)s.token) * (size_t)c->topk +
+          (size_t)s.slot;
+    CHECK(!r->seen[key], "(%d, %d, %d) delivered twice", s.rank, s.token, s.slot);
+    r->seen[key] = 1;
+    for (size_t i = 0; i < recv->row_bytes; ++i) {
+        CHECK(got[i] == gen_x_byte(c, g_step, s.rank, s.token, i),
+              "expert %d row %d from (%d, %d): byte %zu differs", recv->first_expert + e, row,
+              s.rank, s.token, i);
+    }
+    for (size_t i = 0; i < r->scales; ++i) {
+        const float *sc = (const float *)((const char *)recv->x_scales + at * recv->scale_stride);
+
+        CHECK(sc[i] == gen_scale(c, g_step, s.rank, s.token, (int)i),
+              "expert %d row %d: scale %zu differs", recv->first_expert + e, row, i);
+    }
+}
+
+/* Check what arrived, and compute the experts' outputs into recv->expert_y. */
+static void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv)
+{
+    const moe_case_t *c = r->c;
+
+    memset(r->seen, 0, (size_t)r->world * (size_t)c->max_tokens * (size_t)c->topk);
+    for (int e = 0; e < recv->num_local_experts; ++e) {
+        int g = recv->first_expert + e;
+
+        CHECK(recv->count[e] == ref_count(r, g), "expert %d received %d rows, expected %d", g,
+              recv->count[e], ref_count(r, g));
+        for (int row = 0; row < recv->count[e]; ++row) {
+            size_t at = (size_t)e * (size_t)recv->capacity + (size_t)row;
+            strata_moe_source_t s;
+            unsigned char *y = (unsigned char *)recv->expert_y + at * recv->y_row_bytes;
+
+            check_row(r, recv, e, row);
+            s = recv->src[at];
+            for (int h = 0; h < c->hidden; ++h) {
+                ref_store(y, h, c->combine_dtype, gen_y(c, g_step, g, s.rank, s.token, h));
+            }
+        }
+    }
+}
+
+static void check_combine(rank_state_t *r)
+{
+    const moe_case_t *c = r->c;
+    unsigned char yrow[16];
+
+    for (int t = 0; t < r->n; ++t) {
+        unsigned char *ref = r->ref + (size_t)t * r->y_row_bytes;
+        const unsigned char *got = r->out + (size_t)t * r->y_row_bytes;
+
+        for (int h = 0; h < c->hidden; ++h) {
+            float acc = 0.0f;
+
+            for (int k = 0; k < c->topk; ++k) {
+                int64_t e = ref_route(c, g_step, r->rank, t, k);
+
+                if (e < 0) {
+                    continue;
+                }
+                ref_store(yrow, 0, c->combine_dtype, gen_y(c, g_step, (int)e, r->rank, t, h));
+                acc = acc + r->weights[(size_t)t * (size_t)c->topk + (size_t)k] *
+                                ref_load(yrow, 0, c->combine_dtype);
+            }
+            ref_store(ref, h, c->combine_dtype, acc);
+        }
+        CHECK(memcmp(ref, got, r->y_row_bytes) == 0, "token %d's combined row differs", t);
+    }
+}
+
+/* One step; the layout form on odd steps. Returns the first status that was not OK. */
+static strata_status_t run_step(rank_state_t *r, int kill)
+{
+    uint64_t dmask[INTRA_MOE_MASK_WORDS], cmask[INTRA_MOE_MASK_WORDS];
+    strata_moe_layout_t *layout = NULL;
+    strata_moe_recv_t recv;
+    strata_status_t status;
+
+    gen_mask(r->c, g_step, 0, dmask);
+    gen_mask(r->c, g_step, 1, cmask);
+    CHECK(strata_moe_set_pull_mask(r->moe, dmask, cmask) == STRATA_OK, "set_pull_mask");
+    make_inputs(r);
+    if (g_step % 2 == 1) {
+        CHECK(strata_moe_layout_create(r->moe, r->idx, r->n, &layout) == STRATA_OK, "layout");
+        status = strata_moe_dispatch_send(r->moe, layout, r->x, r->scales ? r->x_scales : NULL);
+        if (kill) {
+            raise(SIGKILL); /* in the middle of the step, as a crash would */
+        }
+        if (status == STRATA_OK) {
+            status = strata_moe_dispatch_recv(r->moe, &recv);
+        }
+    } else {
+        status = strata_moe_dispatch(r->moe, r->x, r->scales ? r->x_scales : NULL, r->idx, r->n,
+                                     &recv);
+    }
+    if (status == STRATA_OK) {
+        check_dispatch(r, &recv);
+        status = strata_moe_combine_send(r->moe, NULL);
+    }
+    if (status == STRATA_OK) {
+        status = strata_moe_combine_recv(r->moe, r->weights, r->out);
+    }
+    if (status == STRATA_OK) {
+        check_combine(r);
+    }
+    strata_moe_layout_destroy(layout);
+    return status;
+}
+
+static void alloc_state(rank_state_t *r, const moe_case_t *c)
+{
+    size_t n = (size_t)c->max_tokens;
+
+    r->row_bytes   = (size_t)c->hidden * elem_size(c->dtype);
+    r->y_row_bytes = (size_t)c->hidden * elem_size(c->combine_dtype);
+    r->scales      = c->dtype == STRATA_DTYPE_FP8_E4M3 ? (size_t)c->hidden / 128 : 0;
+    r->x           = aligned_alloc(64, n * r->row_bytes + 64);
+    r->out         = aligned_alloc(64, n * r->y_row_bytes + 64);
+    r->ref         = malloc(n * r->y_row_bytes + 64);
+    r->x_scales    = calloc(n * (r->scales + 1), sizeof(float));
+    r->weights     = calloc(n * (size_t)c->topk, sizeof(float));
+    r->idx         = calloc(n * (size_t)c->topk, sizeof(int64_t));
+    r->seen        = calloc((size_t)r->world * n * (size_t)c->topk, 1);
+    CHECK(r->x && r->out && r->ref && r->x_scales && r->weights && r->idx && r->seen, "memory");
+}
+
+int main(int argc, char **argv)
+{
+    options_t o;
+    strata_bootstrap_t *bs;
+    strata_comm_t *comm;
+    strata_moe_stats_t stats;
+    rank_state_t r = {0};
+    strata_status_t status = STRATA_OK;
+    uint64_t step_start = 0;
+
+    parse(argc, argv, &o);
+    CHECK(strata_bootstrap_from_env(&bs) == STRATA_OK, "bootstrap");
+    CHECK(strata_comm_create(NULL, bs, &comm) == STRATA_OK, "comm_create");
+    g_rank  = strata_comm_rank(comm);
+    r.rank  = g_rank;
+    r.world = strata_comm_size(comm);
+    r.c     = &o.c;
+    o.c.ranks = r.world;
+    alloc_state(&r, &o.c);
+    {
+        strata_moe_params_t p = {.num_experts = o.c.experts, .topk = o.c.topk,
+                                 .hidden = o.c.hidden, .dtype = o.c.dtype,
+                                 .combine_dtype = o.c.combine_dtype,
+                                 .max_tokens = o.c.max_tokens, .expert_alignment = 4};
+
+        status = strata_moe_create(comm, &p, &r.moe);
+        CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
+    }
+    for (g_step = 0; g_step < o.c.steps; ++g_step) {
+        step_start = util_clock_now_ns();
+        status = run_step(&r, g_step == o.kill_step && g_rank == o.kill);
+        if (status != STRATA_OK) {
+            break;
+        }
+    }
+    if (o.kill >= 0) {
+        uint64_t took_ms = (util_clock_now_ns() - step_start) / UTIL_NSEC_PER_MSEC;
+
+        CHECK(status == STRATA_ERR_PEER_FAILED && g_step == o.kill_step,
+              "rank %d died at step %d; this rank got %s at step %d", o.kill, o.kill_step,
+              strata_status_string(status), g_step);
+        CHECK(took_ms <= o.kill_bound_ms, "the failure took %" PRIu64 " ms to show, bound %"
+              PRIu64, took_ms, o.kill_bound_ms);
+        printf("rank %d: rank %d failed after %" PRIu64 " ms: %s\n", g_rank, o.kill, took_ms,
+               strata_status_string(status));
+    } else {
+        CHECK(status == STRATA_OK, "%s", strata_status_string(status));
+        CHECK(strata_moe_get_stats(r.moe, &stats) == STRATA_OK &&
+                  stats.steps == (uint64_t)o.c.steps, "stats: %" PRIu64 " steps", stats.steps);
+        printf("rank %d: %d steps passed (%s route, last step %" PRIu64 " tokens to other nodes, "
+               "%" PRIu64 " in round two)\n", g_rank, o.c.steps,
+               stats.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
+               stats.tokens_to_nodes, stats.tokens_round_two);
+    }
+    strata_moe_destroy(r.moe);
+    strata_comm_destroy(comm);
+    strata_bootstrap_destroy(bs);
+    free(r.x); free(r.out); free(r.ref); free(r.x_scales); free(r.weights); free(r.idx);
+    free(r.seen);
+    return 0;
+}
