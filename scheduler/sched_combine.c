@@ -39,13 +39,31 @@ static strata_status_t sched_check_combine(const sched_moe_t *moe, sched_state_t
     return STRATA_ERR_INVALID;
 }
 
-/* Every received token's terms back to its rank. */
+/* Where, in the ret_in area of peer, the terms this rank returns to it land: peers are
+ * kept in rank order, so this rank's index among the peer's peers. */
+static size_t sched_ret_in_at(const sched_moe_t *moe, int peer)
+{
+    const sched_moe_world_t *w = &moe->world;
+    size_t index = 0;
+
+    for (int r = 0; r < w->rank; ++r) {
+        index += w->rank_node[r] != w->rank_node[peer] &&
+                 (moe->route == STRATA_MOE_ROUTE_FLAT || w->rank_local[r] == w->rank_local[peer]);
+    }
+    return moe->net_layout.ret_in +
+           index * (size_t)moe->params.max_tokens * (size_t)moe->params.topk * moe->y_row_bytes;
+}
+
+/* Every received token's terms back to its rank: packed in the order the rank sent the
+ * tokens, one write per peer. */
 static strata_status_t sched_return_terms(sched_moe_t *moe)
 {
+    const char *terms = sched_net(moe, moe->net_layout.terms);
     int me = moe->world.rank;
 
     for (int p = 0; p < moe->num_peers; ++p) {
         const sched_peer_step_t *ps = &moe->peer_step[p];
+        size_t out = moe->net_layout.ret_out + (size_t)ps->terms_first * moe->y_row_bytes;
         int dest = moe->peers[p];
         inter_request_t *req;
         strata_status_t status;
@@ -53,12 +71,15 @@ static strata_status_t sched_return_terms(sched_moe_t *moe)
         if (ps->num_terms == 0) {
             continue;
         }
-        status = inter_engine_write_paged(moe->world.engine, dest, moe->net_mr,
-                                          &moe->net_desc[dest], moe->src_pages + ps->terms_first,
-                                          moe->dst_pages + ps->terms_first,
-                                          (uint32_t)ps->num_terms, moe->y_row_bytes,
-                                          moe->y_row_bytes, true,
-                                          sched_imm(moe, SCHED_IMM_COMBINE, me), &req);
+        for (int j = 0; j < ps->num_terms; ++j) {
+            memcpy(sched_net(moe, out + (size_t)j * moe->y_row_bytes),
+                   terms + (size_t)moe->src_pages[ps->terms_first + j] * moe->y_row_bytes,
+                   moe->y_row_bytes);
+        }
+        status = inter_engine_write(moe->world.engine, dest, moe->net_mr, out,
+                                    &moe->net_desc[dest], sched_ret_in_at(moe, dest),
+                                    (size_t)ps->num_terms * moe->y_row_bytes, true,
+                                    sched_imm(moe, SCHED_IMM_COMBINE, me), &req);
         if (status != STRATA_OK) {
             return status;
         }
@@ -102,11 +123,26 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
 static strata_status_t sched_reduce_terms(sched_moe_t *moe, const float *topk_weights, void *out)
 {
     const sched_plan_t *plan = moe->plan;
+    char *terms = sched_net(moe, moe->net_layout.terms);
     strata_status_t status = STRATA_OK;
 
     for (int p = 0; p < moe->num_peers && status == STRATA_OK; ++p) {
+        size_t block = (size_t)moe->params.max_tokens * (size_t)moe->params.topk;
+        const char *in = sched_net(moe, moe->net_layout.ret_in + (size_t)p * block *
+                                                                     moe->y_row_bytes);
+        const int32_t *map = moe->ret_map + (size_t)p * block;
+        size_t bytes = (size_t)plan->peer_terms[p] * moe->y_row_bytes;
+
+        if (bytes == 0) {
+            continue;
+        }
         status = sched_wait_imm(moe, SCHED_IMM_COMBINE, moe->peers[p],
-                                (uint64_t)plan->peer_terms[p], "combine terms");
+                                inter_engine_write_chunks(moe->world.engine, moe->peers[p], bytes),
+                                "combine terms");
+        for (int64_t j = 0; status == STRATA_OK && j < plan->peer_terms[p]; ++j) {
+            memcpy(terms + (size_t)map[j] * moe->y_row_bytes,
+                   in + (size_t)j * moe->y_row_bytes, moe->y_row_bytes);
+        }
     }
     if (status == STRATA_OK) {
         status = sched_finish_requests(moe);
@@ -114,7 +150,7 @@ static strata_status_t sched_reduce_terms(sched_moe_t *moe, const float *topk_we
     if (status != STRATA_OK) {
         return sched_fail(moe, status, "returning terms between nodes");
     }
-    status = intra_moe_reduce(moe->intra, sched_net(moe, moe->net_layout.terms), plan->clean_idx,
+    status = intra_moe_reduce(moe->intra, terms, plan->clean_idx,
                               topk_weights, plan->num_tokens, out);
     return status == STRATA_OK ? STRATA_OK : sched_fail(moe, status, "summing terms");
 }

@@ -56,14 +56,16 @@ static void sched_pack_entry(const sched_moe_t *moe, char *entry, int token,
     }
 }
 
-/* The peer's entries in the staging area: Push tokens first, then Pull ones. */
+/* The peer's entries in the staging area: Push tokens first, then Pull ones; and the
+ * (token, slot) of each term it will return, in the same order. */
 static void sched_pack_peer(sched_moe_t *moe, int p, const void *x, const float *x_scales)
 {
     const sched_plan_t *plan = moe->plan;
     int dest = moe->peers[p], node = moe->world.rank_node[dest], topk = moe->params.topk;
     char *staging = sched_net(moe, sched_staging_at(moe, dest));
+    int32_t *ret_map = moe->ret_map + (size_t)p * (size_t)moe->params.max_tokens * (size_t)topk;
     sched_peer_step_t *ps = &moe->peer_step[p];
-    int n = 0;
+    int n = 0, terms = 0;
 
     ps->send_push = ps->send_pull = 0;
     for (int pass = 0; pass < 2; ++pass) {
@@ -75,6 +77,11 @@ static void sched_pack_peer(sched_moe_t *moe, int p, const void *x, const float 
             }
             sched_pack_entry(moe, staging + (size_t)n++ * moe->entry_bytes, plan->tokens[e],
                              experts, x, x_scales);
+            for (int k = 0; k < topk; ++k) {
+                if (experts[k] >= 0) {
+                    ret_map[terms++] = plan->tokens[e] * topk + k;
+                }
+            }
             *(pass == 0 ? &ps->send_push : &ps->send_pull) += 1;
         }
     }
@@ -355,9 +362,8 @@ static strata_status_t sched_unpack_entry(sched_moe_t *moe, int p, const char *e
             return STRATA_ERR_INTERNAL;
         }
         moe->host_idx[(size_t)aug * (size_t)topk + (size_t)k] = expert;
-        if (expert >= 0) {
+        if (expert >= 0) { /* the order the source's ret_map expects */
             moe->src_pages[*pages] = (uint32_t)(aug * topk + k);
-            moe->dst_pages[*pages] = (uint32_t)(record->token * topk + k);
             *pages += 1;
         }
     }

@@ -83,6 +83,8 @@ typedef struct sched_net_layout {
     size_t spec;     /* [world][spec_tokens] entries, by source */
     size_t overflow; /* [num_peers * max_tokens] entries, handed out by grants */
     size_t staging;  /* [world][max_tokens] entries, by destination */
+    size_t ret_out;  /* [num_peers * max_tokens * topk] terms being returned, by peer */
+    size_t ret_in;   /* [num_peers][max_tokens * topk] terms returned to us, by peer */
     size_t total;
 } sched_net_layout_t;
 
@@ -130,8 +132,9 @@ struct sched_moe {
     int64_t             *aug_idx;    /* [max_aug][topk] node-local, device memory */
     int64_t             *host_idx;   /* host copy being built */
     int32_t             *aug_origin; /* [max_aug][2] */
-    uint32_t            *src_pages;  /* [max_aug * topk] combine pages, by peer */
-    uint32_t            *dst_pages;
+    uint32_t            *src_pages;  /* [max_aug * topk] terms to return, by peer */
+    int32_t             *ret_map;    /* [num_peers][max_tokens * topk]: t * topk + k of each
+                                        term a peer returns, in the order it sends them */
     sched_peer_step_t   *peer_step;  /* [num_peers] */
     inter_request_t    **requests;   /* [num_peers * SCHED_MAX_REQUESTS_PER_PEER] */
     int                  num_requests;

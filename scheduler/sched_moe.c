@@ -6,6 +6,7 @@
 #include "sched_internal.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -198,6 +199,10 @@ static void sched_layout_net(sched_moe_t *moe)
     l->spec     = sched_place(&cursor, world * (size_t)moe->spec_tokens * moe->entry_bytes);
     l->overflow = sched_place(&cursor, (size_t)moe->num_peers * max_tokens * moe->entry_bytes);
     l->staging  = sched_place(&cursor, world * max_tokens * moe->entry_bytes);
+    l->ret_out  = sched_place(&cursor, (size_t)moe->num_peers * max_tokens *
+                                           (size_t)moe->params.topk * moe->y_row_bytes);
+    l->ret_in   = sched_place(&cursor, (size_t)moe->num_peers * max_tokens *
+                                           (size_t)moe->params.topk * moe->y_row_bytes);
     l->total    = sched_place(&cursor, 0);
 }
 
@@ -217,16 +222,20 @@ static strata_status_t sched_open_intra(sched_moe_t *moe)
     };
     size_t origin_bytes = (size_t)moe->max_aug * 2 * sizeof(int32_t);
     size_t intra_bytes  = intra_moe_heap_size(&ip, moe->local_size);
+    char key[128];
     intra_heap_params_t hp = {
         .device     = moe->world.device,
         .local_rank = moe->world.rank_local[moe->world.rank],
         .local_size = moe->local_size,
         .size       = intra_bytes + origin_bytes + 2 * INTRA_DEVICE_ALIGNMENT,
-        .job_key    = moe->world.job_key,
+        .job_key    = key,
         .timeout_ns = moe->timeout_ns,
     };
     strata_status_t status;
 
+    /* Per node: nodes may share a network namespace, and so the socket's name space. */
+    snprintf(key, sizeof(key), "%s-node%d", moe->world.job_key,
+             moe->world.rank_node[moe->world.rank]);
     if (intra_bytes == 0) {
         return STRATA_ERR_INVALID; /* intra_moe_heap_size named the parameter */
     }
@@ -292,7 +301,8 @@ static strata_status_t sched_alloc_step_buffers(sched_moe_t *moe)
     moe->host_idx   = calloc(aug * topk, sizeof(int64_t));
     moe->aug_origin = calloc(aug * 2, sizeof(int32_t));
     moe->src_pages  = calloc(aug * topk, sizeof(uint32_t));
-    moe->dst_pages  = calloc(aug * topk, sizeof(uint32_t));
+    moe->ret_map    = calloc((size_t)UTIL_MAX(moe->num_peers, 1) *
+                                 (size_t)moe->params.max_tokens * topk, sizeof(int32_t));
     moe->peer_step  = calloc((size_t)UTIL_MAX(moe->num_peers, 1), sizeof(sched_peer_step_t));
     moe->requests   = calloc((size_t)UTIL_MAX(moe->num_peers, 1) * SCHED_MAX_REQUESTS_PER_PEER,
                              sizeof(inter_request_t *));
@@ -300,7 +310,7 @@ static strata_status_t sched_alloc_step_buffers(sched_moe_t *moe)
     moe->intra_src  = calloc(UTIL_MAX(rows, 1), sizeof(intra_moe_source_t));
     moe->origins    = calloc((size_t)moe->local_size * aug * 2, sizeof(int32_t));
     if (!moe->aug_scales || !moe->host_idx || !moe->aug_origin || !moe->src_pages ||
-        !moe->dst_pages || !moe->peer_step || !moe->requests || !moe->src || !moe->intra_src ||
+        !moe->ret_map || !moe->peer_step || !moe->requests || !moe->src || !moe->intra_src ||
         !moe->origins) {
         return STRATA_ERR_NO_MEMORY;
     }
@@ -421,7 +431,7 @@ void sched_moe_destroy(sched_moe_t *moe)
     free(moe->host_idx);
     free(moe->aug_origin);
     free(moe->src_pages);
-    free(moe->dst_pages);
+    free(moe->ret_map);
     free(moe->peer_step);
     free(moe->requests);
     free(moe->src);

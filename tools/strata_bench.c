@@ -3,6 +3,7 @@
  *
  *   strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]
  *   mpirun -n 2 strata-bench intra [options]           (strata_bench_intra.c)
+ *   mpirun -n 4 strata-bench moe [options]             (strata_bench_moe.c)
  *
  * p2p: write-with-immediate between two ranks, through the transfer engine and through raw
  * libfabric calls on the same provider and interface: one-way latency from ping-pong
@@ -209,6 +210,7 @@ static void usage(FILE *out)
 {
     fprintf(out, "Usage: strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]\n"
                  "       mpirun -n N strata-bench intra [--help]\n"
+                 "       mpirun -n N strata-bench moe [--help]\n"
                  "Write-with-immediate latency (p50/p99) and bandwidth, engine against raw\n"
                  "libfabric on the same provider (STRATA_INTER_PROVIDER, STRATA_INTER_IFACE).\n");
 }
@@ -252,6 +254,9 @@ int main(int argc, char **argv)
 #ifdef STRATA_BENCH_HAVE_MPI
     if (argc >= 2 && strcmp(argv[1], "intra") == 0) {
         return bench_intra_main(argc, argv);
+    }
+    if (argc >= 2 && strcmp(argv[1], "moe") == 0) {
+        return bench_moe_main(argc, argv);
     }
 #endif
     if (argc < 2 || strcmp(argv[1], "p2p") != 0) {

@@ -7,8 +7,7 @@
  *   mpirun -n 2 strata-bench intra [--tokens N[,N...]] [--hidden H] [--topk K]
  *          [--experts E] [--iters N] [--device host]
  */
-#include "strata_bench.h"
-#include "intra/intra.h"
+#include "strata_bench_mpi.h"
 
 #include <getopt.h>
 #include <mpi.h>
@@ -17,40 +16,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define INTRA_MAX_SIZES 8
-
-typedef struct intra_bench {
-    int                       rank, size;
-    int                       hidden, topk, experts, tokens, iters;
-    uint64_t                  pull_mask[INTRA_MOE_MASK_WORDS];
-    const intra_device_ops_t *device;
-    size_t                    row_bytes;
-    uint16_t                 *x, *out;
-    int64_t                  *idx;
-    float                    *weights;
-    /* the MPI path */
-    uint16_t                 *packed, *received;
-    int                      *send_counts, *send_displs, *recv_counts, *recv_displs;
-    int                      *order; /* packed row -> token * topk + k */
-    /* the same inputs in the device's memory, for strata */
-    void                     *d_x, *d_out, *d_idx, *d_weights;
-} intra_bench_t;
-
-typedef struct intra_result {
-    util_histogram_summary_t dispatch, combine, step; /* ns, rank 0's samples */
-    double                   gbps;                    /* payload / median step time */
-} intra_result_t;
-
-#define MPI_TRY(expr) \
-    do { \
-        if ((expr) != MPI_SUCCESS) { \
-            fprintf(stderr, "strata-bench intra: %s failed\n", #expr); \
-            MPI_Abort(MPI_COMM_WORLD, 1); \
-        } \
-    } while (0)
-
 /* Distinct uniform experts per token, seeded by rank. */
-static void intra_route(intra_bench_t *b)
+void intra_route(intra_bench_t *b)
 {
     uint64_t state = 0x9e3779b97f4a7c15ull * (uint64_t)(b->rank + 1);
 
@@ -87,19 +54,14 @@ static void intra_summary(util_histogram_t *h, util_histogram_summary_t *s)
     util_histogram_reset(h);
 }
 
-/* Per-step samples of one path: dispatch, combine, and the two together. */
-typedef struct intra_samples {
-    util_histogram_t dispatch, combine, step;
-} intra_samples_t;
-
-static void intra_record(intra_samples_t *s, uint64_t t0, uint64_t t1, uint64_t t2)
+void intra_record(intra_samples_t *s, uint64_t t0, uint64_t t1, uint64_t t2)
 {
     util_histogram_record(&s->dispatch, t1 - t0);
     util_histogram_record(&s->combine, t2 - t1);
     util_histogram_record(&s->step, t2 - t0);
 }
 
-static void intra_finish(intra_bench_t *b, intra_samples_t *s, intra_result_t *r)
+void intra_finish(intra_bench_t *b, intra_samples_t *s, intra_result_t *r)
 {
     intra_summary(&s->dispatch, &r->dispatch);
     intra_summary(&s->combine, &r->combine);
@@ -159,7 +121,7 @@ static void intra_run_memcpy(intra_bench_t *b, intra_result_t *r)
 }
 
 /* Counts and order of the rows each rank sends: (token, k) grouped by owner rank. */
-static void intra_mpi_layout(intra_bench_t *b)
+void intra_mpi_layout(intra_bench_t *b)
 {
     int per_rank = b->experts / b->size, n = 0;
 
@@ -209,7 +171,7 @@ static void intra_mpi_reduce(intra_bench_t *b)
     free(acc);
 }
 
-static void intra_run_mpi(intra_bench_t *b, intra_result_t *r)
+void intra_run_mpi(intra_bench_t *b, intra_result_t *r)
 {
     static intra_samples_t samples;
 
@@ -238,7 +200,7 @@ static void intra_run_mpi(intra_bench_t *b, intra_result_t *r)
     intra_finish(b, &samples, r);
 }
 
-static void intra_alloc(intra_bench_t *b, int max_tokens)
+void intra_alloc(intra_bench_t *b, int max_tokens)
 {
     size_t rows = (size_t)max_tokens * (size_t)b->topk;
 
@@ -264,8 +226,8 @@ static void intra_alloc(intra_bench_t *b, int max_tokens)
     b->recv_displs = b->send_counts + 3 * b->size;
 }
 
-static void intra_print_row(const char *what, int tokens, const intra_result_t *r,
-                            const intra_result_t *base)
+void intra_print_row(const char *what, int tokens, const intra_result_t *r,
+                     const intra_result_t *base)
 {
     printf("%6d %-16s | %9.1f %9.1f | %9.1f %9.1f | %9.1f %9.1f | %7.2f | %6.2f\n", tokens, what,
            r->dispatch.p50 / 1e3, r->dispatch.p99 / 1e3, r->combine.p50 / 1e3,
@@ -303,7 +265,7 @@ static void intra_measure(intra_bench_t *b, intra_moe_t *moe)
     }
 }
 
-static int intra_parse_sizes(const char *text, int *sizes)
+int intra_parse_sizes(const char *text, int *sizes)
 {
     int n = 0;
     char *copy = strdup(text), *save = NULL;

@@ -1,0 +1,176 @@
+/*
+ * strata-bench moe: two-tier MoE dispatch+combine through strata_moe on every rank of a
+ * job whose ranks are grouped into nodes, for both routes, against MPI_Alltoallv moving the
+ * same tokens in the same processes (strata_bench_mpi.h). Decode sizes show latency
+ * (p50/p99), prefill sizes throughput. Launched by mpirun, which also coordinates the
+ * ranks and carries strata's bootstrap; on one machine, --ranks-per-node names the nodes:
+ *
+ *   mpirun -n 4 --mca btl self,tcp -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo \
+ *       strata-bench moe --ranks-per-node 2
+ */
+#include "strata_bench_mpi.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static strata_status_t moe_mpi_allgather(void *ctx, const void *send, void *recv, size_t size)
+{
+    (void)ctx;
+    return MPI_Allgather(send, (int)size, MPI_BYTE, recv, (int)size, MPI_BYTE,
+                         MPI_COMM_WORLD) == MPI_SUCCESS ? STRATA_OK : STRATA_ERR_BOOTSTRAP;
+}
+
+static strata_status_t moe_mpi_barrier(void *ctx)
+{
+    (void)ctx;
+    return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? STRATA_OK : STRATA_ERR_BOOTSTRAP;
+}
+
+/* One route: a reused layout, dispatch and combine halves, timed per step. */
+static void moe_run_route(intra_bench_t *b, strata_comm_t *comm, strata_moe_route_t route,
+                          intra_result_t *r, strata_moe_stats_t *stats)
+{
+    static intra_samples_t samples;
+    strata_moe_params_t p = {.num_experts = b->experts, .topk = b->topk, .hidden = b->hidden,
+                             .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
+                             .max_tokens = b->tokens, .route = route,
+                             .mode = STRATA_MOE_MODE_PUSH};
+    strata_moe_layout_t *layout;
+    strata_moe_recv_t recv;
+    strata_moe_t *moe;
+
+    BENCH_TRY(strata_moe_create(comm, &p, &moe));
+    BENCH_TRY(strata_moe_layout_create(moe, b->idx, b->tokens, &layout));
+    for (int i = -2; i < b->iters; ++i) {
+        uint64_t t0, t1, t2;
+
+        MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+        t0 = util_clock_now_ns();
+        BENCH_TRY(strata_moe_dispatch_send(moe, layout, b->x, NULL));
+        BENCH_TRY(strata_moe_dispatch_recv(moe, &recv));
+        t1 = util_clock_now_ns();
+        BENCH_TRY(strata_moe_combine(moe, NULL, b->weights, b->out));
+        t2 = util_clock_now_ns();
+        if (i >= 0) {
+            intra_record(&samples, t0, t1, t2);
+        }
+    }
+    BENCH_TRY(strata_moe_get_stats(moe, stats));
+    intra_finish(b, &samples, r);
+    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD)); /* nobody unmaps while a peer still reads */
+    strata_moe_layout_destroy(layout);
+    strata_moe_destroy(moe);
+}
+
+static void moe_measure(intra_bench_t *b, strata_comm_t *comm)
+{
+    intra_result_t flat, hier, mpi;
+    strata_moe_stats_t flat_stats, hier_stats;
+
+    intra_route(b);
+    intra_mpi_layout(b);
+    moe_run_route(b, comm, STRATA_MOE_ROUTE_FLAT, &flat, &flat_stats);
+    moe_run_route(b, comm, STRATA_MOE_ROUTE_HIERARCHICAL, &hier, &hier_stats);
+    intra_run_mpi(b, &mpi);
+    if (b->rank == 0) {
+        intra_print_row("MPI_Alltoallv", b->tokens, &mpi, NULL);
+        intra_print_row("strata flat", b->tokens, &flat, &mpi);
+        intra_print_row("strata hier", b->tokens, &hier, &mpi);
+        printf("%6d strata/alltoallv | step p50 speed-up: flat %.2fx, hierarchical %.2fx; "
+               "step p99: flat %.2fx, hierarchical %.2fx\n", b->tokens,
+               (double)mpi.step.p50 / (double)flat.step.p50,
+               (double)mpi.step.p50 / (double)hier.step.p50,
+               (double)mpi.step.p99 / (double)flat.step.p99,
+               (double)mpi.step.p99 / (double)hier.step.p99);
+        printf("%6d rank 0 to other nodes per step | flat %llu rows, hierarchical %llu rows "
+               "(%llu and %llu payload bytes with combine)\n", b->tokens,
+               (unsigned long long)flat_stats.tokens_to_nodes,
+               (unsigned long long)hier_stats.tokens_to_nodes,
+               (unsigned long long)flat_stats.bytes_to_nodes,
+               (unsigned long long)hier_stats.bytes_to_nodes);
+        fflush(stdout);
+    }
+}
+
+static void moe_usage(FILE *out)
+{
+    fprintf(out, "Usage: mpirun -n N strata-bench moe [--ranks-per-node L] [--tokens N[,N...]]\n"
+                 "              [--hidden H] [--topk K] [--experts E] [--iters N]\n"
+                 "Two-tier MoE dispatch+combine (bf16, uniform routing, all Push), flat and "
+                 "hierarchical,\nagainst MPI_Alltoallv moving the same tokens. Ratios: "
+                 "GB/s against MPI_Alltoallv.\n");
+}
+
+int bench_moe_main(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"tokens", required_argument, NULL, 't'}, {"hidden", required_argument, NULL, 'H'},
+        {"topk", required_argument, NULL, 'k'},   {"experts", required_argument, NULL, 'e'},
+        {"iters", required_argument, NULL, 'i'},  {"ranks-per-node", required_argument, NULL, 'L'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+    };
+    intra_bench_t b = {.hidden = 2048, .topk = 8};
+    int sizes[INTRA_MAX_SIZES] = {128, 2048}, num_sizes = 2, opt, max_tokens = 0, iters = 0;
+    int per_node = 0;
+    char node_name[32];
+    strata_config_t config = {.field_mask = STRATA_CONFIG_FIELD_NODE_NAME};
+    strata_bootstrap_t bs = {.allgather = moe_mpi_allgather, .barrier = moe_mpi_barrier};
+    strata_comm_t *comm;
+
+    optind = 2;
+    while ((opt = getopt_long(argc, argv, "t:H:k:e:i:L:h", options, NULL)) != -1) {
+        switch (opt) {
+        case 't': num_sizes = intra_parse_sizes(optarg, sizes); break;
+        case 'H': b.hidden = atoi(optarg); break;
+        case 'k': b.topk = atoi(optarg); break;
+        case 'e': b.experts = atoi(optarg); break;
+        case 'i': iters = atoi(optarg); break;
+        case 'L': per_node = atoi(optarg); break;
+        case 'h': moe_usage(stdout); return 0;
+        default: moe_usage(stderr); return 2;
+        }
+    }
+    MPI_TRY(MPI_Init(&argc, &argv));
+    MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &b.rank));
+    MPI_TRY(MPI_Comm_size(MPI_COMM_WORLD, &b.size));
+    util_log_set_rank(b.rank);
+    b.device  = intra_device_find("host");
+    b.experts = b.experts > 0 ? b.experts : 8 * b.size;
+    per_node  = per_node > 0 ? per_node : b.size;
+    if (num_sizes == 0 || b.experts % b.size != 0 || b.size % per_node != 0) {
+        fprintf(stderr, "strata-bench moe: no token counts, experts not a multiple of the %d "
+                        "ranks, or ranks not a multiple of --ranks-per-node\n", b.size);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    snprintf(node_name, sizeof(node_name), "node%d", b.rank / per_node);
+    config.node_name = node_name;
+    bs.rank          = b.rank;
+    bs.world_size    = b.size;
+    BENCH_TRY(strata_comm_create(&config, &bs, &comm));
+    b.row_bytes = (size_t)b.hidden * sizeof(uint16_t);
+    for (int i = 0; i < num_sizes; ++i) {
+        max_tokens = UTIL_MAX(max_tokens, sizes[i]);
+    }
+    intra_alloc(&b, max_tokens);
+    if (b.rank == 0) {
+        printf("# strata-bench moe: %d ranks on %d nodes, transport %s, hidden %d, top-%d of %d "
+               "experts, bf16\n# payload per rank and step: dispatched rows + combined rows; "
+               "times in us (rank 0), GB/s = payload / step p50\n"
+               "# ratio: GB/s against MPI_Alltoallv in the same processes\n",
+               b.size, strata_comm_num_nodes(comm), strata_comm_transport(comm), b.hidden,
+               b.topk, b.experts);
+        printf("%6s %-16s | %9s %9s | %9s %9s | %9s %9s | %7s | %6s\n", "tokens", "path",
+               "disp p50", "disp p99", "comb p50", "comb p99", "step p50", "step p99", "GB/s",
+               "ratio");
+    }
+    for (int i = 0; i < num_sizes; ++i) {
+        b.tokens = sizes[i];
+        b.iters  = iters > 0 ? iters : sizes[i] >= 1024 ? 10 : 100;
+        moe_measure(&b, comm);
+    }
+    strata_comm_destroy(comm);
+    MPI_TRY(MPI_Finalize());
+    return 0;
+}

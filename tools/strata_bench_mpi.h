@@ -1,0 +1,66 @@
+/*
+ * What strata-bench's MPI-launched subcommands share: the bench state, MPI_Alltoallv as the
+ * baseline (pack rows by destination rank, exchange, exchange back, weighted sum), uniform
+ * routing, per-step samples and the result rows (strata_bench_intra.c).
+ */
+#ifndef STRATA_TOOLS_STRATA_BENCH_MPI_H
+#define STRATA_TOOLS_STRATA_BENCH_MPI_H
+
+#include "strata_bench.h"
+#include "intra/intra.h"
+
+#include <mpi.h>
+#include <stdbool.h>
+
+#define INTRA_MAX_SIZES 8
+
+typedef struct intra_bench {
+    int                       rank, size;
+    int                       hidden, topk, experts, tokens, iters;
+    uint64_t                  pull_mask[INTRA_MOE_MASK_WORDS];
+    const intra_device_ops_t *device;
+    size_t                    row_bytes;
+    uint16_t                 *x, *out;
+    int64_t                  *idx;
+    float                    *weights;
+    /* the MPI path */
+    uint16_t                 *packed, *received;
+    int                      *send_counts, *send_displs, *recv_counts, *recv_displs;
+    int                      *order; /* packed row -> token * topk + k */
+    /* the same inputs in the device's memory, for strata */
+    void                     *d_x, *d_out, *d_idx, *d_weights;
+} intra_bench_t;
+
+typedef struct intra_result {
+    util_histogram_summary_t dispatch, combine, step; /* ns, rank 0's samples */
+    double                   gbps;                    /* payload / median step time */
+} intra_result_t;
+
+#define MPI_TRY(expr) \
+    do { \
+        if ((expr) != MPI_SUCCESS) { \
+            fprintf(stderr, "strata-bench intra: %s failed\n", #expr); \
+            MPI_Abort(MPI_COMM_WORLD, 1); \
+        } \
+    } while (0)
+
+/* Per-step samples of one path: dispatch, combine, and the two together. */
+typedef struct intra_samples {
+    util_histogram_t dispatch, combine, step;
+} intra_samples_t;
+
+/** Distinct uniform experts per token (seeded by rank), equal weights, fixed rows. */
+void intra_route(intra_bench_t *b);
+void intra_alloc(intra_bench_t *b, int max_tokens);
+void intra_record(intra_samples_t *s, uint64_t t0, uint64_t t1, uint64_t t2);
+void intra_finish(intra_bench_t *b, intra_samples_t *s, intra_result_t *r);
+/** Counts and order of the rows each rank sends to each rank (collective). */
+void intra_mpi_layout(intra_bench_t *b);
+/** The baseline over b->iters steps (collective). */
+void intra_run_mpi(intra_bench_t *b, intra_result_t *r);
+void intra_print_row(const char *what, int tokens, const intra_result_t *r,
+                     const intra_result_t *base);
+/** "128,4096" into sizes (at most INTRA_MAX_SIZES); the count. */
+int  intra_parse_sizes(const char *text, int *sizes);
+
+#endif
