@@ -18,6 +18,17 @@ static size_t sched_staging_at(const sched_moe_t *moe, int dest)
            (size_t)dest * (size_t)moe->params.max_tokens * moe->entry_bytes;
 }
 
+/*
+ * A source's header slot for a step. Two per source, by the step's parity: a peer that
+ * exchanged no tokens with us in a step does not wait for us in its combine, so it can
+ * send the next step's header before we have read this one; it cannot get two steps ahead,
+ * since each step's dispatch waits for our header of that step.
+ */
+static size_t sched_header_at(const sched_moe_t *moe, int source, uint64_t step)
+{
+    return moe->net_layout.headers + ((size_t)source * 2 + (size_t)(step & 1)) * SCHED_CTRL_BYTES;
+}
+
 static size_t sched_spec_at(const sched_moe_t *moe, int source)
 {
     return moe->net_layout.spec + (size_t)source * (size_t)moe->spec_tokens * moe->entry_bytes;
@@ -101,7 +112,7 @@ static strata_status_t sched_send_round_one(sched_moe_t *moe, int p)
     *header = (sched_header_t){.magic = SCHED_HEADER_MAGIC, .step = moe->step,
                                .num_push = ps->send_push, .num_pull = ps->send_pull};
     status = inter_engine_write(moe->world.engine, dest, moe->net_mr, out, &moe->net_desc[dest],
-                                moe->net_layout.headers + (size_t)me * SCHED_CTRL_BYTES,
+                                sched_header_at(moe, me, moe->step),
                                 sizeof(*header), true, sched_imm(moe, SCHED_IMM_HEADER, me),
                                 &req);
     if (status != STRATA_OK) {
@@ -192,8 +203,8 @@ static strata_status_t sched_read_headers(sched_moe_t *moe)
 {
     for (int p = 0; p < moe->num_peers; ++p) {
         int source = moe->peers[p];
-        const sched_header_t *h = (const sched_header_t *)sched_net(
-            moe, moe->net_layout.headers + (size_t)source * SCHED_CTRL_BYTES);
+        const sched_header_t *h =
+            (const sched_header_t *)sched_net(moe, sched_header_at(moe, source, moe->step));
         strata_status_t status = sched_wait_imm(moe, SCHED_IMM_HEADER, source, 1, "counts");
 
         if (status != STRATA_OK) {

@@ -76,7 +76,7 @@ typedef enum sched_state {
 /* Offsets in the registered network area, the same on every rank. */
 typedef struct sched_net_layout {
     size_t terms;    /* [max_aug][topk][y_row_bytes]: first, so pages count from 0 */
-    size_t headers;  /* [world] received, by source */
+    size_t headers;  /* [world][2] received, by source and step parity */
     size_t grants;   /* [world] received, by receiver */
     size_t out_headers; /* [world] headers being sent, by peer */
     size_t out_grants;  /* [world] grants being sent, by peer */

@@ -192,7 +192,7 @@ static void sched_layout_net(sched_moe_t *moe)
 
     l->terms    = sched_place(&cursor, (size_t)moe->max_aug * (size_t)moe->params.topk *
                                            moe->y_row_bytes);
-    l->headers  = sched_place(&cursor, world * SCHED_CTRL_BYTES);
+    l->headers  = sched_place(&cursor, 2 * world * SCHED_CTRL_BYTES);
     l->grants   = sched_place(&cursor, world * SCHED_CTRL_BYTES);
     l->out_headers = sched_place(&cursor, world * SCHED_CTRL_BYTES);
     l->out_grants  = sched_place(&cursor, world * SCHED_CTRL_BYTES);
