@@ -52,6 +52,9 @@ static inline int sched_expert_rank(const sched_layout_params_t *params, int exp
 /** The expert ids of one token: distinct, each -1 or in 0..num_experts-1; or INVALID. */
 strata_status_t sched_layout_check_token(const sched_layout_params_t *p, const int64_t *experts,
                                          int token);
+/** The same check, turning each bad slot into -1 (the first one is logged). */
+strata_status_t sched_layout_clean_token(const sched_layout_params_t *p, int64_t *experts,
+                                         int token);
 
 /* --- Two-tier MoE ------------------------------------------------------------------------- */
 

@@ -12,18 +12,6 @@
 
 #include <string.h>
 
-static void sched_node_combine_mask(const sched_moe_t *moe, uint64_t *node_mask)
-{
-    int node = moe->world.rank_node[moe->world.rank];
-
-    memset(node_mask, 0, sizeof(uint64_t) * SCHED_MASK_WORDS);
-    for (int j = 0; j < moe->experts_per_node; ++j) {
-        if (sched_mask_test(moe->combine_mask, sched_node_expert(moe, node, j))) {
-            node_mask[j / 64] |= UINT64_C(1) << (j % 64);
-        }
-    }
-}
-
 static strata_status_t sched_check_combine(const sched_moe_t *moe, sched_state_t expected,
                                            const char *call)
 {
@@ -103,7 +91,7 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
         moe->state = SCHED_STEP_COMBINE_SENT; /* one node: combine_recv does it in one pass */
         return STRATA_OK;
     }
-    sched_node_combine_mask(moe, node_mask);
+    sched_node_mask(moe, moe->combine_mask, node_mask);
     status = intra_moe_combine_terms(moe->intra, moe->expert_y, node_mask,
                                      sched_net(moe, moe->net_layout.terms));
     if (status == STRATA_ERR_CAPACITY) {
@@ -171,7 +159,7 @@ strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weigh
         return STRATA_ERR_INVALID;
     }
     if (moe->num_peers == 0) {
-        sched_node_combine_mask(moe, node_mask);
+        sched_node_mask(moe, moe->combine_mask, node_mask);
         status = intra_moe_combine(moe->intra, moe->expert_y, topk_weights, node_mask, out);
         if (status == STRATA_ERR_CAPACITY) {
             moe->step_status = status;

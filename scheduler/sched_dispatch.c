@@ -158,7 +158,6 @@ static strata_status_t sched_check_send(const sched_moe_t *moe, const sched_plan
 strata_status_t sched_moe_dispatch_send(sched_moe_t *moe, const sched_plan_t *plan,
                                         const void *x, const float *x_scales)
 {
-    const struct intra_device_ops *device = moe->world.device;
     size_t n = plan ? (size_t)plan->num_tokens : 0;
     strata_status_t status = sched_check_send(moe, plan, x, x_scales);
 
@@ -172,10 +171,8 @@ strata_status_t sched_moe_dispatch_send(sched_moe_t *moe, const sched_plan_t *pl
     moe->x_scales      = x_scales;
     moe->step_status   = plan->had_bad_ids ? STRATA_ERR_INVALID : STRATA_OK;
     memcpy(moe->step_dispatch_mask, moe->dispatch_mask, sizeof(moe->dispatch_mask));
-    status = device->mem_copy(moe->aug_idx, plan->node_idx,
-                              n * (size_t)moe->params.topk * sizeof(int64_t));
     memcpy(moe->host_idx, plan->node_idx, n * (size_t)moe->params.topk * sizeof(int64_t));
-    if (status == STRATA_OK && moe->num_peers > 0 && n > 0) {
+    if (moe->num_peers > 0 && n > 0) {
         /* The intra tier takes one array: this rank's tokens first, then the received. */
         memcpy(moe->aug_x, x, n * moe->row_bytes);
         if (moe->scale_count > 0) {
@@ -404,25 +401,7 @@ static strata_status_t sched_unpack(sched_moe_t *moe)
         ps->num_terms = pages - ps->terms_first;
     }
     moe->num_aug = aug;
-    if (status == STRATA_OK) {
-        status = moe->world.device->mem_copy(moe->aug_idx, moe->host_idx,
-                                             (size_t)aug * (size_t)moe->params.topk *
-                                                 sizeof(int64_t));
-    }
     return status;
-}
-
-/* The node-local pull mask of the intra tier from the global one. */
-static void sched_node_mask(const sched_moe_t *moe, const uint64_t *global, uint64_t *node_mask)
-{
-    int node = moe->world.rank_node[moe->world.rank];
-
-    memset(node_mask, 0, sizeof(uint64_t) * SCHED_MASK_WORDS);
-    for (int j = 0; j < moe->experts_per_node; ++j) {
-        if (sched_mask_test(global, sched_node_expert(moe, node, j))) {
-            node_mask[j / 64] |= UINT64_C(1) << (j % 64);
-        }
-    }
 }
 
 /* Received rows' sources as (rank, token, slot), from every local rank's origin table. */
@@ -485,6 +464,12 @@ static strata_status_t sched_dispatch_node(sched_moe_t *moe, intra_moe_recv_t *i
         return status;
     }
     sched_node_mask(moe, moe->step_dispatch_mask, node_mask);
+    status = moe->world.device->mem_copy(moe->aug_idx, moe->host_idx,
+                                         (size_t)moe->num_aug * (size_t)moe->params.topk *
+                                             sizeof(int64_t));
+    if (status != STRATA_OK) {
+        return status;
+    }
     return intra_moe_dispatch(moe->intra, across ? moe->aug_x : moe->x,
                               moe->scale_count == 0 ? NULL
                               : across             ? moe->aug_scales

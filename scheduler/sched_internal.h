@@ -186,6 +186,8 @@ static inline int sched_local_expert(const sched_moe_t *moe, int expert)
     return moe->world.rank_local[owner] * moe->experts_per_rank + expert % moe->experts_per_rank;
 }
 
+/* The intra tier's pull mask (node-local expert ids) from a global one. */
+void            sched_node_mask(const sched_moe_t *moe, const uint64_t *global, uint64_t *node_mask);
 /* Wait for count arrivals of imm; any rank's failure ends it with PEER_FAILED. */
 strata_status_t sched_wait_imm(sched_moe_t *moe, sched_imm_kind_t kind, int from, uint64_t count,
                                const char *what);

@@ -68,24 +68,64 @@ static void sched_layout_zero(sched_layout_t *layout)
                                             sizeof(int32_t));
 }
 
+/* Why slot k of a token is bad: 0 fine, 1 not an expert, 2 the expert of slot *dup_p too. */
+static int sched_slot_problem(const sched_layout_params_t *p, const int64_t *experts, int k,
+                              int *dup_p)
+{
+    if (experts[k] < -1 || experts[k] >= p->num_experts) {
+        return 1;
+    }
+    for (int j = 0; j < k && experts[k] >= 0; ++j) {
+        if (experts[j] == experts[k]) {
+            *dup_p = j;
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static void sched_slot_log(const sched_layout_params_t *p, const int64_t *experts, int token,
+                           int k, int problem, int dup)
+{
+    if (problem == 1) {
+        UTIL_LOG_ERROR("layout: topk_idx[%d][%d] = %lld is not an expert (0..%d, or -1)", token,
+                       k, (long long)experts[k], p->num_experts - 1);
+    } else {
+        UTIL_LOG_ERROR("layout: token %d routes to expert %lld twice (slots %d and %d)", token,
+                       (long long)experts[k], dup, k);
+    }
+}
+
 strata_status_t sched_layout_check_token(const sched_layout_params_t *p,
                                          const int64_t *experts, int token)
 {
+    int dup = 0, problem;
+
     for (int k = 0; k < p->topk; ++k) {
-        if (experts[k] < -1 || experts[k] >= p->num_experts) {
-            UTIL_LOG_ERROR("layout: topk_idx[%d][%d] = %lld is not an expert (0..%d, or -1)",
-                           token, k, (long long)experts[k], p->num_experts - 1);
+        if ((problem = sched_slot_problem(p, experts, k, &dup)) != 0) {
+            sched_slot_log(p, experts, token, k, problem, dup);
             return STRATA_ERR_INVALID;
-        }
-        for (int j = 0; j < k && experts[k] >= 0; ++j) {
-            if (experts[j] == experts[k]) {
-                UTIL_LOG_ERROR("layout: token %d routes to expert %lld twice (slots %d and %d)",
-                               token, (long long)experts[k], j, k);
-                return STRATA_ERR_INVALID;
-            }
         }
     }
     return STRATA_OK;
+}
+
+strata_status_t sched_layout_clean_token(const sched_layout_params_t *p, int64_t *experts,
+                                         int token)
+{
+    strata_status_t status = STRATA_OK;
+    int dup = 0, problem;
+
+    for (int k = 0; k < p->topk; ++k) {
+        if ((problem = sched_slot_problem(p, experts, k, &dup)) != 0) {
+            if (status == STRATA_OK) {
+                sched_slot_log(p, experts, token, k, problem, dup);
+            }
+            experts[k] = -1;
+            status     = STRATA_ERR_INVALID;
+        }
+    }
+    return status;
 }
 
 /* Add token's counts; a rank or node seen in an earlier slot of this token is not recounted. */

@@ -207,7 +207,7 @@ static void sched_layout_net(sched_moe_t *moe)
 }
 
 /* The node's heap, holding the intra tier's buffers and every rank's origin table. */
-static strata_status_t sched_open_intra(sched_moe_t *moe)
+static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key)
 {
     const strata_moe_params_t *p = &moe->params;
     intra_moe_params_t ip = {
@@ -234,7 +234,7 @@ static strata_status_t sched_open_intra(sched_moe_t *moe)
     strata_status_t status;
 
     /* Per node: nodes may share a network namespace, and so the socket's name space. */
-    snprintf(key, sizeof(key), "%s-node%d", moe->world.job_key,
+    snprintf(key, sizeof(key), "%s-node%d", job_key,
              moe->world.rank_node[moe->world.rank]);
     if (intra_bytes == 0) {
         return STRATA_ERR_INVALID; /* intra_moe_heap_size named the parameter */
@@ -330,6 +330,16 @@ static void sched_default_masks(sched_moe_t *moe)
     memcpy(moe->combine_mask, moe->dispatch_mask, sizeof(uint64_t) * (size_t)words);
 }
 
+static int *sched_copy_ints(const int *src, int n)
+{
+    int *copy = malloc(sizeof(int) * (size_t)n);
+
+    if (copy != NULL) {
+        memcpy(copy, src, sizeof(int) * (size_t)n);
+    }
+    return copy;
+}
+
 strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_moe_world_t *world,
                                  sched_moe_t **moe_p)
 {
@@ -356,34 +366,22 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
     }
     moe->params = *params;
     moe->world  = *world;
-    moe->world.rank_node  = NULL; /* copied below: the caller's arrays need not outlive us */
-    moe->world.rank_local = NULL;
+    /* Ours to keep: the caller's arrays need not outlive the object; the key is used once. */
     moe->world.job_key    = NULL;
+    moe->world.rank_node  = sched_copy_ints(world->rank_node, world->world_size);
+    moe->world.rank_local = sched_copy_ints(world->rank_local, world->world_size);
     status = STRATA_ERR_NO_MEMORY;
-    {
-        int *node  = malloc(sizeof(int) * (size_t)world->world_size);
-        int *local = malloc(sizeof(int) * (size_t)world->world_size);
-
-        moe->world.rank_node  = node;
-        moe->world.rank_local = local;
-        if (node == NULL || local == NULL) {
-            goto err;
-        }
-        memcpy(node, world->rank_node, sizeof(int) * (size_t)world->world_size);
-        memcpy(local, world->rank_local, sizeof(int) * (size_t)world->world_size);
-    }
-    if ((status = sched_resolve_config(moe)) != STRATA_OK ||
+    if (moe->world.rank_node == NULL || moe->world.rank_local == NULL ||
+        (status = sched_resolve_config(moe)) != STRATA_OK ||
         (status = sched_map_peers(moe)) != STRATA_OK) {
         goto err;
     }
-    moe->world.job_key = world->job_key;
     sched_size_rows(moe);
-    if ((status = sched_open_intra(moe)) != STRATA_OK ||
+    if ((status = sched_open_intra(moe, world->job_key)) != STRATA_OK ||
         (status = sched_open_net(moe)) != STRATA_OK ||
         (status = sched_alloc_step_buffers(moe)) != STRATA_OK) {
         goto err;
     }
-    moe->world.job_key = NULL; /* used only by the heap's rendezvous */
     sched_default_masks(moe);
     moe->stats.route             = moe->route;
     moe->stats.num_local_experts = moe->experts_per_rank;
@@ -397,7 +395,6 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
     return STRATA_OK;
 
 err:
-    moe->world.job_key = NULL;
     sched_moe_destroy(moe);
     return status;
 }
@@ -469,6 +466,18 @@ strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispat
         moe->combine_mask[words - 1] &= keep;
     }
     return STRATA_OK;
+}
+
+void sched_node_mask(const sched_moe_t *moe, const uint64_t *global, uint64_t *node_mask)
+{
+    int node = moe->world.rank_node[moe->world.rank];
+
+    memset(node_mask, 0, sizeof(uint64_t) * SCHED_MASK_WORDS);
+    for (int j = 0; j < moe->experts_per_node; ++j) {
+        if (sched_mask_test(global, sched_node_expert(moe, node, j))) {
+            node_mask[j / 64] |= UINT64_C(1) << (j % 64);
+        }
+    }
 }
 
 void sched_moe_stats(const sched_moe_t *moe, strata_moe_stats_t *stats_p)

@@ -39,23 +39,14 @@ static strata_status_t sched_plan_clean(sched_plan_t *plan, const int64_t *topk_
     for (int t = 0; t < plan->num_tokens; ++t) {
         int64_t *ids = &plan->clean_idx[(size_t)t * (size_t)topk];
 
-        if (sched_layout_check_token(&lp, ids, t) == STRATA_OK) {
-            continue;
-        }
-        status = STRATA_ERR_INVALID;
         if (!skip_bad) {
-            return status;
-        }
-        plan->had_bad_ids = true;
-        for (int k = 0; k < topk; ++k) {
-            bool repeated = false;
-
-            for (int j = 0; j < k; ++j) {
-                repeated = repeated || (ids[j] >= 0 && ids[j] == ids[k]);
+            status = sched_layout_check_token(&lp, ids, t);
+            if (status != STRATA_OK) {
+                return status;
             }
-            if (ids[k] < -1 || ids[k] >= moe->params.num_experts || repeated) {
-                ids[k] = -1;
-            }
+        } else if (sched_layout_clean_token(&lp, ids, t) != STRATA_OK) {
+            plan->had_bad_ids = true;
+            status            = STRATA_ERR_INVALID;
         }
     }
     return status;

@@ -226,6 +226,22 @@ void intra_alloc(intra_bench_t *b, int max_tokens)
     b->recv_displs = b->send_counts + 3 * b->size;
 }
 
+void intra_print_header(void)
+{
+    printf("%6s %-16s | %9s %9s | %9s %9s | %9s %9s | %7s | %6s\n", "tokens", "path", "disp p50",
+           "disp p99", "comb p50", "comb p99", "step p50", "step p99", "GB/s", "ratio");
+}
+
+int intra_max_size(const int *sizes, int num_sizes)
+{
+    int max = 0;
+
+    for (int i = 0; i < num_sizes; ++i) {
+        max = UTIL_MAX(max, sizes[i]);
+    }
+    return max;
+}
+
 void intra_print_row(const char *what, int tokens, const intra_result_t *r,
                      const intra_result_t *base)
 {
@@ -321,7 +337,7 @@ int bench_intra_main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     intra_bench_t b = {.hidden = 7168, .topk = 8};
-    int sizes[INTRA_MAX_SIZES] = {128, 4096}, num_sizes = 2, opt, max_tokens = 0, iters = 0;
+    int sizes[INTRA_MAX_SIZES] = {128, 4096}, num_sizes = 2, opt, iters = 0;
     const char *device = "host";
     char key[64];
     long job;
@@ -353,10 +369,7 @@ int bench_intra_main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     b.row_bytes = (size_t)b.hidden * sizeof(uint16_t);
-    for (int i = 0; i < num_sizes; ++i) {
-        max_tokens = UTIL_MAX(max_tokens, sizes[i]);
-    }
-    intra_alloc(&b, max_tokens);
+    intra_alloc(&b, intra_max_size(sizes, num_sizes));
     job = (long)getpid();
     MPI_TRY(MPI_Bcast(&job, 1, MPI_LONG, 0, MPI_COMM_WORLD));
     if (b.rank == 0) {
@@ -365,9 +378,7 @@ int bench_intra_main(int argc, char **argv)
                "times in us (rank 0), GB/s = payload / step p50\n"
                "# ratio: GB/s against memcpy of the same bytes in the same processes\n",
                b.size, device, b.hidden, b.topk, b.experts);
-        printf("%6s %-16s | %9s %9s | %9s %9s | %9s %9s | %7s | %6s\n", "tokens", "path",
-               "disp p50", "disp p99", "comb p50", "comb p99", "step p50", "step p99", "GB/s",
-               "ratio");
+        intra_print_header();
     }
     for (int i = 0; i < num_sizes; ++i) {
         b.tokens = sizes[i];

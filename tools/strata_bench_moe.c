@@ -112,7 +112,7 @@ int bench_moe_main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     intra_bench_t b = {.hidden = 2048, .topk = 8};
-    int sizes[INTRA_MAX_SIZES] = {128, 2048}, num_sizes = 2, opt, max_tokens = 0, iters = 0;
+    int sizes[INTRA_MAX_SIZES] = {128, 2048}, num_sizes = 2, opt, iters = 0;
     int per_node = 0;
     char node_name[32];
     strata_config_t config = {.field_mask = STRATA_CONFIG_FIELD_NODE_NAME};
@@ -150,10 +150,7 @@ int bench_moe_main(int argc, char **argv)
     bs.world_size    = b.size;
     BENCH_TRY(strata_comm_create(&config, &bs, &comm));
     b.row_bytes = (size_t)b.hidden * sizeof(uint16_t);
-    for (int i = 0; i < num_sizes; ++i) {
-        max_tokens = UTIL_MAX(max_tokens, sizes[i]);
-    }
-    intra_alloc(&b, max_tokens);
+    intra_alloc(&b, intra_max_size(sizes, num_sizes));
     if (b.rank == 0) {
         printf("# strata-bench moe: %d ranks on %d nodes, transport %s, hidden %d, top-%d of %d "
                "experts, bf16\n# payload per rank and step: dispatched rows + combined rows; "
@@ -161,9 +158,7 @@ int bench_moe_main(int argc, char **argv)
                "# ratio: GB/s against MPI_Alltoallv in the same processes\n",
                b.size, strata_comm_num_nodes(comm), strata_comm_transport(comm), b.hidden,
                b.topk, b.experts);
-        printf("%6s %-16s | %9s %9s | %9s %9s | %9s %9s | %7s | %6s\n", "tokens", "path",
-               "disp p50", "disp p99", "comb p50", "comb p99", "step p50", "step p99", "GB/s",
-               "ratio");
+        intra_print_header();
     }
     for (int i = 0; i < num_sizes; ++i) {
         b.tokens = sizes[i];

@@ -58,6 +58,9 @@ void intra_finish(intra_bench_t *b, intra_samples_t *s, intra_result_t *r);
 void intra_mpi_layout(intra_bench_t *b);
 /** The baseline over b->iters steps (collective). */
 void intra_run_mpi(intra_bench_t *b, intra_result_t *r);
+/** The column titles of intra_print_row. */
+void intra_print_header(void);
+int  intra_max_size(const int *sizes, int num_sizes);
 void intra_print_row(const char *what, int tokens, const intra_result_t *r,
                      const intra_result_t *base);
 /** "128,4096" into sizes (at most INTRA_MAX_SIZES); the count. */

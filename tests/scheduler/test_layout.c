@@ -157,12 +157,30 @@ static void test_bad_input(void **state)
     assert_int_equal(sched_layout_create(NULL, &layout), STRATA_ERR_INVALID);
 }
 
+/* Bad slots become -1, good ones stay; a clean token is left as it is. */
+static void test_clean_token(void **state)
+{
+    sched_layout_params_t p = {.num_experts = 8, .topk = 5, .world_size = 4, .ranks_per_node = 2};
+    int64_t bad[5]  = {3, 8, 3, -2, 5};
+    int64_t want[5] = {3, -1, -1, -1, 5};
+    int64_t good[5] = {0, -1, 7, 2, 1};
+    int64_t same[5] = {0, -1, 7, 2, 1};
+
+    (void)state;
+    assert_int_equal(sched_layout_clean_token(&p, bad, 0), STRATA_ERR_INVALID);
+    assert_memory_equal(bad, want, sizeof(want));
+    assert_int_equal(sched_layout_check_token(&p, bad, 0), STRATA_OK);
+    assert_int_equal(sched_layout_clean_token(&p, good, 1), STRATA_OK);
+    assert_memory_equal(good, same, sizeof(same));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_against_reference),
         cmocka_unit_test(test_dedup_example),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_clean_token),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
