@@ -103,4 +103,52 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y);
 strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weights, void *out);
 void            sched_moe_stats(const sched_moe_t *moe, strata_moe_stats_t *stats_p);
 
+/* --- Per-expert modes decided by the experts' owners -------------------------------------- */
+
+/** What a decider needs to know of the object. */
+typedef struct sched_moe_shape {
+    int           num_local_experts;
+    int           num_nodes;
+    int           node;      /**< this rank's */
+    size_t        row_bytes; /**< one token row on the wire */
+    strata_moe_mode_t mode;  /**< resolved from the params and STRATA_MOE_MODE */
+    const char   *mode_file; /**< FIXED: the mask file; ADAPTIVE: a policy file, or NULL */
+} sched_moe_shape_t;
+
+void sched_moe_shape(const sched_moe_t *moe, sched_moe_shape_t *shape_p);
+
+/**
+ * The owner's side of adaptive modes (implemented by the adaptive layer). After each step's
+ * dispatch the scheduler calls decide with tokens[num_local_experts][num_nodes], the rows
+ * each of this rank's experts received from each node; decide sets pull_p[e] to the mode
+ * the expert should move in. The scheduler publishes the answer with the next step's
+ * counts, and every rank moves the expert in that mode in the step after.
+ */
+typedef struct sched_mode_decider_ops {
+    void (*decide)(void *ctx, const int32_t *tokens, bool *pull_p);
+    void (*destroy)(void *ctx);
+} sched_mode_decider_ops_t;
+
+/**
+ * Give the object a decider before its first step; every rank of the object must. initial
+ * is every expert's mode until the decisions arrive. ctx is the object's from now on, also
+ * on error. STRATA_ERR_UNSUPPORTED where the node's heap is not host memory.
+ */
+strata_status_t sched_moe_set_decider(sched_moe_t *moe, const sched_mode_decider_ops_t *ops,
+                                      void *ctx, bool initial_pull);
+
+/** What sched_moe_probe times. */
+typedef enum sched_probe {
+    SCHED_PROBE_COPY,  /**< a copy in the device backend's memory */
+    SCHED_PROBE_WRITE, /**< an RDMA write to a rank on another node, to its completion */
+    SCHED_PROBE_READ,  /**< an RDMA read from it */
+} sched_probe_t;
+
+/** The largest probe of kind; 0 where there is none (one node, no read). */
+size_t          sched_moe_probe_max(const sched_moe_t *moe, sched_probe_t kind);
+/** Time one transfer of bytes (<= sched_moe_probe_max) before the object's first step:
+ *  it uses buffers no other rank touches until then. */
+strata_status_t sched_moe_probe(sched_moe_t *moe, sched_probe_t kind, size_t bytes,
+                                uint64_t *ns_p);
+
 #endif

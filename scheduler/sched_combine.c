@@ -29,7 +29,7 @@ static strata_status_t sched_check_combine(const sched_moe_t *moe, sched_state_t
 
 /* Where, in the ret_in area of peer, the terms this rank returns to it land: peers are
  * kept in rank order, so this rank's index among the peer's peers. */
-static size_t sched_ret_in_at(const sched_moe_t *moe, int peer)
+size_t sched_ret_in_at(const sched_moe_t *moe, int peer)
 {
     const sched_moe_world_t *w = &moe->world;
     size_t index = 0;

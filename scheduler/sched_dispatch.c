@@ -18,17 +18,6 @@ static size_t sched_staging_at(const sched_moe_t *moe, int dest)
            (size_t)dest * (size_t)moe->params.max_tokens * moe->entry_bytes;
 }
 
-/*
- * A source's header slot for a step. Two per source, by the step's parity: a peer that
- * exchanged no tokens with us in a step does not wait for us in its combine, so it can
- * send the next step's header before we have read this one; it cannot get two steps ahead,
- * since each step's dispatch waits for our header of that step.
- */
-static size_t sched_header_at(const sched_moe_t *moe, int source, uint64_t step)
-{
-    return moe->net_layout.headers + ((size_t)source * 2 + (size_t)(step & 1)) * SCHED_CTRL_BYTES;
-}
-
 static size_t sched_spec_at(const sched_moe_t *moe, int source)
 {
     return moe->net_layout.spec + (size_t)source * (size_t)moe->spec_tokens * moe->entry_bytes;
@@ -103,7 +92,7 @@ static strata_status_t sched_send_round_one(sched_moe_t *moe, int p)
 {
     int dest = moe->peers[p], me = moe->world.rank;
     const sched_peer_step_t *ps = &moe->peer_step[p];
-    size_t out = moe->net_layout.out_headers + (size_t)dest * SCHED_CTRL_BYTES;
+    size_t out = moe->net_layout.out_headers + (size_t)dest * moe->header_bytes;
     sched_header_t *header = (sched_header_t *)sched_net(moe, out);
     int first = UTIL_MIN(ps->send_push, moe->spec_tokens);
     inter_request_t *req;
@@ -111,10 +100,10 @@ static strata_status_t sched_send_round_one(sched_moe_t *moe, int p)
 
     *header = (sched_header_t){.magic = SCHED_HEADER_MAGIC, .step = moe->step,
                                .num_push = ps->send_push, .num_pull = ps->send_pull};
+    sched_modes_fill_header(moe, header);
     status = inter_engine_write(moe->world.engine, dest, moe->net_mr, out, &moe->net_desc[dest],
-                                sched_header_at(moe, me, moe->step),
-                                sizeof(*header), true, sched_imm(moe, SCHED_IMM_HEADER, me),
-                                &req);
+                                sched_header_at(moe, me, moe->step), moe->header_bytes, true,
+                                sched_imm(moe, SCHED_IMM_HEADER, me), &req);
     if (status != STRATA_OK) {
         return status;
     }
@@ -170,7 +159,10 @@ strata_status_t sched_moe_dispatch_send(sched_moe_t *moe, const sched_plan_t *pl
     moe->x             = x;
     moe->x_scales      = x_scales;
     moe->step_status   = plan->had_bad_ids ? STRATA_ERR_INVALID : STRATA_OK;
-    memcpy(moe->step_dispatch_mask, moe->dispatch_mask, sizeof(moe->dispatch_mask));
+    status = sched_modes_begin_step(moe);
+    if (status != STRATA_OK) {
+        return sched_fail(moe, status, "reading the step's modes");
+    }
     memcpy(moe->host_idx, plan->node_idx, n * (size_t)moe->params.topk * sizeof(int64_t));
     if (moe->num_peers > 0 && n > 0) {
         /* The intra tier takes one array: this rank's tokens first, then the received. */
@@ -213,6 +205,10 @@ static strata_status_t sched_read_headers(sched_moe_t *moe)
                            " with %d + %d tokens: the ranks are not in the same step",
                            source, moe->step, h->step, h->num_push, h->num_pull);
             return STRATA_ERR_INTERNAL;
+        }
+        status = sched_modes_check_header(moe, source, h);
+        if (status != STRATA_OK) {
+            return status;
         }
         moe->peer_step[p].recv_push = h->num_push;
         moe->peer_step[p].recv_pull = h->num_pull;
@@ -501,6 +497,7 @@ strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *rec
             return sched_fail(moe, status, "exchanging tokens between nodes");
         }
     }
+    sched_modes_publish(moe);
     /* Ids were checked by the plan: only a capacity overflow lets the step go on. */
     status = sched_dispatch_node(moe, &ir);
     if (status != STRATA_OK && status != STRATA_ERR_CAPACITY) {
@@ -514,6 +511,7 @@ strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *rec
         return sched_fail(moe, status, "reading the sources of received rows");
     }
     sched_fill_recv(moe, &ir);
+    sched_modes_decide(moe);
     moe->stats.tokens_per_expert = ir.count;
     moe->stats.dispatch_ns       = util_clock_now_ns() - moe->step_start_ns;
     moe->state = SCHED_STEP_DISPATCHED;

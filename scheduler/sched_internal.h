@@ -8,6 +8,8 @@
 #include "sched.h"
 #include "util/util.h"
 
+#include <stdatomic.h>
+
 #define SCHED_MASK_WORDS  (INTRA_MOE_MAX_EXPERTS / 64)
 #define SCHED_CTRL_BYTES  64 /* one header or grant */
 #define SCHED_HEADER_MAGIC 0x53544845u /* "STHE" */
@@ -28,9 +30,24 @@ typedef struct sched_header {
     uint32_t magic;
     uint32_t pad;
     uint64_t step;
-    int32_t  num_push; /* entries the source writes: round one, then round two */
-    int32_t  num_pull; /* entries after those, for the receiver to fetch */
+    int32_t  num_push;    /* entries the source writes: round one, then round two */
+    int32_t  num_pull;    /* entries after those, for the receiver to fetch */
+    uint64_t mask_digest; /* of the modes the source moves this step's experts in */
+    uint64_t next[];      /* adaptive: its own experts' modes decided for the step after
+                             next (bit: Pull), [own_words] */
 } sched_header_t;
+
+/*
+ * A local rank's mode board in the node's heap, one per step parity: the modes of the
+ * experts whose owner has this local index, on every node, for one step. The rank writes
+ * the bits, then publishes the step (release); the node's ranks read them after seeing
+ * the step (acquire).
+ */
+typedef struct sched_board {
+    _Atomic uint64_t step;
+    uint64_t         pad[7];
+    uint64_t         mask[]; /* [mask_words] global expert ids */
+} sched_board_t;
 
 /* The receiver's answer when round two is needed. */
 typedef struct sched_grant {
@@ -157,6 +174,22 @@ struct sched_moe {
     int32_t             *origins;    /* [local_size][max_aug][2] host copy */
     strata_moe_stats_t   stats;
     uint64_t             step_start_ns;
+
+    /* Modes (sched_modes.c). */
+    strata_moe_mode_t    mode;           /* resolved */
+    char                *mode_file;
+    int                  mask_words;     /* words of a global expert mask */
+    int                  own_words;      /* words of this rank's experts' bits */
+    size_t               header_bytes;   /* a header slot: the header and its bits */
+    size_t               board_bytes;    /* one board slot */
+    size_t               board_offset;   /* heap: sched_board_t[2] */
+    const sched_mode_decider_ops_t *decider;
+    void                *decider_ctx;
+    bool                *decided;        /* [experts_per_rank] the decider's answer */
+    uint64_t            *next_bits;      /* [own_words] to publish with the next header */
+    uint64_t            *sent_bits;      /* [own_words] published with this step's */
+    int32_t             *node_tokens;    /* [experts_per_rank][num_nodes] */
+    uint64_t             step_digest;    /* of this step's masks */
 };
 
 static inline uint32_t sched_imm(const sched_moe_t *moe, sched_imm_kind_t kind, int rank)
@@ -200,6 +233,31 @@ strata_status_t sched_finish_requests(sched_moe_t *moe);
 strata_status_t sched_intra_failure(sched_moe_t *moe, strata_status_t status);
 /* A step failed for good: the object can only be destroyed. */
 strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what);
+/* Modes: this step's masks from the boards (adaptive), and their digest. */
+strata_status_t sched_modes_begin_step(sched_moe_t *moe);
+/* The digest and decided bits a header carries. */
+void            sched_modes_fill_header(const sched_moe_t *moe, sched_header_t *header);
+/* INTERNAL when a source moves this step's experts in other modes than this rank. */
+strata_status_t sched_modes_check_header(const sched_moe_t *moe, int source,
+                                         const sched_header_t *header);
+/* Adaptive: this rank's board for the next step, from its own and its peers' decisions. */
+void            sched_modes_publish(sched_moe_t *moe);
+/* Adaptive: the decider's answer from this step's rows, for the next header. */
+void            sched_modes_decide(sched_moe_t *moe);
+/* Where, in peer's network area, the terms this rank returns to it land. */
+size_t          sched_ret_in_at(const sched_moe_t *moe, int peer);
+
+/*
+ * A source's header slot for a step. Two per source, by the step's parity: a peer that
+ * exchanged no tokens with us in a step does not wait for us in its combine, so it can
+ * send the next step's header before we have read this one; it cannot get two steps ahead,
+ * since each step's dispatch waits for our header of that step.
+ */
+static inline size_t sched_header_at(const sched_moe_t *moe, int source, uint64_t step)
+{
+    return moe->net_layout.headers + ((size_t)source * 2 + (size_t)(step & 1)) * moe->header_bytes;
+}
+
 /* The peer's part of the network area. */
 static inline char *sched_net(const sched_moe_t *moe, size_t offset)
 {

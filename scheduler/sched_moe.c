@@ -14,13 +14,12 @@ typedef struct sched_moe_config {
     int      route;
     int64_t  flat_tokens;
     int64_t  spec_tokens;
-    int      mode;
+    char    *mode;
     bool     pull_read;
     uint64_t timeout_ns;
 } sched_moe_config_t;
 
 static const char *const sched_route_names[] = {"auto", "flat", "hierarchical", NULL};
-static const char *const sched_mode_names[]  = {"push", "pull", NULL};
 
 static const util_config_field_t sched_moe_config_fields[] = {
     {.name = "MOE_ROUTE", .default_value = "auto",
@@ -36,9 +35,10 @@ static const util_config_field_t sched_moe_config_fields[] = {
             "known; the rest follow in round two.",
      .type = UTIL_CONFIG_INT, .offset = offsetof(sched_moe_config_t, spec_tokens)},
     {.name = "MOE_MODE", .default_value = "push",
-     .doc = "How every expert moves until a pull mask is set: push or pull.",
-     .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, mode),
-     .enum_names = sched_mode_names},
+     .doc = "How experts move where the params leave it open: push, pull, adaptive (each "
+            "expert's owner switches it from routing statistics), or fixed:<file> (a "
+            "per-expert mask file, docs/adaptive.md).",
+     .type = UTIL_CONFIG_STRING, .offset = offsetof(sched_moe_config_t, mode)},
     {.name = "MOE_PULL_READ", .default_value = "on",
      .doc = "Pull across nodes by RDMA read where the transport has it (off: ask the "
             "sender to push).",
@@ -92,11 +92,50 @@ static bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_wor
     return false;
 }
 
+/* The mode and its file, from the params or else STRATA_MOE_MODE. */
+static strata_status_t sched_resolve_mode(sched_moe_t *moe, const char *text)
+{
+    static const char fixed[] = "fixed:";
+    const char *file = moe->params.mode_file;
+
+    moe->mode = moe->params.mode;
+    if (moe->mode == STRATA_MOE_MODE_DEFAULT) {
+        file = NULL;
+        if (strcmp(text, "push") == 0 || strcmp(text, "pull") == 0) {
+            moe->mode = strcmp(text, "push") == 0 ? STRATA_MOE_MODE_PUSH : STRATA_MOE_MODE_PULL;
+        } else if (strcmp(text, "adaptive") == 0) {
+            moe->mode = STRATA_MOE_MODE_ADAPTIVE;
+        } else if (strncmp(text, fixed, sizeof(fixed) - 1) == 0 && text[sizeof(fixed) - 1]) {
+            moe->mode = STRATA_MOE_MODE_FIXED;
+            file      = text + sizeof(fixed) - 1;
+        } else {
+            UTIL_LOG_ERROR("moe: STRATA_MOE_MODE=%s is not push, pull, adaptive or "
+                           "fixed:<file>", text);
+            return STRATA_ERR_CONFIG;
+        }
+    } else if (moe->mode < STRATA_MOE_MODE_PUSH || moe->mode > STRATA_MOE_MODE_FIXED ||
+               (moe->mode == STRATA_MOE_MODE_FIXED && file == NULL)) {
+        UTIL_LOG_ERROR("moe: mode %d%s", (int)moe->mode,
+                       moe->mode == STRATA_MOE_MODE_FIXED ? " needs a mode_file"
+                                                          : " is not a strata_moe_mode_t");
+        return STRATA_ERR_INVALID;
+    }
+    if (file != NULL && (moe->mode_file = strdup(file)) == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    return STRATA_OK;
+}
+
 static strata_status_t sched_resolve_config(sched_moe_t *moe)
 {
     sched_moe_config_t config;
     strata_status_t status = util_config_read(&sched_moe_config_table, &config);
 
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = sched_resolve_mode(moe, config.mode);
+    util_config_release(&sched_moe_config_table, &config);
     if (status != STRATA_OK) {
         return status;
     }
@@ -111,9 +150,6 @@ static strata_status_t sched_resolve_config(sched_moe_t *moe)
                      : config.route == 2 ? STRATA_MOE_ROUTE_HIERARCHICAL
                      : moe->params.max_tokens <= config.flat_tokens ? STRATA_MOE_ROUTE_FLAT
                                                                     : STRATA_MOE_ROUTE_HIERARCHICAL;
-    }
-    if (moe->params.mode == STRATA_MOE_MODE_DEFAULT) {
-        moe->params.mode = config.mode == 1 ? STRATA_MOE_MODE_PULL : STRATA_MOE_MODE_PUSH;
     }
     moe->spec_tokens = (int)UTIL_MIN(config.spec_tokens, (int64_t)moe->params.max_tokens);
     moe->pull_read   = config.pull_read && inter_engine_has_read(moe->world.engine);
@@ -174,6 +210,12 @@ static void sched_size_rows(sched_moe_t *moe)
     moe->entry_bytes  = moe->record_bytes + moe->row_bytes + moe->scale_bytes;
     moe->y_row_bytes  = (size_t)p->hidden * sched_elem_size(p->combine_dtype);
     moe->max_aug      = p->max_tokens * (1 + moe->num_peers);
+    moe->mask_words   = (p->num_experts + 63) / 64;
+    moe->own_words    = (moe->experts_per_rank + 63) / 64;
+    moe->header_bytes = (sizeof(sched_header_t) + sizeof(uint64_t) * (size_t)moe->own_words +
+                         SCHED_CTRL_BYTES - 1) / SCHED_CTRL_BYTES * SCHED_CTRL_BYTES;
+    moe->board_bytes  = (sizeof(sched_board_t) + sizeof(uint64_t) * (size_t)moe->mask_words +
+                         SCHED_CTRL_BYTES - 1) / SCHED_CTRL_BYTES * SCHED_CTRL_BYTES;
 }
 
 static size_t sched_place(size_t *cursor, size_t bytes)
@@ -192,9 +234,9 @@ static void sched_layout_net(sched_moe_t *moe)
 
     l->terms    = sched_place(&cursor, (size_t)moe->max_aug * (size_t)moe->params.topk *
                                            moe->y_row_bytes);
-    l->headers  = sched_place(&cursor, 2 * world * SCHED_CTRL_BYTES);
+    l->headers  = sched_place(&cursor, 2 * world * moe->header_bytes);
     l->grants   = sched_place(&cursor, world * SCHED_CTRL_BYTES);
-    l->out_headers = sched_place(&cursor, world * SCHED_CTRL_BYTES);
+    l->out_headers = sched_place(&cursor, world * moe->header_bytes);
     l->out_grants  = sched_place(&cursor, world * SCHED_CTRL_BYTES);
     l->spec     = sched_place(&cursor, world * (size_t)moe->spec_tokens * moe->entry_bytes);
     l->overflow = sched_place(&cursor, (size_t)moe->num_peers * max_tokens * moe->entry_bytes);
@@ -206,7 +248,8 @@ static void sched_layout_net(sched_moe_t *moe)
     l->total    = sched_place(&cursor, 0);
 }
 
-/* The node's heap, holding the intra tier's buffers and every rank's origin table. */
+/* The node's heap, holding the intra tier's buffers, every rank's origin table and its
+ * mode boards. */
 static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key)
 {
     const strata_moe_params_t *p = &moe->params;
@@ -221,13 +264,14 @@ static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key)
         .timeout_ns    = moe->world.peer_timeout_ns,
     };
     size_t origin_bytes = (size_t)moe->max_aug * 2 * sizeof(int32_t);
+    size_t board_bytes  = 2 * moe->board_bytes;
     size_t intra_bytes  = intra_moe_heap_size(&ip, moe->local_size);
     char key[128];
     intra_heap_params_t hp = {
         .device     = moe->world.device,
         .local_rank = moe->world.rank_local[moe->world.rank],
         .local_size = moe->local_size,
-        .size       = intra_bytes + origin_bytes + 2 * INTRA_DEVICE_ALIGNMENT,
+        .size       = intra_bytes + origin_bytes + board_bytes + 3 * INTRA_DEVICE_ALIGNMENT,
         .job_key    = key,
         .timeout_ns = moe->timeout_ns,
     };
@@ -246,6 +290,10 @@ static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key)
     if (status == STRATA_OK) {
         status = intra_heap_alloc(moe->heap, "sched-origin", origin_bytes,
                                   INTRA_DEVICE_ALIGNMENT, &moe->origin_offset);
+    }
+    if (status == STRATA_OK) {
+        status = intra_heap_alloc(moe->heap, "sched-modes", board_bytes, INTRA_DEVICE_ALIGNMENT,
+                                  &moe->board_offset);
     }
     return status;
 }
@@ -309,9 +357,15 @@ static strata_status_t sched_alloc_step_buffers(sched_moe_t *moe)
     moe->src        = calloc(UTIL_MAX(rows, 1), sizeof(strata_moe_source_t));
     moe->intra_src  = calloc(UTIL_MAX(rows, 1), sizeof(intra_moe_source_t));
     moe->origins    = calloc((size_t)moe->local_size * aug * 2, sizeof(int32_t));
+    moe->decided    = calloc((size_t)moe->experts_per_rank, sizeof(bool));
+    moe->next_bits  = calloc((size_t)moe->own_words, sizeof(uint64_t));
+    moe->sent_bits  = calloc((size_t)moe->own_words, sizeof(uint64_t));
+    moe->node_tokens = calloc((size_t)moe->experts_per_rank * (size_t)moe->world.num_nodes,
+                              sizeof(int32_t));
     if (!moe->aug_scales || !moe->host_idx || !moe->aug_origin || !moe->src_pages ||
         !moe->ret_map || !moe->peer_step || !moe->requests || !moe->src || !moe->intra_src ||
-        !moe->origins) {
+        !moe->origins || !moe->decided || !moe->next_bits || !moe->sent_bits ||
+        !moe->node_tokens) {
         return STRATA_ERR_NO_MEMORY;
     }
     return STRATA_OK;
@@ -322,7 +376,7 @@ static void sched_default_masks(sched_moe_t *moe)
     int words = (moe->params.num_experts + 63) / 64;
 
     memset(moe->dispatch_mask, 0, sizeof(moe->dispatch_mask));
-    if (moe->params.mode == STRATA_MOE_MODE_PULL) {
+    if (moe->mode == STRATA_MOE_MODE_PULL) {
         for (int e = 0; e < moe->params.num_experts; ++e) {
             moe->dispatch_mask[e / 64] |= UINT64_C(1) << (e % 64);
         }
@@ -434,6 +488,14 @@ void sched_moe_destroy(sched_moe_t *moe)
     free(moe->src);
     free(moe->intra_src);
     free(moe->origins);
+    free(moe->decided);
+    free(moe->next_bits);
+    free(moe->sent_bits);
+    free(moe->node_tokens);
+    free(moe->mode_file);
+    if (moe->decider != NULL) {
+        moe->decider->destroy(moe->decider_ctx);
+    }
     free(moe->node_ranks);
     free(moe->peers);
     free(moe->peer_index);
@@ -450,6 +512,10 @@ strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispat
     if (moe->state != SCHED_STEP_IDLE) {
         UTIL_LOG_ERROR("moe: pull masks can change only between steps");
         return moe->state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+    }
+    if (moe->decider != NULL) {
+        UTIL_LOG_ERROR("moe: in adaptive mode the experts' owners set the modes");
+        return STRATA_ERR_INVALID;
     }
     memset(moe->dispatch_mask, 0, sizeof(moe->dispatch_mask));
     memset(moe->combine_mask, 0, sizeof(moe->combine_mask));

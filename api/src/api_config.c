@@ -1,6 +1,7 @@
 /*
  * The registry of configuration tables, one per layer that has settings.
  */
+#include "adaptive/adapt.h"
 #include "api/api.h"
 #include "intra/intra.h"
 #include "inter/engine.h"
@@ -15,6 +16,7 @@ const util_config_table_t *const api_config_tables[] = {
     &intra_config_table,
     &inter_config_table,
     &sched_moe_config_table,
+    &adapt_config_table,
     &api_bootstrap_config_table,
     &api_comm_config_table,
 };

@@ -4,6 +4,7 @@
  */
 #include "api/api.h"
 #include "api_comm.h"
+#include "adaptive/adapt.h"
 #include "scheduler/sched.h"
 
 #include <stdatomic.h>
@@ -35,6 +36,33 @@ static strata_status_t api_moe_job_key(strata_comm_t *comm, char *key, size_t si
                  (unsigned long long)all[1], atomic_fetch_add(&created, 1u));
     }
     free(all);
+    return status;
+}
+
+/* The modes the object starts with: a fixed mask read from its file, or the adaptive
+ * layer's decider for this rank's experts. */
+static strata_status_t api_moe_apply_mode(sched_moe_t *sched, int num_experts)
+{
+    sched_moe_shape_t shape;
+    uint64_t *mask;
+    strata_status_t status;
+
+    sched_moe_shape(sched, &shape);
+    if (shape.mode == STRATA_MOE_MODE_ADAPTIVE) {
+        return adapt_moe_attach(sched, shape.mode_file);
+    }
+    if (shape.mode != STRATA_MOE_MODE_FIXED) {
+        return STRATA_OK;
+    }
+    mask = calloc((size_t)(num_experts + 63) / 64, sizeof(uint64_t));
+    if (mask == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    status = adapt_mask_load(shape.mode_file, num_experts, mask);
+    if (status == STRATA_OK) {
+        status = sched_moe_set_pull_mask(sched, mask, mask);
+    }
+    free(mask);
     return status;
 }
 
@@ -73,7 +101,11 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
     }
     moe->comm = comm;
     status    = sched_moe_create(params, &world, &moe->sched);
+    if (status == STRATA_OK) {
+        status = api_moe_apply_mode(moe->sched, params->num_experts);
+    }
     if (status != STRATA_OK) {
+        sched_moe_destroy(moe->sched);
         free(moe);
         return status;
     }

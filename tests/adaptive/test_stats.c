@@ -1,6 +1,6 @@
 /*
  * Per-expert EWMA statistics: exact on constant input, geometric convergence after a shift,
- * the known variance of an alternating signal.
+ * the known variance of an alternating signal, per source node and in total.
  */
 #include "adaptive/adapt.h"
 
@@ -14,16 +14,19 @@
 static void test_constant_and_shift(void **state)
 {
     const double alpha = 0.25;
-    int32_t counts[2] = {40, 0};
+    int32_t counts[2] = {40, 0}; /* [expert][one node] */
     adapt_stats_t *stats;
 
     (void)state;
-    assert_int_equal(adapt_stats_create(2, alpha, &stats), STRATA_OK);
+    assert_int_equal(adapt_stats_create(2, 1, alpha, 100.0, &stats), STRATA_OK);
     for (int i = 0; i < 50; ++i) {
         adapt_stats_update(stats, counts);
     }
     assert_float_equal(adapt_stats_expert(stats, 0)->mean, 40.0, 1e-12);
     assert_float_equal(adapt_stats_expert(stats, 0)->var, 0.0, 1e-12);
+    assert_float_equal(adapt_stats_expert(stats, 0)->bytes, 4000.0, 1e-9);
+    assert_float_equal(adapt_stats_cell(stats, 0, 0)->busy, 1.0, 1e-12);
+    assert_float_equal(adapt_stats_cell(stats, 1, 0)->busy, 0.0, 1e-12);
     assert_int_equal(adapt_stats_expert(stats, 1)->steps, 50);
 
     counts[0] = 200; /* the expert turns hot: mean = 200 - 160 (1 - alpha)^n */
@@ -34,6 +37,7 @@ static void test_constant_and_shift(void **state)
     }
     assert_null(adapt_stats_expert(stats, 2));
     assert_null(adapt_stats_expert(stats, -1));
+    assert_null(adapt_stats_cell(stats, 0, 1));
     adapt_stats_destroy(stats);
 }
 
@@ -45,7 +49,7 @@ static void test_alternating_variance(void **state)
     int32_t counts[1];
 
     (void)state;
-    assert_int_equal(adapt_stats_create(1, alpha, &stats), STRATA_OK);
+    assert_int_equal(adapt_stats_create(1, 1, alpha, 1.0, &stats), STRATA_OK);
     for (int i = 0; i < 2000; ++i) {
         counts[0] = (i % 2) ? 90 : 110;
         adapt_stats_update(stats, counts);
@@ -55,15 +59,42 @@ static void test_alternating_variance(void **state)
     adapt_stats_destroy(stats);
 }
 
+static void test_per_node(void **state)
+{
+    /* Node 0 sends 10 every step, node 1 sends 6 every other step: its busy fraction and
+     * mean settle near 1/2 and 3, the total near 13 with variance 9. */
+    const double alpha = 0.02;
+    adapt_stats_t *stats;
+    int32_t counts[2];
+
+    (void)state;
+    assert_int_equal(adapt_stats_create(1, 2, alpha, 2.0, &stats), STRATA_OK);
+    for (int i = 0; i < 4000; ++i) {
+        counts[0] = 10;
+        counts[1] = (i % 2) ? 6 : 0;
+        adapt_stats_update(stats, counts);
+    }
+    assert_float_equal(adapt_stats_cell(stats, 0, 0)->mean, 10.0, 1e-9);
+    assert_float_equal(adapt_stats_cell(stats, 0, 1)->mean, 3.0, 6.0 * alpha);
+    assert_float_equal(adapt_stats_cell(stats, 0, 1)->busy, 0.5, alpha);
+    assert_float_equal(adapt_stats_cell(stats, 0, 1)->var, 9.0, 9.0 * alpha * 2);
+    assert_float_equal(adapt_stats_expert(stats, 0)->mean, 13.0, 6.0 * alpha);
+    assert_float_equal(adapt_stats_expert(stats, 0)->var, 9.0, 9.0 * alpha * 2);
+    assert_float_equal(adapt_stats_expert(stats, 0)->bytes, 26.0, 12.0 * alpha);
+    adapt_stats_destroy(stats);
+}
+
 static void test_bad_parameters(void **state)
 {
     adapt_stats_t *stats = NULL;
 
     (void)state;
-    assert_int_equal(adapt_stats_create(0, 0.5, &stats), STRATA_ERR_INVALID);
-    assert_int_equal(adapt_stats_create(4, 0.0, &stats), STRATA_ERR_INVALID);
-    assert_int_equal(adapt_stats_create(4, 1.5, &stats), STRATA_ERR_INVALID);
-    assert_int_equal(adapt_stats_create(4, NAN, &stats), STRATA_ERR_INVALID);
+    assert_int_equal(adapt_stats_create(0, 1, 0.5, 1.0, &stats), STRATA_ERR_INVALID);
+    assert_int_equal(adapt_stats_create(4, 0, 0.5, 1.0, &stats), STRATA_ERR_INVALID);
+    assert_int_equal(adapt_stats_create(4, 1, 0.0, 1.0, &stats), STRATA_ERR_INVALID);
+    assert_int_equal(adapt_stats_create(4, 1, 1.5, 1.0, &stats), STRATA_ERR_INVALID);
+    assert_int_equal(adapt_stats_create(4, 1, NAN, 1.0, &stats), STRATA_ERR_INVALID);
+    assert_int_equal(adapt_stats_create(4, 1, 0.5, -1.0, &stats), STRATA_ERR_INVALID);
     assert_null(stats);
     adapt_stats_destroy(NULL);
 }
@@ -73,6 +104,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_constant_and_shift),
         cmocka_unit_test(test_alternating_variance),
+        cmocka_unit_test(test_per_node),
         cmocka_unit_test(test_bad_parameters),
     };
 

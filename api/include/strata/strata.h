@@ -291,11 +291,15 @@ typedef enum strata_moe_route {
     STRATA_MOE_ROUTE_HIERARCHICAL = 2,
 } strata_moe_route_t;
 
-/** How every expert's tokens move until strata_moe_set_pull_mask says otherwise. */
+/** How each expert's tokens move (docs/adaptive.md). */
 typedef enum strata_moe_mode {
-    STRATA_MOE_MODE_DEFAULT = 0, /**< STRATA_MOE_MODE */
-    STRATA_MOE_MODE_PUSH    = 1, /**< senders write into the owner's slots */
-    STRATA_MOE_MODE_PULL    = 2, /**< the owner fetches what senders published */
+    STRATA_MOE_MODE_DEFAULT  = 0, /**< STRATA_MOE_MODE: push, pull, adaptive or fixed:<file> */
+    STRATA_MOE_MODE_PUSH     = 1, /**< senders write into the owner's slots */
+    STRATA_MOE_MODE_PULL     = 2, /**< the owner fetches what senders published */
+    /** each expert's owner switches it between the two from its routing statistics
+     *  (policy: mode_file, else STRATA_ADAPTIVE_POLICY, else built in); host backend */
+    STRATA_MOE_MODE_ADAPTIVE = 3,
+    STRATA_MOE_MODE_FIXED    = 4, /**< a per-expert mask read from mode_file */
 } strata_moe_mode_t;
 
 typedef struct strata_moe_params {
@@ -312,6 +316,8 @@ typedef struct strata_moe_params {
     int                expert_alignment; /**< rows; 0 or 1: none */
     strata_moe_route_t route;
     strata_moe_mode_t  mode;
+    /** FIXED: the mask file; ADAPTIVE: a policy file or NULL. Read by strata_moe_create. */
+    const char        *mode_file;
 } strata_moe_params_t;
 
 /** Where a received row came from: its rank, token index there, and top-k slot. */
@@ -384,7 +390,8 @@ STRATA_API void strata_moe_layout_destroy(strata_moe_layout_t *layout);
 
 /**
  * Every rank must set the same masks before the same step: bit e of word e / 64 set moves
- * expert e in Pull form, in dispatch and in combine respectively (NULL: all Push).
+ * expert e in Pull form, in dispatch and in combine respectively (NULL: all Push). Refused
+ * (STRATA_ERR_INVALID) in adaptive mode, where the experts' owners decide.
  */
 STRATA_API strata_status_t strata_moe_set_pull_mask(strata_moe_t *moe,
                                                     const uint64_t *dispatch_mask,
