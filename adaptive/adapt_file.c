@@ -197,7 +197,11 @@ static strata_status_t adapt_policy_from_json(json_t *root, const char *name,
 
 static strata_status_t adapt_json_error(const char *name, const json_error_t *error)
 {
-    UTIL_LOG_ERROR("adaptive: %s:%d:%d: %s", name, error->line, error->column, error->text);
+    if (error->line > 0) {
+        UTIL_LOG_ERROR("adaptive: %s:%d:%d: %s", name, error->line, error->column, error->text);
+    } else {
+        UTIL_LOG_ERROR("adaptive: %s", error->text); /* it names the file */
+    }
     return strstr(error->text, "unable to open") != NULL ? STRATA_ERR_NOT_FOUND
                                                           : STRATA_ERR_PARSE;
 }

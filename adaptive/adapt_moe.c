@@ -31,7 +31,7 @@ const util_config_table_t adapt_config_table = {
     .struct_size = sizeof(adapt_config_t),
 };
 
-#define ADAPT_PROBE_REPS  15
+#define ADAPT_PROBE_REPS  31
 #define ADAPT_PROBE_SMALL 64
 #define ADAPT_PROBE_LARGE (1u << 20)
 
@@ -72,7 +72,9 @@ static strata_status_t adapt_fit_link(sched_moe_t *moe, sched_probe_t kind, adap
     if (large < 16 * ADAPT_PROBE_SMALL) {
         return STRATA_OK;
     }
-    if ((status = adapt_probe_time(moe, kind, ADAPT_PROBE_SMALL, &small_s)) != STRATA_OK ||
+    /* Untimed first: the first transfer to a peer may set up its connection. */
+    if ((status = adapt_probe_time(moe, kind, large, &large_s)) != STRATA_OK ||
+        (status = adapt_probe_time(moe, kind, ADAPT_PROBE_SMALL, &small_s)) != STRATA_OK ||
         (status = adapt_probe_time(moe, kind, large, &large_s)) != STRATA_OK) {
         return status;
     }

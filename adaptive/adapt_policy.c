@@ -30,7 +30,9 @@ struct adapt_policy {
 
 void adapt_policy_defaults(adapt_policy_params_t *params)
 {
-    *params = (adapt_policy_params_t){.alpha = 0.3, .margin = 0.1, .noise_k = 1.0, .dwell = 3,
+    /* What `strata-tune replay --synthetic --sweep` chooses for the default model
+     * (docs/performance.md). */
+    *params = (adapt_policy_params_t){.alpha = 0.7, .margin = 0.0, .noise_k = 3.0, .dwell = 3,
                                       .initial = ADAPT_MODE_PUSH};
     adapt_model_default(&params->model);
 }

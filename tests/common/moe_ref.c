@@ -29,6 +29,9 @@ int gen_tokens(const moe_case_t *c, int step, int rank)
 {
     uint64_t h = hash4(c, 1, (uint64_t)step, (uint64_t)rank, 0);
 
+    if (c->routes != NULL) {
+        return c->max_tokens;
+    }
     if (h % 17 == 0) {
         return 0;
     }
@@ -41,6 +44,10 @@ int64_t gen_route(const moe_case_t *c, int step, int rank, int t, int k)
     int64_t chosen[64];
     int pattern = step % 3;
 
+    if (c->routes != NULL) {
+        return c->routes[(((size_t)step * (size_t)c->ranks + (size_t)rank) *
+                              (size_t)c->max_tokens + (size_t)t) * (size_t)c->topk + (size_t)k];
+    }
     if (c->scenario == MOE_SCENARIO_BAD_ID && rank == 0 && step % 2 == 1 && t == 0 && k == 0) {
         return step % 4 == 1 ? c->experts : -7; /* past the end, or below -1 */
     }

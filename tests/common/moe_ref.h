@@ -29,6 +29,9 @@ typedef struct moe_case {
     strata_dtype_t combine_dtype;
     unsigned       seed;
     moe_scenario_t scenario;
+    /* A routing given in full (from a trace), or NULL: [steps][ranks][max_tokens][topk],
+     * every rank sending max_tokens tokens every step. */
+    const int64_t *routes;
 } moe_case_t;
 
 /* Inputs: pure functions of the case's seed and their arguments. */

@@ -6,10 +6,14 @@
  * k order, rounded once). Steps alternate between strata_moe_dispatch/combine and a
  * reusable layout with split halves; pull masks change by step. With --kill RANK that rank
  * dies in the middle of a step and the others must see STRATA_ERR_PEER_FAILED in time.
+ * With --trace FILE the routing is a trace's (tools/strata_trace.h); with --mode adaptive
+ * the experts' owners choose the modes, and every step every rank's modes must be the same
+ * (gathered from all ranks) while they change; --mode env takes STRATA_MOE_MODE's.
  * Prints one line per rank; exit 0 on success.
  */
 #include "common/moe_ref.h"
 #include "intra/intra.h"
+#include "tools/strata_trace.h"
 #include "util/util.h"
 
 #include <inttypes.h>
@@ -32,8 +36,16 @@
 static int g_rank, g_step;
 static unsigned g_seed;
 
+typedef enum mask_mode {
+    MASKS_BY_STEP, /* the test sets pull masks, changing by step */
+    MASKS_ADAPTIVE, /* the owners decide: STRATA_MOE_MODE_ADAPTIVE */
+    MASKS_ENV,      /* STRATA_MOE_MODE decides */
+} mask_mode_t;
+
 typedef struct options {
     moe_case_t c;
+    mask_mode_t masks;
+    const char *trace;
     int        kill;       /* rank that dies, or -1 */
     int        kill_step;
     uint64_t   kill_bound_ms; /* survivors must see the failure within this */
@@ -65,6 +77,9 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--combine-dtype")) o->c.combine_dtype = parse_dtype(v);
         else if (!strcmp(k, "--kill")) o->kill = atoi(v);
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
+        else if (!strcmp(k, "--trace")) o->trace = v;
+        else if (!strcmp(k, "--mode") && !strcmp(v, "adaptive")) o->masks = MASKS_ADAPTIVE;
+        else if (!strcmp(k, "--mode") && !strcmp(v, "env")) o->masks = MASKS_ENV;
         else CHECK(0, "unknown option %s", k);
     }
     o->c.seed = seed ? (unsigned)strtoul(seed, NULL, 10) : 12345u;
@@ -74,6 +89,7 @@ static void parse(int argc, char **argv, options_t *o)
 
 typedef struct rank_state {
     const moe_case_t *c;
+    mask_mode_t       masks;
     strata_moe_t     *moe;
     int               rank, world, n;
     size_t            row_bytes, y_row_bytes, scales;
@@ -214,9 +230,14 @@ static strata_status_t run_step(rank_state_t *r, int kill)
     strata_moe_recv_t recv;
     strata_status_t status;
 
-    gen_mask(r->c, g_step, 0, dmask);
-    gen_mask(r->c, g_step, 1, cmask);
-    CHECK(strata_moe_set_pull_mask(r->moe, dmask, cmask) == STRATA_OK, "set_pull_mask");
+    if (r->masks == MASKS_BY_STEP) {
+        gen_mask(r->c, g_step, 0, dmask);
+        gen_mask(r->c, g_step, 1, cmask);
+        CHECK(strata_moe_set_pull_mask(r->moe, dmask, cmask) == STRATA_OK, "set_pull_mask");
+    } else if (r->masks == MASKS_ADAPTIVE) {
+        CHECK(strata_moe_set_pull_mask(r->moe, dmask, NULL) == STRATA_ERR_INVALID,
+              "set_pull_mask in adaptive mode must be refused");
+    }
     make_inputs(r);
     if (g_step % 2 == 1) {
         CHECK(strata_moe_layout_create(r->moe, r->idx, r->n, &layout) == STRATA_OK, "layout");
@@ -262,8 +283,67 @@ static void alloc_state(rank_state_t *r, const moe_case_t *c)
     CHECK(r->x && r->out && r->ref && r->x_scales && r->weights && r->idx && r->seen, "memory");
 }
 
+/* The routing of every step from the trace; the case takes the trace's shape. */
+static int64_t *load_trace(const char *path, moe_case_t *c)
+{
+    char err[STRATA_TRACE_ERR_LEN];
+    strata_trace_t *trace;
+    int64_t *routes;
+    size_t per_rank;
+
+    CHECK(strata_trace_read(path, &trace, err) == STRATA_OK, "%s", err);
+    CHECK(trace->shape.ranks == c->ranks && trace->steps >= c->steps,
+          "the trace has %d ranks and %d steps; the run %d and %d", trace->shape.ranks,
+          trace->steps, c->ranks, c->steps);
+    c->experts    = trace->shape.experts;
+    c->topk       = trace->shape.topk;
+    c->max_tokens = trace->shape.tokens;
+    per_rank      = (size_t)c->max_tokens * (size_t)c->topk;
+    routes        = calloc((size_t)c->steps * (size_t)c->ranks * per_rank, sizeof(int64_t));
+    CHECK(routes != NULL, "memory");
+    for (int step = 0; step < c->steps; ++step) {
+        for (int rank = 0; rank < c->ranks; ++rank) {
+            CHECK(strata_trace_topk_idx(trace, step, rank,
+                                        routes + ((size_t)step * (size_t)c->ranks +
+                                                  (size_t)rank) * per_rank) == STRATA_OK,
+                  "trace step %d rank %d", step, rank);
+        }
+    }
+    strata_trace_destroy(trace);
+    return routes;
+}
+
+/*
+ * Every rank moved every expert in the same mode this step (gathered from all ranks), and
+ * how many experts changed mode since the last step.
+ */
+static int check_agreement(strata_bootstrap_t *bs, const rank_state_t *r, uint64_t *last)
+{
+    int words = (r->c->experts + 63) / 64, changed = 0;
+    strata_moe_stats_t stats;
+    uint64_t *all = calloc((size_t)r->world * (size_t)words, sizeof(uint64_t));
+
+    CHECK(all != NULL && strata_moe_get_stats(r->moe, &stats) == STRATA_OK, "stats");
+    CHECK(bs->allgather(bs->ctx, stats.pull_mask, all, sizeof(uint64_t) * (size_t)words) ==
+              STRATA_OK, "allgather");
+    for (int q = 0; q < r->world; ++q) {
+        CHECK(memcmp(all + (size_t)q * (size_t)words, stats.pull_mask,
+                     sizeof(uint64_t) * (size_t)words) == 0,
+              "rank %d moved this step's experts in other modes than this rank", q);
+    }
+    for (int e = 0; e < r->c->experts; ++e) {
+        changed += is_pull(stats.pull_mask, e) != is_pull(last, e);
+    }
+    memcpy(last, stats.pull_mask, sizeof(uint64_t) * (size_t)words);
+    free(all);
+    return changed;
+}
+
 int main(int argc, char **argv)
 {
+    uint64_t last_mask[INTRA_MOE_MASK_WORDS] = {0};
+    int64_t *routes = NULL;
+    int mode_changes = 0;
     options_t o;
     strata_bootstrap_t *bs;
     strata_comm_t *comm;
@@ -280,12 +360,19 @@ int main(int argc, char **argv)
     r.world = strata_comm_size(comm);
     r.c     = &o.c;
     o.c.ranks = r.world;
+    r.masks   = o.masks;
+    if (o.trace != NULL) {
+        routes = load_trace(o.trace, &o.c);
+        o.c.routes = routes;
+    }
     alloc_state(&r, &o.c);
     {
         strata_moe_params_t p = {.num_experts = o.c.experts, .topk = o.c.topk,
                                  .hidden = o.c.hidden, .dtype = o.c.dtype,
                                  .combine_dtype = o.c.combine_dtype,
-                                 .max_tokens = o.c.max_tokens, .expert_alignment = 4};
+                                 .max_tokens = o.c.max_tokens, .expert_alignment = 4,
+                                 .mode = o.masks == MASKS_ADAPTIVE ? STRATA_MOE_MODE_ADAPTIVE
+                                                                   : STRATA_MOE_MODE_DEFAULT};
 
         status = strata_moe_create(comm, &p, &r.moe);
         CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
@@ -295,6 +382,9 @@ int main(int argc, char **argv)
         status = run_step(&r, g_step == o.kill_step && g_rank == o.kill);
         if (status != STRATA_OK) {
             break;
+        }
+        if (o.masks != MASKS_BY_STEP) {
+            mode_changes += check_agreement(bs, &r, last_mask);
         }
     }
     if (o.kill >= 0) {
@@ -309,17 +399,20 @@ int main(int argc, char **argv)
                strata_status_string(status));
     } else {
         CHECK(status == STRATA_OK, "%s", strata_status_string(status));
+        CHECK(o.masks != MASKS_ADAPTIVE || mode_changes > 0,
+              "no expert changed mode in %d adaptive steps", o.c.steps);
         CHECK(strata_moe_get_stats(r.moe, &stats) == STRATA_OK &&
                   stats.steps == (uint64_t)o.c.steps, "stats: %" PRIu64 " steps", stats.steps);
         printf("rank %d: %d steps passed (%s route, last step %" PRIu64 " tokens to other nodes, "
-               "%" PRIu64 " in round two)\n", g_rank, o.c.steps,
-               stats.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
-               stats.tokens_to_nodes, stats.tokens_round_two);
+               "%" PRIu64 " in round two; %d mode changes, every rank agreeing)\n", g_rank,
+               o.c.steps, stats.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
+               stats.tokens_to_nodes, stats.tokens_round_two, mode_changes);
     }
     strata_moe_destroy(r.moe);
     strata_comm_destroy(comm);
     strata_bootstrap_destroy(bs);
     free(r.x); free(r.out); free(r.ref); free(r.x_scales); free(r.weights); free(r.idx);
     free(r.seen);
+    free(routes);
     return 0;
 }

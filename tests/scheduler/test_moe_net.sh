@@ -2,14 +2,16 @@
 # Two-tier MoE end to end: 2 nodes x 2 ranks and 3 nodes x 2 ranks as network namespaces
 # joined by veth pairs (tcp;ofi_rxm between nodes, the host backend within), both routes,
 # every dtype, pull masks changing by step, round two exercised by a small round one, Pull
-# across nodes by read and by request; and a rank killed mid-step.
+# across nodes by read and by request; adaptive modes on a drifting routing trace (made by
+# strata-tune) and a fixed mode file; and a rank killed mid-step.
 set -u
-run=$1 check=$2
+run=$1 check=$2 tune=$3
 passed=0 failed=0
 seed=${STRATA_TEST_SEED:-$(( $(date +%s) % 100000 ))}
 export STRATA_TEST_SEED=$seed
-log=$(mktemp /tmp/strata-test-moe-XXXXXX)
-trap 'rm -f "$log"' EXIT
+dir=$(mktemp -d /tmp/strata-test-moe-XXXXXX)
+log=$dir/log
+trap 'rm -rf "$dir"' EXIT
 
 if ! "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
     echo "SKIP: network namespaces cannot be made here (need root and iproute2)"
@@ -41,6 +43,21 @@ case_run "2x2 hierarchical, fp8 -> bf16" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hiera
 case_run "2x2 flat, fp32, pull by request" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 4 --nodes 2 -- --steps 50 --dtype fp32 --combine-dtype fp32 --hidden 64
 case_run "3x2 hierarchical, fp16, no round one" 6 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=0 -- -n 6 --nodes 3 -- --steps 50 --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6
 case_run "3x2 flat, bf16 -> fp32, pull by request" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps 50 --combine-dtype fp32 --experts 12 --topk 3
+# Adaptive: a trace whose hot experts move every 10 steps; the owners switch experts between
+# Push and Pull as they do (checked: results exact, every rank in the same modes each step,
+# at least one change). A policy file with a short dwell, and the model measured at creation.
+"$tune" generate --experts 32 --ranks 4 --ranks-per-node 2 --tokens 16 --topk 2 --hidden 256 \
+    --zipf 1.6 --drift-period 10 --drift-fraction 1 --steps 60 --seed "$seed" -o "$dir/drift.trace" ||
+    { echo "FAIL: strata-tune generate"; exit 1; }
+cat >"$dir/policy.json" <<'JSON'
+{"format": "strata-policy", "version": 1, "alpha": 0.5, "margin": 0.05, "noise_k": 0.5, "dwell": 2}
+JSON
+case_run "2x2 flat, adaptive on a drifting trace" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 60 --trace "$dir/drift.trace" --mode adaptive
+case_run "2x2 hierarchical, adaptive, policy file, calibrated" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_ADAPTIVE_POLICY="$dir/policy.json" STRATA_ADAPTIVE_CALIBRATE=on -- -n 4 --nodes 2 -- --steps 60 --trace "$dir/drift.trace" --mode adaptive
+cat >"$dir/modes.json" <<'JSON'
+{"format": "strata-modes", "version": 1, "num_experts": 16, "pull": [0, 3, 5, 8, 9, 15]}
+JSON
+case_run "2x2 flat, fixed mode file" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_MODE=fixed:"$dir/modes.json" -- -n 4 --nodes 2 -- --steps 30 --mode env
 # A rank killed mid-step: every survivor sees PEER_FAILED within the heartbeat bound (3 s)
 # plus the time the intra tier waits on it (the same bound), with slack for a loaded machine.
 case_run "2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
