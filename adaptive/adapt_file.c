@@ -206,33 +206,35 @@ static strata_status_t adapt_json_error(const char *name, const json_error_t *er
                                                           : STRATA_ERR_PARSE;
 }
 
-strata_status_t adapt_policy_parse(const char *text, const char *name,
-                                   adapt_policy_params_t *params_p)
+/* A parsed document (NULL: error says why) into params; the document is released. */
+static strata_status_t adapt_policy_take(json_t *root, const json_error_t *error,
+                                         const char *name, adapt_policy_params_t *params_p)
 {
-    json_error_t error;
-    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &error);
     strata_status_t status;
 
     if (root == NULL) {
-        return adapt_json_error(name, &error);
+        return adapt_json_error(name, error);
     }
     status = adapt_policy_from_json(root, name, params_p);
     json_decref(root);
     return status;
 }
 
+strata_status_t adapt_policy_parse(const char *text, const char *name,
+                                   adapt_policy_params_t *params_p)
+{
+    json_error_t error;
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &error);
+
+    return adapt_policy_take(root, &error, name, params_p);
+}
+
 strata_status_t adapt_policy_load(const char *path, adapt_policy_params_t *params_p)
 {
     json_error_t error;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &error);
-    strata_status_t status;
 
-    if (root == NULL) {
-        return adapt_json_error(path, &error);
-    }
-    status = adapt_policy_from_json(root, path, params_p);
-    json_decref(root);
-    return status;
+    return adapt_policy_take(root, &error, path, params_p);
 }
 
 static json_t *adapt_link_json(const adapt_link_t *link)

@@ -4,6 +4,7 @@
  * the four strategies, their percentiles, and the sweep of policy parameters.
  */
 #include "strata_tune.h"
+#include "util/util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,13 +28,13 @@ static const int    tune_full_dwell[]   = {1, 2, 3, 5, 8};
 
 const tune_grid_t tune_grid_full = {
     .alpha       = tune_full_alpha,
-    .num_alpha   = 5,
+    .num_alpha   = UTIL_ARRAY_SIZE(tune_full_alpha),
     .margin      = tune_full_margin,
-    .num_margin  = 5,
+    .num_margin  = UTIL_ARRAY_SIZE(tune_full_margin),
     .noise_k     = tune_full_noise_k,
-    .num_noise_k = 5,
+    .num_noise_k = UTIL_ARRAY_SIZE(tune_full_noise_k),
     .dwell       = tune_full_dwell,
-    .num_dwell   = 5,
+    .num_dwell   = UTIL_ARRAY_SIZE(tune_full_dwell),
 };
 
 static const double tune_small_alpha[]   = {0.3, 0.5};
@@ -43,13 +44,13 @@ static const int    tune_small_dwell[]   = {2, 3};
 
 const tune_grid_t tune_grid_small = {
     .alpha       = tune_small_alpha,
-    .num_alpha   = 2,
+    .num_alpha   = UTIL_ARRAY_SIZE(tune_small_alpha),
     .margin      = tune_small_margin,
-    .num_margin  = 2,
+    .num_margin  = UTIL_ARRAY_SIZE(tune_small_margin),
     .noise_k     = tune_small_noise_k,
-    .num_noise_k = 2,
+    .num_noise_k = UTIL_ARRAY_SIZE(tune_small_noise_k),
     .dwell       = tune_small_dwell,
-    .num_dwell   = 2,
+    .num_dwell   = UTIL_ARRAY_SIZE(tune_small_dwell),
 };
 
 void tune_case_destroy(tune_case_t *tc)

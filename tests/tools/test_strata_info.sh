@@ -12,7 +12,7 @@ grep -q '^build: cuda=\(on\|off\) hip=\(on\|off\) verbs=\(on\|off\) ucx=\(on\|of
 grep -q '^device backends:.* host' <<<"$out" || fail "host device backend not listed: $out"
 
 out=$("$info" -c) || fail "strata-info -c exited $?"
-for var in STRATA_LOG_LEVEL STRATA_TOPO_FILE; do
+for var in STRATA_LOG_LEVEL STRATA_TOPO_FILE STRATA_MOE_MODE STRATA_ADAPTIVE_POLICY STRATA_ADAPTIVE_CALIBRATE; do
     grep -q "^$var=" <<<"$out" || fail "-c does not list $var"
 done
 

@@ -1,0 +1,164 @@
+/*
+ * The MoE object's mode selection on one rank: bad modes and mode files are refused at
+ * creation with a clear status; a fixed mask file sets the masks the stats report; in
+ * adaptive mode set_pull_mask is refused and the steps still complete.
+ */
+#include <strata/strata.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#define EXPERTS 8
+#define HIDDEN  64
+#define TOKENS  4
+
+static strata_status_t one_allgather(void *ctx, const void *send, void *recv, size_t size)
+{
+    (void)ctx;
+    memcpy(recv, send, size);
+    return STRATA_OK;
+}
+
+static strata_status_t one_barrier(void *ctx)
+{
+    (void)ctx;
+    return STRATA_OK;
+}
+
+static strata_bootstrap_t one_rank = {.rank = 0, .world_size = 1, .allgather = one_allgather,
+                                      .barrier = one_barrier};
+
+static int setup(void **state)
+{
+    strata_comm_t *comm = NULL;
+
+    setenv("STRATA_INTER_PROVIDER", "tcp", 1);
+    setenv("STRATA_INTER_IFACE", "lo", 1);
+    if (strata_comm_create(NULL, &one_rank, &comm) != STRATA_OK) {
+        return -1;
+    }
+    *state = comm;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    strata_comm_destroy(*state);
+    return 0;
+}
+
+static strata_moe_params_t params(strata_moe_mode_t mode, const char *file)
+{
+    return (strata_moe_params_t){.num_experts = EXPERTS, .topk = 2, .hidden = HIDDEN,
+                                 .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
+                                 .max_tokens = TOKENS, .mode = mode, .mode_file = file};
+}
+
+static strata_status_t create(strata_comm_t *comm, strata_moe_mode_t mode, const char *file,
+                              const char *env)
+{
+    strata_moe_params_t p = params(mode, file);
+    strata_moe_t *moe = NULL;
+    strata_status_t status;
+
+    if (env != NULL) {
+        setenv("STRATA_MOE_MODE", env, 1);
+    }
+    status = strata_moe_create(comm, &p, &moe);
+    unsetenv("STRATA_MOE_MODE");
+    assert_true((status == STRATA_OK) == (moe != NULL));
+    strata_moe_destroy(moe);
+    return status;
+}
+
+static void test_bad_modes(void **state)
+{
+    strata_comm_t *comm = *state;
+
+    assert_int_equal(create(comm, STRATA_MOE_MODE_FIXED, NULL, NULL), STRATA_ERR_INVALID);
+    assert_int_equal(create(comm, (strata_moe_mode_t)9, NULL, NULL), STRATA_ERR_INVALID);
+    assert_int_equal(create(comm, STRATA_MOE_MODE_DEFAULT, NULL, "adaptiv"), STRATA_ERR_CONFIG);
+    assert_int_equal(create(comm, STRATA_MOE_MODE_DEFAULT, NULL, "fixed:"), STRATA_ERR_CONFIG);
+    assert_int_equal(create(comm, STRATA_MOE_MODE_DEFAULT, NULL, "fixed:/nonexistent/m.json"),
+                     STRATA_ERR_NOT_FOUND);
+    assert_int_equal(create(comm, STRATA_MOE_MODE_ADAPTIVE, "/nonexistent/p.json", NULL),
+                     STRATA_ERR_NOT_FOUND);
+    assert_int_equal(create(comm, STRATA_MOE_MODE_DEFAULT, NULL, "pull"), STRATA_OK);
+}
+
+/* One step of TOKENS tokens, each to experts t and t + 1; the stats' pull mask after it. */
+static uint64_t one_step(strata_moe_t *moe)
+{
+    static uint16_t x[TOKENS * HIDDEN] __attribute__((aligned(16)));
+    static uint16_t out[TOKENS * HIDDEN] __attribute__((aligned(16)));
+    int64_t idx[TOKENS * 2];
+    float weights[TOKENS * 2];
+    strata_moe_recv_t recv;
+    strata_moe_stats_t stats;
+
+    for (int t = 0; t < TOKENS; ++t) {
+        idx[2 * t]         = t;
+        idx[2 * t + 1]     = t + 1;
+        weights[2 * t]     = 0.5f;
+        weights[2 * t + 1] = 0.5f;
+    }
+    assert_int_equal(strata_moe_dispatch(moe, x, NULL, idx, TOKENS, &recv), STRATA_OK);
+    assert_int_equal(strata_moe_combine(moe, NULL, weights, out), STRATA_OK);
+    assert_int_equal(strata_moe_get_stats(moe, &stats), STRATA_OK);
+    return stats.pull_mask[0];
+}
+
+static void test_fixed_file(void **state)
+{
+    char path[] = "/tmp/strata-modes-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    strata_moe_params_t p = params(STRATA_MOE_MODE_FIXED, path);
+    strata_moe_t *moe;
+
+    assert_non_null(f);
+    fprintf(f, "{\"format\": \"strata-modes\", \"version\": 1, \"num_experts\": %d, "
+               "\"pull\": [1, 6]}", EXPERTS);
+    fclose(f);
+    assert_int_equal(strata_moe_create(*state, &p, &moe), STRATA_OK);
+    remove(path); /* read at creation only */
+    assert_true(one_step(moe) == ((UINT64_C(1) << 1) | (UINT64_C(1) << 6)));
+    strata_moe_destroy(moe);
+}
+
+static void test_adaptive(void **state)
+{
+    strata_moe_params_t p = params(STRATA_MOE_MODE_ADAPTIVE, NULL);
+    uint64_t mask[1] = {0};
+    strata_moe_t *moe;
+
+    assert_int_equal(strata_moe_create(*state, &p, &moe), STRATA_OK);
+    assert_int_equal(strata_moe_set_pull_mask(moe, mask, mask), STRATA_ERR_INVALID);
+    for (int step = 0; step < 6; ++step) {
+        /* One node: only experts 0..4 get tokens, and the owner sees them all; the idle
+         * experts 5..7 cost Push a flag wait and Pull nothing, so they go to Pull. */
+        uint64_t modes = one_step(moe);
+
+        if (step >= 5) {
+            assert_true((modes & 0xe0u) == 0xe0u);
+        }
+    }
+    strata_moe_destroy(moe);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_modes),
+        cmocka_unit_test(test_fixed_file),
+        cmocka_unit_test(test_adaptive),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
