@@ -279,9 +279,11 @@ strata_status_t adapt_policy_save(const char *path, const adapt_policy_params_t 
     if (root == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
+    errno = 0;
     if (json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) !=
         0) {
-        UTIL_LOG_ERROR("adaptive: writing the policy file %s failed: %s", path, strerror(errno));
+        UTIL_LOG_ERROR("adaptive: writing the policy file %s failed%s%s", path,
+                       errno != 0 ? ": " : "", errno != 0 ? strerror(errno) : "");
         status = STRATA_ERR_IO;
     }
     json_decref(root);

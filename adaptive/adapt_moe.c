@@ -86,17 +86,18 @@ static strata_status_t adapt_fit_link(sched_moe_t *moe, sched_probe_t kind, adap
     return STRATA_OK;
 }
 
-/* The model measured on this rank: copies for the node's tier, writes and reads to a
- * rank of another node for the network's (a read's extra cost over a write being Pull's
- * round trip). What cannot be measured keeps the policy's figures. */
+/* The model measured on this rank: the node's bandwidth from copies (a copy's latency is
+ * not the flag waits the intra alphas stand for, so those stay the policy's), writes and
+ * reads to a rank of another node for the network's (a read's extra cost over a write
+ * being Pull's round trip). What cannot be measured keeps the policy's figures. */
 static strata_status_t adapt_calibrate(sched_moe_t *moe, adapt_model_t *model)
 {
     adapt_link_t *intra = model->link[ADAPT_TIER_INTRA], *inter = model->link[ADAPT_TIER_INTER];
+    adapt_link_t copy = intra[ADAPT_MODE_PUSH];
     double copy_s, write_s, read_s;
     strata_status_t status;
 
-    if ((status = adapt_fit_link(moe, SCHED_PROBE_COPY, &intra[ADAPT_MODE_PUSH], &copy_s)) !=
-            STRATA_OK ||
+    if ((status = adapt_fit_link(moe, SCHED_PROBE_COPY, &copy, &copy_s)) != STRATA_OK ||
         (status = adapt_fit_link(moe, SCHED_PROBE_WRITE, &inter[ADAPT_MODE_PUSH], &write_s)) !=
             STRATA_OK ||
         (status = adapt_fit_link(moe, SCHED_PROBE_READ, &inter[ADAPT_MODE_PULL], &read_s)) !=
@@ -105,15 +106,16 @@ static strata_status_t adapt_calibrate(sched_moe_t *moe, adapt_model_t *model)
         return status;
     }
     if (copy_s >= 0.0) {
-        intra[ADAPT_MODE_PULL] = intra[ADAPT_MODE_PUSH];
+        intra[ADAPT_MODE_PUSH].beta_Bps = copy.beta_Bps;
+        intra[ADAPT_MODE_PULL].beta_Bps = copy.beta_Bps;
     }
     if (write_s >= 0.0 && read_s >= 0.0) {
         inter[ADAPT_MODE_PULL].alpha_s     = write_s;
         model->pull_rtt_s[ADAPT_TIER_INTER] = read_s > write_s ? read_s - write_s : 0.0;
     }
-    UTIL_LOG_INFO("adaptive: calibrated: intra %.2f us %.2f GB/s; inter push %.2f us %.2f "
-                  "GB/s, pull %.2f us + %.2f us %.2f GB/s", intra[0].alpha_s * 1e6,
-                  intra[0].beta_Bps * 1e-9, inter[0].alpha_s * 1e6, inter[0].beta_Bps * 1e-9,
+    UTIL_LOG_INFO("adaptive: calibrated: intra %.2f GB/s; inter push %.2f us %.2f GB/s, "
+                  "pull %.2f us + %.2f us %.2f GB/s", intra[0].beta_Bps * 1e-9,
+                  inter[0].alpha_s * 1e6, inter[0].beta_Bps * 1e-9,
                   inter[1].alpha_s * 1e6, model->pull_rtt_s[ADAPT_TIER_INTER] * 1e6,
                   inter[1].beta_Bps * 1e-9);
     return STRATA_OK;
@@ -184,12 +186,17 @@ strata_status_t adapt_moe_attach(sched_moe_t *moe, const char *policy_file)
     sched_moe_shape_t shape;
     adapt_decider_t *decider;
     int *owner_node;
-    strata_status_t status = adapt_moe_params(moe, policy_file, &params);
+    strata_status_t status;
 
+    sched_moe_shape(moe, &shape);
+    if (!shape.host_heap) {
+        UTIL_LOG_ERROR("adaptive: adaptive modes need the host device backend");
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    status = adapt_moe_params(moe, policy_file, &params);
     if (status != STRATA_OK) {
         return status;
     }
-    sched_moe_shape(moe, &shape);
     decider    = calloc(1, sizeof(*decider));
     owner_node = calloc((size_t)shape.num_local_experts, sizeof(int));
     if (decider == NULL || owner_node == NULL) {

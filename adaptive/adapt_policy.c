@@ -156,9 +156,10 @@ void adapt_policy_destroy(adapt_policy_t *policy)
 }
 
 /*
- * The standard deviation of one step's cost difference between the modes: each node's
- * token count moves the transfer terms apart by the bandwidths' difference, and whether
- * it sends at all moves Pull's fetch cost (a Bernoulli variable).
+ * The standard deviation of one step's cost difference between the modes (Push less Pull),
+ * node by node: a x - b B with x the node's tokens, B whether it sends any (Bernoulli p),
+ * a the per-token difference of the transfer terms and b Pull's fetch cost. Since B = 1
+ * wherever x > 0, Cov(x, B) = E[x] (1 - p).
  */
 static double adapt_noise(const adapt_policy_t *policy, int expert)
 {
@@ -168,13 +169,14 @@ static double adapt_noise(const adapt_policy_t *policy, int expert)
     for (int j = 0; j < policy->num_nodes; ++j) {
         const adapt_cell_t *c = adapt_stats_cell(policy->stats, expert, j);
         adapt_tier_t tier = j == policy->owner_node[expert] ? ADAPT_TIER_INTRA : ADAPT_TIER_INTER;
-        double per_token = policy->row_bytes * fabs(1.0 / m->link[tier][ADAPT_MODE_PUSH].beta_Bps -
-                                                    1.0 / m->link[tier][ADAPT_MODE_PULL].beta_Bps);
-        double fetch = m->link[tier][ADAPT_MODE_PULL].alpha_s + m->pull_rtt_s[tier];
+        double a = policy->row_bytes * (1.0 / m->link[tier][ADAPT_MODE_PUSH].beta_Bps -
+                                        1.0 / m->link[tier][ADAPT_MODE_PULL].beta_Bps);
+        double b = m->link[tier][ADAPT_MODE_PULL].alpha_s + m->pull_rtt_s[tier];
 
-        var += c->var * per_token * per_token + c->busy * (1.0 - c->busy) * fetch * fetch;
+        var += a * a * c->var + b * b * c->busy * (1.0 - c->busy) -
+               2.0 * a * b * c->mean * (1.0 - c->busy);
     }
-    return sqrt(var);
+    return var > 0.0 ? sqrt(var) : 0.0; /* the weighted estimates need not be consistent */
 }
 
 static void adapt_policy_decide(adapt_policy_t *policy, int expert)

@@ -4,7 +4,7 @@ find_package(Threads REQUIRED)
 
 pkg_check_modules(HWLOC   REQUIRED IMPORTED_TARGET hwloc>=2.0)
 pkg_check_modules(LIBXML2 REQUIRED IMPORTED_TARGET libxml-2.0)
-pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson>=2.11) # json_pack "o" frees on error
 pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric>=1.9)
 
 if(STRATA_BUILD_TESTS)

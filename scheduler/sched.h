@@ -113,6 +113,7 @@ typedef struct sched_moe_shape {
     size_t        row_bytes; /**< one token row on the wire */
     strata_moe_mode_t mode;  /**< resolved from the params and STRATA_MOE_MODE */
     const char   *mode_file; /**< FIXED: the mask file; ADAPTIVE: a policy file, or NULL */
+    bool          host_heap; /**< the node's heap is host memory (adaptive modes need it) */
 } sched_moe_shape_t;
 
 void sched_moe_shape(const sched_moe_t *moe, sched_moe_shape_t *shape_p);
@@ -147,7 +148,7 @@ typedef enum sched_probe {
 /** The largest probe of kind; 0 where there is none (one node, no read). */
 size_t          sched_moe_probe_max(const sched_moe_t *moe, sched_probe_t kind);
 /** Time one transfer of bytes (<= sched_moe_probe_max) before the object's first step:
- *  it uses buffers no other rank touches until then. */
+ *  it uses buffers no other rank touches until then. A failed probe fails the object. */
 strata_status_t sched_moe_probe(sched_moe_t *moe, sched_probe_t kind, size_t bytes,
                                 uint64_t *ns_p);
 

@@ -174,7 +174,7 @@ strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weigh
     }
     moe->stats.combine_ns = util_clock_now_ns() - moe->step_start_ns;
     moe->stats.steps     += 1;
-    memcpy(moe->stats_mask, moe->step_dispatch_mask, sizeof(moe->stats_mask));
+    memcpy(moe->stats_mask, moe->step_dispatch_mask, sched_mask_bytes(moe));
     moe->stats.pull_mask  = moe->stats_mask;
     moe->state            = SCHED_STEP_IDLE;
     return moe->step_status;

@@ -506,6 +506,10 @@ strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *rec
     if (status != STRATA_OK && moe->step_status == STRATA_OK) {
         moe->step_status = status;
     }
+    status = sched_modes_check_node(moe);
+    if (status != STRATA_OK) {
+        return sched_fail(moe, status, "checking the node's modes");
+    }
     status = sched_translate_sources(moe, &ir);
     if (status != STRATA_OK) {
         return sched_fail(moe, status, "reading the sources of received rows");

@@ -10,7 +10,7 @@
 
 #include <stdatomic.h>
 
-#define SCHED_MASK_WORDS  (INTRA_MOE_MAX_EXPERTS / 64)
+#define SCHED_MASK_WORDS  (INTRA_MOE_MAX_EXPERTS / 64) /* of a node's experts */
 #define SCHED_CTRL_BYTES  64 /* one header or grant */
 #define SCHED_HEADER_MAGIC 0x53544845u /* "STHE" */
 #define SCHED_GRANT_MAGIC  0x53544752u /* "STGR" */
@@ -45,8 +45,10 @@ typedef struct sched_header {
  */
 typedef struct sched_board {
     _Atomic uint64_t step;
-    uint64_t         pad[7];
-    uint64_t         mask[]; /* [mask_words] global expert ids */
+    _Atomic uint64_t digest_step; /* published after digest, by the rank in that step */
+    uint64_t         digest;      /* of the masks it moves that step in */
+    uint64_t         pad[5];
+    uint64_t         mask[];      /* [mask_words] global expert ids */
 } sched_board_t;
 
 /* The receiver's answer when round two is needed. */
@@ -164,9 +166,10 @@ struct sched_moe {
     int                  num_aug;
     const void          *expert_y;
     strata_status_t      step_status; /* INVALID or CAPACITY found earlier in the step */
-    uint64_t             dispatch_mask[SCHED_MASK_WORDS], combine_mask[SCHED_MASK_WORDS];
-    uint64_t             step_dispatch_mask[SCHED_MASK_WORDS];
-    uint64_t             stats_mask[SCHED_MASK_WORDS]; /* the last completed step's */
+    /* Global expert masks (bit: Pull), mask_words each. */
+    uint64_t            *dispatch_mask, *combine_mask;
+    uint64_t            *step_dispatch_mask;
+    uint64_t            *stats_mask; /* the last completed step's */
 
     strata_moe_recv_t    recv;
     strata_moe_source_t *src;        /* [experts_per_rank][capacity] */
@@ -177,6 +180,7 @@ struct sched_moe {
 
     /* Modes (sched_modes.c). */
     strata_moe_mode_t    mode;           /* resolved */
+    bool                 host_heap;      /* the boards can be used from the host */
     char                *mode_file;
     int                  mask_words;     /* words of a global expert mask */
     int                  own_words;      /* words of this rank's experts' bits */
@@ -219,6 +223,12 @@ static inline int sched_local_expert(const sched_moe_t *moe, int expert)
     return moe->world.rank_local[owner] * moe->experts_per_rank + expert % moe->experts_per_rank;
 }
 
+/* Bytes of a global expert mask. */
+static inline size_t sched_mask_bytes(const sched_moe_t *moe)
+{
+    return sizeof(uint64_t) * (size_t)moe->mask_words;
+}
+
 /* The intra tier's pull mask (node-local expert ids) from a global one. */
 void            sched_node_mask(const sched_moe_t *moe, const uint64_t *global, uint64_t *node_mask);
 /* Wait for count arrivals of imm; any rank's failure ends it with PEER_FAILED. */
@@ -235,6 +245,8 @@ strata_status_t sched_intra_failure(sched_moe_t *moe, strata_status_t status);
 strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what);
 /* Modes: this step's masks from the boards (adaptive), and their digest. */
 strata_status_t sched_modes_begin_step(sched_moe_t *moe);
+/* After the node's dispatch: INTERNAL when a local rank moved the step in other modes. */
+strata_status_t sched_modes_check_node(sched_moe_t *moe);
 /* The digest and decided bits a header carries. */
 void            sched_modes_fill_header(const sched_moe_t *moe, sched_header_t *header);
 /* INTERNAL when a source moves this step's experts in other modes than this rank. */

@@ -4,8 +4,8 @@
  * decides from the rows its experts received, publishes the decision with step t+1's
  * counts (the header to each peer), and every rank moves the expert in that mode in step
  * t+2. A rank learns the decisions of its node's owners, and those its peers relayed, from
- * the node's mode boards. Every header carries a digest of its sender's masks, so a step in
- * which two ranks disagree fails instead of running.
+ * the node's mode boards. Every header carries a digest of its sender's masks, and every
+ * rank leaves its digest on its board, so a step in which two ranks disagree fails.
  */
 #include "sched_internal.h"
 
@@ -52,13 +52,14 @@ void sched_moe_shape(const sched_moe_t *moe, sched_moe_shape_t *shape_p)
         .row_bytes         = moe->row_bytes,
         .mode              = moe->mode,
         .mode_file         = moe->mode_file,
+        .host_heap         = moe->host_heap,
     };
 }
 
 strata_status_t sched_moe_set_decider(sched_moe_t *moe, const sched_mode_decider_ops_t *ops,
                                       void *ctx, bool initial_pull)
 {
-    if (strcmp(moe->world.device->name, "host") != 0) {
+    if (!moe->host_heap) {
         /* The boards are read and written by the host; a device heap is not host memory. */
         UTIL_LOG_ERROR("moe: adaptive modes need the host backend; the %s heap is device "
                        "memory", moe->world.device->name);
@@ -82,22 +83,21 @@ strata_status_t sched_moe_set_decider(sched_moe_t *moe, const sched_mode_decider
     return STRATA_OK;
 }
 
-/* Wait for local rank l's board of this step. */
-static strata_status_t sched_wait_board(sched_moe_t *moe, int l, const sched_board_t **board_p)
+/* Wait until a board's field shows this step. */
+static strata_status_t sched_wait_board(sched_moe_t *moe, int l, _Atomic uint64_t *field,
+                                        const char *what)
 {
-    const sched_board_t *board = sched_board(moe, l, moe->step);
     uint64_t deadline = util_clock_now_ns() + moe->timeout_ns;
 
-    /* Acquire: pairs with the owner's release in sched_modes_publish. */
-    while (atomic_load_explicit(&board->step, memory_order_acquire) != moe->step) {
+    /* Acquire: pairs with the writer's release in sched_modes_publish or _begin_step. */
+    while (atomic_load_explicit(field, memory_order_acquire) != moe->step) {
         if (util_clock_now_ns() > deadline) {
-            UTIL_LOG_ERROR("moe: local rank %d published no modes for step %" PRIu64, l,
+            UTIL_LOG_ERROR("moe: local rank %d published no %s for step %" PRIu64, l, what,
                            moe->step);
             return sched_intra_failure(moe, STRATA_ERR_TIMEOUT);
         }
         util_sleep_ns(UTIL_NSEC_PER_USEC * 20);
     }
-    *board_p = board;
     return STRATA_OK;
 }
 
@@ -105,8 +105,8 @@ static strata_status_t sched_wait_board(sched_moe_t *moe, int l, const sched_boa
 static strata_status_t sched_read_boards(sched_moe_t *moe)
 {
     for (int l = 0; l < moe->local_size; ++l) {
-        const sched_board_t *board = NULL;
-        strata_status_t status = sched_wait_board(moe, l, &board);
+        sched_board_t *board = sched_board(moe, l, moe->step);
+        strata_status_t status = sched_wait_board(moe, l, &board->step, "modes");
 
         if (status != STRATA_OK) {
             return status;
@@ -117,7 +117,7 @@ static strata_status_t sched_read_boards(sched_moe_t *moe)
             }
         }
     }
-    memcpy(moe->combine_mask, moe->dispatch_mask, sizeof(moe->combine_mask));
+    memcpy(moe->combine_mask, moe->dispatch_mask, sched_mask_bytes(moe));
     return STRATA_OK;
 }
 
@@ -131,9 +131,39 @@ strata_status_t sched_modes_begin_step(sched_moe_t *moe)
             status = sched_read_boards(moe);
         }
     }
-    memcpy(moe->step_dispatch_mask, moe->dispatch_mask, sizeof(moe->dispatch_mask));
+    memcpy(moe->step_dispatch_mask, moe->dispatch_mask, sched_mask_bytes(moe));
     moe->step_digest = sched_mask_digest(moe);
+    if (moe->host_heap) {
+        sched_board_t *mine = sched_board(moe, moe->world.rank_local[moe->world.rank], moe->step);
+
+        mine->digest = moe->step_digest;
+        /* Release: the digest before its step; sched_modes_check_node acquires it. */
+        atomic_store_explicit(&mine->digest_step, moe->step, memory_order_release);
+    }
     return status;
+}
+
+/*
+ * Every local rank left its digest before its part of the node's dispatch, which this
+ * rank's dispatch has waited for; the next write of the slot is two steps away.
+ */
+strata_status_t sched_modes_check_node(sched_moe_t *moe)
+{
+    for (int l = 0; moe->host_heap && l < moe->local_size; ++l) {
+        sched_board_t *board = sched_board(moe, l, moe->step);
+        strata_status_t status = sched_wait_board(moe, l, &board->digest_step, "mask digest");
+
+        if (status != STRATA_OK) {
+            return status;
+        }
+        if (board->digest != moe->step_digest) {
+            UTIL_LOG_ERROR("moe: local rank %d moved the experts of step %" PRIu64 " in other "
+                           "modes than this rank: every rank must set the same pull masks and "
+                           "mode", l, moe->step);
+            return STRATA_ERR_INTERNAL;
+        }
+    }
+    return STRATA_OK;
 }
 
 void sched_modes_fill_header(const sched_moe_t *moe, sched_header_t *header)

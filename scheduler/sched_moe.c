@@ -100,6 +100,10 @@ static strata_status_t sched_resolve_mode(sched_moe_t *moe, const char *text)
 
     moe->mode = moe->params.mode;
     if (moe->mode == STRATA_MOE_MODE_DEFAULT) {
+        if (file != NULL) {
+            UTIL_LOG_WARN("moe: mode_file %s is ignored: the mode comes from STRATA_MOE_MODE "
+                          "(set params.mode to adaptive or fixed to use it)", file);
+        }
         file = NULL;
         if (strcmp(text, "push") == 0 || strcmp(text, "pull") == 0) {
             moe->mode = strcmp(text, "push") == 0 ? STRATA_MOE_MODE_PUSH : STRATA_MOE_MODE_PULL;
@@ -362,10 +366,15 @@ static strata_status_t sched_alloc_step_buffers(sched_moe_t *moe)
     moe->sent_bits  = calloc((size_t)moe->own_words, sizeof(uint64_t));
     moe->node_tokens = calloc((size_t)moe->experts_per_rank * (size_t)moe->world.num_nodes,
                               sizeof(int32_t));
+    moe->dispatch_mask      = calloc((size_t)moe->mask_words, sizeof(uint64_t));
+    moe->combine_mask       = calloc((size_t)moe->mask_words, sizeof(uint64_t));
+    moe->step_dispatch_mask = calloc((size_t)moe->mask_words, sizeof(uint64_t));
+    moe->stats_mask         = calloc((size_t)moe->mask_words, sizeof(uint64_t));
     if (!moe->aug_scales || !moe->host_idx || !moe->aug_origin || !moe->src_pages ||
         !moe->ret_map || !moe->peer_step || !moe->requests || !moe->src || !moe->intra_src ||
         !moe->origins || !moe->decided || !moe->next_bits || !moe->sent_bits ||
-        !moe->node_tokens) {
+        !moe->node_tokens || !moe->dispatch_mask || !moe->combine_mask ||
+        !moe->step_dispatch_mask || !moe->stats_mask) {
         return STRATA_ERR_NO_MEMORY;
     }
     return STRATA_OK;
@@ -373,15 +382,13 @@ static strata_status_t sched_alloc_step_buffers(sched_moe_t *moe)
 
 static void sched_default_masks(sched_moe_t *moe)
 {
-    int words = (moe->params.num_experts + 63) / 64;
-
-    memset(moe->dispatch_mask, 0, sizeof(moe->dispatch_mask));
+    memset(moe->dispatch_mask, 0, sched_mask_bytes(moe));
     if (moe->mode == STRATA_MOE_MODE_PULL) {
         for (int e = 0; e < moe->params.num_experts; ++e) {
             moe->dispatch_mask[e / 64] |= UINT64_C(1) << (e % 64);
         }
     }
-    memcpy(moe->combine_mask, moe->dispatch_mask, sizeof(uint64_t) * (size_t)words);
+    memcpy(moe->combine_mask, moe->dispatch_mask, sched_mask_bytes(moe));
 }
 
 static int *sched_copy_ints(const int *src, int n)
@@ -418,8 +425,9 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
     if (moe == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    moe->params = *params;
-    moe->world  = *world;
+    moe->params    = *params;
+    moe->world     = *world;
+    moe->host_heap = strcmp(world->device->name, "host") == 0;
     /* Ours to keep: the caller's arrays need not outlive the object; the key is used once. */
     moe->world.job_key    = NULL;
     moe->world.rank_node  = sched_copy_ints(world->rank_node, world->world_size);
@@ -492,6 +500,10 @@ void sched_moe_destroy(sched_moe_t *moe)
     free(moe->next_bits);
     free(moe->sent_bits);
     free(moe->node_tokens);
+    free(moe->dispatch_mask);
+    free(moe->combine_mask);
+    free(moe->step_dispatch_mask);
+    free(moe->stats_mask);
     free(moe->mode_file);
     if (moe->decider != NULL) {
         moe->decider->destroy(moe->decider_ctx);
@@ -517,8 +529,8 @@ strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispat
         UTIL_LOG_ERROR("moe: in adaptive mode the experts' owners set the modes");
         return STRATA_ERR_INVALID;
     }
-    memset(moe->dispatch_mask, 0, sizeof(moe->dispatch_mask));
-    memset(moe->combine_mask, 0, sizeof(moe->combine_mask));
+    memset(moe->dispatch_mask, 0, sched_mask_bytes(moe));
+    memset(moe->combine_mask, 0, sched_mask_bytes(moe));
     if (dispatch_mask != NULL) {
         memcpy(moe->dispatch_mask, dispatch_mask, sizeof(uint64_t) * (size_t)words);
     }

@@ -1,8 +1,8 @@
 /*
- * Probes for calibrating a cost model: one timed copy in the device backend's memory, or
- * one RDMA write or read between this rank and its first peer on another node, through the
- * MoE object's own buffers (this rank's returned-terms block at the peer, which only this
- * rank writes, and this rank's outgoing terms area).
+ * Probes for calibrating a cost model, before the object's first step: one timed copy in
+ * the device backend's memory, or one RDMA write or read between this rank and a peer on
+ * another node, through the MoE object's own buffers (this rank's returned-terms block at
+ * the peer, which only this rank writes, and this rank's outgoing terms area).
  */
 #include "sched_internal.h"
 
@@ -24,9 +24,25 @@ size_t sched_moe_probe_max(const sched_moe_t *moe, sched_probe_t kind)
     return 0;
 }
 
+/* The rank with this local index on the next node, so that no rank is probed by all. */
+static int sched_probe_peer(const sched_moe_t *moe)
+{
+    const sched_moe_world_t *w = &moe->world;
+    int next = (w->rank_node[w->rank] + 1) % w->num_nodes;
+
+    for (int p = 0; p < moe->num_peers; ++p) {
+        int r = moe->peers[p];
+
+        if (w->rank_node[r] == next && w->rank_local[r] == w->rank_local[w->rank]) {
+            return r;
+        }
+    }
+    return moe->peers[0];
+}
+
 static strata_status_t sched_probe_net(sched_moe_t *moe, bool read, size_t bytes)
 {
-    int peer = moe->peers[0];
+    int peer = sched_probe_peer(moe);
     inter_request_t *req;
     strata_status_t status;
 
@@ -56,9 +72,10 @@ strata_status_t sched_moe_probe(sched_moe_t *moe, sched_probe_t kind, size_t byt
     uint64_t start;
     strata_status_t status;
 
-    if (moe->state != SCHED_STEP_IDLE || bytes == 0 || bytes > sched_moe_probe_max(moe, kind)) {
-        UTIL_LOG_ERROR("moe: a probe of %zu bytes (at most %zu) between steps only", bytes,
-                       sched_moe_probe_max(moe, kind));
+    if (moe->state != SCHED_STEP_IDLE || moe->step != 0 || bytes == 0 ||
+        bytes > sched_moe_probe_max(moe, kind)) {
+        UTIL_LOG_ERROR("moe: a probe of %zu bytes (at most %zu) before the first step only",
+                       bytes, sched_moe_probe_max(moe, kind));
         return STRATA_ERR_INVALID;
     }
     start = util_clock_now_ns();
@@ -67,8 +84,10 @@ strata_status_t sched_moe_probe(sched_moe_t *moe, sched_probe_t kind, size_t byt
     } else {
         status = sched_probe_net(moe, kind == SCHED_PROBE_READ, bytes);
     }
-    if (status == STRATA_OK) {
-        *ns_p = util_clock_now_ns() - start;
+    if (status != STRATA_OK) {
+        /* An operation may still be in flight: the buffers go only when it cannot be. */
+        return sched_fail(moe, status, "probing the network for calibration");
     }
-    return status;
+    *ns_p = util_clock_now_ns() - start;
+    return STRATA_OK;
 }

@@ -8,7 +8,10 @@
  * dies in the middle of a step and the others must see STRATA_ERR_PEER_FAILED in time.
  * With --trace FILE the routing is a trace's (tools/strata_trace.h); with --mode adaptive
  * the experts' owners choose the modes, and every step every rank's modes must be the same
- * (gathered from all ranks) while they change; --mode env takes STRATA_MOE_MODE's.
+ * (gathered from all ranks) while they change; --mode env takes STRATA_MOE_MODE's. With
+ * --disagree RANK that rank sets a pull mask unlike the others' in the middle of the run,
+ * and every rank must see that step fail (INTERNAL where the masks are compared, or
+ * PEER_FAILED / TIMEOUT where it then waits on a rank that gave up).
  * Prints one line per rank; exit 0 on success.
  */
 #include "common/moe_ref.h"
@@ -47,6 +50,7 @@ typedef struct options {
     mask_mode_t masks;
     const char *trace;
     int        kill;       /* rank that dies, or -1 */
+    int        disagree;   /* rank that sets other masks mid-run, or -1 */
     int        kill_step;
     uint64_t   kill_bound_ms; /* survivors must see the failure within this */
 } options_t;
@@ -64,7 +68,7 @@ static void parse(int argc, char **argv, options_t *o)
     *o = (options_t){.c = {.device = "host", .experts = 16, .topk = 4, .hidden = 256,
                            .max_tokens = 24, .steps = 50, .dtype = STRATA_DTYPE_BF16,
                            .combine_dtype = STRATA_DTYPE_BF16},
-                     .kill = -1, .kill_bound_ms = 15000};
+                     .kill = -1, .disagree = -1, .kill_bound_ms = 15000};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
 
@@ -76,6 +80,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--dtype")) o->c.dtype = parse_dtype(v);
         else if (!strcmp(k, "--combine-dtype")) o->c.combine_dtype = parse_dtype(v);
         else if (!strcmp(k, "--kill")) o->kill = atoi(v);
+        else if (!strcmp(k, "--disagree")) o->disagree = atoi(v);
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--trace")) o->trace = v;
         else if (!strcmp(k, "--mode") && !strcmp(v, "adaptive")) o->masks = MASKS_ADAPTIVE;
@@ -223,7 +228,7 @@ static void check_combine(rank_state_t *r)
 }
 
 /* One step; the layout form on odd steps. Returns the first status that was not OK. */
-static strata_status_t run_step(rank_state_t *r, int kill)
+static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
 {
     uint64_t dmask[INTRA_MOE_MASK_WORDS], cmask[INTRA_MOE_MASK_WORDS];
     strata_moe_layout_t *layout = NULL;
@@ -233,6 +238,7 @@ static strata_status_t run_step(rank_state_t *r, int kill)
     if (r->masks == MASKS_BY_STEP) {
         gen_mask(r->c, g_step, 0, dmask);
         gen_mask(r->c, g_step, 1, cmask);
+        dmask[0] ^= disagree ? 1u : 0u; /* expert 0 in the other mode than on every rank */
         CHECK(strata_moe_set_pull_mask(r->moe, dmask, cmask) == STRATA_OK, "set_pull_mask");
     } else if (r->masks == MASKS_ADAPTIVE) {
         CHECK(strata_moe_set_pull_mask(r->moe, dmask, NULL) == STRATA_ERR_INVALID,
@@ -379,7 +385,8 @@ int main(int argc, char **argv)
     }
     for (g_step = 0; g_step < o.c.steps; ++g_step) {
         step_start = util_clock_now_ns();
-        status = run_step(&r, g_step == o.kill_step && g_rank == o.kill);
+        status = run_step(&r, g_step == o.kill_step && g_rank == o.kill,
+                          g_step == o.kill_step && g_rank == o.disagree);
         if (status != STRATA_OK) {
             break;
         }
@@ -387,7 +394,15 @@ int main(int argc, char **argv)
             mode_changes += check_agreement(bs, &r, last_mask);
         }
     }
-    if (o.kill >= 0) {
+    if (o.disagree >= 0) {
+        CHECK(g_step == o.kill_step && (status == STRATA_ERR_INTERNAL ||
+                                        status == STRATA_ERR_PEER_FAILED ||
+                                        status == STRATA_ERR_TIMEOUT),
+              "rank %d moved step %d in other modes; this rank got %s at step %d", o.disagree,
+              o.kill_step, strata_status_string(status), g_step);
+        printf("rank %d: the step with rank %d's other modes failed: %s\n", g_rank, o.disagree,
+               strata_status_string(status));
+    } else if (o.kill >= 0) {
         uint64_t took_ms = (util_clock_now_ns() - step_start) / UTIL_NSEC_PER_MSEC;
 
         CHECK(status == STRATA_ERR_PEER_FAILED && g_step == o.kill_step,

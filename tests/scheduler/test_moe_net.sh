@@ -58,6 +58,10 @@ cat >"$dir/modes.json" <<'JSON'
 {"format": "strata-modes", "version": 1, "num_experts": 16, "pull": [0, 3, 5, 8, 9, 15]}
 JSON
 case_run "2x2 flat, fixed mode file" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_MODE=fixed:"$dir/modes.json" -- -n 4 --nodes 2 -- --steps 30 --mode env
+# Ranks that disagree on a step's modes: the step fails on every rank instead of running
+# (inside the node by the boards' digests, across nodes by the headers').
+case_run "1x2, rank 1 sets other pull masks" 2 "other modes failed" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 2 --nodes 1 -- --steps 10 --disagree 1
+case_run "2x2 hierarchical, rank 3 sets other pull masks" 4 "other modes failed" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 10 --disagree 3
 # A rank killed mid-step: every survivor sees PEER_FAILED within the heartbeat bound (3 s)
 # plus the time the intra tier waits on it (the same bound), with slack for a loaded machine.
 case_run "2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
