@@ -111,7 +111,7 @@ typedef struct adapt_policy_params {
 
 typedef struct adapt_policy adapt_policy_t;
 
-/** The default model, alpha 0.7, margin 0, noise_k 3, dwell 3, initial push. */
+/** The default model, alpha 0.7, margin 0, noise_k 5, dwell 2, initial push. */
 void adapt_policy_defaults(adapt_policy_params_t *params);
 /** STRATA_ERR_INVALID naming the first parameter out of range. */
 strata_status_t adapt_policy_check(const adapt_policy_params_t *params, const char *where);

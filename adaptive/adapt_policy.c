@@ -32,7 +32,7 @@ void adapt_policy_defaults(adapt_policy_params_t *params)
 {
     /* What `strata-tune replay --synthetic --sweep` chooses for the default model
      * (docs/performance.md). */
-    *params = (adapt_policy_params_t){.alpha = 0.7, .margin = 0.0, .noise_k = 3.0, .dwell = 3,
+    *params = (adapt_policy_params_t){.alpha = 0.7, .margin = 0.0, .noise_k = 5.0, .dwell = 2,
                                       .initial = ADAPT_MODE_PUSH};
     adapt_model_default(&params->model);
 }

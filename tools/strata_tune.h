@@ -89,8 +89,8 @@ typedef struct tune_grid {
     int           num_dwell;
 } tune_grid_t;
 
-/** alpha {0.1,0.2,0.3,0.5,0.7} x margin {0,0.05,0.1,0.2,0.4} x noise_k {0,0.5,1,2,3} x
- *  dwell {1,2,3,5,8}. */
+/** alpha {0.1,0.2,0.3,0.5,0.7} x margin {0,0.05,0.1,0.2,0.4} x noise_k {0,0.5,1,2,3,4,5}
+ *  x dwell {1,2,3,5,8}. */
 extern const tune_grid_t tune_grid_full;
 /** A 16-point subset of the full grid, for quick tests. */
 extern const tune_grid_t tune_grid_small;

@@ -23,7 +23,7 @@ const char *const tune_strategy_names[TUNE_STRATEGIES] = {
 
 static const double tune_full_alpha[]   = {0.1, 0.2, 0.3, 0.5, 0.7};
 static const double tune_full_margin[]  = {0.0, 0.05, 0.1, 0.2, 0.4};
-static const double tune_full_noise_k[] = {0.0, 0.5, 1.0, 2.0, 3.0};
+static const double tune_full_noise_k[] = {0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0};
 static const int    tune_full_dwell[]   = {1, 2, 3, 5, 8};
 
 const tune_grid_t tune_grid_full = {
