@@ -37,12 +37,15 @@ case_run() { # case_run NAME EXPECTED_COUNT PATTERN -- env... -- run options... 
 }
 
 ok='steps passed'
+# Sanitizer builds (STRATA_TEST_QUICK=1, set by CMake), where a step costs over ten times
+# as much, run a third of the steps, at least 20: every path and both parities still run.
+steps() { if [ "${STRATA_TEST_QUICK:-0}" = 1 ]; then echo $(( $1 / 3 > 20 ? $1 / 3 : 20 )); else echo "$1"; fi; }
 calm=STRATA_INTER_PEER_TIMEOUT=30s
-case_run "2x2 flat, bf16, round one of 3 tokens" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps 60
-case_run "2x2 hierarchical, fp8 -> bf16" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=8 -- -n 4 --nodes 2 -- --steps 60 --dtype fp8 --hidden 256
-case_run "2x2 flat, fp32, pull by request" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 4 --nodes 2 -- --steps 50 --dtype fp32 --combine-dtype fp32 --hidden 64
-case_run "3x2 hierarchical, fp16, no round one" 6 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=0 -- -n 6 --nodes 3 -- --steps 50 --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6
-case_run "3x2 flat, bf16 -> fp32, pull by request" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps 50 --combine-dtype fp32 --experts 12 --topk 3
+case_run "2x2 flat, bf16, round one of 3 tokens" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 60)
+case_run "2x2 hierarchical, fp8 -> bf16" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=8 -- -n 4 --nodes 2 -- --steps $(steps 60) --dtype fp8 --hidden 256
+case_run "2x2 flat, fp32, pull by request" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 4 --nodes 2 -- --steps $(steps 50) --dtype fp32 --combine-dtype fp32 --hidden 64
+case_run "3x2 hierarchical, fp16, no round one" 6 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=0 -- -n 6 --nodes 3 -- --steps $(steps 50) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6
+case_run "3x2 flat, bf16 -> fp32, pull by request" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 50) --combine-dtype fp32 --experts 12 --topk 3
 # Adaptive: a trace whose hot experts move every 10 steps; the owners switch experts between
 # Push and Pull as they do (checked: results exact, every rank in the same modes each step,
 # at least one change). A policy file with a short dwell, and the model measured at creation.
@@ -52,12 +55,12 @@ case_run "3x2 flat, bf16 -> fp32, pull by request" 6 "$ok" -- $calm STRATA_MOE_R
 cat >"$dir/policy.json" <<'JSON'
 {"format": "strata-policy", "version": 1, "alpha": 0.5, "margin": 0.05, "noise_k": 0.5, "dwell": 2}
 JSON
-case_run "2x2 flat, adaptive on a drifting trace" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 60 --trace "$dir/drift.trace" --mode adaptive
-case_run "2x2 hierarchical, adaptive, policy file, calibrated" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_ADAPTIVE_POLICY="$dir/policy.json" STRATA_ADAPTIVE_CALIBRATE=on -- -n 4 --nodes 2 -- --steps 60 --trace "$dir/drift.trace" --mode adaptive
+case_run "2x2 flat, adaptive on a drifting trace" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
+case_run "2x2 hierarchical, adaptive, policy file, calibrated" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_ADAPTIVE_POLICY="$dir/policy.json" STRATA_ADAPTIVE_CALIBRATE=on -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
 cat >"$dir/modes.json" <<'JSON'
 {"format": "strata-modes", "version": 1, "num_experts": 16, "pull": [0, 3, 5, 8, 9, 15]}
 JSON
-case_run "2x2 flat, fixed mode file" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_MODE=fixed:"$dir/modes.json" -- -n 4 --nodes 2 -- --steps 30 --mode env
+case_run "2x2 flat, fixed mode file" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_MODE=fixed:"$dir/modes.json" -- -n 4 --nodes 2 -- --steps $(steps 30) --mode env
 # Ranks that disagree on a step's modes: the step fails on every rank instead of running
 # (inside the node by the boards' digests, across nodes by the headers').
 case_run "1x2, rank 1 sets other pull masks" 2 "other modes failed" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 2 --nodes 1 -- --steps 10 --disagree 1
