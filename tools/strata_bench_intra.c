@@ -294,6 +294,29 @@ int intra_parse_sizes(const char *text, int *sizes)
     return n;
 }
 
+bool intra_bench_option(intra_bench_t *b, intra_bench_opts_t *o, int opt, const char *arg)
+{
+    switch (opt) {
+    case 't': o->num_sizes = intra_parse_sizes(arg, o->sizes); return true;
+    case 'H': b->hidden = atoi(arg); return true;
+    case 'k': b->topk = atoi(arg); return true;
+    case 'e': b->experts = atoi(arg); return true;
+    case 'i': o->iters = atoi(arg); return true;
+    default: return false;
+    }
+}
+
+void intra_bench_start(intra_bench_t *b, int *argc, char ***argv)
+{
+    MPI_TRY(MPI_Init(argc, argv));
+    MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &b->rank));
+    MPI_TRY(MPI_Comm_size(MPI_COMM_WORLD, &b->size));
+    util_log_set_rank(b->rank);
+    if (b->experts == 0) {
+        b->experts = 8 * b->size;
+    }
+}
+
 static void intra_usage(FILE *out)
 {
     fprintf(out, "Usage: mpirun -n N strata-bench intra [--tokens N[,N...]] [--hidden H] "
@@ -331,45 +354,33 @@ static void intra_bench_tokens(intra_bench_t *b, const char *key)
 int bench_intra_main(int argc, char **argv)
 {
     static const struct option options[] = {
-        {"tokens", required_argument, NULL, 't'}, {"hidden", required_argument, NULL, 'H'},
-        {"topk", required_argument, NULL, 'k'},   {"experts", required_argument, NULL, 'e'},
-        {"iters", required_argument, NULL, 'i'},  {"device", required_argument, NULL, 'd'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        INTRA_BENCH_OPTIONS, {"device", required_argument, NULL, 'd'}, {NULL, 0, NULL, 0},
     };
     intra_bench_t b = {.hidden = 7168, .topk = 8};
-    int sizes[INTRA_MAX_SIZES] = {128, 4096}, num_sizes = 2, opt, iters = 0;
+    intra_bench_opts_t o = {.sizes = {128, 4096}, .num_sizes = 2};
     const char *device = "host";
     char key[64];
     long job;
+    int opt;
 
     optind = 2;
-    while ((opt = getopt_long(argc, argv, "t:H:k:e:i:d:h", options, NULL)) != -1) {
-        switch (opt) {
-        case 't': num_sizes = intra_parse_sizes(optarg, sizes); break;
-        case 'H': b.hidden = atoi(optarg); break;
-        case 'k': b.topk = atoi(optarg); break;
-        case 'e': b.experts = atoi(optarg); break;
-        case 'i': iters = atoi(optarg); break;
-        case 'd': device = optarg; break;
-        case 'h': intra_usage(stdout); return 0;
-        default: intra_usage(stderr); return 2;
+    while ((opt = getopt_long(argc, argv, INTRA_BENCH_SHORT "d:", options, NULL)) != -1) {
+        if (opt == 'd') {
+            device = optarg;
+        } else if (opt == 'h' || !intra_bench_option(&b, &o, opt, optarg)) {
+            intra_usage(opt == 'h' ? stdout : stderr);
+            return opt == 'h' ? 0 : 2;
         }
     }
-    MPI_TRY(MPI_Init(&argc, &argv));
-    MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &b.rank));
-    MPI_TRY(MPI_Comm_size(MPI_COMM_WORLD, &b.size));
-    util_log_set_rank(b.rank);
+    intra_bench_start(&b, &argc, &argv);
     b.device = intra_device_find(device);
-    if (b.experts == 0) {
-        b.experts = 8 * b.size;
-    }
-    if (b.device == NULL || num_sizes == 0 || b.experts % b.size != 0) {
+    if (b.device == NULL || o.num_sizes == 0 || b.experts % b.size != 0) {
         fprintf(stderr, "strata-bench intra: unknown device %s, no token counts, or experts "
                         "not a multiple of the %d ranks\n", device, b.size);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     b.row_bytes = (size_t)b.hidden * sizeof(uint16_t);
-    intra_alloc(&b, intra_max_size(sizes, num_sizes));
+    intra_alloc(&b, intra_max_size(o.sizes, o.num_sizes));
     job = (long)getpid();
     MPI_TRY(MPI_Bcast(&job, 1, MPI_LONG, 0, MPI_COMM_WORLD));
     if (b.rank == 0) {
@@ -380,9 +391,9 @@ int bench_intra_main(int argc, char **argv)
                b.size, device, b.hidden, b.topk, b.experts);
         intra_print_header();
     }
-    for (int i = 0; i < num_sizes; ++i) {
-        b.tokens = sizes[i];
-        b.iters  = iters > 0 ? iters : sizes[i] >= 1024 ? 10 : 200;
+    for (int i = 0; i < o.num_sizes; ++i) {
+        b.tokens = o.sizes[i];
+        b.iters  = o.iters > 0 ? o.iters : o.sizes[i] >= 1024 ? 10 : 200;
         snprintf(key, sizeof(key), "bench-intra-%ld-%d", job, i);
         intra_bench_tokens(&b, key);
     }

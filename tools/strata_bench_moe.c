@@ -106,40 +106,29 @@ static void moe_usage(FILE *out)
 int bench_moe_main(int argc, char **argv)
 {
     static const struct option options[] = {
-        {"tokens", required_argument, NULL, 't'}, {"hidden", required_argument, NULL, 'H'},
-        {"topk", required_argument, NULL, 'k'},   {"experts", required_argument, NULL, 'e'},
-        {"iters", required_argument, NULL, 'i'},  {"ranks-per-node", required_argument, NULL, 'L'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        INTRA_BENCH_OPTIONS, {"ranks-per-node", required_argument, NULL, 'L'}, {NULL, 0, NULL, 0},
     };
     intra_bench_t b = {.hidden = 2048, .topk = 8};
-    int sizes[INTRA_MAX_SIZES] = {128, 2048}, num_sizes = 2, opt, iters = 0;
-    int per_node = 0;
+    intra_bench_opts_t o = {.sizes = {128, 2048}, .num_sizes = 2};
+    int per_node = 0, opt;
     char node_name[32];
     strata_config_t config = {.field_mask = STRATA_CONFIG_FIELD_NODE_NAME};
     strata_bootstrap_t bs = {.allgather = moe_mpi_allgather, .barrier = moe_mpi_barrier};
     strata_comm_t *comm;
 
     optind = 2;
-    while ((opt = getopt_long(argc, argv, "t:H:k:e:i:L:h", options, NULL)) != -1) {
-        switch (opt) {
-        case 't': num_sizes = intra_parse_sizes(optarg, sizes); break;
-        case 'H': b.hidden = atoi(optarg); break;
-        case 'k': b.topk = atoi(optarg); break;
-        case 'e': b.experts = atoi(optarg); break;
-        case 'i': iters = atoi(optarg); break;
-        case 'L': per_node = atoi(optarg); break;
-        case 'h': moe_usage(stdout); return 0;
-        default: moe_usage(stderr); return 2;
+    while ((opt = getopt_long(argc, argv, INTRA_BENCH_SHORT "L:", options, NULL)) != -1) {
+        if (opt == 'L') {
+            per_node = atoi(optarg);
+        } else if (opt == 'h' || !intra_bench_option(&b, &o, opt, optarg)) {
+            moe_usage(opt == 'h' ? stdout : stderr);
+            return opt == 'h' ? 0 : 2;
         }
     }
-    MPI_TRY(MPI_Init(&argc, &argv));
-    MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &b.rank));
-    MPI_TRY(MPI_Comm_size(MPI_COMM_WORLD, &b.size));
-    util_log_set_rank(b.rank);
-    b.device  = intra_device_find("host");
-    b.experts = b.experts > 0 ? b.experts : 8 * b.size;
-    per_node  = per_node > 0 ? per_node : b.size;
-    if (num_sizes == 0 || b.experts % b.size != 0 || b.size % per_node != 0) {
+    intra_bench_start(&b, &argc, &argv);
+    b.device = intra_device_find("host");
+    per_node = per_node > 0 ? per_node : b.size;
+    if (o.num_sizes == 0 || b.experts % b.size != 0 || b.size % per_node != 0) {
         fprintf(stderr, "strata-bench moe: no token counts, experts not a multiple of the %d "
                         "ranks, or ranks not a multiple of --ranks-per-node\n", b.size);
         MPI_Abort(MPI_COMM_WORLD, 2);
@@ -150,7 +139,7 @@ int bench_moe_main(int argc, char **argv)
     bs.world_size    = b.size;
     BENCH_TRY(strata_comm_create(&config, &bs, &comm));
     b.row_bytes = (size_t)b.hidden * sizeof(uint16_t);
-    intra_alloc(&b, intra_max_size(sizes, num_sizes));
+    intra_alloc(&b, intra_max_size(o.sizes, o.num_sizes));
     if (b.rank == 0) {
         printf("# strata-bench moe: %d ranks on %d nodes, transport %s, hidden %d, top-%d of %d "
                "experts, bf16\n# payload per rank and step: dispatched rows + combined rows; "
@@ -160,9 +149,9 @@ int bench_moe_main(int argc, char **argv)
                b.topk, b.experts);
         intra_print_header();
     }
-    for (int i = 0; i < num_sizes; ++i) {
-        b.tokens = sizes[i];
-        b.iters  = iters > 0 ? iters : sizes[i] >= 1024 ? 10 : 100;
+    for (int i = 0; i < o.num_sizes; ++i) {
+        b.tokens = o.sizes[i];
+        b.iters  = o.iters > 0 ? o.iters : o.sizes[i] >= 1024 ? 10 : 100;
         moe_measure(&b, comm);
     }
     strata_comm_destroy(comm);

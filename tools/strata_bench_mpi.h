@@ -66,4 +66,25 @@ void intra_print_row(const char *what, int tokens, const intra_result_t *r,
 /** "128,4096" into sizes (at most INTRA_MAX_SIZES); the count. */
 int  intra_parse_sizes(const char *text, int *sizes);
 
+/* The options every MPI subcommand takes: a getopt_long table's first entries, and their
+ * letters for its short string. */
+#define INTRA_BENCH_OPTIONS \
+    {"tokens", required_argument, NULL, 't'}, {"hidden", required_argument, NULL, 'H'}, \
+    {"topk", required_argument, NULL, 'k'}, {"experts", required_argument, NULL, 'e'}, \
+    {"iters", required_argument, NULL, 'i'}, {"help", no_argument, NULL, 'h'}
+#define INTRA_BENCH_SHORT "t:H:k:e:i:h"
+
+/** What the shared options give besides the bench state. */
+typedef struct intra_bench_opts {
+    int sizes[INTRA_MAX_SIZES];
+    int num_sizes;
+    int iters; /* steps per size; 0: the subcommand's default */
+} intra_bench_opts_t;
+
+/** One of the shared options into b and o (not --help); false for any other. */
+bool intra_bench_option(intra_bench_t *b, intra_bench_opts_t *o, int opt, const char *arg);
+/** MPI_Init, this rank and the world's size, the log's rank, and 8 experts per rank
+ *  unless --experts said otherwise. */
+void intra_bench_start(intra_bench_t *b, int *argc, char ***argv);
+
 #endif
