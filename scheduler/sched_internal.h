@@ -229,6 +229,8 @@ static inline size_t sched_mask_bytes(const sched_moe_t *moe)
     return sizeof(uint64_t) * (size_t)moe->mask_words;
 }
 
+/* Every expert in one mode, in dispatch and combine. */
+void            sched_fill_masks(sched_moe_t *moe, bool pull);
 /* The intra tier's pull mask (node-local expert ids) from a global one. */
 void            sched_node_mask(const sched_moe_t *moe, const uint64_t *global, uint64_t *node_mask);
 /* Wait for count arrivals of imm; any rank's failure ends it with PEER_FAILED. */

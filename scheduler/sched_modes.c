@@ -73,10 +73,7 @@ strata_status_t sched_moe_set_decider(sched_moe_t *moe, const sched_mode_decider
     }
     moe->decider     = ops;
     moe->decider_ctx = ctx;
-    for (int e = 0; e < moe->params.num_experts; ++e) {
-        sched_set_bit(moe->dispatch_mask, e, initial_pull);
-        sched_set_bit(moe->combine_mask, e, initial_pull);
-    }
+    sched_fill_masks(moe, initial_pull);
     for (int e = 0; e < moe->experts_per_rank; ++e) {
         sched_set_bit(moe->next_bits, e, initial_pull);
     }
@@ -105,17 +102,18 @@ static strata_status_t sched_wait_board(sched_moe_t *moe, int l, _Atomic uint64_
 static strata_status_t sched_read_boards(sched_moe_t *moe)
 {
     for (int l = 0; l < moe->local_size; ++l) {
-        sched_board_t *board = sched_board(moe, l, moe->step);
-        strata_status_t status = sched_wait_board(moe, l, &board->step, "modes");
+        strata_status_t status = sched_wait_board(moe, l, &sched_board(moe, l, moe->step)->step,
+                                                  "modes");
 
         if (status != STRATA_OK) {
             return status;
         }
-        for (int e = 0; e < moe->params.num_experts; ++e) {
-            if (moe->world.rank_local[e / moe->experts_per_rank] == l) {
-                sched_set_bit(moe->dispatch_mask, e, sched_mask_test(board->mask, e));
-            }
-        }
+    }
+    for (int e = 0; e < moe->params.num_experts; ++e) {
+        int l = moe->world.rank_local[e / moe->experts_per_rank];
+
+        sched_set_bit(moe->dispatch_mask, e,
+                      sched_mask_test(sched_board(moe, l, moe->step)->mask, e));
     }
     memcpy(moe->combine_mask, moe->dispatch_mask, sched_mask_bytes(moe));
     return STRATA_OK;

@@ -56,9 +56,9 @@ const util_config_table_t sched_moe_config_table = {
     .struct_size = sizeof(sched_moe_config_t),
 };
 
-static size_t sched_round16(size_t n)
+static size_t sched_round_up(size_t n, size_t unit)
 {
-    return (n + 15) / 16 * 16;
+    return (n + unit - 1) / unit * unit;
 }
 
 static size_t sched_elem_size(strata_dtype_t dtype)
@@ -209,24 +209,26 @@ static void sched_size_rows(sched_moe_t *moe)
     moe->scale_count  = p->dtype == STRATA_DTYPE_FP8_E4M3 ? p->hidden / INTRA_MOE_SCALE_COLUMNS
                                                           : 0;
     moe->row_bytes    = (size_t)p->hidden * sched_elem_size(p->dtype);
-    moe->scale_bytes  = sched_round16((size_t)moe->scale_count * sizeof(float));
-    moe->record_bytes = sched_round16(sizeof(int32_t) * (size_t)(1 + p->topk));
+    moe->scale_bytes  = sched_round_up((size_t)moe->scale_count * sizeof(float), 16);
+    moe->record_bytes = sched_round_up(sizeof(int32_t) * (size_t)(1 + p->topk), 16);
     moe->entry_bytes  = moe->record_bytes + moe->row_bytes + moe->scale_bytes;
     moe->y_row_bytes  = (size_t)p->hidden * sched_elem_size(p->combine_dtype);
     moe->max_aug      = p->max_tokens * (1 + moe->num_peers);
     moe->mask_words   = (p->num_experts + 63) / 64;
     moe->own_words    = (moe->experts_per_rank + 63) / 64;
-    moe->header_bytes = (sizeof(sched_header_t) + sizeof(uint64_t) * (size_t)moe->own_words +
-                         SCHED_CTRL_BYTES - 1) / SCHED_CTRL_BYTES * SCHED_CTRL_BYTES;
-    moe->board_bytes  = (sizeof(sched_board_t) + sizeof(uint64_t) * (size_t)moe->mask_words +
-                         SCHED_CTRL_BYTES - 1) / SCHED_CTRL_BYTES * SCHED_CTRL_BYTES;
+    moe->header_bytes = sched_round_up(sizeof(sched_header_t) +
+                                           sizeof(uint64_t) * (size_t)moe->own_words,
+                                       SCHED_CTRL_BYTES);
+    moe->board_bytes  = sched_round_up(sizeof(sched_board_t) +
+                                           sizeof(uint64_t) * (size_t)moe->mask_words,
+                                       SCHED_CTRL_BYTES);
 }
 
 static size_t sched_place(size_t *cursor, size_t bytes)
 {
     size_t at = *cursor;
 
-    *cursor = (at + bytes + 255) / 256 * 256;
+    *cursor = sched_round_up(at + bytes, 256);
     return at;
 }
 
@@ -380,13 +382,11 @@ static strata_status_t sched_alloc_step_buffers(sched_moe_t *moe)
     return STRATA_OK;
 }
 
-static void sched_default_masks(sched_moe_t *moe)
+void sched_fill_masks(sched_moe_t *moe, bool pull)
 {
     memset(moe->dispatch_mask, 0, sched_mask_bytes(moe));
-    if (moe->mode == STRATA_MOE_MODE_PULL) {
-        for (int e = 0; e < moe->params.num_experts; ++e) {
-            moe->dispatch_mask[e / 64] |= UINT64_C(1) << (e % 64);
-        }
+    for (int e = 0; pull && e < moe->params.num_experts; ++e) {
+        moe->dispatch_mask[e / 64] |= UINT64_C(1) << (e % 64);
     }
     memcpy(moe->combine_mask, moe->dispatch_mask, sched_mask_bytes(moe));
 }
@@ -444,7 +444,7 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
         (status = sched_alloc_step_buffers(moe)) != STRATA_OK) {
         goto err;
     }
-    sched_default_masks(moe);
+    sched_fill_masks(moe, moe->mode == STRATA_MOE_MODE_PULL);
     moe->stats.route             = moe->route;
     moe->stats.num_local_experts = moe->experts_per_rank;
     UTIL_LOG_INFO("moe: %d experts, top-%d, hidden %d, %s route, %d peers, round one %d "
