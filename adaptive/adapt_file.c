@@ -202,8 +202,8 @@ static strata_status_t adapt_json_error(const char *name, const json_error_t *er
     } else {
         UTIL_LOG_ERROR("adaptive: %s", error->text); /* it names the file */
     }
-    return strstr(error->text, "unable to open") != NULL ? STRATA_ERR_NOT_FOUND
-                                                          : STRATA_ERR_PARSE;
+    return json_error_code(error) == json_error_cannot_open_file ? STRATA_ERR_NOT_FOUND
+                                                                  : STRATA_ERR_PARSE;
 }
 
 /* A parsed document (NULL: error says why) into params; the document is released. */
