@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "util/util_config.h"
+#include "util/util_work_ring.h"
 
 /* --- Striping ------------------------------------------------------------------------ */
 
@@ -220,5 +221,54 @@ strata_status_t inter_engine_imm_notify(inter_engine_t *engine, uint32_t imm, ui
  */
 strata_status_t inter_engine_barrier(inter_engine_t *engine, const int *peers, int n,
                                      uint64_t timeout_ns);
+
+/* --- Device-producer work rings ------------------------------------------------------------ */
+
+#define INTER_RING_MAX_REGIONS 4
+
+typedef struct inter_ring inter_ring_t;
+
+/**
+ * A work ring (util/util_work_ring.h) the proxy drains: kernels (or any thread) write
+ * commands into it, the proxy posts them as RDMA writes and reads and raises the ring's
+ * completion counters; immediates imm_base .. imm_base + num_imms - 1 are counted in the
+ * ring instead of the engine (inter_engine_imm_wait does not see them). The failure of any
+ * peer, or a command that is not valid, sets the ring's failure word, which producers and
+ * waiters poll. A command is posted whole, on one rail.
+ */
+typedef struct inter_ring_params {
+    util_work_ring_t    *mem;          /**< util_work_ring_bytes() bytes the proxy can reach */
+    uint32_t             slots;        /**< a power of two, 2..65536 */
+    uint32_t             num_counters;
+    uint32_t             num_imms;
+    uint32_t             imm_base;     /**< imm_base + num_imms <= INTER_IMM_MAX */
+    int                  num_regions;  /**< 1..INTER_RING_MAX_REGIONS */
+    /** Local region r of a command, and [world] descriptors of every rank's region r. */
+    const inter_mr_t    *regions[INTER_RING_MAX_REGIONS];
+    const inter_rdesc_t *remote[INTER_RING_MAX_REGIONS];
+    bool                 host_stamps;  /**< command stamps are util_clock_now_ns() */
+} inter_ring_params_t;
+
+typedef struct inter_ring_stats {
+    uint64_t commands;     /**< posted so far */
+    uint64_t stamped;      /**< of those, with a stamp on the host clock */
+    uint64_t delay_ns;     /**< sum over stamped commands of publish-to-post time */
+    uint64_t max_delay_ns;
+} inter_ring_stats_t;
+
+/**
+ * Initialise params->mem (zeroed, credit = slots) and hand the ring to the proxy. Ranges of
+ * immediates of two attached rings must not overlap (STRATA_ERR_BUSY).
+ */
+strata_status_t inter_engine_ring_attach(inter_engine_t *engine, const inter_ring_params_t *params,
+                                         inter_ring_t **ring_p);
+/**
+ * Take the ring from the proxy: once this returns the proxy no longer reads or writes its
+ * memory; commands still in flight finish inside the engine (at the latest at its destroy).
+ * Tolerates NULL.
+ */
+void inter_engine_ring_detach(inter_engine_t *engine, inter_ring_t *ring);
+/** Thread-safe snapshot of the proxy's figures for the ring. */
+void inter_ring_stats(const inter_ring_t *ring, inter_ring_stats_t *stats_p);
 
 #endif

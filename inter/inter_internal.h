@@ -64,14 +64,17 @@ typedef struct inter_op {
     uint64_t               rkey;
     bool                   with_imm;
     uint32_t               imm;
-    int                    slot;     /* send: tx slot used, -1 none yet */
+    int                    slot;     /* send: tx slot used, -1 none yet; ring: its slot */
+    struct inter_ring     *ring;     /* a work ring's command, else NULL (req is set) */
+    uint32_t               counter;  /* ring: the completion counter it raises */
 } inter_op_t;
 
 typedef enum inter_req_type {
     INTER_REQ_RMA,    /* writes and reads: ops[] posted as they are */
     INTER_REQ_SEND,
     INTER_REQ_RECV,
-    INTER_REQ_NOTIFY
+    INTER_REQ_NOTIFY,
+    INTER_REQ_RING    /* attach or detach a work ring (the proxy owns the list) */
 } inter_req_type_t;
 
 struct inter_request {
@@ -98,6 +101,28 @@ struct inter_request {
     uint64_t               count;
     inter_imm_fn_t         fn;
     void                  *arg;
+    /* ring */
+    struct inter_ring     *ring;
+    bool                   attach;
+};
+
+/* A work ring as the proxy sees it (inter_ring.c). */
+struct inter_ring {
+    struct inter_ring *next;          /* proxy: attached, or retired with commands in flight */
+    util_work_ring_t  *mem;
+    uint32_t           mask;
+    uint64_t           consumed;      /* proxy: next ticket to read */
+    uint64_t           retired;       /* proxy: tickets completed, in order */
+    uint32_t           in_flight;
+    bool               detached;      /* proxy: never touch mem again */
+    bool               failed;
+    int                num_regions;
+    const inter_mr_t  *regions[INTER_RING_MAX_REGIONS];
+    inter_rdesc_t     *remote;        /* [num_regions][world] */
+    bool               host_stamps;
+    inter_op_t        *ops;           /* [slots] */
+    bool              *done;          /* [slots] */
+    _Atomic uint64_t   commands, stamped, delay_ns, max_delay_ns;
 };
 
 typedef struct inter_rail {
@@ -185,6 +210,8 @@ struct inter_engine {
     uint64_t              *ctrl;          /* [0] barrier landing word, [1] barrier source */
     inter_mr_t            *ctrl_mr;
     struct inter_late_release *late_release; /* freed after the endpoints, at destroy */
+    struct inter_ring     *rings;         /* proxy: attached work rings */
+    struct inter_ring     *retired_rings; /* proxy: detached ones with commands in flight */
 };
 
 /** Counter consumption: take count if at least count are there (compare-exchange). */
@@ -208,6 +235,15 @@ void inter_engine_wake(inter_engine_t *engine);
 void *inter_proxy_main(void *arg);
 void  inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why);
 void  inter_proxy_drain(inter_engine_t *engine); /* at destroy: fail and free everything */
+
+/* inter_ring.c (proxy thread) */
+int  inter_ring_progress(inter_engine_t *engine);           /* post what producers published */
+void inter_ring_op_done(inter_engine_t *engine, inter_op_t *op, strata_status_t status);
+bool inter_ring_imm(inter_engine_t *engine, uint32_t value); /* counted by a ring */
+void inter_ring_fail_all(inter_engine_t *engine, strata_status_t status);
+void inter_ring_accept(inter_engine_t *engine, inter_request_t *req);
+void inter_ring_sweep(inter_engine_t *engine);               /* free retired rings now idle */
+void inter_ring_free(inter_ring_t *ring);
 
 /* inter_engine.c */
 /** True (and the peer the proxy was posting to is failed) when the proxy is stuck. */

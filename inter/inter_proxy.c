@@ -140,7 +140,8 @@ static void inter_imm_arrived(inter_engine_t *engine, uint32_t imm)
     if (type == INTER_IMM_BARRIER) {
         atomic_fetch_add_explicit(&engine->barrier_count[value % INTER_BARRIER_SLOTS], 1,
                                   memory_order_release);
-    } else if (type == INTER_IMM_USER && value < INTER_IMM_MAX) {
+    } else if (type == INTER_IMM_USER && value < INTER_IMM_MAX &&
+               !inter_ring_imm(engine, value)) {
         /* Proxy publishes the arrival (release); waiters acquire the count. */
         atomic_fetch_add_explicit(&engine->imm_count[value], 1, memory_order_release);
         inter_notify_check(engine, value);
@@ -177,6 +178,9 @@ static void inter_accept(inter_engine_t *engine, inter_request_t *req)
         return;
     case INTER_REQ_NOTIFY:
         inter_add_notify(engine, req);
+        return;
+    case INTER_REQ_RING:
+        inter_ring_accept(engine, req);
         return;
     case INTER_REQ_RMA:
     case INTER_REQ_SEND:
@@ -334,6 +338,10 @@ static void inter_on_message(inter_engine_t *engine, inter_op_t *rx, size_t leng
 
 static void inter_on_local(inter_engine_t *engine, inter_op_t *op, strata_status_t status)
 {
+    if (op->ring != NULL) {
+        inter_ring_op_done(engine, op, status);
+        return;
+    }
     if (op->kind == INTER_OP_SEND && op->slot >= 0) {
         inter_rail_t *rail = &engine->rails[op->rail];
 
@@ -427,6 +435,7 @@ void inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why)
         return;
     }
     UTIL_LOG_WARN("engine: peer %d failed: %s", peer, why);
+    inter_ring_fail_all(engine, STRATA_ERR_PEER_FAILED);
     for (inter_request_t *req = engine->active; req != NULL; req = req->next_active) {
         if (!atomic_load(&req->done) && req->type != INTER_REQ_NOTIFY &&
             inter_request_involves(req, peer)) {
@@ -531,6 +540,7 @@ void *inter_proxy_main(void *arg)
             inter_proxy_fail_peer(engine, wedged, "the transport was stuck on it");
         }
         work = inter_pop_submissions(engine);
+        work += inter_ring_progress(engine);
         work += inter_retry_rx(engine);
         work += inter_post_pending(engine);
         for (int r = 0; r < engine->num_rails; ++r) {
@@ -544,6 +554,7 @@ void *inter_proxy_main(void *arg)
         if (now >= engine->next_heartbeat) {
             inter_heartbeat(engine, now);
             inter_sweep(engine);
+            inter_ring_sweep(engine);
             engine->next_heartbeat = now + engine->params.heartbeat_ns;
         }
         if (work == 0) {
@@ -551,6 +562,16 @@ void *inter_proxy_main(void *arg)
         }
     }
     return NULL;
+}
+
+static void inter_free_rings(inter_ring_t *list)
+{
+    while (list != NULL) {
+        inter_ring_t *ring = list;
+
+        list = ring->next;
+        inter_ring_free(ring);
+    }
 }
 
 void inter_proxy_drain(inter_engine_t *engine)
@@ -579,4 +600,8 @@ void inter_proxy_drain(inter_engine_t *engine)
     }
     engine->recvs        = NULL;
     engine->pending_head = engine->pending_tail = NULL;
+    /* The endpoints are shut down: no ring command can complete any more. */
+    inter_free_rings(engine->rings);
+    inter_free_rings(engine->retired_rings);
+    engine->rings = engine->retired_rings = NULL;
 }

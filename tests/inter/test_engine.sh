@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The transfer engine over real libfabric providers, several processes each: tcp;ofi_rxm on
 # loopback (2 and 4 ranks, 1 and 2 rails), tcp between 2 simulated nodes x 2 ranks (network
-# namespaces; skipped where they cannot be made), shm, and a rank killed mid-transfer.
+# namespaces; skipped where they cannot be made), shm, work rings fed by host threads, and a
+# rank killed mid-transfer (also while producers feed a ring).
 set -u
 run=$1 check=$2
 passed=0 failed=0 skipped=0
@@ -38,6 +39,7 @@ check_case "shm, 4 ranks, 2 rails" 4 "$ok" -- $calm STRATA_INTER_PROVIDER=shm ST
 dead='failed after'
 check_case "tcp, rank 2 of 3 killed" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 shm_before=$(ls /dev/shm 2>/dev/null | wc -l)
+check_case "tcp, rank 1 of 3 killed under a work ring" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 1 -- --kill-ring 1
 check_case "shm, rank 1 of 3 killed" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=shm -- -n 3 --allow-fail 1 -- --kill 1
 # The killed rank's shared memory (and the survivors', whose stuck transport stays open)
 # must not outlive the job: strata-run removes what its ranks left in /dev/shm.

@@ -1,0 +1,433 @@
+/*
+ * Device-producer work rings: commands that kernel blocks (or host threads) publish in a
+ * util_work_ring_t are read by the proxy in ticket order, checked, and posted whole as RDMA
+ * writes or reads; their completions raise the ring's counters and give credit back.
+ * Everything here except attach, detach and stats runs on the proxy thread.
+ */
+#include "inter_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define INTER_RING_BATCH 64 /* commands read from one ring per proxy loop */
+
+static _Atomic uint64_t *inter_ring_word(uint64_t *word)
+{
+    return (_Atomic uint64_t *)word;
+}
+
+void inter_ring_free(inter_ring_t *ring)
+{
+    if (ring != NULL) {
+        free(ring->remote);
+        free(ring->ops);
+        free(ring->done);
+        free(ring);
+    }
+}
+
+static strata_status_t inter_ring_check_params(const inter_engine_t *engine,
+                                               const inter_ring_params_t *p)
+{
+    if (p == NULL || p->mem == NULL || p->slots < 2 || p->slots > 65536 ||
+        (p->slots & (p->slots - 1)) != 0 || p->num_regions < 1 ||
+        p->num_regions > INTER_RING_MAX_REGIONS ||
+        (uint64_t)p->imm_base + p->num_imms > INTER_IMM_MAX) {
+        UTIL_LOG_ERROR("engine: work ring of %u slots (a power of two, 2..65536), %d regions "
+                       "(1..%d), immediates %u + %u (at most %u)", p ? p->slots : 0,
+                       p ? p->num_regions : 0, INTER_RING_MAX_REGIONS, p ? p->imm_base : 0,
+                       p ? p->num_imms : 0, INTER_IMM_MAX);
+        return STRATA_ERR_INVALID;
+    }
+    for (int r = 0; r < p->num_regions; ++r) {
+        if (p->regions[r] == NULL || p->remote[r] == NULL) {
+            UTIL_LOG_ERROR("engine: work ring region %d has no registration or descriptors", r);
+            return STRATA_ERR_INVALID;
+        }
+    }
+    (void)engine;
+    return STRATA_OK;
+}
+
+static inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ring_params_t *p)
+{
+    size_t world = (size_t)engine->params.world_size;
+    inter_ring_t *ring = calloc(1, sizeof(*ring));
+
+    if (ring == NULL) {
+        return NULL;
+    }
+    ring->remote = calloc((size_t)p->num_regions * world, sizeof(inter_rdesc_t));
+    ring->ops    = calloc(p->slots, sizeof(inter_op_t));
+    ring->done   = calloc(p->slots, sizeof(bool));
+    if (ring->remote == NULL || ring->ops == NULL || ring->done == NULL) {
+        inter_ring_free(ring);
+        return NULL;
+    }
+    ring->mem         = p->mem;
+    ring->mask        = p->slots - 1;
+    ring->num_regions = p->num_regions;
+    ring->host_stamps = p->host_stamps;
+    for (int r = 0; r < p->num_regions; ++r) {
+        ring->regions[r] = p->regions[r];
+        memcpy(ring->remote + (size_t)r * world, p->remote[r], world * sizeof(inter_rdesc_t));
+    }
+    return ring;
+}
+
+static void inter_ring_init_mem(const inter_ring_params_t *p)
+{
+    util_work_ring_t *mem = p->mem;
+
+    memset(mem, 0, util_work_ring_bytes(p->slots, p->num_counters, p->num_imms));
+    mem->magic        = UTIL_WORK_RING_MAGIC;
+    mem->slots        = p->slots;
+    mem->num_counters = p->num_counters;
+    mem->num_imms     = p->num_imms;
+    mem->imm_base     = p->imm_base;
+    /* Release: the zeroed slots and counters before producers may use them. */
+    atomic_store_explicit(inter_ring_word(&mem->credit), p->slots, memory_order_release);
+}
+
+/* Attach and detach go through the submission ring: only the proxy changes its lists. */
+static strata_status_t inter_ring_request(inter_engine_t *engine, inter_ring_t *ring, bool attach)
+{
+    inter_request_t *req = inter_request_alloc(engine, INTER_REQ_RING, 0);
+    strata_status_t status;
+
+    if (req == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    req->ring   = ring;
+    req->attach = attach;
+    status = inter_request_submit(engine, req);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = inter_request_wait(req, 2 * engine->params.peer_timeout_ns);
+    inter_request_free(req);
+    return status;
+}
+
+strata_status_t inter_engine_ring_attach(inter_engine_t *engine, const inter_ring_params_t *params,
+                                         inter_ring_t **ring_p)
+{
+    strata_status_t status = inter_ring_check_params(engine, params);
+    inter_ring_t *ring;
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    ring = inter_ring_new(engine, params);
+    if (ring == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    inter_ring_init_mem(params);
+    status = inter_ring_request(engine, ring, true);
+    if (status != STRATA_OK) {
+        /* Refused by the proxy (overlapping immediates), or the proxy is stuck: in the
+         * latter case it may still take the ring, so it is never freed here. */
+        if (status == STRATA_ERR_BUSY) {
+            inter_ring_free(ring);
+        }
+        return status;
+    }
+    *ring_p = ring;
+    return STRATA_OK;
+}
+
+void inter_engine_ring_detach(inter_engine_t *engine, inter_ring_t *ring)
+{
+    strata_status_t status;
+
+    if (ring == NULL) {
+        return;
+    }
+    status = inter_ring_request(engine, ring, false);
+    if (status != STRATA_OK) {
+        UTIL_LOG_WARN("engine: detaching a work ring: %s; it stays with the engine until its "
+                      "destroy", strata_status_string(status));
+    }
+}
+
+void inter_ring_stats(const inter_ring_t *ring, inter_ring_stats_t *stats_p)
+{
+    inter_ring_t *r = (inter_ring_t *)ring;
+
+    stats_p->commands     = atomic_load_explicit(&r->commands, memory_order_relaxed);
+    stats_p->stamped      = atomic_load_explicit(&r->stamped, memory_order_relaxed);
+    stats_p->delay_ns     = atomic_load_explicit(&r->delay_ns, memory_order_relaxed);
+    stats_p->max_delay_ns = atomic_load_explicit(&r->max_delay_ns, memory_order_relaxed);
+}
+
+/* --- Proxy side ----------------------------------------------------------------------------- */
+
+static void inter_ring_set_failure(inter_ring_t *ring, strata_status_t status)
+{
+    if (ring->detached || ring->failed) {
+        return;
+    }
+    ring->failed = true;
+    /* Release: producers and waiters that see it stop. */
+    atomic_store_explicit((_Atomic int64_t *)&ring->mem->failure, (int64_t)status,
+                          memory_order_release);
+}
+
+static bool inter_ring_ranges_overlap(const util_work_ring_t *a, const util_work_ring_t *b)
+{
+    return a->num_imms > 0 && b->num_imms > 0 && a->imm_base < b->imm_base + b->num_imms &&
+           b->imm_base < a->imm_base + a->num_imms;
+}
+
+static void inter_ring_unlink(inter_ring_t **list, inter_ring_t *ring)
+{
+    for (inter_ring_t **link = list; *link != NULL; link = &(*link)->next) {
+        if (*link == ring) {
+            *link = ring->next;
+            return;
+        }
+    }
+}
+
+void inter_ring_accept(inter_engine_t *engine, inter_request_t *req)
+{
+    inter_ring_t *ring = req->ring;
+
+    if (!req->attach) {
+        inter_ring_unlink(&engine->rings, ring);
+        ring->detached = true;
+        ring->next = engine->retired_rings;
+        engine->retired_rings = ring;
+        inter_request_finish(req, STRATA_OK);
+        return;
+    }
+    for (inter_ring_t *other = engine->rings; other != NULL; other = other->next) {
+        if (inter_ring_ranges_overlap(other->mem, ring->mem)) {
+            UTIL_LOG_ERROR("engine: a work ring already counts immediates %u..%u",
+                           other->mem->imm_base, other->mem->imm_base + other->mem->num_imms - 1);
+            inter_request_finish(req, STRATA_ERR_BUSY);
+            return;
+        }
+    }
+    ring->next    = engine->rings;
+    engine->rings = ring;
+    for (int p = 0; p < engine->params.world_size; ++p) {
+        if (inter_engine_peer_failed(engine, p)) {
+            inter_ring_set_failure(ring, STRATA_ERR_PEER_FAILED);
+        }
+    }
+    inter_request_finish(req, STRATA_OK);
+}
+
+/* A command that would reach outside its regions is refused whole. */
+static bool inter_ring_cmd_valid(const inter_engine_t *engine, const inter_ring_t *ring,
+                                 const util_work_cmd_t *cmd)
+{
+    const util_work_ring_t *mem = ring->mem;
+    const inter_mr_t *lmr;
+    const inter_rdesc_t *rdesc;
+
+    if ((cmd->op != UTIL_WORK_WRITE && cmd->op != UTIL_WORK_WRITE_IMM &&
+         cmd->op != UTIL_WORK_READ) || cmd->peer < 0 || cmd->peer >= engine->params.world_size ||
+        cmd->region >= (uint32_t)ring->num_regions || cmd->counter >= mem->num_counters ||
+        cmd->length == 0 || cmd->length > engine->rails[0].tp->max_msg_size ||
+        (cmd->op == UTIL_WORK_WRITE_IMM && cmd->imm >= INTER_IMM_MAX)) {
+        return false;
+    }
+    lmr   = ring->regions[cmd->region];
+    rdesc = &ring->remote[(size_t)cmd->region * (size_t)engine->params.world_size +
+                          (size_t)cmd->peer];
+    return cmd->offset <= lmr->len && cmd->length <= lmr->len - cmd->offset &&
+           rdesc->magic == INTER_RDESC_MAGIC && cmd->remote_offset <= rdesc->length &&
+           cmd->length <= rdesc->length - cmd->remote_offset;
+}
+
+static void inter_ring_fill_op(const inter_engine_t *engine, inter_ring_t *ring, inter_op_t *op,
+                               const util_work_cmd_t *cmd, uint64_t ticket)
+{
+    const inter_mr_t *lmr = ring->regions[cmd->region];
+    const inter_rdesc_t *rdesc = &ring->remote[(size_t)cmd->region *
+                                                   (size_t)engine->params.world_size +
+                                               (size_t)cmd->peer];
+    inter_stripe_params_t stripe;
+    int rail;
+
+    inter_engine_stripe(engine, cmd->peer, &stripe);
+    rail = (int)(ticket % stripe.num_rails);
+    *op = (inter_op_t){
+        .kind     = cmd->op == UTIL_WORK_READ ? INTER_OP_READ : INTER_OP_WRITE,
+        .rail     = rail,
+        .peer     = cmd->peer,
+        .lbuf     = (char *)lmr->addr + cmd->offset,
+        .len      = cmd->length,
+        .desc     = lmr->tmr[rail].desc,
+        .raddr    = inter_remote_addr(engine, rail, rdesc, cmd->remote_offset),
+        .rkey     = rdesc->keys[rail],
+        .with_imm = cmd->op == UTIL_WORK_WRITE_IMM,
+        .imm      = (INTER_IMM_USER << INTER_IMM_TYPE_SHIFT) | cmd->imm,
+        .slot     = (int)(ticket & ring->mask),
+        .ring     = ring,
+        .counter  = cmd->counter,
+    };
+}
+
+static void inter_ring_note_delay(inter_ring_t *ring, const util_work_cmd_t *cmd)
+{
+    uint64_t now = util_clock_now_ns(), delay, max;
+
+    atomic_fetch_add_explicit(&ring->commands, 1, memory_order_relaxed);
+    if (!ring->host_stamps || cmd->stamp == 0 || cmd->stamp > now) {
+        return;
+    }
+    delay = now - cmd->stamp;
+    atomic_fetch_add_explicit(&ring->stamped, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ring->delay_ns, delay, memory_order_relaxed);
+    max = atomic_load_explicit(&ring->max_delay_ns, memory_order_relaxed);
+    if (delay > max) {
+        atomic_store_explicit(&ring->max_delay_ns, delay, memory_order_relaxed);
+    }
+}
+
+/* Post up to a batch of published commands; false when the ring cannot go on. */
+static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
+{
+    util_work_cmd_t *cmds = util_work_ring_cmds(ring->mem);
+    int posted = 0;
+
+    while (posted < INTER_RING_BATCH && !ring->failed) {
+        uint64_t ticket = ring->consumed;
+        util_work_cmd_t *slot = &cmds[ticket & ring->mask];
+        util_work_cmd_t cmd;
+        inter_op_t *op = &ring->ops[ticket & ring->mask];
+        strata_status_t status;
+
+        /* Acquire: pairs with the producer's release of seq after the command. */
+        if (atomic_load_explicit(inter_ring_word(&slot->seq), memory_order_acquire) != ticket + 1) {
+            break;
+        }
+        cmd = *slot;
+        if (!inter_ring_cmd_valid(engine, ring, &cmd)) {
+            UTIL_LOG_ERROR("engine: work ring command %llu (op %u to rank %d, region %u, %llu "
+                           "bytes at %llu -> %llu, counter %u) is not valid; the ring is failed",
+                           (unsigned long long)ticket, cmd.op, cmd.peer, cmd.region,
+                           (unsigned long long)cmd.length, (unsigned long long)cmd.offset,
+                           (unsigned long long)cmd.remote_offset, cmd.counter);
+            inter_ring_set_failure(ring, STRATA_ERR_INVALID);
+            break;
+        }
+        if (inter_engine_peer_failed(engine, cmd.peer)) {
+            inter_ring_set_failure(ring, STRATA_ERR_PEER_FAILED);
+            break;
+        }
+        inter_ring_fill_op(engine, ring, op, &cmd, ticket);
+        atomic_store_explicit(&engine->proxy_target, cmd.peer, memory_order_relaxed);
+        status = op->kind == INTER_OP_READ
+                     ? engine->ops->post_read(engine->rails[op->rail].tp,
+                                              engine->rails[op->rail].peers[op->peer], op->lbuf,
+                                              op->len, op->desc, op->raddr, op->rkey, op)
+                     : engine->ops->post_write(engine->rails[op->rail].tp,
+                                               engine->rails[op->rail].peers[op->peer], op->lbuf,
+                                               op->len, op->desc, op->raddr, op->rkey,
+                                               op->with_imm, op->imm, op);
+        atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
+        if (status == STRATA_ERR_BUSY) {
+            break; /* the transport's queue is full: the same ticket next loop */
+        }
+        if (status != STRATA_OK) {
+            inter_proxy_fail_peer(engine, cmd.peer, "posting a work ring command failed");
+            break;
+        }
+        inter_ring_note_delay(ring, &cmd);
+        ring->done[ticket & ring->mask] = false;
+        ring->in_flight++;
+        ring->consumed++;
+        posted++;
+    }
+    return posted;
+}
+
+int inter_ring_progress(inter_engine_t *engine)
+{
+    int work = 0;
+
+    for (inter_ring_t *ring = engine->rings; ring != NULL; ring = ring->next) {
+        work += inter_ring_drain(engine, ring);
+    }
+    return work;
+}
+
+/* Credit back every command completed in ticket order. */
+static void inter_ring_retire(inter_ring_t *ring)
+{
+    uint64_t before = ring->retired;
+
+    while (ring->retired < ring->consumed && ring->done[ring->retired & ring->mask]) {
+        ring->retired++;
+    }
+    if (ring->retired != before && !ring->detached) {
+        /* Release: the slots are free again; producers acquire credit before writing. */
+        atomic_store_explicit(inter_ring_word(&ring->mem->credit), ring->retired + ring->mask + 1,
+                              memory_order_release);
+    }
+}
+
+void inter_ring_op_done(inter_engine_t *engine, inter_op_t *op, strata_status_t status)
+{
+    inter_ring_t *ring = op->ring;
+    uint32_t counter = op->counter;
+
+    ring->in_flight--;
+    ring->done[op->slot] = true;
+    if (status != STRATA_OK) {
+        if (status == STRATA_ERR_TRANSPORT || status == STRATA_ERR_CANCELLED) {
+            inter_proxy_fail_peer(engine, op->peer, "a work ring command to it failed");
+        }
+        inter_ring_set_failure(ring, STRATA_ERR_PEER_FAILED);
+    } else if (!ring->detached) {
+        _Atomic uint64_t *c = inter_ring_word(&util_work_ring_counters(ring->mem)[counter]);
+
+        /* Release: the command's data (a read's, here) before the count; waiters acquire. */
+        atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                              memory_order_release);
+    }
+    inter_ring_retire(ring);
+}
+
+bool inter_ring_imm(inter_engine_t *engine, uint32_t value)
+{
+    for (inter_ring_t *ring = engine->rings; ring != NULL; ring = ring->next) {
+        const util_work_ring_t *mem = ring->mem;
+
+        if (value >= mem->imm_base && value - mem->imm_base < mem->num_imms) {
+            _Atomic uint64_t *c =
+                inter_ring_word(&util_work_ring_imms(ring->mem)[value - mem->imm_base]);
+
+            /* Release: the write's data before its count; waiters acquire. */
+            atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                                  memory_order_release);
+            return true;
+        }
+    }
+    return false;
+}
+
+void inter_ring_fail_all(inter_engine_t *engine, strata_status_t status)
+{
+    for (inter_ring_t *ring = engine->rings; ring != NULL; ring = ring->next) {
+        inter_ring_set_failure(ring, status);
+    }
+}
+
+void inter_ring_sweep(inter_engine_t *engine)
+{
+    inter_ring_t **link = &engine->retired_rings, *ring;
+
+    while ((ring = *link) != NULL) {
+        if (ring->in_flight == 0) {
+            *link = ring->next;
+            inter_ring_free(ring);
+        } else {
+            link = &ring->next;
+        }
+    }
+}
