@@ -53,6 +53,13 @@ strata_status_t inter_stripe_chunk(const inter_stripe_params_t *params, uint64_t
 #define INTER_MAX_RAILS 8
 #define INTER_IMM_MAX   65536u /* user immediates are 0..INTER_IMM_MAX-1 */
 
+/** Whose memory a registration covers. */
+typedef enum inter_mem_kind {
+    INTER_MEM_HOST = 0,
+    INTER_MEM_CUDA = 1, /**< CUDA device memory (libfabric FI_HMEM_CUDA) */
+    INTER_MEM_ROCM = 2, /**< ROCm device memory (FI_HMEM_ROCR) */
+} inter_mem_kind_t;
+
 typedef struct inter_engine  inter_engine_t;
 typedef struct inter_mr      inter_mr_t;
 typedef struct inter_request inter_request_t;
@@ -71,6 +78,9 @@ typedef struct inter_engine_params {
     size_t      msg_size;        /**< largest send/recv message */
     uint64_t    stripe_min_chunk;
     uint32_t    stripe_max_chunks;
+    /** Device memory the engine will be asked to register besides host memory
+     *  (INTER_MEM_HOST: none); the transport asks its provider for it where offered. */
+    inter_mem_kind_t device_memory;
 } inter_engine_params_t;
 
 /** The STRATA_INTER_* variables. */
@@ -116,9 +126,18 @@ typedef struct inter_rdesc {
     uint64_t keys[INTER_MAX_RAILS];
 } inter_rdesc_t;
 
-/** Register [addr, addr+len) on every rail. Thread-safe. */
+/** Register host memory [addr, addr+len) on every rail. Thread-safe. */
 strata_status_t inter_engine_mem_register(inter_engine_t *engine, void *addr, size_t len,
                                           inter_mr_t **mr_p);
+/** Whether every rail's transport can register memory of this kind (host: always). */
+bool            inter_engine_can_register(const inter_engine_t *engine, inter_mem_kind_t kind);
+/**
+ * Register memory of a kind, on GPU device `device` for device memory. STRATA_ERR_UNSUPPORTED
+ * (without a log line) where inter_engine_can_register says no. Thread-safe.
+ */
+strata_status_t inter_engine_mem_register_kind(inter_engine_t *engine, void *addr, size_t len,
+                                               inter_mem_kind_t kind, int device,
+                                               inter_mr_t **mr_p);
 /**
  * Only once no request uses the region. A request failed with STRATA_ERR_PEER_FAILED may
  * still have an operation with the transport (the peer vanished mid-flight): keep its

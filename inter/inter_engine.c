@@ -119,11 +119,11 @@ static strata_status_t inter_rail_pools(inter_engine_t *engine, inter_rail_t *ra
     if (rail->rx_pool == NULL || rail->tx_pool == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    status = engine->ops->mem_register(rail->tp, rail->rx_pool, bytes,
+    status = engine->ops->mem_register(rail->tp, rail->rx_pool, bytes, INTER_MEM_HOST, 0,
                                        atomic_fetch_add(&engine->key_counter, 1), &rail->rx_mr);
     if (status == STRATA_OK) {
         status = engine->ops->mem_register(rail->tp, rail->tx_pool,
-                                           engine->slot_size * INTER_TX_SLOTS,
+                                           engine->slot_size * INTER_TX_SLOTS, INTER_MEM_HOST, 0,
                                            atomic_fetch_add(&engine->key_counter, 1),
                                            &rail->tx_mr);
     }
@@ -137,7 +137,8 @@ static strata_status_t inter_rail_pools(inter_engine_t *engine, inter_rail_t *ra
 static strata_status_t inter_open_rails(inter_engine_t *engine)
 {
     const char *iface = engine->params.iface;
-    inter_transport_params_t tp_params = {.provider = engine->params.provider};
+    inter_transport_params_t tp_params = {.provider      = engine->params.provider,
+                                          .device_memory = engine->params.device_memory};
     strata_status_t status = STRATA_OK;
 
     for (int r = 0; r < engine->params.num_rails && status == STRATA_OK; ++r) {
@@ -476,8 +477,31 @@ bool inter_engine_peer_failed(const inter_engine_t *engine, int peer)
 
 /* --- Memory ---------------------------------------------------------------------------- */
 
+bool inter_engine_can_register(const inter_engine_t *engine, inter_mem_kind_t kind)
+{
+    if (kind == INTER_MEM_HOST) {
+        return true;
+    }
+    if (kind != engine->params.device_memory) {
+        return false;
+    }
+    for (int r = 0; r < engine->num_rails; ++r) {
+        if (!engine->rails[r].tp->hmem) {
+            return false;
+        }
+    }
+    return true;
+}
+
 strata_status_t inter_engine_mem_register(inter_engine_t *engine, void *addr, size_t len,
                                           inter_mr_t **mr_p)
+{
+    return inter_engine_mem_register_kind(engine, addr, len, INTER_MEM_HOST, 0, mr_p);
+}
+
+strata_status_t inter_engine_mem_register_kind(inter_engine_t *engine, void *addr, size_t len,
+                                               inter_mem_kind_t kind, int device,
+                                               inter_mr_t **mr_p)
 {
     strata_status_t status = STRATA_OK;
     inter_mr_t *mr;
@@ -485,6 +509,9 @@ strata_status_t inter_engine_mem_register(inter_engine_t *engine, void *addr, si
     if (addr == NULL || len == 0 || mr_p == NULL) {
         UTIL_LOG_ERROR("engine: cannot register %zu bytes at %p", len, addr);
         return STRATA_ERR_INVALID;
+    }
+    if (!inter_engine_can_register(engine, kind)) {
+        return STRATA_ERR_UNSUPPORTED;
     }
     mr = calloc(1, sizeof(*mr));
     if (mr == NULL) {
@@ -494,7 +521,7 @@ strata_status_t inter_engine_mem_register(inter_engine_t *engine, void *addr, si
     mr->len  = len;
     pthread_mutex_lock(&engine->mr_lock);
     for (int r = 0; r < engine->num_rails && status == STRATA_OK; ++r) {
-        status = engine->ops->mem_register(engine->rails[r].tp, addr, len,
+        status = engine->ops->mem_register(engine->rails[r].tp, addr, len, kind, device,
                                            atomic_fetch_add(&engine->key_counter, 1),
                                            &mr->tmr[r]);
         mr->num_rails += (status == STRATA_OK);

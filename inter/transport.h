@@ -10,6 +10,8 @@
 
 #include <strata/strata.h>
 
+#include "inter/engine.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +28,7 @@ typedef struct inter_transport {
     bool     virt_addr;      /* remote addresses are virtual addresses, not offsets */
     uint64_t max_msg_size;
     size_t   inject_size;    /* largest message sent without a completion */
+    bool     hmem;           /* registers the params' device memory */
 } inter_transport_t;
 
 typedef struct inter_transport_params {
@@ -33,6 +36,7 @@ typedef struct inter_transport_params {
     const char *iface;    /* interface (tcp) or device to use ("" picks one) */
     bool        required; /* iface must exist; else a missing one falls back to the default */
     int         rail;     /* which rail this is, for names and logs */
+    inter_mem_kind_t device_memory; /* device memory to offer registration for, if any */
 } inter_transport_params_t;
 
 /** One registration of a buffer on one transport. */
@@ -68,8 +72,10 @@ struct inter_transport_ops {
     /** Make a peer's address usable; *peer_p is the handle posts take. */
     strata_status_t (*insert_peer)(inter_transport_t *tp, const void *addr, size_t len,
                                    uint64_t *peer_p);
+    /** Memory of kind (device: on GPU `device`); device kinds only where tp->hmem. */
     strata_status_t (*mem_register)(inter_transport_t *tp, void *addr, size_t len,
-                                    uint64_t requested_key, inter_tmr_t *mr);
+                                    inter_mem_kind_t kind, int device, uint64_t requested_key,
+                                    inter_tmr_t *mr);
     void (*mem_deregister)(inter_transport_t *tp, inter_tmr_t *mr);
     /* Posts: STRATA_OK, STRATA_ERR_BUSY (queue full: progress and retry) or an error. */
     strata_status_t (*post_write)(inter_transport_t *tp, uint64_t peer, const void *buf,

@@ -39,12 +39,21 @@ typedef enum intra_moe_kernel {
     INTRA_MOE_KERNEL_REDUCE, /* no peer involved: sums terms gathered by combine */
 } intra_moe_kernel_t;
 
+/** Whose memory a backend's allocations and regions are. */
+typedef enum intra_memory {
+    INTRA_MEMORY_HOST = 0,
+    INTRA_MEMORY_CUDA = 1,
+    INTRA_MEMORY_HIP  = 2,
+} intra_memory_t;
+
 /**
  * A device backend. Memory operations act on memory the backend allocated; copies are
  * complete when synchronize returns (the host backend's are complete on return).
  */
 typedef struct intra_device_ops {
     const char *name;
+    /** What mem_alloc and region_create give: the network registers it as such. */
+    intra_memory_t memory;
     /**
      * Whether this machine can run the backend (a driver and a device). On failure, reason
      * (INTRA_REASON_LEN) says why in a few words; nothing is logged.
@@ -58,6 +67,15 @@ typedef struct intra_device_ops {
     strata_status_t (*mem_set)(void *dst, int value, size_t size);
     /** Wait until every operation issued so far has completed. */
     strata_status_t (*synchronize)(void);
+    /** The GPU this thread's calls use (host: 0). */
+    strata_status_t (*current_device)(int *device_p);
+    /**
+     * Zeroed host memory the device reaches too (pinned and mapped on GPUs): *host_p for the
+     * host, *device_p for kernels; both set only on success.
+     */
+    strata_status_t (*host_alloc)(size_t size, void **host_p, void **device_p);
+    /** Tolerates NULL. */
+    void (*host_free)(void *host);
 
     /** A zeroed region of size bytes that peers can open; region_p set only on success. */
     strata_status_t (*region_create)(size_t size, intra_region_t *region_p);
@@ -71,6 +89,11 @@ typedef struct intra_device_ops {
     /** A queue whose launches run num_blocks blocks (host: that many threads). */
     strata_status_t (*queue_create)(unsigned num_blocks, intra_queue_t **queue_p);
     void (*queue_destroy)(intra_queue_t *queue);
+    /**
+     * Launch on the caller's stream (cudaStream_t or hipStream_t as void *) from now on;
+     * NULL: the queue's own. The host backend has no streams and takes only NULL.
+     */
+    strata_status_t (*queue_set_stream)(intra_queue_t *queue, void *stream);
     /** Start a MoE kernel; it has finished when queue_synchronize returns. */
     strata_status_t (*moe_launch)(intra_queue_t *queue, intra_moe_kernel_t kernel,
                                   const struct intra_moe_args *args);

@@ -148,8 +148,11 @@ static strata_status_t api_comm_start_engine(strata_comm_t *comm)
     if (status != STRATA_OK) {
         return status;
     }
-    params.rank       = comm->rank;
-    params.world_size = comm->size;
+    params.rank          = comm->rank;
+    params.world_size    = comm->size;
+    params.device_memory = comm->device->memory == INTRA_MEMORY_CUDA ? INTER_MEM_CUDA
+                           : comm->device->memory == INTRA_MEMORY_HIP ? INTER_MEM_ROCM
+                                                                       : INTER_MEM_HOST;
     if (params.num_rails == 0) {
         params.num_rails = rail ? UTIL_MAX(1, UTIL_MIN(rail->num_rails, INTER_MAX_RAILS)) : 1;
     }

@@ -17,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OFI_VERSION      FI_VERSION(1, 9)
+/* 1.10: the first API whose fi_mr_attr carries the memory's iface (FI_HMEM). */
+#define OFI_VERSION      FI_VERSION(1, 10)
 #define OFI_CQ_BATCH     32
 #define OFI_MR_MODES     (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED | \
                           FI_MR_ENDPOINT)
@@ -68,7 +69,8 @@ static const char *ofi_provider_name(const char *provider)
     return provider; /* "shm", "efa", or a libfabric name given as is */
 }
 
-static struct fi_info *ofi_hints(const char *prov_name)
+/* hmem: also ask that device memory can be registered (FI_HMEM, with FI_MR_HMEM). */
+static struct fi_info *ofi_hints(const char *prov_name, bool hmem)
 {
     struct fi_info *hints = fi_allocinfo();
 
@@ -76,9 +78,9 @@ static struct fi_info *ofi_hints(const char *prov_name)
         return NULL;
     }
     hints->ep_attr->type          = FI_EP_RDM;
-    hints->caps                   = FI_MSG | FI_RMA;
+    hints->caps                   = FI_MSG | FI_RMA | (hmem ? FI_HMEM : 0);
     hints->mode                   = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
-    hints->domain_attr->mr_mode   = OFI_MR_MODES;
+    hints->domain_attr->mr_mode   = OFI_MR_MODES | (hmem ? FI_MR_HMEM : 0);
     hints->domain_attr->threading = FI_THREAD_SAFE;
     hints->domain_attr->av_type   = FI_AV_TABLE;
     hints->fabric_attr->prov_name = strdup(prov_name);
@@ -118,7 +120,8 @@ static struct fi_info *ofi_pick(struct fi_info *list, const char *iface, bool re
     return (iface && iface[0] && required) ? NULL : best;
 }
 
-static strata_status_t ofi_getinfo(const inter_transport_params_t *params, struct fi_info **info_p)
+static strata_status_t ofi_getinfo(const inter_transport_params_t *params, bool hmem,
+                                   struct fi_info **info_p)
 {
     const char *single[1], *const *names = single;
     size_t num_names = 1;
@@ -132,7 +135,7 @@ static strata_status_t ofi_getinfo(const inter_transport_params_t *params, struc
         single[0] = ofi_provider_name(params->provider);
     }
     for (size_t i = 0; i < num_names; ++i) {
-        hints = ofi_hints(names[i]);
+        hints = ofi_hints(names[i], hmem);
         if (hints == NULL) {
             return STRATA_ERR_NO_MEMORY;
         }
@@ -151,6 +154,9 @@ static strata_status_t ofi_getinfo(const inter_transport_params_t *params, struc
         if (rc == 0) {
             fi_freeinfo(list);
         }
+    }
+    if (hmem) {
+        return STRATA_ERR_UNSUPPORTED; /* the caller asks again without device memory */
     }
     UTIL_LOG_ERROR("ofi: no libfabric provider '%s'%s%s with RDM endpoints, RMA, messages and "
                    "remote CQ data (%s)", params->provider,
@@ -236,7 +242,9 @@ static strata_status_t ofi_open(const inter_transport_params_t *params, inter_tr
     if (ofi == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    status = ofi_getinfo(params, &ofi->info);
+    ofi->base.hmem = params->device_memory != INTER_MEM_HOST &&
+                     ofi_getinfo(params, true, &ofi->info) == STRATA_OK;
+    status = ofi->base.hmem ? STRATA_OK : ofi_getinfo(params, false, &ofi->info);
     if (status != STRATA_OK) {
         free(ofi);
         return status;
@@ -256,8 +264,12 @@ static strata_status_t ofi_open(const inter_transport_params_t *params, inter_tr
     ofi->base.inject_size   = ofi->info->tx_attr->inject_size;
     snprintf(ofi->base.name, sizeof(ofi->base.name), "ofi %s %s",
              ofi->info->fabric_attr->prov_name, ofi->info->domain_attr->name);
-    UTIL_LOG_INFO("rail %d: %s, mr_mode 0x%llx, read %s", params->rail, ofi->base.name,
-                  (unsigned long long)ofi->mr_mode, ofi->base.has_read ? "yes" : "no");
+    UTIL_LOG_INFO("rail %d: %s, mr_mode 0x%llx, read %s, device memory %s", params->rail,
+                  ofi->base.name, (unsigned long long)ofi->mr_mode,
+                  ofi->base.has_read ? "yes" : "no",
+                  params->device_memory == INTER_MEM_HOST ? "not asked for"
+                  : ofi->base.hmem                        ? "registered (FI_HMEM)"
+                                                          : "not offered by the provider");
     *tp_p = &ofi->base;
     return STRATA_OK;
 }
@@ -288,15 +300,38 @@ static strata_status_t ofi_insert_peer(inter_transport_t *tp, const void *addr, 
     return STRATA_OK;
 }
 
+static enum fi_hmem_iface ofi_iface(inter_mem_kind_t kind)
+{
+    return kind == INTER_MEM_CUDA ? FI_HMEM_CUDA : kind == INTER_MEM_ROCM ? FI_HMEM_ROCR
+                                                                          : FI_HMEM_SYSTEM;
+}
+
 static strata_status_t ofi_mem_register(inter_transport_t *tp, void *addr, size_t len,
+                                        inter_mem_kind_t kind, int device,
                                         uint64_t requested_key, inter_tmr_t *mr)
 {
     ofi_transport_t *ofi = ofi_of(tp);
-    uint64_t access = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    struct iovec iov = {.iov_base = addr, .iov_len = len};
+    struct fi_mr_attr attr = {
+        .mr_iov        = &iov,
+        .iov_count     = 1,
+        .access        = FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ |
+                         FI_REMOTE_WRITE,
+        .requested_key = requested_key,
+        .iface         = ofi_iface(kind),
+    };
     struct fid_mr *fmr;
     int rc;
 
-    rc = fi_mr_reg(ofi->domain, addr, len, access, 0, requested_key, 0, &fmr, NULL);
+    if (kind != INTER_MEM_HOST && !tp->hmem) {
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    if (kind == INTER_MEM_CUDA) {
+        attr.device.cuda = device;
+    } else if (kind == INTER_MEM_ROCM) {
+        attr.device.reserved = (uint64_t)device;
+    }
+    rc = fi_mr_regattr(ofi->domain, &attr, 0, &fmr);
     if (rc == 0 && (ofi->mr_mode & FI_MR_ENDPOINT)) {
         rc = fi_mr_bind(fmr, &ofi->ep->fid, 0);
         if (rc == 0) {

@@ -10,6 +10,8 @@
 #define GPU_OPS                       cuda_device_ops
 #define GPU_MOE_LAUNCH                cuda_moe_launch
 #define GPU_TIMER_TICKS_PER_US        1000 /* %globaltimer counts nanoseconds */
+#define GPU_MEMORY                    INTRA_MEMORY_CUDA
+#define GPU_HOST_ALLOC_FLAGS          (cudaHostAllocMapped | cudaHostAllocPortable)
 #define gpuError_t                    cudaError_t
 #define gpuSuccess                    cudaSuccess
 #define gpuErrorMemoryAllocation      cudaErrorMemoryAllocation
@@ -28,6 +30,10 @@
 #define gpuIpcOpenMemHandle           cudaIpcOpenMemHandle
 #define gpuIpcCloseMemHandle          cudaIpcCloseMemHandle
 #define gpuIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
+#define gpuGetDevice                  cudaGetDevice
+#define gpuHostAlloc                  cudaHostAlloc
+#define gpuHostGetDevicePointer       cudaHostGetDevicePointer
+#define gpuFreeHost                   cudaFreeHost
 #define gpuStream_t                   cudaStream_t
 #define gpuStreamCreate               cudaStreamCreate
 #define gpuStreamDestroy              cudaStreamDestroy

@@ -15,7 +15,8 @@
 #include <string.h>
 
 struct intra_queue {
-    gpuStream_t stream;
+    gpuStream_t own;    /* created with the queue */
+    gpuStream_t stream; /* where launches go: own, or the caller's */
     unsigned    num_blocks;
 };
 
@@ -108,6 +109,44 @@ static strata_status_t gpu_synchronize(void)
     return gpu_status(gpuDeviceSynchronize(), "device synchronize");
 }
 
+static strata_status_t gpu_current_device(int *device_p)
+{
+    return gpu_status(gpuGetDevice(device_p), "get device");
+}
+
+/* Pinned host memory mapped into the device's address space: rings and statuses that the
+ * host and the kernels both touch. */
+static strata_status_t gpu_host_alloc(size_t size, void **host_p, void **device_p)
+{
+    void *host = NULL, *device = NULL;
+    strata_status_t status;
+
+    if (size == 0) {
+        return STRATA_ERR_INVALID;
+    }
+    status = gpu_status(gpuHostAlloc(&host, size, GPU_HOST_ALLOC_FLAGS), "mapped host alloc");
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = gpu_status(gpuHostGetDevicePointer(&device, host, 0), "device address of host "
+                        "memory");
+    if (status != STRATA_OK) {
+        gpu_status(gpuFreeHost(host), "free host");
+        return status;
+    }
+    memset(host, 0, size);
+    *host_p   = host;
+    *device_p = device;
+    return STRATA_OK;
+}
+
+static void gpu_host_free(void *host)
+{
+    if (host != NULL) {
+        gpu_status(gpuFreeHost(host), "free host");
+    }
+}
+
 /* A region peers open through an IPC handle; zeroed, as the heap promises. */
 static strata_status_t gpu_region_create(size_t size, intra_region_t *region_p)
 {
@@ -179,11 +218,12 @@ static strata_status_t gpu_queue_create(unsigned num_blocks, intra_queue_t **que
         return STRATA_ERR_NO_MEMORY;
     }
     queue->num_blocks = num_blocks;
-    status = gpu_status(gpuStreamCreate(&queue->stream), "stream create");
+    status = gpu_status(gpuStreamCreate(&queue->own), "stream create");
     if (status != STRATA_OK) {
         free(queue);
         return status;
     }
+    queue->stream = queue->own;
     *queue_p = queue;
     return STRATA_OK;
 }
@@ -191,9 +231,15 @@ static strata_status_t gpu_queue_create(unsigned num_blocks, intra_queue_t **que
 static void gpu_queue_destroy(intra_queue_t *queue)
 {
     if (queue != NULL) {
-        gpu_status(gpuStreamDestroy(queue->stream), "stream destroy");
+        gpu_status(gpuStreamDestroy(queue->own), "stream destroy");
         free(queue);
     }
+}
+
+static strata_status_t gpu_queue_set_stream(intra_queue_t *queue, void *stream)
+{
+    queue->stream = stream != NULL ? (gpuStream_t)stream : queue->own;
+    return STRATA_OK;
 }
 
 static strata_status_t gpu_moe_launch(intra_queue_t *queue, intra_moe_kernel_t kernel,
@@ -210,18 +256,23 @@ static strata_status_t gpu_queue_synchronize(intra_queue_t *queue)
 
 const intra_device_ops_t GPU_OPS = {
     .name               = GPU_NAME,
+    .memory             = GPU_MEMORY,
     .probe              = gpu_probe,
     .mem_alloc          = gpu_mem_alloc,
     .mem_free           = gpu_mem_free,
     .mem_copy           = gpu_mem_copy,
     .mem_set            = gpu_mem_set,
     .synchronize        = gpu_synchronize,
+    .current_device     = gpu_current_device,
+    .host_alloc         = gpu_host_alloc,
+    .host_free          = gpu_host_free,
     .region_create      = gpu_region_create,
     .region_open        = gpu_region_open,
     .region_close       = gpu_region_close,
     .region_destroy     = gpu_region_destroy,
     .queue_create       = gpu_queue_create,
     .queue_destroy      = gpu_queue_destroy,
+    .queue_set_stream   = gpu_queue_set_stream,
     .moe_launch         = gpu_moe_launch,
     .queue_synchronize  = gpu_queue_synchronize,
     .default_blocks     = 32,

@@ -10,6 +10,8 @@
 #define GPU_OPS                       hip_device_ops
 #define GPU_MOE_LAUNCH                hip_moe_launch
 #define GPU_TIMER_TICKS_PER_US        100  /* s_memrealtime runs at 100 MHz on gfx9 and later */
+#define GPU_MEMORY                    INTRA_MEMORY_HIP
+#define GPU_HOST_ALLOC_FLAGS          (hipHostMallocMapped | hipHostMallocPortable)
 #define gpuError_t                    hipError_t
 #define gpuSuccess                    hipSuccess
 #define gpuErrorMemoryAllocation      hipErrorMemoryAllocation
@@ -28,6 +30,10 @@
 #define gpuIpcOpenMemHandle           hipIpcOpenMemHandle
 #define gpuIpcCloseMemHandle          hipIpcCloseMemHandle
 #define gpuIpcMemLazyEnablePeerAccess hipIpcMemLazyEnablePeerAccess
+#define gpuGetDevice                  hipGetDevice
+#define gpuHostAlloc                  hipHostMalloc
+#define gpuHostGetDevicePointer       hipHostGetDevicePointer
+#define gpuFreeHost                   hipHostFree
 #define gpuStream_t                   hipStream_t
 #define gpuStreamCreate               hipStreamCreate
 #define gpuStreamDestroy              hipStreamDestroy

@@ -65,6 +65,25 @@ static strata_status_t host_synchronize(void)
     return STRATA_OK; /* every host operation completes before it returns */
 }
 
+static strata_status_t host_current_device(int *device_p)
+{
+    *device_p = 0;
+    return STRATA_OK;
+}
+
+/* "Device" memory is host memory: the same allocation on both sides. */
+static strata_status_t host_host_alloc(size_t size, void **host_p, void **device_p)
+{
+    void *ptr;
+    strata_status_t status = host_mem_alloc(size, &ptr);
+
+    if (status == STRATA_OK) {
+        memset(ptr, 0, size);
+        *host_p = *device_p = ptr;
+    }
+    return status;
+}
+
 /* A memfd leaves nothing in the file system, whatever way the process ends. */
 static strata_status_t host_region_create(size_t size, intra_region_t *region_p)
 {
@@ -130,18 +149,23 @@ static void host_region_destroy(intra_region_t *region)
 
 const intra_device_ops_t host_device_ops = {
     .name               = "host",
+    .memory             = INTRA_MEMORY_HOST,
     .probe              = host_probe,
     .mem_alloc          = host_mem_alloc,
     .mem_free           = host_mem_free,
     .mem_copy           = host_mem_copy,
     .mem_set            = host_mem_set,
     .synchronize        = host_synchronize,
+    .current_device     = host_current_device,
+    .host_alloc         = host_host_alloc,
+    .host_free          = host_mem_free,
     .region_create      = host_region_create,
     .region_open        = host_region_open,
     .region_close       = host_region_close,
     .region_destroy     = host_region_destroy,
     .queue_create       = host_queue_create,
     .queue_destroy      = host_queue_destroy,
+    .queue_set_stream   = host_queue_set_stream,
     .moe_launch         = host_moe_launch,
     .queue_synchronize  = host_queue_synchronize,
     .default_blocks     = 2,

@@ -16,6 +16,7 @@ void            host_queue_destroy(intra_queue_t *queue);
 strata_status_t host_moe_launch(intra_queue_t *queue, intra_moe_kernel_t kernel,
                                 const struct intra_moe_args *args);
 strata_status_t host_queue_synchronize(intra_queue_t *queue);
+strata_status_t host_queue_set_stream(intra_queue_t *queue, void *stream);
 
 /* host_kernels.c: one block of a MoE kernel, the single-source body compiled as C. */
 void host_moe_run_block(intra_moe_kernel_t kernel, const struct intra_moe_args *args,

@@ -155,3 +155,13 @@ strata_status_t host_queue_synchronize(intra_queue_t *queue)
     (void)queue;
     return STRATA_OK; /* launches return complete */
 }
+
+strata_status_t host_queue_set_stream(intra_queue_t *queue, void *stream)
+{
+    (void)queue;
+    if (stream != NULL) {
+        UTIL_LOG_ERROR("host device: there are no streams; launches complete before they return");
+        return STRATA_ERR_INVALID;
+    }
+    return STRATA_OK;
+}
