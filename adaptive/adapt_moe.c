@@ -189,10 +189,6 @@ strata_status_t adapt_moe_attach(sched_moe_t *moe, const char *policy_file)
     strata_status_t status;
 
     sched_moe_shape(moe, &shape);
-    if (!shape.host_heap) {
-        UTIL_LOG_ERROR("adaptive: adaptive modes need the host device backend");
-        return STRATA_ERR_UNSUPPORTED;
-    }
     status = adapt_moe_params(moe, policy_file, &params);
     if (status != STRATA_OK) {
         return status;

@@ -121,8 +121,9 @@ bool        inter_engine_peer_failed(const inter_engine_t *engine, int peer);
 typedef struct inter_rdesc {
     uint32_t magic;
     uint32_t num_rails;
-    uint64_t base;
-    uint64_t length;
+    uint64_t base;      /**< address of the range's first byte at its owner */
+    uint64_t length;    /**< bytes of the range */
+    uint64_t mr_offset; /**< the range's start in its registration */
     uint64_t keys[INTER_MAX_RAILS];
 } inter_rdesc_t;
 
@@ -145,6 +146,9 @@ strata_status_t inter_engine_mem_register_kind(inter_engine_t *engine, void *add
  */
 void            inter_engine_mem_deregister(inter_engine_t *engine, inter_mr_t *mr);
 void            inter_engine_mem_descriptor(const inter_mr_t *mr, inter_rdesc_t *desc_p);
+/** A descriptor of [offset, offset + length) of a registration (what a peer may reach). */
+void            inter_engine_mem_range(const inter_mr_t *mr, size_t offset, size_t length,
+                                       inter_rdesc_t *desc_p);
 
 /**
  * For memory a failed peer's operation may still reach: the engine deregisters mr and calls
@@ -215,6 +219,10 @@ void            inter_request_free(inter_request_t *req);
 
 /* --- Immediates and barrier ------------------------------------------------------------------- */
 
+/** The largest piece a work ring's producers should cut a transfer into: the striping
+ *  chunk, within the transport's largest message; the same on every rank. */
+uint64_t inter_engine_chunk_bytes(const inter_engine_t *engine);
+
 /** How many immediates a write of len bytes from this rank produces at peer. */
 uint32_t inter_engine_write_chunks(const inter_engine_t *engine, int peer, size_t len);
 
@@ -262,8 +270,10 @@ typedef struct inter_ring_params {
     uint32_t             num_imms;
     uint32_t             imm_base;     /**< imm_base + num_imms <= INTER_IMM_MAX */
     int                  num_regions;  /**< 1..INTER_RING_MAX_REGIONS */
-    /** Local region r of a command, and [world] descriptors of every rank's region r. */
+    /** Local region r of a command (offsets count from region_offsets[r] in it), and
+     *  [world] descriptors of every rank's region r. */
     const inter_mr_t    *regions[INTER_RING_MAX_REGIONS];
+    size_t               region_offsets[INTER_RING_MAX_REGIONS];
     const inter_rdesc_t *remote[INTER_RING_MAX_REGIONS];
     bool                 host_stamps;  /**< command stamps are util_clock_now_ns() */
 } inter_ring_params_t;

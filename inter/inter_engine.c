@@ -577,6 +577,21 @@ void inter_engine_mem_descriptor(const inter_mr_t *mr, inter_rdesc_t *desc_p)
     }
 }
 
+void inter_engine_mem_range(const inter_mr_t *mr, size_t offset, size_t length,
+                            inter_rdesc_t *desc_p)
+{
+    inter_engine_mem_descriptor(mr, desc_p);
+    if (offset > mr->len || length > mr->len - offset) {
+        UTIL_LOG_ERROR("engine: range [%zu, +%zu) is outside a registration of %zu bytes",
+                       offset, length, mr->len);
+        desc_p->magic = 0; /* refused wherever it is used */
+        return;
+    }
+    desc_p->base     += offset;
+    desc_p->mr_offset = offset;
+    desc_p->length    = length;
+}
+
 void inter_engine_stripe(const inter_engine_t *engine, int peer, inter_stripe_params_t *stripe)
 {
     /* Rails between this rank and peer: the fewer of the two, so both sides count alike. */
@@ -595,4 +610,11 @@ uint32_t inter_engine_write_chunks(const inter_engine_t *engine, int peer, size_
     }
     inter_engine_stripe(engine, peer, &stripe);
     return (inter_stripe_num_chunks(&stripe, len, &chunks) == STRATA_OK) ? chunks : 0;
+}
+
+uint64_t inter_engine_chunk_bytes(const inter_engine_t *engine)
+{
+    uint64_t max = engine->rails[0].tp->max_msg_size;
+
+    return UTIL_MIN(engine->params.stripe_min_chunk, max);
 }

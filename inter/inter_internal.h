@@ -118,6 +118,7 @@ struct inter_ring {
     bool               failed;
     int                num_regions;
     const inter_mr_t  *regions[INTER_RING_MAX_REGIONS];
+    size_t             region_offsets[INTER_RING_MAX_REGIONS];
     inter_rdesc_t     *remote;        /* [num_regions][world] */
     bool               host_stamps;
     inter_op_t        *ops;           /* [slots] */
@@ -268,7 +269,7 @@ void             inter_request_finish(inter_request_t *req, strata_status_t stat
 static inline uint64_t inter_remote_addr(const inter_engine_t *engine, int rail,
                                          const inter_rdesc_t *rdesc, size_t offset)
 {
-    return engine->rails[rail].tp->virt_addr ? rdesc->base + offset : offset;
+    return engine->rails[rail].tp->virt_addr ? rdesc->base + offset : rdesc->mr_offset + offset;
 }
 
 #endif

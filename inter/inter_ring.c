@@ -40,7 +40,8 @@ static strata_status_t inter_ring_check_params(const inter_engine_t *engine,
         return STRATA_ERR_INVALID;
     }
     for (int r = 0; r < p->num_regions; ++r) {
-        if (p->regions[r] == NULL || p->remote[r] == NULL) {
+        if (p->regions[r] == NULL || p->remote[r] == NULL ||
+            p->region_offsets[r] > p->regions[r]->len) {
             UTIL_LOG_ERROR("engine: work ring region %d has no registration or descriptors", r);
             return STRATA_ERR_INVALID;
         }
@@ -69,7 +70,8 @@ static inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ri
     ring->num_regions = p->num_regions;
     ring->host_stamps = p->host_stamps;
     for (int r = 0; r < p->num_regions; ++r) {
-        ring->regions[r] = p->regions[r];
+        ring->regions[r]        = p->regions[r];
+        ring->region_offsets[r] = p->region_offsets[r];
         memcpy(ring->remote + (size_t)r * world, p->remote[r], world * sizeof(inter_rdesc_t));
     }
     return ring;
@@ -226,6 +228,7 @@ static bool inter_ring_cmd_valid(const inter_engine_t *engine, const inter_ring_
     const util_work_ring_t *mem = ring->mem;
     const inter_mr_t *lmr;
     const inter_rdesc_t *rdesc;
+    uint64_t offset;
 
     if ((cmd->op != UTIL_WORK_WRITE && cmd->op != UTIL_WORK_WRITE_IMM &&
          cmd->op != UTIL_WORK_READ) || cmd->peer < 0 || cmd->peer >= engine->params.world_size ||
@@ -237,7 +240,8 @@ static bool inter_ring_cmd_valid(const inter_engine_t *engine, const inter_ring_
     lmr   = ring->regions[cmd->region];
     rdesc = &ring->remote[(size_t)cmd->region * (size_t)engine->params.world_size +
                           (size_t)cmd->peer];
-    return cmd->offset <= lmr->len && cmd->length <= lmr->len - cmd->offset &&
+    offset = ring->region_offsets[cmd->region] + cmd->offset;
+    return offset >= cmd->offset && offset <= lmr->len && cmd->length <= lmr->len - offset &&
            rdesc->magic == INTER_RDESC_MAGIC && cmd->remote_offset <= rdesc->length &&
            cmd->length <= rdesc->length - cmd->remote_offset;
 }
@@ -258,7 +262,7 @@ static void inter_ring_fill_op(const inter_engine_t *engine, inter_ring_t *ring,
         .kind     = cmd->op == UTIL_WORK_READ ? INTER_OP_READ : INTER_OP_WRITE,
         .rail     = rail,
         .peer     = cmd->peer,
-        .lbuf     = (char *)lmr->addr + cmd->offset,
+        .lbuf     = (char *)lmr->addr + ring->region_offsets[cmd->region] + cmd->offset,
         .len      = cmd->length,
         .desc     = lmr->tmr[rail].desc,
         .raddr    = inter_remote_addr(engine, rail, rdesc, cmd->remote_offset),

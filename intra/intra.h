@@ -33,11 +33,7 @@ typedef struct intra_queue intra_queue_t;
 
 struct intra_moe_args;
 
-typedef enum intra_moe_kernel {
-    INTRA_MOE_KERNEL_DISPATCH,
-    INTRA_MOE_KERNEL_COMBINE,
-    INTRA_MOE_KERNEL_REDUCE, /* no peer involved: sums terms gathered by combine */
-} intra_moe_kernel_t;
+#include "kernels/kernel_ids.h"
 
 /** Whose memory a backend's allocations and regions are. */
 typedef enum intra_memory {

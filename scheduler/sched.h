@@ -1,9 +1,10 @@
 /*
- * scheduler: MoE step planning and execution. The layout counts (tokens per expert, rank
- * and node, de-duplicated per destination), the per-step plan of a rank's tokens, and the
- * two-tier MoE object: dispatch and combine across nodes through the transfer engine
- * (flat or hierarchical routes, two-round speculative dispatch) and inside a node through
- * the intra tier. Other layers include only this header.
+ * scheduler: MoE step planning and execution. The plan of a rank's tokens (by peer, each
+ * token once per destination) and the two-tier MoE object: it sets up the node's heap, the
+ * registered network area and the engine's work ring, and launches the step, whose kernels
+ * (the intra tier's and the network ones) move every row and post every transfer: flat or
+ * hierarchical routes, two-round speculative dispatch, Pull by read or request. Other
+ * layers include only this header.
  */
 #ifndef STRATA_SCHEDULER_SCHED_H
 #define STRATA_SCHEDULER_SCHED_H
@@ -16,45 +17,6 @@
 #include "inter/engine.h"
 #include "intra/intra.h"
 #include "util/util_config.h"
-
-typedef struct sched_layout_params {
-    int num_experts;    /**< global expert count, a multiple of world_size */
-    int topk;           /**< experts per token, 1..num_experts */
-    int world_size;     /**< ranks */
-    int ranks_per_node; /**< ranks of one node; world_size is a multiple of it */
-} sched_layout_params_t;
-
-/** Counts for one step; arrays sized by the params, owned by the layout. */
-typedef struct sched_layout {
-    sched_layout_params_t params;
-    int32_t *tokens_per_expert; /**< [num_experts] (token, expert) pairs */
-    int32_t *tokens_per_rank;   /**< [world_size] tokens, each counted once per rank */
-    int32_t *tokens_per_node;   /**< [world_size / ranks_per_node] tokens, once per node */
-} sched_layout_t;
-
-strata_status_t sched_layout_create(const sched_layout_params_t *params, sched_layout_t **layout_p);
-void            sched_layout_destroy(sched_layout_t *layout);
-
-/**
- * Count one step. topk_idx is [num_tokens][topk] expert ids; -1 means "no expert" for that
- * slot. An id out of range or repeated within a token gives STRATA_ERR_INVALID naming the
- * token and slot, and leaves the counts zeroed.
- */
-strata_status_t sched_layout_count(sched_layout_t *layout, const int64_t *topk_idx,
-                                   int num_tokens);
-
-/** The rank that owns expert (experts are split into equal contiguous blocks). */
-static inline int sched_expert_rank(const sched_layout_params_t *params, int expert)
-{
-    return expert / (params->num_experts / params->world_size);
-}
-
-/** The expert ids of one token: distinct, each -1 or in 0..num_experts-1; or INVALID. */
-strata_status_t sched_layout_check_token(const sched_layout_params_t *p, const int64_t *experts,
-                                         int token);
-/** The same check, turning each bad slot into -1 (the first one is logged). */
-strata_status_t sched_layout_clean_token(const sched_layout_params_t *p, int64_t *experts,
-                                         int token);
 
 /* --- Two-tier MoE ------------------------------------------------------------------------- */
 
@@ -102,6 +64,10 @@ strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *rec
 strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y);
 strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weights, void *out);
 void            sched_moe_stats(const sched_moe_t *moe, strata_moe_stats_t *stats_p);
+/** Launch on the caller's stream (GPU backends); NULL: every half waits for its kernels. */
+strata_status_t sched_moe_set_stream(sched_moe_t *moe, void *stream);
+/** Wait for everything launched; the first error the kernels found. */
+strata_status_t sched_moe_synchronize(sched_moe_t *moe);
 
 /* --- Per-expert modes decided by the experts' owners -------------------------------------- */
 
@@ -113,7 +79,6 @@ typedef struct sched_moe_shape {
     size_t        row_bytes; /**< one token row on the wire */
     strata_moe_mode_t mode;  /**< resolved from the params and STRATA_MOE_MODE */
     const char   *mode_file; /**< FIXED: the mask file; ADAPTIVE: a policy file, or NULL */
-    bool          host_heap; /**< the node's heap is host memory (adaptive modes need it) */
 } sched_moe_shape_t;
 
 void sched_moe_shape(const sched_moe_t *moe, sched_moe_shape_t *shape_p);
@@ -133,7 +98,8 @@ typedef struct sched_mode_decider_ops {
 /**
  * Give the object a decider before its first step; every rank of the object must. initial
  * is every expert's mode until the decisions arrive. ctx is the object's from now on, also
- * on error. STRATA_ERR_UNSUPPORTED where the node's heap is not host memory.
+ * on error. The owners decide on the host, so in adaptive mode dispatch_recv waits for the
+ * step's dispatch even with a stream.
  */
 strata_status_t sched_moe_set_decider(sched_moe_t *moe, const sched_mode_decider_ops_t *ops,
                                       void *ctx, bool initial_pull);

@@ -1,6 +1,7 @@
 /*
- * The two-tier MoE object's parts, shared by the scheduler's sources: the plan of a rank's
- * tokens, the registered network area and its wire formats, and the step state.
+ * The two-tier MoE object's parts, shared by the scheduler's sources, split by lifetime:
+ * the fixed geometry, the network area and work ring, the modes, and the state of the step
+ * in progress; and the plan of a rank's tokens.
  */
 #ifndef STRATA_SCHEDULER_SCHED_INTERNAL_H
 #define STRATA_SCHEDULER_SCHED_INTERNAL_H
@@ -10,79 +11,101 @@
 
 #include <stdatomic.h>
 
-#define SCHED_MASK_WORDS  (INTRA_MOE_MAX_EXPERTS / 64) /* of a node's experts */
-#define SCHED_CTRL_BYTES  64 /* one header or grant */
-#define SCHED_HEADER_MAGIC 0x53544845u /* "STHE" */
-#define SCHED_GRANT_MAGIC  0x53544752u /* "STGR" */
-
-/* Immediates: STRATA_MOE_IMM_BASE + kind * world_size + the writing rank. */
-typedef enum sched_imm_kind {
-    SCHED_IMM_HEADER,   /* a source's counts for this step */
-    SCHED_IMM_SPEC,     /* round one: the first tokens, into the source's private slot */
-    SCHED_IMM_GRANT,    /* where round two goes, from the receiver */
-    SCHED_IMM_OVERFLOW, /* round two: the rest, at the granted place */
-    SCHED_IMM_COMBINE,  /* one per returned term */
-    SCHED_IMM_KINDS
-} sched_imm_kind_t;
-
-/* What a source writes to each peer first, every step, even with no tokens. */
-typedef struct sched_header {
-    uint32_t magic;
-    uint32_t pad;
-    uint64_t step;
-    int32_t  num_push;    /* entries the source writes: round one, then round two */
-    int32_t  num_pull;    /* entries after those, for the receiver to fetch */
-    uint64_t mask_digest; /* of the modes the source moves this step's experts in */
-    uint64_t next[];      /* adaptive: its own experts' modes decided for the step after
-                             next (bit: Pull), [own_words] */
-} sched_header_t;
+#define SCHED_MASK_WORDS (INTRA_MOE_MAX_EXPERTS / 64) /* of a node's experts */
+#define SCHED_RING_SLOTS 1024
 
 /*
- * A local rank's mode board in the node's heap, one per step parity: the modes of the
- * experts whose owner has this local index, on every node, for one step. The rank writes
- * the bits, then publishes the step (release); the node's ranks read them after seeing
- * the step (acquire).
+ * What never changes after creation: the shape of the work and who talks to whom. Computed
+ * by sched_geometry_init from the params and the world alone, so the plan can be tested
+ * without a communicator.
  */
-typedef struct sched_board {
-    _Atomic uint64_t step;
-    _Atomic uint64_t digest_step; /* published after digest, by the rank in that step */
-    uint64_t         digest;      /* of the masks it moves that step in */
-    uint64_t         pad[5];
-    uint64_t         mask[];      /* [mask_words] global expert ids */
-} sched_board_t;
+typedef struct sched_geometry {
+    int                rank, world_size, num_nodes, node;
+    const int         *rank_node;   /* [world_size] */
+    const int         *rank_local;  /* [world_size] */
+    strata_moe_route_t route;
+    int                num_experts, topk, max_tokens, capacity;
+    int                local_size;
+    int                experts_per_rank;
+    int                experts_per_node;
+    int               *node_ranks;  /* [num_nodes][local_size] global rank */
+    int                num_peers;
+    int               *peers;       /* [num_peers] ranks this rank exchanges tokens with */
+    int               *peer_index;  /* [world_size] index in peers, or -1 */
+    int                max_aug;     /* own tokens plus every peer's */
+    int                max_entries; /* a plan's entries: tokens x min(peers, topk) */
+    int                spec_tokens;
+    int                scale_count;
+    size_t             row_bytes, scale_bytes, record_bytes, entry_bytes, y_row_bytes;
+    size_t             header_bytes, board_bytes;
+    int                mask_words;  /* of a global expert mask */
+    int                own_words;   /* of this rank's experts' bits */
+} sched_geometry_t;
 
-/* The receiver's answer when round two is needed. */
-typedef struct sched_grant {
-    uint32_t magic;
-    uint32_t pad;
-    uint64_t step;
-    int64_t  offset; /* entry index in the receiver's overflow area */
-    int32_t  first;  /* the source's first entry to write there */
-    int32_t  count;  /* entries to write */
-} sched_grant_t;
+/** rank_node and rank_local are the caller's and must outlive the geometry. */
+strata_status_t sched_geometry_init(sched_geometry_t *geo, const strata_moe_params_t *params,
+                                    const sched_moe_world_t *world, strata_moe_route_t route,
+                                    int spec_tokens);
+void            sched_geometry_cleanup(sched_geometry_t *geo);
+
+/* Offsets in the network area, the same on every rank. */
+typedef struct sched_net_layout {
+    size_t headers, grants, out_headers, out_grants, spec, overflow, staging, ret_out, ret_in;
+    size_t total;
+} sched_net_layout_t;
 
 /*
- * A token on the wire: one entry of entry_bytes, [record][row][scales], each part a whole
- * number of 16-byte units. The record: the token's index at its source, then for each
- * top-k slot the node-local expert id at the destination, or -1.
+ * The network area, registered with the engine, and the work ring the kernels feed. The
+ * area lives in the node's heap when the engine can register the heap's memory (then the
+ * whole heap region is registered); otherwise in a pinned host bounce buffer.
  */
-typedef struct sched_record {
-    int32_t token;
-    int32_t experts[]; /* [topk] */
-} sched_record_t;
+typedef struct sched_net {
+    sched_net_layout_t layout;
+    bool               bounce;
+    char              *area;        /* device address */
+    size_t             area_heap;   /* its offset in the heap (not bounce) */
+    void              *bounce_host; /* the bounce buffer, host view */
+    inter_mr_t        *mr;          /* the heap region, or the bounce buffer */
+    size_t             mr_offset;   /* of the area in mr */
+    inter_rdesc_t     *desc;        /* [world] */
+    util_work_ring_t  *ring_host;
+    util_work_ring_t  *ring_dev;
+    inter_ring_t      *ring;
+    uint64_t           chunk_bytes;
+    /* Device memory the network kernels keep. */
+    void              *device_mem;  /* one allocation holding the tables below */
+    intra_net_state_t *state;
+    intra_net_peer_t  *peers;       /* [num_peers] */
+    uint64_t          *ticket;
+    int32_t           *slot_of;     /* [max_entries] */
+    uint64_t          *term_src;    /* [max_tokens][topk] */
+    int64_t           *aug_entry;   /* [max_aug] */
+    int64_t           *aug_topk;    /* [max_aug][topk] */
+    int32_t           *num_aug;
+    uint64_t          *mask;        /* [mask_words] */
+    int32_t           *node_ranks;  /* [world] */
+    intra_net_args_t   args;        /* the launches' arguments; per-step fields set each step */
+} sched_net_t;
 
-/* The public layout: one rank's tokens, by peer. */
-struct strata_moe_layout {
-    const sched_moe_t *moe;
-    int                num_tokens;
-    bool               had_bad_ids; /* bad ids were turned into -1 */
-    int64_t           *clean_idx;   /* [num_tokens][topk] global ids, bad ones -1 */
-    int64_t           *node_idx;    /* [num_tokens][topk] node-local ids on this node, or -1 */
-    int32_t           *peer_first;  /* [num_peers + 1] into tokens/experts */
-    int32_t           *tokens;      /* per peer, in token order */
-    int32_t           *experts;     /* [entries][topk] node-local ids at the peer, or -1 */
-    int64_t           *peer_terms;  /* [num_peers] (token, slot) pairs the peer returns */
-};
+/* Per-expert modes and their agreement (sched_modes.c). */
+typedef struct sched_modes {
+    strata_moe_mode_t mode;          /* resolved */
+    char             *mode_file;
+    uint64_t         *dispatch_mask; /* set between steps (bit: Pull), mask_words */
+    uint64_t         *combine_mask;
+    uint64_t         *step_mask;     /* dispatch mask of the step in progress */
+    uint64_t         *stats_mask;    /* the last completed step's */
+    uint64_t         *uploaded;      /* the mask the device has, for the network kernels */
+    bool              uploaded_valid;
+    uint64_t          digest;        /* of the step's masks */
+    const sched_mode_decider_ops_t *decider;
+    void             *decider_ctx;
+    bool             *decided;       /* [experts_per_rank] the decider's answer */
+    uint64_t         *next_bits;     /* [own_words] to publish with the next header */
+    uint64_t         *sent_bits;     /* [own_words] published with this step's */
+    int32_t          *node_tokens;   /* [experts_per_rank][num_nodes] */
+    size_t            board_offset;  /* heap: two boards, by step parity */
+} sched_modes_t;
 
 typedef enum sched_state {
     SCHED_STEP_IDLE,
@@ -92,115 +115,79 @@ typedef enum sched_state {
     SCHED_STEP_FAILED,
 } sched_state_t;
 
-/* Offsets in the registered network area, the same on every rank. */
-typedef struct sched_net_layout {
-    size_t terms;    /* [max_aug][topk][y_row_bytes]: first, so pages count from 0 */
-    size_t headers;  /* [world][2] received, by source and step parity */
-    size_t grants;   /* [world] received, by receiver */
-    size_t out_headers; /* [world] headers being sent, by peer */
-    size_t out_grants;  /* [world] grants being sent, by peer */
-    size_t spec;     /* [world][spec_tokens] entries, by source */
-    size_t overflow; /* [num_peers * max_tokens] entries, handed out by grants */
-    size_t staging;  /* [world][max_tokens] entries, by destination */
-    size_t ret_out;  /* [num_peers * max_tokens * topk] terms being returned, by peer */
-    size_t ret_in;   /* [num_peers][max_tokens * topk] terms returned to us, by peer */
-    size_t total;
-} sched_net_layout_t;
+/* The step in progress. */
+typedef struct sched_step {
+    sched_state_t       state;
+    uint64_t            step;
+    const sched_plan_t *plan;
+    const void         *x;
+    const float        *x_scales;
+    const void         *expert_y;
+    strata_status_t     status; /* INVALID or CAPACITY found earlier in the step */
+    uint64_t            start_ns;
+    uint64_t            mark_ns; /* the last phase boundary */
+    uint64_t            combine_start_ns;
+} sched_step_t;
 
-/* Per peer and step. */
-typedef struct sched_peer_step {
-    int32_t          send_push, send_pull; /* this rank's entries for the peer */
-    int32_t          recv_push, recv_pull; /* the peer's entries for this rank */
-    int64_t          recv_offset;          /* overflow entry given to the peer */
-    int32_t          granted;              /* entries the peer writes there */
-    int32_t          terms_first;          /* into page lists */
-    int32_t          num_terms;            /* pages combine returns to the peer */
-} sched_peer_step_t;
+/* The public layout: one rank's tokens, by peer, on the host and (for the kernels) on the
+ * device. Entries are exactly as many as the counting pass finds. */
+struct strata_moe_layout {
+    const sched_moe_t *moe;        /* NULL for a plan built without an object (tests) */
+    const intra_device_ops_t *device; /* whose memory device_mem is */
+    int                num_tokens;
+    bool               had_bad_ids; /* bad ids were turned into -1 */
+    int                num_entries;
+    int                capacity;    /* entries the arrays hold */
+    int64_t           *clean_idx;   /* [num_tokens][topk] global ids, bad ones -1 */
+    int64_t           *node_idx;    /* [num_tokens][topk] node-local ids on this node, or -1 */
+    int32_t           *peer_first;  /* [num_peers + 1] into tokens/experts */
+    int32_t           *tokens;      /* per peer, in token order */
+    int32_t           *experts;     /* [entries][topk] node-local ids at the peer, or -1 */
+    int64_t           *peer_terms;  /* [num_peers] (token, slot) pairs the peer returns */
+    void              *device_mem;  /* the device copies below, one allocation */
+    int64_t           *d_clean_idx, *d_node_idx, *d_peer_terms;
+    int32_t           *d_peer_first, *d_tokens, *d_experts;
+};
 
-#define SCHED_MAX_REQUESTS_PER_PEER 6
+/* Fill plan (sized for at most plan->capacity entries, or allocated exactly when 0) from
+ * topk_idx on the geometry; no device memory. */
+strata_status_t sched_plan_build(const sched_geometry_t *geo, const int64_t *topk_idx,
+                                 int num_tokens, bool skip_bad, sched_plan_t *plan);
+/* The host arrays of a plan (not the struct). */
+void            sched_plan_release(sched_plan_t *plan);
+/* Device arrays for up to max_tokens tokens and plan->capacity entries. */
+strata_status_t sched_plan_device_alloc(const sched_moe_t *moe, sched_plan_t *plan,
+                                        int max_tokens);
+/* The host arrays to the device, once the device is done with the last copy. */
+strata_status_t sched_plan_upload(const sched_moe_t *moe, const sched_plan_t *plan);
+/* A token's expert ids: distinct, each -1 or in 0..num_experts-1; or INVALID (logged). */
+strata_status_t sched_token_check(int num_experts, int topk, const int64_t *experts, int token);
+/* The same check, turning each bad slot into -1 (the first one is logged). */
+strata_status_t sched_token_clean(int num_experts, int topk, int64_t *experts, int token);
 
 struct sched_moe {
     strata_moe_params_t  params;
     sched_moe_world_t    world;
-    strata_moe_route_t   route;
-    int                  spec_tokens;
     bool                 pull_read;
     uint64_t             timeout_ns;
-    int                  local_size;
-    int                  experts_per_rank;
-    int                  experts_per_node;
-    int                 *node_ranks; /* [num_nodes][local_size] global rank */
-    int                  num_peers;
-    int                 *peers;      /* [num_peers] ranks this rank exchanges tokens with */
-    int                 *peer_index; /* [world] index in peers, or -1 */
-    int                  max_aug;    /* own tokens plus every peer's */
-    size_t               row_bytes, scale_bytes, record_bytes, entry_bytes, y_row_bytes;
-    int                  scale_count;
-
+    void                *stream;     /* the caller's, or NULL: every half waits */
+    sched_geometry_t     geo;
     intra_heap_t        *heap;
     intra_moe_t         *intra;
-    size_t               origin_offset; /* heap: int32[max_aug][2] (rank, token) */
-
-    char                *net;
-    inter_mr_t          *net_mr;
-    inter_rdesc_t       *net_desc; /* [world] */
-    sched_net_layout_t   net_layout;
-
-    char                *aug_x;      /* [max_aug][row_bytes]: the intra tier's input */
-    float               *aug_scales; /* [max_aug][scale_count] */
-    int64_t             *aug_idx;    /* [max_aug][topk] node-local, device memory */
-    int64_t             *host_idx;   /* host copy being built */
-    int32_t             *aug_origin; /* [max_aug][2] */
-    uint32_t            *src_pages;  /* [max_aug * topk] terms to return, by peer */
-    int32_t             *ret_map;    /* [num_peers][max_tokens * topk]: t * topk + k of each
-                                        term a peer returns, in the order it sends them */
-    sched_peer_step_t   *peer_step;  /* [num_peers] */
-    inter_request_t    **requests;   /* [num_peers * SCHED_MAX_REQUESTS_PER_PEER] */
-    int                  num_requests;
-
-    sched_state_t        state;
-    uint64_t             step;
-    const sched_plan_t  *plan;
-    const void          *x;        /* the step's tokens, for a single node */
-    const float         *x_scales;
-    int                  num_aug;
-    const void          *expert_y;
-    strata_status_t      step_status; /* INVALID or CAPACITY found earlier in the step */
-    /* Global expert masks (bit: Pull), mask_words each. */
-    uint64_t            *dispatch_mask, *combine_mask;
-    uint64_t            *step_dispatch_mask;
-    uint64_t            *stats_mask; /* the last completed step's */
-
+    size_t               origin_offset;   /* heap: int32[max_aug][2] */
+    size_t               term_dst_offset; /* heap: int64[max_aug][topk] */
+    size_t               terms_offset;    /* heap: own tokens' terms (across nodes) */
+    size_t               stage_offset;    /* heap: returned terms (bounce) */
+    sched_net_t          net;
+    sched_modes_t        modes;
+    sched_step_t         cur;
+    sched_plan_t         own_plan;   /* strata_moe_dispatch's, reused step after step */
+    strata_moe_source_t *public_src; /* mapped host memory the sources kernel fills */
+    int32_t             *public_count;
+    void                *public_src_dev, *public_count_dev;
     strata_moe_recv_t    recv;
-    strata_moe_source_t *src;        /* [experts_per_rank][capacity] */
-    intra_moe_source_t  *intra_src;  /* host copy */
-    int32_t             *origins;    /* [local_size][max_aug][2] host copy */
     strata_moe_stats_t   stats;
-    uint64_t             step_start_ns;
-
-    /* Modes (sched_modes.c). */
-    strata_moe_mode_t    mode;           /* resolved */
-    bool                 host_heap;      /* the boards can be used from the host */
-    char                *mode_file;
-    int                  mask_words;     /* words of a global expert mask */
-    int                  own_words;      /* words of this rank's experts' bits */
-    size_t               header_bytes;   /* a header slot: the header and its bits */
-    size_t               board_bytes;    /* one board slot */
-    size_t               board_offset;   /* heap: sched_board_t[2] */
-    const sched_mode_decider_ops_t *decider;
-    void                *decider_ctx;
-    bool                *decided;        /* [experts_per_rank] the decider's answer */
-    uint64_t            *next_bits;      /* [own_words] to publish with the next header */
-    uint64_t            *sent_bits;      /* [own_words] published with this step's */
-    int32_t             *node_tokens;    /* [experts_per_rank][num_nodes] */
-    uint64_t             step_digest;    /* of this step's masks */
 };
-
-static inline uint32_t sched_imm(const sched_moe_t *moe, sched_imm_kind_t kind, int rank)
-{
-    return STRATA_MOE_IMM_BASE + (uint32_t)kind * (uint32_t)moe->world.world_size +
-           (uint32_t)rank;
-}
 
 static inline bool sched_mask_test(const uint64_t *mask, int bit)
 {
@@ -208,74 +195,55 @@ static inline bool sched_mask_test(const uint64_t *mask, int bit)
 }
 
 /* Global id of node-local expert j on node. */
-static inline int sched_node_expert(const sched_moe_t *moe, int node, int j)
+static inline int sched_node_expert(const sched_geometry_t *geo, int node, int j)
 {
-    int owner = moe->node_ranks[node * moe->local_size + j / moe->experts_per_rank];
+    int owner = geo->node_ranks[node * geo->local_size + j / geo->experts_per_rank];
 
-    return owner * moe->experts_per_rank + j % moe->experts_per_rank;
+    return owner * geo->experts_per_rank + j % geo->experts_per_rank;
 }
 
 /* Node-local id of global expert e on its node. */
-static inline int sched_local_expert(const sched_moe_t *moe, int expert)
+static inline int sched_local_expert(const sched_geometry_t *geo, int expert)
 {
-    int owner = expert / moe->experts_per_rank;
+    int owner = expert / geo->experts_per_rank;
 
-    return moe->world.rank_local[owner] * moe->experts_per_rank + expert % moe->experts_per_rank;
+    return geo->rank_local[owner] * geo->experts_per_rank + expert % geo->experts_per_rank;
 }
 
-/* Bytes of a global expert mask. */
 static inline size_t sched_mask_bytes(const sched_moe_t *moe)
 {
-    return sizeof(uint64_t) * (size_t)moe->mask_words;
+    return sizeof(uint64_t) * (size_t)moe->geo.mask_words;
 }
+
+/* sched_net.c: the area, its registration, the ring and the kernels' tables. */
+strata_status_t sched_net_layout(sched_moe_t *moe);
+strata_status_t sched_net_open(sched_moe_t *moe);
+void            sched_net_close(sched_moe_t *moe);
+/* Where, in peer's area, the terms this rank returns to it land. */
+size_t          sched_ret_in_at(const sched_moe_t *moe, int peer);
+/* The network kernels' arguments for this step's plan and inputs. */
+strata_status_t sched_net_prepare(sched_moe_t *moe);
 
 /* Every expert in one mode, in dispatch and combine. */
 void            sched_fill_masks(sched_moe_t *moe, bool pull);
 /* The intra tier's pull mask (node-local expert ids) from a global one. */
 void            sched_node_mask(const sched_moe_t *moe, const uint64_t *global, uint64_t *node_mask);
-/* Wait for count arrivals of imm; any rank's failure ends it with PEER_FAILED. */
-strata_status_t sched_wait_imm(sched_moe_t *moe, sched_imm_kind_t kind, int from, uint64_t count,
-                               const char *what);
-/* Keep a request until the step's end. */
-void            sched_keep_request(sched_moe_t *moe, inter_request_t *req);
-/* Wait for every kept request and give them back. */
-strata_status_t sched_finish_requests(sched_moe_t *moe);
+/* Wait for what the step launched (unless a stream is given), and what it found. */
+strata_status_t sched_synchronize(sched_moe_t *moe, const char *what);
+/* A step failed for good: the object can only be destroyed. */
+strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what);
 /* An intra-tier step that timed out: PEER_FAILED if the engine sees a dead rank within its
  * heartbeat bound, else the status as it is. */
 strata_status_t sched_intra_failure(sched_moe_t *moe, strata_status_t status);
-/* A step failed for good: the object can only be destroyed. */
-strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what);
+/* The time since the last phase boundary goes to phase. */
+void            sched_phase_end(sched_moe_t *moe, strata_moe_phase_t phase);
 /* Modes: this step's masks from the boards (adaptive), and their digest. */
 strata_status_t sched_modes_begin_step(sched_moe_t *moe);
-/* After the node's dispatch: INTERNAL when a local rank moved the step in other modes. */
-strata_status_t sched_modes_check_node(sched_moe_t *moe);
-/* The digest and decided bits a header carries. */
-void            sched_modes_fill_header(const sched_moe_t *moe, sched_header_t *header);
-/* INTERNAL when a source moves this step's experts in other modes than this rank. */
-strata_status_t sched_modes_check_header(const sched_moe_t *moe, int source,
-                                         const sched_header_t *header);
 /* Adaptive: this rank's board for the next step, from its own and its peers' decisions. */
-void            sched_modes_publish(sched_moe_t *moe);
+strata_status_t sched_modes_publish(sched_moe_t *moe);
 /* Adaptive: the decider's answer from this step's rows, for the next header. */
 void            sched_modes_decide(sched_moe_t *moe);
-/* Where, in peer's network area, the terms this rank returns to it land. */
-size_t          sched_ret_in_at(const sched_moe_t *moe, int peer);
-
-/*
- * A source's header slot for a step. Two per source, by the step's parity: a peer that
- * exchanged no tokens with us in a step does not wait for us in its combine, so it can
- * send the next step's header before we have read this one; it cannot get two steps ahead,
- * since each step's dispatch waits for our header of that step.
- */
-static inline size_t sched_header_at(const sched_moe_t *moe, int source, uint64_t step)
-{
-    return moe->net_layout.headers + ((size_t)source * 2 + (size_t)(step & 1)) * moe->header_bytes;
-}
-
-/* The peer's part of the network area. */
-static inline char *sched_net(const sched_moe_t *moe, size_t offset)
-{
-    return moe->net + offset;
-}
+strata_status_t sched_modes_open(sched_moe_t *moe);
+void            sched_modes_close(sched_moe_t *moe);
 
 #endif

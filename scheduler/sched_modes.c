@@ -4,22 +4,31 @@
  * decides from the rows its experts received, publishes the decision with step t+1's
  * counts (the header to each peer), and every rank moves the expert in that mode in step
  * t+2. A rank learns the decisions of its node's owners, and those its peers relayed, from
- * the node's mode boards. Every header carries a digest of its sender's masks, and every
- * rank leaves its digest on its board, so a step in which two ranks disagree fails.
+ * the node's mode boards in the heap, read and written with the device backend's copies so
+ * that any backend's memory serves. Every header carries a digest of its sender's masks and
+ * the node's dispatch compares every local rank's, so a step in which two ranks disagree
+ * fails (both checks run in the kernels).
  */
 #include "sched_internal.h"
 
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* A board: the step it is for, then the modes (bit: Pull) of its experts. */
+typedef struct sched_board_head {
+    uint64_t step;
+    uint64_t pad[7];
+} sched_board_head_t;
 
 /* FNV-1a over the step's two masks. */
 static uint64_t sched_mask_digest(const sched_moe_t *moe)
 {
     uint64_t hash = UINT64_C(14695981039346656037);
-    const uint64_t *masks[2] = {moe->step_dispatch_mask, moe->combine_mask};
+    const uint64_t *masks[2] = {moe->modes.step_mask, moe->modes.combine_mask};
 
     for (int m = 0; m < 2; ++m) {
-        for (int w = 0; w < moe->mask_words; ++w) {
+        for (int w = 0; w < moe->geo.mask_words; ++w) {
             for (int b = 0; b < 8; ++b) {
                 hash = (hash ^ ((masks[m][w] >> (8 * b)) & 0xffu)) * UINT64_C(1099511628211);
             }
@@ -28,10 +37,10 @@ static uint64_t sched_mask_digest(const sched_moe_t *moe)
     return hash;
 }
 
-static sched_board_t *sched_board(const sched_moe_t *moe, int local_rank, uint64_t step)
+static char *sched_board(const sched_moe_t *moe, int local_rank, uint64_t step)
 {
-    return (sched_board_t *)((char *)intra_heap_base(moe->heap, local_rank) + moe->board_offset +
-                             (size_t)(step & 1) * moe->board_bytes);
+    return (char *)intra_heap_base(moe->heap, local_rank) + moe->modes.board_offset +
+           (size_t)(step & 1) * moe->geo.board_bytes;
 }
 
 static void sched_set_bit(uint64_t *mask, int bit, bool value)
@@ -43,144 +52,142 @@ static void sched_set_bit(uint64_t *mask, int bit, bool value)
     }
 }
 
+strata_status_t sched_modes_open(sched_moe_t *moe)
+{
+    sched_modes_t *m = &moe->modes;
+    const sched_geometry_t *geo = &moe->geo;
+    size_t words = (size_t)geo->mask_words;
+
+    m->dispatch_mask = calloc(words, sizeof(uint64_t));
+    m->combine_mask  = calloc(words, sizeof(uint64_t));
+    m->step_mask     = calloc(words, sizeof(uint64_t));
+    m->stats_mask    = calloc(words, sizeof(uint64_t));
+    m->uploaded      = calloc(words, sizeof(uint64_t));
+    m->decided       = calloc((size_t)geo->experts_per_rank, sizeof(bool));
+    m->next_bits     = calloc((size_t)geo->own_words, sizeof(uint64_t));
+    m->sent_bits     = calloc((size_t)geo->own_words, sizeof(uint64_t));
+    m->node_tokens   = calloc((size_t)geo->experts_per_rank * (size_t)geo->num_nodes,
+                              sizeof(int32_t));
+    if (!m->dispatch_mask || !m->combine_mask || !m->step_mask || !m->stats_mask ||
+        !m->uploaded || !m->decided || !m->next_bits || !m->sent_bits || !m->node_tokens) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    return STRATA_OK;
+}
+
+void sched_modes_close(sched_moe_t *moe)
+{
+    sched_modes_t *m = &moe->modes;
+
+    free(m->dispatch_mask);
+    free(m->combine_mask);
+    free(m->step_mask);
+    free(m->stats_mask);
+    free(m->uploaded);
+    free(m->decided);
+    free(m->next_bits);
+    free(m->sent_bits);
+    free(m->node_tokens);
+    free(m->mode_file);
+    if (m->decider != NULL) {
+        m->decider->destroy(m->decider_ctx);
+    }
+}
+
 void sched_moe_shape(const sched_moe_t *moe, sched_moe_shape_t *shape_p)
 {
     *shape_p = (sched_moe_shape_t){
-        .num_local_experts = moe->experts_per_rank,
-        .num_nodes         = moe->world.num_nodes,
-        .node              = moe->world.rank_node[moe->world.rank],
-        .row_bytes         = moe->row_bytes,
-        .mode              = moe->mode,
-        .mode_file         = moe->mode_file,
-        .host_heap         = moe->host_heap,
+        .num_local_experts = moe->geo.experts_per_rank,
+        .num_nodes         = moe->geo.num_nodes,
+        .node              = moe->geo.node,
+        .row_bytes         = moe->geo.row_bytes,
+        .mode              = moe->modes.mode,
+        .mode_file         = moe->modes.mode_file,
     };
 }
 
 strata_status_t sched_moe_set_decider(sched_moe_t *moe, const sched_mode_decider_ops_t *ops,
                                       void *ctx, bool initial_pull)
 {
-    if (!moe->host_heap) {
-        /* The boards are read and written by the host; a device heap is not host memory. */
-        UTIL_LOG_ERROR("moe: adaptive modes need the host backend; the %s heap is device "
-                       "memory", moe->world.device->name);
-        ops->destroy(ctx);
-        return STRATA_ERR_UNSUPPORTED;
-    }
-    if (moe->step != 0 || moe->decider != NULL) {
+    sched_modes_t *m = &moe->modes;
+
+    if (moe->cur.step != 0 || m->decider != NULL) {
         UTIL_LOG_ERROR("moe: a decider is given once, before the first step");
         ops->destroy(ctx);
         return STRATA_ERR_INVALID;
     }
-    moe->decider     = ops;
-    moe->decider_ctx = ctx;
+    m->decider     = ops;
+    m->decider_ctx = ctx;
     sched_fill_masks(moe, initial_pull);
-    for (int e = 0; e < moe->experts_per_rank; ++e) {
-        sched_set_bit(moe->next_bits, e, initial_pull);
+    for (int e = 0; e < moe->geo.experts_per_rank; ++e) {
+        sched_set_bit(m->next_bits, e, initial_pull);
     }
     return STRATA_OK;
 }
 
-/* Wait until a board's field shows this step. */
-static strata_status_t sched_wait_board(sched_moe_t *moe, int l, _Atomic uint64_t *field,
-                                        const char *what)
+/* Wait until local rank l's board for this step is published, then read its bits. */
+static strata_status_t sched_read_board(sched_moe_t *moe, int l, uint64_t *mask)
 {
-    uint64_t deadline = util_clock_now_ns() + moe->timeout_ns;
+    const intra_device_ops_t *d = moe->world.device;
+    char *board = sched_board(moe, l, moe->cur.step);
+    uint64_t deadline = util_clock_now_ns() + moe->timeout_ns, seen = 0;
+    strata_status_t status;
 
-    /* Acquire: pairs with the writer's release in sched_modes_publish or _begin_step. */
-    while (atomic_load_explicit(field, memory_order_acquire) != moe->step) {
+    for (;;) {
+        status = d->mem_copy(&seen, board, sizeof(seen));
+        if (status != STRATA_OK || seen == moe->cur.step) {
+            break;
+        }
         if (util_clock_now_ns() > deadline) {
-            UTIL_LOG_ERROR("moe: local rank %d published no %s for step %" PRIu64, l, what,
-                           moe->step);
+            UTIL_LOG_ERROR("moe: local rank %d published no modes for step %" PRIu64, l,
+                           moe->cur.step);
             return sched_intra_failure(moe, STRATA_ERR_TIMEOUT);
         }
         util_sleep_ns(UTIL_NSEC_PER_USEC * 20);
     }
-    return STRATA_OK;
+    /* Acquire: the bits were copied before the step that was just seen. */
+    atomic_thread_fence(memory_order_acquire);
+    return status == STRATA_OK ? d->mem_copy(mask, board + sizeof(sched_board_head_t),
+                                             sched_mask_bytes(moe))
+                               : status;
 }
 
 /* Each expert's bit from the board of the local rank with its owner's local index. */
 static strata_status_t sched_read_boards(sched_moe_t *moe)
 {
-    for (int l = 0; l < moe->local_size; ++l) {
-        strata_status_t status = sched_wait_board(moe, l, &sched_board(moe, l, moe->step)->step,
-                                                  "modes");
+    uint64_t *bits = malloc(sched_mask_bytes(moe) * (size_t)moe->geo.local_size);
+    strata_status_t status = bits ? STRATA_OK : STRATA_ERR_NO_MEMORY;
 
-        if (status != STRATA_OK) {
-            return status;
-        }
+    for (int l = 0; l < moe->geo.local_size && status == STRATA_OK; ++l) {
+        status = sched_read_board(moe, l, bits + (size_t)l * (size_t)moe->geo.mask_words);
     }
-    for (int e = 0; e < moe->params.num_experts; ++e) {
-        int l = moe->world.rank_local[e / moe->experts_per_rank];
+    for (int e = 0; e < moe->params.num_experts && status == STRATA_OK; ++e) {
+        int l = moe->geo.rank_local[e / moe->geo.experts_per_rank];
 
-        sched_set_bit(moe->dispatch_mask, e,
-                      sched_mask_test(sched_board(moe, l, moe->step)->mask, e));
+        sched_set_bit(moe->modes.dispatch_mask, e,
+                      sched_mask_test(bits + (size_t)l * (size_t)moe->geo.mask_words, e));
     }
-    memcpy(moe->combine_mask, moe->dispatch_mask, sched_mask_bytes(moe));
-    return STRATA_OK;
+    if (status == STRATA_OK) {
+        memcpy(moe->modes.combine_mask, moe->modes.dispatch_mask, sched_mask_bytes(moe));
+    }
+    free(bits);
+    return status;
 }
 
 strata_status_t sched_modes_begin_step(sched_moe_t *moe)
 {
+    sched_modes_t *m = &moe->modes;
     strata_status_t status = STRATA_OK;
 
-    if (moe->decider != NULL) {
-        memcpy(moe->sent_bits, moe->next_bits, sizeof(uint64_t) * (size_t)moe->own_words);
-        if (moe->step >= 2) { /* step 1 and 2 keep the initial modes */
+    if (m->decider != NULL) {
+        memcpy(m->sent_bits, m->next_bits, sizeof(uint64_t) * (size_t)moe->geo.own_words);
+        if (moe->cur.step >= 2) { /* step 2's boards still hold the initial modes */
             status = sched_read_boards(moe);
         }
     }
-    memcpy(moe->step_dispatch_mask, moe->dispatch_mask, sched_mask_bytes(moe));
-    moe->step_digest = sched_mask_digest(moe);
-    if (moe->host_heap) {
-        sched_board_t *mine = sched_board(moe, moe->world.rank_local[moe->world.rank], moe->step);
-
-        mine->digest = moe->step_digest;
-        /* Release: the digest before its step; sched_modes_check_node acquires it. */
-        atomic_store_explicit(&mine->digest_step, moe->step, memory_order_release);
-    }
+    memcpy(m->step_mask, m->dispatch_mask, sched_mask_bytes(moe));
+    m->digest = sched_mask_digest(moe);
     return status;
-}
-
-/*
- * Every local rank left its digest before its part of the node's dispatch, which this
- * rank's dispatch has waited for; the next write of the slot is two steps away.
- */
-strata_status_t sched_modes_check_node(sched_moe_t *moe)
-{
-    for (int l = 0; moe->host_heap && l < moe->local_size; ++l) {
-        sched_board_t *board = sched_board(moe, l, moe->step);
-        strata_status_t status = sched_wait_board(moe, l, &board->digest_step, "mask digest");
-
-        if (status != STRATA_OK) {
-            return status;
-        }
-        if (board->digest != moe->step_digest) {
-            UTIL_LOG_ERROR("moe: local rank %d moved the experts of step %" PRIu64 " in other "
-                           "modes than this rank: every rank must set the same pull masks and "
-                           "mode", l, moe->step);
-            return STRATA_ERR_INTERNAL;
-        }
-    }
-    return STRATA_OK;
-}
-
-void sched_modes_fill_header(const sched_moe_t *moe, sched_header_t *header)
-{
-    header->mask_digest = moe->step_digest;
-    memcpy(header->next, moe->sent_bits, sizeof(uint64_t) * (size_t)moe->own_words);
-}
-
-strata_status_t sched_modes_check_header(const sched_moe_t *moe, int source,
-                                         const sched_header_t *header)
-{
-    if (header->mask_digest == moe->step_digest) {
-        return STRATA_OK;
-    }
-    UTIL_LOG_ERROR("moe: rank %d moves the experts of step %" PRIu64 " in other modes than "
-                   "this rank (mask digest %016" PRIx64 ", ours %016" PRIx64 "): every rank "
-                   "must set the same pull masks and mode", source, moe->step,
-                   header->mask_digest, moe->step_digest);
-    return STRATA_ERR_INTERNAL;
 }
 
 static void sched_copy_bits(uint64_t *mask, int first, const uint64_t *bits, int count)
@@ -190,47 +197,71 @@ static void sched_copy_bits(uint64_t *mask, int first, const uint64_t *bits, int
     }
 }
 
-void sched_modes_publish(sched_moe_t *moe)
+/* The bits a peer's header of this step carries, read from the network area. */
+static strata_status_t sched_header_bits(sched_moe_t *moe, int source, uint64_t *bits)
 {
-    int me = moe->world.rank, local = moe->world.rank_local[me], per = moe->experts_per_rank;
-    sched_board_t *board;
+    size_t at = moe->net.layout.headers +
+                ((size_t)source * 2 + (size_t)(moe->cur.step & 1)) * moe->geo.header_bytes;
 
-    if (moe->decider == NULL) {
-        return;
+    return moe->world.device->mem_copy(bits, moe->net.area + at + sizeof(intra_net_header_t),
+                                       sizeof(uint64_t) * (size_t)moe->geo.own_words);
+}
+
+strata_status_t sched_modes_publish(sched_moe_t *moe)
+{
+    const sched_geometry_t *geo = &moe->geo;
+    int me = geo->rank, local = geo->rank_local[me], per = geo->experts_per_rank;
+    uint64_t bits[INTRA_NET_MAX_OWN_WORDS], step = moe->cur.step + 1;
+    uint64_t *mask = calloc((size_t)geo->mask_words, sizeof(uint64_t));
+    char *board = sched_board(moe, local, step);
+    strata_status_t status = mask ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+
+    if (moe->modes.decider == NULL) {
+        free(mask);
+        return STRATA_OK;
     }
-    board = sched_board(moe, local, moe->step + 1);
-    memset(board->mask, 0, sizeof(uint64_t) * (size_t)moe->mask_words);
-    sched_copy_bits(board->mask, me * per, moe->sent_bits, per);
-    for (int p = 0; p < moe->num_peers; ++p) {
-        int source = moe->peers[p];
-        const sched_header_t *h =
-            (const sched_header_t *)sched_net(moe, sched_header_at(moe, source, moe->step));
+    if (status == STRATA_OK) {
+        sched_copy_bits(mask, me * per, moe->modes.sent_bits, per);
+    }
+    for (int p = 0; p < geo->num_peers && status == STRATA_OK; ++p) {
+        int source = geo->peers[p];
 
-        if (moe->world.rank_local[source] == local) { /* relayed for the node's ranks */
-            sched_copy_bits(board->mask, source * per, h->next, per);
+        if (geo->rank_local[source] == local) { /* relayed for the node's ranks */
+            status = sched_header_bits(moe, source, bits);
+            sched_copy_bits(mask, source * per, bits, per);
         }
     }
-    /* Release: the bits above before the step; the node's ranks acquire it. */
-    atomic_store_explicit(&board->step, moe->step + 1, memory_order_release);
+    if (status == STRATA_OK) {
+        status = moe->world.device->mem_copy(board + sizeof(sched_board_head_t), mask,
+                                             sched_mask_bytes(moe));
+    }
+    /* Release: the bits above before the step; the node's ranks read them after it. */
+    atomic_thread_fence(memory_order_release);
+    if (status == STRATA_OK) {
+        status = moe->world.device->mem_copy(board, &step, sizeof(step));
+    }
+    free(mask);
+    return status;
 }
 
 void sched_modes_decide(sched_moe_t *moe)
 {
-    int nodes = moe->world.num_nodes, per = moe->experts_per_rank;
+    sched_modes_t *m = &moe->modes;
+    int nodes = moe->geo.num_nodes, per = moe->geo.experts_per_rank;
 
-    if (moe->decider == NULL) {
+    if (m->decider == NULL) {
         return;
     }
-    memset(moe->node_tokens, 0, sizeof(int32_t) * (size_t)per * (size_t)nodes);
+    memset(m->node_tokens, 0, sizeof(int32_t) * (size_t)per * (size_t)nodes);
     for (int e = 0; e < per; ++e) {
-        for (int row = 0; row < moe->recv.count[e]; ++row) {
-            int rank = moe->src[(size_t)e * (size_t)moe->params.capacity + (size_t)row].rank;
+        for (int row = 0; row < moe->public_count[e]; ++row) {
+            int rank = moe->public_src[(size_t)e * (size_t)moe->geo.capacity + (size_t)row].rank;
 
-            moe->node_tokens[(size_t)e * (size_t)nodes + (size_t)moe->world.rank_node[rank]]++;
+            m->node_tokens[(size_t)e * (size_t)nodes + (size_t)moe->geo.rank_node[rank]]++;
         }
     }
-    moe->decider->decide(moe->decider_ctx, moe->node_tokens, moe->decided);
+    m->decider->decide(m->decider_ctx, m->node_tokens, m->decided);
     for (int e = 0; e < per; ++e) {
-        sched_set_bit(moe->next_bits, e, moe->decided[e]);
+        sched_set_bit(m->next_bits, e, m->decided[e]);
     }
 }

@@ -1,7 +1,7 @@
 /*
- * The two-tier MoE object: parameters and configuration resolved, the ranks it exchanges
- * tokens with, the node's symmetric heap and intra-tier object, the registered network
- * area, and the helpers every phase of a step uses.
+ * The two-tier MoE object: parameters and configuration resolved, its geometry (the ranks
+ * it exchanges tokens with, the sizes of rows and entries), the node's heap and intra-tier
+ * object, and the helpers every phase of a step uses.
  */
 #include "sched_internal.h"
 
@@ -17,9 +17,11 @@ typedef struct sched_moe_config {
     char    *mode;
     bool     pull_read;
     uint64_t timeout_ns;
+    int      net_memory;
 } sched_moe_config_t;
 
 static const char *const sched_route_names[] = {"auto", "flat", "hierarchical", NULL};
+static const char *const sched_net_memory_names[] = {"auto", "heap", "bounce", NULL};
 
 static const util_config_field_t sched_moe_config_fields[] = {
     {.name = "MOE_ROUTE", .default_value = "auto",
@@ -47,6 +49,12 @@ static const util_config_field_t sched_moe_config_fields[] = {
      .doc = "Bound on each wait of a MoE step for live peers (a dead peer fails the step "
             "within STRATA_INTER_PEER_TIMEOUT).",
      .type = UTIL_CONFIG_TIME, .offset = offsetof(sched_moe_config_t, timeout_ns)},
+    {.name = "MOE_NET_MEMORY", .default_value = "auto",
+     .doc = "Where the network area lives: heap (the node's symmetric heap, registered with "
+            "the transport: device memory on GPUs), bounce (a pinned host buffer the kernels "
+            "write through), or auto (heap where the transport can register it).",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, net_memory),
+     .enum_names = sched_net_memory_names},
 };
 
 const util_config_table_t sched_moe_config_table = {
@@ -69,7 +77,7 @@ static size_t sched_elem_size(strata_dtype_t dtype)
 /* What the intra tier does not check itself: the world's shape. */
 static bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w)
 {
-    int max_world = (int)((INTER_IMM_MAX - STRATA_MOE_IMM_BASE) / SCHED_IMM_KINDS);
+    int max_world = (int)((INTER_IMM_MAX - STRATA_MOE_IMM_BASE) / INTRA_NET_IMM_KINDS);
 
     if (w->world_size > max_world) {
         UTIL_LOG_ERROR("moe: %d ranks; at most %d are supported", w->world_size, max_world);
@@ -86,6 +94,12 @@ static bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_wor
     } else if ((uint64_t)p->max_tokens * (uint64_t)w->world_size > INT32_MAX / 4) {
         UTIL_LOG_ERROR("moe: max_tokens %d times %d ranks is too large", p->max_tokens,
                        w->world_size);
+    } else if (p->num_experts > INTRA_MOE_MAX_EXPERTS * w->num_nodes) {
+        UTIL_LOG_ERROR("moe: %d experts on %d nodes; at most %d per node are supported",
+                       p->num_experts, w->num_nodes, INTRA_MOE_MAX_EXPERTS);
+    } else if (p->num_experts / w->world_size > 64 * INTRA_NET_MAX_OWN_WORDS) {
+        UTIL_LOG_ERROR("moe: %d experts per rank; at most %d are supported",
+                       p->num_experts / w->world_size, 64 * INTRA_NET_MAX_OWN_WORDS);
     } else {
         return true;
     }
@@ -97,40 +111,44 @@ static strata_status_t sched_resolve_mode(sched_moe_t *moe, const char *text)
 {
     static const char fixed[] = "fixed:";
     const char *file = moe->params.mode_file;
+    sched_modes_t *m = &moe->modes;
 
-    moe->mode = moe->params.mode;
-    if (moe->mode == STRATA_MOE_MODE_DEFAULT) {
+    m->mode = moe->params.mode;
+    if (m->mode == STRATA_MOE_MODE_DEFAULT) {
         if (file != NULL) {
             UTIL_LOG_WARN("moe: mode_file %s is ignored: the mode comes from STRATA_MOE_MODE "
                           "(set params.mode to adaptive or fixed to use it)", file);
         }
         file = NULL;
         if (strcmp(text, "push") == 0 || strcmp(text, "pull") == 0) {
-            moe->mode = strcmp(text, "push") == 0 ? STRATA_MOE_MODE_PUSH : STRATA_MOE_MODE_PULL;
+            m->mode = strcmp(text, "push") == 0 ? STRATA_MOE_MODE_PUSH : STRATA_MOE_MODE_PULL;
         } else if (strcmp(text, "adaptive") == 0) {
-            moe->mode = STRATA_MOE_MODE_ADAPTIVE;
+            m->mode = STRATA_MOE_MODE_ADAPTIVE;
         } else if (strncmp(text, fixed, sizeof(fixed) - 1) == 0 && text[sizeof(fixed) - 1]) {
-            moe->mode = STRATA_MOE_MODE_FIXED;
-            file      = text + sizeof(fixed) - 1;
+            m->mode = STRATA_MOE_MODE_FIXED;
+            file    = text + sizeof(fixed) - 1;
         } else {
             UTIL_LOG_ERROR("moe: STRATA_MOE_MODE=%s is not push, pull, adaptive or "
                            "fixed:<file>", text);
             return STRATA_ERR_CONFIG;
         }
-    } else if (moe->mode < STRATA_MOE_MODE_PUSH || moe->mode > STRATA_MOE_MODE_FIXED ||
-               (moe->mode == STRATA_MOE_MODE_FIXED && file == NULL)) {
-        UTIL_LOG_ERROR("moe: mode %d%s", (int)moe->mode,
-                       moe->mode == STRATA_MOE_MODE_FIXED ? " needs a mode_file"
-                                                          : " is not a strata_moe_mode_t");
+    } else if (m->mode < STRATA_MOE_MODE_PUSH || m->mode > STRATA_MOE_MODE_FIXED ||
+               (m->mode == STRATA_MOE_MODE_FIXED && file == NULL)) {
+        UTIL_LOG_ERROR("moe: mode %d%s", (int)m->mode,
+                       m->mode == STRATA_MOE_MODE_FIXED ? " needs a mode_file"
+                                                        : " is not a strata_moe_mode_t");
         return STRATA_ERR_INVALID;
     }
-    if (file != NULL && (moe->mode_file = strdup(file)) == NULL) {
+    if (file != NULL && (m->mode_file = strdup(file)) == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
     return STRATA_OK;
 }
 
-static strata_status_t sched_resolve_config(sched_moe_t *moe)
+/* The route, round one's size and the other STRATA_MOE_* choices; *net_memory_p: 0 auto,
+ * 1 heap, 2 bounce. */
+static strata_status_t sched_resolve_config(sched_moe_t *moe, strata_moe_route_t *route_p,
+                                            int *spec_p, int *net_memory_p)
 {
     sched_moe_config_t config;
     strata_status_t status = util_config_read(&sched_moe_config_table, &config);
@@ -148,144 +166,209 @@ static strata_status_t sched_resolve_config(sched_moe_t *moe)
                        PRId64 " must not be negative", config.spec_tokens, config.flat_tokens);
         return STRATA_ERR_CONFIG;
     }
-    moe->route = moe->params.route;
-    if (moe->route == STRATA_MOE_ROUTE_DEFAULT) {
-        moe->route = config.route == 1 ? STRATA_MOE_ROUTE_FLAT
-                     : config.route == 2 ? STRATA_MOE_ROUTE_HIERARCHICAL
-                     : moe->params.max_tokens <= config.flat_tokens ? STRATA_MOE_ROUTE_FLAT
-                                                                    : STRATA_MOE_ROUTE_HIERARCHICAL;
+    *route_p = moe->params.route;
+    if (*route_p == STRATA_MOE_ROUTE_DEFAULT) {
+        *route_p = config.route == 1 ? STRATA_MOE_ROUTE_FLAT
+                   : config.route == 2 ? STRATA_MOE_ROUTE_HIERARCHICAL
+                   : moe->params.max_tokens <= config.flat_tokens ? STRATA_MOE_ROUTE_FLAT
+                                                                  : STRATA_MOE_ROUTE_HIERARCHICAL;
     }
-    moe->spec_tokens = (int)UTIL_MIN(config.spec_tokens, (int64_t)moe->params.max_tokens);
-    moe->pull_read   = config.pull_read && inter_engine_has_read(moe->world.engine);
-    moe->timeout_ns  = config.timeout_ns;
+    *spec_p         = (int)UTIL_MIN(config.spec_tokens, (int64_t)moe->params.max_tokens);
+    *net_memory_p   = config.net_memory;
+    moe->pull_read  = config.pull_read && inter_engine_has_read(moe->world.engine);
+    moe->timeout_ns = config.timeout_ns;
     return STRATA_OK;
 }
 
 /* Node membership, and the ranks this one exchanges tokens with: on the flat route every
  * rank of another node, on the hierarchical one the rank with this local index there. */
-static strata_status_t sched_map_peers(sched_moe_t *moe)
+static strata_status_t sched_map_peers(sched_geometry_t *geo)
 {
-    const sched_moe_world_t *w = &moe->world;
-    int me = w->rank;
+    int me = geo->rank;
 
-    moe->local_size = w->world_size / w->num_nodes;
-    moe->node_ranks = calloc((size_t)w->world_size, sizeof(int));
-    moe->peers      = calloc((size_t)w->world_size, sizeof(int));
-    moe->peer_index = calloc((size_t)w->world_size, sizeof(int));
-    if (!moe->node_ranks || !moe->peers || !moe->peer_index) {
+    geo->local_size = geo->world_size / geo->num_nodes;
+    geo->node_ranks = calloc((size_t)geo->world_size, sizeof(int));
+    geo->peers      = calloc((size_t)geo->world_size, sizeof(int));
+    geo->peer_index = calloc((size_t)geo->world_size, sizeof(int));
+    if (!geo->node_ranks || !geo->peers || !geo->peer_index) {
         return STRATA_ERR_NO_MEMORY;
     }
-    for (int r = 0; r < w->world_size; ++r) {
-        if (w->rank_local[r] >= moe->local_size) {
+    for (int r = 0; r < geo->world_size; ++r) {
+        if (geo->rank_local[r] >= geo->local_size || geo->rank_node[r] >= geo->num_nodes) {
             UTIL_LOG_ERROR("moe: rank %d is local rank %d of node %d: every node needs %d "
-                           "ranks", r, w->rank_local[r], w->rank_node[r], moe->local_size);
+                           "ranks", r, geo->rank_local[r], geo->rank_node[r], geo->local_size);
             return STRATA_ERR_INVALID;
         }
-        moe->node_ranks[w->rank_node[r] * moe->local_size + w->rank_local[r]] = r;
-        moe->peer_index[r] = -1;
+        geo->node_ranks[geo->rank_node[r] * geo->local_size + geo->rank_local[r]] = r;
+        geo->peer_index[r] = -1;
     }
-    for (int r = 0; r < w->world_size; ++r) {
-        bool remote = w->rank_node[r] != w->rank_node[me];
+    for (int r = 0; r < geo->world_size; ++r) {
+        bool remote = geo->rank_node[r] != geo->rank_node[me];
 
-        if (remote && (moe->route == STRATA_MOE_ROUTE_FLAT ||
-                       w->rank_local[r] == w->rank_local[me])) {
-            moe->peer_index[r]           = moe->num_peers;
-            moe->peers[moe->num_peers++] = r;
+        if (remote && (geo->route == STRATA_MOE_ROUTE_FLAT ||
+                       geo->rank_local[r] == geo->rank_local[me])) {
+            geo->peer_index[r]           = geo->num_peers;
+            geo->peers[geo->num_peers++] = r;
         }
     }
     return STRATA_OK;
 }
 
-static void sched_size_rows(sched_moe_t *moe)
+static void sched_size_rows(sched_geometry_t *geo, const strata_moe_params_t *p)
 {
-    const strata_moe_params_t *p = &moe->params;
     int align = UTIL_MAX(p->expert_alignment, 1);
-    int64_t capacity = p->capacity > 0 ? p->capacity
-                                       : (int64_t)p->max_tokens * moe->world.world_size;
+    int64_t capacity = p->capacity > 0 ? p->capacity : (int64_t)p->max_tokens * geo->world_size;
 
-    moe->experts_per_rank = p->num_experts / moe->world.world_size;
-    moe->experts_per_node = moe->experts_per_rank * moe->local_size;
-    moe->params.capacity  = (int)((capacity + align - 1) / align * align);
-    moe->scale_count  = p->dtype == STRATA_DTYPE_FP8_E4M3 ? p->hidden / INTRA_MOE_SCALE_COLUMNS
-                                                          : 0;
-    moe->row_bytes    = (size_t)p->hidden * sched_elem_size(p->dtype);
-    moe->scale_bytes  = sched_round_up((size_t)moe->scale_count * sizeof(float), 16);
-    moe->record_bytes = sched_round_up(sizeof(int32_t) * (size_t)(1 + p->topk), 16);
-    moe->entry_bytes  = moe->record_bytes + moe->row_bytes + moe->scale_bytes;
-    moe->y_row_bytes  = (size_t)p->hidden * sched_elem_size(p->combine_dtype);
-    moe->max_aug      = p->max_tokens * (1 + moe->num_peers);
-    moe->mask_words   = (p->num_experts + 63) / 64;
-    moe->own_words    = (moe->experts_per_rank + 63) / 64;
-    moe->header_bytes = sched_round_up(sizeof(sched_header_t) +
-                                           sizeof(uint64_t) * (size_t)moe->own_words,
-                                       SCHED_CTRL_BYTES);
-    moe->board_bytes  = sched_round_up(sizeof(sched_board_t) +
-                                           sizeof(uint64_t) * (size_t)moe->mask_words,
-                                       SCHED_CTRL_BYTES);
+    geo->experts_per_rank = p->num_experts / geo->world_size;
+    geo->experts_per_node = geo->experts_per_rank * geo->local_size;
+    geo->capacity     = (int)((capacity + align - 1) / align * align);
+    geo->scale_count  = p->dtype == STRATA_DTYPE_FP8_E4M3 ? p->hidden / INTRA_MOE_SCALE_COLUMNS : 0;
+    geo->row_bytes    = (size_t)p->hidden * sched_elem_size(p->dtype);
+    geo->scale_bytes  = sched_round_up((size_t)geo->scale_count * sizeof(float), 16);
+    geo->record_bytes = sched_round_up(sizeof(int32_t) * (size_t)(1 + p->topk), 16);
+    geo->entry_bytes  = geo->record_bytes + geo->row_bytes + geo->scale_bytes;
+    geo->y_row_bytes  = (size_t)p->hidden * sched_elem_size(p->combine_dtype);
+    geo->max_aug      = p->max_tokens * (1 + geo->num_peers);
+    geo->max_entries  = p->max_tokens * UTIL_MAX(UTIL_MIN(geo->num_peers, p->topk), 1);
+    geo->mask_words   = (p->num_experts + 63) / 64;
+    geo->own_words    = (geo->experts_per_rank + 63) / 64;
+    geo->header_bytes = sched_round_up(sizeof(intra_net_header_t) +
+                                           sizeof(uint64_t) * (size_t)geo->own_words,
+                                       INTRA_NET_CTRL_BYTES);
+    geo->board_bytes  = sched_round_up(sizeof(uint64_t) * (size_t)(8 + geo->mask_words),
+                                       INTRA_NET_CTRL_BYTES);
 }
 
-static size_t sched_place(size_t *cursor, size_t bytes)
+strata_status_t sched_geometry_init(sched_geometry_t *geo, const strata_moe_params_t *params,
+                                    const sched_moe_world_t *world, strata_moe_route_t route,
+                                    int spec_tokens)
 {
-    size_t at = *cursor;
+    strata_status_t status;
 
-    *cursor = sched_round_up(at + bytes, 256);
-    return at;
+    memset(geo, 0, sizeof(*geo));
+    geo->rank        = world->rank;
+    geo->world_size  = world->world_size;
+    geo->num_nodes   = world->num_nodes;
+    geo->rank_node   = world->rank_node;
+    geo->rank_local  = world->rank_local;
+    geo->node        = world->rank_node[world->rank];
+    geo->route       = route;
+    geo->num_experts = params->num_experts;
+    geo->topk        = params->topk;
+    geo->max_tokens  = params->max_tokens;
+    geo->spec_tokens = spec_tokens;
+    status = sched_map_peers(geo);
+    if (status == STRATA_OK) {
+        sched_size_rows(geo, params);
+    }
+    return status;
 }
 
-static void sched_layout_net(sched_moe_t *moe)
+void sched_geometry_cleanup(sched_geometry_t *geo)
 {
-    sched_net_layout_t *l = &moe->net_layout;
-    size_t world = (size_t)moe->world.world_size, cursor = 0;
-    size_t max_tokens = (size_t)moe->params.max_tokens;
-
-    l->terms    = sched_place(&cursor, (size_t)moe->max_aug * (size_t)moe->params.topk *
-                                           moe->y_row_bytes);
-    l->headers  = sched_place(&cursor, 2 * world * moe->header_bytes);
-    l->grants   = sched_place(&cursor, world * SCHED_CTRL_BYTES);
-    l->out_headers = sched_place(&cursor, world * moe->header_bytes);
-    l->out_grants  = sched_place(&cursor, world * SCHED_CTRL_BYTES);
-    l->spec     = sched_place(&cursor, world * (size_t)moe->spec_tokens * moe->entry_bytes);
-    l->overflow = sched_place(&cursor, (size_t)moe->num_peers * max_tokens * moe->entry_bytes);
-    l->staging  = sched_place(&cursor, world * max_tokens * moe->entry_bytes);
-    l->ret_out  = sched_place(&cursor, (size_t)moe->num_peers * max_tokens *
-                                           (size_t)moe->params.topk * moe->y_row_bytes);
-    l->ret_in   = sched_place(&cursor, (size_t)moe->num_peers * max_tokens *
-                                           (size_t)moe->params.topk * moe->y_row_bytes);
-    l->total    = sched_place(&cursor, 0);
+    free(geo->node_ranks);
+    free(geo->peers);
+    free(geo->peer_index);
 }
 
-/* The node's heap, holding the intra tier's buffers, every rank's origin table and its
- * mode boards. */
-static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key)
+/* Heap bytes beside the intra tier's: origins, term destinations, mode boards, and across
+ * nodes the own tokens' terms and the network area (or the returned terms' stage). */
+static size_t sched_heap_extra(const sched_moe_t *moe, bool area_in_heap)
+{
+    const sched_geometry_t *geo = &moe->geo;
+    size_t aug = (size_t)geo->max_aug, topk = (size_t)geo->topk, extra;
+
+    extra = aug * 2 * sizeof(int32_t) + aug * topk * sizeof(int64_t) + 2 * geo->board_bytes;
+    if (geo->num_peers > 0) {
+        extra += (size_t)geo->max_tokens * topk * geo->y_row_bytes;
+        extra += area_in_heap ? moe->net.layout.total
+                              : (size_t)geo->num_peers * (size_t)geo->max_tokens * topk *
+                                    geo->y_row_bytes;
+    }
+    return extra + 6 * INTRA_DEVICE_ALIGNMENT;
+}
+
+static strata_status_t sched_heap_alloc(sched_moe_t *moe, const char *name, size_t bytes,
+                                        size_t *offset_p)
+{
+    return intra_heap_alloc(moe->heap, name, UTIL_MAX(bytes, 1), INTRA_DEVICE_ALIGNMENT, offset_p);
+}
+
+static strata_status_t sched_place_tables(sched_moe_t *moe, bool area_in_heap)
+{
+    const sched_geometry_t *geo = &moe->geo;
+    size_t aug = (size_t)geo->max_aug, topk = (size_t)geo->topk;
+    size_t terms = (size_t)geo->max_tokens * topk * geo->y_row_bytes;
+    size_t stage = (size_t)geo->num_peers * (size_t)geo->max_tokens * topk * geo->y_row_bytes;
+    strata_status_t status;
+
+    if ((status = sched_heap_alloc(moe, "sched-origin", aug * 2 * sizeof(int32_t),
+                                   &moe->origin_offset)) != STRATA_OK ||
+        (status = sched_heap_alloc(moe, "sched-term-dst", aug * topk * sizeof(int64_t),
+                                   &moe->term_dst_offset)) != STRATA_OK ||
+        (status = sched_heap_alloc(moe, "sched-modes", 2 * geo->board_bytes,
+                                   &moe->modes.board_offset)) != STRATA_OK) {
+        return status;
+    }
+    if (geo->num_peers == 0) {
+        return STRATA_OK;
+    }
+    status = sched_heap_alloc(moe, "sched-terms", terms, &moe->terms_offset);
+    if (status == STRATA_OK && area_in_heap) {
+        status = sched_heap_alloc(moe, "sched-net", moe->net.layout.total, &moe->net.area_heap);
+        moe->stage_offset = moe->net.area_heap + moe->net.layout.ret_out;
+    } else if (status == STRATA_OK) {
+        status = sched_heap_alloc(moe, "sched-stage", stage, &moe->stage_offset);
+    }
+    return status;
+}
+
+/* The public outputs in mapped host memory, filled by the sources kernel. */
+static strata_status_t sched_alloc_public(sched_moe_t *moe)
+{
+    const intra_device_ops_t *d = moe->world.device;
+    size_t rows = (size_t)moe->geo.experts_per_rank * (size_t)moe->geo.capacity;
+    strata_status_t status;
+
+    status = d->host_alloc(UTIL_MAX(rows, 1) * sizeof(strata_moe_source_t),
+                           (void **)&moe->public_src, &moe->public_src_dev);
+    if (status == STRATA_OK) {
+        status = d->host_alloc((size_t)moe->geo.experts_per_rank * sizeof(int32_t),
+                               (void **)&moe->public_count, &moe->public_count_dev);
+    }
+    return status;
+}
+
+/* The node's heap, the intra tier's object, and the scheduler's tables in the heap. */
+static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key, bool area_in_heap)
 {
     const strata_moe_params_t *p = &moe->params;
+    const sched_geometry_t *geo = &moe->geo;
     intra_moe_params_t ip = {
-        .num_experts   = moe->experts_per_node,
+        .num_experts   = geo->experts_per_node,
         .topk          = p->topk,
         .hidden        = p->hidden,
         .dtype         = p->dtype,
         .combine_dtype = p->combine_dtype,
-        .max_tokens    = moe->max_aug,
-        .capacity      = p->capacity,
+        .max_tokens    = geo->max_aug,
+        .capacity      = geo->capacity,
         .timeout_ns    = moe->world.peer_timeout_ns,
     };
-    size_t origin_bytes = (size_t)moe->max_aug * 2 * sizeof(int32_t);
-    size_t board_bytes  = 2 * moe->board_bytes;
-    size_t intra_bytes  = intra_moe_heap_size(&ip, moe->local_size);
+    size_t intra_bytes = intra_moe_heap_size(&ip, geo->local_size);
     char key[128];
     intra_heap_params_t hp = {
         .device     = moe->world.device,
-        .local_rank = moe->world.rank_local[moe->world.rank],
-        .local_size = moe->local_size,
-        .size       = intra_bytes + origin_bytes + board_bytes + 3 * INTRA_DEVICE_ALIGNMENT,
+        .local_rank = geo->rank_local[geo->rank],
+        .local_size = geo->local_size,
+        .size       = intra_bytes + sched_heap_extra(moe, area_in_heap),
         .job_key    = key,
         .timeout_ns = moe->timeout_ns,
     };
+    intra_moe_tables_t tables;
     strata_status_t status;
 
     /* Per node: nodes may share a network namespace, and so the socket's name space. */
-    snprintf(key, sizeof(key), "%s-node%d", job_key,
-             moe->world.rank_node[moe->world.rank]);
+    snprintf(key, sizeof(key), "%s-node%d", job_key, geo->node);
     if (intra_bytes == 0) {
         return STRATA_ERR_INVALID; /* intra_moe_heap_size named the parameter */
     }
@@ -294,101 +377,45 @@ static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key)
         status = intra_moe_create(&ip, moe->heap, &moe->intra);
     }
     if (status == STRATA_OK) {
-        status = intra_heap_alloc(moe->heap, "sched-origin", origin_bytes,
-                                  INTRA_DEVICE_ALIGNMENT, &moe->origin_offset);
+        status = sched_place_tables(moe, area_in_heap);
     }
     if (status == STRATA_OK) {
-        status = intra_heap_alloc(moe->heap, "sched-modes", board_bytes, INTRA_DEVICE_ALIGNMENT,
-                                  &moe->board_offset);
+        status = sched_alloc_public(moe);
     }
-    return status;
-}
-
-/* The registered network area, and every rank's descriptor of it. */
-static strata_status_t sched_open_net(sched_moe_t *moe)
-{
-    inter_rdesc_t mine;
-    strata_status_t status;
-
-    sched_layout_net(moe);
-    if (posix_memalign((void **)&moe->net, 4096, moe->net_layout.total) != 0) {
-        moe->net = NULL;
-        return STRATA_ERR_NO_MEMORY;
-    }
-    memset(moe->net, 0, moe->net_layout.total);
-    moe->net_desc = calloc((size_t)moe->world.world_size, sizeof(inter_rdesc_t));
-    if (moe->net_desc == NULL) {
-        return STRATA_ERR_NO_MEMORY;
-    }
-    status = inter_engine_mem_register(moe->world.engine, moe->net, moe->net_layout.total,
-                                       &moe->net_mr);
     if (status != STRATA_OK) {
         return status;
     }
-    inter_engine_mem_descriptor(moe->net_mr, &mine);
-    status = moe->world.allgather(moe->world.allgather_ctx, &mine, moe->net_desc, sizeof(mine));
-    if (status != STRATA_OK) {
-        UTIL_LOG_ERROR("moe: exchanging buffer descriptors failed: %s",
-                       strata_status_string(status));
-    }
-    return status;
+    tables = (intra_moe_tables_t){
+        .origin_offset   = (int64_t)moe->origin_offset,
+        .origin_rank     = geo->rank,
+        .term_dst_offset = geo->num_peers > 0 ? (int64_t)moe->term_dst_offset : -1,
+        .public_src      = moe->public_src_dev,
+        .public_count    = moe->public_count_dev,
+    };
+    return intra_moe_set_tables(moe->intra, &tables);
 }
 
-static strata_status_t sched_alloc_step_buffers(sched_moe_t *moe)
+/* strata_moe_dispatch's plan: sized once for the most tokens, refilled every step. */
+static strata_status_t sched_open_own_plan(sched_moe_t *moe)
 {
-    size_t aug = (size_t)moe->max_aug, topk = (size_t)moe->params.topk;
-    size_t rows = (size_t)moe->experts_per_rank * (size_t)moe->params.capacity;
+    sched_plan_t *plan = &moe->own_plan;
+    size_t slots = (size_t)moe->geo.max_tokens * (size_t)moe->geo.topk;
+    size_t peers = (size_t)moe->geo.num_peers;
 
-    const struct intra_device_ops *device = moe->world.device;
-    strata_status_t status;
-
-    /* The intra kernels read their token ids from device memory. */
-    status = device->mem_alloc(aug * topk * sizeof(int64_t), (void **)&moe->aug_idx);
-    if (status != STRATA_OK) {
-        return status;
-    }
-    if (posix_memalign((void **)&moe->aug_x, 64, UTIL_MAX(aug * moe->row_bytes, 64)) != 0) {
-        moe->aug_x = NULL;
+    plan->moe        = moe;
+    plan->device     = moe->world.device;
+    plan->capacity   = moe->geo.max_entries;
+    plan->clean_idx  = malloc(sizeof(int64_t) * slots);
+    plan->node_idx   = malloc(sizeof(int64_t) * slots);
+    plan->peer_first = calloc(peers + 1, sizeof(int32_t));
+    plan->peer_terms = calloc(UTIL_MAX(peers, 1), sizeof(int64_t));
+    plan->tokens     = malloc(sizeof(int32_t) * (size_t)plan->capacity);
+    plan->experts    = malloc(sizeof(int32_t) * (size_t)plan->capacity * (size_t)moe->geo.topk);
+    if (!plan->clean_idx || !plan->node_idx || !plan->peer_first || !plan->peer_terms ||
+        !plan->tokens || !plan->experts) {
         return STRATA_ERR_NO_MEMORY;
     }
-    moe->aug_scales = calloc(aug * (size_t)UTIL_MAX(moe->scale_count, 1), sizeof(float));
-    moe->host_idx   = calloc(aug * topk, sizeof(int64_t));
-    moe->aug_origin = calloc(aug * 2, sizeof(int32_t));
-    moe->src_pages  = calloc(aug * topk, sizeof(uint32_t));
-    moe->ret_map    = calloc((size_t)UTIL_MAX(moe->num_peers, 1) *
-                                 (size_t)moe->params.max_tokens * topk, sizeof(int32_t));
-    moe->peer_step  = calloc((size_t)UTIL_MAX(moe->num_peers, 1), sizeof(sched_peer_step_t));
-    moe->requests   = calloc((size_t)UTIL_MAX(moe->num_peers, 1) * SCHED_MAX_REQUESTS_PER_PEER,
-                             sizeof(inter_request_t *));
-    moe->src        = calloc(UTIL_MAX(rows, 1), sizeof(strata_moe_source_t));
-    moe->intra_src  = calloc(UTIL_MAX(rows, 1), sizeof(intra_moe_source_t));
-    moe->origins    = calloc((size_t)moe->local_size * aug * 2, sizeof(int32_t));
-    moe->decided    = calloc((size_t)moe->experts_per_rank, sizeof(bool));
-    moe->next_bits  = calloc((size_t)moe->own_words, sizeof(uint64_t));
-    moe->sent_bits  = calloc((size_t)moe->own_words, sizeof(uint64_t));
-    moe->node_tokens = calloc((size_t)moe->experts_per_rank * (size_t)moe->world.num_nodes,
-                              sizeof(int32_t));
-    moe->dispatch_mask      = calloc((size_t)moe->mask_words, sizeof(uint64_t));
-    moe->combine_mask       = calloc((size_t)moe->mask_words, sizeof(uint64_t));
-    moe->step_dispatch_mask = calloc((size_t)moe->mask_words, sizeof(uint64_t));
-    moe->stats_mask         = calloc((size_t)moe->mask_words, sizeof(uint64_t));
-    if (!moe->aug_scales || !moe->host_idx || !moe->aug_origin || !moe->src_pages ||
-        !moe->ret_map || !moe->peer_step || !moe->requests || !moe->src || !moe->intra_src ||
-        !moe->origins || !moe->decided || !moe->next_bits || !moe->sent_bits ||
-        !moe->node_tokens || !moe->dispatch_mask || !moe->combine_mask ||
-        !moe->step_dispatch_mask || !moe->stats_mask) {
-        return STRATA_ERR_NO_MEMORY;
-    }
-    return STRATA_OK;
-}
-
-void sched_fill_masks(sched_moe_t *moe, bool pull)
-{
-    memset(moe->dispatch_mask, 0, sched_mask_bytes(moe));
-    for (int e = 0; pull && e < moe->params.num_experts; ++e) {
-        moe->dispatch_mask[e / 64] |= UINT64_C(1) << (e % 64);
-    }
-    memcpy(moe->combine_mask, moe->dispatch_mask, sched_mask_bytes(moe));
+    return sched_plan_device_alloc(moe, plan, moe->geo.max_tokens);
 }
 
 static int *sched_copy_ints(const int *src, int n)
@@ -401,6 +428,54 @@ static int *sched_copy_ints(const int *src, int n)
     return copy;
 }
 
+static inter_mem_kind_t sched_mem_kind(const intra_device_ops_t *device)
+{
+    return device->memory == INTRA_MEMORY_CUDA ? INTER_MEM_CUDA
+           : device->memory == INTRA_MEMORY_HIP ? INTER_MEM_ROCM
+                                                : INTER_MEM_HOST;
+}
+
+/* Whether the network area goes in the heap (registered as the device's memory). */
+static strata_status_t sched_choose_area(sched_moe_t *moe, int net_memory, bool *in_heap_p)
+{
+    bool can = inter_engine_can_register(moe->world.engine, sched_mem_kind(moe->world.device));
+
+    *in_heap_p = net_memory != 2 && can;
+    if (net_memory == 1 && !can) {
+        UTIL_LOG_ERROR("moe: STRATA_MOE_NET_MEMORY=heap, but %s cannot register %s memory",
+                       inter_engine_transport_name(moe->world.engine), moe->world.device->name);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t *world)
+{
+    strata_moe_route_t route;
+    int spec, net_memory;
+    bool in_heap = false;
+    strata_status_t status;
+
+    if ((status = sched_resolve_config(moe, &route, &spec, &net_memory)) != STRATA_OK ||
+        (status = sched_geometry_init(&moe->geo, &moe->params, &moe->world, route, spec)) !=
+            STRATA_OK) {
+        return status;
+    }
+    moe->params.capacity = moe->geo.capacity;
+    if (moe->geo.num_peers > 0 &&
+        (status = sched_choose_area(moe, net_memory, &in_heap)) != STRATA_OK) {
+        return status;
+    }
+    moe->net.bounce = moe->geo.num_peers > 0 && !in_heap;
+    if ((status = sched_net_layout(moe)) != STRATA_OK ||
+        (status = sched_open_intra(moe, world->job_key, in_heap)) != STRATA_OK ||
+        (status = sched_net_open(moe)) != STRATA_OK ||
+        (status = sched_modes_open(moe)) != STRATA_OK) {
+        return status;
+    }
+    return sched_open_own_plan(moe);
+}
+
 strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_moe_world_t *world,
                                  sched_moe_t **moe_p)
 {
@@ -410,107 +485,63 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
     if (params == NULL || world == NULL || moe_p == NULL || !sched_params_valid(params, world)) {
         return STRATA_ERR_INVALID;
     }
-    if (world->num_nodes > 1 && strcmp(world->device->name, "host") != 0) {
-        /* The network area would have to be device memory registered with the NIC. */
-        UTIL_LOG_ERROR("moe: across nodes, the %s backend needs GPU memory registration "
-                       "(GPUDirect RDMA), which this version does not do", world->device->name);
-        return STRATA_ERR_UNSUPPORTED;
-    }
-    if (params->num_experts > INTRA_MOE_MAX_EXPERTS * world->num_nodes) {
-        UTIL_LOG_ERROR("moe: %d experts on %d nodes; at most %d per node are supported",
-                       params->num_experts, world->num_nodes, INTRA_MOE_MAX_EXPERTS);
-        return STRATA_ERR_INVALID;
-    }
     moe = calloc(1, sizeof(*moe));
     if (moe == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    moe->params    = *params;
-    moe->world     = *world;
-    moe->host_heap = strcmp(world->device->name, "host") == 0;
+    moe->params = *params;
+    moe->world  = *world;
     /* Ours to keep: the caller's arrays need not outlive the object; the key is used once. */
     moe->world.job_key    = NULL;
     moe->world.rank_node  = sched_copy_ints(world->rank_node, world->world_size);
     moe->world.rank_local = sched_copy_ints(world->rank_local, world->world_size);
-    status = STRATA_ERR_NO_MEMORY;
-    if (moe->world.rank_node == NULL || moe->world.rank_local == NULL ||
-        (status = sched_resolve_config(moe)) != STRATA_OK ||
-        (status = sched_map_peers(moe)) != STRATA_OK) {
-        goto err;
+    status = moe->world.rank_node && moe->world.rank_local ? sched_moe_open(moe, world)
+                                                           : STRATA_ERR_NO_MEMORY;
+    if (status != STRATA_OK) {
+        sched_moe_destroy(moe);
+        return status;
     }
-    sched_size_rows(moe);
-    if ((status = sched_open_intra(moe, world->job_key)) != STRATA_OK ||
-        (status = sched_open_net(moe)) != STRATA_OK ||
-        (status = sched_alloc_step_buffers(moe)) != STRATA_OK) {
-        goto err;
-    }
-    sched_fill_masks(moe, moe->mode == STRATA_MOE_MODE_PULL);
-    moe->stats.route             = moe->route;
-    moe->stats.num_local_experts = moe->experts_per_rank;
+    sched_fill_masks(moe, moe->modes.mode == STRATA_MOE_MODE_PULL);
+    moe->stats.route             = moe->geo.route;
+    moe->stats.num_local_experts = moe->geo.experts_per_rank;
+    moe->stats.net_bounce        = moe->net.bounce;
     UTIL_LOG_INFO("moe: %d experts, top-%d, hidden %d, %s route, %d peers, round one %d "
-                  "tokens, capacity %d, network area %zu bytes, pull across nodes by %s",
+                  "tokens, capacity %d, network area %zu bytes in %s, pull across nodes by %s",
                   params->num_experts, params->topk, params->hidden,
-                  moe->route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical", moe->num_peers,
-                  moe->spec_tokens, moe->params.capacity, moe->net_layout.total,
+                  moe->geo.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
+                  moe->geo.num_peers, moe->geo.spec_tokens, moe->geo.capacity,
+                  moe->net.layout.total, moe->net.bounce ? "a host bounce buffer" : "the heap",
                   moe->pull_read ? "read" : "request");
     *moe_p = moe;
     return STRATA_OK;
-
-err:
-    sched_moe_destroy(moe);
-    return status;
 }
 
 void sched_moe_destroy(sched_moe_t *moe)
 {
+    const intra_device_ops_t *d;
+
     if (moe == NULL) {
         return;
     }
-    if (moe->num_requests > 0 && moe->state != SCHED_STEP_FAILED) {
-        (void)sched_finish_requests(moe);
+    d = moe->world.device;
+    if (moe->intra != NULL && moe->cur.state != SCHED_STEP_FAILED) {
+        (void)intra_moe_synchronize(moe->intra); /* nothing of ours runs after this */
     }
-    for (int i = 0; i < moe->num_requests; ++i) {
-        inter_request_free(moe->requests[i]);
-    }
+    sched_net_close(moe);
     intra_moe_destroy(moe->intra);
-    intra_heap_destroy(moe->heap);
-    if (moe->state == SCHED_STEP_FAILED && moe->net_mr != NULL) {
-        /* A dead peer's operations may still be in the transport: not before it closes. */
-        inter_engine_mem_release_late(moe->world.engine, moe->net_mr, moe->net, free);
-    } else {
-        inter_engine_mem_deregister(moe->world.engine, moe->net_mr);
-        free(moe->net);
+    if (moe->cur.state != SCHED_STEP_FAILED || moe->net.mr == NULL || moe->net.bounce) {
+        intra_heap_destroy(moe->heap);
+    } /* else the registered heap is released by the engine, once its endpoints are shut */
+    if (moe->own_plan.device_mem != NULL) {
+        d->mem_free(moe->own_plan.device_mem);
     }
-    free(moe->net_desc);
-    free(moe->aug_x);
-    free(moe->aug_scales);
-    if (moe->aug_idx != NULL) {
-        moe->world.device->mem_free(moe->aug_idx);
+    sched_plan_release(&moe->own_plan);
+    if (d != NULL) {
+        d->host_free(moe->public_src);
+        d->host_free(moe->public_count);
     }
-    free(moe->host_idx);
-    free(moe->aug_origin);
-    free(moe->src_pages);
-    free(moe->ret_map);
-    free(moe->peer_step);
-    free(moe->requests);
-    free(moe->src);
-    free(moe->intra_src);
-    free(moe->origins);
-    free(moe->decided);
-    free(moe->next_bits);
-    free(moe->sent_bits);
-    free(moe->node_tokens);
-    free(moe->dispatch_mask);
-    free(moe->combine_mask);
-    free(moe->step_dispatch_mask);
-    free(moe->stats_mask);
-    free(moe->mode_file);
-    if (moe->decider != NULL) {
-        moe->decider->destroy(moe->decider_ctx);
-    }
-    free(moe->node_ranks);
-    free(moe->peers);
-    free(moe->peer_index);
+    sched_modes_close(moe);
+    sched_geometry_cleanup(&moe->geo);
     free((void *)moe->world.rank_node);
     free((void *)moe->world.rank_local);
     free(moe);
@@ -519,40 +550,48 @@ void sched_moe_destroy(sched_moe_t *moe)
 strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispatch_mask,
                                         const uint64_t *combine_mask)
 {
-    int words = (moe->params.num_experts + 63) / 64;
+    sched_modes_t *m = &moe->modes;
+    int words = moe->geo.mask_words;
 
-    if (moe->state != SCHED_STEP_IDLE) {
+    if (moe->cur.state != SCHED_STEP_IDLE) {
         UTIL_LOG_ERROR("moe: pull masks can change only between steps");
-        return moe->state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
     }
-    if (moe->decider != NULL) {
+    if (m->decider != NULL) {
         UTIL_LOG_ERROR("moe: in adaptive mode the experts' owners set the modes");
         return STRATA_ERR_INVALID;
     }
-    memset(moe->dispatch_mask, 0, sched_mask_bytes(moe));
-    memset(moe->combine_mask, 0, sched_mask_bytes(moe));
+    memset(m->dispatch_mask, 0, sched_mask_bytes(moe));
+    memset(m->combine_mask, 0, sched_mask_bytes(moe));
     if (dispatch_mask != NULL) {
-        memcpy(moe->dispatch_mask, dispatch_mask, sizeof(uint64_t) * (size_t)words);
+        memcpy(m->dispatch_mask, dispatch_mask, sizeof(uint64_t) * (size_t)words);
     }
     if (combine_mask != NULL) {
-        memcpy(moe->combine_mask, combine_mask, sizeof(uint64_t) * (size_t)words);
+        memcpy(m->combine_mask, combine_mask, sizeof(uint64_t) * (size_t)words);
     }
     if (moe->params.num_experts % 64 != 0) {
         uint64_t keep = (UINT64_C(1) << (moe->params.num_experts % 64)) - 1;
 
-        moe->dispatch_mask[words - 1] &= keep;
-        moe->combine_mask[words - 1] &= keep;
+        m->dispatch_mask[words - 1] &= keep;
+        m->combine_mask[words - 1] &= keep;
     }
     return STRATA_OK;
 }
 
+void sched_fill_masks(sched_moe_t *moe, bool pull)
+{
+    memset(moe->modes.dispatch_mask, 0, sched_mask_bytes(moe));
+    for (int e = 0; pull && e < moe->params.num_experts; ++e) {
+        moe->modes.dispatch_mask[e / 64] |= UINT64_C(1) << (e % 64);
+    }
+    memcpy(moe->modes.combine_mask, moe->modes.dispatch_mask, sched_mask_bytes(moe));
+}
+
 void sched_node_mask(const sched_moe_t *moe, const uint64_t *global, uint64_t *node_mask)
 {
-    int node = moe->world.rank_node[moe->world.rank];
-
     memset(node_mask, 0, sizeof(uint64_t) * SCHED_MASK_WORDS);
-    for (int j = 0; j < moe->experts_per_node; ++j) {
-        if (sched_mask_test(global, sched_node_expert(moe, node, j))) {
+    for (int j = 0; j < moe->geo.experts_per_node; ++j) {
+        if (sched_mask_test(global, sched_node_expert(&moe->geo, moe->geo.node, j))) {
             node_mask[j / 64] |= UINT64_C(1) << (j % 64);
         }
     }
@@ -563,29 +602,66 @@ void sched_moe_stats(const sched_moe_t *moe, strata_moe_stats_t *stats_p)
     *stats_p = moe->stats;
 }
 
-strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what)
-{
-    UTIL_LOG_ERROR("moe: step %" PRIu64 " failed %s: %s; the object can only be destroyed",
-                   moe->step, what, strata_status_string(status));
-    moe->state = SCHED_STEP_FAILED;
-    return status;
-}
-
-strata_status_t sched_wait_imm(sched_moe_t *moe, sched_imm_kind_t kind, int from, uint64_t count,
-                               const char *what)
+strata_status_t sched_moe_set_stream(sched_moe_t *moe, void *stream)
 {
     strata_status_t status;
 
-    if (count == 0) {
+    if (moe->cur.state != SCHED_STEP_IDLE) {
+        UTIL_LOG_ERROR("moe: the stream can change only between steps");
+        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+    }
+    status = intra_moe_set_stream(moe->intra, stream);
+    if (status == STRATA_OK) {
+        moe->stream = stream;
+    }
+    return status;
+}
+
+strata_status_t sched_moe_synchronize(sched_moe_t *moe)
+{
+    strata_status_t status;
+
+    if (moe->cur.state == SCHED_STEP_FAILED) {
+        return STRATA_ERR_PEER_FAILED;
+    }
+    status = intra_moe_synchronize(moe->intra);
+    if (status != STRATA_OK && status != STRATA_ERR_INVALID && status != STRATA_ERR_CAPACITY) {
+        return sched_fail(moe, sched_intra_failure(moe, status), "in the device's work");
+    }
+    return status;
+}
+
+strata_status_t sched_synchronize(sched_moe_t *moe, const char *what)
+{
+    strata_status_t status;
+
+    if (moe->stream != NULL && moe->modes.decider == NULL) {
+        return STRATA_OK; /* stream-ordered: errors surface at strata_moe_synchronize */
+    }
+    status = intra_moe_synchronize(moe->intra);
+    if (status == STRATA_ERR_INVALID || status == STRATA_ERR_CAPACITY) {
+        if (moe->cur.status == STRATA_OK) {
+            moe->cur.status = status;
+        }
         return STRATA_OK;
     }
-    /* from_peer -1: the failure of any rank ends the wait, since a step needs all of them. */
-    status = inter_engine_imm_wait(moe->world.engine, sched_imm(moe, kind, from), count, -1,
-                                   moe->timeout_ns);
-    if (status != STRATA_OK) {
-        UTIL_LOG_ERROR("moe: waiting for %s from rank %d: %s", what, from,
-                       strata_status_string(status));
-    }
+    return status == STRATA_OK ? STRATA_OK
+                               : sched_fail(moe, sched_intra_failure(moe, status), what);
+}
+
+void sched_phase_end(sched_moe_t *moe, strata_moe_phase_t phase)
+{
+    uint64_t now = util_clock_now_ns();
+
+    moe->stats.phase_ns[phase] = now - moe->cur.mark_ns;
+    moe->cur.mark_ns = now;
+}
+
+strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what)
+{
+    UTIL_LOG_ERROR("moe: step %" PRIu64 " failed %s: %s; the object can only be destroyed",
+                   moe->cur.step, what, strata_status_string(status));
+    moe->cur.state = SCHED_STEP_FAILED;
     return status;
 }
 
@@ -599,36 +675,11 @@ strata_status_t sched_intra_failure(sched_moe_t *moe, strata_status_t status)
     do {
         for (int r = 0; r < moe->world.world_size; ++r) {
             if (inter_engine_peer_failed(moe->world.engine, r)) {
-                UTIL_LOG_ERROR("moe: rank %d failed during step %" PRIu64, r, moe->step);
+                UTIL_LOG_ERROR("moe: rank %d failed during step %" PRIu64, r, moe->cur.step);
                 return STRATA_ERR_PEER_FAILED;
             }
         }
         util_sleep_ns(UTIL_NSEC_PER_MSEC * 10);
     } while (util_clock_now_ns() < deadline);
-    return status;
-}
-
-void sched_keep_request(sched_moe_t *moe, inter_request_t *req)
-{
-    moe->requests[moe->num_requests++] = req;
-}
-
-strata_status_t sched_finish_requests(sched_moe_t *moe)
-{
-    strata_status_t status = STRATA_OK, one;
-    int kept = 0;
-
-    for (int i = 0; i < moe->num_requests; ++i) {
-        one = inter_request_wait(moe->requests[i], moe->timeout_ns);
-        if (one == STRATA_ERR_TIMEOUT) {
-            moe->requests[kept++] = moe->requests[i]; /* still running: never free it early */
-        } else {
-            inter_request_free(moe->requests[i]);
-        }
-        if (status == STRATA_OK && one != STRATA_OK) {
-            status = one;
-        }
-    }
-    moe->num_requests = kept;
     return status;
 }

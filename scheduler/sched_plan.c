@@ -2,49 +2,107 @@
  * A rank's plan for one routing: its tokens' ids checked, the slots served on its own
  * node, and per peer the tokens that cross the network to it (each token once per peer,
  * whatever the number of its experts there) with the node-local expert ids it carries.
+ * Built on the host from topk_idx, then copied once to the device, where the step's
+ * kernels read it.
  */
 #include "sched_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* The peer that takes global expert e's tokens from this rank, or -1 on this node. */
-static int sched_expert_peer(const sched_moe_t *moe, int expert)
+/* Why slot k of a token is bad: 0 fine, 1 not an expert, 2 the expert of slot *dup_p too. */
+static int sched_slot_problem(int num_experts, const int64_t *experts, int k, int *dup_p)
 {
-    int owner = expert / moe->experts_per_rank;
-    int node  = moe->world.rank_node[owner];
+    if (experts[k] < -1 || experts[k] >= num_experts) {
+        return 1;
+    }
+    for (int j = 0; j < k && experts[k] >= 0; ++j) {
+        if (experts[j] == experts[k]) {
+            *dup_p = j;
+            return 2;
+        }
+    }
+    return 0;
+}
 
-    if (node == moe->world.rank_node[moe->world.rank]) {
+static void sched_slot_log(int num_experts, const int64_t *experts, int token, int k,
+                           int problem, int dup)
+{
+    if (problem == 1) {
+        UTIL_LOG_ERROR("layout: topk_idx[%d][%d] = %lld is not an expert (0..%d, or -1)", token,
+                       k, (long long)experts[k], num_experts - 1);
+    } else {
+        UTIL_LOG_ERROR("layout: token %d routes to expert %lld twice (slots %d and %d)", token,
+                       (long long)experts[k], dup, k);
+    }
+}
+
+strata_status_t sched_token_check(int num_experts, int topk, const int64_t *experts, int token)
+{
+    int dup = 0, problem;
+
+    for (int k = 0; k < topk; ++k) {
+        if ((problem = sched_slot_problem(num_experts, experts, k, &dup)) != 0) {
+            sched_slot_log(num_experts, experts, token, k, problem, dup);
+            return STRATA_ERR_INVALID;
+        }
+    }
+    return STRATA_OK;
+}
+
+strata_status_t sched_token_clean(int num_experts, int topk, int64_t *experts, int token)
+{
+    strata_status_t status = STRATA_OK;
+    int dup = 0, problem;
+
+    for (int k = 0; k < topk; ++k) {
+        if ((problem = sched_slot_problem(num_experts, experts, k, &dup)) != 0) {
+            if (status == STRATA_OK) {
+                sched_slot_log(num_experts, experts, token, k, problem, dup);
+            }
+            experts[k] = -1;
+            status     = STRATA_ERR_INVALID;
+        }
+    }
+    return status;
+}
+
+/* The peer that takes global expert e's tokens from this rank, or -1 on this node. */
+static int sched_expert_peer(const sched_geometry_t *geo, int expert)
+{
+    int owner = expert / geo->experts_per_rank;
+    int node  = geo->rank_node[owner];
+
+    if (node == geo->node) {
         return -1;
     }
-    if (moe->route == STRATA_MOE_ROUTE_HIERARCHICAL) {
-        owner = moe->node_ranks[node * moe->local_size + moe->world.rank_local[moe->world.rank]];
+    if (geo->route == STRATA_MOE_ROUTE_HIERARCHICAL) {
+        owner = geo->node_ranks[node * geo->local_size + geo->rank_local[geo->rank]];
     }
-    return moe->peer_index[owner];
+    return geo->peer_index[owner];
 }
 
 /* Check every token; a bad one is refused, or with skip_bad has its bad slots cleared. */
-static strata_status_t sched_plan_clean(sched_plan_t *plan, const int64_t *topk_idx,
-                                        bool skip_bad)
+static strata_status_t sched_plan_clean(const sched_geometry_t *geo, sched_plan_t *plan,
+                                        const int64_t *topk_idx, bool skip_bad)
 {
-    const sched_moe_t *moe = plan->moe;
-    int topk = moe->params.topk;
-    sched_layout_params_t lp = {.num_experts    = moe->params.num_experts,
-                                .topk           = topk,
-                                .world_size     = moe->world.world_size,
-                                .ranks_per_node = moe->local_size};
+    int topk = geo->topk;
     strata_status_t status = STRATA_OK;
 
-    memcpy(plan->clean_idx, topk_idx, sizeof(int64_t) * (size_t)plan->num_tokens * (size_t)topk);
+    if (plan->num_tokens > 0) {
+        memcpy(plan->clean_idx, topk_idx,
+               sizeof(int64_t) * (size_t)plan->num_tokens * (size_t)topk);
+    }
+    plan->had_bad_ids = false;
     for (int t = 0; t < plan->num_tokens; ++t) {
         int64_t *ids = &plan->clean_idx[(size_t)t * (size_t)topk];
 
         if (!skip_bad) {
-            status = sched_layout_check_token(&lp, ids, t);
+            status = sched_token_check(geo->num_experts, topk, ids, t);
             if (status != STRATA_OK) {
                 return status;
             }
-        } else if (sched_layout_clean_token(&lp, ids, t) != STRATA_OK) {
+        } else if (sched_token_clean(geo->num_experts, topk, ids, t) != STRATA_OK) {
             plan->had_bad_ids = true;
             status            = STRATA_ERR_INVALID;
         }
@@ -52,112 +110,241 @@ static strata_status_t sched_plan_clean(sched_plan_t *plan, const int64_t *topk_
     return status;
 }
 
-/* Per peer: how many tokens, then their lists in token order. */
-static strata_status_t sched_plan_fill(sched_plan_t *plan)
+/* Slot k's peer, or -1; first_p: whether no earlier slot of the token has that peer. */
+static int sched_slot_peer(const sched_geometry_t *geo, const int64_t *ids, int k, bool *first_p)
 {
-    const sched_moe_t *moe = plan->moe;
-    int topk = moe->params.topk, num_peers = moe->num_peers;
-    int *cursor = calloc((size_t)num_peers + 1, sizeof(int));
-    int *seen   = calloc((size_t)num_peers + 1, sizeof(int));
+    int peer = ids[k] >= 0 ? sched_expert_peer(geo, (int)ids[k]) : -1;
 
-    if (cursor == NULL || seen == NULL) {
-        free(cursor);
-        free(seen);
-        return STRATA_ERR_NO_MEMORY;
+    *first_p = peer >= 0;
+    for (int j = 0; j < k && *first_p; ++j) {
+        *first_p = !(ids[j] >= 0 && sched_expert_peer(geo, (int)ids[j]) == peer);
     }
-    for (int pass = 0; pass < 2; ++pass) {
-        for (int p = 0; pass == 1 && p < num_peers; ++p) {
-            cursor[p] = plan->peer_first[p];
-        }
-        for (int t = 0; t < plan->num_tokens; ++t) {
-            const int64_t *ids = &plan->clean_idx[(size_t)t * (size_t)topk];
+    return peer;
+}
 
-            for (int k = 0; k < topk; ++k) {
-                int peer = ids[k] >= 0 ? sched_expert_peer(moe, (int)ids[k]) : -1;
-                int entry;
+/* Counting pass: node-local slots, entries and terms per peer (peer_first[p + 1]). */
+static int sched_plan_count(const sched_geometry_t *geo, sched_plan_t *plan)
+{
+    int topk = geo->topk, entries = 0;
 
-                if (pass == 0) {
-                    plan->node_idx[(size_t)t * (size_t)topk + (size_t)k] =
-                        (ids[k] >= 0 && peer < 0) ? sched_local_expert(moe, (int)ids[k]) : -1;
-                }
-                if (peer < 0) {
-                    continue;
-                }
-                if (seen[peer] != t + 1) { /* the token's first slot for this peer */
-                    seen[peer] = t + 1;
-                    if (pass == 0) {
-                        plan->peer_first[peer + 1]++;
-                    } else {
-                        entry = cursor[peer]++;
-                        plan->tokens[entry] = t;
-                        for (int j = 0; j < topk; ++j) {
-                            plan->experts[(size_t)entry * (size_t)topk + (size_t)j] = -1;
-                        }
-                    }
-                }
-                if (pass == 1) {
-                    entry = cursor[peer] - 1;
-                    plan->experts[(size_t)entry * (size_t)topk + (size_t)k] =
-                        sched_local_expert(moe, (int)ids[k]);
-                } else {
-                    plan->peer_terms[peer]++;
-                }
+    memset(plan->peer_first, 0, sizeof(int32_t) * (size_t)(geo->num_peers + 1));
+    memset(plan->peer_terms, 0, sizeof(int64_t) * (size_t)UTIL_MAX(geo->num_peers, 1));
+    for (int t = 0; t < plan->num_tokens; ++t) {
+        const int64_t *ids = &plan->clean_idx[(size_t)t * (size_t)topk];
+
+        for (int k = 0; k < topk; ++k) {
+            bool first;
+            int peer = sched_slot_peer(geo, ids, k, &first);
+
+            plan->node_idx[(size_t)t * (size_t)topk + (size_t)k] =
+                (ids[k] >= 0 && peer < 0) ? sched_local_expert(geo, (int)ids[k]) : -1;
+            if (peer >= 0) {
+                plan->peer_terms[peer] += 1;
+                plan->peer_first[peer + 1] += first;
+                entries += first;
             }
         }
-        for (int p = 0; pass == 0 && p < num_peers; ++p) {
-            plan->peer_first[p + 1] += plan->peer_first[p];
-            seen[p] = 0;
+    }
+    for (int p = 0; p < geo->num_peers; ++p) {
+        plan->peer_first[p + 1] += plan->peer_first[p];
+    }
+    return entries;
+}
+
+/* Fill pass: per peer, its tokens in token order with the expert ids they carry there. The
+ * starts in peer_first serve as cursors, then move back into place. */
+static void sched_plan_fill(const sched_geometry_t *geo, sched_plan_t *plan)
+{
+    int topk = geo->topk;
+
+    for (int t = 0; t < plan->num_tokens; ++t) {
+        const int64_t *ids = &plan->clean_idx[(size_t)t * (size_t)topk];
+
+        for (int k = 0; k < topk; ++k) {
+            bool first;
+            int peer = sched_slot_peer(geo, ids, k, &first), entry;
+
+            if (peer < 0) {
+                continue;
+            }
+            if (first) {
+                entry = plan->peer_first[peer]++;
+                plan->tokens[entry] = t;
+                for (int j = 0; j < topk; ++j) {
+                    plan->experts[(size_t)entry * (size_t)topk + (size_t)j] = -1;
+                }
+            }
+            entry = plan->peer_first[peer] - 1;
+            plan->experts[(size_t)entry * (size_t)topk + (size_t)k] =
+                sched_local_expert(geo, (int)ids[k]);
         }
     }
-    free(cursor);
-    free(seen);
+    for (int p = geo->num_peers; p > 0; --p) {
+        plan->peer_first[p] = plan->peer_first[p - 1];
+    }
+    plan->peer_first[0] = 0;
+}
+
+static strata_status_t sched_plan_alloc_ids(const sched_geometry_t *geo, sched_plan_t *plan,
+                                            int num_tokens)
+{
+    size_t slots = (size_t)UTIL_MAX(num_tokens, 1) * (size_t)geo->topk;
+
+    plan->clean_idx  = malloc(sizeof(int64_t) * slots);
+    plan->node_idx   = malloc(sizeof(int64_t) * slots);
+    plan->peer_first = calloc((size_t)geo->num_peers + 1, sizeof(int32_t));
+    plan->peer_terms = calloc((size_t)UTIL_MAX(geo->num_peers, 1), sizeof(int64_t));
+    return plan->clean_idx && plan->node_idx && plan->peer_first && plan->peer_terms
+               ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+}
+
+static strata_status_t sched_plan_alloc_entries(const sched_geometry_t *geo, sched_plan_t *plan,
+                                                int entries)
+{
+    plan->capacity = UTIL_MAX(entries, 1);
+    plan->tokens   = malloc(sizeof(int32_t) * (size_t)plan->capacity);
+    plan->experts  = malloc(sizeof(int32_t) * (size_t)plan->capacity * (size_t)geo->topk);
+    return plan->tokens && plan->experts ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+}
+
+strata_status_t sched_plan_build(const sched_geometry_t *geo, const int64_t *topk_idx,
+                                 int num_tokens, bool skip_bad, sched_plan_t *plan)
+{
+    bool exact = plan->capacity == 0;
+    strata_status_t status, cleaned;
+
+    if (num_tokens < 0 || num_tokens > geo->max_tokens || (num_tokens > 0 && topk_idx == NULL)) {
+        UTIL_LOG_ERROR("moe: layout of %d tokens (0..%d) needs topk_idx", num_tokens,
+                       geo->max_tokens);
+        return STRATA_ERR_INVALID;
+    }
+    if (exact && (status = sched_plan_alloc_ids(geo, plan, num_tokens)) != STRATA_OK) {
+        return status;
+    }
+    plan->num_tokens = num_tokens;
+    cleaned = sched_plan_clean(geo, plan, topk_idx, skip_bad);
+    if (cleaned != STRATA_OK && !skip_bad) {
+        return cleaned;
+    }
+    plan->num_entries = sched_plan_count(geo, plan);
+    if (exact && (status = sched_plan_alloc_entries(geo, plan, plan->num_entries)) != STRATA_OK) {
+        return status;
+    }
+    sched_plan_fill(geo, plan);
+    return cleaned;
+}
+
+void sched_plan_release(sched_plan_t *plan)
+{
+    free(plan->clean_idx);
+    free(plan->node_idx);
+    free(plan->peer_first);
+    free(plan->peer_terms);
+    free(plan->tokens);
+    free(plan->experts);
+}
+
+/* --- The device copy ----------------------------------------------------------------------- */
+
+static size_t sched_plan_place(size_t *cursor, size_t bytes)
+{
+    size_t at = *cursor;
+
+    *cursor = (at + UTIL_MAX(bytes, 1) + INTRA_DEVICE_ALIGNMENT - 1) /
+              INTRA_DEVICE_ALIGNMENT * INTRA_DEVICE_ALIGNMENT;
+    return at;
+}
+
+/* Device arrays for up to max_tokens tokens and capacity entries, in one allocation. */
+strata_status_t sched_plan_device_alloc(const sched_moe_t *moe, sched_plan_t *plan, int max_tokens)
+{
+    const sched_geometry_t *geo = &moe->geo;
+    size_t slots = (size_t)UTIL_MAX(max_tokens, 1) * (size_t)geo->topk, cursor = 0;
+    size_t peers = (size_t)geo->num_peers;
+    size_t clean = sched_plan_place(&cursor, slots * sizeof(int64_t));
+    size_t node  = sched_plan_place(&cursor, slots * sizeof(int64_t));
+    size_t terms = sched_plan_place(&cursor, UTIL_MAX(peers, 1) * sizeof(int64_t));
+    size_t first = sched_plan_place(&cursor, (peers + 1) * sizeof(int32_t));
+    size_t toks  = sched_plan_place(&cursor, (size_t)plan->capacity * sizeof(int32_t));
+    size_t exps  = sched_plan_place(&cursor, (size_t)plan->capacity * (size_t)geo->topk *
+                                                 sizeof(int32_t));
+    char *base;
+    strata_status_t status = moe->world.device->mem_alloc(cursor, &plan->device_mem);
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    base = plan->device_mem;
+    plan->d_clean_idx  = (int64_t *)(base + clean);
+    plan->d_node_idx   = (int64_t *)(base + node);
+    plan->d_peer_terms = (int64_t *)(base + terms);
+    plan->d_peer_first = (int32_t *)(base + first);
+    plan->d_tokens     = (int32_t *)(base + toks);
+    plan->d_experts    = (int32_t *)(base + exps);
     return STRATA_OK;
+}
+
+/* The host arrays to the device (a copy the device has finished with: see the callers). */
+strata_status_t sched_plan_upload(const sched_moe_t *moe, const sched_plan_t *plan)
+{
+    const intra_device_ops_t *d = moe->world.device;
+    size_t slots = (size_t)plan->num_tokens * (size_t)moe->geo.topk;
+    size_t peers = (size_t)moe->geo.num_peers;
+    size_t entries = (size_t)plan->num_entries;
+    strata_status_t status = STRATA_OK;
+
+    if (slots > 0) {
+        status = d->mem_copy(plan->d_clean_idx, plan->clean_idx, slots * sizeof(int64_t));
+        if (status == STRATA_OK) {
+            status = d->mem_copy(plan->d_node_idx, plan->node_idx, slots * sizeof(int64_t));
+        }
+    }
+    if (status == STRATA_OK && peers > 0) {
+        status = d->mem_copy(plan->d_peer_terms, plan->peer_terms, peers * sizeof(int64_t));
+    }
+    if (status == STRATA_OK) {
+        status = d->mem_copy(plan->d_peer_first, plan->peer_first, (peers + 1) * sizeof(int32_t));
+    }
+    if (status == STRATA_OK && entries > 0) {
+        status = d->mem_copy(plan->d_tokens, plan->tokens, entries * sizeof(int32_t));
+    }
+    if (status == STRATA_OK && entries > 0) {
+        status = d->mem_copy(plan->d_experts, plan->experts,
+                             entries * (size_t)moe->geo.topk * sizeof(int32_t));
+    }
+    return status;
 }
 
 strata_status_t sched_plan_create(const sched_moe_t *moe, const int64_t *topk_idx, int num_tokens,
                                   bool skip_bad, sched_plan_t **plan_p)
 {
-    size_t entries, peers;
-    strata_status_t status;
+    strata_status_t status, built;
     sched_plan_t *plan;
 
-    if (moe == NULL || plan_p == NULL || num_tokens < 0 ||
-        num_tokens > moe->params.max_tokens || (num_tokens > 0 && topk_idx == NULL)) {
-        UTIL_LOG_ERROR("moe: layout of %d tokens (0..%d) needs an object and topk_idx",
-                       num_tokens, moe ? moe->params.max_tokens : 0);
+    if (moe == NULL || plan_p == NULL) {
+        UTIL_LOG_ERROR("moe: a layout needs an object and a result");
         return STRATA_ERR_INVALID;
     }
-    entries = (size_t)UTIL_MAX(num_tokens, 1) * (size_t)moe->params.topk;
-    peers   = (size_t)moe->num_peers + 1;
-    plan    = calloc(1, sizeof(*plan));
+    plan = calloc(1, sizeof(*plan));
     if (plan == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    plan->moe        = moe;
-    plan->num_tokens = num_tokens;
-    plan->clean_idx  = malloc(sizeof(int64_t) * entries);
-    plan->node_idx   = malloc(sizeof(int64_t) * entries);
-    plan->peer_first = calloc(peers, sizeof(int32_t));
-    plan->peer_terms = calloc(peers, sizeof(int64_t));
-    /* A token goes at most once to each peer: entries bounded by tokens times peers. */
-    plan->tokens     = malloc(sizeof(int32_t) * (size_t)UTIL_MAX(num_tokens, 1) * peers);
-    plan->experts    = malloc(sizeof(int32_t) * entries * peers);
-    if (!plan->clean_idx || !plan->node_idx || !plan->peer_first || !plan->peer_terms ||
-        !plan->tokens || !plan->experts) {
-        sched_plan_destroy(plan);
-        return STRATA_ERR_NO_MEMORY;
+    plan->moe    = moe;
+    plan->device = moe->world.device;
+    built = sched_plan_build(&moe->geo, topk_idx, num_tokens, skip_bad, plan);
+    status = built == STRATA_OK || (skip_bad && built == STRATA_ERR_INVALID) ? STRATA_OK : built;
+    if (status == STRATA_OK) {
+        status = sched_plan_device_alloc(moe, plan, num_tokens);
     }
-    status = sched_plan_clean(plan, topk_idx, skip_bad);
-    if (status != STRATA_OK && !skip_bad) {
+    if (status == STRATA_OK) {
+        status = sched_plan_upload(moe, plan);
+    }
+    if (status != STRATA_OK) {
         sched_plan_destroy(plan);
         return status;
     }
-    if (sched_plan_fill(plan) != STRATA_OK) {
-        sched_plan_destroy(plan);
-        return STRATA_ERR_NO_MEMORY;
-    }
     *plan_p = plan;
-    return status;
+    return built;
 }
 
 void sched_plan_destroy(sched_plan_t *plan)
@@ -165,11 +352,9 @@ void sched_plan_destroy(sched_plan_t *plan)
     if (plan == NULL) {
         return;
     }
-    free(plan->clean_idx);
-    free(plan->node_idx);
-    free(plan->peer_first);
-    free(plan->peer_terms);
-    free(plan->tokens);
-    free(plan->experts);
+    if (plan->device_mem != NULL) {
+        plan->device->mem_free(plan->device_mem);
+    }
+    sched_plan_release(plan);
     free(plan);
 }

@@ -8,18 +8,24 @@
 
 static size_t sched_probe_block(const sched_moe_t *moe)
 {
-    return (size_t)moe->params.max_tokens * (size_t)moe->params.topk * moe->y_row_bytes;
+    return (size_t)moe->geo.max_tokens * (size_t)moe->geo.topk * moe->geo.y_row_bytes;
+}
+
+/* Half the experts' input rows: the copy goes from one half to the other. */
+static size_t sched_probe_copy_max(const sched_moe_t *moe)
+{
+    return (size_t)moe->geo.experts_per_rank * (size_t)moe->geo.capacity * moe->geo.row_bytes / 2;
 }
 
 size_t sched_moe_probe_max(const sched_moe_t *moe, sched_probe_t kind)
 {
     switch (kind) {
     case SCHED_PROBE_COPY:
-        return (size_t)moe->max_aug * moe->row_bytes / 2;
+        return sched_probe_copy_max(moe);
     case SCHED_PROBE_WRITE:
-        return moe->num_peers > 0 ? sched_probe_block(moe) : 0;
+        return moe->geo.num_peers > 0 ? sched_probe_block(moe) : 0;
     case SCHED_PROBE_READ:
-        return moe->num_peers > 0 && moe->pull_read ? sched_probe_block(moe) : 0;
+        return moe->geo.num_peers > 0 && moe->pull_read ? sched_probe_block(moe) : 0;
     }
     return 0;
 }
@@ -27,52 +33,50 @@ size_t sched_moe_probe_max(const sched_moe_t *moe, sched_probe_t kind)
 /* The rank with this local index on the next node, so that no rank is probed by all. */
 static int sched_probe_peer(const sched_moe_t *moe)
 {
-    const sched_moe_world_t *w = &moe->world;
-    int next = (w->rank_node[w->rank] + 1) % w->num_nodes;
+    const sched_geometry_t *geo = &moe->geo;
+    int next = (geo->node + 1) % geo->num_nodes;
 
-    for (int p = 0; p < moe->num_peers; ++p) {
-        int r = moe->peers[p];
+    for (int p = 0; p < geo->num_peers; ++p) {
+        int r = geo->peers[p];
 
-        if (w->rank_node[r] == next && w->rank_local[r] == w->rank_local[w->rank]) {
+        if (geo->rank_node[r] == next && geo->rank_local[r] == geo->rank_local[geo->rank]) {
             return r;
         }
     }
-    return moe->peers[0];
+    return geo->peers[0];
 }
 
 static strata_status_t sched_probe_net(sched_moe_t *moe, bool read, size_t bytes)
 {
     int peer = sched_probe_peer(moe);
+    size_t local = moe->net.mr_offset + moe->net.layout.ret_out;
     inter_request_t *req;
     strata_status_t status;
 
     if (read) {
-        status = inter_engine_read(moe->world.engine, peer, moe->net_mr, moe->net_layout.ret_out,
-                                   &moe->net_desc[peer], sched_ret_in_at(moe, peer), bytes, &req);
+        status = inter_engine_read(moe->world.engine, peer, moe->net.mr, local,
+                                   &moe->net.desc[peer], sched_ret_in_at(moe, peer), bytes, &req);
     } else {
-        status = inter_engine_write(moe->world.engine, peer, moe->net_mr,
-                                    moe->net_layout.ret_out, &moe->net_desc[peer],
-                                    sched_ret_in_at(moe, peer), bytes, false, 0, &req);
+        status = inter_engine_write(moe->world.engine, peer, moe->net.mr, local,
+                                    &moe->net.desc[peer], sched_ret_in_at(moe, peer), bytes,
+                                    false, 0, &req);
     }
     if (status != STRATA_OK) {
         return status;
     }
     status = inter_request_wait(req, moe->timeout_ns);
-    if (status != STRATA_ERR_TIMEOUT) {
-        inter_request_free(req);
-    } else {
-        sched_keep_request(moe, req); /* still running: the object's destroy waits for it */
-    }
+    inter_request_free(req); /* the engine keeps it while it runs */
     return status;
 }
 
 strata_status_t sched_moe_probe(sched_moe_t *moe, sched_probe_t kind, size_t bytes,
                                 uint64_t *ns_p)
 {
+    intra_moe_recv_t buffers;
     uint64_t start;
     strata_status_t status;
 
-    if (moe->state != SCHED_STEP_IDLE || moe->step != 0 || bytes == 0 ||
+    if (moe->cur.state != SCHED_STEP_IDLE || moe->cur.step != 0 || bytes == 0 ||
         bytes > sched_moe_probe_max(moe, kind)) {
         UTIL_LOG_ERROR("moe: a probe of %zu bytes (at most %zu) before the first step only",
                        bytes, sched_moe_probe_max(moe, kind));
@@ -80,7 +84,8 @@ strata_status_t sched_moe_probe(sched_moe_t *moe, sched_probe_t kind, size_t byt
     }
     start = util_clock_now_ns();
     if (kind == SCHED_PROBE_COPY) {
-        status = moe->world.device->mem_copy(moe->aug_x, moe->aug_x + bytes, bytes);
+        intra_moe_buffers(moe->intra, &buffers);
+        status = moe->world.device->mem_copy(buffers.x, (char *)buffers.x + bytes, bytes);
     } else {
         status = sched_probe_net(moe, kind == SCHED_PROBE_READ, bytes);
     }

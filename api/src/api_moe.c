@@ -251,6 +251,24 @@ STRATA_API strata_status_t strata_moe_combine(strata_moe_t *moe, const void *exp
     return status == STRATA_OK ? strata_moe_combine_recv(moe, topk_weights, out) : status;
 }
 
+STRATA_API strata_status_t strata_moe_set_stream(strata_moe_t *moe, void *stream)
+{
+    if (moe == NULL) {
+        UTIL_LOG_ERROR("strata_moe_set_stream: NULL object");
+        return STRATA_ERR_INVALID;
+    }
+    return sched_moe_set_stream(moe->sched, stream);
+}
+
+STRATA_API strata_status_t strata_moe_synchronize(strata_moe_t *moe)
+{
+    if (moe == NULL) {
+        UTIL_LOG_ERROR("strata_moe_synchronize: NULL object");
+        return STRATA_ERR_INVALID;
+    }
+    return sched_moe_synchronize(moe->sched);
+}
+
 STRATA_API strata_status_t strata_moe_get_stats(const strata_moe_t *moe,
                                                 strata_moe_stats_t *stats_p)
 {

@@ -3,7 +3,7 @@
  * Built with -ffp-contract=off so that combine's fp32 sums round as on the GPUs.
  */
 #include "host_device.h"
-#include "intra/kernels/moe_kernels.h"
+#include "intra/kernels/net_kernels.h"
 
 void host_moe_run_block(intra_moe_kernel_t kernel, const intra_moe_args_t *args,
                         unsigned block, unsigned num_blocks)
@@ -20,6 +20,26 @@ void host_moe_run_block(intra_moe_kernel_t kernel, const intra_moe_args_t *args,
         break;
     case INTRA_MOE_KERNEL_REDUCE:
         intra_moe_reduce_body(args, grid);
+        break;
+    case INTRA_MOE_KERNEL_SOURCES:
+        intra_moe_sources_body(args, grid);
+        break;
+    case INTRA_MOE_KERNEL_NET_SEND:
+        intra_net_send_body(args, grid);
+        break;
+    case INTRA_MOE_KERNEL_NET_RECV:
+        intra_net_recv_body(args, grid);
+        break;
+    case INTRA_MOE_KERNEL_NET_INDEX:
+        intra_net_index_body(args, grid);
+        break;
+    case INTRA_MOE_KERNEL_NET_RETURN:
+        intra_net_return_body(args, grid);
+        break;
+    case INTRA_MOE_KERNEL_NET_TERMS:
+        intra_net_terms_body(args, grid);
+        break;
+    case INTRA_MOE_KERNELS:
         break;
     }
 }

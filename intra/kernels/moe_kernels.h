@@ -16,6 +16,7 @@
 #define STRATA_INTRA_MOE_KERNELS_H
 
 #include "kernel_port.h"
+#include "net_format.h"
 
 #define INTRA_MOE_MAX_RANKS   16
 #define INTRA_MOE_MAX_EXPERTS 1024
@@ -38,6 +39,11 @@ enum {
     INTRA_MOE_KERNEL_CAPACITY     = 2, /* value: the expert, count: rows it was sent */
     INTRA_MOE_KERNEL_DROPPED      = 3, /* combine: a row of this token was not received */
     INTRA_MOE_KERNEL_TIMEOUT      = 4, /* value: the rank waited for */
+    INTRA_MOE_KERNEL_MODES        = 5, /* value: a local rank moving the step in other modes */
+    INTRA_MOE_KERNEL_NET_FAILED   = 6, /* count: the work ring's failure status */
+    INTRA_MOE_KERNEL_NET_TIMEOUT  = 7, /* value: the rank waited for; token: what */
+    INTRA_MOE_KERNEL_NET_PROTOCOL = 8, /* value: the rank whose header, grant or entry is
+                                          wrong; token: what; count: its step */
 };
 
 typedef struct intra_moe_status {
@@ -56,8 +62,13 @@ typedef struct intra_moe_control {
     uint64_t dispatch_send_done; /* blocks that finished a phase, summed over steps */
     uint64_t dispatch_recv_done;
     uint64_t combine_send_done;
+    /* Dispatches completed, written by the last block of each: kernels read their step
+     * here rather than from their arguments, so that a captured graph can replay them. */
+    uint64_t dispatched;
+    uint64_t digest;       /* of the modes this rank moves the current step in */
     intra_moe_status_t dispatch_status;
     intra_moe_status_t combine_status;
+    intra_moe_status_t net_status; /* the step across nodes (net_kernels.h) */
 } intra_moe_control_t;
 
 /** Where a received row came from. */
@@ -102,9 +113,8 @@ typedef struct intra_moe_args {
     int32_t  hidden;
     int32_t  y_elem;       /* INTRA_MOE_ELEM_* of combine input and output */
     int32_t  y_row_bytes;
-    int32_t  gather;        /* combine: write each term to out[t][k] instead of the sum */
-    uint64_t step;          /* 1 for the first step */
     uint64_t timeout_ticks; /* bound on each wait for a peer, in kernel_timer ticks */
+    uint64_t digest;        /* of the step's modes: every local rank must pass the same */
     uint64_t pull_mask[INTRA_MOE_MASK_WORDS]; /* bit e set: expert e moves in Pull form */
     char    *heap[INTRA_MOE_MAX_RANKS];       /* each rank's heap part as mapped here */
     intra_moe_layout_t layout;
@@ -115,7 +125,26 @@ typedef struct intra_moe_args {
     const void    *expert_y;     /* [experts_per_rank][capacity][y_row_bytes] */
     const float   *topk_weights; /* [num_tokens][topk] */
     void          *out;          /* [num_tokens][y_row_bytes]; gather: [num_tokens][topk][..] */
-    const void    *terms;        /* reduce: [num_tokens][topk][y_row_bytes] */
+    /*
+     * The step across nodes (NULL / -1 / 0 when the node is alone). Tokens from num_own on
+     * came over the network: their entries [record][row][scales] are at entry_base +
+     * aug_entry[t] and their node-local expert ids in aug_topk; only the device knows how
+     * many there are (*num_tokens_dev). Origins and term destinations are tables in each
+     * rank's heap part; term_src gives reduce every term's address.
+     */
+    int32_t        num_own;
+    int32_t        record_bytes;
+    int32_t        origin_rank;     /* the global rank of this rank's own tokens */
+    const int32_t *num_tokens_dev;
+    const char    *entry_base;
+    const int64_t *aug_entry;       /* [max_tokens] byte offsets, from num_own on */
+    const int64_t *aug_topk;        /* [max_tokens][topk], from num_own on */
+    int64_t        origin_offset;   /* heap: int32[max_tokens][2] (rank, token); -1 none */
+    int64_t        term_dst_offset; /* heap: int64[max_tokens][topk] heap offsets; -1 none */
+    const uint64_t *term_src;       /* reduce: [num_tokens][topk] addresses, 0: no term */
+    intra_moe_source_t *public_src; /* sources: [experts_per_rank][capacity] as the API has them */
+    int32_t       *public_count;    /* sources: [experts_per_rank] */
+    intra_net_args_t net;           /* the network kernels' (net_kernels.h); ring NULL: none */
 } intra_moe_args_t;
 
 #define MOE_AT(a, rank, field, type) ((type *)((a)->heap[rank] + (a)->layout.field))
@@ -146,14 +175,14 @@ KERNEL_FN void moe_report(intra_moe_status_t *status, int32_t code, int32_t valu
  * Count this block as done with a phase (summed over steps, never reset); return nonzero
  * in thread 0 of the last block of the step, which then sees every block's stores.
  */
-KERNEL_FN int moe_last_block(uint64_t *done, const intra_moe_args_t *a, kernel_grid_t g)
+KERNEL_FN int moe_last_block(uint64_t *done, uint64_t step, kernel_grid_t g)
 {
     KERNEL_SHARED int last;
 
     kernel_fence_system(); /* this thread's stores, before the block's count */
     kernel_block_sync();
     if (g.thread == 0) {
-        last = kernel_atomic_add_u64(done, 1) + 1 == a->step * g.num_blocks;
+        last = kernel_atomic_add_u64(done, 1) + 1 == step * g.num_blocks;
         if (last) {
             kernel_fence_system(); /* acquire: every other block's stores */
         }
@@ -163,7 +192,7 @@ KERNEL_FN int moe_last_block(uint64_t *done, const intra_moe_args_t *a, kernel_g
 }
 
 /* Wait until every rank's flag reaches this step; 0 (and a TIMEOUT report) if one never does. */
-KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags,
+KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags, uint64_t step,
                              intra_moe_status_t *status, kernel_grid_t g)
 {
     KERNEL_SHARED int ok;
@@ -174,7 +203,7 @@ KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags,
         ok = 1;
         for (int r = 0; r < a->num_ranks && ok; ++r) {
             /* acquire: pairs with the release in the peer's last block */
-            while (kernel_load_acquire_u64(&flags[r]) < a->step) {
+            while (kernel_load_acquire_u64(&flags[r]) < step) {
                 if (kernel_timer() - start > a->timeout_ticks) {
                     moe_report(status, INTRA_MOE_KERNEL_TIMEOUT, r, -1, -1, 0);
                     ok = 0;
@@ -186,6 +215,66 @@ KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags,
     }
     kernel_block_sync();
     return ok;
+}
+
+/*
+ * The step: dispatch runs the one after the last completed dispatch, combine the current
+ * one. Read once by thread 0 and shared with the block.
+ */
+KERNEL_FN uint64_t moe_step(const intra_moe_args_t *a, int dispatch, kernel_grid_t g)
+{
+    KERNEL_SHARED uint64_t step;
+
+    if (g.thread == 0) {
+        step = kernel_load_acquire_u64(&moe_control(a, a->rank)->dispatched) + (dispatch ? 1 : 0);
+    }
+    kernel_block_sync();
+    return step;
+}
+
+/* Whether the step across nodes already failed here: the node's kernels then stand down. */
+KERNEL_FN int moe_net_failed(const intra_moe_args_t *a)
+{
+    return a->net.ring != 0 && *(volatile int32_t *)&moe_control(a, a->rank)->net_status.code != 0;
+}
+
+/* Tokens of this launch: the caller's count, or the device's for a step across nodes. */
+KERNEL_FN int moe_num_tokens(const intra_moe_args_t *a)
+{
+    return a->num_tokens_dev != 0 ? *(const volatile int32_t *)a->num_tokens_dev : a->num_tokens;
+}
+
+KERNEL_FN int moe_received(const intra_moe_args_t *a, int token)
+{
+    return a->aug_entry != 0 && token >= a->num_own;
+}
+
+/* Token t's row and scales: the caller's x, or where the network put its entry. */
+KERNEL_FN const char *moe_token_row(const intra_moe_args_t *a, int token)
+{
+    if (moe_received(a, token)) {
+        return a->entry_base + a->aug_entry[token] + a->record_bytes;
+    }
+    return (const char *)a->x + (size_t)token * (size_t)a->row_bytes;
+}
+
+KERNEL_FN const float *moe_token_scales(const intra_moe_args_t *a, int token)
+{
+    if (a->scale_count == 0) {
+        return 0;
+    }
+    if (moe_received(a, token)) {
+        return (const float *)(moe_token_row(a, token) + a->row_bytes);
+    }
+    return a->x_scales + (size_t)token * (size_t)a->scale_count;
+}
+
+KERNEL_FN int64_t moe_token_expert(const intra_moe_args_t *a, int token, int k)
+{
+    if (moe_received(a, token)) {
+        return a->aug_topk[(size_t)token * (size_t)a->topk + (size_t)k];
+    }
+    return a->topk_idx[(size_t)token * (size_t)a->topk + (size_t)k];
 }
 
 KERNEL_FN int moe_copy_scales(float *dst, const float *src, int count, kernel_grid_t g)
@@ -241,10 +330,7 @@ KERNEL_FN void moe_push_row(const intra_moe_args_t *a, int token, int k, int exp
         moe_copy_token(a, MOE_AT(a, owner, recv_x, char) + index * (size_t)a->row_bytes,
                        moe_scales_at(a, MOE_AT(a, owner, recv_scales, char), index,
                                      (size_t)a->scale_stride),
-                       (const char *)a->x + (size_t)token * (size_t)a->row_bytes,
-                       moe_scales_at(a, a->x_scales, (size_t)token,
-                                     (size_t)a->scale_count * sizeof(float)),
-                       g);
+                       moe_token_row(a, token), moe_token_scales(a, token), g);
     }
     kernel_block_sync(); /* row is reused by the next call */
 }
@@ -252,7 +338,7 @@ KERNEL_FN void moe_push_row(const intra_moe_args_t *a, int token, int k, int exp
 /* Validate (token, k)'s expert id and record it in route; -1 for none or invalid. */
 KERNEL_FN int moe_route(const intra_moe_args_t *a, int token, int k, kernel_grid_t g)
 {
-    int64_t expert = a->topk_idx[(size_t)token * (size_t)a->topk + (size_t)k];
+    int64_t expert = moe_token_expert(a, token, k);
 
     if (expert < -1 || expert >= a->num_experts) {
         if (g.thread == 0) {
@@ -273,9 +359,9 @@ KERNEL_FN int moe_route(const intra_moe_args_t *a, int token, int k, kernel_grid
 }
 
 /* Source role: push rows of Push experts, publish rows of tokens that Pull experts need. */
-KERNEL_FN void moe_dispatch_send(const intra_moe_args_t *a, kernel_grid_t g)
+KERNEL_FN void moe_dispatch_send(const intra_moe_args_t *a, int num_tokens, kernel_grid_t g)
 {
-    for (int t = (int)g.block; t < a->num_tokens; t += (int)g.num_blocks) {
+    for (int t = (int)g.block; t < num_tokens; t += (int)g.num_blocks) {
         int published = 0;
 
         for (int k = 0; k < a->topk; ++k) {
@@ -291,10 +377,7 @@ KERNEL_FN void moe_dispatch_send(const intra_moe_args_t *a, kernel_grid_t g)
                 moe_copy_token(a, MOE_AT(a, a->rank, send_x, char) + row * (size_t)a->row_bytes,
                                moe_scales_at(a, MOE_AT(a, a->rank, send_scales, char), row,
                                              (size_t)a->scale_stride),
-                               (const char *)a->x + row * (size_t)a->row_bytes,
-                               moe_scales_at(a, a->x_scales, row,
-                                             (size_t)a->scale_count * sizeof(float)),
-                               g);
+                               moe_token_row(a, t), moe_token_scales(a, t), g);
                 published = 1;
             }
         }
@@ -302,18 +385,18 @@ KERNEL_FN void moe_dispatch_send(const intra_moe_args_t *a, kernel_grid_t g)
 }
 
 /* Source role, one thread: the CSR of (token, k) entries per Pull expert, for the owners. */
-KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a)
+KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a, int num_tokens)
 {
     int32_t *offset = MOE_AT(a, a->rank, pull_offset, int32_t);
     int32_t *cursor = MOE_AT(a, a->rank, pull_cursor, int32_t);
     int32_t *entry  = MOE_AT(a, a->rank, pull_entry, int32_t);
-    int entries = a->num_tokens * a->topk;
+    int entries = num_tokens * a->topk;
 
     for (int e = 0; e <= a->num_experts; ++e) {
         offset[e] = 0;
     }
     for (int i = 0; i < entries; ++i) {
-        int64_t e = a->topk_idx[i];
+        int64_t e = moe_token_expert(a, i / a->topk, i % a->topk);
         if (e >= 0 && e < a->num_experts && moe_is_pull(a, (int)e)) {
             ++offset[e + 1];
         }
@@ -323,7 +406,7 @@ KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a)
         cursor[e] = offset[e];
     }
     for (int i = 0; i < entries; ++i) {
-        int64_t e = a->topk_idx[i];
+        int64_t e = moe_token_expert(a, i / a->topk, i % a->topk);
         if (e >= 0 && e < a->num_experts && moe_is_pull(a, (int)e)) {
             entry[cursor[e]++] = i;
         }
@@ -419,25 +502,95 @@ KERNEL_FN void moe_dispatch_finish(const intra_moe_args_t *a)
     }
 }
 
+/* Own tokens' origins, for the owners' sources kernel: (this rank, the token). */
+KERNEL_FN void moe_write_origins(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    int32_t *origin = (int32_t *)(a->heap[a->rank] + a->origin_offset);
+    int own = a->aug_entry != 0 ? a->num_own : a->num_tokens;
+
+    for (int t = (int)(g.block * g.num_threads + g.thread); t < own;
+         t += (int)(g.num_blocks * g.num_threads)) {
+        origin[2 * t]     = a->origin_rank;
+        origin[2 * t + 1] = t;
+    }
+}
+
+/* Owner role, after every source's flag: every local rank moves the step in our modes. */
+KERNEL_FN void moe_check_digests(const intra_moe_args_t *a)
+{
+    for (int source = 0; source < a->num_ranks; ++source) {
+        if (*(volatile uint64_t *)&moe_control(a, source)->digest != a->digest) {
+            moe_report(&moe_control(a, a->rank)->dispatch_status, INTRA_MOE_KERNEL_MODES,
+                       source, -1, -1, 0);
+        }
+    }
+}
+
 KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     intra_moe_control_t *control = moe_control(a, a->rank);
+    uint64_t step = moe_step(a, 1, g);
+    int num_tokens = moe_num_tokens(a);
 
-    if (g.block == 0 && g.thread == 0) {
-        moe_build_pull_lists(a);
+    if (moe_net_failed(a)) {
+        return;
     }
-    moe_dispatch_send(a, g);
-    if (moe_last_block(&control->dispatch_send_done, a, g)) {
+    if (g.block == 0 && g.thread == 0) {
+        control->digest = a->digest; /* published by the fence before our flags */
+        moe_build_pull_lists(a, num_tokens);
+    }
+    if (a->origin_offset >= 0) {
+        moe_write_origins(a, g);
+    }
+    moe_dispatch_send(a, num_tokens, g);
+    if (moe_last_block(&control->dispatch_send_done, step, g)) {
         for (int owner = 0; owner < a->num_ranks; ++owner) {
-            /* release: our pushed rows, published rows and pull lists, to the owner */
-            kernel_store_release_u64(&moe_control(a, owner)->dispatch_flag[a->rank], a->step);
+            /* release: our pushed rows, published rows, pull lists and digest, to the owner */
+            kernel_store_release_u64(&moe_control(a, owner)->dispatch_flag[a->rank], step);
         }
     }
-    if (moe_wait_flags(a, control->dispatch_flag, &control->dispatch_status, g)) {
+    if (moe_wait_flags(a, control->dispatch_flag, step, &control->dispatch_status, g)) {
+        if (g.block == 0 && g.thread == 0) {
+            moe_check_digests(a);
+        }
         moe_dispatch_pull(a, g);
     }
-    if (moe_last_block(&control->dispatch_recv_done, a, g)) {
+    if (moe_last_block(&control->dispatch_recv_done, step, g)) {
         moe_dispatch_finish(a);
+        kernel_store_release_u64(&control->dispatched, step);
+    }
+}
+
+/*
+ * Owner role, after dispatch: each received row's source as the API names it (global rank,
+ * token index there, slot), from the origin tables of the node's ranks, and the counts.
+ */
+KERNEL_FN void intra_moe_sources_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const int32_t *count = MOE_AT(a, a->rank, recv_count, int32_t);
+    const intra_moe_source_t *src = MOE_AT(a, a->rank, recv_src, intra_moe_source_t);
+    size_t rows = (size_t)a->experts_per_rank * (size_t)a->capacity;
+
+    if (moe_net_failed(a)) {
+        return;
+    }
+    for (size_t i = g.block * g.num_threads + g.thread; i < rows;
+         i += (size_t)g.num_blocks * g.num_threads) {
+        int e = (int)(i / (size_t)a->capacity), row = (int)(i % (size_t)a->capacity);
+
+        if (row < count[e]) {
+            const int32_t *origin = (const int32_t *)(a->heap[src[i].rank] + a->origin_offset);
+            intra_moe_source_t s;
+
+            s.rank  = origin[2 * src[i].token];
+            s.token = origin[2 * src[i].token + 1];
+            s.slot  = src[i].slot;
+            a->public_src[i] = s;
+        }
+    }
+    for (int e = (int)(g.block * g.num_threads + g.thread); e < a->experts_per_rank;
+         e += (int)(g.num_blocks * g.num_threads)) {
+        a->public_count[e] = count[e];
     }
 }
 
@@ -508,7 +661,15 @@ KERNEL_FN void moe_combine_send(const intra_moe_args_t *a, kernel_grid_t g)
             intra_moe_source_t src = MOE_AT(a, a->rank, recv_src, intra_moe_source_t)[slot];
             size_t entry = (size_t)src.token * (size_t)a->topk + (size_t)src.slot;
 
-            if (!pull) {
+            if (!pull && a->term_dst_offset >= 0) {
+                /* straight to where the term's holder wants it (its network area, or its
+                 * own tokens' terms) */
+                int64_t at = ((const int64_t *)(a->heap[src.rank] + a->term_dst_offset))[entry];
+
+                if (at >= 0) {
+                    kernel_copy_block(a->heap[src.rank] + at, y, (size_t)a->y_row_bytes, g);
+                }
+            } else if (!pull) {
                 kernel_copy_block(MOE_AT(a, src.rank, combine_recv, char) +
                                       entry * (size_t)a->y_row_bytes,
                                   y, (size_t)a->y_row_bytes, g);
@@ -588,22 +749,27 @@ KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
     }
 }
 
-/* Source role, gather form: each term as it is, out[t][k]; a dropped term becomes zeros,
- * so that a later sum lacks it. Slots routed nowhere on this node are left alone. */
-KERNEL_FN void moe_combine_gather(const intra_moe_args_t *a, kernel_grid_t g)
+/* Source role, direct form: Push terms are already where term_dst says (their owners put
+ * them there); Pull terms are fetched there; a dropped term becomes zeros, so that a later
+ * sum lacks it. Slots routed nowhere on this node are left alone. */
+KERNEL_FN void moe_combine_direct(const intra_moe_args_t *a, int num_tokens, kernel_grid_t g)
 {
     intra_moe_control_t *control = moe_control(a, a->rank);
+    const int64_t *term_dst = (const int64_t *)(a->heap[a->rank] + a->term_dst_offset);
 
-    for (int t = (int)g.block; t < a->num_tokens; t += (int)g.num_blocks) {
+    for (int t = (int)g.block; t < num_tokens; t += (int)g.num_blocks) {
         for (int k = 0; k < a->topk; ++k) {
             size_t entry = (size_t)t * (size_t)a->topk + (size_t)k;
             int expert = MOE_AT(a, a->rank, route, int32_t)[entry];
             const char *row = moe_result_row(a, t, k);
-            char *out = (char *)a->out + entry * (size_t)a->y_row_bytes;
+            char *out = a->heap[a->rank] + term_dst[entry];
 
+            if (expert < 0 || term_dst[entry] < 0 || (row != NULL && !moe_is_pull(a, expert))) {
+                continue;
+            }
             if (row != NULL) {
                 kernel_copy_block(out, row, (size_t)a->y_row_bytes, g);
-            } else if (expert >= 0) {
+            } else {
                 for (int j = (int)g.thread; j < a->y_row_bytes; j += (int)g.num_threads) {
                     out[j] = 0;
                 }
@@ -619,39 +785,47 @@ KERNEL_FN void moe_combine_gather(const intra_moe_args_t *a, kernel_grid_t g)
 KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     intra_moe_control_t *control = moe_control(a, a->rank);
+    uint64_t step = moe_step(a, 0, g);
 
-    moe_combine_send(a, g);
-    if (moe_last_block(&control->combine_send_done, a, g)) {
-        for (int source = 0; source < a->num_ranks; ++source) {
-            /* release: our pushed and published result rows, to the source */
-            kernel_store_release_u64(&moe_control(a, source)->combine_flag[a->rank], a->step);
-        }
-    }
-    if (!moe_wait_flags(a, control->combine_flag, &control->combine_status, g)) {
+    if (moe_net_failed(a)) {
         return;
     }
-    if (a->gather) {
-        moe_combine_gather(a, g);
+    moe_combine_send(a, g);
+    if (moe_last_block(&control->combine_send_done, step, g)) {
+        for (int source = 0; source < a->num_ranks; ++source) {
+            /* release: our pushed and published result rows, to the source */
+            kernel_store_release_u64(&moe_control(a, source)->combine_flag[a->rank], step);
+        }
+    }
+    if (!moe_wait_flags(a, control->combine_flag, step, &control->combine_status, g)) {
+        return;
+    }
+    if (a->term_dst_offset >= 0) {
+        moe_combine_direct(a, moe_num_tokens(a), g);
     } else {
         moe_combine_reduce(a, g);
     }
 }
 
-/* out[t] = sum over k with topk_idx[t][k] >= 0 of topk_weights[t][k] * terms[t][k], in
- * fp32, k in order: the last stage of a combine whose terms came from several places. */
+/* out[t] = sum over k of topk_weights[t][k] * y(t, k), with y(t, k) at term_src[t][k] (0:
+ * no term), in fp32, k in order: the last stage of a combine whose terms came from several
+ * places, read where they landed. */
 KERNEL_FN void intra_moe_reduce_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const char *rows[INTRA_MOE_MAX_TOPK];
     float weights[INTRA_MOE_MAX_TOPK];
 
+    if (moe_net_failed(a)) {
+        return;
+    }
     for (int t = (int)g.block; t < a->num_tokens; t += (int)g.num_blocks) {
         int n = 0;
 
         for (int k = 0; k < a->topk; ++k) {
             size_t entry = (size_t)t * (size_t)a->topk + (size_t)k;
 
-            if (a->topk_idx[entry] >= 0) {
-                rows[n] = (const char *)a->terms + entry * (size_t)a->y_row_bytes;
+            if (a->term_src[entry] != 0) {
+                rows[n] = (const char *)(uintptr_t)a->term_src[entry];
                 weights[n++] = a->topk_weights[entry];
             }
         }

@@ -44,7 +44,8 @@ struct intra_moe {
     intra_moe_args_t          args;      /* shape, heap bases and layout; per-call fields vary */
     moe_state_t               state;
     int                       max_tokens;
-    int                       num_tokens; /* of the step's dispatch */
+    int                       num_tokens; /* of the step's dispatch, where the host knows it */
+    uint64_t                  step;       /* dispatches enqueued, for messages */
     int32_t                  *counts;    /* [experts_per_rank], host copy */
     intra_moe_recv_t          recv;
 };
@@ -265,8 +266,10 @@ strata_status_t intra_moe_create(const intra_moe_params_t *params, intra_heap_t 
         status = STRATA_ERR_INVALID;
         goto err_free;
     }
-    moe->max_tokens         = params->max_tokens;
-    moe->args.rank          = intra_heap_local_rank(heap);
+    moe->max_tokens           = params->max_tokens;
+    moe->args.rank            = intra_heap_local_rank(heap);
+    moe->args.origin_offset   = -1;
+    moe->args.term_dst_offset = -1;
     moe->args.timeout_ticks = timeout_ns / 1000u * device->timer_ticks_per_us;
     moe->counts = calloc((size_t)moe->args.experts_per_rank, sizeof(*moe->counts));
     if (moe->counts == NULL) {
@@ -313,7 +316,7 @@ static strata_status_t moe_check_state(const intra_moe_t *moe, moe_state_t expec
                                        const char *call)
 {
     if (moe->state == MOE_FAILED) {
-        UTIL_LOG_ERROR("intra moe: %s after a step that timed out; destroy the object", call);
+        UTIL_LOG_ERROR("intra moe: %s after a failed step; destroy the object", call);
         return STRATA_ERR_TIMEOUT;
     }
     if (moe->state != expected) {
@@ -344,27 +347,60 @@ static strata_status_t moe_check_dispatch(const intra_moe_t *moe, const void *x,
     return STRATA_ERR_INVALID;
 }
 
-/* Read what the kernel reported; statuses live in this rank's control block. */
-static strata_status_t moe_read_status(intra_moe_t *moe, bool dispatch, intra_moe_status_t *st)
+static intra_moe_control_t *moe_own_control(const intra_moe_t *moe)
 {
-    const intra_moe_control_t *control =
-        (const intra_moe_control_t *)(moe->args.heap[moe->args.rank] + moe->args.layout.control);
-
-    return moe->device->mem_copy(st, dispatch ? &control->dispatch_status
-                                              : &control->combine_status, sizeof(*st));
+    return (intra_moe_control_t *)(moe->args.heap[moe->args.rank] + moe->args.layout.control);
 }
 
-static strata_status_t moe_clear_status(intra_moe_t *moe, bool dispatch)
-{
-    intra_moe_control_t *control =
-        (intra_moe_control_t *)(moe->args.heap[moe->args.rank] + moe->args.layout.control);
+static const char *const moe_net_waits[] = {
+    [INTRA_NET_WAIT_CREDIT] = "room in the work ring",   [INTRA_NET_WAIT_HEADER] = "a header",
+    [INTRA_NET_WAIT_GRANT] = "a round-two grant",        [INTRA_NET_WAIT_ROUND_ONE] = "round one",
+    [INTRA_NET_WAIT_ROUND_TWO] = "round two",            [INTRA_NET_WAIT_READS] = "reads",
+    [INTRA_NET_WAIT_TERMS] = "combine terms",            [INTRA_NET_WAIT_SENDS] = "our transfers",
+    [INTRA_NET_BAD_ENTRY] = "a token entry",
+};
 
-    return moe->device->mem_set(dispatch ? &control->dispatch_status : &control->combine_status,
-                                0, sizeof(intra_moe_status_t));
+static const char *moe_net_what(int32_t what)
+{
+    return what > 0 && (size_t)what < UTIL_ARRAY_SIZE(moe_net_waits) && moe_net_waits[what]
+               ? moe_net_waits[what] : "the network";
 }
 
-/* One log line and a status for what the kernel found. */
-static strata_status_t moe_kernel_status(intra_moe_t *moe, const intra_moe_status_t *st)
+/* The step across nodes' findings: each fails the object. */
+static strata_status_t moe_net_status(intra_moe_t *moe, const intra_moe_status_t *st)
+{
+    strata_status_t status;
+
+    switch (st->code) {
+    case INTRA_MOE_KERNEL_NET_FAILED:
+        status = (strata_status_t)st->count;
+        UTIL_LOG_ERROR("moe: step %" PRIu64 ": waiting for %s%s: %s", moe->step,
+                       moe_net_what(st->token), st->value >= 0 ? " from a peer" : "",
+                       strata_status_string(status));
+        break;
+    case INTRA_MOE_KERNEL_NET_TIMEOUT:
+        status = STRATA_ERR_TIMEOUT;
+        UTIL_LOG_ERROR("moe: step %" PRIu64 ": waiting for %s from rank %d: nothing within "
+                       "the bound (count %" PRId64 " awaited)", moe->step, moe_net_what(st->token),
+                       st->value, st->count);
+        break;
+    case INTRA_MOE_KERNEL_NET_PROTOCOL:
+        status = STRATA_ERR_INTERNAL;
+        UTIL_LOG_ERROR("moe: step %" PRIu64 ": rank %d's %s (step %" PRId64 ") does not match "
+                       "ours: the ranks are not in the same step", moe->step, st->value,
+                       moe_net_what(st->token), st->count);
+        break;
+    default:
+        status = STRATA_ERR_INTERNAL;
+        UTIL_LOG_ERROR("moe: the network kernels reported unknown code %d", st->code);
+        break;
+    }
+    moe->state = MOE_FAILED;
+    return status == STRATA_OK ? STRATA_ERR_INTERNAL : status;
+}
+
+/* One log line and a status for what a kernel found; net: the step across nodes'. */
+static strata_status_t moe_kernel_status(intra_moe_t *moe, const intra_moe_status_t *st, bool net)
 {
     const intra_moe_args_t *a = &moe->args;
 
@@ -392,39 +428,72 @@ static strata_status_t moe_kernel_status(intra_moe_t *moe, const intra_moe_statu
         return STRATA_ERR_CAPACITY;
     case INTRA_MOE_KERNEL_TIMEOUT:
         UTIL_LOG_ERROR("intra moe: local rank %d did not reach step %" PRIu64 " within %" PRIu64
-                       " us; the object can only be destroyed", st->value, a->step,
+                       " us; the object can only be destroyed", st->value, moe->step,
                        a->timeout_ticks / moe->device->timer_ticks_per_us);
         moe->state = MOE_FAILED;
         return STRATA_ERR_TIMEOUT;
+    case INTRA_MOE_KERNEL_MODES:
+        UTIL_LOG_ERROR("moe: %s %d moves the experts of step %" PRIu64 " in other modes than "
+                       "this rank: every rank must set the same pull masks and mode",
+                       net ? "rank" : "local rank", st->value, moe->step);
+        moe->state = MOE_FAILED;
+        return STRATA_ERR_INTERNAL;
     default:
+        if (net) {
+            return moe_net_status(moe, st);
+        }
         UTIL_LOG_ERROR("intra moe: the kernel reported unknown code %d", st->code);
         moe->state = MOE_FAILED;
         return STRATA_ERR_INTERNAL;
     }
 }
 
-/* Clear the status, launch, wait, and translate what the kernel reported. */
-static strata_status_t moe_run(intra_moe_t *moe, intra_moe_kernel_t kernel)
+/* Of two statuses, the one to report: a failure of the object before an input error. */
+static strata_status_t moe_worse(strata_status_t a, strata_status_t b)
 {
-    bool dispatch = kernel == INTRA_MOE_KERNEL_DISPATCH;
-    intra_moe_status_t st;
-    strata_status_t status;
+    bool a_soft = a == STRATA_OK || a == STRATA_ERR_INVALID || a == STRATA_ERR_CAPACITY;
 
-    status = moe_clear_status(moe, dispatch);
+    return (a == STRATA_OK || (a_soft && b != STRATA_OK && b != STRATA_ERR_INVALID &&
+                               b != STRATA_ERR_CAPACITY)) ? b : a;
+}
+
+strata_status_t intra_moe_synchronize(intra_moe_t *moe)
+{
+    intra_moe_control_t *control = moe_own_control(moe);
+    intra_moe_status_t st[3]; /* net, dispatch, combine: the root cause first */
+    strata_status_t status = moe->device->queue_synchronize(moe->queue), found = STRATA_OK;
+
     if (status == STRATA_OK) {
-        status = moe->device->moe_launch(moe->queue, kernel, &moe->args);
+        status = moe->device->mem_copy(&st[0], &control->net_status, sizeof(st[0]));
     }
     if (status == STRATA_OK) {
-        status = moe->device->queue_synchronize(moe->queue);
+        status = moe->device->mem_copy(&st[1], &control->dispatch_status, 2 * sizeof(st[1]));
     }
     if (status == STRATA_OK) {
-        status = moe_read_status(moe, dispatch, &st);
+        status = moe->device->mem_set(&control->net_status, 0, sizeof(st[0]));
+    }
+    if (status == STRATA_OK) {
+        status = moe->device->mem_set(&control->dispatch_status, 0, 2 * sizeof(st[1]));
     }
     if (status != STRATA_OK) {
         moe->state = MOE_FAILED; /* peers may be waiting on a launch that never ran */
         return status;
     }
-    return moe_kernel_status(moe, &st);
+    for (int i = 0; i < 3; ++i) {
+        found = moe_worse(found, moe_kernel_status(moe, &st[i], i == 0));
+    }
+    return found;
+}
+
+static strata_status_t moe_launch(intra_moe_t *moe, intra_moe_kernel_t kernel,
+                                  const intra_moe_args_t *args)
+{
+    strata_status_t status = moe->device->moe_launch(moe->queue, kernel, args);
+
+    if (status != STRATA_OK) {
+        moe->state = MOE_FAILED;
+    }
+    return status;
 }
 
 static void moe_set_mask(intra_moe_args_t *a, const uint64_t *pull_mask)
@@ -440,50 +509,95 @@ static void moe_set_mask(intra_moe_args_t *a, const uint64_t *pull_mask)
     }
 }
 
-strata_status_t intra_moe_dispatch(intra_moe_t *moe, const void *x, const float *x_scales,
-                                   const int64_t *topk_idx, int num_tokens,
-                                   const uint64_t *pull_mask, intra_moe_recv_t *recv_p)
+strata_status_t intra_moe_set_tables(intra_moe_t *moe, const intra_moe_tables_t *tables)
 {
-    strata_status_t status, copied;
+    if (moe == NULL || tables == NULL || tables->origin_offset < 0 ||
+        tables->public_src == NULL || tables->public_count == NULL) {
+        UTIL_LOG_ERROR("intra moe: tables need an origin table and the public sources");
+        return STRATA_ERR_INVALID;
+    }
+    moe->args.origin_offset   = tables->origin_offset;
+    moe->args.origin_rank     = tables->origin_rank;
+    moe->args.term_dst_offset = tables->term_dst_offset;
+    moe->args.public_src      = tables->public_src;
+    moe->args.public_count    = tables->public_count;
+    return STRATA_OK;
+}
 
-    if (moe == NULL || recv_p == NULL) {
-        UTIL_LOG_ERROR("intra moe: dispatch without an object or a result");
+strata_status_t intra_moe_set_stream(intra_moe_t *moe, void *stream)
+{
+    return moe->device->queue_set_stream(moe->queue, stream);
+}
+
+static bool moe_step_valid(const intra_moe_t *moe, const intra_moe_step_t *s)
+{
+    if (s->aug_entry == NULL) {
+        return true;
+    }
+    if (s->num_tokens_dev == NULL || s->entry_base == NULL || s->aug_topk == NULL ||
+        s->record_bytes <= 0 || s->record_bytes % 16 != 0) {
+        UTIL_LOG_ERROR("intra moe: received tokens need their count, entries, expert ids and "
+                       "a record size of whole 16-byte units");
+        return false;
+    }
+    (void)moe;
+    return true;
+}
+
+strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_step_t *s)
+{
+    intra_moe_args_t *a = &moe->args;
+    strata_status_t status;
+
+    if (moe == NULL || s == NULL) {
+        UTIL_LOG_ERROR("intra moe: dispatch without an object or a step");
         return STRATA_ERR_INVALID;
     }
     status = moe_check_state(moe, MOE_EXPECT_DISPATCH, "dispatch");
     if (status == STRATA_OK) {
-        status = moe_check_dispatch(moe, x, x_scales, topk_idx, num_tokens);
+        status = moe_check_dispatch(moe, s->x, s->x_scales, s->topk_idx, s->num_own);
+    }
+    if (status == STRATA_OK && !moe_step_valid(moe, s)) {
+        status = STRATA_ERR_INVALID;
     }
     if (status != STRATA_OK) {
         return status;
     }
-    moe_set_mask(&moe->args, pull_mask);
-    moe->args.step      += 1;
-    moe->args.num_tokens = num_tokens;
-    moe->args.x          = x;
-    moe->args.x_scales   = x_scales;
-    moe->args.topk_idx   = topk_idx;
-    moe->num_tokens      = num_tokens;
-    status = moe_run(moe, INTRA_MOE_KERNEL_DISPATCH);
-    if (moe->state == MOE_FAILED) {
-        return status;
+    moe_set_mask(a, s->pull_mask);
+    a->num_tokens     = s->num_own;
+    a->num_own        = s->num_own;
+    a->x              = s->x;
+    a->x_scales       = s->x_scales;
+    a->topk_idx       = s->topk_idx;
+    a->num_tokens_dev = s->num_tokens_dev;
+    a->entry_base     = s->entry_base;
+    a->aug_entry      = s->aug_entry;
+    a->aug_topk       = s->aug_topk;
+    a->record_bytes   = s->record_bytes;
+    a->digest         = s->digest;
+    moe->num_tokens   = s->num_own;
+    moe->step        += 1;
+    status = moe_launch(moe, INTRA_MOE_KERNEL_DISPATCH, a);
+    if (status == STRATA_OK) {
+        moe->state = MOE_EXPECT_COMBINE; /* the step goes on even if this rank saw an error */
     }
-    moe->state = MOE_EXPECT_COMBINE; /* the step goes on even if this rank saw an error */
-    copied = moe->device->mem_copy(moe->counts,
-                                   moe->args.heap[moe->args.rank] + moe->args.layout.recv_count,
-                                   sizeof(int32_t) * (size_t)moe->args.experts_per_rank);
-    if (copied != STRATA_OK) {
-        return copied;
-    }
-    *recv_p = moe->recv;
     return status;
 }
 
-/* Both forms of combine: the sum into out, or (gather) each term into out[t][k]. */
-static strata_status_t moe_combine(intra_moe_t *moe, const void *expert_y,
-                                   const float *topk_weights, const uint64_t *pull_mask,
-                                   void *out, bool gather)
+strata_status_t intra_moe_enqueue_sources(intra_moe_t *moe)
 {
+    if (moe->args.public_src == NULL || moe->state != MOE_EXPECT_COMBINE) {
+        UTIL_LOG_ERROR("intra moe: sources need the tables and a dispatch before them");
+        return STRATA_ERR_INVALID;
+    }
+    return moe_launch(moe, INTRA_MOE_KERNEL_SOURCES, &moe->args);
+}
+
+strata_status_t intra_moe_enqueue_combine(intra_moe_t *moe, const void *expert_y,
+                                          const float *topk_weights, const uint64_t *pull_mask,
+                                          void *out)
+{
+    bool direct = moe != NULL && moe->args.term_dst_offset >= 0;
     strata_status_t status;
 
     if (moe == NULL) {
@@ -495,8 +609,8 @@ static strata_status_t moe_combine(intra_moe_t *moe, const void *expert_y,
         return status;
     }
     if (expert_y == NULL || moe_misaligned(expert_y) ||
-        (moe->num_tokens > 0 && ((!gather && topk_weights == NULL) || out == NULL ||
-                                 moe_misaligned(out)))) {
+        (!direct && moe->num_tokens > 0 &&
+         (topk_weights == NULL || out == NULL || moe_misaligned(out)))) {
         /* Refused before this rank enters the combine: the state stays, so the caller can
          * retry with valid arguments while the peers wait (up to their timeout). */
         UTIL_LOG_ERROR("intra moe: combine needs expert_y, and for %d tokens topk_weights and "
@@ -507,11 +621,77 @@ static strata_status_t moe_combine(intra_moe_t *moe, const void *expert_y,
     moe->args.expert_y     = expert_y;
     moe->args.topk_weights = topk_weights;
     moe->args.out          = out;
-    moe->args.gather       = gather;
-    status = moe_run(moe, INTRA_MOE_KERNEL_COMBINE);
+    status = moe_launch(moe, INTRA_MOE_KERNEL_COMBINE, &moe->args);
     if (moe->state != MOE_FAILED) {
         moe->state = MOE_EXPECT_DISPATCH;
     }
+    return status;
+}
+
+strata_status_t intra_moe_enqueue_reduce(intra_moe_t *moe, const uint64_t *term_src,
+                                         const float *topk_weights, int num_tokens, void *out)
+{
+    intra_moe_args_t args;
+
+    if (moe == NULL || num_tokens < 0 ||
+        (num_tokens > 0 && (term_src == NULL || topk_weights == NULL || out == NULL ||
+                            moe_misaligned(out)))) {
+        UTIL_LOG_ERROR("intra moe: reduce of %d tokens needs term addresses, topk_weights and "
+                       "out, 16-byte aligned", num_tokens);
+        return STRATA_ERR_INVALID;
+    }
+    if (num_tokens == 0) {
+        return STRATA_OK;
+    }
+    args              = moe->args; /* shape only; the kernel reads no peer */
+    args.num_tokens   = num_tokens;
+    args.term_src     = term_src;
+    args.topk_weights = topk_weights;
+    args.out          = out;
+    return moe_launch(moe, INTRA_MOE_KERNEL_REDUCE, &args);
+}
+
+strata_status_t intra_moe_enqueue_net(intra_moe_t *moe, intra_moe_kernel_t kernel,
+                                      const intra_net_args_t *net)
+{
+    if (kernel < INTRA_MOE_KERNEL_NET_SEND || net == NULL || net->ring == NULL) {
+        UTIL_LOG_ERROR("intra moe: kernel %d is not a network kernel, or has no work ring",
+                       (int)kernel);
+        return STRATA_ERR_INVALID;
+    }
+    moe->args.net = *net; /* the node's kernels of the step see it too (moe_net_failed) */
+    return moe_launch(moe, kernel, &moe->args);
+}
+
+/* --- The synchronous calls of one node's step ------------------------------------------------ */
+
+strata_status_t intra_moe_dispatch(intra_moe_t *moe, const void *x, const float *x_scales,
+                                   const int64_t *topk_idx, int num_tokens,
+                                   const uint64_t *pull_mask, intra_moe_recv_t *recv_p)
+{
+    intra_moe_step_t step = {.x = x, .x_scales = x_scales, .topk_idx = topk_idx,
+                             .num_own = num_tokens, .pull_mask = pull_mask};
+    strata_status_t status, copied;
+
+    if (moe == NULL || recv_p == NULL) {
+        UTIL_LOG_ERROR("intra moe: dispatch without an object or a result");
+        return STRATA_ERR_INVALID;
+    }
+    status = intra_moe_enqueue_dispatch(moe, &step);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = intra_moe_synchronize(moe);
+    if (moe->state == MOE_FAILED) {
+        return status;
+    }
+    copied = moe->device->mem_copy(moe->counts,
+                                   moe->args.heap[moe->args.rank] + moe->args.layout.recv_count,
+                                   sizeof(int32_t) * (size_t)moe->args.experts_per_rank);
+    if (copied != STRATA_OK) {
+        return copied;
+    }
+    *recv_p = moe->recv;
     return status;
 }
 
@@ -519,40 +699,13 @@ strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
                                   const float *topk_weights, const uint64_t *pull_mask,
                                   void *out)
 {
-    return moe_combine(moe, expert_y, topk_weights, pull_mask, out, false);
+    strata_status_t status = intra_moe_enqueue_combine(moe, expert_y, topk_weights, pull_mask,
+                                                       out);
+
+    return status == STRATA_OK ? intra_moe_synchronize(moe) : status;
 }
 
-strata_status_t intra_moe_combine_terms(intra_moe_t *moe, const void *expert_y,
-                                        const uint64_t *pull_mask, void *terms)
+void intra_moe_buffers(const intra_moe_t *moe, intra_moe_recv_t *recv_p)
 {
-    return moe_combine(moe, expert_y, NULL, pull_mask, terms, true);
-}
-
-strata_status_t intra_moe_reduce(intra_moe_t *moe, const void *terms, const int64_t *topk_idx,
-                                 const float *topk_weights, int num_tokens, void *out)
-{
-    intra_moe_args_t args;
-    strata_status_t status;
-
-    if (moe == NULL || num_tokens < 0 ||
-        (num_tokens > 0 && (terms == NULL || topk_idx == NULL || topk_weights == NULL ||
-                            out == NULL || moe_misaligned(terms) || moe_misaligned(out)))) {
-        UTIL_LOG_ERROR("intra moe: reduce of %d tokens needs terms, topk_idx, topk_weights and "
-                       "out, with terms and out 16-byte aligned", num_tokens);
-        return STRATA_ERR_INVALID;
-    }
-    if (num_tokens == 0) {
-        return STRATA_OK;
-    }
-    args              = moe->args; /* shape only; the kernel reads no heap */
-    args.num_tokens   = num_tokens;
-    args.terms        = terms;
-    args.topk_idx     = topk_idx;
-    args.topk_weights = topk_weights;
-    args.out          = out;
-    status = moe->device->moe_launch(moe->queue, INTRA_MOE_KERNEL_REDUCE, &args);
-    if (status == STRATA_OK) {
-        status = moe->device->queue_synchronize(moe->queue);
-    }
-    return status;
+    *recv_p = moe->recv;
 }

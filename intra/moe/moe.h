@@ -1,6 +1,7 @@
 /*
  * MoE dispatch and combine between the local ranks of one node, over the symmetric heap
- * and the device backend's kernels (intra/kernels/moe_kernels.h).
+ * and the device backend's kernels (intra/kernels/moe_kernels.h), and the launches of the
+ * step across nodes (intra/kernels/net_kernels.h), which the scheduler drives.
  *
  * Experts are spread evenly: local rank r owns experts [r * E/L, (r + 1) * E/L). A step is
  * collective: every local rank calls intra_moe_dispatch, then intra_moe_combine, in that
@@ -15,6 +16,7 @@
 #include <strata/strata.h>
 
 #include "intra/kernels/moe_kernels.h"
+#include "intra/kernels/net_format.h"
 #include "util/util_config.h"
 
 typedef struct intra_moe intra_moe_t;
@@ -85,23 +87,65 @@ strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
                                   const float *topk_weights, const uint64_t *pull_mask,
                                   void *out);
 
-/**
- * Combine in gather form, for steps whose tokens also have experts on other nodes: the
- * term y(t, k) of every slot routed to this node is written, unweighted, to
- * terms[t][k] ([num_tokens][topk][hidden] in the combine dtype, 16-byte aligned); a term
- * dropped for capacity becomes zeros (and STRATA_ERR_CAPACITY); other slots are not
- * touched. Collective like intra_moe_combine, in its place in the step.
- */
-strata_status_t intra_moe_combine_terms(intra_moe_t *moe, const void *expert_y,
-                                        const uint64_t *pull_mask, void *terms);
+/* --- Launched without waiting: the two-tier step and stream-ordered use ------------------- */
 
-/**
- * out[t] = sum over k with topk_idx[t][k] >= 0 of topk_weights[t][k] * terms[t][k],
- * accumulated in fp32 in k order and rounded once: intra_moe_combine's arithmetic over
- * terms gathered from anywhere. Local: involves no peer, any number of tokens.
+/*
+ * The enqueue calls start kernels on the object's queue and return; intra_moe_synchronize
+ * waits for them and reports the first error any of them found (a failure of the object
+ * before an input error). On GPU backends with a stream given, launches are ordered on it.
  */
-strata_status_t intra_moe_reduce(intra_moe_t *moe, const void *terms, const int64_t *topk_idx,
-                                 const float *topk_weights, int num_tokens, void *out);
+
+/** What the step across nodes set up once: tables in the heap and the public outputs. */
+typedef struct intra_moe_tables {
+    int64_t             origin_offset;   /**< heap: int32[max_tokens][2] (rank, token) */
+    int32_t             origin_rank;     /**< this rank's global rank */
+    int64_t             term_dst_offset; /**< heap: int64[max_tokens][topk]; -1: fused combine */
+    intra_moe_source_t *public_src;      /**< device address, [experts_per_rank][capacity] */
+    int32_t            *public_count;    /**< device address, [experts_per_rank] */
+} intra_moe_tables_t;
+
+/** One dispatch: own tokens from x, and (aug_entry not NULL) those the network brought. */
+typedef struct intra_moe_step {
+    const void     *x;
+    const float    *x_scales;
+    const int64_t  *topk_idx;       /**< [num_own][topk] node-local ids, device memory */
+    int             num_own;
+    const int32_t  *num_tokens_dev; /**< received: own + received, written by the device */
+    const char     *entry_base;     /**< received: entries at entry_base + aug_entry[t] */
+    const int64_t  *aug_entry;
+    const int64_t  *aug_topk;
+    int             record_bytes;
+    const uint64_t *pull_mask;
+    uint64_t        digest;         /**< of the step's modes, checked across the node */
+} intra_moe_step_t;
+
+strata_status_t intra_moe_set_tables(intra_moe_t *moe, const intra_moe_tables_t *tables);
+/** Launch on the caller's stream from now on (NULL: the object's own queue). */
+strata_status_t intra_moe_set_stream(intra_moe_t *moe, void *stream);
+strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_step_t *step);
+/** After a dispatch: the public sources and counts (needs the tables). */
+strata_status_t intra_moe_enqueue_sources(intra_moe_t *moe);
+/**
+ * Combine: with a term_dst table, each term y(t, k) of a slot routed to this node goes,
+ * unweighted, to the heap offset the table gives (a term dropped for capacity becomes
+ * zeros); otherwise the fused sum into out, as intra_moe_combine.
+ */
+strata_status_t intra_moe_enqueue_combine(intra_moe_t *moe, const void *expert_y,
+                                          const float *topk_weights, const uint64_t *pull_mask,
+                                          void *out);
+/**
+ * out[t] = sum over k of topk_weights[t][k] * y(t, k), y(t, k) at address term_src[t][k] (0:
+ * none), accumulated in fp32 in k order and rounded once. Involves no peer.
+ */
+strata_status_t intra_moe_enqueue_reduce(intra_moe_t *moe, const uint64_t *term_src,
+                                         const float *topk_weights, int num_tokens, void *out);
+/** One of the network kernels (INTRA_MOE_KERNEL_NET_*) with its arguments. */
+strata_status_t intra_moe_enqueue_net(intra_moe_t *moe, intra_moe_kernel_t kernel,
+                                      const intra_net_args_t *net);
+/** The buffers a dispatch fills (counts aside): valid for the object's life. */
+void            intra_moe_buffers(const intra_moe_t *moe, intra_moe_recv_t *recv_p);
+/** Wait for everything launched; the first error found (and its one log line). */
+strata_status_t intra_moe_synchronize(intra_moe_t *moe);
 
 /** The config table of the intra layer (STRATA_INTRA_*). */
 extern const util_config_table_t intra_config_table;

@@ -350,6 +350,17 @@ typedef struct strata_moe_recv {
     void                      *expert_y;
 } strata_moe_recv_t;
 
+/** The phases of a step that strata_moe_stats_t times (host time around each, rank-local). */
+typedef enum strata_moe_phase {
+    STRATA_MOE_PHASE_PACK,           /**< dispatch_send: rows packed, round one posted */
+    STRATA_MOE_PHASE_DISPATCH_WAIT,  /**< headers, round two, waiting for other nodes' rows */
+    STRATA_MOE_PHASE_INTRA_DISPATCH, /**< the node's dispatch and the rows' sources */
+    STRATA_MOE_PHASE_COMBINE_KERNEL, /**< terms to where they leave from, returns posted */
+    STRATA_MOE_PHASE_COMBINE_WAIT,   /**< waiting for this rank's tokens' terms */
+    STRATA_MOE_PHASE_REDUCE,         /**< the weighted sums */
+    STRATA_MOE_PHASES
+} strata_moe_phase_t;
+
 /** What the last step did, on this rank. */
 typedef struct strata_moe_stats {
     uint64_t           steps;            /**< steps completed by this object */
@@ -362,6 +373,17 @@ typedef struct strata_moe_stats {
     uint64_t           bytes_to_nodes;   /**< dispatch and combine payload bytes it sent */
     uint64_t           dispatch_ns;      /**< from dispatch_send to dispatch_recv's return */
     uint64_t           combine_ns;
+    /** Each phase's share of the step (0 where a stream is given: the host does not wait). */
+    uint64_t           phase_ns[STRATA_MOE_PHASES];
+    /** Payload bytes host code copied in the step: 0, the kernels move every row. */
+    uint64_t           host_copied_bytes;
+    /** 1: the network area is a pinned host bounce buffer (the transport cannot register
+     *  the device's memory); 0: it is in the node's heap, registered. */
+    int                net_bounce;
+    /** Over the object's life: transfer commands the kernels posted, and (host backend)
+     *  the sum of the times from a command's publishing to the proxy's posting of it. */
+    uint64_t           commands_posted;
+    uint64_t           post_delay_ns;
 } strata_moe_stats_t;
 
 /**
@@ -432,6 +454,20 @@ STRATA_API strata_status_t strata_moe_combine_recv(strata_moe_t *moe, const floa
                                                    void *out);
 STRATA_API strata_status_t strata_moe_combine(strata_moe_t *moe, const void *expert_y,
                                               const float *topk_weights, void *out);
+
+/**
+ * GPU backends: launch every later step's kernels on stream (a cudaStream_t or hipStream_t
+ * as void *): the dispatch and combine halves then enqueue their kernels and return without
+ * waiting, and what recv points to is valid once the stream reaches that point (count and
+ * src are mapped host memory the kernels fill). With a reused layout a step can be captured
+ * in a CUDA graph and replayed; the graph keeps the modes it was captured with. Errors the
+ * kernels find are returned by strata_moe_synchronize. In adaptive mode dispatch_recv still
+ * waits (the owners decide on the host). NULL (the default): every half waits. Between
+ * steps only; the host backend takes only NULL.
+ */
+STRATA_API strata_status_t strata_moe_set_stream(strata_moe_t *moe, void *stream);
+/** Wait for everything the object launched; the first error its kernels found. */
+STRATA_API strata_status_t strata_moe_synchronize(strata_moe_t *moe);
 
 /** The last completed step's statistics; pointers valid until the next step. */
 STRATA_API strata_status_t strata_moe_get_stats(const strata_moe_t *moe,

@@ -1,0 +1,22 @@
+/*
+ * The kernels a device backend launches, by number: shared by the ops table (intra.h) and
+ * the backends' entry-point tables (host_kernels.c, cuda_kernels.cu, hip_kernels.hip).
+ */
+#ifndef STRATA_INTRA_KERNEL_IDS_H
+#define STRATA_INTRA_KERNEL_IDS_H
+
+typedef enum intra_moe_kernel {
+    INTRA_MOE_KERNEL_DISPATCH,
+    INTRA_MOE_KERNEL_COMBINE,
+    INTRA_MOE_KERNEL_REDUCE,     /* no peer involved: sums terms from wherever they landed */
+    INTRA_MOE_KERNEL_SOURCES,    /* received rows' sources as the API names them */
+    /* The step across nodes (net_kernels.h), in launch order. */
+    INTRA_MOE_KERNEL_NET_SEND,
+    INTRA_MOE_KERNEL_NET_RECV,
+    INTRA_MOE_KERNEL_NET_INDEX,
+    INTRA_MOE_KERNEL_NET_RETURN,
+    INTRA_MOE_KERNEL_NET_TERMS,
+    INTRA_MOE_KERNELS
+} intra_moe_kernel_t;
+
+#endif

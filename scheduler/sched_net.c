@@ -1,0 +1,340 @@
+/*
+ * The network side of the MoE object: the area other nodes write into and read from (in
+ * the node's heap, whose region is registered with the engine; or a pinned host bounce
+ * buffer where the transport cannot register the heap's memory), every rank's descriptor
+ * of it, the engine's work ring in memory both the kernels and the proxy reach, and the
+ * device tables the network kernels keep between steps.
+ */
+#include "sched_internal.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t sched_round_up(size_t n, size_t unit)
+{
+    return (n + unit - 1) / unit * unit;
+}
+
+static size_t sched_place(size_t *cursor, size_t bytes)
+{
+    size_t at = *cursor;
+
+    *cursor = sched_round_up(at + bytes, 256);
+    return at;
+}
+
+strata_status_t sched_net_layout(sched_moe_t *moe)
+{
+    const sched_geometry_t *geo = &moe->geo;
+    sched_net_layout_t *l = &moe->net.layout;
+    size_t world = (size_t)geo->world_size, cursor = 0, max_tokens = (size_t)geo->max_tokens;
+    size_t peers = (size_t)geo->num_peers, topk = (size_t)geo->topk;
+
+    memset(l, 0, sizeof(*l));
+    if (peers == 0) {
+        return STRATA_OK;
+    }
+    l->headers     = sched_place(&cursor, 2 * world * geo->header_bytes);
+    l->grants      = sched_place(&cursor, world * INTRA_NET_CTRL_BYTES);
+    l->out_headers = sched_place(&cursor, world * geo->header_bytes);
+    l->out_grants  = sched_place(&cursor, world * INTRA_NET_CTRL_BYTES);
+    l->spec        = sched_place(&cursor, world * (size_t)geo->spec_tokens * geo->entry_bytes);
+    l->overflow    = sched_place(&cursor, peers * max_tokens * geo->entry_bytes);
+    l->staging     = sched_place(&cursor, world * max_tokens * geo->entry_bytes);
+    l->ret_out     = sched_place(&cursor, peers * max_tokens * topk * geo->y_row_bytes);
+    l->ret_in      = sched_place(&cursor, peers * max_tokens * topk * geo->y_row_bytes);
+    l->total       = sched_place(&cursor, 0);
+    return STRATA_OK;
+}
+
+/* Our index among peer's peers: the block of its ret_in that is ours (peers are kept in
+ * rank order on every rank). */
+static int sched_ret_block(const sched_geometry_t *geo, int peer)
+{
+    int index = 0;
+
+    for (int r = 0; r < geo->rank; ++r) {
+        index += geo->rank_node[r] != geo->rank_node[peer] &&
+                 (geo->route == STRATA_MOE_ROUTE_FLAT ||
+                  geo->rank_local[r] == geo->rank_local[peer]);
+    }
+    return index;
+}
+
+size_t sched_ret_in_at(const sched_moe_t *moe, int peer)
+{
+    return moe->net.layout.ret_in + (size_t)sched_ret_block(&moe->geo, peer) *
+                                        (size_t)moe->geo.max_tokens * (size_t)moe->geo.topk *
+                                        moe->geo.y_row_bytes;
+}
+
+/* Register the area's memory: the whole heap region, or the bounce buffer. */
+static strata_status_t sched_net_register(sched_moe_t *moe)
+{
+    sched_net_t *net = &moe->net;
+    const intra_device_ops_t *d = moe->world.device;
+    int local = moe->geo.rank_local[moe->geo.rank], device = 0;
+    inter_mem_kind_t kind = d->memory == INTRA_MEMORY_CUDA ? INTER_MEM_CUDA
+                            : d->memory == INTRA_MEMORY_HIP ? INTER_MEM_ROCM
+                                                             : INTER_MEM_HOST;
+    strata_status_t status;
+
+    if (net->bounce) {
+        status = d->host_alloc(net->layout.total, &net->bounce_host, (void **)&net->area);
+        if (status == STRATA_OK) {
+            status = inter_engine_mem_register(moe->world.engine, net->bounce_host,
+                                               net->layout.total, &net->mr);
+        }
+        net->mr_offset = 0;
+        UTIL_LOG_INFO("moe: the network area is a pinned host buffer of %zu bytes that the "
+                      "kernels write through (%s cannot register %s memory, or "
+                      "STRATA_MOE_NET_MEMORY=bounce)", net->layout.total,
+                      inter_engine_transport_name(moe->world.engine), d->name);
+        return status;
+    }
+    status = d->current_device(&device);
+    if (status == STRATA_OK) {
+        status = inter_engine_mem_register_kind(moe->world.engine, intra_heap_base(moe->heap, local),
+                                                intra_heap_size(moe->heap), kind, device,
+                                                &net->mr);
+    }
+    net->area      = (char *)intra_heap_base(moe->heap, local) + net->area_heap;
+    net->mr_offset = net->area_heap;
+    return status;
+}
+
+/* The ring the kernels feed, in memory both they and the proxy reach. */
+static strata_status_t sched_net_ring(sched_moe_t *moe)
+{
+    sched_net_t *net = &moe->net;
+    const intra_device_ops_t *d = moe->world.device;
+    uint32_t imms = INTRA_NET_IMM_KINDS * (uint32_t)moe->geo.world_size;
+    inter_ring_params_t p = {.slots = SCHED_RING_SLOTS, .num_counters = INTRA_NET_COUNTERS,
+                             .num_imms = imms, .imm_base = STRATA_MOE_IMM_BASE,
+                             .num_regions = 1, .host_stamps = d->memory == INTRA_MEMORY_HOST};
+    strata_status_t status;
+
+    status = d->host_alloc(util_work_ring_bytes(p.slots, p.num_counters, p.num_imms),
+                           (void **)&net->ring_host, (void **)&net->ring_dev);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    p.mem               = net->ring_host;
+    p.regions[0]        = net->mr;
+    p.region_offsets[0] = net->mr_offset;
+    p.remote[0]         = net->desc;
+    return inter_engine_ring_attach(moe->world.engine, &p, &net->ring);
+}
+
+/* The network kernels' tables in device memory, in one allocation. */
+static strata_status_t sched_net_tables(sched_moe_t *moe)
+{
+    sched_net_t *net = &moe->net;
+    const sched_geometry_t *geo = &moe->geo;
+    const intra_device_ops_t *d = moe->world.device;
+    size_t cursor = 0, aug = (size_t)geo->max_aug, topk = (size_t)geo->topk;
+    size_t state  = sched_place(&cursor, sizeof(intra_net_state_t));
+    size_t peers  = sched_place(&cursor, (size_t)geo->num_peers * sizeof(intra_net_peer_t));
+    size_t ticket = sched_place(&cursor, sizeof(uint64_t));
+    size_t slots  = sched_place(&cursor, (size_t)geo->max_entries * sizeof(int32_t));
+    size_t tsrc   = sched_place(&cursor, (size_t)geo->max_tokens * topk * sizeof(uint64_t));
+    size_t entry  = sched_place(&cursor, aug * sizeof(int64_t));
+    size_t atopk  = sched_place(&cursor, aug * topk * sizeof(int64_t));
+    size_t naug   = sched_place(&cursor, sizeof(int32_t));
+    size_t mask   = sched_place(&cursor, (size_t)geo->mask_words * sizeof(uint64_t));
+    size_t ranks  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
+    intra_net_peer_t *init = calloc((size_t)geo->num_peers, sizeof(*init));
+    int32_t *node_ranks = malloc((size_t)geo->world_size * sizeof(int32_t));
+    strata_status_t status = init && node_ranks ? d->mem_alloc(cursor, &net->device_mem)
+                                                : STRATA_ERR_NO_MEMORY;
+    char *base = net->device_mem;
+
+    if (status == STRATA_OK) {
+        net->state      = (intra_net_state_t *)(base + state);
+        net->peers      = (intra_net_peer_t *)(base + peers);
+        net->ticket     = (uint64_t *)(base + ticket);
+        net->slot_of    = (int32_t *)(base + slots);
+        net->term_src   = (uint64_t *)(base + tsrc);
+        net->aug_entry  = (int64_t *)(base + entry);
+        net->aug_topk   = (int64_t *)(base + atopk);
+        net->num_aug    = (int32_t *)(base + naug);
+        net->mask       = (uint64_t *)(base + mask);
+        net->node_ranks = (int32_t *)(base + ranks);
+        status = d->mem_set(base, 0, cursor);
+    }
+    for (int p = 0; p < geo->num_peers && status == STRATA_OK; ++p) {
+        init[p].rank      = geo->peers[p];
+        init[p].node      = geo->rank_node[geo->peers[p]];
+        init[p].ret_block = sched_ret_block(geo, geo->peers[p]);
+    }
+    for (int r = 0; r < geo->world_size; ++r) {
+        node_ranks[r] = geo->node_ranks[r];
+    }
+    if (status == STRATA_OK) {
+        status = d->mem_copy(net->peers, init, (size_t)geo->num_peers * sizeof(*init));
+    }
+    if (status == STRATA_OK) {
+        status = d->mem_copy(net->node_ranks, node_ranks,
+                             (size_t)geo->world_size * sizeof(int32_t));
+    }
+    free(init);
+    free(node_ranks);
+    return status;
+}
+
+/* What every launch of the network kernels shares; sched_net_prepare adds the step's. */
+static void sched_net_args(sched_moe_t *moe)
+{
+    const sched_geometry_t *geo = &moe->geo;
+    sched_net_t *net = &moe->net;
+    intra_net_args_t *a = &net->args;
+    char *heap = intra_heap_base(moe->heap, geo->rank_local[geo->rank]);
+
+    *a = (intra_net_args_t){
+        .ring = net->ring_dev, .ticket = net->ticket, .state = net->state, .peers = net->peers,
+        .area = net->area, .slots = SCHED_RING_SLOTS,
+        .timeout_ticks = moe->timeout_ns / 1000u * moe->world.device->timer_ticks_per_us,
+        .world = geo->world_size, .rank = geo->rank, .num_peers = geo->num_peers,
+        .spec_tokens = geo->spec_tokens, .max_tokens = geo->max_tokens,
+        .pull_read = moe->pull_read,
+        .host_stamps = moe->world.device->memory == INTRA_MEMORY_HOST, .bounce = net->bounce,
+        .entry_bytes = (int32_t)geo->entry_bytes, .record_bytes = (int32_t)geo->record_bytes,
+        .scale_bytes = (int32_t)geo->scale_bytes,
+        .header_bytes = (int32_t)geo->header_bytes, .own_words = geo->own_words,
+        .experts_per_rank = geo->experts_per_rank, .local_size = geo->local_size,
+        .experts_per_node = geo->experts_per_node, .imm_base = STRATA_MOE_IMM_BASE,
+        .chunk_bytes = net->chunk_bytes,
+        .headers = net->layout.headers, .grants = net->layout.grants,
+        .out_headers = net->layout.out_headers, .out_grants = net->layout.out_grants,
+        .spec = net->layout.spec, .overflow = net->layout.overflow,
+        .staging = net->layout.staging, .ret_out = net->layout.ret_out,
+        .ret_in = net->layout.ret_in, .ret_stage = (int64_t)moe->stage_offset,
+        .terms = (int64_t)moe->terms_offset, .node_ranks = net->node_ranks, .mask = net->mask,
+        .slot_of = net->slot_of, .term_src = net->term_src, .aug_entry = net->aug_entry,
+        .aug_topk = net->aug_topk, .num_aug = net->num_aug,
+        .term_dst = (int64_t *)(heap + moe->term_dst_offset),
+        .origin = (int32_t *)(heap + moe->origin_offset),
+    };
+    /* The ring's arrays, at the device's address of the mapped ring. */
+    a->counters = (uint64_t *)((char *)net->ring_dev +
+                               ((char *)util_work_ring_counters(net->ring_host) -
+                                (char *)net->ring_host));
+    a->imms     = (uint64_t *)((char *)net->ring_dev +
+                               ((char *)util_work_ring_imms(net->ring_host) -
+                                (char *)net->ring_host));
+    a->cmds     = (util_work_cmd_t *)((char *)net->ring_dev +
+                                      ((char *)util_work_ring_cmds(net->ring_host) -
+                                       (char *)net->ring_host));
+}
+
+strata_status_t sched_net_open(sched_moe_t *moe)
+{
+    sched_net_t *net = &moe->net;
+    inter_rdesc_t mine;
+    int32_t ready = 0, *all_ready = NULL;
+    strata_status_t status;
+
+    if (moe->geo.num_peers == 0) {
+        return STRATA_OK;
+    }
+    net->chunk_bytes = inter_engine_chunk_bytes(moe->world.engine);
+    net->desc = calloc((size_t)moe->geo.world_size, sizeof(inter_rdesc_t));
+    all_ready = calloc((size_t)moe->geo.world_size, sizeof(int32_t));
+    status = net->desc && all_ready ? sched_net_register(moe) : STRATA_ERR_NO_MEMORY;
+    if (status == STRATA_OK) {
+        inter_engine_mem_range(net->mr, net->mr_offset, net->layout.total, &mine);
+        status = moe->world.allgather(moe->world.allgather_ctx, &mine, net->desc, sizeof(mine));
+    }
+    if (status == STRATA_OK && (status = sched_net_tables(moe)) == STRATA_OK) {
+        status = sched_net_ring(moe);
+    }
+    if (status == STRATA_OK) {
+        sched_net_args(moe);
+        /* Nobody writes before every rank's ring counts the immediates. */
+        status = moe->world.allgather(moe->world.allgather_ctx, &ready, all_ready, sizeof(ready));
+    }
+    free(all_ready);
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("moe: setting up the network area failed: %s",
+                       strata_status_string(status));
+    }
+    return status;
+}
+
+static void sched_heap_release(void *heap)
+{
+    intra_heap_destroy(heap);
+}
+
+void sched_net_close(sched_moe_t *moe)
+{
+    sched_net_t *net = &moe->net;
+    const intra_device_ops_t *d = moe->world.device;
+    bool failed = moe->cur.state == SCHED_STEP_FAILED;
+
+    inter_engine_ring_detach(moe->world.engine, net->ring);
+    if (d != NULL) {
+        d->host_free(net->ring_host);
+        if (net->device_mem != NULL) {
+            d->mem_free(net->device_mem);
+        }
+    }
+    if (net->mr != NULL && failed) {
+        /* A dead peer's operations may still be in the transport: the memory they reach
+         * goes only once the engine's endpoints are shut. */
+        if (net->bounce) {
+            inter_engine_mem_release_late(moe->world.engine, net->mr, net->bounce_host,
+                                          d->host_free);
+            net->bounce_host = NULL;
+        } else {
+            inter_engine_mem_release_late(moe->world.engine, net->mr, moe->heap,
+                                          sched_heap_release);
+            moe->heap = NULL;
+        }
+    } else {
+        inter_engine_mem_deregister(moe->world.engine, net->mr);
+    }
+    if (d != NULL) {
+        d->host_free(net->bounce_host);
+    }
+    free(net->desc);
+    memset(net, 0, sizeof(*net));
+}
+
+strata_status_t sched_net_prepare(sched_moe_t *moe)
+{
+    sched_net_t *net = &moe->net;
+    sched_modes_t *m = &moe->modes;
+    const sched_plan_t *plan = moe->cur.plan;
+    intra_net_args_t *a = &net->args;
+    strata_status_t status = STRATA_OK;
+
+    if (!m->uploaded_valid || memcmp(m->uploaded, m->step_mask, sched_mask_bytes(moe)) != 0) {
+        /* The kernels of the last step still read the old mask: only once they are done. */
+        if (moe->stream != NULL) {
+            status = intra_moe_synchronize(moe->intra);
+        }
+        if (status == STRATA_OK) {
+            status = moe->world.device->mem_copy(net->mask, m->step_mask, sched_mask_bytes(moe));
+        }
+        if (status != STRATA_OK) {
+            return status;
+        }
+        memcpy(m->uploaded, m->step_mask, sched_mask_bytes(moe));
+        m->uploaded_valid = true;
+    }
+    a->num_own    = plan->num_tokens;
+    a->peer_first = plan->d_peer_first;
+    a->tokens     = plan->d_tokens;
+    a->experts    = plan->d_experts;
+    a->clean_idx  = plan->d_clean_idx;
+    a->node_idx   = plan->d_node_idx;
+    a->peer_terms = plan->d_peer_terms;
+    a->x          = moe->cur.x;
+    a->x_scales   = moe->cur.x_scales;
+    a->digest     = m->digest;
+    memset(a->next, 0, sizeof(a->next));
+    memcpy(a->next, m->sent_bits, sizeof(uint64_t) * (size_t)moe->geo.own_words);
+    return STRATA_OK;
+}
