@@ -124,6 +124,13 @@ strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weigh
     }
     moe->stats.combine_ns = util_clock_now_ns() - moe->cur.combine_start_ns;
     moe->stats.steps     += 1;
+    if (moe->net.ring != NULL) {
+        inter_ring_stats_t ring;
+
+        inter_ring_stats(moe->net.ring, &ring);
+        moe->stats.commands_posted = ring.commands;
+        moe->stats.post_delay_ns   = ring.delay_ns;
+    }
     memcpy(moe->modes.stats_mask, moe->modes.step_mask, sched_mask_bytes(moe));
     moe->stats.pull_mask = moe->modes.stats_mask;
     moe->cur.state       = SCHED_STEP_IDLE;

@@ -28,9 +28,54 @@ static strata_status_t moe_mpi_barrier(void *ctx)
     return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? STRATA_OK : STRATA_ERR_BOOTSTRAP;
 }
 
+/* Where a step's time goes on rank 0: a layout made anew, then each phase strata times. */
+enum { MOE_BD_LAYOUT, MOE_BD_PHASES, MOE_BD_POST = MOE_BD_PHASES + STRATA_MOE_PHASES, MOE_BD_N };
+
+typedef struct moe_breakdown {
+    util_histogram_t         samples[MOE_BD_N];
+    util_histogram_summary_t median[MOE_BD_N];
+    uint64_t                 commands, delay_ns; /* the last step's cumulative counts */
+} moe_breakdown_t;
+
+static const char *const moe_bd_names[MOE_BD_N] = {
+    "layout", "pack+post", "disp wait", "intra disp", "comb kernel", "comb wait", "reduce",
+    "post delay",
+};
+
+/* One step's phases; the posting delay as the mean over the step's commands. */
+static void moe_breakdown_record(moe_breakdown_t *bd, const strata_moe_stats_t *s)
+{
+    uint64_t commands = s->commands_posted - bd->commands;
+
+    for (int p = 0; p < STRATA_MOE_PHASES; ++p) {
+        util_histogram_record(&bd->samples[MOE_BD_PHASES + p], s->phase_ns[p]);
+    }
+    if (commands > 0) {
+        util_histogram_record(&bd->samples[MOE_BD_POST],
+                              (s->post_delay_ns - bd->delay_ns) / commands);
+    }
+    bd->commands = s->commands_posted;
+    bd->delay_ns = s->post_delay_ns;
+}
+
+static void moe_breakdown_print(int tokens, const char *route, moe_breakdown_t *bd,
+                                const intra_result_t *r)
+{
+    printf("%6d %-5s breakdown |", tokens, route);
+    for (int i = 0; i < MOE_BD_N; ++i) {
+        util_histogram_summarize(&bd->samples[i], &bd->median[i]);
+        util_histogram_reset(&bd->samples[i]);
+        printf(" %s %.1f", moe_bd_names[i], (double)bd->median[i].p50 / 1e3);
+        if (i != MOE_BD_POST) {
+            printf(" (%.0f%%)", 100.0 * (double)bd->median[i].p50 / (double)r->step.p50);
+        }
+        printf(i + 1 < MOE_BD_N ? " |" : "\n");
+    }
+}
+
 /* One route: a reused layout, dispatch and combine halves, timed per step. */
 static void moe_run_route(intra_bench_t *b, strata_comm_t *comm, strata_moe_route_t route,
-                          intra_result_t *r, strata_moe_stats_t *stats)
+                          intra_result_t *r, strata_moe_stats_t *stats, moe_breakdown_t *bd)
 {
     static intra_samples_t samples;
     strata_moe_params_t p = {.num_experts = b->experts, .topk = b->topk, .hidden = b->hidden,
@@ -46,6 +91,14 @@ static void moe_run_route(intra_bench_t *b, strata_comm_t *comm, strata_moe_rout
     for (int i = -2; i < b->iters; ++i) {
         uint64_t t0, t1, t2;
 
+        if (bd != NULL) { /* what a layout made for the step would cost */
+            strata_moe_layout_t *fresh;
+
+            t0 = util_clock_now_ns();
+            BENCH_TRY(strata_moe_layout_create(moe, b->idx, b->tokens, &fresh));
+            strata_moe_layout_destroy(fresh);
+            util_histogram_record(&bd->samples[MOE_BD_LAYOUT], util_clock_now_ns() - t0);
+        }
         MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
         t0 = util_clock_now_ns();
         BENCH_TRY(strata_moe_dispatch_send(moe, layout, b->x, NULL));
@@ -53,8 +106,12 @@ static void moe_run_route(intra_bench_t *b, strata_comm_t *comm, strata_moe_rout
         t1 = util_clock_now_ns();
         BENCH_TRY(strata_moe_combine(moe, NULL, b->weights, b->out));
         t2 = util_clock_now_ns();
+        BENCH_TRY(strata_moe_get_stats(moe, stats));
         if (i >= 0) {
             intra_record(&samples, t0, t1, t2);
+        }
+        if (bd != NULL) {
+            moe_breakdown_record(bd, stats);
         }
     }
     BENCH_TRY(strata_moe_get_stats(moe, stats));
@@ -64,15 +121,19 @@ static void moe_run_route(intra_bench_t *b, strata_comm_t *comm, strata_moe_rout
     strata_moe_destroy(moe);
 }
 
-static void moe_measure(intra_bench_t *b, strata_comm_t *comm)
+static void moe_measure(intra_bench_t *b, strata_comm_t *comm, bool breakdown)
 {
+    static moe_breakdown_t flat_bd, hier_bd;
     intra_result_t flat, hier, mpi;
     strata_moe_stats_t flat_stats, hier_stats;
 
     intra_route(b);
     intra_mpi_layout(b);
-    moe_run_route(b, comm, STRATA_MOE_ROUTE_FLAT, &flat, &flat_stats);
-    moe_run_route(b, comm, STRATA_MOE_ROUTE_HIERARCHICAL, &hier, &hier_stats);
+    memset(&flat_bd, 0, sizeof(flat_bd));
+    memset(&hier_bd, 0, sizeof(hier_bd));
+    moe_run_route(b, comm, STRATA_MOE_ROUTE_FLAT, &flat, &flat_stats, breakdown ? &flat_bd : NULL);
+    moe_run_route(b, comm, STRATA_MOE_ROUTE_HIERARCHICAL, &hier, &hier_stats,
+                  breakdown ? &hier_bd : NULL);
     intra_run_mpi(b, &mpi);
     if (b->rank == 0) {
         intra_print_row("MPI_Alltoallv", b->tokens, &mpi, NULL);
@@ -90,6 +151,16 @@ static void moe_measure(intra_bench_t *b, strata_comm_t *comm)
                (unsigned long long)hier_stats.tokens_to_nodes,
                (unsigned long long)flat_stats.bytes_to_nodes,
                (unsigned long long)hier_stats.bytes_to_nodes);
+        printf("%6d strata flat: host-copied bytes per step: %llu (network area in %s)\n",
+               b->tokens, (unsigned long long)flat_stats.host_copied_bytes,
+               flat_stats.net_bounce ? "a host bounce buffer" : "the registered heap");
+        printf("%6d strata hier: host-copied bytes per step: %llu (network area in %s)\n",
+               b->tokens, (unsigned long long)hier_stats.host_copied_bytes,
+               hier_stats.net_bounce ? "a host bounce buffer" : "the registered heap");
+        if (breakdown) {
+            moe_breakdown_print(b->tokens, "flat", &flat_bd, &flat);
+            moe_breakdown_print(b->tokens, "hier", &hier_bd, &hier);
+        }
         fflush(stdout);
     }
 }
@@ -97,29 +168,36 @@ static void moe_measure(intra_bench_t *b, strata_comm_t *comm)
 static void moe_usage(FILE *out)
 {
     fprintf(out, "Usage: mpirun -n N strata-bench moe [--ranks-per-node L] [--tokens N[,N...]]\n"
-                 "              [--hidden H] [--topk K] [--experts E] [--iters N]\n"
+                 "              [--hidden H] [--topk K] [--experts E] [--iters N] [--breakdown]\n"
                  "Two-tier MoE dispatch+combine (bf16, uniform routing, all Push), flat and "
                  "hierarchical,\nagainst MPI_Alltoallv moving the same tokens. Ratios: "
-                 "GB/s against MPI_Alltoallv.\n");
+                 "GB/s against MPI_Alltoallv.\n"
+                 "--breakdown: per route and size, rank 0's median time of each phase of a step\n"
+                 "(a layout made anew, pack and post, waits, kernels, reduce) and its share of the\n"
+                 "step's median; post delay: mean time from a kernel's command to its posting.\n");
 }
 
 int bench_moe_main(int argc, char **argv)
 {
     static const struct option options[] = {
-        INTRA_BENCH_OPTIONS, {"ranks-per-node", required_argument, NULL, 'L'}, {NULL, 0, NULL, 0},
+        INTRA_BENCH_OPTIONS, {"ranks-per-node", required_argument, NULL, 'L'},
+        {"breakdown", no_argument, NULL, 'B'}, {NULL, 0, NULL, 0},
     };
     intra_bench_t b = {.hidden = 2048, .topk = 8};
     intra_bench_opts_t o = {.sizes = {128, 2048}, .num_sizes = 2};
     int per_node = 0, opt;
+    bool breakdown = false;
     char node_name[32];
     strata_config_t config = {.field_mask = STRATA_CONFIG_FIELD_NODE_NAME};
     strata_bootstrap_t bs = {.allgather = moe_mpi_allgather, .barrier = moe_mpi_barrier};
     strata_comm_t *comm;
 
     optind = 2;
-    while ((opt = getopt_long(argc, argv, INTRA_BENCH_SHORT "L:", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, INTRA_BENCH_SHORT "L:B", options, NULL)) != -1) {
         if (opt == 'L') {
             per_node = atoi(optarg);
+        } else if (opt == 'B') {
+            breakdown = true;
         } else if (opt == 'h' || !intra_bench_option(&b, &o, opt, optarg)) {
             moe_usage(opt == 'h' ? stdout : stderr);
             return opt == 'h' ? 0 : 2;
@@ -152,7 +230,7 @@ int bench_moe_main(int argc, char **argv)
     for (int i = 0; i < o.num_sizes; ++i) {
         b.tokens = o.sizes[i];
         b.iters  = o.iters > 0 ? o.iters : o.sizes[i] >= 1024 ? 10 : 100;
-        moe_measure(&b, comm);
+        moe_measure(&b, comm, breakdown);
     }
     strata_comm_destroy(comm);
     MPI_TRY(MPI_Finalize());

@@ -355,6 +355,17 @@ static void run_stop_all(run_job_t *job)
     }
 }
 
+/* Whether the ranks still running are all ones allowed to fail (a test stopped one). */
+static bool run_only_may_fail_left(const run_job_t *job)
+{
+    for (int r = 0; r < job->num_ranks; ++r) {
+        if (job->ranks[r].running && !job->ranks[r].may_fail) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static int run_wait(run_job_t *job)
 {
     double deadline = run_now() + job->timeout;
@@ -375,6 +386,10 @@ static int run_wait(run_job_t *job)
         } else if (run_now() > deadline) {
             fprintf(stderr, "strata-run: timed out after %g s; stopping the job\n", job->timeout);
             rc = RUN_EXIT_TIMEOUT;
+            run_stop_all(job);
+        } else if (run_count_running(job) > 0 && run_only_may_fail_left(job)) {
+            /* e.g. a rank a test stopped with SIGSTOP: the others are done without it */
+            fprintf(stderr, "strata-run: only ranks allowed to fail are left; stopping them\n");
             run_stop_all(job);
         }
     }

@@ -71,6 +71,12 @@ KERNEL_FN uint64_t kernel_load_acquire_u64(const uint64_t *ptr)
     return value;
 }
 
+/* A word another block may be writing, read without ordering (a status code). */
+KERNEL_FN int32_t kernel_load_i32(const int32_t *ptr)
+{
+    return *(const volatile int32_t *)ptr;
+}
+
 KERNEL_FN uint32_t kernel_atomic_add_u32(uint32_t *ptr, uint32_t value)
 {
     return atomicAdd_system((unsigned int *)ptr, (unsigned int)value);
@@ -150,6 +156,11 @@ KERNEL_FN void kernel_store_release_u64(uint64_t *ptr, uint64_t value)
 KERNEL_FN uint64_t kernel_load_acquire_u64(const uint64_t *ptr)
 {
     return atomic_load_explicit((_Atomic uint64_t *)ptr, memory_order_acquire);
+}
+
+KERNEL_FN int32_t kernel_load_i32(const int32_t *ptr)
+{
+    return atomic_load_explicit((_Atomic int32_t *)ptr, memory_order_relaxed);
 }
 
 KERNEL_FN uint32_t kernel_atomic_add_u32(uint32_t *ptr, uint32_t value)

@@ -235,13 +235,13 @@ KERNEL_FN uint64_t moe_step(const intra_moe_args_t *a, int dispatch, kernel_grid
 /* Whether the step across nodes already failed here: the node's kernels then stand down. */
 KERNEL_FN int moe_net_failed(const intra_moe_args_t *a)
 {
-    return a->net.ring != 0 && *(volatile int32_t *)&moe_control(a, a->rank)->net_status.code != 0;
+    return a->net.ring != 0 && kernel_load_i32(&moe_control(a, a->rank)->net_status.code) != 0;
 }
 
 /* Tokens of this launch: the caller's count, or the device's for a step across nodes. */
 KERNEL_FN int moe_num_tokens(const intra_moe_args_t *a)
 {
-    return a->num_tokens_dev != 0 ? *(const volatile int32_t *)a->num_tokens_dev : a->num_tokens;
+    return a->num_tokens_dev != 0 ? kernel_load_i32(a->num_tokens_dev) : a->num_tokens;
 }
 
 KERNEL_FN int moe_received(const intra_moe_args_t *a, int token)
@@ -519,7 +519,7 @@ KERNEL_FN void moe_write_origins(const intra_moe_args_t *a, kernel_grid_t g)
 KERNEL_FN void moe_check_digests(const intra_moe_args_t *a)
 {
     for (int source = 0; source < a->num_ranks; ++source) {
-        if (*(volatile uint64_t *)&moe_control(a, source)->digest != a->digest) {
+        if (kernel_load_acquire_u64(&moe_control(a, source)->digest) != a->digest) {
             moe_report(&moe_control(a, a->rank)->dispatch_status, INTRA_MOE_KERNEL_MODES,
                        source, -1, -1, 0);
         }

@@ -33,7 +33,7 @@ KERNEL_FN intra_moe_status_t *net_status(const intra_moe_args_t *a)
 /* The step is over for this rank: an earlier kernel reported a failure. */
 KERNEL_FN int net_stopped(const intra_moe_args_t *a)
 {
-    return *(volatile int32_t *)&net_status(a)->code != 0;
+    return kernel_load_i32(&net_status(a)->code) != 0;
 }
 
 KERNEL_FN uint64_t net_step(const intra_moe_args_t *a, kernel_grid_t g)

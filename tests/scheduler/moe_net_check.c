@@ -5,7 +5,9 @@
  * and that its tokens' combined results equal a sequential reference bit for bit (fp32 in
  * k order, rounded once). Steps alternate between strata_moe_dispatch/combine and a
  * reusable layout with split halves; pull masks change by step. With --kill RANK that rank
- * dies in the middle of a step and the others must see STRATA_ERR_PEER_FAILED in time.
+ * dies in the middle of a step and the others must see STRATA_ERR_PEER_FAILED in time; with
+ * --stop RANK that rank stops (SIGSTOP) instead, and the others must see PEER_FAILED or
+ * TIMEOUT in time.
  * With --trace FILE the routing is a trace's (tools/strata_trace.h); with --mode adaptive
  * the experts' owners choose the modes, and every step every rank's modes must be the same
  * (gathered from all ranks) while they change; --mode env takes STRATA_MOE_MODE's. With
@@ -50,6 +52,7 @@ typedef struct options {
     mask_mode_t masks;
     const char *trace;
     int        kill;       /* rank that dies, or -1 */
+    bool       stop;       /* it stops (SIGSTOP) instead of dying */
     int        disagree;   /* rank that sets other masks mid-run, or -1 */
     int        kill_step;
     uint64_t   kill_bound_ms; /* survivors must see the failure within this */
@@ -80,6 +83,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--dtype")) o->c.dtype = parse_dtype(v);
         else if (!strcmp(k, "--combine-dtype")) o->c.combine_dtype = parse_dtype(v);
         else if (!strcmp(k, "--kill")) o->kill = atoi(v);
+        else if (!strcmp(k, "--stop")) { o->kill = atoi(v); o->stop = true; }
         else if (!strcmp(k, "--disagree")) o->disagree = atoi(v);
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--trace")) o->trace = v;
@@ -229,6 +233,7 @@ static void check_combine(rank_state_t *r)
 
 /* One step; the layout form on odd steps. Returns the first status that was not OK. */
 static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
+/* kill: 0 no, else the signal this rank raises in the middle of the step */
 {
     uint64_t dmask[INTRA_MOE_MASK_WORDS], cmask[INTRA_MOE_MASK_WORDS];
     strata_moe_layout_t *layout = NULL;
@@ -249,7 +254,7 @@ static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
         CHECK(strata_moe_layout_create(r->moe, r->idx, r->n, &layout) == STRATA_OK, "layout");
         status = strata_moe_dispatch_send(r->moe, layout, r->x, r->scales ? r->x_scales : NULL);
         if (kill) {
-            raise(SIGKILL); /* in the middle of the step, as a crash would */
+            raise(kill); /* in the middle of the step, as a crash or a stall would */
         }
         if (status == STRATA_OK) {
             status = strata_moe_dispatch_recv(r->moe, &recv);
@@ -385,7 +390,8 @@ int main(int argc, char **argv)
     }
     for (g_step = 0; g_step < o.c.steps; ++g_step) {
         step_start = util_clock_now_ns();
-        status = run_step(&r, g_step == o.kill_step && g_rank == o.kill,
+        status = run_step(&r, g_step == o.kill_step && g_rank == o.kill
+                                  ? (o.stop ? SIGSTOP : SIGKILL) : 0,
                           g_step == o.kill_step && g_rank == o.disagree);
         if (status != STRATA_OK) {
             break;
@@ -405,9 +411,10 @@ int main(int argc, char **argv)
     } else if (o.kill >= 0) {
         uint64_t took_ms = (util_clock_now_ns() - step_start) / UTIL_NSEC_PER_MSEC;
 
-        CHECK(status == STRATA_ERR_PEER_FAILED && g_step == o.kill_step,
-              "rank %d died at step %d; this rank got %s at step %d", o.kill, o.kill_step,
-              strata_status_string(status), g_step);
+        CHECK((status == STRATA_ERR_PEER_FAILED ||
+               (o.stop && status == STRATA_ERR_TIMEOUT)) && g_step == o.kill_step,
+              "rank %d %s at step %d; this rank got %s at step %d", o.kill,
+              o.stop ? "stopped" : "died", o.kill_step, strata_status_string(status), g_step);
         CHECK(took_ms <= o.kill_bound_ms, "the failure took %" PRIu64 " ms to show, bound %"
               PRIu64, took_ms, o.kill_bound_ms);
         printf("rank %d: rank %d failed after %" PRIu64 " ms: %s\n", g_rank, o.kill, took_ms,

@@ -3,7 +3,8 @@
 # joined by veth pairs (tcp;ofi_rxm between nodes, the host backend within), both routes,
 # every dtype, pull masks changing by step, round two exercised by a small round one, Pull
 # across nodes by read and by request; adaptive modes on a drifting routing trace (made by
-# strata-tune) and a fixed mode file; and a rank killed mid-step.
+# strata-tune) and a fixed mode file; a rank killed, and one stopped, mid-step; and the network
+# area in a pinned host bounce buffer.
 set -u
 run=$1 check=$2 tune=$3
 passed=0 failed=0
@@ -68,6 +69,13 @@ case_run "2x2 hierarchical, rank 3 sets other pull masks" 4 "other modes failed"
 # A rank killed mid-step: every survivor sees PEER_FAILED within the heartbeat bound (3 s)
 # plus the time the intra tier waits on it (the same bound), with slack for a loaded machine.
 case_run "2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
+# A rank stopped mid-step (SIGSTOP: alive, silent): the same bound, PEER_FAILED or TIMEOUT;
+# strata-run removes the stopped rank once the others are done.
+case_run "2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000
+# The network area in a pinned host bounce buffer instead of the registered heap (the
+# fallback for transports that cannot register device memory), both routes.
+case_run "2x2 flat, bounce buffer, round one of 3 tokens" 4 "$ok" -- $calm STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=flat STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 40)
+case_run "3x2 hierarchical, bounce buffer, pull by request" 6 "$ok" -- $calm STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=hierarchical STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 30) --experts 24 --topk 6
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
