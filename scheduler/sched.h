@@ -55,6 +55,14 @@ void            sched_moe_destroy(sched_moe_t *moe);
 strata_status_t sched_plan_create(const sched_moe_t *moe, const int64_t *topk_idx, int num_tokens,
                                   bool skip_bad, sched_plan_t **plan_p);
 void            sched_plan_destroy(sched_plan_t *plan);
+/**
+ * The object's own plan (owned by it, reused step after step: no allocation), refilled for
+ * num_tokens tokens between steps; bad ids become -1 and the plan says so (the step then
+ * returns STRATA_ERR_INVALID). With a stream, waits first for the device to finish with the
+ * last one. STRATA_ERR_INVALID for a bad count or a step in progress.
+ */
+strata_status_t sched_plan_refill(sched_moe_t *moe, const int64_t *topk_idx, int num_tokens,
+                                  const sched_plan_t **plan_p);
 
 strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispatch_mask,
                                         const uint64_t *combine_mask);

@@ -358,3 +358,37 @@ void sched_plan_destroy(sched_plan_t *plan)
     sched_plan_release(plan);
     free(plan);
 }
+
+strata_status_t sched_plan_refill(sched_moe_t *moe, const int64_t *topk_idx, int num_tokens,
+                                  const sched_plan_t **plan_p)
+{
+    strata_status_t built, status = STRATA_OK;
+
+    if (moe->cur.state != SCHED_STEP_IDLE) { /* the step in progress still uses the plan */
+        UTIL_LOG_ERROR("moe: dispatch %s", moe->cur.state == SCHED_STEP_FAILED
+                                               ? "after a failed step; destroy the object"
+                                               : "before the step in progress has combined");
+        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+    }
+    if (num_tokens < 0 || num_tokens > moe->geo.max_tokens || (num_tokens > 0 && !topk_idx)) {
+        UTIL_LOG_ERROR("moe: dispatch of %d tokens (0..%d) needs topk_idx", num_tokens,
+                       moe->geo.max_tokens);
+        return STRATA_ERR_INVALID;
+    }
+    if (moe->stream != NULL) { /* the last step's kernels may still read the device copy */
+        status = sched_moe_synchronize(moe);
+        if (status != STRATA_OK && status != STRATA_ERR_INVALID && status != STRATA_ERR_CAPACITY) {
+            return status;
+        }
+    }
+    /* Bad ids become -1 and the plan says so (had_bad_ids): the step reports INVALID. */
+    built = sched_plan_build(&moe->geo, topk_idx, num_tokens, true, &moe->own_plan);
+    if (built != STRATA_OK && built != STRATA_ERR_INVALID) {
+        return built;
+    }
+    status = sched_plan_upload(moe, &moe->own_plan);
+    if (status == STRATA_OK) {
+        *plan_p = &moe->own_plan;
+    }
+    return status;
+}

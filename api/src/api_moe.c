@@ -13,9 +13,8 @@
 #include <unistd.h>
 
 struct strata_moe {
-    strata_comm_t       *comm;
-    sched_moe_t         *sched;
-    strata_moe_layout_t *own_layout; /* strata_moe_dispatch's, for this step */
+    strata_comm_t *comm;
+    sched_moe_t   *sched;
 };
 
 /* Unique per object and the same on every rank: rank 0's process and clock, and a count of
@@ -147,7 +146,6 @@ STRATA_API void strata_moe_destroy(strata_moe_t *moe)
         return;
     }
     sched_moe_destroy(moe->sched);
-    sched_plan_destroy(moe->own_layout);
     free(moe);
 }
 
@@ -202,26 +200,20 @@ STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
                                                const float *x_scales, const int64_t *topk_idx,
                                                int num_tokens, strata_moe_recv_t *recv_p)
 {
-    strata_moe_layout_t *layout = NULL;
-    strata_status_t planned, status;
+    const strata_moe_layout_t *layout = NULL;
+    strata_status_t status;
 
     if (moe == NULL || recv_p == NULL) {
         UTIL_LOG_ERROR("strata_moe_dispatch: NULL object or result");
         return STRATA_ERR_INVALID;
     }
     /* Bad ids are skipped, not refused: the other ranks are already in the step. */
-    planned = sched_plan_create(moe->sched, topk_idx, num_tokens, true, &layout);
-    if (planned != STRATA_OK && planned != STRATA_ERR_INVALID) {
-        return planned;
-    }
-    status = sched_moe_dispatch_send(moe->sched, layout, x, x_scales);
+    status = sched_plan_refill(moe->sched, topk_idx, num_tokens, &layout);
     if (status != STRATA_OK) {
-        sched_plan_destroy(layout);
         return status;
     }
-    sched_plan_destroy(moe->own_layout); /* the previous step's, whose combine is over */
-    moe->own_layout = layout;
-    return sched_moe_dispatch_recv(moe->sched, recv_p);
+    status = sched_moe_dispatch_send(moe->sched, layout, x, x_scales);
+    return status == STRATA_OK ? sched_moe_dispatch_recv(moe->sched, recv_p) : status;
 }
 
 STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void *expert_y)

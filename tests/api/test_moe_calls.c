@@ -1,0 +1,187 @@
+/*
+ * The MoE object's calls on one rank: the host backend refuses a stream and runs every
+ * half to completion; strata_moe_dispatch reuses its own layout across steps of different
+ * sizes, skipping bad ids (STRATA_ERR_INVALID, the step completed) and refusing a dispatch
+ * while a step is in progress without disturbing it; a result stays exact through all of it.
+ */
+#include <strata/strata.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#define EXPERTS 8
+#define HIDDEN  64
+#define TOKENS  16
+#define TOPK    2
+
+static strata_status_t one_allgather(void *ctx, const void *send, void *recv, size_t size)
+{
+    (void)ctx;
+    memcpy(recv, send, size);
+    return STRATA_OK;
+}
+
+static strata_status_t one_barrier(void *ctx)
+{
+    (void)ctx;
+    return STRATA_OK;
+}
+
+static strata_bootstrap_t one_rank = {.rank = 0, .world_size = 1, .allgather = one_allgather,
+                                      .barrier = one_barrier};
+
+typedef struct fixture {
+    strata_comm_t *comm;
+    strata_moe_t  *moe;
+    float          x[TOKENS * HIDDEN], out[TOKENS * HIDDEN], w[TOKENS * TOPK];
+    int64_t        idx[TOKENS * TOPK];
+} fixture_t;
+
+static int setup(void **state)
+{
+    static fixture_t f;
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = TOKENS, .mode = STRATA_MOE_MODE_PUSH};
+
+    setenv("STRATA_INTER_PROVIDER", "tcp", 1);
+    setenv("STRATA_INTER_IFACE", "lo", 1);
+    if (strata_comm_create(NULL, &one_rank, &f.comm) != STRATA_OK ||
+        strata_moe_create(f.comm, &p, &f.moe) != STRATA_OK) {
+        return -1;
+    }
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+
+    strata_moe_destroy(f->moe);
+    strata_comm_destroy(f->comm);
+    return 0;
+}
+
+/* n tokens, expert (t + k * 3) % EXPERTS for slot k; weights 1/2; x[t][h] = t + h/64. */
+static void fill(fixture_t *f, int n)
+{
+    for (int t = 0; t < n; ++t) {
+        for (int k = 0; k < TOPK; ++k) {
+            f->idx[t * TOPK + k] = (t + k * 3) % EXPERTS;
+            f->w[t * TOPK + k]   = 0.5f;
+        }
+        for (int h = 0; h < HIDDEN; ++h) {
+            f->x[t * HIDDEN + h] = (float)t + (float)h / 64.0f;
+        }
+    }
+}
+
+/* Identity experts: every output row is its input row; so out[t] = sum of routed w * x[t]. */
+static strata_status_t step(fixture_t *f, int n)
+{
+    strata_moe_recv_t recv = {0};
+    strata_status_t status = strata_moe_dispatch(f->moe, f->x, NULL, f->idx, n, &recv);
+
+    if (recv.x == NULL) { /* refused: no step was taken (INVALID also means ids skipped) */
+        return status;
+    }
+    memcpy(recv.expert_y, recv.x, (size_t)recv.num_local_experts * (size_t)recv.capacity *
+                                      recv.row_bytes);
+    memset(f->out, 0xff, sizeof(f->out));
+    {
+        strata_status_t combined = strata_moe_combine(f->moe, NULL, f->w, f->out);
+
+        return combined != STRATA_OK ? combined : status;
+    }
+}
+
+static void check(const fixture_t *f, int n)
+{
+    for (int t = 0; t < n; ++t) {
+        float routed = 0.0f;
+
+        for (int k = 0; k < TOPK; ++k) {
+            routed += f->idx[t * TOPK + k] >= 0 ? 0.5f : 0.0f;
+        }
+        for (int h = 0; h < HIDDEN; ++h) {
+            assert_true(f->out[t * HIDDEN + h] == routed * f->x[t * HIDDEN + h]);
+        }
+    }
+}
+
+static void test_stream_refused_on_host(void **state)
+{
+    fixture_t *f = *state;
+    int fake;
+
+    assert_int_equal(strata_moe_set_stream(f->moe, &fake), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_set_stream(f->moe, NULL), STRATA_OK);
+    assert_int_equal(strata_moe_synchronize(f->moe), STRATA_OK);
+    assert_int_equal(strata_moe_set_stream(NULL, NULL), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_synchronize(NULL), STRATA_ERR_INVALID);
+}
+
+static void test_reused_layout_sizes(void **state)
+{
+    fixture_t *f = *state;
+    static const int sizes[] = {TOKENS, 3, 0, 1, TOKENS, 7};
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); ++i) {
+        fill(f, sizes[i]);
+        assert_int_equal(step(f, sizes[i]), STRATA_OK);
+        check(f, sizes[i]);
+    }
+    assert_int_equal(step(f, TOKENS + 1), STRATA_ERR_INVALID); /* refused, no step taken */
+    fill(f, 5);
+    assert_int_equal(step(f, 5), STRATA_OK);
+    check(f, 5);
+}
+
+static void test_bad_ids_skipped(void **state)
+{
+    fixture_t *f = *state;
+
+    fill(f, 6);
+    f->idx[2 * TOPK + 1] = EXPERTS + 4; /* not an expert */
+    f->idx[4 * TOPK + 1] = f->idx[4 * TOPK]; /* twice the same */
+    assert_int_equal(step(f, 6), STRATA_ERR_INVALID);
+    f->idx[2 * TOPK + 1] = -1;
+    f->idx[4 * TOPK + 1] = -1;
+    check(f, 6); /* the bad slots were left out, the rest exact */
+    fill(f, 6);
+    assert_int_equal(step(f, 6), STRATA_OK);
+    check(f, 6);
+}
+
+static void test_dispatch_during_a_step(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_recv_t recv;
+
+    fill(f, 4);
+    assert_int_equal(strata_moe_dispatch(f->moe, f->x, NULL, f->idx, 4, &recv), STRATA_OK);
+    assert_int_equal(strata_moe_dispatch(f->moe, f->x, NULL, f->idx, 2, &recv),
+                     STRATA_ERR_INVALID);
+    memcpy(recv.expert_y, recv.x, (size_t)recv.num_local_experts * (size_t)recv.capacity *
+                                      recv.row_bytes);
+    assert_int_equal(strata_moe_combine(f->moe, NULL, f->w, f->out), STRATA_OK);
+    check(f, 4); /* the step in progress kept its 4 tokens */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stream_refused_on_host),
+        cmocka_unit_test(test_reused_layout_sizes),
+        cmocka_unit_test(test_bad_ids_skipped),
+        cmocka_unit_test(test_dispatch_during_a_step),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
