@@ -2,7 +2,7 @@
  * The MoE object's calls on one rank: the host backend refuses a stream and runs every
  * half to completion; strata_moe_dispatch reuses its own layout across steps of different
  * sizes, skipping bad ids (STRATA_ERR_INVALID, the step completed) and refusing a dispatch
- * while a step is in progress without disturbing it; a result stays exact through all of it.
+ * while a step is in progress; every result is exact.
  */
 #include <strata/strata.h>
 
@@ -172,7 +172,7 @@ static void test_dispatch_during_a_step(void **state)
                                       recv.row_bytes);
     memset(f->out, 0xff, sizeof(f->out));
     assert_int_equal(strata_moe_combine(f->moe, NULL, f->w, f->out), STRATA_OK);
-    check(f, 4); /* the step in progress kept its 4 tokens */
+    check(f, 4); /* the step in progress completes */
 }
 
 int main(void)
