@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # strata-bench p2p runs end to end on a small size range and prints a row per size; where
 # strata-bench has its intra subcommand (built with MPI) and the build is not sanitized
-# (third argument), intra and moe run on small shapes and print every path.
+# (third argument), intra and moe run on small shapes and print every path, moe also its
+# host-copied bytes and the breakdown of a step.
 set -u
 run=$1 bench=$2 sanitize=${3:-}
 out=$(STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo "$run" -n 2 --timeout 120 -- \
@@ -29,10 +30,14 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
     out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
           mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \
           -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo \
-          "$bench" moe --ranks-per-node 2 --tokens 8,64 --hidden 256 --iters 3 2>&1)
+          "$bench" moe --ranks-per-node 2 --tokens 8,64 --hidden 256 --iters 3 --breakdown 2>&1)
     rc=$?
     rows=$(grep -cE '^ +(8|64) (MPI_Alltoallv|strata flat|strata hier) ' <<<"$out")
-    if [ $rc -ne 0 ] || [ "$rows" -ne 6 ] || ! grep -q '2 nodes' <<<"$out"; then
+    # per size and route: the host-copied bytes line and the breakdown of a step
+    copied=$(grep -cE '^ +(8|64) strata (flat|hier): host-copied bytes per step: [0-9]+ ' <<<"$out")
+    phases=$(grep -cE '^ +(8|64) (flat|hier) +breakdown \| layout .*reduce .*post delay' <<<"$out")
+    if [ $rc -ne 0 ] || [ "$rows" -ne 6 ] || [ "$copied" -ne 4 ] || [ "$phases" -ne 4 ] ||
+       ! grep -q '2 nodes' <<<"$out"; then
         echo "$out"
         echo "3 passed, 1 failed"
         exit 1
