@@ -94,7 +94,7 @@ typedef struct intra_device_ops {
     strata_status_t (*moe_launch)(intra_queue_t *queue, intra_moe_kernel_t kernel,
                                   const struct intra_moe_args *args);
     strata_status_t (*queue_synchronize)(intra_queue_t *queue);
-    /** Blocks a launch uses when the caller does not say. */
+    /** Blocks a launch uses when the caller does not say; 0: the rank's share of the cores. */
     unsigned default_blocks;
     /** Rate of the kernels' timer (kernel_timer), for their wait bounds. */
     uint64_t timer_ticks_per_us;

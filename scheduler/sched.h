@@ -35,9 +35,14 @@ typedef struct sched_moe_world {
     const struct intra_device_ops *device;
     const char                    *job_key;    /**< the same on every rank, unique per object */
     uint64_t                       peer_timeout_ns; /**< the engine's heartbeat bound */
+    /** The object's immediates: imm_base .. imm_base + sched_moe_imm_count(world) - 1. */
+    uint32_t                       imm_base;
     strata_allgather_fn_t          allgather;  /**< collective over all ranks */
     void                          *allgather_ctx;
 } sched_moe_world_t;
+
+/** How many immediates an object over world_size ranks counts. */
+uint32_t sched_moe_imm_count(int world_size);
 
 /** The STRATA_MOE_* variables. */
 extern const util_config_table_t sched_moe_config_table;

@@ -74,6 +74,11 @@ static size_t sched_elem_size(strata_dtype_t dtype)
     return dtype == STRATA_DTYPE_FP32 ? 4 : dtype == STRATA_DTYPE_FP8_E4M3 ? 1 : 2;
 }
 
+uint32_t sched_moe_imm_count(int world_size)
+{
+    return INTRA_NET_IMM_KINDS * (uint32_t)world_size;
+}
+
 /* What the intra tier does not check itself: the world's shape. */
 static bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w)
 {
@@ -81,6 +86,10 @@ static bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_wor
 
     if (w->world_size > max_world) {
         UTIL_LOG_ERROR("moe: %d ranks; at most %d are supported", w->world_size, max_world);
+    } else if (w->imm_base < STRATA_MOE_IMM_BASE ||
+               w->imm_base + sched_moe_imm_count(w->world_size) > INTER_IMM_MAX) {
+        UTIL_LOG_ERROR("moe: immediates %u + %u outside %u..%u", w->imm_base,
+                       sched_moe_imm_count(w->world_size), STRATA_MOE_IMM_BASE, INTER_IMM_MAX - 1);
     } else if (w->world_size % w->num_nodes != 0) {
         UTIL_LOG_ERROR("moe: %d ranks on %d nodes: every node needs as many ranks",
                        w->world_size, w->num_nodes);

@@ -109,9 +109,9 @@ static strata_status_t sched_net_ring(sched_moe_t *moe)
 {
     sched_net_t *net = &moe->net;
     const intra_device_ops_t *d = moe->world.device;
-    uint32_t imms = INTRA_NET_IMM_KINDS * (uint32_t)moe->geo.world_size;
+    uint32_t imms = sched_moe_imm_count(moe->geo.world_size);
     inter_ring_params_t p = {.slots = SCHED_RING_SLOTS, .num_counters = INTRA_NET_COUNTERS,
-                             .num_imms = imms, .imm_base = STRATA_MOE_IMM_BASE,
+                             .num_imms = imms, .imm_base = moe->world.imm_base,
                              .num_regions = 1, .host_stamps = d->memory == INTRA_MEMORY_HOST};
     strata_status_t status;
 
@@ -124,7 +124,13 @@ static strata_status_t sched_net_ring(sched_moe_t *moe)
     p.regions[0]        = net->mr;
     p.region_offsets[0] = net->mr_offset;
     p.remote[0]         = net->desc;
-    return inter_engine_ring_attach(moe->world.engine, &p, &net->ring);
+    status = inter_engine_ring_attach(moe->world.engine, &p, &net->ring);
+    if (status == STRATA_ERR_BUSY) {
+        UTIL_LOG_ERROR("moe: immediates %u..%u are still counted by an older MoE object: "
+                       "too many objects at once on %d ranks", p.imm_base,
+                       p.imm_base + p.num_imms - 1, moe->geo.world_size);
+    }
+    return status;
 }
 
 /* The network kernels' tables in device memory, in one allocation. */
@@ -203,7 +209,7 @@ static void sched_net_args(sched_moe_t *moe)
         .scale_bytes = (int32_t)geo->scale_bytes,
         .header_bytes = (int32_t)geo->header_bytes, .own_words = geo->own_words,
         .experts_per_rank = geo->experts_per_rank, .local_size = geo->local_size,
-        .experts_per_node = geo->experts_per_node, .imm_base = STRATA_MOE_IMM_BASE,
+        .experts_per_node = geo->experts_per_node, .imm_base = moe->world.imm_base,
         .chunk_bytes = net->chunk_bytes,
         .headers = net->layout.headers, .grants = net->layout.grants,
         .out_headers = net->layout.out_headers, .out_grants = net->layout.out_grants,

@@ -171,31 +171,36 @@ static void intra_mpi_reduce(intra_bench_t *b)
     free(acc);
 }
 
+void intra_mpi_step(intra_bench_t *b, intra_samples_t *samples)
+{
+    uint64_t t0, t1, t2;
+
+    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+    t0 = util_clock_now_ns();
+    for (int n = 0; n < b->tokens * b->topk; ++n) { /* pack by destination */
+        memcpy(b->packed + (size_t)n * (size_t)b->hidden,
+               b->x + (size_t)(b->order[n] / b->topk) * (size_t)b->hidden, b->row_bytes);
+    }
+    MPI_TRY(MPI_Alltoallv(b->packed, b->send_counts, b->send_displs, MPI_UINT16_T,
+                          b->received, b->recv_counts, b->recv_displs, MPI_UINT16_T,
+                          MPI_COMM_WORLD));
+    t1 = util_clock_now_ns();
+    MPI_TRY(MPI_Alltoallv(b->received, b->recv_counts, b->recv_displs, MPI_UINT16_T,
+                          b->packed, b->send_counts, b->send_displs, MPI_UINT16_T,
+                          MPI_COMM_WORLD));
+    intra_mpi_reduce(b);
+    t2 = util_clock_now_ns();
+    if (samples != NULL) {
+        intra_record(samples, t0, t1, t2);
+    }
+}
+
 void intra_run_mpi(intra_bench_t *b, intra_result_t *r)
 {
     static intra_samples_t samples;
 
     for (int i = -2; i < b->iters; ++i) {
-        uint64_t t0, t1, t2;
-
-        MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
-        t0 = util_clock_now_ns();
-        for (int n = 0; n < b->tokens * b->topk; ++n) { /* pack by destination */
-            memcpy(b->packed + (size_t)n * (size_t)b->hidden,
-                   b->x + (size_t)(b->order[n] / b->topk) * (size_t)b->hidden, b->row_bytes);
-        }
-        MPI_TRY(MPI_Alltoallv(b->packed, b->send_counts, b->send_displs, MPI_UINT16_T,
-                              b->received, b->recv_counts, b->recv_displs, MPI_UINT16_T,
-                              MPI_COMM_WORLD));
-        t1 = util_clock_now_ns();
-        MPI_TRY(MPI_Alltoallv(b->received, b->recv_counts, b->recv_displs, MPI_UINT16_T,
-                              b->packed, b->send_counts, b->send_displs, MPI_UINT16_T,
-                              MPI_COMM_WORLD));
-        intra_mpi_reduce(b);
-        t2 = util_clock_now_ns();
-        if (i >= 0) {
-            intra_record(&samples, t0, t1, t2);
-        }
+        intra_mpi_step(b, i >= 0 ? &samples : NULL);
     }
     intra_finish(b, &samples, r);
 }

@@ -1,7 +1,7 @@
 /*
  * strata-bench moe: two-tier MoE dispatch+combine through strata_moe on every rank of a
  * job whose ranks are grouped into nodes, for both routes, against MPI_Alltoallv moving the
- * same tokens in the same processes (strata_bench_mpi.h). Decode sizes show latency
+ * same tokens in the same processes (strata_bench_mpi.h), one step of each in turn. Decode sizes show latency
  * (p50/p99), prefill sizes throughput. Launched by mpirun, which also coordinates the
  * ranks and carries strata's bootstrap; on one machine, --ranks-per-node names the nodes:
  *
@@ -43,14 +43,14 @@ static const char *const moe_bd_names[MOE_BD_N] = {
 };
 
 /* One step's phases; the posting delay as the mean over the step's commands. */
-static void moe_breakdown_record(moe_breakdown_t *bd, const strata_moe_stats_t *s)
+static void moe_breakdown_record(moe_breakdown_t *bd, const strata_moe_stats_t *s, bool record)
 {
     uint64_t commands = s->commands_posted - bd->commands;
 
-    for (int p = 0; p < STRATA_MOE_PHASES; ++p) {
+    for (int p = 0; record && p < STRATA_MOE_PHASES; ++p) {
         util_histogram_record(&bd->samples[MOE_BD_PHASES + p], s->phase_ns[p]);
     }
-    if (commands > 0) {
+    if (record && commands > 0) {
         util_histogram_record(&bd->samples[MOE_BD_POST],
                               (s->post_delay_ns - bd->delay_ns) / commands);
     }
@@ -73,95 +73,134 @@ static void moe_breakdown_print(int tokens, const char *route, moe_breakdown_t *
     }
 }
 
-/* One route: a reused layout, dispatch and combine halves, timed per step. */
-static void moe_run_route(intra_bench_t *b, strata_comm_t *comm, strata_moe_route_t route,
-                          intra_result_t *r, strata_moe_stats_t *stats, moe_breakdown_t *bd)
+/* One route's object, its reused layout, and what its steps measured. */
+typedef struct moe_route {
+    strata_moe_route_t   route;
+    strata_moe_t        *moe;
+    strata_moe_layout_t *layout;
+    intra_samples_t      samples;
+    intra_result_t       result;
+    strata_moe_stats_t   stats;
+    moe_breakdown_t      bd;
+} moe_route_t;
+
+static void moe_route_open(intra_bench_t *b, strata_comm_t *comm, moe_route_t *r)
 {
-    static intra_samples_t samples;
     strata_moe_params_t p = {.num_experts = b->experts, .topk = b->topk, .hidden = b->hidden,
                              .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
-                             .max_tokens = b->tokens, .route = route,
+                             .max_tokens = b->tokens, .route = r->route,
                              .mode = STRATA_MOE_MODE_PUSH};
-    strata_moe_layout_t *layout;
-    strata_moe_recv_t recv;
-    strata_moe_t *moe;
 
-    BENCH_TRY(strata_moe_create(comm, &p, &moe));
-    BENCH_TRY(strata_moe_layout_create(moe, b->idx, b->tokens, &layout));
-    for (int i = -2; i < b->iters; ++i) {
-        uint64_t t0, t1, t2;
-
-        if (bd != NULL) { /* what a layout made for the step would cost */
-            strata_moe_layout_t *fresh;
-
-            t0 = util_clock_now_ns();
-            BENCH_TRY(strata_moe_layout_create(moe, b->idx, b->tokens, &fresh));
-            strata_moe_layout_destroy(fresh);
-            util_histogram_record(&bd->samples[MOE_BD_LAYOUT], util_clock_now_ns() - t0);
-        }
-        MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
-        t0 = util_clock_now_ns();
-        BENCH_TRY(strata_moe_dispatch_send(moe, layout, b->x, NULL));
-        BENCH_TRY(strata_moe_dispatch_recv(moe, &recv));
-        t1 = util_clock_now_ns();
-        BENCH_TRY(strata_moe_combine(moe, NULL, b->weights, b->out));
-        t2 = util_clock_now_ns();
-        BENCH_TRY(strata_moe_get_stats(moe, stats));
-        if (i >= 0) {
-            intra_record(&samples, t0, t1, t2);
-        }
-        if (bd != NULL) {
-            moe_breakdown_record(bd, stats);
-        }
-    }
-    BENCH_TRY(strata_moe_get_stats(moe, stats));
-    intra_finish(b, &samples, r);
-    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD)); /* nobody unmaps while a peer still reads */
-    strata_moe_layout_destroy(layout);
-    strata_moe_destroy(moe);
+    BENCH_TRY(strata_moe_create(comm, &p, &r->moe));
+    BENCH_TRY(strata_moe_layout_create(r->moe, b->idx, b->tokens, &r->layout));
 }
 
+/* One step: the reused layout, dispatch and combine halves, timed; with a breakdown, what a
+ * layout made for the step would cost, and each phase. */
+static void moe_route_step(intra_bench_t *b, moe_route_t *r, bool record, bool breakdown)
+{
+    strata_moe_recv_t recv;
+    uint64_t t0, t1, t2;
+
+    if (breakdown) {
+        strata_moe_layout_t *fresh;
+
+        t0 = util_clock_now_ns();
+        BENCH_TRY(strata_moe_layout_create(r->moe, b->idx, b->tokens, &fresh));
+        strata_moe_layout_destroy(fresh);
+        if (record) {
+            util_histogram_record(&r->bd.samples[MOE_BD_LAYOUT], util_clock_now_ns() - t0);
+        }
+    }
+    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+    t0 = util_clock_now_ns();
+    BENCH_TRY(strata_moe_dispatch_send(r->moe, r->layout, b->x, NULL));
+    BENCH_TRY(strata_moe_dispatch_recv(r->moe, &recv));
+    t1 = util_clock_now_ns();
+    BENCH_TRY(strata_moe_combine(r->moe, NULL, b->weights, b->out));
+    t2 = util_clock_now_ns();
+    BENCH_TRY(strata_moe_get_stats(r->moe, &r->stats));
+    if (record) {
+        intra_record(&r->samples, t0, t1, t2);
+    }
+    if (breakdown) {
+        moe_breakdown_record(&r->bd, &r->stats, record);
+    }
+}
+
+static void moe_route_close(intra_bench_t *b, moe_route_t *r)
+{
+    intra_finish(b, &r->samples, &r->result);
+    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD)); /* nobody unmaps while a peer still reads */
+    strata_moe_layout_destroy(r->layout);
+    strata_moe_destroy(r->moe);
+}
+
+static void moe_print(const intra_bench_t *b, moe_route_t *flat, moe_route_t *hier,
+                      const intra_result_t *mpi, bool breakdown)
+{
+    intra_print_row("MPI_Alltoallv", b->tokens, mpi, NULL);
+    intra_print_row("strata flat", b->tokens, &flat->result, mpi);
+    intra_print_row("strata hier", b->tokens, &hier->result, mpi);
+    printf("%6d strata/alltoallv | step p50 speed-up: flat %.2fx, hierarchical %.2fx; "
+           "step p99: flat %.2fx, hierarchical %.2fx\n", b->tokens,
+           (double)mpi->step.p50 / (double)flat->result.step.p50,
+           (double)mpi->step.p50 / (double)hier->result.step.p50,
+           (double)mpi->step.p99 / (double)flat->result.step.p99,
+           (double)mpi->step.p99 / (double)hier->result.step.p99);
+    printf("%6d rank 0 to other nodes per step | flat %llu rows, hierarchical %llu rows "
+           "(%llu and %llu payload bytes with combine)\n", b->tokens,
+           (unsigned long long)flat->stats.tokens_to_nodes,
+           (unsigned long long)hier->stats.tokens_to_nodes,
+           (unsigned long long)flat->stats.bytes_to_nodes,
+           (unsigned long long)hier->stats.bytes_to_nodes);
+    for (moe_route_t *r = flat; r != NULL; r = r == flat ? hier : NULL) {
+        printf("%6d strata %s: host-copied bytes per step: %llu (network area in %s)\n",
+               b->tokens, r == flat ? "flat" : "hier",
+               (unsigned long long)r->stats.host_copied_bytes,
+               r->stats.net_bounce ? "a host bounce buffer" : "the registered heap");
+    }
+    if (breakdown) {
+        moe_breakdown_print(b->tokens, "flat", &flat->bd, &flat->result);
+        moe_breakdown_print(b->tokens, "hier", &hier->bd, &hier->result);
+    }
+    fflush(stdout);
+}
+
+/*
+ * Both routes and MPI_Alltoallv, one step of each in turn (the order rotating), so that all
+ * three see the same moments of a shared, noisy machine.
+ */
 static void moe_measure(intra_bench_t *b, strata_comm_t *comm, bool breakdown)
 {
-    static moe_breakdown_t flat_bd, hier_bd;
-    intra_result_t flat, hier, mpi;
-    strata_moe_stats_t flat_stats, hier_stats;
+    static moe_route_t flat, hier;
+    static intra_samples_t mpi_samples;
+    intra_result_t mpi;
 
     intra_route(b);
     intra_mpi_layout(b);
-    memset(&flat_bd, 0, sizeof(flat_bd));
-    memset(&hier_bd, 0, sizeof(hier_bd));
-    moe_run_route(b, comm, STRATA_MOE_ROUTE_FLAT, &flat, &flat_stats, breakdown ? &flat_bd : NULL);
-    moe_run_route(b, comm, STRATA_MOE_ROUTE_HIERARCHICAL, &hier, &hier_stats,
-                  breakdown ? &hier_bd : NULL);
-    intra_run_mpi(b, &mpi);
-    if (b->rank == 0) {
-        intra_print_row("MPI_Alltoallv", b->tokens, &mpi, NULL);
-        intra_print_row("strata flat", b->tokens, &flat, &mpi);
-        intra_print_row("strata hier", b->tokens, &hier, &mpi);
-        printf("%6d strata/alltoallv | step p50 speed-up: flat %.2fx, hierarchical %.2fx; "
-               "step p99: flat %.2fx, hierarchical %.2fx\n", b->tokens,
-               (double)mpi.step.p50 / (double)flat.step.p50,
-               (double)mpi.step.p50 / (double)hier.step.p50,
-               (double)mpi.step.p99 / (double)flat.step.p99,
-               (double)mpi.step.p99 / (double)hier.step.p99);
-        printf("%6d rank 0 to other nodes per step | flat %llu rows, hierarchical %llu rows "
-               "(%llu and %llu payload bytes with combine)\n", b->tokens,
-               (unsigned long long)flat_stats.tokens_to_nodes,
-               (unsigned long long)hier_stats.tokens_to_nodes,
-               (unsigned long long)flat_stats.bytes_to_nodes,
-               (unsigned long long)hier_stats.bytes_to_nodes);
-        printf("%6d strata flat: host-copied bytes per step: %llu (network area in %s)\n",
-               b->tokens, (unsigned long long)flat_stats.host_copied_bytes,
-               flat_stats.net_bounce ? "a host bounce buffer" : "the registered heap");
-        printf("%6d strata hier: host-copied bytes per step: %llu (network area in %s)\n",
-               b->tokens, (unsigned long long)hier_stats.host_copied_bytes,
-               hier_stats.net_bounce ? "a host bounce buffer" : "the registered heap");
-        if (breakdown) {
-            moe_breakdown_print(b->tokens, "flat", &flat_bd, &flat);
-            moe_breakdown_print(b->tokens, "hier", &hier_bd, &hier);
+    memset(&flat, 0, sizeof(flat));
+    memset(&hier, 0, sizeof(hier));
+    flat.route = STRATA_MOE_ROUTE_FLAT;
+    hier.route = STRATA_MOE_ROUTE_HIERARCHICAL;
+    moe_route_open(b, comm, &flat);
+    moe_route_open(b, comm, &hier);
+    for (int i = -2; i < b->iters; ++i) {
+        for (int j = 0; j < 3; ++j) {
+            int which = (i + 3 + j) % 3;
+
+            if (which == 0) {
+                intra_mpi_step(b, i >= 0 ? &mpi_samples : NULL);
+            } else {
+                moe_route_step(b, which == 1 ? &flat : &hier, i >= 0, breakdown);
+            }
         }
-        fflush(stdout);
+    }
+    intra_finish(b, &mpi_samples, &mpi);
+    moe_route_close(b, &flat);
+    moe_route_close(b, &hier);
+    if (b->rank == 0) {
+        moe_print(b, &flat, &hier, &mpi, breakdown);
     }
 }
 

@@ -58,6 +58,8 @@ void intra_finish(intra_bench_t *b, intra_samples_t *s, intra_result_t *r);
 void intra_mpi_layout(intra_bench_t *b);
 /** The baseline over b->iters steps (collective). */
 void intra_run_mpi(intra_bench_t *b, intra_result_t *r);
+/** One step of the baseline (collective), recorded in samples unless NULL. */
+void intra_mpi_step(intra_bench_t *b, intra_samples_t *samples);
 /** The column titles of intra_print_row. */
 void intra_print_header(void);
 int  intra_max_size(const int *sizes, int num_sizes);

@@ -22,6 +22,7 @@ struct strata_comm {
     const intra_device_ops_t *device;
     inter_engine_t           *engine;
     int                      *all_ranks;  /* [size] 0..size-1, the group of strata_barrier */
+    unsigned                  moe_created; /* MoE objects made (collectively, so equal on all) */
 };
 
 #endif

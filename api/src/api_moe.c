@@ -97,6 +97,7 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
                                              strata_moe_t **moe_p)
 {
     char key[96];
+    unsigned slots;
     sched_moe_world_t world;
     strata_status_t status;
     strata_moe_t *moe;
@@ -109,7 +110,12 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
     if (status != STRATA_OK) {
         return status;
     }
+    /* Each object counts its own range of immediates, taken in turn; objects are made
+     * collectively, in the same order on every rank, so every rank takes the same. */
+    slots = (INTER_IMM_MAX - STRATA_MOE_IMM_BASE) / sched_moe_imm_count(comm->size);
     world = (sched_moe_world_t){
+        .imm_base        = STRATA_MOE_IMM_BASE + (slots > 0 ? comm->moe_created++ % slots : 0) *
+                                                     sched_moe_imm_count(comm->size),
         .rank            = comm->rank,
         .world_size      = comm->size,
         .num_nodes       = comm->num_nodes,

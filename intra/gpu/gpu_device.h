@@ -245,7 +245,9 @@ static strata_status_t gpu_queue_set_stream(intra_queue_t *queue, void *stream)
 static strata_status_t gpu_moe_launch(intra_queue_t *queue, intra_moe_kernel_t kernel,
                                       const struct intra_moe_args *args)
 {
-    return gpu_status(GPU_MOE_LAUNCH(queue->stream, (int)kernel, args, queue->num_blocks),
+    unsigned blocks = intra_moe_kernel_one_block(kernel) ? 1 : queue->num_blocks;
+
+    return gpu_status(GPU_MOE_LAUNCH(queue->stream, (int)kernel, args, blocks),
                       "MoE kernel launch");
 }
 

@@ -168,6 +168,6 @@ const intra_device_ops_t host_device_ops = {
     .queue_set_stream   = host_queue_set_stream,
     .moe_launch         = host_moe_launch,
     .queue_synchronize  = host_queue_synchronize,
-    .default_blocks     = 2,
+    .default_blocks     = 0, /* the rank's share of its cores (intra_moe_create) */
     .timer_ticks_per_us = 1000, /* CLOCK_MONOTONIC nanoseconds */
 };

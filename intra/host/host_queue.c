@@ -132,6 +132,10 @@ void host_queue_destroy(intra_queue_t *queue)
 strata_status_t host_moe_launch(intra_queue_t *queue, intra_moe_kernel_t kernel,
                                 const intra_moe_args_t *args)
 {
+    if (intra_moe_kernel_one_block(kernel)) {
+        host_moe_run_block(kernel, args, 0, 1); /* on the caller; the workers sleep on */
+        return STRATA_OK;
+    }
     pthread_mutex_lock(&queue->lock);
     queue->kernel  = kernel;
     queue->args    = *args;

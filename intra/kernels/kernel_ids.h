@@ -19,4 +19,11 @@ typedef enum intra_moe_kernel {
     INTRA_MOE_KERNELS
 } intra_moe_kernel_t;
 
+/* Kernels whose work is one thread's (the exchange across nodes): launched as one block,
+ * so no other block (on the host backend: no worker thread) is woken for nothing. */
+static inline int intra_moe_kernel_one_block(intra_moe_kernel_t kernel)
+{
+    return kernel == INTRA_MOE_KERNEL_NET_RECV || kernel == INTRA_MOE_KERNEL_NET_TERMS;
+}
+
 #endif

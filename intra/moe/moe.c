@@ -7,6 +7,7 @@
 #include "util/util.h"
 
 #include <inttypes.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,7 @@ typedef struct intra_config {
 static const util_config_field_t intra_config_fields[] = {
     {.name = "INTRA_BLOCKS", .default_value = "0",
      .doc = "Blocks of each intra-node MoE kernel (host backend: threads per rank); 0: the "
-            "backend's default.",
+            "backend's default (host: the rank's share of the cores it may run on).",
      .type = UTIL_CONFIG_INT, .offset = offsetof(intra_config_t, blocks)},
     {.name = "INTRA_TIMEOUT", .default_value = "10s",
      .doc = "How long an intra-node kernel waits for a local peer before failing the step.",
@@ -177,8 +178,18 @@ size_t intra_moe_heap_size(const intra_moe_params_t *params, int local_size)
     return args.layout.total + INTRA_DEVICE_ALIGNMENT;
 }
 
+/* The host backend's blocks are threads: more of them than the rank's share of the cores
+ * it may run on only adds switching (the node's ranks share those cores). */
+static unsigned moe_host_blocks(int local_size)
+{
+    cpu_set_t cpus;
+    int count = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+
+    return (unsigned)UTIL_MAX(1, UTIL_MIN(8, count / UTIL_MAX(local_size, 1)));
+}
+
 static strata_status_t moe_apply_config(const intra_moe_params_t *p, const intra_device_ops_t *dev,
-                                        unsigned *blocks_p, uint64_t *timeout_p)
+                                        int local_size, unsigned *blocks_p, uint64_t *timeout_p)
 {
     intra_config_t config;
     strata_status_t status = util_config_read(&intra_config_table, &config);
@@ -192,8 +203,9 @@ static strata_status_t moe_apply_config(const intra_moe_params_t *p, const intra
         return STRATA_ERR_CONFIG;
     }
     *blocks_p  = p->num_blocks      ? p->num_blocks
-                 : config.blocks > 0 ? (unsigned)config.blocks
-                                     : dev->default_blocks;
+                 : config.blocks > 0  ? (unsigned)config.blocks
+                 : dev->default_blocks ? dev->default_blocks
+                                       : moe_host_blocks(local_size);
     *timeout_p = p->timeout_ns ? p->timeout_ns : config.timeout_ns;
     return STRATA_OK;
 }
@@ -251,7 +263,7 @@ strata_status_t intra_moe_create(const intra_moe_params_t *params, intra_heap_t 
     if (!moe_params_valid(params, local_size)) {
         return STRATA_ERR_INVALID;
     }
-    status = moe_apply_config(params, device, &blocks, &timeout_ns);
+    status = moe_apply_config(params, device, local_size, &blocks, &timeout_ns);
     if (status != STRATA_OK) {
         return status;
     }

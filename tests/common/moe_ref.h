@@ -29,6 +29,7 @@ typedef struct moe_case {
     strata_dtype_t combine_dtype;
     unsigned       seed;
     moe_scenario_t scenario;
+    unsigned       blocks;   /* kernel blocks; 0: the backend's default */
     /* A routing given in full (from a trace), or NULL: [steps][ranks][max_tokens][topk],
      * every rank sending max_tokens tokens every step. */
     const int64_t *routes;

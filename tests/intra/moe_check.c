@@ -373,7 +373,8 @@ static int rank_main(const moe_case_t *c, int rank, const char *key)
 {
     intra_moe_params_t p = {.num_experts = c->experts, .topk = c->topk, .hidden = c->hidden,
                             .dtype = c->dtype, .combine_dtype = c->combine_dtype,
-                            .max_tokens = c->max_tokens, .capacity = c->capacity};
+                            .max_tokens = c->max_tokens, .capacity = c->capacity,
+                            .num_blocks = c->blocks};
     rank_ctx_t r = {.c = c, .rank = rank, .per_rank = c->experts / c->ranks,
                     .dev = intra_device_find(c->device)};
     intra_heap_params_t hp = {.device = r.dev, .local_rank = rank, .local_size = c->ranks,

@@ -45,6 +45,7 @@ static void run_every_dtype(int ranks, int experts)
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(types); ++i) {
         run_case((moe_case_t){.device = "host", .ranks = ranks, .experts = experts, .topk = 4,
                               .hidden = 256, .max_tokens = 40, .steps = 120,
+                              .blocks = 1 + (unsigned)(i + ranks) % 3, /* 1, 2 and 3 */
                               .dtype = types[i][0], .combine_dtype = types[i][1],
                               .seed = test_seed() + (unsigned)(ranks * 10 + (int)i),
                               .scenario = MOE_SCENARIO_EXACT});

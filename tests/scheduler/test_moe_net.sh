@@ -42,10 +42,10 @@ ok='steps passed'
 # as much, run a third of the steps, at least 20: every path and both parities still run.
 steps() { if [ "${STRATA_TEST_QUICK:-0}" = 1 ]; then echo $(( $1 / 3 > 20 ? $1 / 3 : 20 )); else echo "$1"; fi; }
 calm=STRATA_INTER_PEER_TIMEOUT=30s
-case_run "2x2 flat, bf16, round one of 3 tokens" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 60)
+case_run "2x2 flat, bf16, round one of 3 tokens, 3 blocks" 4 "$ok" -- $calm STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=flat STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 60)
 case_run "2x2 hierarchical, fp8 -> bf16" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=8 -- -n 4 --nodes 2 -- --steps $(steps 60) --dtype fp8 --hidden 256
 case_run "2x2 flat, fp32, pull by request" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 4 --nodes 2 -- --steps $(steps 50) --dtype fp32 --combine-dtype fp32 --hidden 64
-case_run "3x2 hierarchical, fp16, no round one" 6 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=0 -- -n 6 --nodes 3 -- --steps $(steps 50) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6
+case_run "3x2 hierarchical, fp16, no round one, 2 blocks" 6 "$ok" -- $calm STRATA_INTRA_BLOCKS=2 STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=0 -- -n 6 --nodes 3 -- --steps $(steps 50) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6
 case_run "3x2 flat, bf16 -> fp32, pull by request" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 50) --combine-dtype fp32 --experts 12 --topk 3
 # Adaptive: a trace whose hot experts move every 10 steps; the owners switch experts between
 # Push and Pull as they do (checked: results exact, every rank in the same modes each step,
@@ -74,7 +74,7 @@ case_run "2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_P
 case_run "2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000
 # The network area in a pinned host bounce buffer instead of the registered heap (the
 # fallback for transports that cannot register device memory), both routes.
-case_run "2x2 flat, bounce buffer, round one of 3 tokens" 4 "$ok" -- $calm STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=flat STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 40)
+case_run "2x2 flat, bounce buffer, round one of 3 tokens, 2 blocks" 4 "$ok" -- $calm STRATA_INTRA_BLOCKS=2 STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=flat STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 40)
 case_run "3x2 hierarchical, bounce buffer, pull by request" 6 "$ok" -- $calm STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=hierarchical STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 30) --experts 24 --topk 6
 
 echo "$passed passed, $failed failed"

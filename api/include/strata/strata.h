@@ -274,8 +274,9 @@ STRATA_API strata_status_t strata_barrier(strata_comm_t *comm, uint64_t timeout_
  * for the others. A peer that dies or goes silent fails the step with
  * STRATA_ERR_PEER_FAILED on every surviving rank within the heartbeat bound
  * (STRATA_INTER_PEER_TIMEOUT); the object can then only be destroyed. One object is used
- * by one thread at a time. While an object exists it uses the immediates from
- * STRATA_MOE_IMM_BASE up; do not wait on those with strata_imm_wait.
+ * by one thread at a time. Objects use immediates from STRATA_MOE_IMM_BASE up (each its own
+ * range of 5 x world size, taken in turn; so (65536 - STRATA_MOE_IMM_BASE) / (5 x world
+ * size) objects can exist at once); do not wait on those with strata_imm_wait.
  */
 
 typedef struct strata_moe        strata_moe_t;
