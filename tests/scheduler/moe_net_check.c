@@ -14,7 +14,9 @@
  * --disagree RANK that rank sets a pull mask unlike the others' in the middle of the run,
  * and every rank must see that step fail (INTERNAL where the masks are compared, or
  * PEER_FAILED / TIMEOUT where it then waits on a rank that gave up).
- * Prints one line per rank; exit 0 on success.
+ * With --two, a second object of the other route lives beside the first and the steps
+ * alternate between them (each counts its own immediates). Prints one line per rank; exit 0
+ * on success.
  */
 #include "common/moe_ref.h"
 #include "intra/intra.h"
@@ -53,6 +55,7 @@ typedef struct options {
     const char *trace;
     int        kill;       /* rank that dies, or -1 */
     bool       stop;       /* it stops (SIGSTOP) instead of dying */
+    bool       two;        /* a second object, of the other route, on odd steps */
     int        disagree;   /* rank that sets other masks mid-run, or -1 */
     int        kill_step;
     uint64_t   kill_bound_ms; /* survivors must see the failure within this */
@@ -84,6 +87,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--combine-dtype")) o->c.combine_dtype = parse_dtype(v);
         else if (!strcmp(k, "--kill")) o->kill = atoi(v);
         else if (!strcmp(k, "--stop")) { o->kill = atoi(v); o->stop = true; }
+        else if (!strcmp(k, "--two")) o->two = atoi(v) != 0;
         else if (!strcmp(k, "--disagree")) o->disagree = atoi(v);
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--trace")) o->trace = v;
@@ -362,6 +366,7 @@ int main(int argc, char **argv)
     rank_state_t r = {0};
     strata_status_t status = STRATA_OK;
     uint64_t step_start = 0;
+    strata_moe_t *objects[2] = {NULL, NULL};
 
     parse(argc, argv, &o);
     CHECK(strata_bootstrap_from_env(&bs) == STRATA_OK, "bootstrap");
@@ -385,11 +390,19 @@ int main(int argc, char **argv)
                                  .mode = o.masks == MASKS_ADAPTIVE ? STRATA_MOE_MODE_ADAPTIVE
                                                                    : STRATA_MOE_MODE_DEFAULT};
 
-        status = strata_moe_create(comm, &p, &r.moe);
+        status = strata_moe_create(comm, &p, &objects[0]);
         CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
+        if (o.two) {
+            CHECK(strata_moe_get_stats(objects[0], &stats) == STRATA_OK, "stats");
+            p.route = stats.route == STRATA_MOE_ROUTE_FLAT ? STRATA_MOE_ROUTE_HIERARCHICAL
+                                                           : STRATA_MOE_ROUTE_FLAT;
+            status = strata_moe_create(comm, &p, &objects[1]);
+            CHECK(status == STRATA_OK, "second moe_create: %s", strata_status_string(status));
+        }
     }
     for (g_step = 0; g_step < o.c.steps; ++g_step) {
         step_start = util_clock_now_ns();
+        r.moe = objects[o.two ? g_step % 2 : 0];
         status = run_step(&r, g_step == o.kill_step && g_rank == o.kill
                                   ? (o.stop ? SIGSTOP : SIGKILL) : 0,
                           g_step == o.kill_step && g_rank == o.disagree);
@@ -423,14 +436,19 @@ int main(int argc, char **argv)
         CHECK(status == STRATA_OK, "%s", strata_status_string(status));
         CHECK(o.masks != MASKS_ADAPTIVE || mode_changes > 0,
               "no expert changed mode in %d adaptive steps", o.c.steps);
-        CHECK(strata_moe_get_stats(r.moe, &stats) == STRATA_OK &&
-                  stats.steps == (uint64_t)o.c.steps, "stats: %" PRIu64 " steps", stats.steps);
+        for (int i = 0; i < (o.two ? 2 : 1); ++i) {
+            uint64_t want = o.two ? (uint64_t)(o.c.steps + (i == 0)) / 2 : (uint64_t)o.c.steps;
+
+            CHECK(strata_moe_get_stats(objects[i], &stats) == STRATA_OK && stats.steps == want,
+                  "stats of object %d: %" PRIu64 " steps, not %" PRIu64, i, stats.steps, want);
+        }
         printf("rank %d: %d steps passed (%s route, last step %" PRIu64 " tokens to other nodes, "
                "%" PRIu64 " in round two; %d mode changes, every rank agreeing)\n", g_rank,
                o.c.steps, stats.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
                stats.tokens_to_nodes, stats.tokens_round_two, mode_changes);
     }
-    strata_moe_destroy(r.moe);
+    strata_moe_destroy(objects[0]);
+    strata_moe_destroy(objects[1]);
     strata_comm_destroy(comm);
     strata_bootstrap_destroy(bs);
     free(r.x); free(r.out); free(r.ref); free(r.x_scales); free(r.weights); free(r.idx);

@@ -47,6 +47,8 @@ case_run "2x2 hierarchical, fp8 -> bf16" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hiera
 case_run "2x2 flat, fp32, pull by request" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 4 --nodes 2 -- --steps $(steps 50) --dtype fp32 --combine-dtype fp32 --hidden 64
 case_run "3x2 hierarchical, fp16, no round one, 2 blocks" 6 "$ok" -- $calm STRATA_INTRA_BLOCKS=2 STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=0 -- -n 6 --nodes 3 -- --steps $(steps 50) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6
 case_run "3x2 flat, bf16 -> fp32, pull by request" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 50) --combine-dtype fp32 --experts 12 --topk 3
+# Two objects at once, one per route, steps alternating between them.
+case_run "2x2, a flat and a hierarchical object at once" 4 "$ok" -- $calm -- -n 4 --nodes 2 -- --steps $(steps 40) --two 1
 # Adaptive: a trace whose hot experts move every 10 steps; the owners switch experts between
 # Push and Pull as they do (checked: results exact, every rank in the same modes each step,
 # at least one change). A policy file with a short dwell, and the model measured at creation.
