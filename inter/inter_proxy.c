@@ -11,6 +11,11 @@
 #include <string.h>
 
 #define INTER_PROXY_CQ_BATCH 32
+/* A proxy that found nothing to do this many loops in a row naps instead of yielding: where
+ * threads outnumber cores, spinning proxies take the cores the ranks' own work needs. The
+ * nap bounds the delay it adds to the first arrival after a quiet spell. */
+#define INTER_PROXY_IDLE_LOOPS 2000
+#define INTER_PROXY_NAP_NS     (50 * UTIL_NSEC_PER_USEC)
 
 static void inter_active_push(inter_engine_t *engine, inter_request_t *req)
 {
@@ -523,6 +528,7 @@ void *inter_proxy_main(void *arg)
     inter_engine_t *engine = arg;
     uint64_t now, last_loop = util_clock_now_ns();
     int work, completions, wedged;
+    unsigned idle = 0;
 
     while (atomic_load_explicit(&engine->running, memory_order_acquire)) {
         completions = 0;
@@ -557,7 +563,10 @@ void *inter_proxy_main(void *arg)
             inter_ring_sweep(engine);
             engine->next_heartbeat = now + engine->params.heartbeat_ns;
         }
-        if (work == 0) {
+        idle = work == 0 ? idle + 1 : 0;
+        if (idle > INTER_PROXY_IDLE_LOOPS) {
+            util_sleep_ns(INTER_PROXY_NAP_NS);
+        } else if (work == 0) {
             sched_yield();
         }
     }
