@@ -104,9 +104,11 @@ KERNEL_FN uint64_t kernel_timer(void)
 #endif
 }
 
-/** Back off while spinning on a flag written by another device or process. */
-KERNEL_FN void kernel_spin_pause(void)
+/** Back off while spinning on a flag written by another device or process; spins: how
+ *  many times this wait has paused already. */
+KERNEL_FN void kernel_spin_pause(uint32_t spins)
 {
+    (void)spins;
 #if defined(__CUDACC__)
     __nanosleep(100);
 #else
@@ -188,10 +190,18 @@ KERNEL_FN uint64_t kernel_timer(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Blocks of several ranks share few cores: give the core to the thread being waited for. */
-KERNEL_FN void kernel_spin_pause(void)
+/* Blocks of several ranks share few cores: give the core to the thread being waited for;
+ * a long wait then naps, so that the threads it waits for (a peer's, a proxy) get the
+ * cores rather than a crowd of spinners. */
+KERNEL_FN void kernel_spin_pause(uint32_t spins)
 {
-    sched_yield();
+    if (spins < 512) {
+        sched_yield();
+    } else {
+        struct timespec nap = {0, 20000};
+
+        nanosleep(&nap, NULL);
+    }
 }
 
 /* The host build compiles kernels with -ffp-contract=off: these are single roundings. */

@@ -199,6 +199,7 @@ KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags, u
 
     if (g.thread == 0) {
         uint64_t start = kernel_timer();
+        uint32_t spins = 0;
 
         ok = 1;
         for (int r = 0; r < a->num_ranks && ok; ++r) {
@@ -209,7 +210,7 @@ KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags, u
                     ok = 0;
                     break;
                 }
-                kernel_spin_pause();
+                kernel_spin_pause(spins++);
             }
         }
     }

@@ -63,6 +63,7 @@ KERNEL_FN int net_wait(const intra_moe_args_t *a, uint64_t *word, uint64_t want,
                        int what)
 {
     uint64_t start = kernel_timer();
+    uint32_t spins = 0;
 
     /* acquire: pairs with the proxy's release of a count after the data it stands for */
     while (kernel_load_acquire_u64(word) < want) {
@@ -77,7 +78,7 @@ KERNEL_FN int net_wait(const intra_moe_args_t *a, uint64_t *word, uint64_t want,
                        (int64_t)want);
             return 0;
         }
-        kernel_spin_pause();
+        kernel_spin_pause(spins++);
     }
     return 1;
 }
