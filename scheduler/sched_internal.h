@@ -155,6 +155,11 @@ strata_status_t sched_plan_build(const sched_geometry_t *geo, const int64_t *top
                                  int num_tokens, bool skip_bad, sched_plan_t *plan);
 /* The host arrays of a plan (not the struct). */
 void            sched_plan_release(sched_plan_t *plan);
+/* Host arrays for up to num_tokens tokens, and for up to entries entries. */
+strata_status_t sched_plan_alloc_ids(const sched_geometry_t *geo, sched_plan_t *plan,
+                                     int num_tokens);
+strata_status_t sched_plan_alloc_entries(const sched_geometry_t *geo, sched_plan_t *plan,
+                                         int entries);
 /* Device arrays for up to max_tokens tokens and plan->capacity entries. */
 strata_status_t sched_plan_device_alloc(const sched_moe_t *moe, sched_plan_t *plan,
                                         int max_tokens);
@@ -188,6 +193,21 @@ struct sched_moe {
     strata_moe_recv_t    recv;
     strata_moe_stats_t   stats;
 };
+
+static inline size_t sched_round_up(size_t n, size_t unit)
+{
+    return (n + unit - 1) / unit * unit;
+}
+
+/* The next part of a carved-up allocation: bytes (at least 1) at *cursor, each part on a
+ * device-aligned boundary. */
+static inline size_t sched_place(size_t *cursor, size_t bytes)
+{
+    size_t at = *cursor;
+
+    *cursor = sched_round_up(at + UTIL_MAX(bytes, 1), INTRA_DEVICE_ALIGNMENT);
+    return at;
+}
 
 static inline bool sched_mask_test(const uint64_t *mask, int bit)
 {

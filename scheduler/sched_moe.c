@@ -64,11 +64,6 @@ const util_config_table_t sched_moe_config_table = {
     .struct_size = sizeof(sched_moe_config_t),
 };
 
-static size_t sched_round_up(size_t n, size_t unit)
-{
-    return (n + unit - 1) / unit * unit;
-}
-
 static size_t sched_elem_size(strata_dtype_t dtype)
 {
     return dtype == STRATA_DTYPE_FP32 ? 4 : dtype == STRATA_DTYPE_FP8_E4M3 ? 1 : 2;
@@ -408,21 +403,13 @@ static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key, b
 static strata_status_t sched_open_own_plan(sched_moe_t *moe)
 {
     sched_plan_t *plan = &moe->own_plan;
-    size_t slots = (size_t)moe->geo.max_tokens * (size_t)moe->geo.topk;
-    size_t peers = (size_t)moe->geo.num_peers;
+    strata_status_t status;
 
-    plan->moe        = moe;
-    plan->device     = moe->world.device;
-    plan->capacity   = moe->geo.max_entries;
-    plan->clean_idx  = malloc(sizeof(int64_t) * slots);
-    plan->node_idx   = malloc(sizeof(int64_t) * slots);
-    plan->peer_first = calloc(peers + 1, sizeof(int32_t));
-    plan->peer_terms = calloc(UTIL_MAX(peers, 1), sizeof(int64_t));
-    plan->tokens     = malloc(sizeof(int32_t) * (size_t)plan->capacity);
-    plan->experts    = malloc(sizeof(int32_t) * (size_t)plan->capacity * (size_t)moe->geo.topk);
-    if (!plan->clean_idx || !plan->node_idx || !plan->peer_first || !plan->peer_terms ||
-        !plan->tokens || !plan->experts) {
-        return STRATA_ERR_NO_MEMORY;
+    plan->moe    = moe;
+    plan->device = moe->world.device;
+    if ((status = sched_plan_alloc_ids(&moe->geo, plan, moe->geo.max_tokens)) != STRATA_OK ||
+        (status = sched_plan_alloc_entries(&moe->geo, plan, moe->geo.max_entries)) != STRATA_OK) {
+        return status;
     }
     return sched_plan_device_alloc(moe, plan, moe->geo.max_tokens);
 }

@@ -11,19 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t sched_round_up(size_t n, size_t unit)
-{
-    return (n + unit - 1) / unit * unit;
-}
-
-static size_t sched_place(size_t *cursor, size_t bytes)
-{
-    size_t at = *cursor;
-
-    *cursor = sched_round_up(at + bytes, 256);
-    return at;
-}
-
 strata_status_t sched_net_layout(sched_moe_t *moe)
 {
     const sched_geometry_t *geo = &moe->geo;
@@ -44,7 +31,7 @@ strata_status_t sched_net_layout(sched_moe_t *moe)
     l->staging     = sched_place(&cursor, world * max_tokens * geo->entry_bytes);
     l->ret_out     = sched_place(&cursor, peers * max_tokens * topk * geo->y_row_bytes);
     l->ret_in      = sched_place(&cursor, peers * max_tokens * topk * geo->y_row_bytes);
-    l->total       = sched_place(&cursor, 0);
+    l->total       = cursor;
     return STRATA_OK;
 }
 

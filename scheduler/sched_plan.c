@@ -185,8 +185,8 @@ static void sched_plan_fill(const sched_geometry_t *geo, sched_plan_t *plan)
     plan->peer_first[0] = 0;
 }
 
-static strata_status_t sched_plan_alloc_ids(const sched_geometry_t *geo, sched_plan_t *plan,
-                                            int num_tokens)
+strata_status_t sched_plan_alloc_ids(const sched_geometry_t *geo, sched_plan_t *plan,
+                                     int num_tokens)
 {
     size_t slots = (size_t)UTIL_MAX(num_tokens, 1) * (size_t)geo->topk;
 
@@ -198,8 +198,8 @@ static strata_status_t sched_plan_alloc_ids(const sched_geometry_t *geo, sched_p
                ? STRATA_OK : STRATA_ERR_NO_MEMORY;
 }
 
-static strata_status_t sched_plan_alloc_entries(const sched_geometry_t *geo, sched_plan_t *plan,
-                                                int entries)
+strata_status_t sched_plan_alloc_entries(const sched_geometry_t *geo, sched_plan_t *plan,
+                                         int entries)
 {
     plan->capacity = UTIL_MAX(entries, 1);
     plan->tokens   = malloc(sizeof(int32_t) * (size_t)plan->capacity);
@@ -246,27 +246,18 @@ void sched_plan_release(sched_plan_t *plan)
 
 /* --- The device copy ----------------------------------------------------------------------- */
 
-static size_t sched_plan_place(size_t *cursor, size_t bytes)
-{
-    size_t at = *cursor;
-
-    *cursor = (at + UTIL_MAX(bytes, 1) + INTRA_DEVICE_ALIGNMENT - 1) /
-              INTRA_DEVICE_ALIGNMENT * INTRA_DEVICE_ALIGNMENT;
-    return at;
-}
-
 /* Device arrays for up to max_tokens tokens and capacity entries, in one allocation. */
 strata_status_t sched_plan_device_alloc(const sched_moe_t *moe, sched_plan_t *plan, int max_tokens)
 {
     const sched_geometry_t *geo = &moe->geo;
     size_t slots = (size_t)UTIL_MAX(max_tokens, 1) * (size_t)geo->topk, cursor = 0;
     size_t peers = (size_t)geo->num_peers;
-    size_t clean = sched_plan_place(&cursor, slots * sizeof(int64_t));
-    size_t node  = sched_plan_place(&cursor, slots * sizeof(int64_t));
-    size_t terms = sched_plan_place(&cursor, UTIL_MAX(peers, 1) * sizeof(int64_t));
-    size_t first = sched_plan_place(&cursor, (peers + 1) * sizeof(int32_t));
-    size_t toks  = sched_plan_place(&cursor, (size_t)plan->capacity * sizeof(int32_t));
-    size_t exps  = sched_plan_place(&cursor, (size_t)plan->capacity * (size_t)geo->topk *
+    size_t clean = sched_place(&cursor, slots * sizeof(int64_t));
+    size_t node  = sched_place(&cursor, slots * sizeof(int64_t));
+    size_t terms = sched_place(&cursor, UTIL_MAX(peers, 1) * sizeof(int64_t));
+    size_t first = sched_place(&cursor, (peers + 1) * sizeof(int32_t));
+    size_t toks  = sched_place(&cursor, (size_t)plan->capacity * sizeof(int32_t));
+    size_t exps  = sched_place(&cursor, (size_t)plan->capacity * (size_t)geo->topk *
                                                  sizeof(int32_t));
     char *base;
     strata_status_t status = moe->world.device->mem_alloc(cursor, &plan->device_mem);

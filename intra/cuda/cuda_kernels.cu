@@ -9,72 +9,58 @@
 
 #define CUDA_MOE_THREADS 256
 
-__global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda_moe_dispatch(intra_moe_args_t args)
+/* One global entry point per kernel body, each a block of 256 threads. */
+#define CUDA_MOE_ENTRY(name, body) \
+    __global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda_moe_##name(intra_moe_args_t args) \
+    { \
+        body(&args, kernel_grid_here()); \
+    }
+
+CUDA_MOE_ENTRY(dispatch, intra_moe_dispatch_body)
+CUDA_MOE_ENTRY(combine, intra_moe_combine_body)
+CUDA_MOE_ENTRY(reduce, intra_moe_reduce_body)
+CUDA_MOE_ENTRY(sources, intra_moe_sources_body)
+CUDA_MOE_ENTRY(net_send, intra_net_send_body)
+CUDA_MOE_ENTRY(net_recv, intra_net_recv_body)
+CUDA_MOE_ENTRY(net_index, intra_net_index_body)
+CUDA_MOE_ENTRY(net_return, intra_net_return_body)
+CUDA_MOE_ENTRY(net_terms, intra_net_terms_body)
+
+/* The entry point of a kernel id; NULL for an id that names none. */
+static void (*cuda_moe_entry(int kernel))(intra_moe_args_t)
 {
-    intra_moe_dispatch_body(&args, kernel_grid_here());
+    switch (kernel) {
+    case INTRA_MOE_KERNEL_DISPATCH:
+        return cuda_moe_dispatch;
+    case INTRA_MOE_KERNEL_COMBINE:
+        return cuda_moe_combine;
+    case INTRA_MOE_KERNEL_REDUCE:
+        return cuda_moe_reduce;
+    case INTRA_MOE_KERNEL_SOURCES:
+        return cuda_moe_sources;
+    case INTRA_MOE_KERNEL_NET_SEND:
+        return cuda_moe_net_send;
+    case INTRA_MOE_KERNEL_NET_RECV:
+        return cuda_moe_net_recv;
+    case INTRA_MOE_KERNEL_NET_INDEX:
+        return cuda_moe_net_index;
+    case INTRA_MOE_KERNEL_NET_RETURN:
+        return cuda_moe_net_return;
+    case INTRA_MOE_KERNEL_NET_TERMS:
+        return cuda_moe_net_terms;
+    default:
+        return NULL;
+    }
 }
-
-__global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda_moe_combine(intra_moe_args_t args)
-{
-    intra_moe_combine_body(&args, kernel_grid_here());
-}
-
-__global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda_moe_reduce(intra_moe_args_t args)
-{
-    intra_moe_reduce_body(&args, kernel_grid_here());
-}
-
-__global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda_moe_sources(intra_moe_args_t args)
-{
-    intra_moe_sources_body(&args, kernel_grid_here());
-}
-
-__global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda_moe_net_send(intra_moe_args_t args)
-{
-    intra_net_send_body(&args, kernel_grid_here());
-}
-
-__global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda_moe_net_recv(intra_moe_args_t args)
-{
-    intra_net_recv_body(&args, kernel_grid_here());
-}
-
-__global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda_moe_net_index(intra_moe_args_t args)
-{
-    intra_net_index_body(&args, kernel_grid_here());
-}
-
-__global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda_moe_net_return(intra_moe_args_t args)
-{
-    intra_net_return_body(&args, kernel_grid_here());
-}
-
-__global__ void __launch_bounds__(CUDA_MOE_THREADS) cuda_moe_net_terms(intra_moe_args_t args)
-{
-    intra_net_terms_body(&args, kernel_grid_here());
-}
-
-/* Kernel enum value -> entry point, in intra_moe_kernel_t's order. */
-typedef void (*cuda_moe_entry_t)(intra_moe_args_t);
-
-static const cuda_moe_entry_t cuda_moe_entries[INTRA_MOE_KERNELS] = {
-    cuda_moe_dispatch,
-    cuda_moe_combine,
-    cuda_moe_reduce,
-    cuda_moe_sources,
-    cuda_moe_net_send,
-    cuda_moe_net_recv,
-    cuda_moe_net_index,
-    cuda_moe_net_return,
-    cuda_moe_net_terms,
-};
 
 extern "C" cudaError_t cuda_moe_launch(cudaStream_t stream, int kernel,
                                        const struct intra_moe_args *args, unsigned num_blocks)
 {
-    if (kernel < 0 || kernel >= INTRA_MOE_KERNELS) {
+    void (*entry)(intra_moe_args_t) = cuda_moe_entry(kernel);
+
+    if (entry == NULL) {
         return cudaErrorInvalidValue;
     }
-    cuda_moe_entries[kernel]<<<num_blocks, CUDA_MOE_THREADS, 0, stream>>>(*args);
+    entry<<<num_blocks, CUDA_MOE_THREADS, 0, stream>>>(*args);
     return cudaGetLastError();
 }

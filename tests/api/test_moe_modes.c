@@ -14,25 +14,11 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/one_rank.h"
+
 #define EXPERTS 8
 #define HIDDEN  64
 #define TOKENS  4
-
-static strata_status_t one_allgather(void *ctx, const void *send, void *recv, size_t size)
-{
-    (void)ctx;
-    memcpy(recv, send, size);
-    return STRATA_OK;
-}
-
-static strata_status_t one_barrier(void *ctx)
-{
-    (void)ctx;
-    return STRATA_OK;
-}
-
-static strata_bootstrap_t one_rank = {.rank = 0, .world_size = 1, .allgather = one_allgather,
-                                      .barrier = one_barrier};
 
 static int setup(void **state)
 {
