@@ -276,6 +276,11 @@ typedef struct inter_ring_params {
     size_t               region_offsets[INTER_RING_MAX_REGIONS];
     const inter_rdesc_t *remote[INTER_RING_MAX_REGIONS];
     bool                 host_stamps;  /**< command stamps are util_clock_now_ns() */
+    /** Called by the proxy, where the network writes into memory whose readers must be told
+     *  only once those writes are visible to them (GPU memory under GPUDirect RDMA), before
+     *  it raises counts for what arrived; NULL where none is needed. */
+    void               (*flush_fn)(void *ctx);
+    void                *flush_ctx;
 } inter_ring_params_t;
 
 typedef struct inter_ring_stats {

@@ -123,6 +123,14 @@ struct inter_ring {
     bool               host_stamps;
     inter_op_t        *ops;           /* [slots] */
     bool              *done;          /* [slots] */
+    /* The counts as the proxy keeps them: counters, then immediates; those changed since
+     * they were last published are listed in dirty. */
+    uint64_t          *counts;        /* [num_counters + num_imms] */
+    uint32_t          *dirty;         /* indices into counts */
+    bool              *is_dirty;
+    uint32_t           num_dirty;
+    void             (*flush_fn)(void *ctx);
+    void              *flush_ctx;
     _Atomic uint64_t   commands, stamped, delay_ns, max_delay_ns;
 };
 
@@ -241,6 +249,7 @@ void  inter_proxy_drain(inter_engine_t *engine); /* at destroy: fail and free ev
 int  inter_ring_progress(inter_engine_t *engine);           /* post what producers published */
 void inter_ring_op_done(inter_engine_t *engine, inter_op_t *op, strata_status_t status);
 bool inter_ring_imm(inter_engine_t *engine, uint32_t value); /* counted by a ring */
+void inter_ring_publish(inter_engine_t *engine);             /* after a round of polling */
 void inter_ring_fail_all(inter_engine_t *engine, strata_status_t status);
 void inter_ring_accept(inter_engine_t *engine, inter_request_t *req);
 void inter_ring_sweep(inter_engine_t *engine);               /* free retired rings now idle */

@@ -552,6 +552,7 @@ void *inter_proxy_main(void *arg)
         for (int r = 0; r < engine->num_rails; ++r) {
             completions += inter_poll_rail(engine, r);
         }
+        inter_ring_publish(engine); /* what the kernels wait for, after this round */
         work += completions;
         if (completions > 0) {
             inter_engine_wake(engine); /* immediates counted, requests finished */

@@ -22,6 +22,9 @@ void inter_ring_free(inter_ring_t *ring)
         free(ring->remote);
         free(ring->ops);
         free(ring->done);
+        free(ring->counts);
+        free(ring->dirty);
+        free(ring->is_dirty);
         free(ring);
     }
 }
@@ -59,9 +62,13 @@ static inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ri
         return NULL;
     }
     ring->remote = calloc((size_t)p->num_regions * world, sizeof(inter_rdesc_t));
-    ring->ops    = calloc(p->slots, sizeof(inter_op_t));
-    ring->done   = calloc(p->slots, sizeof(bool));
-    if (ring->remote == NULL || ring->ops == NULL || ring->done == NULL) {
+    ring->ops      = calloc(p->slots, sizeof(inter_op_t));
+    ring->done     = calloc(p->slots, sizeof(bool));
+    ring->counts   = calloc((size_t)p->num_counters + p->num_imms + 1, sizeof(uint64_t));
+    ring->dirty    = calloc((size_t)p->num_counters + p->num_imms + 1, sizeof(uint32_t));
+    ring->is_dirty = calloc((size_t)p->num_counters + p->num_imms + 1, sizeof(bool));
+    if (ring->remote == NULL || ring->ops == NULL || ring->done == NULL ||
+        ring->counts == NULL || ring->dirty == NULL || ring->is_dirty == NULL) {
         inter_ring_free(ring);
         return NULL;
     }
@@ -69,6 +76,8 @@ static inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ri
     ring->mask        = p->slots - 1;
     ring->num_regions = p->num_regions;
     ring->host_stamps = p->host_stamps;
+    ring->flush_fn    = p->flush_fn;
+    ring->flush_ctx   = p->flush_ctx;
     for (int r = 0; r < p->num_regions; ++r) {
         ring->regions[r]        = p->regions[r];
         ring->region_offsets[r] = p->region_offsets[r];
@@ -375,11 +384,19 @@ static void inter_ring_retire(inter_ring_t *ring)
     }
 }
 
+/* One more of count i (counters first, then immediates), published by inter_ring_publish. */
+static void inter_ring_count(inter_ring_t *ring, uint32_t i)
+{
+    ring->counts[i] += 1;
+    if (!ring->is_dirty[i]) {
+        ring->is_dirty[i]             = true;
+        ring->dirty[ring->num_dirty++] = i;
+    }
+}
+
 void inter_ring_op_done(inter_engine_t *engine, inter_op_t *op, strata_status_t status)
 {
     inter_ring_t *ring = op->ring;
-    uint32_t counter = op->counter;
-
     ring->in_flight--;
     ring->done[op->slot] = true;
     if (status != STRATA_OK) {
@@ -387,12 +404,8 @@ void inter_ring_op_done(inter_engine_t *engine, inter_op_t *op, strata_status_t 
             inter_proxy_fail_peer(engine, op->peer, "a work ring command to it failed");
         }
         inter_ring_set_failure(ring, STRATA_ERR_PEER_FAILED);
-    } else if (!ring->detached) {
-        _Atomic uint64_t *c = inter_ring_word(&util_work_ring_counters(ring->mem)[counter]);
-
-        /* Release: the command's data (a read's, here) before the count; waiters acquire. */
-        atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
-                              memory_order_release);
+    } else {
+        inter_ring_count(ring, op->counter);
     }
     inter_ring_retire(ring);
 }
@@ -403,16 +416,42 @@ bool inter_ring_imm(inter_engine_t *engine, uint32_t value)
         const util_work_ring_t *mem = ring->mem;
 
         if (value >= mem->imm_base && value - mem->imm_base < mem->num_imms) {
-            _Atomic uint64_t *c =
-                inter_ring_word(&util_work_ring_imms(ring->mem)[value - mem->imm_base]);
-
-            /* Release: the write's data before its count; waiters acquire. */
-            atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
-                                  memory_order_release);
+            inter_ring_count(ring, mem->num_counters + (value - mem->imm_base));
             return true;
         }
     }
     return false;
+}
+
+/*
+ * Raise the counts of what arrived and completed in this round of polling: after one flush
+ * where the ring's memory needs it, so that a reader that sees a count sees its data.
+ * Detached rings are off the list: their memory is no longer the proxy's to write.
+ */
+void inter_ring_publish(inter_engine_t *engine)
+{
+    for (inter_ring_t *ring = engine->rings; ring != NULL; ring = ring->next) {
+        /* Count i is counter i, or immediate i - num_counters. */
+        uint64_t *counter_words = util_work_ring_counters(ring->mem);
+        uint64_t *imms  = util_work_ring_imms(ring->mem);
+        uint32_t counters = ring->mem->num_counters;
+
+        if (ring->num_dirty == 0) {
+            continue;
+        }
+        if (ring->flush_fn != NULL) {
+            ring->flush_fn(ring->flush_ctx);
+        }
+        for (uint32_t d = 0; d < ring->num_dirty; ++d) {
+            uint32_t i = ring->dirty[d];
+            uint64_t *word = i < counters ? &counter_words[i] : &imms[i - counters];
+
+            /* Release: the data a count stands for before the count; waiters acquire. */
+            atomic_store_explicit(inter_ring_word(word), ring->counts[i], memory_order_release);
+            ring->is_dirty[i] = false;
+        }
+        ring->num_dirty = 0;
+    }
 }
 
 void inter_ring_fail_all(inter_engine_t *engine, strata_status_t status)

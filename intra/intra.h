@@ -43,8 +43,8 @@ typedef enum intra_memory {
 } intra_memory_t;
 
 /**
- * A device backend. Memory operations act on memory the backend allocated; copies are
- * complete when synchronize returns (the host backend's are complete on return).
+ * A device backend. Memory operations act on memory the backend allocated; copies and sets
+ * are complete when they return, so kernels launched later on any stream see them.
  */
 typedef struct intra_device_ops {
     const char *name;
@@ -72,6 +72,12 @@ typedef struct intra_device_ops {
     strata_status_t (*host_alloc)(size_t size, void **host_p, void **device_p);
     /** Tolerates NULL. */
     void (*host_free)(void *host);
+    /**
+     * Make RDMA writes that a NIC completed into this GPU's memory visible to its kernels
+     * before they are told of them (GPUDirect RDMA); NULL where nothing is needed. Called
+     * from the transfer engine's proxy thread.
+     */
+    void (*flush_remote_writes)(int device);
 
     /** A zeroed region of size bytes that peers can open; region_p set only on success. */
     strata_status_t (*region_create)(size_t size, intra_region_t *region_p);

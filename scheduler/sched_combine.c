@@ -44,18 +44,15 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
         return STRATA_OK;
     }
     sched_node_mask(moe, moe->modes.combine_mask, node_mask);
-    status = intra_moe_enqueue_combine(moe->intra, moe->cur.expert_y, NULL, node_mask, NULL);
-    if (status == STRATA_OK) {
-        status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_RETURN, &moe->net.args);
+    status = sched_launched(moe, intra_moe_enqueue_combine(moe->intra, moe->cur.expert_y, NULL,
+                                                           node_mask, NULL),
+                            "gathering terms in the node");
+    if (status != STRATA_OK) {
+        return status; /* INVALID: refused before this rank took part, it may retry */
     }
-    if (status == STRATA_ERR_INVALID) {
-        return status; /* refused before this rank took part: it may retry */
-    }
-    if (status == STRATA_OK) {
-        status = sched_synchronize(moe, "returning terms to other nodes");
-    } else {
-        status = sched_fail(moe, status, "returning terms to other nodes");
-    }
+    status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_RETURN, &moe->net.args);
+    status = status == STRATA_OK ? sched_synchronize(moe, "returning terms to other nodes")
+                                 : sched_fail(moe, status, "returning terms to other nodes");
     if (status != STRATA_OK) {
         return status;
     }
@@ -71,11 +68,8 @@ static strata_status_t sched_reduce_terms(sched_moe_t *moe, const float *topk_we
     strata_status_t status;
 
     status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_TERMS, &moe->net.args);
-    if (status == STRATA_OK) {
-        status = sched_synchronize(moe, "returning terms between nodes");
-    } else {
-        status = sched_fail(moe, status, "returning terms between nodes");
-    }
+    status = status == STRATA_OK ? sched_synchronize(moe, "returning terms between nodes")
+                                 : sched_fail(moe, status, "returning terms between nodes");
     if (status != STRATA_OK) {
         return status;
     }
@@ -108,13 +102,15 @@ strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weigh
     }
     if (moe->geo.num_peers == 0) {
         sched_node_mask(moe, moe->modes.combine_mask, node_mask);
-        status = intra_moe_enqueue_combine(moe->intra, moe->cur.expert_y, topk_weights,
-                                           node_mask, out);
+        status = sched_launched(moe, intra_moe_enqueue_combine(moe->intra, moe->cur.expert_y,
+                                                               topk_weights, node_mask, out),
+                                "combining in the node");
         if (status == STRATA_ERR_INVALID) {
-            return status;
+            return status; /* refused before this rank took part: it may retry */
         }
-        status = status == STRATA_OK ? sched_synchronize(moe, "combining in the node")
-                                     : sched_fail(moe, status, "combining in the node");
+        if (status == STRATA_OK) {
+            status = sched_synchronize(moe, "combining in the node");
+        }
         sched_phase_end(moe, STRATA_MOE_PHASE_COMBINE_KERNEL);
     } else {
         status = sched_reduce_terms(moe, topk_weights, out);

@@ -73,16 +73,15 @@ strata_status_t sched_moe_dispatch_send(sched_moe_t *moe, const sched_plan_t *pl
 /* Across nodes: headers, grants, round two and the data; then where each entry is. */
 static strata_status_t sched_exchange(sched_moe_t *moe)
 {
+    const char *what = "exchanging tokens between nodes";
     strata_status_t status;
 
     status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_RECV, &moe->net.args);
     if (status == STRATA_OK) {
         status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_INDEX, &moe->net.args);
     }
-    if (status == STRATA_OK) {
-        status = sched_synchronize(moe, "exchanging tokens between nodes");
-    }
-    return status;
+    return status == STRATA_OK ? sched_synchronize(moe, what)
+                               : sched_fail(moe, status, what);
 }
 
 /* Through the intra tier to the experts' ranks on this node, then the rows' sources. */
@@ -111,10 +110,9 @@ static strata_status_t sched_dispatch_node(sched_moe_t *moe)
     if (status == STRATA_OK) {
         status = intra_moe_enqueue_sources(moe->intra);
     }
-    if (status == STRATA_OK) {
-        status = sched_synchronize(moe, "inside the node");
-    }
-    return status;
+    /* Arguments were checked at dispatch_send: any refusal here ends the step. */
+    return status == STRATA_OK ? sched_synchronize(moe, "inside the node")
+                               : sched_fail(moe, status, "inside the node");
 }
 
 static void sched_fill_recv(sched_moe_t *moe)

@@ -66,6 +66,7 @@ typedef struct sched_net {
     size_t             area_heap;   /* its offset in the heap (not bounce) */
     void              *bounce_host; /* the bounce buffer, host view */
     inter_mr_t        *mr;          /* the heap region, or the bounce buffer */
+    int                device;      /* the GPU whose memory the heap is (0 on the host) */
     size_t             mr_offset;   /* of the area in mr */
     inter_rdesc_t     *desc;        /* [world] */
     util_work_ring_t  *ring_host;
@@ -176,6 +177,8 @@ struct sched_moe {
     bool                 pull_read;
     uint64_t             timeout_ns;
     void                *stream;     /* the caller's, or NULL: every half waits */
+    strata_status_t      deferred;   /* stream: an input error found while draining, kept
+                                        for strata_moe_synchronize */
     sched_geometry_t     geo;
     intra_heap_t        *heap;
     intra_moe_t         *intra;
@@ -237,6 +240,8 @@ static inline size_t sched_mask_bytes(const sched_moe_t *moe)
 
 /* sched_net.c: the area, its registration, the ring and the kernels' tables. */
 strata_status_t sched_net_layout(sched_moe_t *moe);
+/* Collective: every rank computes transfers alike (round one, Pull by read, chunks). */
+strata_status_t sched_net_agree(sched_moe_t *moe);
 strata_status_t sched_net_open(sched_moe_t *moe);
 void            sched_net_close(sched_moe_t *moe);
 /* Where, in peer's area, the terms this rank returns to it land. */
@@ -250,6 +255,12 @@ void            sched_fill_masks(sched_moe_t *moe, bool pull);
 void            sched_node_mask(const sched_moe_t *moe, const uint64_t *global, uint64_t *node_mask);
 /* Wait for what the step launched (unless a stream is given), and what it found. */
 strata_status_t sched_synchronize(sched_moe_t *moe, const char *what);
+/* Wait for the device before the host rewrites what its kernels read: an input error found
+ * is kept for strata_moe_synchronize, a failure fails the object. */
+strata_status_t sched_drain(sched_moe_t *moe, const char *what);
+/* What a launch returned: OK; INVALID when refused before this rank took part (it may
+ * retry); anything else fails the object. */
+strata_status_t sched_launched(sched_moe_t *moe, strata_status_t status, const char *what);
 /* A step failed for good: the object can only be destroyed. */
 strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what);
 /* An intra-tier step that timed out: PEER_FAILED if the engine sees a dead rank within its

@@ -459,7 +459,8 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
     }
     moe->params.capacity = moe->geo.capacity;
     if (moe->geo.num_peers > 0 &&
-        (status = sched_choose_area(moe, net_memory, &in_heap)) != STRATA_OK) {
+        ((status = sched_net_agree(moe)) != STRATA_OK ||
+         (status = sched_choose_area(moe, net_memory, &in_heap)) != STRATA_OK)) {
         return status;
     }
     moe->net.bounce = moe->geo.num_peers > 0 && !in_heap;
@@ -613,6 +614,23 @@ strata_status_t sched_moe_set_stream(sched_moe_t *moe, void *stream)
     return status;
 }
 
+static bool sched_soft(strata_status_t status)
+{
+    return status == STRATA_ERR_INVALID || status == STRATA_ERR_CAPACITY;
+}
+
+strata_status_t sched_drain(sched_moe_t *moe, const char *what)
+{
+    strata_status_t status = intra_moe_synchronize(moe->intra);
+
+    if (sched_soft(status)) {
+        moe->deferred = moe->deferred != STRATA_OK ? moe->deferred : status;
+        return STRATA_OK;
+    }
+    return status == STRATA_OK ? STRATA_OK
+                               : sched_fail(moe, sched_intra_failure(moe, status), what);
+}
+
 strata_status_t sched_moe_synchronize(sched_moe_t *moe)
 {
     strata_status_t status;
@@ -620,11 +638,18 @@ strata_status_t sched_moe_synchronize(sched_moe_t *moe)
     if (moe->cur.state == SCHED_STEP_FAILED) {
         return STRATA_ERR_PEER_FAILED;
     }
-    status = intra_moe_synchronize(moe->intra);
-    if (status != STRATA_OK && status != STRATA_ERR_INVALID && status != STRATA_ERR_CAPACITY) {
-        return sched_fail(moe, sched_intra_failure(moe, status), "in the device's work");
+    status = sched_drain(moe, "in the device's work");
+    if (status == STRATA_OK) {
+        status        = moe->deferred;
+        moe->deferred = STRATA_OK;
     }
     return status;
+}
+
+strata_status_t sched_launched(sched_moe_t *moe, strata_status_t status, const char *what)
+{
+    return status == STRATA_OK || status == STRATA_ERR_INVALID ? status
+                                                               : sched_fail(moe, status, what);
 }
 
 strata_status_t sched_synchronize(sched_moe_t *moe, const char *what)
@@ -635,7 +660,7 @@ strata_status_t sched_synchronize(sched_moe_t *moe, const char *what)
         return STRATA_OK; /* stream-ordered: errors surface at strata_moe_synchronize */
     }
     status = intra_moe_synchronize(moe->intra);
-    if (status == STRATA_ERR_INVALID || status == STRATA_ERR_CAPACITY) {
+    if (sched_soft(status)) {
         if (moe->cur.status == STRATA_OK) {
             moe->cur.status = status;
         }

@@ -81,6 +81,7 @@ static strata_status_t sched_net_register(sched_moe_t *moe)
         return status;
     }
     status = d->current_device(&device);
+    net->device = device;
     if (status == STRATA_OK) {
         status = inter_engine_mem_register_kind(moe->world.engine, intra_heap_base(moe->heap, local),
                                                 intra_heap_size(moe->heap), kind, device,
@@ -89,6 +90,14 @@ static strata_status_t sched_net_register(sched_moe_t *moe)
     net->area      = (char *)intra_heap_base(moe->heap, local) + net->area_heap;
     net->mr_offset = net->area_heap;
     return status;
+}
+
+/* The proxy's call before it tells the kernels what the network wrote into the heap. */
+static void sched_flush_writes(void *ctx)
+{
+    const sched_moe_t *moe = ctx;
+
+    moe->world.device->flush_remote_writes(moe->net.device);
 }
 
 /* The ring the kernels feed, in memory both they and the proxy reach. */
@@ -111,6 +120,10 @@ static strata_status_t sched_net_ring(sched_moe_t *moe)
     p.regions[0]        = net->mr;
     p.region_offsets[0] = net->mr_offset;
     p.remote[0]         = net->desc;
+    if (!net->bounce && d->flush_remote_writes != NULL) { /* GPU memory the NIC writes */
+        p.flush_fn  = sched_flush_writes;
+        p.flush_ctx = moe;
+    }
     status = inter_engine_ring_attach(moe->world.engine, &p, &net->ring);
     if (status == STRATA_ERR_BUSY) {
         UTIL_LOG_ERROR("moe: immediates %u..%u are still counted by an older MoE object: "
@@ -221,11 +234,46 @@ static void sched_net_args(sched_moe_t *moe)
                                        (char *)net->ring_host));
 }
 
+/* What both sides of a transfer must compute alike. */
+typedef struct sched_net_card {
+    int32_t  spec_tokens;
+    int32_t  pull_read;
+    uint64_t chunk_bytes;
+} sched_net_card_t;
+
+/* Every rank's card, before anything is sized from them; a rank that differs fails the
+ * object on every rank. Collective. */
+strata_status_t sched_net_agree(sched_moe_t *moe)
+{
+    sched_net_card_t mine = {.spec_tokens = moe->geo.spec_tokens, .pull_read = moe->pull_read,
+                             .chunk_bytes = inter_engine_chunk_bytes(moe->world.engine)};
+    sched_net_card_t *all = calloc((size_t)moe->geo.world_size, sizeof(*all));
+    strata_status_t status = all ? moe->world.allgather(moe->world.allgather_ctx, &mine, all,
+                                                        sizeof(mine))
+                                 : STRATA_ERR_NO_MEMORY;
+
+    for (int r = 0; r < moe->geo.world_size && status == STRATA_OK; ++r) {
+        if (memcmp(&all[r], &mine, sizeof(mine)) != 0) {
+            UTIL_LOG_ERROR("moe: rank %d sends %d tokens in round one, pulls by %s, cuts "
+                           "transfers at %llu bytes; this rank %d, %s, %llu: "
+                           "STRATA_MOE_SPEC_TOKENS, STRATA_MOE_PULL_READ and "
+                           "STRATA_INTER_STRIPE_MIN must match on every rank", r,
+                           all[r].spec_tokens, all[r].pull_read ? "read" : "request",
+                           (unsigned long long)all[r].chunk_bytes, mine.spec_tokens,
+                           mine.pull_read ? "read" : "request",
+                           (unsigned long long)mine.chunk_bytes);
+            status = STRATA_ERR_CONFIG;
+        }
+    }
+    free(all);
+    return status;
+}
+
 strata_status_t sched_net_open(sched_moe_t *moe)
 {
     sched_net_t *net = &moe->net;
     inter_rdesc_t mine;
-    int32_t ready = 0, *all_ready = NULL;
+    int32_t ready = 0, *all_ready;
     strata_status_t status;
 
     if (moe->geo.num_peers == 0) {
@@ -306,7 +354,7 @@ strata_status_t sched_net_prepare(sched_moe_t *moe)
     if (!m->uploaded_valid || memcmp(m->uploaded, m->step_mask, sched_mask_bytes(moe)) != 0) {
         /* The kernels of the last step still read the old mask: only once they are done. */
         if (moe->stream != NULL) {
-            status = intra_moe_synchronize(moe->intra);
+            status = sched_drain(moe, "before the step's modes changed");
         }
         if (status == STRATA_OK) {
             status = moe->world.device->mem_copy(net->mask, m->step_mask, sched_mask_bytes(moe));

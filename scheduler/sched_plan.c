@@ -367,8 +367,8 @@ strata_status_t sched_plan_refill(sched_moe_t *moe, const int64_t *topk_idx, int
         return STRATA_ERR_INVALID;
     }
     if (moe->stream != NULL) { /* the last step's kernels may still read the device copy */
-        status = sched_moe_synchronize(moe);
-        if (status != STRATA_OK && status != STRATA_ERR_INVALID && status != STRATA_ERR_CAPACITY) {
+        status = sched_drain(moe, "before the layout was refilled");
+        if (status != STRATA_OK) {
             return status;
         }
     }

@@ -31,6 +31,11 @@
 #define gpuIpcCloseMemHandle          cudaIpcCloseMemHandle
 #define gpuIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
 #define gpuGetDevice                  cudaGetDevice
+#define gpuSetDevice                  cudaSetDevice
+/* NIC writes into device memory, made visible to the device's kernels (CUDA 11.3 on). */
+#define GPU_FLUSH_REMOTE_WRITES() \
+    cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice, \
+                                       cudaFlushGPUDirectRDMAWritesToOwner)
 #define gpuHostAlloc                  cudaHostAlloc
 #define gpuHostGetDevicePointer       cudaHostGetDevicePointer
 #define gpuFreeHost                   cudaFreeHost

@@ -82,26 +82,39 @@ static void gpu_mem_free(void *ptr)
     }
 }
 
-/* Synchronous: the host may use what it copied back as soon as this returns. */
+/*
+ * Complete on return, in both directions: a copy from pageable host memory may return
+ * before its DMA lands, and a memset of device memory runs asynchronously, both on the
+ * legacy stream, which does not order work on a caller's non-blocking stream. So each
+ * waits for the legacy stream before it returns; kernels launched afterwards on any
+ * stream see the result.
+ */
 static strata_status_t gpu_mem_copy(void *dst, const void *src, size_t size)
 {
+    strata_status_t status;
+
     if (size > 0 && (dst == NULL || src == NULL)) {
         return STRATA_ERR_INVALID;
     }
     if (size == 0) {
         return STRATA_OK;
     }
-    return gpu_status(gpuMemcpy(dst, src, size, gpuMemcpyDefault), "memcpy");
+    status = gpu_status(gpuMemcpy(dst, src, size, gpuMemcpyDefault), "memcpy");
+    return status == STRATA_OK ? gpu_status(gpuStreamSynchronize(0), "memcpy wait") : status;
 }
 
-/* Ordered before every later launch: queues are blocking streams, synchronised with the
- * legacy default stream this runs on. */
 static strata_status_t gpu_mem_set(void *dst, int value, size_t size)
 {
+    strata_status_t status;
+
     if (size > 0 && dst == NULL) {
         return STRATA_ERR_INVALID;
     }
-    return size == 0 ? STRATA_OK : gpu_status(gpuMemset(dst, value, size), "memset");
+    if (size == 0) {
+        return STRATA_OK;
+    }
+    status = gpu_status(gpuMemset(dst, value, size), "memset");
+    return status == STRATA_OK ? gpu_status(gpuStreamSynchronize(0), "memset wait") : status;
 }
 
 static strata_status_t gpu_synchronize(void)
@@ -146,6 +159,16 @@ static void gpu_host_free(void *host)
         gpu_status(gpuFreeHost(host), "free host");
     }
 }
+
+#ifdef GPU_FLUSH_REMOTE_WRITES
+/* The proxy thread's call: the device first, since the thread may not have chosen one. */
+static void gpu_flush_remote_writes(int device)
+{
+    if (gpuSetDevice(device) == gpuSuccess) {
+        gpu_status(GPU_FLUSH_REMOTE_WRITES(), "flush of GPUDirect RDMA writes");
+    }
+}
+#endif
 
 /* A region peers open through an IPC handle; zeroed, as the heap promises. */
 static strata_status_t gpu_region_create(size_t size, intra_region_t *region_p)
@@ -268,6 +291,9 @@ const intra_device_ops_t GPU_OPS = {
     .current_device     = gpu_current_device,
     .host_alloc         = gpu_host_alloc,
     .host_free          = gpu_host_free,
+#ifdef GPU_FLUSH_REMOTE_WRITES
+    .flush_remote_writes = gpu_flush_remote_writes,
+#endif
     .region_create      = gpu_region_create,
     .region_open        = gpu_region_open,
     .region_close       = gpu_region_close,

@@ -31,6 +31,7 @@
 #define gpuIpcCloseMemHandle          hipIpcCloseMemHandle
 #define gpuIpcMemLazyEnablePeerAccess hipIpcMemLazyEnablePeerAccess
 #define gpuGetDevice                  hipGetDevice
+#define gpuSetDevice                  hipSetDevice
 #define gpuHostAlloc                  hipHostMalloc
 #define gpuHostGetDevicePointer       hipHostGetDevicePointer
 #define gpuFreeHost                   hipHostFree

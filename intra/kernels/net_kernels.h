@@ -47,6 +47,19 @@ KERNEL_FN uint64_t net_step(const intra_moe_args_t *a, kernel_grid_t g)
     return step;
 }
 
+/* net_stopped as the whole block sees it: another block may report a failure at any time,
+ * and the threads of one block must agree before they meet at a barrier. */
+KERNEL_FN int net_block_stopped(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    KERNEL_SHARED int stopped;
+
+    if (g.thread == 0) {
+        stopped = net_stopped(a);
+    }
+    kernel_block_sync();
+    return stopped;
+}
+
 KERNEL_FN uint32_t net_imm_index(const intra_net_args_t *n, int kind, int rank)
 {
     return (uint32_t)kind * (uint32_t)n->world + (uint32_t)rank;
@@ -279,7 +292,7 @@ KERNEL_FN void intra_net_send_body(const intra_moe_args_t *a, kernel_grid_t g)
     const intra_net_args_t *n = &a->net;
     uint64_t step = net_step(a, g);
 
-    if (net_stopped(a)) {
+    if (net_block_stopped(a, g)) {
         return;
     }
     net_local_terms(a, g);
@@ -555,7 +568,7 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
     const intra_net_args_t *n = &a->net;
     size_t block = (size_t)n->max_tokens * (size_t)a->topk * (size_t)a->y_row_bytes;
 
-    if (net_stopped(a)) {
+    if (net_block_stopped(a, g)) {
         return;
     }
     for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {

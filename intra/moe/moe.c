@@ -385,10 +385,12 @@ static strata_status_t moe_net_status(intra_moe_t *moe, const intra_moe_status_t
 
     switch (st->code) {
     case INTRA_MOE_KERNEL_NET_FAILED:
-        status = (strata_status_t)st->count;
-        UTIL_LOG_ERROR("moe: step %" PRIu64 ": waiting for %s%s: %s", moe->step,
-                       moe_net_what(st->token), st->value >= 0 ? " from a peer" : "",
-                       strata_status_string(status));
+        /* The ring ends for a dead peer, or for a command it refused: never an input error. */
+        status = (strata_status_t)st->count == STRATA_ERR_PEER_FAILED ? STRATA_ERR_PEER_FAILED
+                                                                      : STRATA_ERR_INTERNAL;
+        UTIL_LOG_ERROR("moe: step %" PRIu64 ": waiting for %s%s: the work ring failed: %s",
+                       moe->step, moe_net_what(st->token), st->value >= 0 ? " from a peer" : "",
+                       strata_status_string((strata_status_t)st->count));
         break;
     case INTRA_MOE_KERNEL_NET_TIMEOUT:
         status = STRATA_ERR_TIMEOUT;
@@ -500,7 +502,13 @@ strata_status_t intra_moe_synchronize(intra_moe_t *moe)
 static strata_status_t moe_launch(intra_moe_t *moe, intra_moe_kernel_t kernel,
                                   const intra_moe_args_t *args)
 {
-    strata_status_t status = moe->device->moe_launch(moe->queue, kernel, args);
+    strata_status_t status;
+
+    if (moe->state == MOE_FAILED) {
+        UTIL_LOG_ERROR("intra moe: a launch after a failed step; destroy the object");
+        return STRATA_ERR_INTERNAL;
+    }
+    status = moe->device->moe_launch(moe->queue, kernel, args);
 
     if (status != STRATA_OK) {
         moe->state = MOE_FAILED;

@@ -14,7 +14,8 @@
  * --disagree RANK that rank sets a pull mask unlike the others' in the middle of the run,
  * and every rank must see that step fail (INTERNAL where the masks are compared, or
  * PEER_FAILED / TIMEOUT where it then waits on a rank that gave up).
- * With --two, a second object of the other route lives beside the first and the steps
+ * With --odd-config RANK that rank sends another number of tokens in round one: creation
+ * must fail on every rank with STRATA_ERR_CONFIG. With --two, a second object of the other route lives beside the first and the steps
  * alternate between them (each counts its own immediates). Prints one line per rank; exit 0
  * on success.
  */
@@ -56,6 +57,7 @@ typedef struct options {
     int        kill;       /* rank that dies, or -1 */
     bool       stop;       /* it stops (SIGSTOP) instead of dying */
     bool       two;        /* a second object, of the other route, on odd steps */
+    int        odd_config; /* rank whose round one differs, or -1 */
     int        disagree;   /* rank that sets other masks mid-run, or -1 */
     int        kill_step;
     uint64_t   kill_bound_ms; /* survivors must see the failure within this */
@@ -74,7 +76,7 @@ static void parse(int argc, char **argv, options_t *o)
     *o = (options_t){.c = {.device = "host", .experts = 16, .topk = 4, .hidden = 256,
                            .max_tokens = 24, .steps = 50, .dtype = STRATA_DTYPE_BF16,
                            .combine_dtype = STRATA_DTYPE_BF16},
-                     .kill = -1, .disagree = -1, .kill_bound_ms = 15000};
+                     .kill = -1, .disagree = -1, .odd_config = -1, .kill_bound_ms = 15000};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
 
@@ -88,6 +90,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--kill")) o->kill = atoi(v);
         else if (!strcmp(k, "--stop")) { o->kill = atoi(v); o->stop = true; }
         else if (!strcmp(k, "--two")) o->two = atoi(v) != 0;
+        else if (!strcmp(k, "--odd-config")) o->odd_config = atoi(v);
         else if (!strcmp(k, "--disagree")) o->disagree = atoi(v);
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--trace")) o->trace = v;
@@ -390,7 +393,19 @@ int main(int argc, char **argv)
                                  .mode = o.masks == MASKS_ADAPTIVE ? STRATA_MOE_MODE_ADAPTIVE
                                                                    : STRATA_MOE_MODE_DEFAULT};
 
+        if (g_rank == o.odd_config) {
+            setenv("STRATA_MOE_SPEC_TOKENS", "5", 1);
+        }
         status = strata_moe_create(comm, &p, &objects[0]);
+        if (o.odd_config >= 0) {
+            CHECK(status == STRATA_ERR_CONFIG, "rank %d's round one differs; creation gave %s",
+                  o.odd_config, strata_status_string(status));
+            printf("rank %d: creation refused, rank %d's configuration differs\n", g_rank,
+                   o.odd_config);
+            strata_comm_destroy(comm);
+            strata_bootstrap_destroy(bs);
+            return 0;
+        }
         CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
         if (o.two) {
             CHECK(strata_moe_get_stats(objects[0], &stats) == STRATA_OK, "stats");

@@ -68,6 +68,8 @@ case_run "2x2 flat, fixed mode file" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRA
 # (inside the node by the boards' digests, across nodes by the headers').
 case_run "1x2, rank 1 sets other pull masks" 2 "other modes failed" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 2 --nodes 1 -- --steps 10 --disagree 1
 case_run "2x2 hierarchical, rank 3 sets other pull masks" 4 "other modes failed" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 10 --disagree 3
+# Ranks whose protocol settings differ (round one's size here) refuse the object together.
+case_run "2x2, rank 2 with another round one" 4 "configuration differs" -- $calm STRATA_MOE_SPEC_TOKENS=8 -- -n 4 --nodes 2 -- --odd-config 2
 # A rank killed mid-step: every survivor sees PEER_FAILED within the heartbeat bound (3 s)
 # plus the time the intra tier waits on it (the same bound), with slack for a loaded machine.
 case_run "2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
