@@ -301,6 +301,17 @@ static void alloc_state(rank_state_t *r, const moe_case_t *c)
     CHECK(r->x && r->out && r->ref && r->x_scales && r->weights && r->idx && r->seen, "memory");
 }
 
+static void free_state(rank_state_t *r)
+{
+    free(r->x);
+    free(r->out);
+    free(r->ref);
+    free(r->x_scales);
+    free(r->weights);
+    free(r->idx);
+    free(r->seen);
+}
+
 /* The routing of every step from the trace; the case takes the trace's shape. */
 static int64_t *load_trace(const char *path, moe_case_t *c)
 {
@@ -404,6 +415,8 @@ int main(int argc, char **argv)
                    o.odd_config);
             strata_comm_destroy(comm);
             strata_bootstrap_destroy(bs);
+            free_state(&r);
+            free(routes);
             return 0;
         }
         CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
@@ -466,8 +479,7 @@ int main(int argc, char **argv)
     strata_moe_destroy(objects[1]);
     strata_comm_destroy(comm);
     strata_bootstrap_destroy(bs);
-    free(r.x); free(r.out); free(r.ref); free(r.x_scales); free(r.weights); free(r.idx);
-    free(r.seen);
+    free_state(&r);
     free(routes);
     return 0;
 }
