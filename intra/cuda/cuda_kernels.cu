@@ -1,9 +1,8 @@
 /*
- * The MoE kernels compiled by nvcc: the single-source bodies of moe_kernels.h and
- * net_kernels.h under global entry points, launched on the queue's stream.
+ * The MoE kernels compiled by nvcc: the single-source bodies of moe_kernels.h under global entry points, launched on the queue's stream.
  */
 #include "intra/kernels/kernel_ids.h"
-#include "intra/kernels/net_kernels.h"
+#include "intra/kernels/moe_kernels.h"
 
 #include <cuda_runtime.h>
 

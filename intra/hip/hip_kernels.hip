@@ -1,11 +1,10 @@
 /*
- * The MoE kernels compiled by hipcc: the single-source bodies of moe_kernels.h and
- * net_kernels.h under global entry points, launched on the queue's stream.
+ * The MoE kernels compiled by hipcc: the single-source bodies of moe_kernels.h under global entry points, launched on the queue's stream.
  */
 #include <hip/hip_runtime.h>
 
 #include "intra/kernels/kernel_ids.h"
-#include "intra/kernels/net_kernels.h"
+#include "intra/kernels/moe_kernels.h"
 
 #define HIP_MOE_THREADS 256
 

@@ -3,7 +3,7 @@
  * Built with -ffp-contract=off so that combine's fp32 sums round as on the GPUs.
  */
 #include "host_device.h"
-#include "intra/kernels/net_kernels.h"
+#include "intra/kernels/moe_kernels.h"
 
 void host_moe_run_block(intra_moe_kernel_t kernel, const intra_moe_args_t *args,
                         unsigned block, unsigned num_blocks)

@@ -4,7 +4,7 @@
  * for all of them, so a launch is complete when it returns.
  */
 #include "host_device.h"
-#include "intra/kernels/moe_kernels.h"
+#include "intra/kernels/moe_format.h"
 #include "util/util.h"
 
 #include <pthread.h>

@@ -1,6 +1,6 @@
 /*
  * What the MoE step across nodes keeps and sends, shared by its kernels (net_kernels.h),
- * the host code that sets them up (scheduler/) and the launch arguments (moe_kernels.h):
+ * the host code that sets them up (scheduler/) and the launch arguments (moe_format.h):
  * the wire formats of headers, grants and token entries, the per-peer and per-object state
  * in device memory, and the kernels' arguments. Plain C, compiled by every backend.
  */

@@ -6,7 +6,7 @@
  * local completions from its counters, and a dead peer from its failure word, so no kernel
  * waits past its bound. Received entries stay where the network put them: the node's
  * dispatch reads them there, and expert outputs are written once, by their owners, where
- * they leave from. Single source like moe_kernels.h: host C, CUDA and HIP.
+ * they leave from. Single source like the node's kernels: host C, CUDA and HIP.
  *
  * A step across nodes, per rank (the scheduler launches them in this order, with the intra
  * tier's dispatch, sources and combine between):
@@ -23,7 +23,7 @@
 #ifndef STRATA_INTRA_NET_KERNELS_H
 #define STRATA_INTRA_NET_KERNELS_H
 
-#include "moe_kernels.h"
+#include "moe_common.h"
 
 KERNEL_FN intra_moe_status_t *net_status(const intra_moe_args_t *a)
 {

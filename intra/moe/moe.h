@@ -15,8 +15,7 @@
 
 #include <strata/strata.h>
 
-#include "intra/kernels/moe_kernels.h"
-#include "intra/kernels/net_format.h"
+#include "intra/kernels/moe_format.h"
 #include "util/util_config.h"
 
 typedef struct intra_moe intra_moe_t;

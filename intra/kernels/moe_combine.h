@@ -1,0 +1,250 @@
+/*
+ * The node's MoE combine (results back to their tokens, summed in fp32 in k order, or each
+ * term written where its holder wants it) and the reduce of terms gathered from anywhere.
+ */
+#ifndef STRATA_INTRA_MOE_COMBINE_H
+#define STRATA_INTRA_MOE_COMBINE_H
+
+#include "moe_common.h"
+
+/* Columns each thread sums at a time: a 16-byte vector on GPUs, a cache-friendly run on
+ * the host's single thread. */
+#if KERNEL_GPU
+#define MOE_COMBINE_TILE 8
+#else
+#define MOE_COMBINE_TILE 512
+#endif
+
+/* acc[j] += w * y[h0 + j], one rounding per multiply and per add; the type switch is
+ * outside the loop so that the loop vectorises. */
+KERNEL_FN void moe_accumulate(float *acc, const void *row, int h0, int len, float w, int elem)
+{
+    const uint16_t *half = (const uint16_t *)row + h0;
+    const float *single = (const float *)row + h0;
+
+    switch (elem) {
+    case INTRA_MOE_ELEM_BF16:
+        for (int j = 0; j < len; ++j) {
+            acc[j] = kernel_add_f32(acc[j], kernel_mul_f32(w, kernel_bf16_to_f32(half[j])));
+        }
+        break;
+    case INTRA_MOE_ELEM_FP16:
+        for (int j = 0; j < len; ++j) {
+            acc[j] = kernel_add_f32(acc[j], kernel_mul_f32(w, kernel_fp16_to_f32(half[j])));
+        }
+        break;
+    default:
+        for (int j = 0; j < len; ++j) {
+            acc[j] = kernel_add_f32(acc[j], kernel_mul_f32(w, single[j]));
+        }
+        break;
+    }
+}
+
+KERNEL_FN void moe_store_tile(void *row, int h0, int len, int elem, const float *acc)
+{
+    uint16_t *half = (uint16_t *)row + h0;
+    float *single = (float *)row + h0;
+
+    for (int j = 0; j < len; ++j) {
+        if (elem == INTRA_MOE_ELEM_BF16) {
+            half[j] = kernel_f32_to_bf16(acc[j]);
+        } else if (elem == INTRA_MOE_ELEM_FP16) {
+            half[j] = kernel_f32_to_fp16(acc[j]);
+        } else {
+            single[j] = acc[j];
+        }
+    }
+}
+
+/* Owner role: push result rows back into their sources, publish those of Pull experts. */
+KERNEL_FN void moe_combine_send(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const int32_t *count = MOE_AT(a, a->rank, recv_count, int32_t);
+    char *published = MOE_AT(a, a->rank, expert_y, char);
+    uint64_t seen = 0;
+
+    for (int local = 0; local < a->experts_per_rank; ++local) {
+        int pull = moe_is_pull(a, a->rank * a->experts_per_rank + local);
+        int first = (int)((g.block + g.num_blocks - seen % g.num_blocks) % g.num_blocks);
+
+        for (int row = first; row < count[local]; row += (int)g.num_blocks) {
+            size_t slot = (size_t)local * (size_t)a->capacity + (size_t)row;
+            const char *y = (const char *)a->expert_y + slot * (size_t)a->y_row_bytes;
+            intra_moe_source_t src = MOE_AT(a, a->rank, recv_src, intra_moe_source_t)[slot];
+            size_t entry = (size_t)src.token * (size_t)a->topk + (size_t)src.slot;
+
+            if (!pull && a->term_dst_offset >= 0) {
+                /* straight to where the term's holder wants it (its network area, or its
+                 * own tokens' terms) */
+                int64_t at = ((const int64_t *)(a->heap[src.rank] + a->term_dst_offset))[entry];
+
+                if (at >= 0) {
+                    kernel_copy_block(a->heap[src.rank] + at, y, (size_t)a->y_row_bytes, g);
+                }
+            } else if (!pull) {
+                kernel_copy_block(MOE_AT(a, src.rank, combine_recv, char) +
+                                      entry * (size_t)a->y_row_bytes,
+                                  y, (size_t)a->y_row_bytes, g);
+            } else if (y != published + slot * (size_t)a->y_row_bytes) {
+                kernel_copy_block(published + slot * (size_t)a->y_row_bytes, y,
+                                  (size_t)a->y_row_bytes, g);
+            }
+        }
+        seen += (uint64_t)count[local];
+    }
+}
+
+/* Source role: the row that (token, k)'s owner produced, or NULL if it was dropped. */
+KERNEL_FN const char *moe_result_row(const intra_moe_args_t *a, int token, int k)
+{
+    size_t entry = (size_t)token * (size_t)a->topk + (size_t)k;
+    int expert = MOE_AT(a, a->rank, route, int32_t)[entry];
+    int row = MOE_AT(a, a->rank, row_slot, int32_t)[entry];
+    int owner, local;
+
+    if (expert < 0 || row < 0) {
+        return NULL;
+    }
+    if (!moe_is_pull(a, expert)) {
+        return MOE_AT(a, a->rank, combine_recv, char) + entry * (size_t)a->y_row_bytes;
+    }
+    owner = expert / a->experts_per_rank;
+    local = expert % a->experts_per_rank;
+    return MOE_AT(a, owner, expert_y, char) +
+           ((size_t)local * (size_t)a->capacity + (size_t)row) * (size_t)a->y_row_bytes;
+}
+
+/* out = sum over the n rows of weights[i] * rows[i], in fp32, i in order: the
+ * reference's rounding order. */
+KERNEL_FN void moe_sum_rows(const intra_moe_args_t *a, const char *const *rows,
+                            const float *weights, int n, char *out, kernel_grid_t g)
+{
+    for (int h0 = (int)g.thread * MOE_COMBINE_TILE; h0 < a->hidden;
+         h0 += (int)g.num_threads * MOE_COMBINE_TILE) {
+        int len = a->hidden - h0 < MOE_COMBINE_TILE ? a->hidden - h0 : MOE_COMBINE_TILE;
+        float acc[MOE_COMBINE_TILE];
+
+        for (int j = 0; j < len; ++j) {
+            acc[j] = 0.0f;
+        }
+        for (int i = 0; i < n; ++i) {
+            moe_accumulate(acc, rows[i], h0, len, weights[i], a->y_elem);
+        }
+        moe_store_tile(out, h0, len, a->y_elem, acc);
+    }
+}
+
+/* Source role: out[t] = sum over k of topk_weights[t][k] * y, in fp32, k in order. */
+KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    const char *rows[INTRA_MOE_MAX_TOPK];
+    float weights[INTRA_MOE_MAX_TOPK];
+
+    for (int t = (int)g.block; t < a->num_tokens; t += (int)g.num_blocks) {
+        int n = 0;
+
+        for (int k = 0; k < a->topk; ++k) {
+            size_t entry = (size_t)t * (size_t)a->topk + (size_t)k;
+            int expert = MOE_AT(a, a->rank, route, int32_t)[entry];
+
+            rows[n] = moe_result_row(a, t, k);
+            weights[n] = a->topk_weights[entry];
+            if (rows[n] != NULL) {
+                ++n;
+            } else if (expert >= 0 && g.thread == 0) {
+                moe_report(&control->combine_status, INTRA_MOE_KERNEL_DROPPED, expert, t, k, 0);
+            }
+        }
+        moe_sum_rows(a, rows, weights, n, (char *)a->out + (size_t)t * (size_t)a->y_row_bytes,
+                     g);
+    }
+}
+
+/* Source role, direct form: Push terms are already where term_dst says (their owners put
+ * them there); Pull terms are fetched there; a dropped term becomes zeros, so that a later
+ * sum lacks it. Slots routed nowhere on this node are left alone. */
+KERNEL_FN void moe_combine_direct(const intra_moe_args_t *a, int num_tokens, kernel_grid_t g)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    const int64_t *term_dst = (const int64_t *)(a->heap[a->rank] + a->term_dst_offset);
+
+    for (int t = (int)g.block; t < num_tokens; t += (int)g.num_blocks) {
+        for (int k = 0; k < a->topk; ++k) {
+            size_t entry = (size_t)t * (size_t)a->topk + (size_t)k;
+            int expert = MOE_AT(a, a->rank, route, int32_t)[entry];
+            const char *row = moe_result_row(a, t, k);
+            char *out = a->heap[a->rank] + term_dst[entry];
+
+            if (expert < 0 || term_dst[entry] < 0 || (row != NULL && !moe_is_pull(a, expert))) {
+                continue;
+            }
+            if (row != NULL) {
+                kernel_copy_block(out, row, (size_t)a->y_row_bytes, g);
+            } else {
+                for (int j = (int)g.thread; j < a->y_row_bytes; j += (int)g.num_threads) {
+                    out[j] = 0;
+                }
+                if (g.thread == 0) {
+                    moe_report(&control->combine_status, INTRA_MOE_KERNEL_DROPPED, expert, t,
+                               k, 0);
+                }
+            }
+        }
+    }
+}
+
+KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    uint64_t step = moe_step(a, 0, g);
+
+    if (moe_net_failed(a)) {
+        return;
+    }
+    moe_combine_send(a, g);
+    if (moe_last_block(&control->combine_send_done, step, g)) {
+        for (int source = 0; source < a->num_ranks; ++source) {
+            /* release: our pushed and published result rows, to the source */
+            kernel_store_release_u64(&moe_control(a, source)->combine_flag[a->rank], step);
+        }
+    }
+    if (!moe_wait_flags(a, control->combine_flag, step, &control->combine_status, g)) {
+        return;
+    }
+    if (a->term_dst_offset >= 0) {
+        moe_combine_direct(a, moe_num_tokens(a), g);
+    } else {
+        moe_combine_reduce(a, g);
+    }
+}
+
+/* out[t] = sum over k of topk_weights[t][k] * y(t, k), with y(t, k) at term_src[t][k] (0:
+ * no term), in fp32, k in order: the last stage of a combine whose terms came from several
+ * places, read where they landed. */
+KERNEL_FN void intra_moe_reduce_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const char *rows[INTRA_MOE_MAX_TOPK];
+    float weights[INTRA_MOE_MAX_TOPK];
+
+    if (moe_net_failed(a)) {
+        return;
+    }
+    for (int t = (int)g.block; t < a->num_tokens; t += (int)g.num_blocks) {
+        int n = 0;
+
+        for (int k = 0; k < a->topk; ++k) {
+            size_t entry = (size_t)t * (size_t)a->topk + (size_t)k;
+
+            if (a->term_src[entry] != 0) {
+                rows[n] = (const char *)(uintptr_t)a->term_src[entry];
+                weights[n++] = a->topk_weights[entry];
+            }
+        }
+        moe_sum_rows(a, rows, weights, n, (char *)a->out + (size_t)t * (size_t)a->y_row_bytes,
+                     g);
+    }
+}
+
+#endif

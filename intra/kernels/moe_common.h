@@ -1,0 +1,168 @@
+/*
+ * What every MoE kernel body uses: the heap parts' buffers, status reports, the counting of
+ * finished blocks, waits on peers' flags, the step read from device memory, and where a
+ * token's row, scales and expert ids are.
+ */
+#ifndef STRATA_INTRA_MOE_COMMON_H
+#define STRATA_INTRA_MOE_COMMON_H
+
+#include "kernel_port.h"
+#include "moe_format.h"
+
+#define MOE_AT(a, rank, field, type) ((type *)((a)->heap[rank] + (a)->layout.field))
+
+KERNEL_FN intra_moe_control_t *moe_control(const intra_moe_args_t *a, int rank)
+{
+    return MOE_AT(a, rank, control, intra_moe_control_t);
+}
+
+KERNEL_FN int moe_is_pull(const intra_moe_args_t *a, int expert)
+{
+    return (int)((a->pull_mask[expert >> 6] >> (expert & 63)) & 1u);
+}
+
+/* First error wins: claim the status, then fill it in; the host reads it after the launch. */
+KERNEL_FN void moe_report(intra_moe_status_t *status, int32_t code, int32_t value,
+                          int32_t token, int32_t slot, int64_t count)
+{
+    if (kernel_atomic_cas_i32(&status->code, INTRA_MOE_KERNEL_OK, code) == INTRA_MOE_KERNEL_OK) {
+        status->value = value;
+        status->token = token;
+        status->slot  = slot;
+        status->count = count;
+    }
+}
+
+/*
+ * Count this block as done with a phase (summed over steps, never reset); return nonzero
+ * in thread 0 of the last block of the step, which then sees every block's stores.
+ */
+KERNEL_FN int moe_last_block(uint64_t *done, uint64_t step, kernel_grid_t g)
+{
+    KERNEL_SHARED int last;
+
+    kernel_fence_system(); /* this thread's stores, before the block's count */
+    kernel_block_sync();
+    if (g.thread == 0) {
+        last = kernel_atomic_add_u64(done, 1) + 1 == step * g.num_blocks;
+        if (last) {
+            kernel_fence_system(); /* acquire: every other block's stores */
+        }
+    }
+    kernel_block_sync();
+    return last && g.thread == 0;
+}
+
+/* Wait until every rank's flag reaches this step; 0 (and a TIMEOUT report) if one never does. */
+KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags, uint64_t step,
+                             intra_moe_status_t *status, kernel_grid_t g)
+{
+    KERNEL_SHARED int ok;
+
+    if (g.thread == 0) {
+        uint64_t start = kernel_timer();
+        uint32_t spins = 0;
+
+        ok = 1;
+        for (int r = 0; r < a->num_ranks && ok; ++r) {
+            /* acquire: pairs with the release in the peer's last block */
+            while (kernel_load_acquire_u64(&flags[r]) < step) {
+                if (kernel_timer() - start > a->timeout_ticks) {
+                    moe_report(status, INTRA_MOE_KERNEL_TIMEOUT, r, -1, -1, 0);
+                    ok = 0;
+                    break;
+                }
+                kernel_spin_pause(spins++);
+            }
+        }
+    }
+    kernel_block_sync();
+    return ok;
+}
+
+/*
+ * The step: dispatch runs the one after the last completed dispatch, combine the current
+ * one. Read once by thread 0 and shared with the block.
+ */
+KERNEL_FN uint64_t moe_step(const intra_moe_args_t *a, int dispatch, kernel_grid_t g)
+{
+    KERNEL_SHARED uint64_t step;
+
+    if (g.thread == 0) {
+        step = kernel_load_acquire_u64(&moe_control(a, a->rank)->dispatched) + (dispatch ? 1 : 0);
+    }
+    kernel_block_sync();
+    return step;
+}
+
+/* Whether the step across nodes already failed here: the node's kernels then stand down. */
+KERNEL_FN int moe_net_failed(const intra_moe_args_t *a)
+{
+    return a->net.ring != 0 && kernel_load_i32(&moe_control(a, a->rank)->net_status.code) != 0;
+}
+
+/* Tokens of this launch: the caller's count, or the device's for a step across nodes. */
+KERNEL_FN int moe_num_tokens(const intra_moe_args_t *a)
+{
+    return a->num_tokens_dev != 0 ? kernel_load_i32(a->num_tokens_dev) : a->num_tokens;
+}
+
+KERNEL_FN int moe_received(const intra_moe_args_t *a, int token)
+{
+    return a->aug_entry != 0 && token >= a->num_own;
+}
+
+/* Token t's row and scales: the caller's x, or where the network put its entry. */
+KERNEL_FN const char *moe_token_row(const intra_moe_args_t *a, int token)
+{
+    if (moe_received(a, token)) {
+        return a->entry_base + a->aug_entry[token] + a->record_bytes;
+    }
+    return (const char *)a->x + (size_t)token * (size_t)a->row_bytes;
+}
+
+KERNEL_FN const float *moe_token_scales(const intra_moe_args_t *a, int token)
+{
+    if (a->scale_count == 0) {
+        return 0;
+    }
+    if (moe_received(a, token)) {
+        return (const float *)(moe_token_row(a, token) + a->row_bytes);
+    }
+    return a->x_scales + (size_t)token * (size_t)a->scale_count;
+}
+
+KERNEL_FN int64_t moe_token_expert(const intra_moe_args_t *a, int token, int k)
+{
+    if (moe_received(a, token)) {
+        return a->aug_topk[(size_t)token * (size_t)a->topk + (size_t)k];
+    }
+    return a->topk_idx[(size_t)token * (size_t)a->topk + (size_t)k];
+}
+
+KERNEL_FN int moe_copy_scales(float *dst, const float *src, int count, kernel_grid_t g)
+{
+    for (int i = (int)g.thread; i < count; i += (int)g.num_threads) {
+        dst[i] = src[i];
+    }
+    return count;
+}
+
+/* The scales of row `index` of a [rows][stride-byte] array, NULL without scales. */
+KERNEL_FN float *moe_scales_at(const intra_moe_args_t *a, const void *base, size_t index,
+                               size_t stride)
+{
+    return a->scale_count > 0 ? (float *)((const char *)base + index * stride) : NULL;
+}
+
+/* Copy one token row (and its scales) with the whole block. */
+KERNEL_FN void moe_copy_token(const intra_moe_args_t *a, char *dst, float *dst_scales,
+                              const char *src, const float *src_scales, kernel_grid_t g)
+{
+    kernel_copy_block(dst, src, (size_t)a->row_bytes, g);
+    if (a->scale_count > 0) {
+        moe_copy_scales(dst_scales, src_scales, a->scale_count, g);
+    }
+}
+
+#endif

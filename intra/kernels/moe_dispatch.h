@@ -1,0 +1,303 @@
+/*
+ * The node's MoE dispatch, and the sources of the rows it delivered: every rank plays both
+ * roles at once, source of its tokens and owner of its experts. Push: the source claims a
+ * slot at the owner and writes the row; Pull: the source publishes, the owner loads.
+ */
+#ifndef STRATA_INTRA_MOE_DISPATCH_H
+#define STRATA_INTRA_MOE_DISPATCH_H
+
+#include "moe_common.h"
+
+/* Push one (token, k) row into the owner's next free slot, or report the overflow. */
+KERNEL_FN void moe_push_row(const intra_moe_args_t *a, int token, int k, int expert,
+                            kernel_grid_t g)
+{
+    KERNEL_SHARED int32_t row;
+    int owner = expert / a->experts_per_rank, local = expert % a->experts_per_rank;
+    int32_t *row_slot = MOE_AT(a, a->rank, row_slot, int32_t);
+    size_t index = (size_t)local * (size_t)a->capacity;
+
+    if (g.thread == 0) {
+        uint32_t claimed = kernel_atomic_add_u32(MOE_AT(a, owner, counter, uint32_t) + local, 1);
+
+        row = claimed < (uint32_t)a->capacity ? (int32_t)claimed : -1;
+        row_slot[token * a->topk + k] = row;
+        if (row < 0) {
+            moe_report(&moe_control(a, a->rank)->dispatch_status, INTRA_MOE_KERNEL_CAPACITY,
+                       expert, token, k, (int64_t)claimed + 1);
+        } else {
+            intra_moe_source_t src = {a->rank, token, k};
+            MOE_AT(a, owner, recv_src, intra_moe_source_t)[index + (size_t)row] = src;
+        }
+    }
+    kernel_block_sync();
+    if (row >= 0) {
+        index += (size_t)row;
+        moe_copy_token(a, MOE_AT(a, owner, recv_x, char) + index * (size_t)a->row_bytes,
+                       moe_scales_at(a, MOE_AT(a, owner, recv_scales, char), index,
+                                     (size_t)a->scale_stride),
+                       moe_token_row(a, token), moe_token_scales(a, token), g);
+    }
+    kernel_block_sync(); /* row is reused by the next call */
+}
+
+/* Validate (token, k)'s expert id and record it in route; -1 for none or invalid. */
+KERNEL_FN int moe_route(const intra_moe_args_t *a, int token, int k, kernel_grid_t g)
+{
+    int64_t expert = moe_token_expert(a, token, k);
+
+    if (expert < -1 || expert >= a->num_experts) {
+        if (g.thread == 0) {
+            moe_report(&moe_control(a, a->rank)->dispatch_status, INTRA_MOE_KERNEL_BAD_EXPERT,
+                       (int32_t)(expert < INT32_MIN ? INT32_MIN : expert > INT32_MAX ? INT32_MAX
+                                                                                     : expert),
+                       token, k, 0);
+        }
+        expert = -1;
+    }
+    if (g.thread == 0) {
+        MOE_AT(a, a->rank, route, int32_t)[token * a->topk + k] = (int32_t)expert;
+        if (expert < 0) {
+            MOE_AT(a, a->rank, row_slot, int32_t)[token * a->topk + k] = -1;
+        }
+    }
+    return (int)expert;
+}
+
+/* Source role: push rows of Push experts, publish rows of tokens that Pull experts need. */
+KERNEL_FN void moe_dispatch_send(const intra_moe_args_t *a, int num_tokens, kernel_grid_t g)
+{
+    for (int t = (int)g.block; t < num_tokens; t += (int)g.num_blocks) {
+        int published = 0;
+
+        for (int k = 0; k < a->topk; ++k) {
+            int expert = moe_route(a, t, k, g);
+
+            if (expert < 0) {
+                continue;
+            }
+            if (!moe_is_pull(a, expert)) {
+                moe_push_row(a, t, k, expert, g);
+            } else if (!published) {
+                size_t row = (size_t)t;
+                moe_copy_token(a, MOE_AT(a, a->rank, send_x, char) + row * (size_t)a->row_bytes,
+                               moe_scales_at(a, MOE_AT(a, a->rank, send_scales, char), row,
+                                             (size_t)a->scale_stride),
+                               moe_token_row(a, t), moe_token_scales(a, t), g);
+                published = 1;
+            }
+        }
+    }
+}
+
+/* Source role, one thread: the CSR of (token, k) entries per Pull expert, for the owners. */
+KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a, int num_tokens)
+{
+    int32_t *offset = MOE_AT(a, a->rank, pull_offset, int32_t);
+    int32_t *cursor = MOE_AT(a, a->rank, pull_cursor, int32_t);
+    int32_t *entry  = MOE_AT(a, a->rank, pull_entry, int32_t);
+    int entries = num_tokens * a->topk;
+
+    for (int e = 0; e <= a->num_experts; ++e) {
+        offset[e] = 0;
+    }
+    for (int i = 0; i < entries; ++i) {
+        int64_t e = moe_token_expert(a, i / a->topk, i % a->topk);
+        if (e >= 0 && e < a->num_experts && moe_is_pull(a, (int)e)) {
+            ++offset[e + 1];
+        }
+    }
+    for (int e = 0; e < a->num_experts; ++e) {
+        offset[e + 1] += offset[e];
+        cursor[e] = offset[e];
+    }
+    for (int i = 0; i < entries; ++i) {
+        int64_t e = moe_token_expert(a, i / a->topk, i % a->topk);
+        if (e >= 0 && e < a->num_experts && moe_is_pull(a, (int)e)) {
+            entry[cursor[e]++] = i;
+        }
+    }
+}
+
+/* Rows source published for local expert `local` (read after its flag). */
+KERNEL_FN int moe_pull_count(const intra_moe_args_t *a, int source, int local)
+{
+    const int32_t *offset = MOE_AT(a, source, pull_offset, int32_t);
+    int expert = a->rank * a->experts_per_rank + local;
+
+    return offset[expert + 1] - offset[expert];
+}
+
+/* Owner role: load one published row into slot `row`, or tell the source it was dropped. */
+KERNEL_FN void moe_pull_row(const intra_moe_args_t *a, int source, int local, int index,
+                            int row, kernel_grid_t g)
+{
+    int expert = a->rank * a->experts_per_rank + local;
+    int32_t entry = MOE_AT(a, source, pull_entry, int32_t)
+                        [MOE_AT(a, source, pull_offset, int32_t)[expert] + index];
+    int token = entry / a->topk, k = entry % a->topk;
+    size_t slot = (size_t)local * (size_t)a->capacity + (size_t)row;
+
+    if (g.thread == 0) {
+        MOE_AT(a, source, row_slot, int32_t)[entry] = row < a->capacity ? row : -1;
+    }
+    if (row >= a->capacity) {
+        return; /* reported once per expert by the last block */
+    }
+    if (g.thread == 0) {
+        intra_moe_source_t src = {source, token, k};
+        MOE_AT(a, a->rank, recv_src, intra_moe_source_t)[slot] = src;
+    }
+    moe_copy_token(a, MOE_AT(a, a->rank, recv_x, char) + slot * (size_t)a->row_bytes,
+                   moe_scales_at(a, MOE_AT(a, a->rank, recv_scales, char), slot,
+                                 (size_t)a->scale_stride),
+                   MOE_AT(a, source, send_x, char) + (size_t)token * (size_t)a->row_bytes,
+                   moe_scales_at(a, MOE_AT(a, source, send_scales, char), (size_t)token,
+                                 (size_t)a->scale_stride),
+                   g);
+}
+
+/* Owner role: load the rows of Pull experts, sources in rank order, spread over blocks. */
+KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    uint64_t seen = 0; /* rows before the current list, over all lists */
+
+    for (int local = 0; local < a->experts_per_rank; ++local) {
+        int row = 0;
+
+        if (!moe_is_pull(a, a->rank * a->experts_per_rank + local)) {
+            continue;
+        }
+        for (int source = 0; source < a->num_ranks; ++source) {
+            int n = moe_pull_count(a, source, local);
+            int first = (int)((g.block + g.num_blocks - seen % g.num_blocks) % g.num_blocks);
+
+            for (int i = first; i < n; i += (int)g.num_blocks) {
+                moe_pull_row(a, source, local, i, row + i, g);
+            }
+            row += n;
+            seen += (uint64_t)n;
+        }
+    }
+}
+
+/* Owner role, last block: per-expert counts, capacity check, push counters back to zero. */
+KERNEL_FN void moe_dispatch_finish(const intra_moe_args_t *a)
+{
+    int32_t *count = MOE_AT(a, a->rank, recv_count, int32_t);
+    uint32_t *counter = MOE_AT(a, a->rank, counter, uint32_t);
+    intra_moe_control_t *control = moe_control(a, a->rank);
+
+    for (int local = 0; local < a->experts_per_rank; ++local) {
+        int expert = a->rank * a->experts_per_rank + local;
+        int64_t requested = 0;
+
+        if (moe_is_pull(a, expert)) {
+            for (int source = 0; source < a->num_ranks; ++source) {
+                requested += moe_pull_count(a, source, local);
+            }
+        } else {
+            requested = counter[local];
+            counter[local] = 0; /* every claim of this step happened before its flag */
+        }
+        count[local] = (int32_t)(requested < a->capacity ? requested : a->capacity);
+        if (requested > a->capacity) {
+            moe_report(&control->dispatch_status, INTRA_MOE_KERNEL_CAPACITY, expert, -1, -1,
+                       requested);
+        }
+    }
+}
+
+/* Own tokens' origins, for the owners' sources kernel: (this rank, the token). */
+KERNEL_FN void moe_write_origins(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    int32_t *origin = (int32_t *)(a->heap[a->rank] + a->origin_offset);
+    int own = a->aug_entry != 0 ? a->num_own : a->num_tokens;
+
+    for (int t = (int)(g.block * g.num_threads + g.thread); t < own;
+         t += (int)(g.num_blocks * g.num_threads)) {
+        origin[2 * t]     = a->origin_rank;
+        origin[2 * t + 1] = t;
+    }
+}
+
+/* Owner role, after every source's flag: every local rank moves the step in our modes. */
+KERNEL_FN void moe_check_digests(const intra_moe_args_t *a)
+{
+    for (int source = 0; source < a->num_ranks; ++source) {
+        if (kernel_load_acquire_u64(&moe_control(a, source)->digest) != a->digest) {
+            moe_report(&moe_control(a, a->rank)->dispatch_status, INTRA_MOE_KERNEL_MODES,
+                       source, -1, -1, 0);
+        }
+    }
+}
+
+KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    uint64_t step = moe_step(a, 1, g);
+    int num_tokens = moe_num_tokens(a);
+
+    if (moe_net_failed(a)) {
+        return;
+    }
+    if (g.block == 0 && g.thread == 0) {
+        control->digest = a->digest; /* published by the fence before our flags */
+        moe_build_pull_lists(a, num_tokens);
+    }
+    if (a->origin_offset >= 0) {
+        moe_write_origins(a, g);
+    }
+    moe_dispatch_send(a, num_tokens, g);
+    if (moe_last_block(&control->dispatch_send_done, step, g)) {
+        for (int owner = 0; owner < a->num_ranks; ++owner) {
+            /* release: our pushed rows, published rows, pull lists and digest, to the owner */
+            kernel_store_release_u64(&moe_control(a, owner)->dispatch_flag[a->rank], step);
+        }
+    }
+    if (moe_wait_flags(a, control->dispatch_flag, step, &control->dispatch_status, g)) {
+        if (g.block == 0 && g.thread == 0) {
+            moe_check_digests(a);
+        }
+        moe_dispatch_pull(a, g);
+    }
+    if (moe_last_block(&control->dispatch_recv_done, step, g)) {
+        moe_dispatch_finish(a);
+        kernel_store_release_u64(&control->dispatched, step);
+    }
+}
+
+/*
+ * Owner role, after dispatch: each received row's source as the API names it (global rank,
+ * token index there, slot), from the origin tables of the node's ranks, and the counts.
+ */
+KERNEL_FN void intra_moe_sources_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const int32_t *count = MOE_AT(a, a->rank, recv_count, int32_t);
+    const intra_moe_source_t *src = MOE_AT(a, a->rank, recv_src, intra_moe_source_t);
+    size_t rows = (size_t)a->experts_per_rank * (size_t)a->capacity;
+
+    if (moe_net_failed(a)) {
+        return;
+    }
+    for (size_t i = g.block * g.num_threads + g.thread; i < rows;
+         i += (size_t)g.num_blocks * g.num_threads) {
+        int e = (int)(i / (size_t)a->capacity), row = (int)(i % (size_t)a->capacity);
+
+        if (row < count[e]) {
+            const int32_t *origin = (const int32_t *)(a->heap[src[i].rank] + a->origin_offset);
+            intra_moe_source_t s;
+
+            s.rank  = origin[2 * src[i].token];
+            s.token = origin[2 * src[i].token + 1];
+            s.slot  = src[i].slot;
+            a->public_src[i] = s;
+        }
+    }
+    for (int e = (int)(g.block * g.num_threads + g.thread); e < a->experts_per_rank;
+         e += (int)(g.num_blocks * g.num_threads)) {
+        a->public_count[e] = count[e];
+    }
+}
+
+#endif

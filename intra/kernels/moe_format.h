@@ -1,0 +1,144 @@
+/*
+ * What the node's MoE kernels and their host side share: limits, status codes, the control
+ * block and buffer layout in each rank's heap part, and a launch's arguments. Plain C
+ * types, compiled by every backend; the kernel bodies are in moe_dispatch.h and
+ * moe_combine.h (all of them: moe_kernels.h).
+ */
+#ifndef STRATA_INTRA_MOE_FORMAT_H
+#define STRATA_INTRA_MOE_FORMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net_format.h"
+
+#define INTRA_MOE_MAX_RANKS   16
+#define INTRA_MOE_MAX_EXPERTS 1024
+#define INTRA_MOE_MAX_TOPK    32
+#define INTRA_MOE_MASK_WORDS  (INTRA_MOE_MAX_EXPERTS / 64)
+/** fp8 tokens carry one fp32 scale per this many columns. */
+#define INTRA_MOE_SCALE_COLUMNS 128
+
+/** Element types of the combine input and output. */
+enum {
+    INTRA_MOE_ELEM_BF16 = 0,
+    INTRA_MOE_ELEM_FP16 = 1,
+    INTRA_MOE_ELEM_FP32 = 2,
+};
+
+/** What a kernel found wrong; the first error of a launch wins. */
+enum {
+    INTRA_MOE_KERNEL_OK           = 0,
+    INTRA_MOE_KERNEL_BAD_EXPERT   = 1, /* value: the id, token/slot: where */
+    INTRA_MOE_KERNEL_CAPACITY     = 2, /* value: the expert, count: rows it was sent */
+    INTRA_MOE_KERNEL_DROPPED      = 3, /* combine: a row of this token was not received */
+    INTRA_MOE_KERNEL_TIMEOUT      = 4, /* value: the rank waited for */
+    INTRA_MOE_KERNEL_MODES        = 5, /* value: a local rank moving the step in other modes */
+    INTRA_MOE_KERNEL_NET_FAILED   = 6, /* count: the work ring's failure status */
+    INTRA_MOE_KERNEL_NET_TIMEOUT  = 7, /* value: the rank waited for; token: what */
+    INTRA_MOE_KERNEL_NET_PROTOCOL = 8, /* value: the rank whose header, grant or entry is
+                                          wrong; token: what; count: its step */
+};
+
+typedef struct intra_moe_status {
+    int32_t code;
+    int32_t value;
+    int32_t token;
+    int32_t slot;
+    int64_t count;
+    int64_t pad;
+} intra_moe_status_t;
+
+/** The head of every rank's part of the heap. Flags are written by peers. */
+typedef struct intra_moe_control {
+    uint64_t dispatch_flag[INTRA_MOE_MAX_RANKS]; /* [source]: last step it sent us */
+    uint64_t combine_flag[INTRA_MOE_MAX_RANKS];  /* [owner]: last step it returned us */
+    uint64_t dispatch_send_done; /* blocks that finished a phase, summed over steps */
+    uint64_t dispatch_recv_done;
+    uint64_t combine_send_done;
+    /* Dispatches completed, written by the last block of each: kernels read their step
+     * here rather than from their arguments, so that a captured graph can replay them. */
+    uint64_t dispatched;
+    uint64_t digest;       /* of the modes this rank moves the current step in */
+    intra_moe_status_t dispatch_status;
+    intra_moe_status_t combine_status;
+    intra_moe_status_t net_status; /* the step across nodes (net_kernels.h) */
+} intra_moe_control_t;
+
+/** Where a received row came from. */
+typedef struct intra_moe_source {
+    int32_t rank;
+    int32_t token;
+    int32_t slot; /* k: which of the token's top-k choices */
+} intra_moe_source_t;
+
+/** Offsets of the buffers inside each rank's heap part (the same on every rank). */
+typedef struct intra_moe_layout {
+    size_t control;       /* intra_moe_control_t */
+    size_t counter;       /* uint32[experts_per_rank]: push slots claimed, owner zeroes */
+    size_t recv_count;    /* int32[experts_per_rank] */
+    size_t pull_offset;   /* int32[num_experts + 1]: CSR of this rank's pull entries */
+    size_t pull_cursor;   /* int32[num_experts]: scratch for building it */
+    size_t pull_entry;    /* int32[max_tokens * topk]: token * topk + k, by expert */
+    size_t route;         /* int32[max_tokens * topk]: validated expert id or -1 */
+    size_t row_slot;      /* int32[max_tokens * topk]: row at the owner, -1 if none */
+    size_t send_x;        /* [max_tokens][row_bytes]: tokens published for pull */
+    size_t send_scales;   /* [max_tokens][scale_stride] */
+    size_t recv_x;        /* [experts_per_rank][capacity][row_bytes] */
+    size_t recv_scales;   /* [experts_per_rank][capacity][scale_stride] */
+    size_t recv_src;      /* intra_moe_source_t[experts_per_rank][capacity] */
+    size_t expert_y;      /* [experts_per_rank][capacity][y_row_bytes]: published for pull */
+    size_t combine_recv;  /* [max_tokens][topk][y_row_bytes]: pushed by owners */
+    size_t total;
+} intra_moe_layout_t;
+
+/** One launch's arguments, passed by value to GPU kernels. */
+typedef struct intra_moe_args {
+    int32_t  rank;
+    int32_t  num_ranks;
+    int32_t  num_experts;
+    int32_t  experts_per_rank;
+    int32_t  topk;
+    int32_t  capacity;
+    int32_t  num_tokens;
+    int32_t  row_bytes;    /* dispatched token row, a multiple of 16 */
+    int32_t  scale_count;  /* fp32 scales per row, 0 without */
+    int32_t  scale_stride; /* bytes between scale rows in the heap, a multiple of 16 */
+    int32_t  hidden;
+    int32_t  y_elem;       /* INTRA_MOE_ELEM_* of combine input and output */
+    int32_t  y_row_bytes;
+    uint64_t timeout_ticks; /* bound on each wait for a peer, in kernel_timer ticks */
+    uint64_t digest;        /* of the step's modes: every local rank must pass the same */
+    uint64_t pull_mask[INTRA_MOE_MASK_WORDS]; /* bit e set: expert e moves in Pull form */
+    char    *heap[INTRA_MOE_MAX_RANKS];       /* each rank's heap part as mapped here */
+    intra_moe_layout_t layout;
+    /* the caller's buffers */
+    const void    *x;            /* [num_tokens][row_bytes] */
+    const float   *x_scales;     /* [num_tokens][scale_count] or NULL */
+    const int64_t *topk_idx;     /* [num_tokens][topk] */
+    const void    *expert_y;     /* [experts_per_rank][capacity][y_row_bytes] */
+    const float   *topk_weights; /* [num_tokens][topk] */
+    void          *out;          /* [num_tokens][y_row_bytes]; gather: [num_tokens][topk][..] */
+    /*
+     * The step across nodes (NULL / -1 / 0 when the node is alone). Tokens from num_own on
+     * came over the network: their entries [record][row][scales] are at entry_base +
+     * aug_entry[t] and their node-local expert ids in aug_topk; only the device knows how
+     * many there are (*num_tokens_dev). Origins and term destinations are tables in each
+     * rank's heap part; term_src gives reduce every term's address.
+     */
+    int32_t        num_own;
+    int32_t        record_bytes;
+    int32_t        origin_rank;     /* the global rank of this rank's own tokens */
+    const int32_t *num_tokens_dev;
+    const char    *entry_base;
+    const int64_t *aug_entry;       /* [max_tokens] byte offsets, from num_own on */
+    const int64_t *aug_topk;        /* [max_tokens][topk], from num_own on */
+    int64_t        origin_offset;   /* heap: int32[max_tokens][2] (rank, token); -1 none */
+    int64_t        term_dst_offset; /* heap: int64[max_tokens][topk] heap offsets; -1 none */
+    const uint64_t *term_src;       /* reduce: [num_tokens][topk] addresses, 0: no term */
+    intra_moe_source_t *public_src; /* sources: [experts_per_rank][capacity] as the API has them */
+    int32_t       *public_count;    /* sources: [experts_per_rank] */
+    intra_net_args_t net;           /* the network kernels' (net_kernels.h); ring NULL: none */
+} intra_moe_args_t;
+
+#endif

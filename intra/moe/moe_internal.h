@@ -1,0 +1,28 @@
+/*
+ * The intra-node MoE object as its sources share it (moe.c, moe_launch.c, moe_status.c).
+ */
+#ifndef STRATA_INTRA_MOE_INTERNAL_H
+#define STRATA_INTRA_MOE_INTERNAL_H
+
+#include "intra/intra.h"
+#include "util/util.h"
+
+typedef enum moe_state {
+    MOE_EXPECT_DISPATCH,
+    MOE_EXPECT_COMBINE,
+    MOE_FAILED,
+} moe_state_t;
+
+struct intra_moe {
+    const intra_device_ops_t *device;
+    intra_queue_t            *queue;
+    intra_moe_args_t          args;      /* shape, heap bases and layout; per-call fields vary */
+    moe_state_t               state;
+    int                       max_tokens;
+    int                       num_tokens; /* of the step's dispatch, where the host knows it */
+    uint64_t                  step;       /* dispatches enqueued, for messages */
+    int32_t                  *counts;    /* [experts_per_rank], host copy */
+    intra_moe_recv_t          recv;
+};
+
+#endif

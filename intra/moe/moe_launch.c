@@ -1,0 +1,252 @@
+/*
+ * Launches of the intra-node MoE object: arguments checked, the launch made without
+ * waiting (enqueue), and the synchronous calls of one node's step built on them.
+ */
+#include "moe_internal.h"
+
+#include <string.h>
+
+static bool moe_misaligned(const void *ptr)
+{
+    return ((uintptr_t)ptr & 15u) != 0;
+}
+
+static strata_status_t moe_check_state(const intra_moe_t *moe, moe_state_t expected,
+                                       const char *call)
+{
+    if (moe->state == MOE_FAILED) {
+        UTIL_LOG_ERROR("intra moe: %s after a failed step; destroy the object", call);
+        return STRATA_ERR_TIMEOUT;
+    }
+    if (moe->state != expected) {
+        UTIL_LOG_ERROR("intra moe: %s out of order: every step is one dispatch, then one "
+                       "combine", call);
+        return STRATA_ERR_INVALID;
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t moe_check_dispatch(const intra_moe_t *moe, const void *x,
+                                          const float *x_scales, const int64_t *topk_idx,
+                                          int num_tokens)
+{
+    const intra_moe_args_t *a = &moe->args;
+
+    if (num_tokens < 0 || num_tokens > moe->max_tokens) {
+        UTIL_LOG_ERROR("intra moe: num_tokens %d outside 0..%d", num_tokens, moe->max_tokens);
+    } else if (num_tokens > 0 && (x == NULL || topk_idx == NULL)) {
+        UTIL_LOG_ERROR("intra moe: dispatch of %d tokens without x or topk_idx", num_tokens);
+    } else if (num_tokens > 0 && moe_misaligned(x)) {
+        UTIL_LOG_ERROR("intra moe: x at %p is not 16-byte aligned", x);
+    } else if (num_tokens > 0 && (a->scale_count > 0) != (x_scales != NULL)) {
+        UTIL_LOG_ERROR("intra moe: x_scales must be given for fp8 tokens, and only for them");
+    } else {
+        return STRATA_OK;
+    }
+    return STRATA_ERR_INVALID;
+}
+
+static strata_status_t moe_launch(intra_moe_t *moe, intra_moe_kernel_t kernel,
+                                  const intra_moe_args_t *args)
+{
+    strata_status_t status;
+
+    if (moe->state == MOE_FAILED) {
+        UTIL_LOG_ERROR("intra moe: a launch after a failed step; destroy the object");
+        return STRATA_ERR_INTERNAL;
+    }
+    status = moe->device->moe_launch(moe->queue, kernel, args);
+
+    if (status != STRATA_OK) {
+        moe->state = MOE_FAILED;
+    }
+    return status;
+}
+
+static void moe_set_mask(intra_moe_args_t *a, const uint64_t *pull_mask)
+{
+    int words = (a->num_experts + 63) / 64;
+
+    memset(a->pull_mask, 0, sizeof(a->pull_mask));
+    if (pull_mask != NULL) {
+        memcpy(a->pull_mask, pull_mask, sizeof(uint64_t) * (size_t)words);
+        if (a->num_experts % 64 != 0) {
+            a->pull_mask[words - 1] &= (UINT64_C(1) << (a->num_experts % 64)) - 1;
+        }
+    }
+}
+
+static bool moe_step_valid(const intra_moe_step_t *s)
+{
+    if (s->aug_entry == NULL) {
+        return true;
+    }
+    if (s->num_tokens_dev == NULL || s->entry_base == NULL || s->aug_topk == NULL ||
+        s->record_bytes <= 0 || s->record_bytes % 16 != 0) {
+        UTIL_LOG_ERROR("intra moe: received tokens need their count, entries, expert ids and "
+                       "a record size of whole 16-byte units");
+        return false;
+    }
+    return true;
+}
+
+strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_step_t *s)
+{
+    intra_moe_args_t *a = &moe->args;
+    strata_status_t status;
+
+    if (moe == NULL || s == NULL) {
+        UTIL_LOG_ERROR("intra moe: dispatch without an object or a step");
+        return STRATA_ERR_INVALID;
+    }
+    status = moe_check_state(moe, MOE_EXPECT_DISPATCH, "dispatch");
+    if (status == STRATA_OK) {
+        status = moe_check_dispatch(moe, s->x, s->x_scales, s->topk_idx, s->num_own);
+    }
+    if (status == STRATA_OK && !moe_step_valid(s)) {
+        status = STRATA_ERR_INVALID;
+    }
+    if (status != STRATA_OK) {
+        return status;
+    }
+    moe_set_mask(a, s->pull_mask);
+    a->num_tokens     = s->num_own;
+    a->num_own        = s->num_own;
+    a->x              = s->x;
+    a->x_scales       = s->x_scales;
+    a->topk_idx       = s->topk_idx;
+    a->num_tokens_dev = s->num_tokens_dev;
+    a->entry_base     = s->entry_base;
+    a->aug_entry      = s->aug_entry;
+    a->aug_topk       = s->aug_topk;
+    a->record_bytes   = s->record_bytes;
+    a->digest         = s->digest;
+    moe->num_tokens   = s->num_own;
+    moe->step        += 1;
+    status = moe_launch(moe, INTRA_MOE_KERNEL_DISPATCH, a);
+    if (status == STRATA_OK) {
+        moe->state = MOE_EXPECT_COMBINE; /* the step goes on even if this rank saw an error */
+    }
+    return status;
+}
+
+strata_status_t intra_moe_enqueue_sources(intra_moe_t *moe)
+{
+    if (moe->args.public_src == NULL || moe->state != MOE_EXPECT_COMBINE) {
+        UTIL_LOG_ERROR("intra moe: sources need the tables and a dispatch before them");
+        return STRATA_ERR_INVALID;
+    }
+    return moe_launch(moe, INTRA_MOE_KERNEL_SOURCES, &moe->args);
+}
+
+strata_status_t intra_moe_enqueue_combine(intra_moe_t *moe, const void *expert_y,
+                                          const float *topk_weights, const uint64_t *pull_mask,
+                                          void *out)
+{
+    bool direct = moe != NULL && moe->args.term_dst_offset >= 0;
+    strata_status_t status;
+
+    if (moe == NULL) {
+        UTIL_LOG_ERROR("intra moe: combine without an object");
+        return STRATA_ERR_INVALID;
+    }
+    status = moe_check_state(moe, MOE_EXPECT_COMBINE, "combine");
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (expert_y == NULL || moe_misaligned(expert_y) ||
+        (!direct && moe->num_tokens > 0 &&
+         (topk_weights == NULL || out == NULL || moe_misaligned(out)))) {
+        /* Refused before this rank enters the combine: the state stays, so the caller can
+         * retry with valid arguments while the peers wait (up to their timeout). */
+        UTIL_LOG_ERROR("intra moe: combine needs expert_y, and for %d tokens topk_weights and "
+                       "out, with expert_y and out 16-byte aligned", moe->num_tokens);
+        return STRATA_ERR_INVALID;
+    }
+    moe_set_mask(&moe->args, pull_mask);
+    moe->args.expert_y     = expert_y;
+    moe->args.topk_weights = topk_weights;
+    moe->args.out          = out;
+    status = moe_launch(moe, INTRA_MOE_KERNEL_COMBINE, &moe->args);
+    if (moe->state != MOE_FAILED) {
+        moe->state = MOE_EXPECT_DISPATCH;
+    }
+    return status;
+}
+
+strata_status_t intra_moe_enqueue_reduce(intra_moe_t *moe, const uint64_t *term_src,
+                                         const float *topk_weights, int num_tokens, void *out)
+{
+    intra_moe_args_t args;
+
+    if (moe == NULL || num_tokens < 0 ||
+        (num_tokens > 0 && (term_src == NULL || topk_weights == NULL || out == NULL ||
+                            moe_misaligned(out)))) {
+        UTIL_LOG_ERROR("intra moe: reduce of %d tokens needs term addresses, topk_weights and "
+                       "out, 16-byte aligned", num_tokens);
+        return STRATA_ERR_INVALID;
+    }
+    if (num_tokens == 0) {
+        return STRATA_OK;
+    }
+    args              = moe->args; /* shape only; the kernel reads no peer */
+    args.num_tokens   = num_tokens;
+    args.term_src     = term_src;
+    args.topk_weights = topk_weights;
+    args.out          = out;
+    return moe_launch(moe, INTRA_MOE_KERNEL_REDUCE, &args);
+}
+
+strata_status_t intra_moe_enqueue_net(intra_moe_t *moe, intra_moe_kernel_t kernel,
+                                      const intra_net_args_t *net)
+{
+    if (kernel < INTRA_MOE_KERNEL_NET_SEND || net == NULL || net->ring == NULL) {
+        UTIL_LOG_ERROR("intra moe: kernel %d is not a network kernel, or has no work ring",
+                       (int)kernel);
+        return STRATA_ERR_INVALID;
+    }
+    moe->args.net = *net; /* the node's kernels of the step see it too (moe_net_failed) */
+    return moe_launch(moe, kernel, &moe->args);
+}
+
+/* --- The synchronous calls of one node's step ------------------------------------------------ */
+
+strata_status_t intra_moe_dispatch(intra_moe_t *moe, const void *x, const float *x_scales,
+                                   const int64_t *topk_idx, int num_tokens,
+                                   const uint64_t *pull_mask, intra_moe_recv_t *recv_p)
+{
+    intra_moe_step_t step = {.x = x, .x_scales = x_scales, .topk_idx = topk_idx,
+                             .num_own = num_tokens, .pull_mask = pull_mask};
+    strata_status_t status, copied;
+
+    if (moe == NULL || recv_p == NULL) {
+        UTIL_LOG_ERROR("intra moe: dispatch without an object or a result");
+        return STRATA_ERR_INVALID;
+    }
+    status = intra_moe_enqueue_dispatch(moe, &step);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = intra_moe_synchronize(moe);
+    if (moe->state == MOE_FAILED) {
+        return status;
+    }
+    copied = moe->device->mem_copy(moe->counts,
+                                   moe->args.heap[moe->args.rank] + moe->args.layout.recv_count,
+                                   sizeof(int32_t) * (size_t)moe->args.experts_per_rank);
+    if (copied != STRATA_OK) {
+        return copied;
+    }
+    *recv_p = moe->recv;
+    return status;
+}
+
+strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
+                                  const float *topk_weights, const uint64_t *pull_mask,
+                                  void *out)
+{
+    strata_status_t status = intra_moe_enqueue_combine(moe, expert_y, topk_weights, pull_mask,
+                                                       out);
+
+    return status == STRATA_OK ? intra_moe_synchronize(moe) : status;
+}

@@ -1,0 +1,147 @@
+/*
+ * What the node's kernels and the network kernels found, read from this rank's control
+ * block once they are done, turned into one status and one log line.
+ */
+#include "moe_internal.h"
+
+#include <inttypes.h>
+
+static intra_moe_control_t *moe_own_control(const intra_moe_t *moe)
+{
+    return (intra_moe_control_t *)(moe->args.heap[moe->args.rank] + moe->args.layout.control);
+}
+
+static const char *const moe_net_waits[] = {
+    [INTRA_NET_WAIT_CREDIT] = "room in the work ring",   [INTRA_NET_WAIT_HEADER] = "a header",
+    [INTRA_NET_WAIT_GRANT] = "a round-two grant",        [INTRA_NET_WAIT_ROUND_ONE] = "round one",
+    [INTRA_NET_WAIT_ROUND_TWO] = "round two",            [INTRA_NET_WAIT_READS] = "reads",
+    [INTRA_NET_WAIT_TERMS] = "combine terms",            [INTRA_NET_WAIT_SENDS] = "our transfers",
+    [INTRA_NET_BAD_ENTRY] = "a token entry",
+};
+
+static const char *moe_net_what(int32_t what)
+{
+    return what > 0 && (size_t)what < UTIL_ARRAY_SIZE(moe_net_waits) && moe_net_waits[what]
+               ? moe_net_waits[what] : "the network";
+}
+
+/* The step across nodes' findings: each fails the object. */
+static strata_status_t moe_net_status(intra_moe_t *moe, const intra_moe_status_t *st)
+{
+    strata_status_t status;
+
+    switch (st->code) {
+    case INTRA_MOE_KERNEL_NET_FAILED:
+        /* The ring ends for a dead peer, or for a command it refused: never an input error. */
+        status = (strata_status_t)st->count == STRATA_ERR_PEER_FAILED ? STRATA_ERR_PEER_FAILED
+                                                                      : STRATA_ERR_INTERNAL;
+        UTIL_LOG_ERROR("moe: step %" PRIu64 ": waiting for %s%s: the work ring failed: %s",
+                       moe->step, moe_net_what(st->token), st->value >= 0 ? " from a peer" : "",
+                       strata_status_string((strata_status_t)st->count));
+        break;
+    case INTRA_MOE_KERNEL_NET_TIMEOUT:
+        status = STRATA_ERR_TIMEOUT;
+        UTIL_LOG_ERROR("moe: step %" PRIu64 ": waiting for %s from rank %d: nothing within "
+                       "the bound (count %" PRId64 " awaited)", moe->step, moe_net_what(st->token),
+                       st->value, st->count);
+        break;
+    case INTRA_MOE_KERNEL_NET_PROTOCOL:
+        status = STRATA_ERR_INTERNAL;
+        UTIL_LOG_ERROR("moe: step %" PRIu64 ": rank %d's %s (step %" PRId64 ") does not match "
+                       "ours: the ranks are not in the same step", moe->step, st->value,
+                       moe_net_what(st->token), st->count);
+        break;
+    default:
+        status = STRATA_ERR_INTERNAL;
+        UTIL_LOG_ERROR("moe: the network kernels reported unknown code %d", st->code);
+        break;
+    }
+    moe->state = MOE_FAILED;
+    return status == STRATA_OK ? STRATA_ERR_INTERNAL : status;
+}
+
+/* One log line and a status for what a kernel found; net: the step across nodes'. */
+static strata_status_t moe_kernel_status(intra_moe_t *moe, const intra_moe_status_t *st, bool net)
+{
+    const intra_moe_args_t *a = &moe->args;
+
+    switch (st->code) {
+    case INTRA_MOE_KERNEL_OK:
+        return STRATA_OK;
+    case INTRA_MOE_KERNEL_BAD_EXPERT:
+        UTIL_LOG_ERROR("intra moe: topk_idx[%d][%d] = %d is not an expert (-1 or 0..%d); "
+                       "that entry was skipped", st->token, st->slot, st->value,
+                       a->num_experts - 1);
+        return STRATA_ERR_INVALID;
+    case INTRA_MOE_KERNEL_CAPACITY:
+        if (st->token >= 0) {
+            UTIL_LOG_ERROR("intra moe: token %d's choice %d for expert %d found %" PRId64
+                           " rows already there; capacity %d: not delivered",
+                           st->token, st->slot, st->value, st->count - 1, a->capacity);
+        } else {
+            UTIL_LOG_ERROR("intra moe: expert %d was sent %" PRId64 " rows; capacity %d: "
+                           "the rest were not delivered", st->value, st->count, a->capacity);
+        }
+        return STRATA_ERR_CAPACITY;
+    case INTRA_MOE_KERNEL_DROPPED:
+        UTIL_LOG_ERROR("intra moe: token %d's choice %d (expert %d) was dropped for capacity; "
+                       "its result lacks that term", st->token, st->slot, st->value);
+        return STRATA_ERR_CAPACITY;
+    case INTRA_MOE_KERNEL_TIMEOUT:
+        UTIL_LOG_ERROR("intra moe: local rank %d did not reach step %" PRIu64 " within %" PRIu64
+                       " us; the object can only be destroyed", st->value, moe->step,
+                       a->timeout_ticks / moe->device->timer_ticks_per_us);
+        moe->state = MOE_FAILED;
+        return STRATA_ERR_TIMEOUT;
+    case INTRA_MOE_KERNEL_MODES:
+        UTIL_LOG_ERROR("moe: %s %d moves the experts of step %" PRIu64 " in other modes than "
+                       "this rank: every rank must set the same pull masks and mode",
+                       net ? "rank" : "local rank", st->value, moe->step);
+        moe->state = MOE_FAILED;
+        return STRATA_ERR_INTERNAL;
+    default:
+        if (net) {
+            return moe_net_status(moe, st);
+        }
+        UTIL_LOG_ERROR("intra moe: the kernel reported unknown code %d", st->code);
+        moe->state = MOE_FAILED;
+        return STRATA_ERR_INTERNAL;
+    }
+}
+
+/* Of two statuses, the one to report: a failure of the object before an input error. */
+static strata_status_t moe_worse(strata_status_t a, strata_status_t b)
+{
+    bool a_soft = a == STRATA_OK || a == STRATA_ERR_INVALID || a == STRATA_ERR_CAPACITY;
+
+    return (a == STRATA_OK || (a_soft && b != STRATA_OK && b != STRATA_ERR_INVALID &&
+                               b != STRATA_ERR_CAPACITY)) ? b : a;
+}
+
+strata_status_t intra_moe_synchronize(intra_moe_t *moe)
+{
+    intra_moe_control_t *control = moe_own_control(moe);
+    intra_moe_status_t st[3]; /* net, dispatch, combine: the root cause first */
+    strata_status_t status = moe->device->queue_synchronize(moe->queue), found = STRATA_OK;
+
+    if (status == STRATA_OK) {
+        status = moe->device->mem_copy(&st[0], &control->net_status, sizeof(st[0]));
+    }
+    if (status == STRATA_OK) {
+        status = moe->device->mem_copy(&st[1], &control->dispatch_status, 2 * sizeof(st[1]));
+    }
+    if (status == STRATA_OK) {
+        status = moe->device->mem_set(&control->net_status, 0, sizeof(st[0]));
+    }
+    if (status == STRATA_OK) {
+        status = moe->device->mem_set(&control->dispatch_status, 0, 2 * sizeof(st[1]));
+    }
+    if (status != STRATA_OK) {
+        moe->state = MOE_FAILED; /* peers may be waiting on a launch that never ran */
+        return status;
+    }
+    for (int i = 0; i < 3; ++i) {
+        found = moe_worse(found, moe_kernel_status(moe, &st[i], i == 0));
+    }
+    return found;
+}
