@@ -29,8 +29,7 @@ void inter_ring_free(inter_ring_t *ring)
     }
 }
 
-static strata_status_t inter_ring_check_params(const inter_engine_t *engine,
-                                               const inter_ring_params_t *p)
+static strata_status_t inter_ring_check_params(const inter_ring_params_t *p)
 {
     if (p == NULL || p->mem == NULL || p->slots < 2 || p->slots > 65536 ||
         (p->slots & (p->slots - 1)) != 0 || p->num_regions < 1 ||
@@ -49,7 +48,6 @@ static strata_status_t inter_ring_check_params(const inter_engine_t *engine,
             return STRATA_ERR_INVALID;
         }
     }
-    (void)engine;
     return STRATA_OK;
 }
 
@@ -123,7 +121,7 @@ static strata_status_t inter_ring_request(inter_engine_t *engine, inter_ring_t *
 strata_status_t inter_engine_ring_attach(inter_engine_t *engine, const inter_ring_params_t *params,
                                          inter_ring_t **ring_p)
 {
-    strata_status_t status = inter_ring_check_params(engine, params);
+    strata_status_t status = inter_ring_check_params(params);
     inter_ring_t *ring;
 
     if (status != STRATA_OK) {

@@ -50,9 +50,9 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
     if (status != STRATA_OK) {
         return status; /* INVALID: refused before this rank took part, it may retry */
     }
-    status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_RETURN, &moe->net.args);
-    status = status == STRATA_OK ? sched_synchronize(moe, "returning terms to other nodes")
-                                 : sched_fail(moe, status, "returning terms to other nodes");
+    status = sched_settle(moe, intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_RETURN,
+                                                     &moe->net.args),
+                          "returning terms to other nodes");
     if (status != STRATA_OK) {
         return status;
     }
@@ -67,20 +67,16 @@ static strata_status_t sched_reduce_terms(sched_moe_t *moe, const float *topk_we
     const sched_plan_t *plan = moe->cur.plan;
     strata_status_t status;
 
-    status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_TERMS, &moe->net.args);
-    status = status == STRATA_OK ? sched_synchronize(moe, "returning terms between nodes")
-                                 : sched_fail(moe, status, "returning terms between nodes");
+    status = sched_settle(moe, intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_TERMS,
+                                                     &moe->net.args),
+                          "returning terms between nodes");
     if (status != STRATA_OK) {
         return status;
     }
     sched_phase_end(moe, STRATA_MOE_PHASE_COMBINE_WAIT);
-    status = intra_moe_enqueue_reduce(moe->intra, moe->net.term_src, topk_weights,
-                                      plan->num_tokens, out);
-    if (status == STRATA_OK) {
-        status = sched_synchronize(moe, "summing terms");
-    } else {
-        status = sched_fail(moe, status, "summing terms");
-    }
+    status = sched_settle(moe, intra_moe_enqueue_reduce(moe->intra, moe->net.term_src,
+                                                        topk_weights, plan->num_tokens, out),
+                          "summing terms");
     sched_phase_end(moe, STRATA_MOE_PHASE_REDUCE);
     return status;
 }

@@ -80,8 +80,7 @@ static strata_status_t sched_exchange(sched_moe_t *moe)
     if (status == STRATA_OK) {
         status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_INDEX, &moe->net.args);
     }
-    return status == STRATA_OK ? sched_synchronize(moe, what)
-                               : sched_fail(moe, status, what);
+    return sched_settle(moe, status, what);
 }
 
 /* Through the intra tier to the experts' ranks on this node, then the rows' sources. */
@@ -111,8 +110,7 @@ static strata_status_t sched_dispatch_node(sched_moe_t *moe)
         status = intra_moe_enqueue_sources(moe->intra);
     }
     /* Arguments were checked at dispatch_send: any refusal here ends the step. */
-    return status == STRATA_OK ? sched_synchronize(moe, "inside the node")
-                               : sched_fail(moe, status, "inside the node");
+    return sched_settle(moe, status, "inside the node");
 }
 
 static void sched_fill_recv(sched_moe_t *moe)

@@ -105,6 +105,8 @@ typedef struct sched_modes {
     uint64_t         *next_bits;     /* [own_words] to publish with the next header */
     uint64_t         *sent_bits;     /* [own_words] published with this step's */
     int32_t          *node_tokens;   /* [experts_per_rank][num_nodes] */
+    uint64_t         *board_bits;    /* scratch: [local_size][mask_words], boards read */
+    uint64_t         *board_mask;    /* scratch: [mask_words], the board being published */
     size_t            board_offset;  /* heap: two boards, by step parity */
 } sched_modes_t;
 
@@ -238,7 +240,15 @@ static inline size_t sched_mask_bytes(const sched_moe_t *moe)
     return sizeof(uint64_t) * (size_t)moe->geo.mask_words;
 }
 
+/* sched_config.c: the route, round one's size and the other STRATA_MOE_* choices;
+ * *net_memory_p: 0 auto, 1 heap, 2 bounce. */
+strata_status_t sched_resolve_config(sched_moe_t *moe, strata_moe_route_t *route_p,
+                                     int *spec_p, int *net_memory_p);
+/* sched_geometry.c: what the intra tier does not check itself, the world's shape. */
+bool            sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w);
+
 /* sched_net.c: the area, its registration, the ring and the kernels' tables. */
+inter_mem_kind_t sched_mem_kind(const intra_device_ops_t *device);
 strata_status_t sched_net_layout(sched_moe_t *moe);
 /* Collective: every rank computes transfers alike (round one, Pull by read, chunks). */
 strata_status_t sched_net_agree(sched_moe_t *moe);
@@ -255,6 +265,9 @@ void            sched_fill_masks(sched_moe_t *moe, bool pull);
 void            sched_node_mask(const sched_moe_t *moe, const uint64_t *global, uint64_t *node_mask);
 /* Wait for what the step launched (unless a stream is given), and what it found. */
 strata_status_t sched_synchronize(sched_moe_t *moe, const char *what);
+/* After launches: wait for them as sched_synchronize does if they were made; a launch that
+ * could not be made fails the step. */
+strata_status_t sched_settle(sched_moe_t *moe, strata_status_t launched, const char *what);
 /* Wait for the device before the host rewrites what its kernels read: an input error found
  * is kept for strata_moe_synchronize, a failure fails the object. */
 strata_status_t sched_drain(sched_moe_t *moe, const char *what);

@@ -68,8 +68,11 @@ strata_status_t sched_modes_open(sched_moe_t *moe)
     m->sent_bits     = calloc((size_t)geo->own_words, sizeof(uint64_t));
     m->node_tokens   = calloc((size_t)geo->experts_per_rank * (size_t)geo->num_nodes,
                               sizeof(int32_t));
+    m->board_bits    = calloc(words * (size_t)geo->local_size, sizeof(uint64_t));
+    m->board_mask    = calloc(words, sizeof(uint64_t));
     if (!m->dispatch_mask || !m->combine_mask || !m->step_mask || !m->stats_mask ||
-        !m->uploaded || !m->decided || !m->next_bits || !m->sent_bits || !m->node_tokens) {
+        !m->uploaded || !m->decided || !m->next_bits || !m->sent_bits || !m->node_tokens ||
+        !m->board_bits || !m->board_mask) {
         return STRATA_ERR_NO_MEMORY;
     }
     return STRATA_OK;
@@ -88,6 +91,8 @@ void sched_modes_close(sched_moe_t *moe)
     free(m->next_bits);
     free(m->sent_bits);
     free(m->node_tokens);
+    free(m->board_bits);
+    free(m->board_mask);
     free(m->mode_file);
     if (m->decider != NULL) {
         m->decider->destroy(m->decider_ctx);
@@ -155,8 +160,8 @@ static strata_status_t sched_read_board(sched_moe_t *moe, int l, uint64_t *mask)
 /* Each expert's bit from the board of the local rank with its owner's local index. */
 static strata_status_t sched_read_boards(sched_moe_t *moe)
 {
-    uint64_t *bits = malloc(sched_mask_bytes(moe) * (size_t)moe->geo.local_size);
-    strata_status_t status = bits ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+    uint64_t *bits = moe->modes.board_bits;
+    strata_status_t status = STRATA_OK;
 
     for (int l = 0; l < moe->geo.local_size && status == STRATA_OK; ++l) {
         status = sched_read_board(moe, l, bits + (size_t)l * (size_t)moe->geo.mask_words);
@@ -170,7 +175,6 @@ static strata_status_t sched_read_boards(sched_moe_t *moe)
     if (status == STRATA_OK) {
         memcpy(moe->modes.combine_mask, moe->modes.dispatch_mask, sched_mask_bytes(moe));
     }
-    free(bits);
     return status;
 }
 
@@ -212,17 +216,15 @@ strata_status_t sched_modes_publish(sched_moe_t *moe)
     const sched_geometry_t *geo = &moe->geo;
     int me = geo->rank, local = geo->rank_local[me], per = geo->experts_per_rank;
     uint64_t bits[INTRA_NET_MAX_OWN_WORDS], step = moe->cur.step + 1;
-    uint64_t *mask = calloc((size_t)geo->mask_words, sizeof(uint64_t));
+    uint64_t *mask = moe->modes.board_mask;
     char *board = sched_board(moe, local, step);
-    strata_status_t status = mask ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+    strata_status_t status = STRATA_OK;
 
     if (moe->modes.decider == NULL) {
-        free(mask);
         return STRATA_OK;
     }
-    if (status == STRATA_OK) {
-        sched_copy_bits(mask, me * per, moe->modes.sent_bits, per);
-    }
+    memset(mask, 0, sched_mask_bytes(moe));
+    sched_copy_bits(mask, me * per, moe->modes.sent_bits, per);
     for (int p = 0; p < geo->num_peers && status == STRATA_OK; ++p) {
         int source = geo->peers[p];
 
@@ -240,7 +242,6 @@ strata_status_t sched_modes_publish(sched_moe_t *moe)
     if (status == STRATA_OK) {
         status = moe->world.device->mem_copy(board, &step, sizeof(step));
     }
-    free(mask);
     return status;
 }
 
@@ -263,5 +264,55 @@ void sched_modes_decide(sched_moe_t *moe)
     m->decider->decide(m->decider_ctx, m->node_tokens, m->decided);
     for (int e = 0; e < per; ++e) {
         sched_set_bit(m->next_bits, e, m->decided[e]);
+    }
+}
+
+strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispatch_mask,
+                                        const uint64_t *combine_mask)
+{
+    sched_modes_t *m = &moe->modes;
+    int words = moe->geo.mask_words;
+
+    if (moe->cur.state != SCHED_STEP_IDLE) {
+        UTIL_LOG_ERROR("moe: pull masks can change only between steps");
+        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+    }
+    if (m->decider != NULL) {
+        UTIL_LOG_ERROR("moe: in adaptive mode the experts' owners set the modes");
+        return STRATA_ERR_INVALID;
+    }
+    memset(m->dispatch_mask, 0, sched_mask_bytes(moe));
+    memset(m->combine_mask, 0, sched_mask_bytes(moe));
+    if (dispatch_mask != NULL) {
+        memcpy(m->dispatch_mask, dispatch_mask, sizeof(uint64_t) * (size_t)words);
+    }
+    if (combine_mask != NULL) {
+        memcpy(m->combine_mask, combine_mask, sizeof(uint64_t) * (size_t)words);
+    }
+    if (moe->params.num_experts % 64 != 0) {
+        uint64_t keep = (UINT64_C(1) << (moe->params.num_experts % 64)) - 1;
+
+        m->dispatch_mask[words - 1] &= keep;
+        m->combine_mask[words - 1] &= keep;
+    }
+    return STRATA_OK;
+}
+
+void sched_fill_masks(sched_moe_t *moe, bool pull)
+{
+    memset(moe->modes.dispatch_mask, 0, sched_mask_bytes(moe));
+    for (int e = 0; pull && e < moe->params.num_experts; ++e) {
+        moe->modes.dispatch_mask[e / 64] |= UINT64_C(1) << (e % 64);
+    }
+    memcpy(moe->modes.combine_mask, moe->modes.dispatch_mask, sched_mask_bytes(moe));
+}
+
+void sched_node_mask(const sched_moe_t *moe, const uint64_t *global, uint64_t *node_mask)
+{
+    memset(node_mask, 0, sizeof(uint64_t) * SCHED_MASK_WORDS);
+    for (int j = 0; j < moe->geo.experts_per_node; ++j) {
+        if (sched_mask_test(global, sched_node_expert(&moe->geo, moe->geo.node, j))) {
+            node_mask[j / 64] |= UINT64_C(1) << (j % 64);
+        }
     }
 }

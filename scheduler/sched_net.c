@@ -56,15 +56,19 @@ size_t sched_ret_in_at(const sched_moe_t *moe, int peer)
                                         moe->geo.y_row_bytes;
 }
 
+inter_mem_kind_t sched_mem_kind(const intra_device_ops_t *device)
+{
+    return device->memory == INTRA_MEMORY_CUDA ? INTER_MEM_CUDA
+           : device->memory == INTRA_MEMORY_HIP ? INTER_MEM_ROCM
+                                                : INTER_MEM_HOST;
+}
+
 /* Register the area's memory: the whole heap region, or the bounce buffer. */
 static strata_status_t sched_net_register(sched_moe_t *moe)
 {
     sched_net_t *net = &moe->net;
     const intra_device_ops_t *d = moe->world.device;
     int local = moe->geo.rank_local[moe->geo.rank], device = 0;
-    inter_mem_kind_t kind = d->memory == INTRA_MEMORY_CUDA ? INTER_MEM_CUDA
-                            : d->memory == INTRA_MEMORY_HIP ? INTER_MEM_ROCM
-                                                             : INTER_MEM_HOST;
     strata_status_t status;
 
     if (net->bounce) {
@@ -84,7 +88,8 @@ static strata_status_t sched_net_register(sched_moe_t *moe)
     net->device = device;
     if (status == STRATA_OK) {
         status = inter_engine_mem_register_kind(moe->world.engine, intra_heap_base(moe->heap, local),
-                                                intra_heap_size(moe->heap), kind, device,
+                                                intra_heap_size(moe->heap), sched_mem_kind(d),
+                                                device,
                                                 &net->mr);
     }
     net->area      = (char *)intra_heap_base(moe->heap, local) + net->area_heap;
@@ -189,6 +194,12 @@ static strata_status_t sched_net_tables(sched_moe_t *moe)
     return status;
 }
 
+/* The device's address of a place in the mapped ring, given the host's. */
+static void *sched_ring_device(const sched_net_t *net, const void *host)
+{
+    return (char *)net->ring_dev + ((const char *)host - (const char *)net->ring_host);
+}
+
 /* What every launch of the network kernels shares; sched_net_prepare adds the step's. */
 static void sched_net_args(sched_moe_t *moe)
 {
@@ -222,16 +233,9 @@ static void sched_net_args(sched_moe_t *moe)
         .term_dst = (int64_t *)(heap + moe->term_dst_offset),
         .origin = (int32_t *)(heap + moe->origin_offset),
     };
-    /* The ring's arrays, at the device's address of the mapped ring. */
-    a->counters = (uint64_t *)((char *)net->ring_dev +
-                               ((char *)util_work_ring_counters(net->ring_host) -
-                                (char *)net->ring_host));
-    a->imms     = (uint64_t *)((char *)net->ring_dev +
-                               ((char *)util_work_ring_imms(net->ring_host) -
-                                (char *)net->ring_host));
-    a->cmds     = (util_work_cmd_t *)((char *)net->ring_dev +
-                                      ((char *)util_work_ring_cmds(net->ring_host) -
-                                       (char *)net->ring_host));
+    a->counters = sched_ring_device(net, util_work_ring_counters(net->ring_host));
+    a->imms     = sched_ring_device(net, util_work_ring_imms(net->ring_host));
+    a->cmds     = sched_ring_device(net, util_work_ring_cmds(net->ring_host));
 }
 
 /* What both sides of a transfer must compute alike. */

@@ -1,0 +1,136 @@
+/*
+ * The MoE object's configuration: the STRATA_MOE_* variables, and the mode, route and
+ * other choices resolved from them and the params.
+ */
+#include "sched_internal.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+typedef struct sched_moe_config {
+    int      route;
+    int64_t  flat_tokens;
+    int64_t  spec_tokens;
+    char    *mode;
+    bool     pull_read;
+    uint64_t timeout_ns;
+    int      net_memory;
+} sched_moe_config_t;
+
+static const char *const sched_route_names[] = {"auto", "flat", "hierarchical", NULL};
+static const char *const sched_net_memory_names[] = {"auto", "heap", "bounce", NULL};
+
+static const util_config_field_t sched_moe_config_fields[] = {
+    {.name = "MOE_ROUTE", .default_value = "auto",
+     .doc = "How tokens cross nodes: flat (straight to each rank), hierarchical (once per "
+            "node, fanned out there), or auto (flat up to STRATA_MOE_FLAT_TOKENS tokens).",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, route),
+     .enum_names = sched_route_names},
+    {.name = "MOE_FLAT_TOKENS", .default_value = "128",
+     .doc = "auto route: the largest max_tokens that still takes the flat route.",
+     .type = UTIL_CONFIG_INT, .offset = offsetof(sched_moe_config_t, flat_tokens)},
+    {.name = "MOE_SPEC_TOKENS", .default_value = "32",
+     .doc = "Tokens per destination sent in round one of dispatch, before the counts are "
+            "known; the rest follow in round two.",
+     .type = UTIL_CONFIG_INT, .offset = offsetof(sched_moe_config_t, spec_tokens)},
+    {.name = "MOE_MODE", .default_value = "push",
+     .doc = "How experts move where the params leave it open: push, pull, adaptive (each "
+            "expert's owner switches it from routing statistics), or fixed:<file> (a "
+            "per-expert mask file, docs/adaptive.md).",
+     .type = UTIL_CONFIG_STRING, .offset = offsetof(sched_moe_config_t, mode)},
+    {.name = "MOE_PULL_READ", .default_value = "on",
+     .doc = "Pull across nodes by RDMA read where the transport has it (off: ask the "
+            "sender to push).",
+     .type = UTIL_CONFIG_BOOL, .offset = offsetof(sched_moe_config_t, pull_read)},
+    {.name = "MOE_TIMEOUT", .default_value = "60s",
+     .doc = "Bound on each wait of a MoE step for live peers (a dead peer fails the step "
+            "within STRATA_INTER_PEER_TIMEOUT).",
+     .type = UTIL_CONFIG_TIME, .offset = offsetof(sched_moe_config_t, timeout_ns)},
+    {.name = "MOE_NET_MEMORY", .default_value = "auto",
+     .doc = "Where the network area lives: heap (the node's symmetric heap, registered with "
+            "the transport: device memory on GPUs), bounce (a pinned host buffer the kernels "
+            "write through), or auto (heap where the transport can register it).",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, net_memory),
+     .enum_names = sched_net_memory_names},
+};
+
+const util_config_table_t sched_moe_config_table = {
+    .layer       = "moe",
+    .fields      = sched_moe_config_fields,
+    .num_fields  = UTIL_ARRAY_SIZE(sched_moe_config_fields),
+    .struct_size = sizeof(sched_moe_config_t),
+};
+
+/* The mode and its file, from the params or else STRATA_MOE_MODE. */
+static strata_status_t sched_resolve_mode(sched_moe_t *moe, const char *text)
+{
+    static const char fixed[] = "fixed:";
+    const char *file = moe->params.mode_file;
+    sched_modes_t *m = &moe->modes;
+
+    m->mode = moe->params.mode;
+    if (m->mode == STRATA_MOE_MODE_DEFAULT) {
+        if (file != NULL) {
+            UTIL_LOG_WARN("moe: mode_file %s is ignored: the mode comes from STRATA_MOE_MODE "
+                          "(set params.mode to adaptive or fixed to use it)", file);
+        }
+        file = NULL;
+        if (strcmp(text, "push") == 0 || strcmp(text, "pull") == 0) {
+            m->mode = strcmp(text, "push") == 0 ? STRATA_MOE_MODE_PUSH : STRATA_MOE_MODE_PULL;
+        } else if (strcmp(text, "adaptive") == 0) {
+            m->mode = STRATA_MOE_MODE_ADAPTIVE;
+        } else if (strncmp(text, fixed, sizeof(fixed) - 1) == 0 && text[sizeof(fixed) - 1]) {
+            m->mode = STRATA_MOE_MODE_FIXED;
+            file    = text + sizeof(fixed) - 1;
+        } else {
+            UTIL_LOG_ERROR("moe: STRATA_MOE_MODE=%s is not push, pull, adaptive or "
+                           "fixed:<file>", text);
+            return STRATA_ERR_CONFIG;
+        }
+    } else if (m->mode < STRATA_MOE_MODE_PUSH || m->mode > STRATA_MOE_MODE_FIXED ||
+               (m->mode == STRATA_MOE_MODE_FIXED && file == NULL)) {
+        UTIL_LOG_ERROR("moe: mode %d%s", (int)m->mode,
+                       m->mode == STRATA_MOE_MODE_FIXED ? " needs a mode_file"
+                                                        : " is not a strata_moe_mode_t");
+        return STRATA_ERR_INVALID;
+    }
+    if (file != NULL && (m->mode_file = strdup(file)) == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    return STRATA_OK;
+}
+
+/* The route, round one's size and the other STRATA_MOE_* choices; *net_memory_p: 0 auto,
+ * 1 heap, 2 bounce. */
+strata_status_t sched_resolve_config(sched_moe_t *moe, strata_moe_route_t *route_p,
+                                            int *spec_p, int *net_memory_p)
+{
+    sched_moe_config_t config;
+    strata_status_t status = util_config_read(&sched_moe_config_table, &config);
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = sched_resolve_mode(moe, config.mode);
+    util_config_release(&sched_moe_config_table, &config);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (config.spec_tokens < 0 || config.spec_tokens > INT32_MAX / 2 || config.flat_tokens < 0) {
+        UTIL_LOG_ERROR("moe: STRATA_MOE_SPEC_TOKENS=%" PRId64 " and STRATA_MOE_FLAT_TOKENS=%"
+                       PRId64 " must not be negative", config.spec_tokens, config.flat_tokens);
+        return STRATA_ERR_CONFIG;
+    }
+    *route_p = moe->params.route;
+    if (*route_p == STRATA_MOE_ROUTE_DEFAULT) {
+        *route_p = config.route == 1 ? STRATA_MOE_ROUTE_FLAT
+                   : config.route == 2 ? STRATA_MOE_ROUTE_HIERARCHICAL
+                   : moe->params.max_tokens <= config.flat_tokens ? STRATA_MOE_ROUTE_FLAT
+                                                                  : STRATA_MOE_ROUTE_HIERARCHICAL;
+    }
+    *spec_p         = (int)UTIL_MIN(config.spec_tokens, (int64_t)moe->params.max_tokens);
+    *net_memory_p   = config.net_memory;
+    moe->pull_read  = config.pull_read && inter_engine_has_read(moe->world.engine);
+    moe->timeout_ns = config.timeout_ns;
+    return STRATA_OK;
+}

@@ -1,0 +1,120 @@
+/*
+ * What every half of a step uses: the stream, waiting for the kernels and sorting what they
+ * found (an input error the step survives, or a failure of the object), phase times, and
+ * failure.
+ */
+#include "sched_internal.h"
+
+#include <inttypes.h>
+
+strata_status_t sched_moe_set_stream(sched_moe_t *moe, void *stream)
+{
+    strata_status_t status;
+
+    if (moe->cur.state != SCHED_STEP_IDLE) {
+        UTIL_LOG_ERROR("moe: the stream can change only between steps");
+        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+    }
+    status = intra_moe_set_stream(moe->intra, stream);
+    if (status == STRATA_OK) {
+        moe->stream = stream;
+    }
+    return status;
+}
+
+static bool sched_soft(strata_status_t status)
+{
+    return status == STRATA_ERR_INVALID || status == STRATA_ERR_CAPACITY;
+}
+
+strata_status_t sched_drain(sched_moe_t *moe, const char *what)
+{
+    strata_status_t status = intra_moe_synchronize(moe->intra);
+
+    if (sched_soft(status)) {
+        moe->deferred = moe->deferred != STRATA_OK ? moe->deferred : status;
+        return STRATA_OK;
+    }
+    return status == STRATA_OK ? STRATA_OK
+                               : sched_fail(moe, sched_intra_failure(moe, status), what);
+}
+
+strata_status_t sched_moe_synchronize(sched_moe_t *moe)
+{
+    strata_status_t status;
+
+    if (moe->cur.state == SCHED_STEP_FAILED) {
+        return STRATA_ERR_PEER_FAILED;
+    }
+    status = sched_drain(moe, "in the device's work");
+    if (status == STRATA_OK) {
+        status        = moe->deferred;
+        moe->deferred = STRATA_OK;
+    }
+    return status;
+}
+
+strata_status_t sched_launched(sched_moe_t *moe, strata_status_t status, const char *what)
+{
+    return status == STRATA_OK || status == STRATA_ERR_INVALID ? status
+                                                               : sched_fail(moe, status, what);
+}
+
+strata_status_t sched_synchronize(sched_moe_t *moe, const char *what)
+{
+    strata_status_t status;
+
+    if (moe->stream != NULL && moe->modes.decider == NULL) {
+        return STRATA_OK; /* stream-ordered: errors surface at strata_moe_synchronize */
+    }
+    status = intra_moe_synchronize(moe->intra);
+    if (sched_soft(status)) {
+        if (moe->cur.status == STRATA_OK) {
+            moe->cur.status = status;
+        }
+        return STRATA_OK;
+    }
+    return status == STRATA_OK ? STRATA_OK
+                               : sched_fail(moe, sched_intra_failure(moe, status), what);
+}
+
+void sched_phase_end(sched_moe_t *moe, strata_moe_phase_t phase)
+{
+    uint64_t now = util_clock_now_ns();
+
+    moe->stats.phase_ns[phase] = now - moe->cur.mark_ns;
+    moe->cur.mark_ns = now;
+}
+
+strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what)
+{
+    UTIL_LOG_ERROR("moe: step %" PRIu64 " failed %s: %s; the object can only be destroyed",
+                   moe->cur.step, what, strata_status_string(status));
+    moe->cur.state = SCHED_STEP_FAILED;
+    return status;
+}
+
+strata_status_t sched_intra_failure(sched_moe_t *moe, strata_status_t status)
+{
+    uint64_t deadline = util_clock_now_ns() + moe->world.peer_timeout_ns;
+
+    if (status != STRATA_ERR_TIMEOUT) {
+        return status;
+    }
+    do {
+        for (int r = 0; r < moe->world.world_size; ++r) {
+            if (inter_engine_peer_failed(moe->world.engine, r)) {
+                UTIL_LOG_ERROR("moe: rank %d failed during step %" PRIu64, r, moe->cur.step);
+                return STRATA_ERR_PEER_FAILED;
+            }
+        }
+        util_sleep_ns(UTIL_NSEC_PER_MSEC * 10);
+    } while (util_clock_now_ns() < deadline);
+    return status;
+}
+
+strata_status_t sched_settle(sched_moe_t *moe, strata_status_t launched, const char *what)
+{
+    return launched == STRATA_OK ? sched_synchronize(moe, what)
+                                 : sched_fail(moe, launched, what);
+}
