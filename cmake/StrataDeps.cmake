@@ -1,4 +1,6 @@
 # Third-party libraries strata builds against (Debian packages: scripts/setup.sh installs them).
+include(${CMAKE_CURRENT_LIST_DIR}/StrataGpuTargets.cmake)
+
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 
@@ -20,12 +22,12 @@ if(STRATA_WITH_CUDA)
     if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
         set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
     endif()
-    set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "CUDA architectures")
+    strata_default_cuda_architectures()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
 endif()
 if(STRATA_WITH_HIP)
     find_program(STRATA_HIPCC hipcc REQUIRED)
     find_library(STRATA_AMDHIP64 amdhip64 REQUIRED)
-    set(STRATA_HIP_ARCH gfx90a CACHE STRING "AMD GPU architecture of the HIP kernels")
+    strata_default_hip_architectures()
 endif()
