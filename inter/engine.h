@@ -64,6 +64,20 @@ typedef struct inter_engine  inter_engine_t;
 typedef struct inter_mr      inter_mr_t;
 typedef struct inter_request inter_request_t;
 
+/** The order in which the chunks (and pages) of one write are posted. */
+typedef enum inter_chunk_order {
+    INTER_CHUNK_FORWARD = 0, /**< first chunk first */
+    /** Test mode: last chunk first, as EFA SRD may deliver them; tcp never reorders, so
+     *  this shows up code that expects the last chunk to land last. */
+    INTER_CHUNK_REVERSE = 1,
+} inter_chunk_order_t;
+
+/** How heartbeats are sent. */
+typedef enum inter_heartbeat_path {
+    INTER_HEARTBEAT_AUTO = 0, /**< inject where the provider's inject size allows, else send */
+    INTER_HEARTBEAT_SEND = 1, /**< always a registered send with a completion */
+} inter_heartbeat_path_t;
+
 typedef struct inter_engine_params {
     int         rank;
     int         world_size;
@@ -81,6 +95,11 @@ typedef struct inter_engine_params {
     /** Device memory the engine will be asked to register besides host memory
      *  (INTER_MEM_HOST: none); the transport asks its provider for it where offered. */
     inter_mem_kind_t device_memory;
+    /** Forbid the provider's shared-memory path between ranks of a node (libfabric
+     *  FI_OPT_SHARED_MEMORY_PERMITTED); creation fails where that cannot be done. */
+    bool        forbid_shared_memory;
+    inter_chunk_order_t    chunk_order;
+    inter_heartbeat_path_t heartbeat_path;
 } inter_engine_params_t;
 
 /** The STRATA_INTER_* variables. */

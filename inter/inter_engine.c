@@ -25,7 +25,13 @@ typedef struct inter_config {
     uint64_t msg_size;
     uint64_t stripe_min;
     int64_t  stripe_max_chunks;
+    bool     shared_memory;
+    int      chunk_order;
+    int      heartbeat_path;
 } inter_config_t;
+
+static const char *const inter_chunk_order_names[] = {"forward", "reverse", NULL};
+static const char *const inter_heartbeat_path_names[] = {"auto", "send", NULL};
 
 static const util_config_field_t inter_config_fields[] = {
     {.name = "INTER_PROVIDER", .default_value = "auto",
@@ -53,6 +59,20 @@ static const util_config_field_t inter_config_fields[] = {
     {.name = "INTER_STRIPE_MAX_CHUNKS", .default_value = "64",
      .doc = "Most chunks (and immediates) one write is cut into.",
      .type = UTIL_CONFIG_INT, .offset = offsetof(inter_config_t, stripe_max_chunks)},
+    {.name = "INTER_SHARED_MEMORY", .default_value = "yes",
+     .doc = "Let the provider use shared memory between ranks of a node (no: "
+            "FI_OPT_SHARED_MEMORY_PERMITTED=false, libfabric 1.21+; refused where unavailable).",
+     .type = UTIL_CONFIG_BOOL, .offset = offsetof(inter_config_t, shared_memory)},
+    {.name = "INTER_CHUNK_ORDER", .default_value = "forward",
+     .doc = "Test mode: reverse posts every write's chunks and pages last first, as EFA "
+            "SRD may deliver them (tcp never reorders).",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(inter_config_t, chunk_order),
+     .enum_names = inter_chunk_order_names},
+    {.name = "INTER_HEARTBEAT_PATH", .default_value = "auto",
+     .doc = "Heartbeats by inject where the provider's inject size allows, else by a "
+            "registered send (auto); send always takes the second path.",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(inter_config_t, heartbeat_path),
+     .enum_names = inter_heartbeat_path_names},
 };
 
 const util_config_table_t inter_config_table = {
@@ -86,6 +106,9 @@ strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
     params->msg_size          = config.msg_size;
     params->stripe_min_chunk  = config.stripe_min;
     params->stripe_max_chunks = (uint32_t)UTIL_MAX(config.stripe_max_chunks, 0);
+    params->forbid_shared_memory = !config.shared_memory;
+    params->chunk_order       = (inter_chunk_order_t)config.chunk_order;
+    params->heartbeat_path    = (inter_heartbeat_path_t)config.heartbeat_path;
     util_config_release(&inter_config_table, &config);
     return STRATA_OK;
 }
@@ -96,28 +119,50 @@ static strata_status_t inter_params_check(const inter_engine_params_t *p)
         p->num_rails > INTER_MAX_RAILS || p->msg_size == 0 || p->msg_size > (64u << 20) ||
         p->heartbeat_ns == 0 || p->peer_timeout_ns <= p->heartbeat_ns ||
         p->stripe_min_chunk == 0 || p->stripe_min_chunk > (1ull << 40) ||
-        p->stripe_max_chunks == 0 || p->provider[0] == '\0') {
+        p->stripe_max_chunks == 0 || p->provider[0] == '\0' ||
+        (p->chunk_order != INTER_CHUNK_FORWARD && p->chunk_order != INTER_CHUNK_REVERSE) ||
+        (p->heartbeat_path != INTER_HEARTBEAT_AUTO && p->heartbeat_path != INTER_HEARTBEAT_SEND)) {
         UTIL_LOG_ERROR("engine: invalid parameters: rank %d of %d, %d rails (1..%d), message "
                        "size %zu, heartbeat %llu ns, peer timeout %llu ns (must exceed the "
-                       "heartbeat), stripe %llu bytes x %u", p->rank, p->world_size,
-                       p->num_rails, INTER_MAX_RAILS, p->msg_size,
+                       "heartbeat), stripe %llu bytes x %u, chunk order %d, heartbeat path %d",
+                       p->rank, p->world_size, p->num_rails, INTER_MAX_RAILS, p->msg_size,
                        (unsigned long long)p->heartbeat_ns, (unsigned long long)p->peer_timeout_ns,
-                       (unsigned long long)p->stripe_min_chunk, p->stripe_max_chunks);
+                       (unsigned long long)p->stripe_min_chunk, p->stripe_max_chunks,
+                       (int)p->chunk_order, (int)p->heartbeat_path);
         return STRATA_ERR_INVALID;
     }
     return STRATA_OK;
 }
 
+int inter_rx_pool_slots(bool rx_cq_data, size_t rx_size, size_t slot_size)
+{
+    size_t fit = INTER_RX_POOL_MAX_BYTES / (slot_size ? slot_size : 1);
+
+    if (!rx_cq_data) {
+        return INTER_RX_SLOTS;
+    }
+    /* Immediates that find no posted buffer are lost (or stall the sender on RNR). */
+    return (int)UTIL_MAX((size_t)INTER_RX_SLOTS, UTIL_MIN(rx_size, fit));
+}
+
 /* Receive and send pools of one rail, registered once. */
 static strata_status_t inter_rail_pools(inter_engine_t *engine, inter_rail_t *rail)
 {
-    size_t bytes = engine->slot_size * INTER_RX_SLOTS;
+    size_t bytes;
     strata_status_t status;
 
+    rail->num_rx  = inter_rx_pool_slots(rail->tp->rx_cq_data, rail->tp->rx_size,
+                                        engine->slot_size);
+    bytes         = engine->slot_size * (size_t)rail->num_rx;
+    rail->rx_ops  = calloc((size_t)rail->num_rx, sizeof(*rail->rx_ops));
     rail->rx_pool = util_alloc_aligned(4096, bytes);
     rail->tx_pool = util_alloc_aligned(4096, engine->slot_size * INTER_TX_SLOTS);
-    if (rail->rx_pool == NULL || rail->tx_pool == NULL) {
+    if (rail->rx_ops == NULL || rail->rx_pool == NULL || rail->tx_pool == NULL) {
         return STRATA_ERR_NO_MEMORY;
+    }
+    if (rail->tp->rx_cq_data) {
+        UTIL_LOG_INFO("engine: %s: every immediate consumes a receive; %d posted (%zu bytes)",
+                      rail->tp->name, rail->num_rx, bytes);
     }
     status = engine->ops->mem_register(rail->tp, rail->rx_pool, bytes, INTER_MEM_HOST, 0,
                                        atomic_fetch_add(&engine->key_counter, 1), &rail->rx_mr);
@@ -138,7 +183,9 @@ static strata_status_t inter_open_rails(inter_engine_t *engine)
 {
     const char *iface = engine->params.iface;
     inter_transport_params_t tp_params = {.provider      = engine->params.provider,
-                                          .device_memory = engine->params.device_memory};
+                                          .device_memory = engine->params.device_memory,
+                                          .msg_bytes     = engine->slot_size,
+                                          .shared_memory = !engine->params.forbid_shared_memory};
     strata_status_t status = STRATA_OK;
 
     for (int r = 0; r < engine->params.num_rails && status == STRATA_OK; ++r) {
@@ -157,6 +204,34 @@ static strata_status_t inter_open_rails(inter_engine_t *engine)
         status = rail->peers ? inter_rail_pools(engine, rail) : STRATA_ERR_NO_MEMORY;
     }
     return status;
+}
+
+/*
+ * Heartbeats go on rail 0 by inject, which needs no buffer or completion, where the
+ * provider injects a header's worth; else (or when asked) by a send from the rail's
+ * registered buffers, one per peer at a time.
+ */
+static strata_status_t inter_heartbeat_setup(inter_engine_t *engine)
+{
+    const inter_transport_t *tp = engine->rails[0].tp;
+    size_t world = (size_t)engine->params.world_size;
+
+    engine->beat_ops = calloc(world, sizeof(*engine->beat_ops));
+    if (engine->beat_ops == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    for (size_t p = 0; p < world; ++p) {
+        engine->beat_ops[p] = (inter_op_t){.kind = INTER_OP_HEARTBEAT, .peer = (int)p,
+                                           .slot = -1};
+    }
+    engine->beat_by_send = engine->params.heartbeat_path == INTER_HEARTBEAT_SEND ||
+                           tp->inject_size < sizeof(inter_msg_header_t);
+    if (engine->params.heartbeat_path == INTER_HEARTBEAT_AUTO && engine->beat_by_send) {
+        UTIL_LOG_INFO("engine: %s injects %zu bytes, less than a %zu-byte heartbeat: "
+                      "heartbeats go as registered sends", tp->name, tp->inject_size,
+                      sizeof(inter_msg_header_t));
+    }
+    return STRATA_OK;
 }
 
 strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_engine_t **engine_p)
@@ -191,6 +266,9 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     }
     memset(engine->ctrl, 0, 64);
     status = inter_open_rails(engine);
+    if (status == STRATA_OK) {
+        status = inter_heartbeat_setup(engine);
+    }
     if (status == STRATA_OK) {
         status = inter_engine_mem_register(engine, engine->ctrl, 64, &engine->ctrl_mr);
     }
@@ -287,7 +365,7 @@ static strata_status_t inter_post_rx_pool(inter_engine_t *engine, int r)
     inter_rail_t *rail = &engine->rails[r];
     strata_status_t status;
 
-    for (int i = 0; i < INTER_RX_SLOTS; ++i) {
+    for (int i = 0; i < rail->num_rx; ++i) {
         inter_op_t *op = &rail->rx_ops[i];
 
         memset(op, 0, sizeof(*op));
@@ -344,6 +422,21 @@ strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
     return STRATA_OK;
 }
 
+/* Every registration still open, the engine's own pools included (destroy, proxy stopped). */
+static void inter_close_registrations(inter_engine_t *engine)
+{
+    while (engine->mrs != NULL) {
+        inter_engine_mem_deregister(engine, engine->mrs); /* unlinks it */
+    }
+    engine->ctrl_mr = NULL;
+    for (int r = 0; r < engine->num_rails; ++r) {
+        inter_rail_t *rail = &engine->rails[r];
+
+        engine->ops->mem_deregister(rail->tp, &rail->rx_mr);
+        engine->ops->mem_deregister(rail->tp, &rail->tx_mr);
+    }
+}
+
 void inter_engine_destroy(inter_engine_t *engine)
 {
     if (engine == NULL) {
@@ -363,7 +456,12 @@ void inter_engine_destroy(inter_engine_t *engine)
             return;
         }
     }
-    /* Endpoints first: after that no provider holds an operation's context or buffer. */
+    /* Registrations first: a provider that binds them to the endpoint (FI_MR_ENDPOINT)
+     * refuses to close it while they are open (fi_mr(3)). A peer's access to a closed
+     * registration fails at the peer and leaves this endpoint as it was. */
+    inter_close_registrations(engine);
+    /* Then the endpoints: after that no provider holds an operation's context or buffer,
+     * so the requests, and the memory operations may still have reached, can go. */
     for (int r = 0; r < engine->num_rails; ++r) {
         engine->ops->shutdown(engine->rails[r].tp);
     }
@@ -372,17 +470,14 @@ void inter_engine_destroy(inter_engine_t *engine)
         inter_late_release_t *late = engine->late_release;
 
         engine->late_release = late->next;
-        inter_engine_mem_deregister(engine, late->mr);
         late->free_fn(late->ptr);
         free(late);
     }
-    inter_engine_mem_deregister(engine, engine->ctrl_mr);
     for (int r = 0; r < engine->num_rails; ++r) {
         inter_rail_t *rail = &engine->rails[r];
 
-        engine->ops->mem_deregister(rail->tp, &rail->rx_mr);
-        engine->ops->mem_deregister(rail->tp, &rail->tx_mr);
         engine->ops->close(rail->tp);
+        free(rail->rx_ops);
         free(rail->rx_pool);
         free(rail->tx_pool);
         free(rail->peers);
@@ -393,6 +488,7 @@ void inter_engine_destroy(inter_engine_t *engine)
     pthread_mutex_destroy(&engine->mr_lock);
     pthread_mutex_destroy(&engine->barrier_lock);
     free(engine->ctrl);
+    free(engine->beat_ops);
     free(engine->peer_info);
     free(engine->peer_failed);
     free(engine->last_seen);
@@ -526,6 +622,13 @@ strata_status_t inter_engine_mem_register_kind(inter_engine_t *engine, void *add
                                            &mr->tmr[r]);
         mr->num_rails += (status == STRATA_OK);
     }
+    if (status == STRATA_OK) {
+        mr->next = engine->mrs;
+        if (engine->mrs != NULL) {
+            engine->mrs->prev = mr;
+        }
+        engine->mrs = mr;
+    }
     pthread_mutex_unlock(&engine->mr_lock);
     if (status != STRATA_OK) {
         inter_engine_mem_deregister(engine, mr);
@@ -543,6 +646,14 @@ void inter_engine_mem_deregister(inter_engine_t *engine, inter_mr_t *mr)
     pthread_mutex_lock(&engine->mr_lock);
     for (int r = 0; r < mr->num_rails; ++r) {
         engine->ops->mem_deregister(engine->rails[r].tp, &mr->tmr[r]);
+    }
+    if (mr->prev != NULL) {
+        mr->prev->next = mr->next;
+    } else if (engine->mrs == mr) {
+        engine->mrs = mr->next;
+    }
+    if (mr->next != NULL) {
+        mr->next->prev = mr->prev;
     }
     pthread_mutex_unlock(&engine->mr_lock);
     free(mr);
@@ -614,7 +725,7 @@ uint32_t inter_engine_write_chunks(const inter_engine_t *engine, int peer, size_
 
 uint64_t inter_engine_chunk_bytes(const inter_engine_t *engine)
 {
-    uint64_t max = engine->rails[0].tp->max_msg_size;
+    uint64_t max = engine->rails[0].tp->max_rma_size;
 
     return UTIL_MIN(engine->params.stripe_min_chunk, max);
 }

@@ -11,7 +11,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define INTER_RX_SLOTS      64  /* receive buffers per rail */
+#define INTER_RX_SLOTS      64  /* receive buffers per rail, where messages alone use them */
+/* Where every immediate also consumes one (FI_RX_CQ_DATA): at most this many bytes of them. */
+#define INTER_RX_POOL_MAX_BYTES (64u << 20)
 #define INTER_TX_SLOTS      64  /* send buffers per rail */
 #define INTER_RING_SIZE     4096
 #define INTER_RDESC_MAGIC   0x52444553u /* "RDES" */
@@ -44,7 +46,8 @@ typedef enum inter_op_kind {
     INTER_OP_WRITE,
     INTER_OP_READ,
     INTER_OP_SEND,
-    INTER_OP_RX /* a receive buffer of the pool */
+    INTER_OP_RX,       /* a receive buffer of the pool */
+    INTER_OP_HEARTBEAT /* a heartbeat sent with a completion (req NULL) */
 } inter_op_kind_t;
 
 typedef struct inter_request_priv inter_request_priv_t;
@@ -139,7 +142,8 @@ typedef struct inter_rail {
     uint64_t          *peers;        /* [world] transport handle of each rank */
     char              *rx_pool;
     inter_tmr_t        rx_mr;
-    inter_op_t         rx_ops[INTER_RX_SLOTS];
+    inter_op_t        *rx_ops;       /* [num_rx] */
+    int                num_rx;
     char              *tx_pool;
     inter_tmr_t        tx_mr;
     int                tx_free[INTER_TX_SLOTS];
@@ -147,6 +151,7 @@ typedef struct inter_rail {
 } inter_rail_t;
 
 struct inter_mr {
+    struct inter_mr *prev, *next; /* the engine's live registrations (mr_lock) */
     void       *addr;
     size_t      len;
     int         num_rails;
@@ -166,7 +171,8 @@ typedef struct inter_peer_info {
     inter_rdesc_t ctrl; /* its barrier landing word */
 } inter_peer_info_t;
 
-/* Memory whose release waits for the endpoints' shutdown (inter_engine_mem_release_late). */
+/* Memory whose release waits for the endpoints' shutdown (inter_engine_mem_release_late);
+ * its registration stays on the engine's list and is closed with the others. */
 typedef struct inter_late_release {
     struct inter_late_release *next;
     inter_mr_t                *mr;
@@ -189,6 +195,9 @@ struct inter_engine {
     bool                   connected;
     atomic_uint_fast64_t   key_counter;
     pthread_mutex_t        mr_lock;     /* registrations from several threads */
+    inter_mr_t            *mrs;         /* live registrations, closed first at destroy */
+    bool                   beat_by_send; /* proxy: heartbeats by send (see inter_heartbeat) */
+    inter_op_t            *beat_ops;    /* [world] heartbeat sends, slot -1 when none is out */
     /* proxy-owned */
     inter_op_t            *pending_head, *pending_tail;
     inter_request_t       *active;
@@ -256,6 +265,13 @@ void inter_ring_sweep(inter_engine_t *engine);               /* free retired rin
 void inter_ring_free(inter_ring_t *ring);
 
 /* inter_engine.c */
+/**
+ * Receive buffers to post on a rail whose messages take slot_size bytes: INTER_RX_SLOTS,
+ * or, where every landing immediate consumes one (rx_cq_data), as many as the endpoint
+ * holds (rx_size) within INTER_RX_POOL_MAX_BYTES and never fewer.
+ */
+int inter_rx_pool_slots(bool rx_cq_data, size_t rx_size, size_t slot_size);
+
 /** True (and the peer the proxy was posting to is failed) when the proxy is stuck. */
 bool inter_engine_wedged(inter_engine_t *engine);
 

@@ -249,6 +249,7 @@ static strata_status_t inter_post_op(inter_engine_t *engine, inter_op_t *op)
     case INTER_OP_SEND:
         return inter_post_send(engine, op);
     case INTER_OP_RX:
+    case INTER_OP_HEARTBEAT:
         break;
     }
     return STRATA_ERR_INTERNAL;
@@ -341,10 +342,34 @@ static void inter_on_message(inter_engine_t *engine, inter_op_t *rx, size_t leng
     }
 }
 
+/* A transport error, or a cancellation nobody asked for (the provider tore down the
+ * connection), means the peer is gone. */
+static bool inter_means_peer_gone(const inter_op_t *op, strata_status_t status)
+{
+    return status == STRATA_ERR_TRANSPORT ||
+           (status == STRATA_ERR_CANCELLED && (op->req == NULL || !atomic_load(&op->req->cancelled)));
+}
+
+/* A heartbeat send came back: its buffer is free, and the next beat may go. */
+static void inter_on_heartbeat(inter_engine_t *engine, inter_op_t *op, strata_status_t status)
+{
+    inter_rail_t *rail = &engine->rails[op->rail];
+
+    rail->tx_free[rail->num_tx_free++] = op->slot;
+    op->slot                           = -1;
+    if (inter_means_peer_gone(op, status)) {
+        inter_proxy_fail_peer(engine, op->peer, "a heartbeat to it failed");
+    }
+}
+
 static void inter_on_local(inter_engine_t *engine, inter_op_t *op, strata_status_t status)
 {
     if (op->ring != NULL) {
         inter_ring_op_done(engine, op, status);
+        return;
+    }
+    if (op->kind == INTER_OP_HEARTBEAT) {
+        inter_on_heartbeat(engine, op, status);
         return;
     }
     if (op->kind == INTER_OP_SEND && op->slot >= 0) {
@@ -354,10 +379,7 @@ static void inter_on_local(inter_engine_t *engine, inter_op_t *op, strata_status
         op->slot                           = -1;
     }
     op->req->ops_posted--; /* back from the transport */
-    /* A transport error, or a cancellation nobody asked for (the provider tore down the
-     * connection), means the peer is gone. */
-    if (status == STRATA_ERR_TRANSPORT ||
-        (status == STRATA_ERR_CANCELLED && !atomic_load(&op->req->cancelled))) {
+    if (inter_means_peer_gone(op, status)) {
         inter_proxy_fail_peer(engine, op->peer, "an operation to it failed");
         status = STRATA_ERR_PEER_FAILED;
     }
@@ -466,20 +488,67 @@ void inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why)
     }
 }
 
+/* A heartbeat by a send from rail 0's registered buffers; skipped (STRATA_OK) while the
+ * last one to the peer is still out or every buffer is taken: the next beat goes. */
+static strata_status_t inter_heartbeat_send(inter_engine_t *engine, int peer,
+                                            const inter_msg_header_t *beat)
+{
+    inter_rail_t *rail = &engine->rails[0];
+    inter_op_t *op = &engine->beat_ops[peer];
+    inter_msg_header_t *header;
+    strata_status_t status;
+
+    if (op->slot >= 0 || rail->num_tx_free == 0) {
+        return STRATA_OK;
+    }
+    op->slot = rail->tx_free[--rail->num_tx_free];
+    header   = (inter_msg_header_t *)(rail->tx_pool + (size_t)op->slot * engine->slot_size);
+    *header  = *beat;
+    status   = engine->ops->post_send(rail->tp, rail->peers[peer], header, sizeof(*header),
+                                      rail->tx_mr.desc, op);
+    if (status != STRATA_OK) {
+        rail->tx_free[rail->num_tx_free++] = op->slot;
+        op->slot                           = -1;
+    }
+    return status;
+}
+
+/* What a heartbeat that did not go means: the peer is gone, or inject cannot carry it. */
+static void inter_heartbeat_refused(inter_engine_t *engine, int peer, strata_status_t status)
+{
+    if (status == STRATA_ERR_TRANSPORT) {
+        inter_proxy_fail_peer(engine, peer, "sending it a heartbeat failed");
+    } else if (!engine->beat_by_send) {
+        /* Silent heartbeats would fail every peer after the timeout: take the other path. */
+        UTIL_LOG_WARN("engine: %s refused a heartbeat by inject (%s); heartbeats go as "
+                      "registered sends from now on", engine->rails[0].tp->name,
+                      strata_status_string(status));
+        engine->beat_by_send = true;
+    } else {
+        UTIL_LOG_DEBUG("engine: heartbeat to rank %d: %s", peer, strata_status_string(status));
+    }
+}
+
 static void inter_heartbeat(inter_engine_t *engine, uint64_t now)
 {
     inter_rail_t *rail = &engine->rails[0];
     inter_msg_header_t beat = {.magic = INTER_MSG_MAGIC, .type = INTER_MSG_HEARTBEAT,
                                .src = engine->params.rank};
+    strata_status_t status;
 
     for (int p = 0; p < engine->params.world_size; ++p) {
         if (p == engine->params.rank || inter_engine_peer_failed(engine, p)) {
             continue;
         }
-        /* Best effort: a full queue now is fine, the next beat will go. */
         atomic_store_explicit(&engine->proxy_target, p, memory_order_relaxed);
-        engine->ops->inject(rail->tp, rail->peers[p], &beat, sizeof(beat));
+        status = engine->beat_by_send
+                     ? inter_heartbeat_send(engine, p, &beat)
+                     : engine->ops->inject(rail->tp, rail->peers[p], &beat, sizeof(beat));
         atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
+        /* A full queue now is fine: the next beat will go. */
+        if (status != STRATA_OK && status != STRATA_ERR_BUSY) {
+            inter_heartbeat_refused(engine, p, status);
+        }
         if (now - engine->last_seen[p] > engine->params.peer_timeout_ns &&
             engine->last_seen[p] < now) {
             inter_proxy_fail_peer(engine, p, "no heartbeat within the peer timeout");

@@ -179,9 +179,9 @@ static strata_status_t inter_check_remote(const inter_engine_t *engine, int peer
 
 static strata_status_t inter_check_length(const inter_engine_t *engine, size_t len)
 {
-    if (len == 0 || len > engine->rails[0].tp->max_msg_size) {
+    if (len == 0 || len > engine->rails[0].tp->max_rma_size) {
         UTIL_LOG_ERROR("engine: transfer of %zu bytes (must be 1..%llu)", len,
-                       (unsigned long long)engine->rails[0].tp->max_msg_size);
+                       (unsigned long long)engine->rails[0].tp->max_rma_size);
         return STRATA_ERR_INVALID;
     }
     return STRATA_OK;
@@ -216,6 +216,13 @@ static void inter_fill_rma(const inter_engine_t *engine, inter_op_t *op, inter_o
     op->slot     = -1;
 }
 
+/* Which chunk (or page) of count goes i-th: in order, or last first in the test mode that
+ * stands for a fabric delivering them out of order (EFA SRD). */
+static uint32_t inter_post_index(const inter_engine_t *engine, uint32_t i, uint32_t count)
+{
+    return engine->params.chunk_order == INTER_CHUNK_REVERSE ? count - 1 - i : i;
+}
+
 /* Chunks of one striped transfer to one peer, appended at ops[*n]. */
 static void inter_add_chunks(const inter_engine_t *engine, inter_op_t *ops, uint32_t *n,
                              inter_op_kind_t kind, int peer, const inter_mr_t *lmr, size_t loff,
@@ -228,7 +235,7 @@ static void inter_add_chunks(const inter_engine_t *engine, inter_op_t *ops, uint
 
     inter_engine_stripe(engine, peer, &stripe);
     for (uint32_t c = 0; c < chunks; ++c) {
-        inter_stripe_chunk(&stripe, len, chunks, c, &chunk);
+        inter_stripe_chunk(&stripe, len, chunks, inter_post_index(engine, c, chunks), &chunk);
         inter_fill_rma(engine, &ops[(*n)++], kind, peer, (int)chunk.rail, lmr,
                        loff + chunk.offset, rdesc, roff + chunk.offset, chunk.length, with_imm,
                        imm);
@@ -320,9 +327,11 @@ strata_status_t inter_engine_write_paged(inter_engine_t *engine, int peer, const
     inter_stripe_params_t stripe;
 
     inter_engine_stripe(engine, peer, &stripe);
-    for (uint32_t i = 0; i < num_pages; ++i) {
+    for (uint32_t k = 0; k < num_pages; ++k) {
+        uint32_t i = inter_post_index(engine, k, num_pages);
         int rail = (int)(i % stripe.num_rails);
-        inter_fill_rma(engine, &req->ops[i], INTER_OP_WRITE, peer, rail, lmr,
+
+        inter_fill_rma(engine, &req->ops[k], INTER_OP_WRITE, peer, rail, lmr,
                        (size_t)src_pages[i] * stride, rdesc, (size_t)dst_pages[i] * stride,
                        page_size, with_imm, imm);
     }

@@ -240,7 +240,7 @@ static bool inter_ring_cmd_valid(const inter_engine_t *engine, const inter_ring_
     if ((cmd->op != UTIL_WORK_WRITE && cmd->op != UTIL_WORK_WRITE_IMM &&
          cmd->op != UTIL_WORK_READ) || cmd->peer < 0 || cmd->peer >= engine->params.world_size ||
         cmd->region >= (uint32_t)ring->num_regions || cmd->counter >= mem->num_counters ||
-        cmd->length == 0 || cmd->length > engine->rails[0].tp->max_msg_size ||
+        cmd->length == 0 || cmd->length > engine->rails[0].tp->max_rma_size ||
         (cmd->op == UTIL_WORK_WRITE_IMM && cmd->imm >= INTER_IMM_MAX)) {
         return false;
     }

@@ -26,9 +26,12 @@ typedef struct inter_transport {
     char     name[96];       /* e.g. "ofi tcp;ofi_rxm eth0" */
     bool     has_read;       /* RDMA read offered */
     bool     virt_addr;      /* remote addresses are virtual addresses, not offsets */
-    uint64_t max_msg_size;
-    size_t   inject_size;    /* largest message sent without a completion */
+    uint64_t max_msg_size;   /* largest send */
+    uint64_t max_rma_size;   /* largest write or read */
+    size_t   inject_size;    /* largest message sent without a completion (may be 0) */
     bool     hmem;           /* registers the params' device memory */
+    bool     rx_cq_data;     /* every immediate that lands consumes a posted receive */
+    size_t   rx_size;        /* receives the endpoint can hold posted */
 } inter_transport_t;
 
 typedef struct inter_transport_params {
@@ -37,6 +40,8 @@ typedef struct inter_transport_params {
     bool        required; /* iface must exist; else a missing one falls back to the default */
     int         rail;     /* which rail this is, for names and logs */
     inter_mem_kind_t device_memory; /* device memory to offer registration for, if any */
+    size_t      msg_bytes;     /* largest message the engine sends: open refuses less */
+    bool        shared_memory; /* the provider may use shared memory within a node */
 } inter_transport_params_t;
 
 /** One registration of a buffer on one transport. */
@@ -64,7 +69,8 @@ typedef struct inter_cqe {
 struct inter_transport_ops {
     const char *name;
     strata_status_t (*open)(const inter_transport_params_t *params, inter_transport_t **tp_p);
-    /** Close the endpoint: the transport touches no posted context or buffer after this. */
+    /** Close the endpoint: the transport touches no posted context or buffer after this.
+     *  Registrations made on it are released first (FI_MR_ENDPOINT providers insist). */
     void (*shutdown)(inter_transport_t *tp);
     /** Release everything (after the registrations made on it are released). */
     void (*close)(inter_transport_t *tp);

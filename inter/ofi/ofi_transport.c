@@ -3,6 +3,7 @@
  * as the immediate, honouring the provider's mr_mode (FI_MR_LOCAL, VIRT_ADDR, PROV_KEY,
  * ALLOCATED, ENDPOINT). One code path for efa, verbs;ofi_rxm, tcp;ofi_rxm and shm.
  */
+#include "inter/ofi/ofi_select.h"
 #include "inter/transport.h"
 #include "util/util.h"
 
@@ -12,13 +13,15 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#if OFI_HEADERS_VERSION >= FI_VERSION(1, 18)
+#include <rdma/fi_ext.h> /* FI_OPT_EFA_EMULATED_{READ,WRITE} */
+#endif
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* 1.10: the first API whose fi_mr_attr carries the memory's iface (FI_HMEM). */
-#define OFI_VERSION      FI_VERSION(1, 10)
 #define OFI_CQ_BATCH     32
 #define OFI_MR_MODES     (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED | \
                           FI_MR_ENDPOINT)
@@ -32,7 +35,7 @@ typedef struct ofi_transport {
     struct fid_cq     *cq;
     struct fid_ep     *ep;
     uint64_t           mr_mode;
-    bool               rx_cq_data; /* remote CQ data consumes a posted receive */
+    atomic_int         live_mrs;   /* registrations not yet closed (teardown order) */
 } ofi_transport_t;
 
 static ofi_transport_t *ofi_of(inter_transport_t *tp)
@@ -46,7 +49,8 @@ static strata_status_t ofi_status(ssize_t rc)
     case 0:            return STRATA_OK;
     case -FI_EAGAIN:   return STRATA_ERR_BUSY;
     case -FI_ENOMEM:   return STRATA_ERR_NO_MEMORY;
-    case -FI_EINVAL:   return STRATA_ERR_INVALID;
+    case -FI_EINVAL:
+    case -FI_EMSGSIZE: return STRATA_ERR_INVALID; /* larger than the provider carries */
     case -FI_ENOSYS:
     case -FI_EOPNOTSUPP: return STRATA_ERR_UNSUPPORTED;
     case -FI_ECANCELED: return STRATA_ERR_CANCELLED;
@@ -58,20 +62,10 @@ static strata_status_t ofi_status(ssize_t rc)
 /* libfabric provider names for strata's provider setting, in "auto" preference order. */
 static const char *const ofi_auto_order[] = {"efa", "verbs;ofi_rxm", "tcp;ofi_rxm"};
 
-static const char *ofi_provider_name(const char *provider)
-{
-    if (strcmp(provider, "tcp") == 0) {
-        return "tcp;ofi_rxm";
-    }
-    if (strcmp(provider, "verbs") == 0) {
-        return "verbs;ofi_rxm";
-    }
-    return provider; /* "shm", "efa", or a libfabric name given as is */
-}
-
 /* hmem: also ask that device memory can be registered (FI_HMEM, with FI_MR_HMEM). */
 static struct fi_info *ofi_hints(const char *prov_name, bool hmem)
 {
+    const char *fabric = ofi_select_fabric_name(prov_name);
     struct fi_info *hints = fi_allocinfo();
 
     if (hints == NULL) {
@@ -84,95 +78,133 @@ static struct fi_info *ofi_hints(const char *prov_name, bool hmem)
     hints->domain_attr->threading = FI_THREAD_SAFE;
     hints->domain_attr->av_type   = FI_AV_TABLE;
     hints->fabric_attr->prov_name = strdup(prov_name);
-    if (hints->fabric_attr->prov_name == NULL) {
+    /* Ask for the fabric by name where a provider has several (efa before efa-direct). */
+    hints->fabric_attr->name      = fabric ? strdup(fabric) : NULL;
+    if (hints->fabric_attr->prov_name == NULL || (fabric && hints->fabric_attr->name == NULL)) {
         fi_freeinfo(hints);
         return NULL;
     }
     return hints;
 }
 
-/* Preference among entries when no device is named: off loopback first, then IPv4. */
-static int ofi_default_rank(const struct fi_info *info)
+/* What one provider offers for the rail: a copy of the entry picked, and how it was. */
+static strata_status_t ofi_getinfo_provider(const inter_transport_params_t *params,
+                                            const char *prov_name, bool hmem, uint32_t version,
+                                            struct fi_info **info_p, ofi_pick_t *how_p,
+                                            char *devices, size_t devices_size)
 {
-    const char *domain = info->domain_attr->name ? info->domain_attr->name : "";
+    struct fi_info *hints = ofi_hints(prov_name, hmem), *list = NULL, *pick = NULL, *dup;
+    ofi_pick_t how;
+    int rc;
 
-    return (strcmp(domain, "lo") == 0 ? 2 : 0) + (info->addr_format == FI_SOCKADDR_IN ? 0 : 1);
-}
-
-/* The entry for the device asked for; else (unless required) the preferred default. */
-static struct fi_info *ofi_pick(struct fi_info *list, const char *iface, bool required)
-{
-    struct fi_info *best = NULL;
-
-    for (struct fi_info *cur = list; cur != NULL; cur = cur->next) {
-        const char *domain = cur->domain_attr->name ? cur->domain_attr->name : "";
-
-        if (cur->domain_attr->cq_data_size < sizeof(uint32_t)) {
-            continue; /* no room for the immediate */
-        }
-        if (iface && iface[0] && strcmp(domain, iface) == 0) {
-            return cur;
-        }
-        if (best == NULL || ofi_default_rank(cur) < ofi_default_rank(best)) {
-            best = cur;
-        }
+    if (hints == NULL) {
+        return STRATA_ERR_NO_MEMORY;
     }
-    return (iface && iface[0] && required) ? NULL : best;
+    rc = fi_getinfo(version, NULL, NULL, 0, hints, &list);
+    fi_freeinfo(hints);
+    if (rc != 0) {
+        UTIL_LOG_DEBUG("ofi: fi_getinfo for %s: %s", prov_name, fi_strerror(-rc));
+        return STRATA_ERR_NOT_FOUND;
+    }
+    how = ofi_select_pick(list, prov_name, params->iface, params->required, &pick);
+    if (how == OFI_PICK_FALLBACK) {
+        ofi_select_devices(list, prov_name, devices, devices_size);
+    }
+    dup = (how == OFI_PICK_NONE) ? NULL : fi_dupinfo(pick); /* one entry, without next */
+    fi_freeinfo(list);
+    if (how == OFI_PICK_NONE) {
+        return STRATA_ERR_NOT_FOUND;
+    }
+    if (dup == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    *info_p = dup;
+    *how_p  = how;
+    return STRATA_OK;
 }
 
+/* The first provider (in "auto" order) that has the device asked for; else the first that
+ * has any usable entry, unless the device is required. */
 static strata_status_t ofi_getinfo(const inter_transport_params_t *params, bool hmem,
-                                   struct fi_info **info_p)
+                                   uint32_t version, struct fi_info **info_p)
 {
-    const char *single[1], *const *names = single;
+    const char *single[1] = {ofi_select_provider_name(params->provider)};
+    const char *const *names = single;
     size_t num_names = 1;
-    struct fi_info *hints, *list = NULL, *pick;
-    int rc = -FI_ENODATA;
+    struct fi_info *fallback = NULL, *info;
+    char devices[256], fallback_devices[256] = "";
+    strata_status_t status;
+    ofi_pick_t how;
 
     if (strcmp(params->provider, "auto") == 0) {
         names     = ofi_auto_order;
         num_names = UTIL_ARRAY_SIZE(ofi_auto_order);
-    } else {
-        single[0] = ofi_provider_name(params->provider);
     }
     for (size_t i = 0; i < num_names; ++i) {
-        hints = ofi_hints(names[i], hmem);
-        if (hints == NULL) {
-            return STRATA_ERR_NO_MEMORY;
+        status = ofi_getinfo_provider(params, names[i], hmem, version, &info, &how, devices,
+                                      sizeof(devices));
+        if (status == STRATA_ERR_NO_MEMORY) {
+            fi_freeinfo(fallback);
+            return status;
         }
-        rc = fi_getinfo(OFI_VERSION, NULL, NULL, 0, hints, &list);
-        fi_freeinfo(hints);
-        if (rc == 0 && (pick = ofi_pick(list, params->iface, params->required)) != NULL) {
-            struct fi_info *dup = fi_dupinfo(pick);
-
-            fi_freeinfo(list);
-            if (dup == NULL) {
-                return STRATA_ERR_NO_MEMORY;
-            }
-            *info_p = dup;
+        if (status == STRATA_OK && how != OFI_PICK_FALLBACK) {
+            fi_freeinfo(fallback);
+            *info_p = info;
             return STRATA_OK;
         }
-        if (rc == 0) {
-            fi_freeinfo(list);
+        if (status == STRATA_OK && fallback == NULL) {
+            fallback = info;
+            snprintf(fallback_devices, sizeof(fallback_devices), "%s", devices);
+        } else if (status == STRATA_OK) {
+            fi_freeinfo(info);
         }
+    }
+    if (fallback != NULL) {
+        /* Every rank's rails would share one NIC: say so, naming what there is. */
+        UTIL_LOG_WARN("rail %d: no %s device '%s' (from the rail plan); %s offers %s, so "
+                      "the rail uses %s", params->rail, params->provider, params->iface,
+                      fallback->fabric_attr->prov_name,
+                      fallback_devices[0] ? fallback_devices : "none",
+                      fallback->domain_attr->name);
+        *info_p = fallback;
+        return STRATA_OK;
     }
     if (hmem) {
         return STRATA_ERR_UNSUPPORTED; /* the caller asks again without device memory */
     }
     UTIL_LOG_ERROR("ofi: no libfabric provider '%s'%s%s with RDM endpoints, RMA, messages and "
-                   "remote CQ data (%s)", params->provider,
-                   (params->iface && params->iface[0]) ? " on interface " : "",
-                   (params->iface && params->iface[0]) ? params->iface : "", fi_strerror(-rc));
+                   "remote CQ data (API %u.%u)", params->provider,
+                   (params->iface && params->iface[0]) ? " on device " : "",
+                   (params->iface && params->iface[0]) ? params->iface : "", FI_MAJOR(version),
+                   FI_MINOR(version));
     return STRATA_ERR_UNSUPPORTED;
+}
+
+/* fi_close, said when it fails: a provider refuses (-FI_EBUSY) to close what is in use. */
+static void ofi_close_fid(struct fid *fid, const char *what, const char *name)
+{
+    int rc = fi_close(fid);
+
+    if (rc != 0) {
+        UTIL_LOG_WARN("ofi: closing the %s of %s failed: %s", what, name, fi_strerror(-rc));
+    }
 }
 
 static void ofi_shutdown(inter_transport_t *tp)
 {
     ofi_transport_t *ofi = ofi_of(tp);
+    int live = atomic_load(&ofi->live_mrs);
 
-    if (ofi->ep) {
-        fi_close(&ofi->ep->fid);
-        ofi->ep = NULL;
+    if (ofi->ep == NULL) {
+        return;
     }
+    if (live > 0) {
+        /* fi_mr(3): an endpoint's registrations (FI_MR_ENDPOINT) close before it. */
+        UTIL_LOG_ERROR("ofi: closing the endpoint of %s with %d registrations still open",
+                       tp->name, live);
+    }
+    ofi_close_fid(&ofi->ep->fid, "endpoint", tp->name);
+    ofi->ep = NULL;
 }
 
 static void ofi_close(inter_transport_t *tp)
@@ -185,21 +217,22 @@ static void ofi_close(inter_transport_t *tp)
     ofi = ofi_of(tp);
     ofi_shutdown(tp);
     if (ofi->cq) {
-        fi_close(&ofi->cq->fid);
+        ofi_close_fid(&ofi->cq->fid, "completion queue", tp->name);
     }
     if (ofi->av) {
-        fi_close(&ofi->av->fid);
+        ofi_close_fid(&ofi->av->fid, "address vector", tp->name);
     }
     if (ofi->domain) {
-        fi_close(&ofi->domain->fid);
+        ofi_close_fid(&ofi->domain->fid, "domain", tp->name);
     }
     if (ofi->fabric) {
-        fi_close(&ofi->fabric->fid);
+        ofi_close_fid(&ofi->fabric->fid, "fabric", tp->name);
     }
     fi_freeinfo(ofi->info);
     free(ofi);
 }
 
+/* Fabric, domain, address vector, completion queue and endpoint, bound, not yet enabled. */
 static int ofi_open_objects(ofi_transport_t *ofi)
 {
     struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE};
@@ -227,49 +260,198 @@ static int ofi_open_objects(ofi_transport_t *ofi)
     if (rc == 0) {
         rc = fi_ep_bind(ofi->ep, &ofi->cq->fid, FI_TRANSMIT | FI_RECV);
     }
-    if (rc == 0) {
-        rc = fi_enable(ofi->ep);
-    }
     return rc;
+}
+
+/*
+ * STRATA_INTER_SHARED_MEMORY=no: forbid the provider's shared-memory path between ranks of
+ * a node (libfabric 1.17's shm can spin forever on a lock a killed peer held). Before
+ * fi_enable. Refused where it cannot be honoured, rather than silently ignored.
+ */
+static strata_status_t ofi_forbid_shared_memory(ofi_transport_t *ofi)
+{
+    const char *prov = ofi->info->fabric_attr->prov_name;
+
+    if (ofi_select_is_provider(ofi->info, "shm")) {
+        UTIL_LOG_ERROR("ofi: STRATA_INTER_SHARED_MEMORY=no, but the provider is shm");
+        return STRATA_ERR_UNSUPPORTED;
+    }
+#if OFI_HEADERS_VERSION >= FI_VERSION(1, 21)
+    bool permitted = false;
+    int rc = (int)fi_setopt(&ofi->ep->fid, FI_OPT_ENDPOINT, FI_OPT_SHARED_MEMORY_PERMITTED,
+                            &permitted, sizeof(permitted));
+
+    if (rc == -FI_ENOPROTOOPT || rc == -FI_EOPNOTSUPP) {
+        UTIL_LOG_INFO("ofi: %s has no shared-memory path to forbid", prov);
+        return STRATA_OK;
+    }
+    if (rc != 0) {
+        UTIL_LOG_ERROR("ofi: %s refused FI_OPT_SHARED_MEMORY_PERMITTED=false: %s", prov,
+                       fi_strerror(-rc));
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    return STRATA_OK;
+#else
+    UTIL_LOG_ERROR("ofi: STRATA_INTER_SHARED_MEMORY=no needs libfabric 1.21 "
+                   "(FI_OPT_SHARED_MEMORY_PERMITTED); strata was built against %d.%d, so %s "
+                   "may still use shared memory", FI_MAJOR_VERSION, FI_MINOR_VERSION, prov);
+    return STRATA_ERR_UNSUPPORTED;
+#endif
+}
+
+/* A size option of the endpoint (1.22's FI_OPT_MAX_*), or fallback where not offered. */
+static uint64_t ofi_size_option(ofi_transport_t *ofi, int option, uint64_t fallback)
+{
+    size_t value = 0, len = sizeof(value);
+
+    if (option < 0 || fi_getopt(&ofi->ep->fid, FI_OPT_ENDPOINT, option, &value, &len) != 0 ||
+        len != sizeof(value)) {
+        return fallback;
+    }
+    return value;
+}
+
+/* What the endpoint carries: fi_info's figures, refined by the endpoint where it can. */
+static void ofi_read_limits(ofi_transport_t *ofi, ofi_limits_t *limits)
+{
+    int max_msg = -1, max_rma = -1, inject_msg = -1;
+
+#if OFI_HEADERS_VERSION >= FI_VERSION(1, 22)
+    max_msg    = FI_OPT_MAX_MSG_SIZE;
+    max_rma    = FI_OPT_MAX_RMA_SIZE;
+    inject_msg = FI_OPT_INJECT_MSG_SIZE;
+#endif
+    ofi_select_limits(ofi->info, limits);
+    limits->max_msg_size = ofi_size_option(ofi, max_msg, limits->max_msg_size);
+    limits->max_rma_size = ofi_size_option(ofi, max_rma, limits->max_rma_size);
+    limits->inject_size  = (size_t)ofi_size_option(ofi, inject_msg, limits->inject_size);
+}
+
+/* efa: whether writes and reads go to the device or are emulated by messages. */
+static void ofi_log_emulation(ofi_transport_t *ofi, int rail)
+{
+    if (!ofi_select_is_provider(ofi->info, "efa")) {
+        return;
+    }
+#if OFI_HEADERS_VERSION >= FI_VERSION(1, 18)
+    bool write = false, read = false;
+    size_t len = sizeof(bool);
+    int rc = (int)fi_getopt(&ofi->ep->fid, FI_OPT_ENDPOINT, FI_OPT_EFA_EMULATED_WRITE, &write,
+                            &len);
+
+    len = sizeof(bool);
+    if (rc == 0) {
+        rc = (int)fi_getopt(&ofi->ep->fid, FI_OPT_ENDPOINT, FI_OPT_EFA_EMULATED_READ, &read,
+                            &len);
+    }
+    if (rc != 0) {
+        UTIL_LOG_INFO("rail %d: efa does not say whether RDMA is emulated: %s", rail,
+                      fi_strerror(-rc));
+    } else if (write || read) {
+        UTIL_LOG_WARN("rail %d: efa emulates%s%s with messages (no device RDMA on this NIC "
+                      "or libfabric): slower, and the target's proxy thread moves the bytes",
+                      rail, write ? " writes" : "", read ? (write ? " and reads" : " reads") : "");
+    } else {
+        UTIL_LOG_INFO("rail %d: efa writes and reads use device RDMA", rail);
+    }
+#else
+    UTIL_LOG_INFO("rail %d: built against libfabric %d.%d, which cannot tell whether efa "
+                  "emulates writes and reads (FI_OPT_EFA_EMULATED_*, 1.18)", rail,
+                  FI_MAJOR_VERSION, FI_MINOR_VERSION);
+#endif
+}
+
+/* Options before enabling, the enable itself, then what the endpoint can carry. */
+static strata_status_t ofi_enable(ofi_transport_t *ofi, const inter_transport_params_t *params,
+                                  ofi_limits_t *limits)
+{
+    strata_status_t status;
+    int rc;
+
+    if (!params->shared_memory && (status = ofi_forbid_shared_memory(ofi)) != STRATA_OK) {
+        return status;
+    }
+    rc = fi_enable(ofi->ep);
+    if (rc != 0) {
+        UTIL_LOG_ERROR("ofi: enabling the endpoint of %s on %s failed: %s",
+                       ofi->info->fabric_attr->prov_name, ofi->info->domain_attr->name,
+                       fi_strerror(-rc));
+        return ofi_status(rc);
+    }
+    ofi_read_limits(ofi, limits);
+    return ofi_select_check_limits(limits, params->msg_bytes, ofi->base.name);
+}
+
+static void ofi_describe(ofi_transport_t *ofi, const ofi_limits_t *limits)
+{
+    ofi->mr_mode            = ofi->info->domain_attr->mr_mode;
+    ofi->base.rx_cq_data    = (ofi->info->mode & FI_RX_CQ_DATA) != 0;
+    ofi->base.rx_size       = ofi->info->rx_attr->size;
+    ofi->base.has_read      = (ofi->info->caps & FI_READ) != 0;
+    ofi->base.virt_addr     = (ofi->mr_mode & FI_MR_VIRT_ADDR) != 0;
+    ofi->base.max_msg_size  = limits->max_msg_size;
+    ofi->base.max_rma_size  = limits->max_rma_size;
+    ofi->base.inject_size   = limits->inject_size;
+    snprintf(ofi->base.name, sizeof(ofi->base.name), "ofi %s %s",
+             ofi->info->fabric_attr->prov_name, ofi->info->domain_attr->name);
+}
+
+/* The entry to open: with device memory where asked and offered, else without. */
+static strata_status_t ofi_choose(const inter_transport_params_t *params, ofi_transport_t *ofi)
+{
+    uint32_t version;
+    strata_status_t status = ofi_select_api_version(OFI_HEADERS_VERSION, fi_version(), &version);
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    ofi->base.hmem = params->device_memory != INTER_MEM_HOST &&
+                     ofi_getinfo(params, true, version, &ofi->info) == STRATA_OK;
+    status = ofi->base.hmem ? STRATA_OK : ofi_getinfo(params, false, version, &ofi->info);
+    if (status == STRATA_OK) {
+        UTIL_LOG_DEBUG("rail %d: libfabric API %u.%u", params->rail, FI_MAJOR(version),
+                       FI_MINOR(version));
+    }
+    return status;
 }
 
 static strata_status_t ofi_open(const inter_transport_params_t *params, inter_transport_t **tp_p)
 {
     ofi_transport_t *ofi = calloc(1, sizeof(*ofi));
     strata_status_t status;
+    ofi_limits_t limits;
     int rc;
 
     if (ofi == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    ofi->base.hmem = params->device_memory != INTER_MEM_HOST &&
-                     ofi_getinfo(params, true, &ofi->info) == STRATA_OK;
-    status = ofi->base.hmem ? STRATA_OK : ofi_getinfo(params, false, &ofi->info);
+    status = ofi_choose(params, ofi);
     if (status != STRATA_OK) {
         free(ofi);
         return status;
     }
+    snprintf(ofi->base.name, sizeof(ofi->base.name), "ofi %s %s",
+             ofi->info->fabric_attr->prov_name, ofi->info->domain_attr->name);
     rc = ofi_open_objects(ofi);
     if (rc != 0) {
-        UTIL_LOG_ERROR("ofi: opening %s on %s failed: %s", ofi->info->fabric_attr->prov_name,
-                       ofi->info->domain_attr->name, fi_strerror(-rc));
+        UTIL_LOG_ERROR("ofi: opening %s failed: %s", ofi->base.name, fi_strerror(-rc));
         ofi_close(&ofi->base);
         return ofi_status(rc);
     }
-    ofi->mr_mode            = ofi->info->domain_attr->mr_mode;
-    ofi->rx_cq_data         = (ofi->info->mode & FI_RX_CQ_DATA) != 0;
-    ofi->base.has_read      = (ofi->info->caps & FI_READ) != 0;
-    ofi->base.virt_addr     = (ofi->mr_mode & FI_MR_VIRT_ADDR) != 0;
-    ofi->base.max_msg_size  = ofi->info->ep_attr->max_msg_size;
-    ofi->base.inject_size   = ofi->info->tx_attr->inject_size;
-    snprintf(ofi->base.name, sizeof(ofi->base.name), "ofi %s %s",
-             ofi->info->fabric_attr->prov_name, ofi->info->domain_attr->name);
-    UTIL_LOG_INFO("rail %d: %s, mr_mode 0x%llx, read %s, device memory %s", params->rail,
-                  ofi->base.name, (unsigned long long)ofi->mr_mode,
-                  ofi->base.has_read ? "yes" : "no",
+    status = ofi_enable(ofi, params, &limits);
+    if (status != STRATA_OK) {
+        ofi_close(&ofi->base);
+        return status;
+    }
+    ofi_describe(ofi, &limits);
+    UTIL_LOG_INFO("rail %d: %s, mr_mode 0x%llx, read %s, device memory %s, messages up to %llu "
+                  "bytes, inject %zu", params->rail, ofi->base.name,
+                  (unsigned long long)ofi->mr_mode, ofi->base.has_read ? "yes" : "no",
                   params->device_memory == INTER_MEM_HOST ? "not asked for"
                   : ofi->base.hmem                        ? "registered (FI_HMEM)"
-                                                          : "not offered by the provider");
+                                                          : "not offered by the provider",
+                  (unsigned long long)ofi->base.max_msg_size, ofi->base.inject_size);
+    ofi_log_emulation(ofi, params->rail);
     *tp_p = &ofi->base;
     return STRATA_OK;
 }
@@ -348,15 +530,16 @@ static strata_status_t ofi_mem_register(inter_transport_t *tp, void *addr, size_
     mr->handle = fmr;
     mr->desc   = fi_mr_desc(fmr);
     mr->key    = fi_mr_key(fmr);
+    atomic_fetch_add(&ofi->live_mrs, 1);
     return STRATA_OK;
 }
 
 static void ofi_mem_deregister(inter_transport_t *tp, inter_tmr_t *mr)
 {
-    (void)tp;
     if (mr->handle != NULL) {
-        fi_close(&((struct fid_mr *)mr->handle)->fid);
+        ofi_close_fid(&((struct fid_mr *)mr->handle)->fid, "registration", tp->name);
         mr->handle = NULL;
+        atomic_fetch_sub(&ofi_of(tp)->live_mrs, 1);
     }
 }
 
@@ -409,7 +592,7 @@ static void ofi_fill_cqe(const ofi_transport_t *ofi, const struct fi_cq_data_ent
     if ((entry->flags & FI_REMOTE_CQ_DATA) && (entry->flags & (FI_RMA | FI_REMOTE_WRITE))) {
         cqe->kind = INTER_CQE_IMM;
         /* Only FI_RX_CQ_DATA providers hand back a receive; elsewhere the field means nothing. */
-        cqe->context = ofi->rx_cq_data ? entry->op_context : NULL;
+        cqe->context = ofi->base.rx_cq_data ? entry->op_context : NULL;
     } else if (entry->flags & FI_RECV) {
         cqe->kind = INTER_CQE_RECV;
     } else {

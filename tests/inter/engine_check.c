@@ -3,10 +3,15 @@
  * checked byte for byte with seeded random sizes and offsets, exact immediate counts,
  * barrier, callbacks, cancellation, bad input refused without harm, and with --kill RANK a
  * peer that dies mid-transfer: the survivors must see STRATA_ERR_PEER_FAILED within the
- * bound and exit 0. Prints one line per rank; exit 0 on success.
+ * bound and exit 0. With --idle, ranks stay quiet for longer than the peer timeout and must
+ * all still be alive (heartbeats flow); with --forbid-shm, STRATA_INTER_SHARED_MEMORY=no is
+ * honoured where libfabric can and refused at creation where it cannot. Prints one line per
+ * rank; exit 0 on success.
  */
 #include "api/api.h"
 #include "inter/engine.h"
+
+#include <rdma/fabric.h> /* the headers' version: whether shared memory can be forbidden */
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -68,12 +73,8 @@ static void shape(int round, int src, int dst, size_t *len, size_t *off)
     *off = draw(round, src, dst, 3) % (SLOT - *len);
 }
 
-static void setup(void)
+static void bootstrap(void)
 {
-    inter_engine_params_t params;
-    size_t blob_size;
-    void *blobs, *mine;
-
     const char *seed = getenv("STRATA_TEST_SEED");
 
     if (seed != NULL) {
@@ -84,6 +85,14 @@ static void setup(void)
     g_world = g_bs->world_size;
     util_log_set_rank(g_rank);
     CHECK(g_world <= MAX_RANKS, "at most %d ranks", MAX_RANKS);
+}
+
+static void setup(void)
+{
+    inter_engine_params_t params;
+    size_t blob_size;
+    void *blobs, *mine;
+
     CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
     params.rank       = g_rank;
     params.world_size = g_world;
@@ -641,13 +650,68 @@ static int kill_test(int victim)
     return 0;
 }
 
+/* Every rank stays quiet for 2.5 peer timeouts: only heartbeats keep the others from
+ * failing it. Then every peer must be alive and a round of writes must go through. */
+static int idle_test(void)
+{
+    inter_engine_params_t params;
+
+    CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
+    CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
+              STRATA_OK, "barrier before the quiet");
+    usleep((useconds_t)(params.peer_timeout_ns * 5 / 2 / 1000));
+    for (int p = 0; p < g_world; ++p) {
+        CHECK(!inter_engine_peer_failed(g_engine, p), "peer %d failed while all were quiet", p);
+    }
+    round_write(0);
+    printf("rank %d: every peer alive after %.1f s of quiet, heartbeats on\n", g_rank,
+           (double)params.peer_timeout_ns * 2.5 / 1e9);
+    return 0;
+}
+
+/* STRATA_INTER_SHARED_MEMORY=no: libfabric 1.21 headers offer the option (the shm
+ * provider itself never can); elsewhere creation must refuse, not ignore it. */
+static int forbid_shm_test(void)
+{
+    inter_engine_params_t params;
+    inter_engine_t *engine = NULL;
+    strata_status_t status;
+    bool can;
+
+    CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
+    CHECK(params.forbid_shared_memory, "run with STRATA_INTER_SHARED_MEMORY=no");
+    params.rank       = g_rank;
+    params.world_size = g_world;
+    can    = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION) >= FI_VERSION(1, 21) &&
+             strcmp(params.provider, "shm") != 0;
+    status = inter_engine_create(&params, &engine);
+    CHECK(can ? status == STRATA_OK : status == STRATA_ERR_UNSUPPORTED,
+          "forbidding shared memory over %s (libfabric headers %d.%d): %s", params.provider,
+          FI_MAJOR_VERSION, FI_MINOR_VERSION, strata_status_string(status));
+    inter_engine_destroy(engine);
+    printf("rank %d: shared memory %s over %s, as expected\n", g_rank,
+           can ? "forbidden" : "cannot be forbidden: creation refused", params.provider);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int kill = (argc == 3 && strcmp(argv[1], "--kill") == 0) ? atoi(argv[2]) : -1;
     int kill_ring = (argc == 3 && strcmp(argv[1], "--kill-ring") == 0) ? atoi(argv[2]) : -1;
+    bool idle = argc == 2 && strcmp(argv[1], "--idle") == 0;
 
+    bootstrap();
+    if (argc == 2 && strcmp(argv[1], "--forbid-shm") == 0) {
+        forbid_shm_test();
+        strata_bootstrap_destroy(g_bs);
+        return 0;
+    }
     setup();
-    if (kill >= 0) {
+    if (idle) {
+        idle_test();
+        /* g_dst_mr is left to destroy, which closes registrations before endpoints. */
+        g_dst_mr = NULL;
+    } else if (kill >= 0) {
         kill_test(kill);
     } else if (kill_ring >= 0) {
         kill_ring_test(kill_ring);
