@@ -14,8 +14,10 @@
 
 /** Alignment of every device allocation: what GPU allocators give and vector loads want. */
 #define INTRA_DEVICE_ALIGNMENT  256
-#define INTRA_REASON_LEN        128
+#define INTRA_REASON_LEN        256
 #define INTRA_REGION_HANDLE_LEN 64
+/** A GPU's PCI address, "dddd:bb:dd.f", as the runtimes print it. */
+#define INTRA_BUS_ID_LEN        32
 
 /**
  * Memory one rank shares with the other local ranks: a memfd on the host backend (fd), an
@@ -65,6 +67,27 @@ typedef struct intra_device_ops {
     strata_status_t (*synchronize)(void);
     /** The GPU this thread's calls use (host: 0). */
     strata_status_t (*current_device)(int *device_p);
+    /** How many GPUs this process sees (host: 0). */
+    strata_status_t (*device_count)(int *count_p);
+    /**
+     * Make GPU ordinal (0..device_count) this thread's, and check that the library carries
+     * kernels for it; on failure reason (INTRA_REASON_LEN) says why. NULL on the host.
+     */
+    strata_status_t (*device_select)(int ordinal, char *reason);
+    /** PCI address (INTRA_BUS_ID_LEN) of this thread's GPU; NULL on the host. */
+    strata_status_t (*device_bus_id)(char *bus_id);
+    /**
+     * Whether kernels on this thread's GPU may use system-scope atomics on memory of the GPU
+     * at peer_bus_id (NVLink or XGMI peer atomics); on failure reason says why. NULL where
+     * there is one memory for all (the host).
+     */
+    strata_status_t (*peer_atomics)(const char *peer_bus_id, char *reason);
+    /**
+     * Blocks of the MoE kernels this thread's GPU holds resident at once (the occupancy of
+     * the most demanding kernel times the multiprocessors). A launch's blocks all wait for
+     * one another, so a larger grid would never finish. NULL where blocks are threads.
+     */
+    strata_status_t (*resident_blocks)(unsigned *blocks_p);
     /**
      * Zeroed host memory the device reaches too (pinned and mapped on GPUs): *host_p for the
      * host, *device_p for kernels; both set only on success.

@@ -4,6 +4,7 @@
  */
 #include "api/api.h"
 #include "api_comm.h"
+#include "api_gpu.h"
 #include "intra/intra.h"
 #include "topo/topo.h"
 
@@ -120,19 +121,51 @@ static strata_status_t api_comm_map_nodes(strata_comm_t *comm, const api_rank_in
     return STRATA_OK;
 }
 
-/* One GPU per local rank, round robin; CUDA when it can run here, else the host backend. */
-static void api_comm_pick_device(strata_comm_t *comm)
+strata_status_t api_comm_agree(strata_comm_t *comm, strata_status_t mine, const char *what)
 {
-    const intra_device_ops_t *cuda = intra_device_find("cuda");
-    int num_gpus = topo_num_gpus(comm->topo);
-    char reason[INTRA_REASON_LEN];
+    int32_t *all = calloc((size_t)comm->size, sizeof(int32_t));
+    int32_t local = (int32_t)mine;
+    strata_status_t status;
 
-    comm->gpu    = (num_gpus > 0) ? strata_comm_local_rank(comm) % num_gpus : -1;
-    comm->device = intra_device_find("host");
-    if (comm->gpu >= 0 && topo_gpu(comm->topo, comm->gpu)->vendor == TOPO_VENDOR_NVIDIA &&
-        cuda != NULL && cuda->probe(reason) == STRATA_OK) {
-        comm->device = cuda;
+    if (all == NULL) {
+        return STRATA_ERR_NO_MEMORY;
     }
+    status = comm->bootstrap->allgather(comm->bootstrap->ctx, &local, all, sizeof(local));
+    for (int r = 0; r < comm->size && status == STRATA_OK; ++r) {
+        if (all[r] != STRATA_OK) {
+            if (r != comm->rank) {
+                UTIL_LOG_ERROR("%s: rank %d failed: %s", what, r,
+                               strata_status_string((strata_status_t)all[r]));
+            }
+            status = (strata_status_t)all[r];
+        }
+    }
+    free(all);
+    return status;
+}
+
+/*
+ * The backend of the node's GPUs and this rank's GPU (api_gpu.c); without a GPU backend,
+ * the host one, and the topology's GPUs in turn for the rails. Agreed by every rank: one
+ * that cannot use its GPU fails the communicator everywhere instead of leaving the others
+ * waiting for it.
+ */
+static strata_status_t api_comm_pick_device(strata_comm_t *comm)
+{
+    int num_gpus = topo_num_gpus(comm->topo);
+    char reason[INTRA_REASON_LEN] = "";
+    strata_status_t status = STRATA_OK;
+
+    comm->device = api_gpu_backend(comm->topo);
+    comm->gpu    = (num_gpus > 0) ? strata_comm_local_rank(comm) % num_gpus : -1;
+    if (comm->device->device_select != NULL) {
+        status = api_gpu_select(comm->device, comm->topo, strata_comm_local_rank(comm),
+                                &comm->gpu, reason);
+    }
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("comm: rank %d cannot use its GPU: %s", comm->rank, reason);
+    }
+    return api_comm_agree(comm, status, "comm: choosing GPUs");
 }
 
 /* The inter-node engine: one rail per NIC the rail plan gives this GPU, addresses exchanged. */
@@ -237,8 +270,10 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
     if (status != STRATA_OK) {
         goto err_comm;
     }
-    api_comm_pick_device(comm);
-    status = api_comm_start_engine(comm);
+    status = api_comm_pick_device(comm);
+    if (status == STRATA_OK) {
+        status = api_comm_start_engine(comm);
+    }
     if (status != STRATA_OK) {
         goto err_comm;
     }

@@ -25,4 +25,11 @@ struct strata_comm {
     unsigned                  moe_created; /* MoE objects made (collectively, so equal on all) */
 };
 
+/**
+ * Collective: every rank's outcome of a step that may fail on some ranks only (what names
+ * it in messages). One that failed fails the step on every rank, instead of leaving the
+ * others to wait for it in the next exchange.
+ */
+strata_status_t api_comm_agree(strata_comm_t *comm, strata_status_t mine, const char *what);
+
 #endif

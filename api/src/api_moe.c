@@ -65,34 +65,6 @@ static strata_status_t api_moe_apply_mode(sched_moe_t *sched, int num_experts)
     return status;
 }
 
-/*
- * Every rank's outcome of the steps after the scheduler's collective part (a mode or policy
- * file can be missing on one node): one that failed fails the object on every rank, rather
- * than leaving the others to wait for it in the first step.
- */
-static strata_status_t api_moe_agree(strata_comm_t *comm, strata_status_t mine)
-{
-    int32_t *all = calloc((size_t)comm->size, sizeof(int32_t));
-    int32_t local = (int32_t)mine;
-    strata_status_t status;
-
-    if (all == NULL) {
-        return STRATA_ERR_NO_MEMORY;
-    }
-    status = comm->bootstrap->allgather(comm->bootstrap->ctx, &local, all, sizeof(local));
-    for (int r = 0; r < comm->size && status == STRATA_OK; ++r) {
-        if (all[r] != STRATA_OK) {
-            if (r != comm->rank) {
-                UTIL_LOG_ERROR("strata_moe_create: rank %d failed: %s", r,
-                               strata_status_string((strata_status_t)all[r]));
-            }
-            status = (strata_status_t)all[r];
-        }
-    }
-    free(all);
-    return status;
-}
-
 STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
                                              strata_moe_t **moe_p)
 {
@@ -135,7 +107,9 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
     moe->comm = comm;
     status    = sched_moe_create(params, &world, &moe->sched);
     if (status == STRATA_OK) {
-        status = api_moe_agree(comm, api_moe_apply_mode(moe->sched, params->num_experts));
+        /* A mode or policy file can be missing on one node only. */
+        status = api_comm_agree(comm, api_moe_apply_mode(moe->sched, params->num_experts),
+                                "strata_moe_create");
     }
     if (status != STRATA_OK) {
         sched_moe_destroy(moe->sched);

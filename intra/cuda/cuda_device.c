@@ -44,4 +44,16 @@
 #define gpuStreamDestroy              cudaStreamDestroy
 #define gpuStreamSynchronize          cudaStreamSynchronize
 
+#define GPU_REGION_MALLOC(ptr_p, size) cudaMalloc(ptr_p, size)
+#define GPU_MOE_RESIDENT_BLOCKS       cuda_moe_resident_blocks
+#define GPU_ARCH_FORMAT               "sm_%d%d"
+#define GPU_ARCH_ARGS(prop)           (prop).major, (prop).minor
+#define gpuDeviceProp_t               struct cudaDeviceProp
+#define gpuGetDeviceProperties        cudaGetDeviceProperties
+#define gpuDeviceGetPCIBusId          cudaDeviceGetPCIBusId
+#define gpuDeviceGetByPCIBusId        cudaDeviceGetByPCIBusId
+#define gpuDeviceGetP2PAttribute      cudaDeviceGetP2PAttribute
+#define gpuDevP2PAttrAccessSupported  cudaDevP2PAttrAccessSupported
+#define gpuDevP2PAttrNativeAtomicSupported cudaDevP2PAttrNativeAtomicSupported
+
 #include "intra/gpu/gpu_device.h"

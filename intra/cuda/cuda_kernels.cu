@@ -63,3 +63,31 @@ extern "C" cudaError_t cuda_moe_launch(cudaStream_t stream, int kernel,
     entry<<<num_blocks, CUDA_MOE_THREADS, 0, stream>>>(*args);
     return cudaGetLastError();
 }
+
+/*
+ * Blocks of the kernels the current GPU holds at once: the fewest any kernel fits on a
+ * multiprocessor, times the multiprocessors (a MIG slice reports its own). The occupancy
+ * query fails where the library carries no code for this GPU.
+ */
+extern "C" cudaError_t cuda_moe_resident_blocks(unsigned *blocks_p)
+{
+    int device = 0, processors = 0, fewest = 0;
+    cudaError_t error = cudaGetDevice(&device);
+
+    if (error == cudaSuccess) {
+        error = cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount, device);
+    }
+    for (int kernel = 0; kernel < INTRA_MOE_KERNELS && error == cudaSuccess; ++kernel) {
+        int per_processor = 0;
+
+        error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_processor, cuda_moe_entry(kernel), CUDA_MOE_THREADS, 0);
+        if (error == cudaSuccess && (kernel == 0 || per_processor < fewest)) {
+            fewest = per_processor;
+        }
+    }
+    if (error == cudaSuccess) {
+        *blocks_p = (unsigned)fewest * (unsigned)processors;
+    }
+    return error;
+}

@@ -23,6 +23,9 @@ struct intra_queue {
 /* Launch one MoE kernel on a stream: the .cu/.hip file of the backend. */
 gpuError_t GPU_MOE_LAUNCH(gpuStream_t stream, int kernel, const struct intra_moe_args *args,
                           unsigned num_blocks);
+/* Blocks of the kernels the current GPU holds at once; fails where the library carries no
+ * code for it. The .cu/.hip file of the backend. */
+gpuError_t GPU_MOE_RESIDENT_BLOCKS(unsigned *blocks_p);
 
 static strata_status_t gpu_status(gpuError_t error, const char *what)
 {
@@ -127,6 +130,93 @@ static strata_status_t gpu_current_device(int *device_p)
     return gpu_status(gpuGetDevice(device_p), "get device");
 }
 
+static strata_status_t gpu_device_count(int *count_p)
+{
+    return gpu_status(gpuGetDeviceCount(count_p), "device count");
+}
+
+/* The GPU's name and architecture, for messages. */
+static void gpu_describe(int ordinal, char *text, size_t len)
+{
+    gpuDeviceProp_t prop;
+
+    if (gpuGetDeviceProperties(&prop, ordinal) != gpuSuccess) {
+        snprintf(text, len, "GPU %d", ordinal);
+        return;
+    }
+    snprintf(text, len, "GPU %d (%.40s, " GPU_ARCH_FORMAT ")", ordinal, prop.name,
+             GPU_ARCH_ARGS(prop));
+}
+
+/* A GPU the kernels were not built for would fail its first launch on every rank, after
+ * the peers had started waiting: refuse it here, naming what the library carries. */
+static strata_status_t gpu_device_select(int ordinal, char *reason)
+{
+    char what[96];
+    unsigned blocks;
+    gpuError_t error = gpuSetDevice(ordinal);
+
+    if (error != gpuSuccess) {
+        snprintf(reason, INTRA_REASON_LEN, "cannot select GPU %d: %s", ordinal,
+                 gpuGetErrorName(error));
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    error = GPU_MOE_RESIDENT_BLOCKS(&blocks);
+    if (error != gpuSuccess) {
+        gpu_describe(ordinal, what, sizeof(what));
+        snprintf(reason, INTRA_REASON_LEN, "%s: no kernels for it in this library (built for "
+                 "%s): %s", what, STRATA_GPU_TARGETS, gpuGetErrorName(error));
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t gpu_device_bus_id(char *bus_id)
+{
+    int device;
+    strata_status_t status = gpu_current_device(&device);
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    return gpu_status(gpuDeviceGetPCIBusId(bus_id, INTRA_BUS_ID_LEN, device), "PCI bus id");
+}
+
+/* Push claims slots with system-scope atomics in a peer GPU's memory: over PCIe alone those
+ * are not atomic. A peer GPU this process cannot see is taken on trust, with a warning. */
+static strata_status_t gpu_peer_atomics(const char *peer_bus_id, char *reason)
+{
+    int mine, peer, access = 0, atomics = 0;
+    strata_status_t status = gpu_current_device(&mine);
+
+    if (status != STRATA_OK) {
+        snprintf(reason, INTRA_REASON_LEN, "no current GPU");
+        return status;
+    }
+    if (gpuDeviceGetByPCIBusId(&peer, peer_bus_id) != gpuSuccess) {
+        UTIL_LOG_WARN("%s device: GPU %s is not visible to this process: its peer atomics with "
+                      "GPU %d are not checked", GPU_NAME, peer_bus_id, mine);
+        return STRATA_OK;
+    }
+    if (peer == mine) {
+        return STRATA_OK;
+    }
+    if (gpuDeviceGetP2PAttribute(&access, gpuDevP2PAttrAccessSupported, mine, peer) !=
+            gpuSuccess ||
+        gpuDeviceGetP2PAttribute(&atomics, gpuDevP2PAttrNativeAtomicSupported, mine, peer) !=
+            gpuSuccess || !access || !atomics) {
+        snprintf(reason, INTRA_REASON_LEN, "GPU %d cannot %s GPU %d (%s)", mine,
+                 access ? "use native atomics on the memory of" : "access", peer, peer_bus_id);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    return STRATA_OK;
+}
+
+static strata_status_t gpu_resident_blocks(unsigned *blocks_p)
+{
+    return gpu_status(GPU_MOE_RESIDENT_BLOCKS(blocks_p), "kernel occupancy");
+}
+
 /* Pinned host memory mapped into the device's address space: rings and statuses that the
  * host and the kernels both touch. */
 static strata_status_t gpu_host_alloc(size_t size, void **host_p, void **device_p)
@@ -170,7 +260,10 @@ static void gpu_flush_remote_writes(int device)
 }
 #endif
 
-/* A region peers open through an IPC handle; zeroed, as the heap promises. */
+/* A region peers open through an IPC handle; zeroed, as the heap promises. Peer GPUs read
+ * its flags and counters while kernels run, so it is memory coherent between GPUs at any
+ * time (GPU_REGION_MALLOC: fine-grained on HIP, where plain hipMalloc memory is coherent
+ * only at kernel boundaries). */
 static strata_status_t gpu_region_create(size_t size, intra_region_t *region_p)
 {
     intra_region_t region = {.size = size, .fd = -1};
@@ -178,7 +271,7 @@ static strata_status_t gpu_region_create(size_t size, intra_region_t *region_p)
     strata_status_t status;
 
     _Static_assert(sizeof(handle) <= INTRA_REGION_HANDLE_LEN, "IPC handle too large");
-    status = gpu_mem_alloc(size, &region.base);
+    status = gpu_status(GPU_REGION_MALLOC(&region.base, size), "region malloc");
     if (status != STRATA_OK) {
         return status;
     }
@@ -289,6 +382,11 @@ const intra_device_ops_t GPU_OPS = {
     .mem_set            = gpu_mem_set,
     .synchronize        = gpu_synchronize,
     .current_device     = gpu_current_device,
+    .device_count       = gpu_device_count,
+    .device_select      = gpu_device_select,
+    .device_bus_id      = gpu_device_bus_id,
+    .peer_atomics       = gpu_peer_atomics,
+    .resident_blocks    = gpu_resident_blocks,
     .host_alloc         = gpu_host_alloc,
     .host_free          = gpu_host_free,
 #ifdef GPU_FLUSH_REMOTE_WRITES

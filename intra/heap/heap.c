@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@ struct intra_heap {
     intra_region_t own;
     int          local_rank;
     int          local_size;
+    int          gpu_sharers; /* local ranks on this rank's GPU, itself included */
     size_t       size;
     void        *base[INTRA_HEAP_MAX_RANKS];
     size_t       used;
@@ -49,6 +51,7 @@ typedef struct heap_card {
     int32_t       has_fd;
     uint64_t      size;
     unsigned char handle[INTRA_REGION_HANDLE_LEN];
+    char          bus_id[INTRA_BUS_ID_LEN]; /* the rank's GPU; "" on the host */
 } heap_card_t;
 
 /* Send n cards with, when fds is not NULL, one descriptor per card, in one message. */
@@ -244,6 +247,29 @@ static strata_status_t heap_open_peers(intra_heap_t *heap, const heap_card_t *ca
     return STRATA_OK;
 }
 
+/*
+ * What the ranks' GPUs mean for this one: how many ranks share its GPU (they share its
+ * multiprocessors too), and whether it may use atomics on every other GPU's memory.
+ */
+static strata_status_t heap_check_gpus(intra_heap_t *heap, const heap_card_t *cards)
+{
+    const heap_card_t *own = &cards[heap->local_rank];
+    char reason[INTRA_REASON_LEN];
+
+    heap->gpu_sharers = 0;
+    for (int r = 0; r < heap->local_size; ++r) {
+        if (strcasecmp(cards[r].bus_id, own->bus_id) == 0) {
+            ++heap->gpu_sharers;
+        } else if (heap->device->peer_atomics != NULL &&
+                   heap->device->peer_atomics(cards[r].bus_id, reason) != STRATA_OK) {
+            UTIL_LOG_ERROR("heap: local rank %d cannot share memory with local rank %d: %s",
+                           heap->local_rank, r, reason);
+            return STRATA_ERR_UNSUPPORTED;
+        }
+    }
+    return STRATA_OK;
+}
+
 static bool heap_params_valid(const intra_heap_params_t *p)
 {
     return p != NULL && p->device != NULL && p->local_size >= 1 &&
@@ -286,11 +312,19 @@ strata_status_t intra_heap_create(const intra_heap_params_t *p, intra_heap_t **h
         own->has_fd = heap->own.fd >= 0;
         own->size   = heap->size;
         memcpy(own->handle, heap->own.handle, sizeof(own->handle));
+        if (heap->device->device_bus_id != NULL) {
+            status = heap->device->device_bus_id(own->bus_id);
+        }
         fds[p->local_rank]          = heap->own.fd;
         heap->base[p->local_rank]   = heap->own.base;
         cards[0].has_fd             = own->has_fd; /* what rank 0 expects from the others */
         cards[0].size               = heap->size;
+    }
+    if (status == STRATA_OK) {
         status = heap_exchange(p, cards, fds);
+    }
+    if (status == STRATA_OK) {
+        status = heap_check_gpus(heap, cards);
     }
     if (status == STRATA_OK) {
         status = heap_open_peers(heap, cards, fds);
@@ -335,6 +369,11 @@ size_t intra_heap_size(const intra_heap_t *heap)
 int intra_heap_local_rank(const intra_heap_t *heap)
 {
     return heap->local_rank;
+}
+
+int intra_heap_gpu_sharers(const intra_heap_t *heap)
+{
+    return heap->gpu_sharers;
 }
 
 int intra_heap_local_size(const intra_heap_t *heap)

@@ -30,7 +30,8 @@ typedef struct intra_heap_params {
 
 /**
  * Collective over the node's local ranks: create this rank's region, exchange regions,
- * map every peer's. A rank that never shows up gives STRATA_ERR_TIMEOUT.
+ * map every peer's. A rank that never shows up gives STRATA_ERR_TIMEOUT; GPUs without
+ * native atomics on each other's memory (PCIe without NVLink or XGMI) STRATA_ERR_UNSUPPORTED.
  */
 strata_status_t intra_heap_create(const intra_heap_params_t *params, intra_heap_t **heap_p);
 void            intra_heap_destroy(intra_heap_t *heap);
@@ -40,6 +41,8 @@ void  *intra_heap_base(const intra_heap_t *heap, int peer);
 size_t intra_heap_size(const intra_heap_t *heap);
 int    intra_heap_local_rank(const intra_heap_t *heap);
 int    intra_heap_local_size(const intra_heap_t *heap);
+/** Local ranks whose kernels run on this rank's GPU, itself included (host: every rank). */
+int    intra_heap_gpu_sharers(const intra_heap_t *heap);
 const struct intra_device_ops *intra_heap_device(const intra_heap_t *heap);
 
 /**

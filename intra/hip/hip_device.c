@@ -40,4 +40,17 @@
 #define gpuStreamDestroy              hipStreamDestroy
 #define gpuStreamSynchronize          hipStreamSynchronize
 
+/* Fine-grained: coherent between GPUs while kernels run (see gpu_region_create). */
+#define GPU_REGION_MALLOC(ptr_p, size) hipExtMallocWithFlags(ptr_p, size, hipDeviceMallocFinegrained)
+#define GPU_MOE_RESIDENT_BLOCKS       hip_moe_resident_blocks
+#define GPU_ARCH_FORMAT               "%.24s"
+#define GPU_ARCH_ARGS(prop)           (prop).gcnArchName
+#define gpuDeviceProp_t               hipDeviceProp_t
+#define gpuGetDeviceProperties        hipGetDeviceProperties
+#define gpuDeviceGetPCIBusId          hipDeviceGetPCIBusId
+#define gpuDeviceGetByPCIBusId        hipDeviceGetByPCIBusId
+#define gpuDeviceGetP2PAttribute      hipDeviceGetP2PAttribute
+#define gpuDevP2PAttrAccessSupported  hipDevP2PAttrAccessSupported
+#define gpuDevP2PAttrNativeAtomicSupported hipDevP2PAttrNativeAtomicSupported
+
 #include "intra/gpu/gpu_device.h"

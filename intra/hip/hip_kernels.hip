@@ -63,3 +63,31 @@ extern "C" hipError_t hip_moe_launch(hipStream_t stream, int kernel,
     hipLaunchKernelGGL(entry, dim3(num_blocks), dim3(HIP_MOE_THREADS), 0, stream, *args);
     return hipGetLastError();
 }
+
+/*
+ * Blocks of the kernels the current GPU holds at once: the fewest any kernel fits on a
+ * multiprocessor, times the multiprocessors (a MIG slice reports its own). The occupancy
+ * query fails where the library carries no code for this GPU.
+ */
+extern "C" hipError_t hip_moe_resident_blocks(unsigned *blocks_p)
+{
+    int device = 0, processors = 0, fewest = 0;
+    hipError_t error = hipGetDevice(&device);
+
+    if (error == hipSuccess) {
+        error = hipDeviceGetAttribute(&processors, hipDeviceAttributeMultiprocessorCount, device);
+    }
+    for (int kernel = 0; kernel < INTRA_MOE_KERNELS && error == hipSuccess; ++kernel) {
+        int per_processor = 0;
+
+        error = hipOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_processor, hip_moe_entry(kernel), HIP_MOE_THREADS, 0);
+        if (error == hipSuccess && (kernel == 0 || per_processor < fewest)) {
+            fewest = per_processor;
+        }
+    }
+    if (error == hipSuccess) {
+        *blocks_p = (unsigned)fewest * (unsigned)processors;
+    }
+    return error;
+}

@@ -71,6 +71,13 @@ static strata_status_t host_current_device(int *device_p)
     return STRATA_OK;
 }
 
+/* The host backend drives no GPU. */
+static strata_status_t host_device_count(int *count_p)
+{
+    *count_p = 0;
+    return STRATA_OK;
+}
+
 /* "Device" memory is host memory: the same allocation on both sides. */
 static strata_status_t host_host_alloc(size_t size, void **host_p, void **device_p)
 {
@@ -157,6 +164,7 @@ const intra_device_ops_t host_device_ops = {
     .mem_set            = host_mem_set,
     .synchronize        = host_synchronize,
     .current_device     = host_current_device,
+    .device_count       = host_device_count,
     .host_alloc         = host_host_alloc,
     .host_free          = host_mem_free,
     .region_create      = host_region_create,

@@ -191,6 +191,42 @@ static strata_status_t moe_apply_config(const intra_moe_params_t *p, const intra
     return STRATA_OK;
 }
 
+unsigned intra_moe_fit_blocks(unsigned requested, unsigned resident, int sharers)
+{
+    unsigned share = resident / (unsigned)UTIL_MAX(sharers, 1);
+
+    return UTIL_MAX(1u, UTIL_MIN(requested, share));
+}
+
+/*
+ * Every block of a launch waits for the others, and the kernels of the ranks sharing a GPU
+ * (under MPS, or on a MIG slice) wait for one another: more blocks than the GPU holds at
+ * once for each of them would wait until the timeout. Fewer blocks only run slower.
+ */
+static strata_status_t moe_fit_grid(const intra_device_ops_t *dev, const intra_heap_t *heap,
+                                    unsigned *blocks_p)
+{
+    int sharers = intra_heap_gpu_sharers(heap);
+    unsigned resident, fitted;
+    strata_status_t status;
+
+    if (dev->resident_blocks == NULL) {
+        return STRATA_OK;
+    }
+    status = dev->resident_blocks(&resident);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    fitted = intra_moe_fit_blocks(*blocks_p, resident, sharers);
+    if (fitted < *blocks_p) {
+        UTIL_LOG_WARN("intra moe: %u blocks asked, but the GPU holds %u at once for each of "
+                      "the %d ranks on it: using %u", *blocks_p, resident / (unsigned)sharers,
+                      sharers, fitted);
+        *blocks_p = fitted;
+    }
+    return STRATA_OK;
+}
+
 /* Rebase the layout on the heap allocation and fill in every rank's base. */
 static void moe_bind_heap(intra_moe_t *moe, intra_heap_t *heap, size_t base)
 {
@@ -245,6 +281,9 @@ strata_status_t intra_moe_create(const intra_moe_params_t *params, intra_heap_t 
         return STRATA_ERR_INVALID;
     }
     status = moe_apply_config(params, device, local_size, &blocks, &timeout_ns);
+    if (status == STRATA_OK) {
+        status = moe_fit_grid(device, heap, &blocks);
+    }
     if (status != STRATA_OK) {
         return status;
     }

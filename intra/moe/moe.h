@@ -49,6 +49,12 @@ typedef struct intra_moe_recv {
     void                     *expert_y;
 } intra_moe_recv_t;
 
+/**
+ * Kernel blocks a rank may launch: at most requested, and at most its share of the blocks its
+ * GPU holds resident at once (resident, split among the sharers ranks on that GPU); at least 1.
+ */
+unsigned intra_moe_fit_blocks(unsigned requested, unsigned resident, int sharers);
+
 /** Heap bytes each rank needs for these parameters; 0 if they are invalid. */
 size_t intra_moe_heap_size(const intra_moe_params_t *params, int local_size);
 

@@ -369,7 +369,19 @@ static int rank_step(rank_ctx_t *r, intra_moe_t *moe)
     return check_combine(r, st, n, dmask);
 }
 
-static int rank_main(const moe_case_t *c, int rank, const char *key)
+/* Tell the parent this rank's verdict and wait for its go-ahead, which comes once every rank
+ * has reported: no peer reads this rank's region after it is freed. */
+static int rank_report(int failed, int done_fd, int go_fd)
+{
+    char byte = failed ? 'F' : 'K';
+
+    if (write(done_fd, &byte, 1) != 1 || read(go_fd, &byte, 1) != 1) {
+        return 2;
+    }
+    return failed;
+}
+
+static int rank_main(const moe_case_t *c, int rank, const char *key, int done_fd, int go_fd)
 {
     intra_moe_params_t p = {.num_experts = c->experts, .topk = c->topk, .hidden = c->hidden,
                             .dtype = c->dtype, .combine_dtype = c->combine_dtype,
@@ -390,7 +402,8 @@ static int rank_main(const moe_case_t *c, int rank, const char *key)
     r.scales      = c->dtype == STRATA_DTYPE_FP8_E4M3 ? (size_t)c->hidden / 128 : 0;
     shape.scale_stride = (r.scales * sizeof(float) + 15) / 16 * 16;
     if (r.dev == NULL || hp.size == 0) {
-        return check_fail(&r, "no %s backend in this build, or invalid parameters", c->device);
+        return rank_report(check_fail(&r, "no %s backend in this build, or invalid parameters",
+                                      c->device), done_fd, go_fd);
     }
     if (intra_heap_create(&hp, &heap) != STRATA_OK ||
         intra_moe_create(&p, heap, &moe) != STRATA_OK) {
@@ -401,6 +414,9 @@ static int rank_main(const moe_case_t *c, int rank, const char *key)
     for (r.step = 1; !failed && r.step <= c->steps; ++r.step) {
         failed = rank_step(&r, moe);
     }
+    /* Peers may still read this rank's region in their last combine: GPU backends must not
+     * free it before every rank is done. */
+    failed = rank_report(failed, done_fd, go_fd);
     intra_moe_destroy(moe);
     ctx_free(&r);
     intra_heap_destroy(heap);
@@ -408,19 +424,6 @@ static int rank_main(const moe_case_t *c, int rank, const char *key)
 }
 
 /* ---- the processes ---- */
-
-/* Ranks report through a pipe and wait for the go-ahead before unmapping their regions:
- * GPU backends must not free memory a peer may still read. */
-static int rank_process(const moe_case_t *c, int rank, const char *key, int done_fd, int go_fd)
-{
-    int failed = rank_main(c, rank, key);
-    char byte = failed ? 'F' : 'K';
-
-    if (write(done_fd, &byte, 1) != 1 || read(go_fd, &byte, 1) != 1) {
-        return 2;
-    }
-    return failed;
-}
 
 int moe_check_run(const moe_case_t *c)
 {
@@ -440,7 +443,7 @@ int moe_check_run(const moe_case_t *c)
             alarm(120); /* a hang ends the rank, and the test fails */
             close(done[0]);
             close(go[1]);
-            _exit(rank_process(c, r, key, done[1], go[0]));
+            _exit(rank_main(c, r, key, done[1], go[0]));
         }
     }
     close(done[1]);

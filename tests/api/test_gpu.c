@@ -1,0 +1,169 @@
+/*
+ * Which GPU a rank drives: the local rank's turn among the GPUs the runtime shows the
+ * process, found in the topology by PCI address, whatever order or subset the runtime shows
+ * (CUDA_VISIBLE_DEVICES). The runtime is a test backend over the host one, showing a chosen
+ * list of GPUs of the 8-GPU fixture; and how many kernel blocks fit on the chosen GPU.
+ */
+#include "api/src/api_gpu.h"
+#include "intra/host/host_device.h"
+#include "util/util.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#define FIXTURE STRATA_TEST_FIXTURES "/nvswitch-8gpu-8nic.nccl.xml"
+
+/* The fixture's GPUs in topology order: 0000:18, 2a, 3a, 5d, 9a, ab, ba, db. */
+static const char *visible[8];
+static int         num_visible;
+static int         current = -1;
+static int         refused = -1; /* an ordinal the library "has no kernels for" */
+
+static strata_status_t test_device_count(int *count_p)
+{
+    *count_p = num_visible;
+    return STRATA_OK;
+}
+
+static strata_status_t test_device_select(int ordinal, char *reason)
+{
+    if (ordinal < 0 || ordinal >= num_visible || ordinal == refused) {
+        snprintf(reason, INTRA_REASON_LEN, "GPU %d: no kernels for it", ordinal);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    current = ordinal;
+    return STRATA_OK;
+}
+
+static strata_status_t test_device_bus_id(char *bus_id)
+{
+    snprintf(bus_id, INTRA_BUS_ID_LEN, "%s", visible[current]);
+    return STRATA_OK;
+}
+
+static intra_device_ops_t test_ops(void)
+{
+    intra_device_ops_t ops = host_device_ops;
+
+    ops.device_count  = test_device_count;
+    ops.device_select = test_device_select;
+    ops.device_bus_id = test_device_bus_id;
+    return ops;
+}
+
+static int setup(void **state)
+{
+    char err[TOPO_ERR_LEN];
+    topo_t *topo = NULL;
+
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    if (topo_open(FIXTURE, &topo, err) != STRATA_OK) {
+        fprintf(stderr, "%s\n", err);
+        return -1;
+    }
+    *state = topo;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    topo_destroy(*state);
+    return 0;
+}
+
+/* The topology GPU local_rank drives, -1 if selection fails; 99 before selection. */
+static int topology_gpu_of(const topo_t *topo, int local_rank)
+{
+    intra_device_ops_t ops = test_ops();
+    char reason[INTRA_REASON_LEN] = "";
+    int gpu = 99;
+
+    current = -1;
+    if (api_gpu_select(&ops, topo, local_rank, &gpu, reason) != STRATA_OK) {
+        assert_true(reason[0] != '\0');
+        return -1;
+    }
+    return gpu;
+}
+
+static void test_every_gpu_visible(void **state)
+{
+    const char *all[] = {"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
+                         "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0"};
+
+    memcpy(visible, all, sizeof(all));
+    num_visible = 8;
+    for (int local = 0; local < 8; ++local) {
+        assert_int_equal(topology_gpu_of(*state, local), local);
+        assert_int_equal(current, local);
+    }
+    /* More ranks than GPUs: they take the GPUs in turn again. */
+    assert_int_equal(topology_gpu_of(*state, 9), 1);
+    assert_int_equal(current, 1);
+}
+
+static void test_runtime_order_differs_from_topology(void **state)
+{
+    /* CUDA_VISIBLE_DEVICES=2,0 (or FASTEST_FIRST): the runtime's 0 is the topology's 2. */
+    visible[0]  = "0000:3A:00.0"; /* spelled as some runtimes do */
+    visible[1]  = "0000:18:00.0";
+    num_visible = 2;
+    assert_int_equal(topology_gpu_of(*state, 0), 2);
+    assert_int_equal(topology_gpu_of(*state, 1), 0);
+    assert_int_equal(topology_gpu_of(*state, 2), 2);
+    assert_int_equal(topology_gpu_of(*state, 3), 0);
+}
+
+static void test_one_gpu_per_process(void **state)
+{
+    /* A launcher that narrows each process to its own GPU: ordinal 0 is that one. */
+    visible[0]  = "0000:ba:00.0";
+    num_visible = 1;
+    assert_int_equal(topology_gpu_of(*state, 6), 6);
+    assert_int_equal(current, 0);
+}
+
+static void test_failures(void **state)
+{
+    visible[0]  = "0000:18:00.0";
+    visible[1]  = "0000:2a:00.0";
+    num_visible = 2;
+    refused     = 1;
+    assert_int_equal(topology_gpu_of(*state, 1), -1); /* no kernels for this GPU */
+    assert_int_equal(topology_gpu_of(*state, 0), 0);
+    refused     = -1;
+    num_visible = 0;
+    assert_int_equal(topology_gpu_of(*state, 0), -1); /* the runtime shows none */
+    /* A GPU the topology does not list keeps the rails it had, and still runs. */
+    visible[0]  = "0000:ee:00.0";
+    num_visible = 1;
+    assert_int_equal(topology_gpu_of(*state, 0), 99);
+}
+
+static void test_blocks_fit_the_gpu(void **state)
+{
+    (void)state;
+    assert_int_equal(intra_moe_fit_blocks(32, 264, 1), 32);   /* fits */
+    assert_int_equal(intra_moe_fit_blocks(1024, 264, 1), 264); /* one GPU's worth */
+    assert_int_equal(intra_moe_fit_blocks(1024, 264, 4), 66);  /* 4 ranks under MPS */
+    assert_int_equal(intra_moe_fit_blocks(32, 14, 4), 3);      /* a small MIG slice */
+    assert_int_equal(intra_moe_fit_blocks(32, 2, 4), 1);       /* never none */
+    assert_int_equal(intra_moe_fit_blocks(32, 264, 0), 32);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_gpu_visible),
+        cmocka_unit_test(test_runtime_order_differs_from_topology),
+        cmocka_unit_test(test_one_gpu_per_process),
+        cmocka_unit_test(test_failures),
+        cmocka_unit_test(test_blocks_fit_the_gpu),
+    };
+
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
