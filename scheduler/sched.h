@@ -71,8 +71,19 @@ strata_status_t sched_plan_refill(sched_moe_t *moe, const int64_t *topk_idx, int
 
 strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispatch_mask,
                                         const uint64_t *combine_mask);
+/**
+ * Start a step. An input that cannot go out (no layout or another object's, no x or x
+ * misaligned, x_scales given or missing against the dtype) still starts it, with no tokens
+ * from this rank, and returns STRATA_ERR_INVALID: the other ranks are in the step already.
+ * The rest of the step then runs as usual, and combine_recv returns STRATA_ERR_INVALID too.
+ * A call out of order starts nothing.
+ */
 strata_status_t sched_moe_dispatch_send(sched_moe_t *moe, const sched_plan_t *plan,
                                         const void *x, const float *x_scales);
+/** No step in progress. */
+bool            sched_moe_idle(const sched_moe_t *moe);
+/** A step was started by dispatch_send and waits for dispatch_recv. */
+bool            sched_moe_dispatch_pending(const sched_moe_t *moe);
 strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *recv_p);
 strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y);
 strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weights, void *out);

@@ -13,37 +13,28 @@
 #include <inttypes.h>
 #include <string.h>
 
-static strata_status_t sched_check_send(const sched_moe_t *moe, const sched_plan_t *plan,
-                                        const void *x, const float *x_scales)
+/* Why this rank's input cannot go out; NULL when it can. */
+static const char *sched_send_problem(const sched_moe_t *moe, const sched_plan_t *plan,
+                                      const void *x, const float *x_scales)
 {
-    if (moe->cur.state != SCHED_STEP_IDLE) {
-        UTIL_LOG_ERROR("moe: dispatch_send %s", moe->cur.state == SCHED_STEP_FAILED
-                                                    ? "after a failed step; destroy the object"
-                                                    : "out of order: a step is dispatch_send, "
-                                                      "dispatch_recv, combine_send, combine_recv");
-        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
-    }
     if (plan == NULL || plan->moe != moe) {
-        UTIL_LOG_ERROR("moe: dispatch_send needs a layout made by this object");
-    } else if (plan->num_tokens > 0 && (x == NULL || ((uintptr_t)x & 15u) != 0)) {
-        UTIL_LOG_ERROR("moe: dispatch_send of %d tokens needs x, 16-byte aligned",
-                       plan->num_tokens);
-    } else if (plan->num_tokens > 0 && (moe->geo.scale_count > 0) != (x_scales != NULL)) {
-        UTIL_LOG_ERROR("moe: x_scales must be given for fp8 tokens, and only for them");
-    } else {
-        return STRATA_OK;
+        return "needs a layout made by this object";
     }
-    return STRATA_ERR_INVALID;
+    if (plan->num_tokens > 0 && (x == NULL || ((uintptr_t)x & 15u) != 0)) {
+        return "needs x, 16-byte aligned";
+    }
+    if (plan->num_tokens > 0 && (moe->geo.scale_count > 0) != (x_scales != NULL)) {
+        return "needs x_scales for fp8 tokens, and only for them";
+    }
+    return NULL;
 }
 
-strata_status_t sched_moe_dispatch_send(sched_moe_t *moe, const sched_plan_t *plan,
+/* The step begins: its modes, and round one of the exchange between nodes. */
+static strata_status_t sched_start_step(sched_moe_t *moe, const sched_plan_t *plan,
                                         const void *x, const float *x_scales)
 {
-    strata_status_t status = sched_check_send(moe, plan, x, x_scales);
+    strata_status_t status;
 
-    if (status != STRATA_OK) {
-        return status;
-    }
     moe->cur.step     += 1;
     moe->cur.start_ns  = util_clock_now_ns();
     moe->cur.mark_ns   = moe->cur.start_ns;
@@ -68,6 +59,63 @@ strata_status_t sched_moe_dispatch_send(sched_moe_t *moe, const sched_plan_t *pl
     sched_phase_end(moe, STRATA_MOE_PHASE_PACK);
     moe->cur.state = SCHED_STEP_DISPATCH_SENT;
     return STRATA_OK;
+}
+
+bool sched_moe_idle(const sched_moe_t *moe)
+{
+    return moe->cur.state == SCHED_STEP_IDLE;
+}
+
+bool sched_moe_dispatch_pending(const sched_moe_t *moe)
+{
+    return moe->cur.state == SCHED_STEP_DISPATCH_SENT;
+}
+
+/*
+ * The other ranks are in this step already and wait for this one: an input that cannot go
+ * out makes this rank take part with no tokens (the object's own plan, emptied), so that no
+ * rank ever pairs its step with another's next one.
+ */
+static strata_status_t sched_send_nothing(sched_moe_t *moe, const sched_plan_t **plan_p,
+                                          const char *problem)
+{
+    strata_status_t status;
+
+    UTIL_LOG_ERROR("moe: dispatch_send %s: this rank takes part in step %" PRIu64 " without "
+                   "tokens", problem, moe->cur.step + 1);
+    status = sched_plan_refill(moe, NULL, 0, plan_p);
+    return status == STRATA_OK ? STRATA_OK
+                               : sched_fail(moe, status, "emptying the refused step's layout");
+}
+
+strata_status_t sched_moe_dispatch_send(sched_moe_t *moe, const sched_plan_t *plan,
+                                        const void *x, const float *x_scales)
+{
+    const char *problem;
+    strata_status_t status;
+
+    if (moe->cur.state != SCHED_STEP_IDLE) {
+        UTIL_LOG_ERROR("moe: dispatch_send %s", moe->cur.state == SCHED_STEP_FAILED
+                                                    ? "after a failed step; destroy the object"
+                                                    : "out of order: a step is dispatch_send, "
+                                                      "dispatch_recv, combine_send, combine_recv");
+        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+    }
+    problem = sched_send_problem(moe, plan, x, x_scales);
+    if (problem != NULL) {
+        status = sched_send_nothing(moe, &plan, problem);
+        if (status != STRATA_OK) {
+            return status;
+        }
+        x        = NULL;
+        x_scales = NULL;
+    }
+    status = sched_start_step(moe, plan, x, x_scales);
+    if (status != STRATA_OK || problem == NULL) {
+        return status;
+    }
+    moe->cur.status = STRATA_ERR_INVALID; /* combine_recv says it again */
+    return STRATA_ERR_INVALID;
 }
 
 /* Across nodes: headers, grants, round two and the data; then where each entry is. */

@@ -181,19 +181,25 @@ STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
                                                int num_tokens, strata_moe_recv_t *recv_p)
 {
     const strata_moe_layout_t *layout = NULL;
-    strata_status_t status;
+    strata_status_t status, sent;
 
     if (moe == NULL || recv_p == NULL) {
         UTIL_LOG_ERROR("strata_moe_dispatch: NULL object or result");
         return STRATA_ERR_INVALID;
     }
-    /* Bad ids are skipped, not refused: the other ranks are already in the step. */
+    /* Bad ids are skipped, not refused: the other ranks are already in the step. A count
+     * out of range leaves no layout: dispatch_send then takes part without tokens. */
     status = sched_plan_refill(moe->sched, topk_idx, num_tokens, &layout);
-    if (status != STRATA_OK) {
+    if (status != STRATA_OK && !(status == STRATA_ERR_INVALID && sched_moe_idle(moe->sched))) {
         return status;
     }
-    status = sched_moe_dispatch_send(moe->sched, layout, x, x_scales);
-    return status == STRATA_OK ? sched_moe_dispatch_recv(moe->sched, recv_p) : status;
+    sent = sched_moe_dispatch_send(moe->sched, layout, x, x_scales);
+    if (!sched_moe_dispatch_pending(moe->sched)) {
+        return sent; /* out of order, or the step failed: nothing to receive */
+    }
+    status = sched_moe_dispatch_recv(moe->sched, recv_p);
+    return status == STRATA_OK || status == STRATA_ERR_INVALID ? sent == STRATA_OK ? status : sent
+                                                                : status;
 }
 
 STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void *expert_y)

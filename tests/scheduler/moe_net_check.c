@@ -15,7 +15,12 @@
  * and every rank must see that step fail (INTERNAL where the masks are compared, or
  * PEER_FAILED / TIMEOUT where it then waits on a rank that gave up).
  * With --odd-config RANK that rank sends another number of tokens in round one: creation
- * must fail on every rank with STRATA_ERR_CONFIG. With --two, a second object of the other route lives beside the first and the steps
+ * must fail on every rank with STRATA_ERR_CONFIG. With --bad-input RANK:KIND that rank
+ * passes a bad input in the middle of the run (KIND: over, max_tokens + 1 tokens; negative,
+ * -1 tokens; null-x, no x) on two steps in a row: it must get STRATA_ERR_INVALID from its dispatch and its
+ * combine_recv while its experts still get every other rank's rows, the others must get OK
+ * with that step computed as if it had no tokens, and every later step must stay exact
+ * (no rank pairs its step with another's next one). With --two, a second object of the other route lives beside the first and the steps
  * alternate between them (each counts its own immediates). Prints one line per rank; exit 0
  * on success.
  */
@@ -44,6 +49,17 @@
 static int g_rank, g_step;
 static unsigned g_seed;
 
+typedef enum bad_input {
+    BAD_NONE,
+    BAD_OVER,     /* max_tokens + 1 tokens */
+    BAD_NEGATIVE, /* -1 tokens */
+    BAD_NULL_X,   /* tokens without x */
+} bad_input_t;
+
+/* The rank that passes a bad input, at which step, and which. */
+static int         g_bad_rank = -1, g_bad_step = -1;
+static bad_input_t g_bad_kind = BAD_NONE;
+
 typedef enum mask_mode {
     MASKS_BY_STEP, /* the test sets pull masks, changing by step */
     MASKS_ADAPTIVE, /* the owners decide: STRATA_MOE_MODE_ADAPTIVE */
@@ -69,6 +85,19 @@ static strata_dtype_t parse_dtype(const char *s)
            : !strcmp(s, "fp8") ? STRATA_DTYPE_FP8_E4M3 : STRATA_DTYPE_BF16;
 }
 
+static void parse_bad_input(const char *v)
+{
+    const char *kind = strchr(v, ':');
+
+    g_bad_rank = atoi(v);
+    g_bad_kind = kind == NULL                 ? BAD_NONE
+                 : !strcmp(kind, ":over")     ? BAD_OVER
+                 : !strcmp(kind, ":negative") ? BAD_NEGATIVE
+                 : !strcmp(kind, ":null-x")   ? BAD_NULL_X
+                                              : BAD_NONE;
+    CHECK(g_bad_kind != BAD_NONE, "--bad-input RANK:over|negative|null-x, not %s", v);
+}
+
 static void parse(int argc, char **argv, options_t *o)
 {
     const char *seed = getenv("STRATA_TEST_SEED");
@@ -92,6 +121,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--two")) o->two = atoi(v) != 0;
         else if (!strcmp(k, "--odd-config")) o->odd_config = atoi(v);
         else if (!strcmp(k, "--disagree")) o->disagree = atoi(v);
+        else if (!strcmp(k, "--bad-input")) parse_bad_input(v);
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--trace")) o->trace = v;
         else if (!strcmp(k, "--mode") && !strcmp(v, "adaptive")) o->masks = MASKS_ADAPTIVE;
@@ -100,6 +130,7 @@ static void parse(int argc, char **argv, options_t *o)
     }
     o->c.seed = seed ? (unsigned)strtoul(seed, NULL, 10) : 12345u;
     o->kill_step = o->c.steps / 2;
+    g_bad_step   = o->c.steps / 2;
     g_seed = o->c.seed;
 }
 
@@ -114,6 +145,20 @@ typedef struct rank_state {
     int64_t          *idx;
     unsigned char    *seen; /* [world][max_tokens][topk] */
 } rank_state_t;
+
+/* Whether rank s refuses its input this step: a bad count, or tokens without x, on two
+ * steps in a row (one of each form: strata_moe_dispatch, and a layout with split halves). */
+static bool refuses(const moe_case_t *c, int s)
+{
+    return s == g_bad_rank && (g_step == g_bad_step || g_step == g_bad_step + 1) &&
+           (g_bad_kind != BAD_NULL_X || gen_tokens(c, g_step, s) > 0);
+}
+
+/* Tokens rank s contributes this step: none when its input was refused. */
+static int src_tokens(const moe_case_t *c, int s)
+{
+    return refuses(c, s) ? 0 : gen_tokens(c, g_step, s);
+}
 
 static void make_inputs(rank_state_t *r)
 {
@@ -141,7 +186,7 @@ static int ref_count(const rank_state_t *r, int64_t e)
     int count = 0;
 
     for (int s = 0; s < r->world; ++s) {
-        int n = gen_tokens(r->c, g_step, s);
+        int n = src_tokens(r->c, s);
 
         for (int t = 0; t < n; ++t) {
             for (int k = 0; k < r->c->topk; ++k) {
@@ -162,7 +207,7 @@ static void check_row(rank_state_t *r, const strata_moe_recv_t *recv, int e, int
     size_t key;
 
     CHECK(s.rank >= 0 && s.rank < r->world && s.token >= 0 &&
-              s.token < gen_tokens(c, g_step, s.rank) && s.slot >= 0 && s.slot < c->topk,
+              s.token < src_tokens(c, s.rank) && s.slot >= 0 && s.slot < c->topk,
           "expert %d row %d has source (%d, %d, %d)", recv->first_expert + e, row, s.rank,
           s.token, s.slot);
     CHECK(ref_route(c, g_step, s.rank, s.token, s.slot) == recv->first_expert + e,
@@ -238,14 +283,29 @@ static void check_combine(rank_state_t *r)
     }
 }
 
-/* One step; the layout form on odd steps. Returns the first status that was not OK. */
+/* What this rank passes this step: its inputs, or the bad one it was told to pass. */
+static void step_input(const rank_state_t *r, int *n_p, const void **x_p)
+{
+    *n_p = r->n;
+    *x_p = r->x;
+    if (!refuses(r->c, r->rank)) {
+        return;
+    }
+    *n_p = g_bad_kind == BAD_OVER ? r->c->max_tokens + 1 : g_bad_kind == BAD_NEGATIVE ? -1 : r->n;
+    *x_p = g_bad_kind == BAD_NULL_X ? NULL : r->x;
+}
+
+/* One step; the layout form on odd steps. Returns the first status that was not OK, or OK
+ * where a refused input gave the STRATA_ERR_INVALID it must. */
 static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
 /* kill: 0 no, else the signal this rank raises in the middle of the step */
 {
     uint64_t dmask[INTRA_MOE_MASK_WORDS], cmask[INTRA_MOE_MASK_WORDS];
     strata_moe_layout_t *layout = NULL;
     strata_moe_recv_t recv;
-    strata_status_t status;
+    strata_status_t status, expect;
+    const void *x;
+    int n;
 
     if (r->masks == MASKS_BY_STEP) {
         gen_mask(r->c, g_step, 0, dmask);
@@ -257,20 +317,23 @@ static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
               "set_pull_mask in adaptive mode must be refused");
     }
     make_inputs(r);
+    step_input(r, &n, &x);
+    expect = refuses(r->c, r->rank) ? STRATA_ERR_INVALID : STRATA_OK;
     if (g_step % 2 == 1) {
-        CHECK(strata_moe_layout_create(r->moe, r->idx, r->n, &layout) == STRATA_OK, "layout");
-        status = strata_moe_dispatch_send(r->moe, layout, r->x, r->scales ? r->x_scales : NULL);
+        status = strata_moe_layout_create(r->moe, r->idx, n, &layout);
+        CHECK(status == (n == r->n ? STRATA_OK : STRATA_ERR_INVALID), "layout: %s",
+              strata_status_string(status));
+        status = strata_moe_dispatch_send(r->moe, layout, x, r->scales ? r->x_scales : NULL);
         if (kill) {
             raise(kill); /* in the middle of the step, as a crash or a stall would */
         }
-        if (status == STRATA_OK) {
+        if (status == expect) {
             status = strata_moe_dispatch_recv(r->moe, &recv);
         }
     } else {
-        status = strata_moe_dispatch(r->moe, r->x, r->scales ? r->x_scales : NULL, r->idx, r->n,
-                                     &recv);
+        status = strata_moe_dispatch(r->moe, x, r->scales ? r->x_scales : NULL, r->idx, n, &recv);
     }
-    if (status == STRATA_OK) {
+    if (status == expect) {
         check_dispatch(r, &recv);
         status = strata_moe_combine_send(r->moe, NULL);
     }
@@ -279,6 +342,8 @@ static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
     }
     if (status == STRATA_OK) {
         check_combine(r);
+    } else if (status == expect) {
+        status = STRATA_OK; /* refused as it must be; this rank's results are none */
     }
     strata_moe_layout_destroy(layout);
     return status;

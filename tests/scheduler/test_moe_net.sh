@@ -3,8 +3,8 @@
 # joined by veth pairs (tcp;ofi_rxm between nodes, the host backend within), both routes,
 # every dtype, pull masks changing by step, round two exercised by a small round one, Pull
 # across nodes by read and by request; adaptive modes on a drifting routing trace (made by
-# strata-tune) and a fixed mode file; a rank killed, and one stopped, mid-step; and the network
-# area in a pinned host bounce buffer.
+# strata-tune) and a fixed mode file; bad inputs on one rank; a rank killed, and one stopped,
+# mid-step; and the network area in a pinned host bounce buffer.
 set -u
 run=$1 check=$2 tune=$3
 passed=0 failed=0
@@ -68,6 +68,14 @@ case_run "2x2 flat, fixed mode file" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRA
 # (inside the node by the boards' digests, across nodes by the headers').
 case_run "1x2, rank 1 sets other pull masks" 2 "other modes failed" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 2 --nodes 1 -- --steps 10 --disagree 1
 case_run "2x2 hierarchical, rank 3 sets other pull masks" 4 "other modes failed" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 10 --disagree 3
+# A rank whose input is refused on two steps in a row (one of each form) takes part without
+# tokens and gets INVALID; the others get OK, and every step stays paired with the same step
+# everywhere (a shift would show as wrong rows at once).
+case_run "1x4, rank 2 passes max_tokens + 1 tokens" 4 "$ok" -- $calm -- -n 4 --nodes 1 -- --steps 12 --bad-input 2:over
+case_run "1x4, rank 1 passes no x" 4 "$ok" -- $calm -- -n 4 --nodes 1 -- --steps 12 --bad-input 1:null-x
+case_run "2x2 flat, rank 3 passes -1 tokens" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --bad-input 3:negative
+case_run "2x2 hierarchical, rank 0 passes no x" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --bad-input 0:null-x
+case_run "2x2 hierarchical, rank 2 passes max_tokens + 1 tokens" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over
 # Ranks whose protocol settings differ (round one's size here) refuse the object together.
 case_run "2x2, rank 2 with another round one" 4 "configuration differs" -- $calm STRATA_MOE_SPEC_TOKENS=8 -- -n 4 --nodes 2 -- --odd-config 2
 # A rank killed mid-step: every survivor sees PEER_FAILED within the heartbeat bound (3 s)

@@ -424,6 +424,16 @@ STRATA_API strata_status_t strata_moe_set_pull_mask(strata_moe_t *moe,
  * First half of dispatch: send x ([num_tokens][hidden] in dtype, 16-byte aligned) and, for
  * fp8, x_scales ([num_tokens][hidden / 128]) to the layout's destinations. x may be reused
  * once dispatch_recv returns. The layout must outlive the step's combine.
+ *
+ * Input errors never shift one rank's steps against the others'. An input that cannot go
+ * out (no layout, another object's layout, x NULL or misaligned, x_scales present or absent
+ * against the dtype) returns STRATA_ERR_INVALID, yet the step starts with this rank
+ * contributing no tokens, because the other ranks are in it already: this rank must still
+ * call the step's other three halves, its experts receive the other ranks' tokens as usual,
+ * and combine_recv writes nothing and returns STRATA_ERR_INVALID again. The other ranks see
+ * an empty contribution and return STRATA_OK. A call out of order starts nothing and returns
+ * STRATA_ERR_INVALID; a rank that skips the rest of a step cannot start the next one (its
+ * dispatch_send is out of order), and the others fail that step at the peer timeout.
  */
 STRATA_API strata_status_t strata_moe_dispatch_send(strata_moe_t *moe,
                                                     const strata_moe_layout_t *layout,
@@ -433,8 +443,10 @@ STRATA_API strata_status_t strata_moe_dispatch_recv(strata_moe_t *moe, strata_mo
 
 /**
  * Both halves, with a layout made for this call: a bad expert id is skipped (the step
- * still completes) and reported as STRATA_ERR_INVALID. STRATA_ERR_CAPACITY: rows past an
- * expert's capacity were not delivered.
+ * still completes) and reported as STRATA_ERR_INVALID. A num_tokens outside 0..max_tokens,
+ * topk_idx NULL with tokens, or an input dispatch_send refuses: this rank takes part without
+ * tokens, as dispatch_send says; recv_p is filled and the call returns STRATA_ERR_INVALID.
+ * STRATA_ERR_CAPACITY: rows past an expert's capacity were not delivered.
  */
 STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
                                                const float *x_scales, const int64_t *topk_idx,
