@@ -134,6 +134,18 @@ uint64_t    inter_engine_peer_timeout_ns(const inter_engine_t *engine);
 /** Whether peer has been declared failed (by heartbeat silence or a transport error). */
 bool        inter_engine_peer_failed(const inter_engine_t *engine, int peer);
 
+#define INTER_MAX_FAILURE_WATCHES 64
+/**
+ * Have the proxy store STRATA_ERR_PEER_FAILED into *word as soon as any peer fails (at once
+ * if one has): for waits outside the engine that must end when a rank dies, yet not while
+ * it is alive, such as a node's kernels spinning on a peer's flag. The word may be memory a
+ * GPU reads (mapped pinned host memory); it is written with a release store. STRATA_ERR_BUSY
+ * when INTER_MAX_FAILURE_WATCHES words are watched already.
+ */
+strata_status_t inter_engine_watch_failures(inter_engine_t *engine, int32_t *word);
+/** Stop watching word (tolerates one not watched); the proxy no longer writes it on return. */
+void            inter_engine_unwatch_failures(inter_engine_t *engine, int32_t *word);
+
 /* --- Memory -------------------------------------------------------------------------- */
 
 /** What a peer needs to write into or read from a registered region; plain bytes. */

@@ -254,6 +254,7 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     engine->slot_size = sizeof(inter_msg_header_t) + params->msg_size;
     atomic_init(&engine->key_counter, 1);
     pthread_mutex_init(&engine->mr_lock, NULL);
+    pthread_mutex_init(&engine->watch_lock, NULL);
     pthread_mutex_init(&engine->barrier_lock, NULL);
     engine->peer_info   = calloc(world, sizeof(*engine->peer_info));
     engine->peer_failed = calloc(world, sizeof(*engine->peer_failed));
@@ -486,6 +487,7 @@ void inter_engine_destroy(inter_engine_t *engine)
         util_ring_cleanup(&engine->ring);
     }
     pthread_mutex_destroy(&engine->mr_lock);
+    pthread_mutex_destroy(&engine->watch_lock);
     pthread_mutex_destroy(&engine->barrier_lock);
     free(engine->ctrl);
     free(engine->beat_ops);
@@ -569,6 +571,62 @@ bool inter_engine_peer_failed(const inter_engine_t *engine, int peer)
 {
     return peer >= 0 && peer < engine->params.world_size &&
            atomic_load_explicit(&engine->peer_failed[peer], memory_order_acquire);
+}
+
+static bool inter_engine_any_failed(const inter_engine_t *engine)
+{
+    for (int p = 0; p < engine->params.world_size; ++p) {
+        if (inter_engine_peer_failed(engine, p)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+strata_status_t inter_engine_watch_failures(inter_engine_t *engine, int32_t *word)
+{
+    strata_status_t status = STRATA_ERR_BUSY;
+
+    pthread_mutex_lock(&engine->watch_lock);
+    for (int w = 0; w < INTER_MAX_FAILURE_WATCHES && status != STRATA_OK; ++w) {
+        if (engine->watches[w] == NULL) {
+            engine->watches[w] = word;
+            status             = STRATA_OK;
+        }
+    }
+    /* A failure the proxy saw before the word was watched is not announced again. */
+    if (status == STRATA_OK && inter_engine_any_failed(engine)) {
+        atomic_store_explicit((_Atomic int32_t *)word, STRATA_ERR_PEER_FAILED,
+                              memory_order_release);
+    }
+    pthread_mutex_unlock(&engine->watch_lock);
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("engine: %d failure watches already", INTER_MAX_FAILURE_WATCHES);
+    }
+    return status;
+}
+
+void inter_engine_unwatch_failures(inter_engine_t *engine, int32_t *word)
+{
+    pthread_mutex_lock(&engine->watch_lock);
+    for (int w = 0; w < INTER_MAX_FAILURE_WATCHES; ++w) {
+        if (engine->watches[w] == word) {
+            engine->watches[w] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&engine->watch_lock);
+}
+
+void inter_engine_announce_failure(inter_engine_t *engine)
+{
+    pthread_mutex_lock(&engine->watch_lock);
+    for (int w = 0; w < INTER_MAX_FAILURE_WATCHES; ++w) {
+        if (engine->watches[w] != NULL) {
+            atomic_store_explicit((_Atomic int32_t *)engine->watches[w], STRATA_ERR_PEER_FAILED,
+                                  memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&engine->watch_lock);
 }
 
 /* --- Memory ---------------------------------------------------------------------------- */

@@ -195,6 +195,8 @@ struct inter_engine {
     bool                   connected;
     atomic_uint_fast64_t   key_counter;
     pthread_mutex_t        mr_lock;     /* registrations from several threads */
+    pthread_mutex_t        watch_lock;  /* the failure watches, set by users, read by the proxy */
+    int32_t               *watches[INTER_MAX_FAILURE_WATCHES];
     inter_mr_t            *mrs;         /* live registrations, closed first at destroy */
     bool                   beat_by_send; /* proxy: heartbeats by send (see inter_heartbeat) */
     inter_op_t            *beat_ops;    /* [world] heartbeat sends, slot -1 when none is out */
@@ -248,6 +250,8 @@ static inline bool inter_counter_take(_Atomic uint64_t *counter, uint64_t count)
 
 /** Wake waiters sleeping on the engine (after anything they may wait for changed). */
 void inter_engine_wake(inter_engine_t *engine);
+/** Store STRATA_ERR_PEER_FAILED into every watched failure word (the proxy, as a peer fails). */
+void inter_engine_announce_failure(inter_engine_t *engine);
 
 /* inter_proxy.c */
 void *inter_proxy_main(void *arg);

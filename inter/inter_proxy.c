@@ -463,6 +463,7 @@ void inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why)
     }
     UTIL_LOG_WARN("engine: peer %d failed: %s", peer, why);
     inter_ring_fail_all(engine, STRATA_ERR_PEER_FAILED);
+    inter_engine_announce_failure(engine);
     for (inter_request_t *req = engine->active; req != NULL; req = req->next_active) {
         if (!atomic_load(&req->done) && req->type != INTER_REQ_NOTIFY &&
             inter_request_involves(req, peer)) {

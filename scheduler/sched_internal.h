@@ -178,6 +178,8 @@ struct sched_moe {
     sched_moe_world_t    world;
     bool                 pull_read;
     uint64_t             timeout_ns;
+    int32_t             *failure_host; /* the engine's failure watch (sched_watch_failures) */
+    int32_t             *failure_dev;  /* the same word, as the kernels reach it */
     void                *stream;     /* the caller's, or NULL: every half waits */
     strata_status_t      deferred;   /* stream: an input error found while draining, kept
                                         for strata_moe_synchronize */

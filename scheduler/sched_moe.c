@@ -89,6 +89,30 @@ static strata_status_t sched_alloc_public(sched_moe_t *moe)
     return status;
 }
 
+/*
+ * A word the engine sets once any rank fails, read by the node's kernels while they wait
+ * for a local peer: a dead peer ends the step within the heartbeat bound, while a live but
+ * slow one (a stall, a debugger) is waited for up to STRATA_MOE_TIMEOUT.
+ */
+static strata_status_t sched_watch_failures(sched_moe_t *moe)
+{
+    const intra_device_ops_t *d = moe->world.device;
+    strata_status_t status;
+
+    status = d->host_alloc(sizeof(int32_t), (void **)&moe->failure_host,
+                           (void **)&moe->failure_dev);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = inter_engine_watch_failures(moe->world.engine, moe->failure_host);
+    if (status != STRATA_OK) {
+        d->host_free(moe->failure_host);
+        moe->failure_host = NULL;
+        moe->failure_dev  = NULL;
+    }
+    return status;
+}
+
 /* The node's heap, the intra tier's object, and the scheduler's tables in the heap. */
 static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key, bool area_in_heap)
 {
@@ -102,7 +126,8 @@ static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key, b
         .combine_dtype = p->combine_dtype,
         .max_tokens    = geo->max_aug,
         .capacity      = geo->capacity,
-        .timeout_ns    = moe->world.peer_timeout_ns,
+        .timeout_ns    = moe->timeout_ns,
+        .failure       = moe->failure_dev,
     };
     size_t intra_bytes = intra_moe_heap_size(&ip, geo->local_size);
     char key[128];
@@ -204,6 +229,7 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
     }
     moe->net.bounce = moe->geo.num_peers > 0 && !in_heap;
     if ((status = sched_net_layout(moe)) != STRATA_OK ||
+        (status = sched_watch_failures(moe)) != STRATA_OK ||
         (status = sched_open_intra(moe, world->job_key, in_heap)) != STRATA_OK ||
         (status = sched_net_open(moe)) != STRATA_OK ||
         (status = sched_modes_open(moe)) != STRATA_OK) {
@@ -272,6 +298,10 @@ void sched_moe_destroy(sched_moe_t *moe)
         d->mem_free(moe->own_plan.device_mem);
     }
     sched_plan_release(&moe->own_plan);
+    if (moe->failure_host != NULL) {
+        inter_engine_unwatch_failures(moe->world.engine, moe->failure_host);
+        d->host_free(moe->failure_host);
+    }
     if (d != NULL) {
         d->host_free(moe->public_src);
         d->host_free(moe->public_count);

@@ -53,7 +53,8 @@ KERNEL_FN int moe_last_block(uint64_t *done, uint64_t step, kernel_grid_t g)
     return last && g.thread == 0;
 }
 
-/* Wait until every rank's flag reaches this step; 0 (and a TIMEOUT report) if one never does. */
+/* Wait until every rank's flag reaches this step; 0, and a report, if one never does (the
+ * bound for a live peer) or the engine announces a failed rank (a dead one). */
 KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags, uint64_t step,
                              intra_moe_status_t *status, kernel_grid_t g)
 {
@@ -67,6 +68,11 @@ KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags, u
         for (int r = 0; r < a->num_ranks && ok; ++r) {
             /* acquire: pairs with the release in the peer's last block */
             while (kernel_load_acquire_u64(&flags[r]) < step) {
+                if (a->failure != 0 && kernel_load_i32(a->failure) != 0) {
+                    moe_report(status, INTRA_MOE_KERNEL_PEER_FAILED, r, -1, -1, 0);
+                    ok = 0;
+                    break;
+                }
                 if (kernel_timer() - start > a->timeout_ticks) {
                     moe_report(status, INTRA_MOE_KERNEL_TIMEOUT, r, -1, -1, 0);
                     ok = 0;

@@ -38,6 +38,8 @@ enum {
     INTRA_MOE_KERNEL_NET_TIMEOUT  = 7, /* value: the rank waited for; token: what */
     INTRA_MOE_KERNEL_NET_PROTOCOL = 8, /* value: the rank whose header, grant or entry is
                                           wrong; token: what; count: its step */
+    INTRA_MOE_KERNEL_PEER_FAILED  = 9, /* value: the local rank waited for when the engine
+                                          announced that a rank failed */
 };
 
 typedef struct intra_moe_status {
@@ -107,7 +109,10 @@ typedef struct intra_moe_args {
     int32_t  hidden;
     int32_t  y_elem;       /* INTRA_MOE_ELEM_* of combine input and output */
     int32_t  y_row_bytes;
-    uint64_t timeout_ticks; /* bound on each wait for a peer, in kernel_timer ticks */
+    uint64_t timeout_ticks; /* bound on each wait for a live peer, in kernel_timer ticks */
+    /* Nonzero once the engine saw any rank fail (its heartbeats stopped): waits for a peer
+     * end then, however long their bound. NULL: none. */
+    const int32_t *failure;
     uint64_t digest;        /* of the step's modes: every local rank must pass the same */
     uint64_t pull_mask[INTRA_MOE_MASK_WORDS]; /* bit e set: expert e moves in Pull form */
     char    *heap[INTRA_MOE_MAX_RANKS];       /* each rank's heap part as mapped here */

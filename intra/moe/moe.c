@@ -303,6 +303,7 @@ strata_status_t intra_moe_create(const intra_moe_params_t *params, intra_heap_t 
     moe->args.origin_offset   = -1;
     moe->args.term_dst_offset = -1;
     moe->args.timeout_ticks = timeout_ns / 1000u * device->timer_ticks_per_us;
+    moe->args.failure       = params->failure;
     moe->counts = calloc((size_t)moe->args.experts_per_rank, sizeof(*moe->counts));
     if (moe->counts == NULL) {
         status = STRATA_ERR_NO_MEMORY;

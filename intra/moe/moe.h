@@ -29,7 +29,10 @@ typedef struct intra_moe_params {
     int            max_tokens;    /**< per rank and step */
     int            capacity;      /**< rows per local expert; 0: max_tokens * local ranks */
     unsigned       num_blocks;    /**< kernel blocks; 0: STRATA_INTRA_BLOCKS or the backend's */
-    uint64_t       timeout_ns;    /**< bound on each wait for a peer; 0: STRATA_INTRA_TIMEOUT */
+    uint64_t       timeout_ns;    /**< bound on each wait for a live peer; 0: STRATA_INTRA_TIMEOUT */
+    /** Device address of a word that turns nonzero once any rank failed (the engine's
+     *  failure watch): waits end then. NULL: only timeout_ns bounds them. */
+    const int32_t *failure;
 } intra_moe_params_t;
 
 /** What a dispatch delivered to this rank's experts; valid until the next combine. */

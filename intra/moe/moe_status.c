@@ -93,6 +93,11 @@ static strata_status_t moe_kernel_status(intra_moe_t *moe, const intra_moe_statu
                        a->timeout_ticks / moe->device->timer_ticks_per_us);
         moe->state = MOE_FAILED;
         return STRATA_ERR_TIMEOUT;
+    case INTRA_MOE_KERNEL_PEER_FAILED:
+        UTIL_LOG_ERROR("intra moe: a rank failed while step %" PRIu64 " waited for local rank "
+                       "%d; the object can only be destroyed", moe->step, st->value);
+        moe->state = MOE_FAILED;
+        return STRATA_ERR_PEER_FAILED;
     case INTRA_MOE_KERNEL_MODES:
         UTIL_LOG_ERROR("moe: %s %d moves the experts of step %" PRIu64 " in other modes than "
                        "this rank: every rank must set the same pull masks and mode",

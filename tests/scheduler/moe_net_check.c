@@ -20,7 +20,9 @@
  * -1 tokens; null-x, no x) on two steps in a row: it must get STRATA_ERR_INVALID from its dispatch and its
  * combine_recv while its experts still get every other rank's rows, the others must get OK
  * with that step computed as if it had no tokens, and every later step must stay exact
- * (no rank pairs its step with another's next one). With --two, a second object of the other route lives beside the first and the steps
+ * (no rank pairs its step with another's next one). With --stall RANK:MS that rank sleeps
+ * MS milliseconds before its dispatch in the middle of the run, alive (its heartbeats go
+ * on), while the others wait for it: every step must still pass. With --two, a second object of the other route lives beside the first and the steps
  * alternate between them (each counts its own immediates). Prints one line per rank; exit 0
  * on success.
  */
@@ -75,6 +77,8 @@ typedef struct options {
     bool       two;        /* a second object, of the other route, on odd steps */
     int        odd_config; /* rank whose round one differs, or -1 */
     int        disagree;   /* rank that sets other masks mid-run, or -1 */
+    int        stall;      /* rank that sleeps before a dispatch mid-run, or -1 */
+    unsigned   stall_ms;
     int        kill_step;
     uint64_t   kill_bound_ms; /* survivors must see the failure within this */
 } options_t;
@@ -105,7 +109,8 @@ static void parse(int argc, char **argv, options_t *o)
     *o = (options_t){.c = {.device = "host", .experts = 16, .topk = 4, .hidden = 256,
                            .max_tokens = 24, .steps = 50, .dtype = STRATA_DTYPE_BF16,
                            .combine_dtype = STRATA_DTYPE_BF16},
-                     .kill = -1, .disagree = -1, .odd_config = -1, .kill_bound_ms = 15000};
+                     .kill = -1, .disagree = -1, .odd_config = -1, .stall = -1,
+                     .kill_bound_ms = 15000};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
 
@@ -122,6 +127,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--odd-config")) o->odd_config = atoi(v);
         else if (!strcmp(k, "--disagree")) o->disagree = atoi(v);
         else if (!strcmp(k, "--bad-input")) parse_bad_input(v);
+        else if (!strcmp(k, "--stall")) { o->stall = atoi(v); o->stall_ms = strchr(v, ':') ? (unsigned)atoi(strchr(v, ':') + 1) : 5000; }
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--trace")) o->trace = v;
         else if (!strcmp(k, "--mode") && !strcmp(v, "adaptive")) o->masks = MASKS_ADAPTIVE;
@@ -496,6 +502,9 @@ int main(int argc, char **argv)
     for (g_step = 0; g_step < o.c.steps; ++g_step) {
         step_start = util_clock_now_ns();
         r.moe = objects[o.two ? g_step % 2 : 0];
+        if (g_rank == o.stall && g_step == o.kill_step) {
+            util_sleep_ns((uint64_t)o.stall_ms * UTIL_NSEC_PER_MSEC); /* the others wait */
+        }
         status = run_step(&r, g_step == o.kill_step && g_rank == o.kill
                                   ? (o.stop ? SIGSTOP : SIGKILL) : 0,
                           g_step == o.kill_step && g_rank == o.disagree);

@@ -66,8 +66,8 @@ JSON
 case_run "2x2 flat, fixed mode file" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_MODE=fixed:"$dir/modes.json" -- -n 4 --nodes 2 -- --steps $(steps 30) --mode env
 # Ranks that disagree on a step's modes: the step fails on every rank instead of running
 # (inside the node by the boards' digests, across nodes by the headers').
-case_run "1x2, rank 1 sets other pull masks" 2 "other modes failed" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 2 --nodes 1 -- --steps 10 --disagree 1
-case_run "2x2 hierarchical, rank 3 sets other pull masks" 4 "other modes failed" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 10 --disagree 3
+case_run "1x2, rank 1 sets other pull masks" 2 "other modes failed" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_TIMEOUT=5s -- -n 2 --nodes 1 -- --steps 10 --disagree 1
+case_run "2x2 hierarchical, rank 3 sets other pull masks" 4 "other modes failed" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_TIMEOUT=5s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 10 --disagree 3
 # A rank whose input is refused on two steps in a row (one of each form) takes part without
 # tokens and gets INVALID; the others get OK, and every step stays paired with the same step
 # everywhere (a shift would show as wrong rows at once).
@@ -78,8 +78,15 @@ case_run "2x2 hierarchical, rank 0 passes no x" 4 "$ok" -- $calm STRATA_MOE_ROUT
 case_run "2x2 hierarchical, rank 2 passes max_tokens + 1 tokens" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over
 # Ranks whose protocol settings differ (round one's size here) refuse the object together.
 case_run "2x2, rank 2 with another round one" 4 "configuration differs" -- $calm STRATA_MOE_SPEC_TOKENS=8 -- -n 4 --nodes 2 -- --odd-config 2
-# A rank killed mid-step: every survivor sees PEER_FAILED within the heartbeat bound (3 s)
-# plus the time the intra tier waits on it (the same bound), with slack for a loaded machine.
+# A live rank that stalls longer than the heartbeat bound (a debugger, a page-cache storm)
+# is waited for: the peer timeout ends waits only for ranks whose heartbeats stopped, and
+# STRATA_MOE_TIMEOUT (60 s) bounds the wait for a live one.
+case_run "1x4, rank 1 stalls 5 s, peer timeout 3 s" 4 "$ok" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 -- --steps 10 --stall 1:5000
+case_run "2x2 hierarchical, rank 2 stalls 5 s, peer timeout 3 s" 4 "$ok" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 10 --stall 2:5000
+# A rank killed mid-step: every survivor sees PEER_FAILED within the heartbeat bound (3 s),
+# inside the node too (the engine's failure watch ends the kernels' waits), with slack for
+# a loaded machine.
+case_run "1x4, rank 2 killed mid-step" 3 "rank 2 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 --allow-fail 2 -- --steps 10 --kill 2 --kill-bound-ms 12000
 case_run "2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
 # A rank stopped mid-step (SIGSTOP: alive, silent): the same bound, PEER_FAILED or TIMEOUT;
 # strata-run removes the stopped rank once the others are done.
