@@ -65,10 +65,10 @@ static bool moe_params_valid(const intra_moe_params_t *p, int local_size)
                p->num_experts % local_size != 0) {
         UTIL_LOG_ERROR("intra moe: num_experts %d must be 1..%d and a multiple of the %d "
                        "local ranks", p->num_experts, INTRA_MOE_MAX_EXPERTS, local_size);
-    } else if (p->topk < 1 || p->topk > p->num_experts || p->topk > INTRA_MOE_MAX_TOPK) {
-        UTIL_LOG_ERROR("intra moe: topk %d must be 1..%d (num_experts %d, at most %d)", p->topk,
-                       p->num_experts < INTRA_MOE_MAX_TOPK ? p->num_experts : INTRA_MOE_MAX_TOPK,
-                       p->num_experts, INTRA_MOE_MAX_TOPK);
+    } else if (p->topk < 1 || p->topk > INTRA_MOE_MAX_TOPK) {
+        /* Not bounded by num_experts: across nodes a token's top-k spans every node's
+         * experts, and the node sees the slots of other nodes' experts as -1. */
+        UTIL_LOG_ERROR("intra moe: topk %d must be 1..%d", p->topk, INTRA_MOE_MAX_TOPK);
     } else if (elem == 0) {
         UTIL_LOG_ERROR("intra moe: dtype %d is not a token type", (int)p->dtype);
     } else if (p->combine_dtype == STRATA_DTYPE_FP8_E4M3 || moe_elem_size(p->combine_dtype) == 0) {

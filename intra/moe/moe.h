@@ -22,7 +22,7 @@ typedef struct intra_moe intra_moe_t;
 
 typedef struct intra_moe_params {
     int            num_experts;   /**< over the node; a multiple of the local ranks */
-    int            topk;          /**< 1..min(num_experts, INTRA_MOE_MAX_TOPK) */
+    int            topk;          /**< 1..INTRA_MOE_MAX_TOPK; slots past the node's experts are -1 */
     int            hidden;        /**< columns; rows must be whole 16-byte units */
     strata_dtype_t dtype;         /**< tokens; fp8 comes with scales */
     strata_dtype_t combine_dtype; /**< expert outputs and results: bf16, fp16 or fp32 */

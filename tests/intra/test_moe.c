@@ -101,8 +101,10 @@ static void test_bad_parameters(void **state)
     (void)state;
     util_log_set_level(STRATA_LOG_LEVEL_ERROR);
     assert_true(intra_moe_heap_size(&good, 2) > 0);
-    p = good, p.topk = 9; /* more choices than experts */
+    p = good, p.topk = INTRA_MOE_MAX_TOPK + 1;
     assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.topk = 9; /* more than the node's experts: the others are on other nodes */
+    assert_true(intra_moe_heap_size(&p, 2) > 0);
     p = good, p.topk = 0;
     assert_int_equal(intra_moe_heap_size(&p, 2), 0);
     p = good, p.hidden = 100; /* 200-byte bf16 rows */
@@ -139,7 +141,7 @@ static void test_call_order_and_arguments(void **state)
     (void)state;
     util_log_set_level(STRATA_LOG_LEVEL_ERROR);
     assert_int_equal(intra_heap_create(&hp, &heap), STRATA_OK);
-    p.topk = 12;
+    p.topk = INTRA_MOE_MAX_TOPK + 1;
     assert_int_equal(intra_moe_create(&p, heap, &moe), STRATA_ERR_INVALID);
     assert_int_equal(intra_moe_create(&good, heap, &moe), STRATA_OK);
     assert_int_equal(intra_moe_combine(moe, recv.expert_y = x, w, NULL, out),

@@ -47,6 +47,10 @@ case_run "2x2 hierarchical, fp8 -> bf16" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hiera
 case_run "2x2 flat, fp32, pull by request" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 4 --nodes 2 -- --steps $(steps 50) --dtype fp32 --combine-dtype fp32 --hidden 64
 case_run "3x2 hierarchical, fp16, no round one, 2 blocks" 6 "$ok" -- $calm STRATA_INTRA_BLOCKS=2 STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=0 -- -n 6 --nodes 3 -- --steps $(steps 50) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6
 case_run "3x2 flat, bf16 -> fp32, pull by request" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 50) --combine-dtype fp32 --experts 12 --topk 3
+# A token's top-k spans the nodes: topk up to the number of experts, more than a node has.
+case_run "2x2 flat, 4 experts, topk 4" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --experts 4 --topk 4
+case_run "3x2 hierarchical, 6 experts, topk 6" 6 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 20) --experts 6 --topk 6
+case_run "4x1 hierarchical, 4 experts, topk 3" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 4 -- --steps $(steps 20) --experts 4 --topk 3
 # Two objects at once, one per route, steps alternating between them.
 case_run "2x2, a flat and a hierarchical object at once" 4 "$ok" -- $calm -- -n 4 --nodes 2 -- --steps $(steps 40) --two 1
 # Adaptive: a trace whose hot experts move every 10 steps; the owners switch experts between
