@@ -39,7 +39,10 @@ static int sched_heap_parts(sched_moe_t *moe, bool area_in_heap, sched_heap_part
         parts[n++] = area_in_heap
                          ? (sched_heap_part_t){"sched-net", moe->net.layout.total,
                                                &moe->net.area_heap}
-                         : (sched_heap_part_t){"sched-stage", (size_t)geo->num_peers * rows,
+                         : (sched_heap_part_t){"sched-stage",
+                                               (size_t)geo->num_peers *
+                                                   INTRA_NET_RET_BLOCK(geo->max_tokens, topk,
+                                                                       geo->y_row_bytes),
                                                &moe->stage_offset};
     }
     return n;

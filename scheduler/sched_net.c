@@ -29,8 +29,10 @@ strata_status_t sched_net_layout(sched_moe_t *moe)
     l->spec        = sched_place(&cursor, world * (size_t)geo->spec_tokens * geo->entry_bytes);
     l->overflow    = sched_place(&cursor, peers * max_tokens * geo->entry_bytes);
     l->staging     = sched_place(&cursor, world * max_tokens * geo->entry_bytes);
-    l->ret_out     = sched_place(&cursor, peers * max_tokens * topk * geo->y_row_bytes);
-    l->ret_in      = sched_place(&cursor, peers * max_tokens * topk * geo->y_row_bytes);
+    l->ret_out     = sched_place(&cursor, peers * INTRA_NET_RET_BLOCK(max_tokens, topk,
+                                                                    geo->y_row_bytes));
+    l->ret_in      = sched_place(&cursor, peers * INTRA_NET_RET_BLOCK(max_tokens, topk,
+                                                                    geo->y_row_bytes));
     l->total       = cursor;
     return STRATA_OK;
 }
@@ -51,9 +53,9 @@ static int sched_ret_block(const sched_geometry_t *geo, int peer)
 
 size_t sched_ret_in_at(const sched_moe_t *moe, int peer)
 {
-    return moe->net.layout.ret_in + (size_t)sched_ret_block(&moe->geo, peer) *
-                                        (size_t)moe->geo.max_tokens * (size_t)moe->geo.topk *
-                                        moe->geo.y_row_bytes;
+    return moe->net.layout.ret_in +
+           (size_t)sched_ret_block(&moe->geo, peer) *
+               INTRA_NET_RET_BLOCK(moe->geo.max_tokens, moe->geo.topk, moe->geo.y_row_bytes);
 }
 
 inter_mem_kind_t sched_mem_kind(const intra_device_ops_t *device)

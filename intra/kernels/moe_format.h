@@ -40,6 +40,8 @@ enum {
                                           wrong; token: what; count: its step */
     INTRA_MOE_KERNEL_PEER_FAILED  = 9, /* value: the local rank waited for when the engine
                                           announced that a rank failed */
+    INTRA_MOE_KERNEL_TERMS_DROPPED = 10, /* value: the rank that returned this rank's terms;
+                                            count: how many of them were dropped there */
 };
 
 typedef struct intra_moe_status {

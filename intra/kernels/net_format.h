@@ -15,6 +15,14 @@
 #define INTRA_NET_HEADER_MAGIC  0x53544845u /* "STHE" */
 #define INTRA_NET_GRANT_MAGIC   0x53544752u /* "STGR" */
 #define INTRA_NET_CTRL_BYTES    64          /* one grant slot */
+/*
+ * One peer's block of returned terms: up to max_tokens * topk terms, packed, then this many
+ * bytes whose first int64 counts the terms that were dropped for capacity on the returning
+ * node (a zero term stands in for each): the tokens' rank learns of it from there.
+ */
+#define INTRA_NET_DROPS_BYTES   16
+#define INTRA_NET_RET_BLOCK(max_tokens, topk, y_row_bytes) \
+    ((size_t)(max_tokens) * (size_t)(topk) * (size_t)(y_row_bytes) + INTRA_NET_DROPS_BYTES)
 #define INTRA_NET_MAX_OWN_WORDS 16          /* words of one rank's expert bits */
 
 /* Immediates: imm_base + kind * world + the writing rank. */

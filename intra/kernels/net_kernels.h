@@ -180,7 +180,7 @@ KERNEL_FN void net_order_peer(const intra_moe_args_t *a, int p)
     const intra_net_args_t *n = &a->net;
     intra_net_peer_t *peer = &n->peers[p];
     char *back = n->area + n->ret_in +
-                 (size_t)p * (size_t)n->max_tokens * (size_t)a->topk * (size_t)a->y_row_bytes;
+                 (size_t)p * INTRA_NET_RET_BLOCK(n->max_tokens, a->topk, a->y_row_bytes);
     int slot = 0, term = 0, count[2] = {0, 0};
 
     for (int pass = 0; pass < 2; ++pass) {
@@ -505,8 +505,9 @@ KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
     const intra_net_args_t *n = &a->net;
     intra_net_peer_t *peer = &n->peers[p];
     int first = peer->recv_push < n->spec_tokens ? peer->recv_push : n->spec_tokens;
-    int64_t stage = n->ret_stage + (int64_t)p * (int64_t)n->max_tokens * (int64_t)a->topk *
-                                       (int64_t)a->y_row_bytes;
+    int64_t stage = n->ret_stage +
+                    (int64_t)p * (int64_t)INTRA_NET_RET_BLOCK(n->max_tokens, a->topk,
+                                                              a->y_row_bytes);
     int terms = 0;
 
     for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
@@ -563,32 +564,57 @@ KERNEL_FN void intra_net_index_body(const intra_moe_args_t *a, kernel_grid_t g)
 /* --- NET_RETURN and NET_TERMS --------------------------------------------------------- */
 
 /* Each peer's tokens' terms back to it, packed in the order it sent them, one transfer. */
+/* Of the terms this node returns to peer p, those dropped for capacity here (the owner
+ * had no row for them; the node's combine put zeros in their place). */
+KERNEL_FN int64_t net_dropped_terms(const intra_moe_args_t *a, const intra_net_peer_t *peer)
+{
+    const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
+    int64_t dropped = 0;
+
+    for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
+        int t = peer->aug_first + q;
+
+        for (int k = 0; k < a->topk; ++k) {
+            dropped += route[(size_t)t * (size_t)a->topk + (size_t)k] >= 0 &&
+                       moe_result_row(a, t, k) == 0;
+        }
+    }
+    return dropped;
+}
+
+/* Each peer's terms, with the count of those dropped here after them, in one transfer. */
 KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
-    size_t block = (size_t)n->max_tokens * (size_t)a->topk * (size_t)a->y_row_bytes;
+    size_t block = INTRA_NET_RET_BLOCK(n->max_tokens, a->topk, a->y_row_bytes);
 
     if (net_block_stopped(a, g)) {
         return;
     }
     for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {
         const intra_net_peer_t *peer = &n->peers[p];
-        size_t bytes = (size_t)peer->num_terms * (size_t)a->y_row_bytes;
+        size_t terms = (size_t)peer->num_terms * (size_t)a->y_row_bytes;
+        char *stage = a->heap[a->rank] + n->ret_stage + (size_t)p * block;
         KERNEL_SHARED int ok;
 
-        if (bytes == 0) {
+        if (terms == 0) {
             continue;
         }
+        if (g.thread == 0) {
+            *(int64_t *)(stage + terms) = net_dropped_terms(a, peer);
+            kernel_fence_system();
+        }
+        kernel_block_sync();
         if (n->bounce) { /* the owners wrote them in the heap; they leave from the area */
-            kernel_copy_block(n->area + n->ret_out + (size_t)p * block,
-                              a->heap[a->rank] + n->ret_stage + (size_t)p * block, bytes, g);
+            kernel_copy_block(n->area + n->ret_out + (size_t)p * block, stage,
+                              terms + INTRA_NET_DROPS_BYTES, g);
             kernel_fence_system();
         }
         kernel_block_sync();
         if (g.thread == 0) {
             int64_t posted = net_post_chunks(
                 a, UTIL_WORK_WRITE_IMM, peer->rank, n->ret_out + (uint64_t)p * block,
-                n->ret_in + (uint64_t)peer->ret_block * block, bytes,
+                n->ret_in + (uint64_t)peer->ret_block * block, terms + INTRA_NET_DROPS_BYTES,
                 n->imm_base + net_imm_index(n, INTRA_NET_IMM_COMBINE, n->rank),
                 INTRA_NET_COUNTER_SEND);
 
@@ -616,14 +642,25 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
     }
     for (int p = 0; p < n->num_peers; ++p) {
         intra_net_peer_t *peer = &n->peers[p];
+        uint64_t terms = (uint64_t)n->peer_terms[p] * (uint64_t)a->y_row_bytes;
+        const uint64_t *dropped;
 
-        if (n->peer_terms[p] > 0) {
-            peer->combine_seen += net_chunks(n, (uint64_t)n->peer_terms[p] *
-                                                    (uint64_t)a->y_row_bytes);
-            if (!net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_COMBINE, peer->rank)],
-                          peer->combine_seen, peer->rank, INTRA_NET_WAIT_TERMS)) {
-                return;
-            }
+        if (terms == 0) {
+            continue;
+        }
+        peer->combine_seen += net_chunks(n, terms + INTRA_NET_DROPS_BYTES);
+        if (!net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_COMBINE, peer->rank)],
+                      peer->combine_seen, peer->rank, INTRA_NET_WAIT_TERMS)) {
+            return;
+        }
+        dropped = (const uint64_t *)(n->area + n->ret_in +
+                                     (size_t)p * INTRA_NET_RET_BLOCK(n->max_tokens, a->topk,
+                                                                     a->y_row_bytes) +
+                                     terms);
+        if (kernel_load_acquire_u64(dropped) > 0) { /* the step's input, not a failure */
+            moe_report(&moe_control(a, a->rank)->combine_status,
+                       INTRA_MOE_KERNEL_TERMS_DROPPED, peer->rank, -1, -1,
+                       (int64_t)kernel_load_acquire_u64(dropped));
         }
     }
     if (net_wait(a, &n->counters[INTRA_NET_COUNTER_SEND], n->state->posted, -1,

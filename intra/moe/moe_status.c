@@ -87,6 +87,11 @@ static strata_status_t moe_kernel_status(intra_moe_t *moe, const intra_moe_statu
         UTIL_LOG_ERROR("intra moe: token %d's choice %d (expert %d) was dropped for capacity; "
                        "its result lacks that term", st->token, st->slot, st->value);
         return STRATA_ERR_CAPACITY;
+    case INTRA_MOE_KERNEL_TERMS_DROPPED:
+        UTIL_LOG_ERROR("intra moe: %" PRId64 " of this rank's terms returned by rank %d were "
+                       "dropped for capacity there; those tokens' results lack them", st->count,
+                       st->value);
+        return STRATA_ERR_CAPACITY;
     case INTRA_MOE_KERNEL_TIMEOUT:
         UTIL_LOG_ERROR("intra moe: local rank %d did not reach step %" PRIu64 " within %" PRIu64
                        " us; the object can only be destroyed", st->value, moe->step,

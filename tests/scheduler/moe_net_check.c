@@ -24,7 +24,10 @@
  * MS milliseconds before its dispatch in the middle of the run, alive (its heartbeats go
  * on), while the others wait for it: every step must still pass. With --two, a second object of the other route lives beside the first and the steps
  * alternate between them (each counts its own immediates). Prints one line per rank; exit 0
- * on success.
+ * on success. With --overflow EXPERT:CAPACITY every token goes to that one expert, whose
+ * capacity is far too small: its rows are exact up to the capacity, every token's result is
+ * exact or lacks its term, and a rank whose token lacks its term must get
+ * STRATA_ERR_CAPACITY from combine_recv, wherever the term was dropped.
  */
 #include "common/moe_ref.h"
 #include "intra/intra.h"
@@ -78,6 +81,7 @@ typedef struct options {
     int        odd_config; /* rank whose round one differs, or -1 */
     int        disagree;   /* rank that sets other masks mid-run, or -1 */
     int        stall;      /* rank that sleeps before a dispatch mid-run, or -1 */
+    int        overflow;   /* the expert every token goes to, or -1 */
     unsigned   stall_ms;
     int        kill_step;
     uint64_t   kill_bound_ms; /* survivors must see the failure within this */
@@ -109,7 +113,7 @@ static void parse(int argc, char **argv, options_t *o)
     *o = (options_t){.c = {.device = "host", .experts = 16, .topk = 4, .hidden = 256,
                            .max_tokens = 24, .steps = 50, .dtype = STRATA_DTYPE_BF16,
                            .combine_dtype = STRATA_DTYPE_BF16},
-                     .kill = -1, .disagree = -1, .odd_config = -1, .stall = -1,
+                     .kill = -1, .disagree = -1, .odd_config = -1, .stall = -1, .overflow = -1,
                      .kill_bound_ms = 15000};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -127,6 +131,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--odd-config")) o->odd_config = atoi(v);
         else if (!strcmp(k, "--disagree")) o->disagree = atoi(v);
         else if (!strcmp(k, "--bad-input")) parse_bad_input(v);
+        else if (!strcmp(k, "--overflow")) { o->overflow = atoi(v); o->c.capacity = strchr(v, ':') ? atoi(strchr(v, ':') + 1) : 8; }
         else if (!strcmp(k, "--stall")) { o->stall = atoi(v); o->stall_ms = strchr(v, ':') ? (unsigned)atoi(strchr(v, ':') + 1) : 5000; }
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--trace")) o->trace = v;
@@ -245,8 +250,11 @@ static void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv)
     for (int e = 0; e < recv->num_local_experts; ++e) {
         int g = recv->first_expert + e;
 
-        CHECK(recv->count[e] == ref_count(r, g), "expert %d received %d rows, expected %d", g,
-              recv->count[e], ref_count(r, g));
+        int want = ref_count(r, g);
+
+        want = r->c->capacity > 0 && want > recv->capacity ? recv->capacity : want;
+        CHECK(recv->count[e] == want, "expert %d received %d rows, expected %d", g,
+              recv->count[e], want);
         for (int row = 0; row < recv->count[e]; ++row) {
             size_t at = (size_t)e * (size_t)recv->capacity + (size_t)row;
             strata_moe_source_t s;
@@ -261,7 +269,7 @@ static void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv)
     }
 }
 
-static void check_combine(rank_state_t *r)
+static void check_combine(rank_state_t *r, strata_status_t combined)
 {
     const moe_case_t *c = r->c;
     unsigned char yrow[16];
@@ -284,6 +292,15 @@ static void check_combine(rank_state_t *r)
                                 ref_load(yrow, 0, c->combine_dtype);
             }
             ref_store(ref, h, c->combine_dtype, acc);
+        }
+        if (r->c->capacity > 0 && memcmp(ref, got, r->y_row_bytes) != 0) {
+            /* its one term was dropped: the result is zeros, and the rank must be told */
+            for (size_t i = 0; i < r->y_row_bytes; ++i) {
+                CHECK(got[i] == 0, "token %d's row is neither its result nor empty", t);
+            }
+            CHECK(combined == STRATA_ERR_CAPACITY, "token %d lost its term, and combine_recv "
+                  "returned %s, not CAPACITY", t, strata_status_string(combined));
+            continue;
         }
         CHECK(memcmp(ref, got, r->y_row_bytes) == 0, "token %d's combined row differs", t);
     }
@@ -339,6 +356,9 @@ static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
     } else {
         status = strata_moe_dispatch(r->moe, x, r->scales ? r->x_scales : NULL, r->idx, n, &recv);
     }
+    if (r->c->capacity > 0 && status == STRATA_ERR_CAPACITY) {
+        status = expect; /* the owner of the overflowing expert */
+    }
     if (status == expect) {
         check_dispatch(r, &recv);
         status = strata_moe_combine_send(r->moe, NULL);
@@ -346,8 +366,9 @@ static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
     if (status == STRATA_OK) {
         status = strata_moe_combine_recv(r->moe, r->weights, r->out);
     }
-    if (status == STRATA_OK) {
-        check_combine(r);
+    if (status == STRATA_OK || (r->c->capacity > 0 && status == STRATA_ERR_CAPACITY)) {
+        check_combine(r, status);
+        status = STRATA_OK;
     } else if (status == expect) {
         status = STRATA_OK; /* refused as it must be; this rank's results are none */
     }
@@ -417,6 +438,20 @@ static int64_t *load_trace(const char *path, moe_case_t *c)
  * Every rank moved every expert in the same mode this step (gathered from all ranks), and
  * how many experts changed mode since the last step.
  */
+/* Every token of every step to one expert (its first choice; the others none). */
+static int64_t *overflow_routes(const moe_case_t *c, int expert)
+{
+    size_t n = (size_t)c->steps * (size_t)c->ranks * (size_t)c->max_tokens * (size_t)c->topk;
+    int64_t *routes = malloc(n * sizeof(int64_t));
+
+    CHECK(routes != NULL && expert < c->experts, "--overflow %d of %d experts", expert,
+          c->experts);
+    for (size_t i = 0; i < n; ++i) {
+        routes[i] = i % (size_t)c->topk == 0 ? expert : -1;
+    }
+    return routes;
+}
+
 static int check_agreement(strata_bootstrap_t *bs, const rank_state_t *r, uint64_t *last)
 {
     int words = (r->c->experts + 63) / 64, changed = 0;
@@ -466,12 +501,17 @@ int main(int argc, char **argv)
         routes = load_trace(o.trace, &o.c);
         o.c.routes = routes;
     }
+    if (o.overflow >= 0) {
+        routes = overflow_routes(&o.c, o.overflow);
+        o.c.routes = routes;
+    }
     alloc_state(&r, &o.c);
     {
         strata_moe_params_t p = {.num_experts = o.c.experts, .topk = o.c.topk,
                                  .hidden = o.c.hidden, .dtype = o.c.dtype,
                                  .combine_dtype = o.c.combine_dtype,
                                  .max_tokens = o.c.max_tokens, .expert_alignment = 4,
+                                 .capacity = o.c.capacity,
                                  .mode = o.masks == MASKS_ADAPTIVE ? STRATA_MOE_MODE_ADAPTIVE
                                                                    : STRATA_MOE_MODE_DEFAULT};
 

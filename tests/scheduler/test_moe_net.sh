@@ -51,6 +51,10 @@ case_run "3x2 flat, bf16 -> fp32, pull by request" 6 "$ok" -- $calm STRATA_MOE_R
 case_run "2x2 flat, 4 experts, topk 4" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --experts 4 --topk 4
 case_run "3x2 hierarchical, 6 experts, topk 6" 6 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 20) --experts 6 --topk 6
 case_run "4x1 hierarchical, 4 experts, topk 3" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 4 -- --steps $(steps 20) --experts 4 --topk 3
+# Every token to one expert on the other node, whose capacity holds 12 rows: the ranks
+# whose tokens lost their term learn it (CAPACITY from combine_recv), on both routes.
+case_run "2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10
+case_run "3x2 flat, all tokens to expert 5, capacity 8" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 6 --nodes 3 -- --steps $(steps 20) --experts 12 --topk 2 --overflow 5:8
 # Two objects at once, one per route, steps alternating between them.
 case_run "2x2, a flat and a hierarchical object at once" 4 "$ok" -- $calm -- -n 4 --nodes 2 -- --steps $(steps 40) --two 1
 # Adaptive: a trace whose hot experts move every 10 steps; the owners switch experts between

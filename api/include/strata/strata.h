@@ -461,7 +461,10 @@ STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void
 /**
  * Second half: out[t] = sum over k of topk_weights[t][k] * y(t, k) ([num_tokens][hidden]
  * in the combine dtype; topk_weights [num_tokens][topk] fp32), accumulated in fp32 in k
- * order and rounded once. STRATA_ERR_CAPACITY: a term was dropped, its row lacks it.
+ * order and rounded once. STRATA_ERR_CAPACITY: a term of one of this rank's tokens was
+ * dropped, on this node or another, and its row lacks it; the rank that gathered a node's
+ * terms for tokens of another node gets it too when one of those was dropped. (Dispatch
+ * returns STRATA_ERR_CAPACITY to the owner of the expert whose capacity overflowed.)
  */
 STRATA_API strata_status_t strata_moe_combine_recv(strata_moe_t *moe, const float *topk_weights,
                                                    void *out);
