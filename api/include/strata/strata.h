@@ -220,7 +220,12 @@ typedef struct strata_mem_desc {
     uint8_t bytes[STRATA_MEM_DESC_SIZE];
 } strata_mem_desc_t;
 
-/** Register [addr, addr+len) for transfers (on every rail). Free with strata_mem_deregister. */
+/**
+ * Register [addr, addr+len) for transfers (on every rail). Free with strata_mem_deregister.
+ * STRATA_ERR_INVALID for a range that wraps around the address space or that is not all
+ * mapped memory of the process (a length past the end of the buffer): peers may write
+ * anywhere in it.
+ */
 STRATA_API strata_status_t strata_mem_register(strata_comm_t *comm, void *addr, size_t len,
                                                strata_mem_t **mem_p);
 /** Only once no request uses it. Tolerates NULL. */
