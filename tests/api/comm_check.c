@@ -7,6 +7,8 @@
  */
 #include <strata/strata.h>
 
+#include "common/log_capture.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +65,12 @@ static void point_to_point(strata_comm_t *comm, strata_bootstrap_t *bs)
         CHECK(dst[3000 + i] == pattern(prev, 1000 + i), "byte %zu from rank %d", i, prev);
     }
     CHECK(dst[2999] == 0 && dst[3000 + P2P_LEN] == 0, "write spilled outside its range");
+    log_capture_start();
     CHECK(strata_write(comm, size, src_mem, 0, &all[0], 0, 8, 0, 0, &req) == STRATA_ERR_INVALID,
           "unknown peer accepted");
+    log_capture_stop();
+    CHECK(log_captured("engine: unknown peer", "(ranks are 0..", NULL),
+          "the refusal of an unknown peer did not say so");
 
     CHECK(strata_recv(comm, prev, msg, sizeof(msg), &recv) == STRATA_OK, "recv");
     CHECK(strata_send(comm, next, &rank, sizeof(rank), &req) == STRATA_OK, "send");
