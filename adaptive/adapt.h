@@ -137,14 +137,19 @@ uint64_t     adapt_policy_switches(const adapt_policy_t *policy);
 
 /* --- Files (JSON; format in docs/adaptive.md) ---------------------------------------------- */
 
-/** Read a policy file; every error names the file and the key. */
+/**
+ * Read a policy file; every error names the file and the key. Only a regular file of at most
+ * 16 MiB is read: a FIFO or device is refused at once (STRATA_ERR_IO), a larger file with
+ * STRATA_ERR_PARSE; STRATA_ERR_NOT_FOUND when it is missing.
+ */
 strata_status_t adapt_policy_load(const char *path, adapt_policy_params_t *params_p);
 /** The same from text; name is used in messages. */
 strata_status_t adapt_policy_parse(const char *text, const char *name,
                                    adapt_policy_params_t *params_p);
 strata_status_t adapt_policy_save(const char *path, const adapt_policy_params_t *params);
 
-/** A fixed mode file: bit e of mask (words of 64) set where expert e moves in Pull form. */
+/** A fixed mode file: bit e of mask (words of 64) set where expert e moves in Pull form.
+ *  Read as adapt_policy_load reads a policy file. */
 strata_status_t adapt_mask_load(const char *path, int num_experts, uint64_t *mask);
 
 /* --- The owner's decider, driven by the scheduler ----------------------------------------- */

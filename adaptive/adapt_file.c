@@ -15,6 +15,8 @@
 #define ADAPT_POLICY_FORMAT "strata-policy"
 #define ADAPT_MODES_FORMAT  "strata-modes"
 #define ADAPT_FILE_VERSION  1
+/* Far above any real file (a mode file lists at most every expert once). */
+#define ADAPT_FILE_MAX_BYTES ((size_t)16 << 20)
 
 static const char *const adapt_tier_keys[ADAPT_TIERS] = {"intra", "inter"};
 static const char *const adapt_mode_keys[ADAPT_MODES] = {"push", "pull"};
@@ -229,12 +231,38 @@ strata_status_t adapt_policy_parse(const char *text, const char *name,
     return adapt_policy_take(root, &error, name, params_p);
 }
 
+/* The document in the file at path, or NULL with *status_p saying why (logged). */
+static json_t *adapt_json_load(const char *path, strata_status_t *status_p)
+{
+    char err[UTIL_FILE_ERR_LEN], *text;
+    json_error_t error;
+    json_t *root;
+    size_t size;
+
+    *status_p = util_file_read(path, ADAPT_FILE_MAX_BYTES, &text, &size, err);
+    if (*status_p != STRATA_OK) {
+        UTIL_LOG_ERROR("adaptive: %s", err);
+        return NULL;
+    }
+    root = json_loadb(text, size, JSON_REJECT_DUPLICATES, &error);
+    free(text);
+    if (root == NULL) {
+        *status_p = adapt_json_error(path, &error);
+    }
+    return root;
+}
+
 strata_status_t adapt_policy_load(const char *path, adapt_policy_params_t *params_p)
 {
-    json_error_t error;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &error);
+    strata_status_t status;
+    json_t *root = adapt_json_load(path, &status);
 
-    return adapt_policy_take(root, &error, path, params_p);
+    if (root == NULL) {
+        return status;
+    }
+    status = adapt_policy_from_json(root, path, params_p);
+    json_decref(root);
+    return status;
 }
 
 static json_t *adapt_link_json(const adapt_link_t *link)
@@ -327,13 +355,12 @@ static strata_status_t adapt_parse_mask(const char *name, json_t *root, int num_
 strata_status_t adapt_mask_load(const char *path, int num_experts, uint64_t *mask)
 {
     size_t words = (size_t)(num_experts + 63) / 64;
-    json_error_t error;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &error);
     strata_status_t status;
+    json_t *root = adapt_json_load(path, &status);
     uint64_t *parsed;
 
     if (root == NULL) {
-        return adapt_json_error(path, &error);
+        return status;
     }
     parsed = calloc(words, sizeof(uint64_t));
     status = parsed == NULL       ? STRATA_ERR_NO_MEMORY

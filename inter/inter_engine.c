@@ -9,6 +9,7 @@
 #include <sched.h>
 #include <time.h>
 #include <linux/futex.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -647,6 +648,30 @@ bool inter_engine_can_register(const inter_engine_t *engine, inter_mem_kind_t ki
     return true;
 }
 
+/*
+ * Whether every page of host range [addr, addr + len) is mapped in this process: a length
+ * past the end of the caller's buffer would otherwise let peers write outside it (the
+ * transports take the range on trust). mincore fails with ENOMEM at an unmapped page.
+ */
+static bool inter_host_range_mapped(const void *addr, size_t len)
+{
+    static unsigned char vec[4096];
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(page - 1);
+    uintptr_t end = (uintptr_t)addr + len; /* no overflow: checked by the caller */
+
+    while (start < end) {
+        size_t pages = UTIL_MIN((end - start + page - 1) / page, sizeof(vec));
+
+        /* vec is only written, never read: threads may share it. */
+        if (mincore((void *)start, pages * page, vec) != 0) {
+            return false;
+        }
+        start += pages * page;
+    }
+    return true;
+}
+
 strata_status_t inter_engine_mem_register(inter_engine_t *engine, void *addr, size_t len,
                                           inter_mr_t **mr_p)
 {
@@ -662,6 +687,17 @@ strata_status_t inter_engine_mem_register_kind(inter_engine_t *engine, void *add
 
     if (addr == NULL || len == 0 || mr_p == NULL) {
         UTIL_LOG_ERROR("engine: cannot register %zu bytes at %p", len, addr);
+        return STRATA_ERR_INVALID;
+    }
+    if ((uintptr_t)addr > UINTPTR_MAX - len) {
+        UTIL_LOG_ERROR("engine: cannot register %zu bytes at %p: the range wraps around the "
+                       "address space", len, addr);
+        return STRATA_ERR_INVALID;
+    }
+    if (kind == INTER_MEM_HOST && !inter_host_range_mapped(addr, len)) {
+        UTIL_LOG_ERROR("engine: cannot register %zu bytes at %p: part of the range is not "
+                       "mapped memory of this process (a length past the buffer's end?)", len,
+                       addr);
         return STRATA_ERR_INVALID;
     }
     if (!inter_engine_can_register(engine, kind)) {

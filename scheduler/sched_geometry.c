@@ -47,6 +47,10 @@ bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w
     } else if (p->num_experts / w->world_size > 64 * INTRA_NET_MAX_OWN_WORDS) {
         UTIL_LOG_ERROR("moe: %d experts per rank; at most %d are supported",
                        p->num_experts / w->world_size, 64 * INTRA_NET_MAX_OWN_WORDS);
+    } else if ((int)p->route < STRATA_MOE_ROUTE_DEFAULT ||
+               (int)p->route > STRATA_MOE_ROUTE_HIERARCHICAL) {
+        UTIL_LOG_ERROR("moe: route %d is not a strata_moe_route_t (%d..%d)", (int)p->route,
+                       STRATA_MOE_ROUTE_DEFAULT, STRATA_MOE_ROUTE_HIERARCHICAL);
     } else {
         return true;
     }

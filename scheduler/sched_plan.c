@@ -207,15 +207,29 @@ strata_status_t sched_plan_alloc_entries(const sched_geometry_t *geo, sched_plan
     return plan->tokens && plan->experts ? STRATA_OK : STRATA_ERR_NO_MEMORY;
 }
 
+/* num_tokens in range, and topk_idx given when there are tokens; one line naming which. */
+static bool sched_plan_tokens_ok(const sched_geometry_t *geo, const int64_t *topk_idx,
+                                 int num_tokens, const char *what)
+{
+    if (num_tokens < 0 || num_tokens > geo->max_tokens) {
+        UTIL_LOG_ERROR("moe: %s of %d tokens: num_tokens must be 0..%d (max_tokens)", what,
+                       num_tokens, geo->max_tokens);
+        return false;
+    }
+    if (num_tokens > 0 && topk_idx == NULL) {
+        UTIL_LOG_ERROR("moe: %s of %d tokens with a NULL topk_idx", what, num_tokens);
+        return false;
+    }
+    return true;
+}
+
 strata_status_t sched_plan_build(const sched_geometry_t *geo, const int64_t *topk_idx,
                                  int num_tokens, bool skip_bad, sched_plan_t *plan)
 {
     bool exact = plan->capacity == 0;
     strata_status_t status, cleaned;
 
-    if (num_tokens < 0 || num_tokens > geo->max_tokens || (num_tokens > 0 && topk_idx == NULL)) {
-        UTIL_LOG_ERROR("moe: layout of %d tokens (0..%d) needs topk_idx", num_tokens,
-                       geo->max_tokens);
+    if (!sched_plan_tokens_ok(geo, topk_idx, num_tokens, "layout")) {
         return STRATA_ERR_INVALID;
     }
     if (exact && (status = sched_plan_alloc_ids(geo, plan, num_tokens)) != STRATA_OK) {
@@ -361,9 +375,7 @@ strata_status_t sched_plan_refill(sched_moe_t *moe, const int64_t *topk_idx, int
                                                : "before the step in progress has combined");
         return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
     }
-    if (num_tokens < 0 || num_tokens > moe->geo.max_tokens || (num_tokens > 0 && !topk_idx)) {
-        UTIL_LOG_ERROR("moe: dispatch of %d tokens (0..%d) needs topk_idx", num_tokens,
-                       moe->geo.max_tokens);
+    if (!sched_plan_tokens_ok(&moe->geo, topk_idx, num_tokens, "dispatch")) {
         return STRATA_ERR_INVALID;
     }
     if (moe->stream != NULL) { /* the last step's kernels may still read the device copy */

@@ -5,6 +5,7 @@
 #include "strata_trace.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* Bounds that keep every product below in range; far above any real model. */
 #define TRACE_MAX_EXPERTS   65536
@@ -19,6 +22,11 @@
 #define TRACE_MAX_TOPK      1024
 #define TRACE_MAX_ROW_BYTES 1e12
 #define TRACE_MAX_CELLS     ((size_t)1 << 28) /* steps * ranks * experts: 1 GiB of counts */
+/* Text: a rank's line names at most every expert once (14 bytes each at most), a file at
+ * most TRACE_MAX_CELLS such pairs. Past these it is not a trace, and reading on would only
+ * grow memory (a line without end) or take forever. */
+#define TRACE_MAX_LINE       ((size_t)4 << 20)
+#define TRACE_MAX_FILE_BYTES ((uint64_t)4 << 30)
 
 static void trace_err(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -194,6 +202,7 @@ typedef struct trace_reader {
     FILE           *file;
     char           *line;
     size_t          line_cap;
+    uint64_t        bytes;       /* read so far */
     int             line_no;
     char           *err;
     strata_trace_t *trace;       /* steps counts the steps begun so far */
@@ -222,25 +231,76 @@ static strata_status_t trace_fail(trace_reader_t *rd, strata_status_t status, co
     return status;
 }
 
-/* The next line that is not blank or a comment, in *text_p; false at the end of the file. */
-static bool trace_next_line(trace_reader_t *rd, char **text_p)
+/* One line into rd->line (without its end), at most TRACE_MAX_LINE bytes and no NUL; *len_p
+ * is -1 at the end of the file. */
+static strata_status_t trace_read_line(trace_reader_t *rd, ssize_t *len_p)
 {
-    ssize_t len;
+    size_t len = 0;
+    int c;
 
-    while ((len = getline(&rd->line, &rd->line_cap, rd->file)) >= 0) {
+    rd->line_no++;
+    while ((c = getc_unlocked(rd->file)) != EOF && c != '\n') {
+        if (c == '\0') {
+            return trace_fail(rd, STRATA_ERR_PARSE, "a NUL byte (column %zu): binary data, "
+                              "not a strata trace", len + 1);
+        }
+        if (len >= TRACE_MAX_LINE) {
+            return trace_fail(rd, STRATA_ERR_PARSE, "line longer than %zu bytes: not a strata "
+                              "trace", TRACE_MAX_LINE);
+        }
+        if (len + 1 >= rd->line_cap) {
+            size_t cap = rd->line_cap ? 2 * rd->line_cap : 4096;
+            char *grown = realloc(rd->line, cap);
+
+            if (grown == NULL) {
+                return trace_fail(rd, STRATA_ERR_NO_MEMORY, "out of memory");
+            }
+            rd->line     = grown;
+            rd->line_cap = cap;
+        }
+        rd->line[len++] = (char)c;
+    }
+    if (c == EOF && ferror(rd->file)) {
+        return trace_fail(rd, STRATA_ERR_IO, "read failed: %s", strerror(errno));
+    }
+    rd->bytes += len + (c == '\n');
+    if (rd->bytes > TRACE_MAX_FILE_BYTES) {
+        return trace_fail(rd, STRATA_ERR_PARSE, "more than %llu bytes: too large for a strata "
+                          "trace", (unsigned long long)TRACE_MAX_FILE_BYTES);
+    }
+    if (len == 0 && c == EOF) {
+        rd->line_no--;
+        *len_p = -1;
+        return STRATA_OK;
+    }
+    if (rd->line == NULL && (rd->line = malloc(rd->line_cap = 4096)) == NULL) {
+        return trace_fail(rd, STRATA_ERR_NO_MEMORY, "out of memory");
+    }
+    rd->line[len] = '\0';
+    *len_p        = (ssize_t)len;
+    return STRATA_OK;
+}
+
+/* The next line that is not blank or a comment, in *text_p; NULL at the end of the file. */
+static strata_status_t trace_next_line(trace_reader_t *rd, char **text_p)
+{
+    strata_status_t status;
+    ssize_t len = -1;
+
+    *text_p = NULL;
+    while ((status = trace_read_line(rd, &len)) == STRATA_OK && len >= 0) {
         char *text = rd->line;
 
-        rd->line_no++;
-        while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r')) {
+        while (len > 0 && text[len - 1] == '\r') {
             text[--len] = '\0';
         }
         text += strspn(text, " \t");
         if (*text != '\0' && *text != '#') {
             *text_p = text;
-            return true;
+            return STRATA_OK;
         }
     }
-    return false;
+    return status;
 }
 
 /* The next word of *cursor (NUL-terminated in place), or NULL at the end of the line. */
@@ -281,10 +341,14 @@ static bool trace_parse_long(const char *text, long *value_p)
 
 static strata_status_t trace_read_version(trace_reader_t *rd)
 {
+    strata_status_t status;
     char *text, *word;
     long version;
 
-    if (!trace_next_line(rd, &text)) {
+    if ((status = trace_next_line(rd, &text)) != STRATA_OK) {
+        return status;
+    }
+    if (text == NULL) {
         return trace_fail(rd, STRATA_ERR_PARSE, "empty file: not a strata trace");
     }
     word = trace_word(&text);
@@ -312,9 +376,13 @@ static strata_status_t trace_read_shape(trace_reader_t *rd, strata_trace_shape_t
     int *const fields[] = {&shape->experts, &shape->ranks, &shape->ranks_per_node,
                            &shape->tokens, &shape->topk};
     char *text, *word, *end;
+    strata_status_t status;
     long value;
 
-    if (!trace_next_line(rd, &text)) {
+    if ((status = trace_next_line(rd, &text)) != STRATA_OK) {
+        return status;
+    }
+    if (text == NULL) {
         return trace_fail(rd, STRATA_ERR_PARSE, "end of file before the 'experts ...' line");
     }
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
@@ -512,7 +580,7 @@ static strata_status_t trace_read_body(trace_reader_t *rd)
     strata_status_t status;
     char *text;
 
-    while (trace_next_line(rd, &text)) {
+    while ((status = trace_next_line(rd, &text)) == STRATA_OK && text != NULL) {
         if (strncmp(text, "step", 4) == 0 && (text[4] == ' ' || text[4] == '\t' ||
                                               text[4] == '\0')) {
             status = trace_read_step_line(rd, text + 4);
@@ -523,8 +591,8 @@ static strata_status_t trace_read_body(trace_reader_t *rd)
             return status;
         }
     }
-    if (ferror(rd->file)) {
-        return trace_fail(rd, STRATA_ERR_IO, "read failed: %s", strerror(errno));
+    if (status != STRATA_OK) {
+        return status;
     }
     if (rd->trace->steps == 0) {
         return trace_fail(rd, STRATA_ERR_PARSE, "end of file before 'step 0': a trace has at "
@@ -557,17 +625,55 @@ static strata_status_t trace_read_file(trace_reader_t *rd)
     return trace_read_body(rd);
 }
 
+/* A regular file, opened without blocking (a FIFO would wait for a writer forever; a
+ * device such as /dev/zero never ends), and not larger than a trace can be. */
+static strata_status_t trace_open(const char *path, FILE **file_p, char *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), error;
+    struct stat st;
+
+    if (fd < 0) {
+        error = errno;
+        trace_err(err, "%s: %s", path, strerror(error));
+        return (error == ENOENT) ? STRATA_ERR_NOT_FOUND : STRATA_ERR_IO;
+    }
+    if (fstat(fd, &st) != 0) {
+        error = errno;
+        trace_err(err, "%s: %s", path, strerror(error));
+        close(fd);
+        return STRATA_ERR_IO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        trace_err(err, "%s: not a regular file (a trace is read from a file, not a %s)", path,
+                  S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
+                  : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device" : "special file");
+        close(fd);
+        return STRATA_ERR_IO;
+    }
+    if ((uint64_t)st.st_size > TRACE_MAX_FILE_BYTES) {
+        trace_err(err, "%s: %lld bytes is larger than a strata trace can be (%llu)", path,
+                  (long long)st.st_size, (unsigned long long)TRACE_MAX_FILE_BYTES);
+        close(fd);
+        return STRATA_ERR_PARSE;
+    }
+    *file_p = fdopen(fd, "r");
+    if (*file_p == NULL) {
+        error = errno;
+        trace_err(err, "%s: %s", path, strerror(error));
+        close(fd);
+        return STRATA_ERR_NO_MEMORY;
+    }
+    return STRATA_OK;
+}
+
 strata_status_t strata_trace_read(const char *path, strata_trace_t **trace_p, char *err)
 {
     trace_reader_t rd = {.path = path, .err = err};
     strata_status_t status;
 
-    rd.file = fopen(path, "r");
-    if (rd.file == NULL) {
-        int error = errno;
-
-        trace_err(err, "%s: %s", path, strerror(error));
-        return (error == ENOENT) ? STRATA_ERR_NOT_FOUND : STRATA_ERR_IO;
+    status = trace_open(path, &rd.file, err);
+    if (status != STRATA_OK) {
+        return status;
     }
     status = trace_read_file(&rd);
     if (status == STRATA_OK) {

@@ -55,7 +55,9 @@ static inline int32_t *strata_trace_counts(const strata_trace_t *trace, int step
  * Read a trace file. Every error names the file and line in err: STRATA_ERR_PARSE for text
  * that is not the format, STRATA_ERR_INVALID for values out of range (an unknown expert, a
  * count above tokens, a rank's counts above tokens * topk), STRATA_ERR_NOT_FOUND or
- * STRATA_ERR_IO when the file cannot be read, STRATA_ERR_NO_MEMORY.
+ * STRATA_ERR_IO when the file cannot be read or is not a regular file (a FIFO or device is
+ * refused without blocking), STRATA_ERR_NO_MEMORY. A NUL byte, a line above 4 MiB or a file
+ * above 4 GiB is STRATA_ERR_PARSE.
  */
 strata_status_t strata_trace_read(const char *path, strata_trace_t **trace_p, char *err);
 

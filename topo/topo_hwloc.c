@@ -24,8 +24,7 @@ typedef struct topo_hwloc_ctx {
 
 static strata_status_t topo_hwloc_nomem(topo_hwloc_ctx_t *ctx)
 {
-    topo_error(ctx->err, "%s: out of memory or too many devices", ctx->name);
-    return STRATA_ERR_NO_MEMORY;
+    return topo_add_failed(ctx->topo, ctx->name, ctx->err);
 }
 
 static strata_status_t topo_hwloc_add_numa(topo_hwloc_ctx_t *ctx)

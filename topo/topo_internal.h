@@ -51,11 +51,15 @@ struct topo {
 
 topo_t *topo_alloc(topo_source_t source, const char *description);
 
-/* Builders: return the new element's index, or -1 when out of memory or past the limit. */
+/* Builders: return the new element's index, or -1 when out of memory or past the limit
+ * (TOPO_MAX_DEVICES of a kind); topo_add_failed then tells which. */
 int topo_add_numa(topo_t *topo, int os_index);
 int topo_add_pci_node(topo_t *topo, const char *busid, bool host_bridge, int parent, int numa);
 int topo_add_gpu(topo_t *topo);
 int topo_add_nic(topo_t *topo);
+/* After a builder failed: STRATA_ERR_TOPOLOGY, err naming the kind that reached the limit
+ * (a file that large describes no machine), or else STRATA_ERR_NO_MEMORY. */
+strata_status_t topo_add_failed(const topo_t *topo, const char *name, char *err);
 
 /** Index of the NUMA node with this OS index, -1 if none. */
 int topo_numa_find(const topo_t *topo, int os_index);

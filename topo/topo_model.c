@@ -51,6 +51,22 @@ static int topo_grow(void **array, int *count, size_t elem)
     return (*count)++;
 }
 
+strata_status_t topo_add_failed(const topo_t *topo, const char *name, char *err)
+{
+    static const char *const kinds[] = {"NUMA nodes", "PCI nodes", "GPUs", "NICs"};
+    const int counts[] = {topo->num_numa, topo->num_pci, topo->num_gpus, topo->num_nics};
+
+    for (size_t k = 0; k < UTIL_ARRAY_SIZE(kinds); ++k) {
+        if (counts[k] >= TOPO_MAX_DEVICES) {
+            topo_error(err, "%s: more than %d %s: too large to be a machine's topology", name,
+                       TOPO_MAX_DEVICES, kinds[k]);
+            return STRATA_ERR_TOPOLOGY;
+        }
+    }
+    topo_error(err, "%s: out of memory", name);
+    return STRATA_ERR_NO_MEMORY;
+}
+
 int topo_add_numa(topo_t *topo, int os_index)
 {
     int index = topo_grow((void **)&topo->numa, &topo->num_numa, sizeof(*topo->numa));

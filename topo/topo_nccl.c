@@ -164,8 +164,7 @@ static strata_status_t topo_nccl_gpu(topo_nccl_ctx_t *ctx, const xmlNode *pci, c
     topo_gpu_t *gpu;
 
     if (index < 0) {
-        topo_error(ctx->err, "%s: out of memory or too many GPUs", ctx->name);
-        return STRATA_ERR_NO_MEMORY;
+        return topo_add_failed(ctx->topo, ctx->name, ctx->err);
     }
     gpu = &ctx->topo->gpus[index];
     snprintf(gpu->busid, sizeof(gpu->busid), "%s", busid);
@@ -215,8 +214,7 @@ static strata_status_t topo_nccl_one_nic(topo_nccl_ctx_t *ctx, const xmlNode *ne
     topo_nic_t *nic;
 
     if (index < 0) {
-        topo_error(ctx->err, "%s: out of memory or too many NICs", ctx->name);
-        return STRATA_ERR_NO_MEMORY;
+        return topo_add_failed(ctx->topo, ctx->name, ctx->err);
     }
     nic = &ctx->topo->nics[index];
     snprintf(nic->busid, sizeof(nic->busid), "%s", busid);
@@ -313,8 +311,7 @@ static strata_status_t topo_nccl_pci(topo_nccl_ctx_t *ctx, const xmlNode *node, 
     case TOPO_PCI_BRIDGE:
         index = topo_add_pci_node(ctx->topo, busid, false, parent, numa);
         if (index < 0) {
-            topo_error(ctx->err, "%s: out of memory or too many PCI nodes", ctx->name);
-            return STRATA_ERR_NO_MEMORY;
+            return topo_add_failed(ctx->topo, ctx->name, ctx->err);
         }
         return topo_nccl_walk(ctx, node, index, numa);
     case TOPO_PCI_GPU:
@@ -369,8 +366,7 @@ static strata_status_t topo_nccl_cpu(topo_nccl_ctx_t *ctx, const xmlNode *node)
     if (index < 0) {
         index = topo_add_numa(ctx->topo, (int)numaid);
         if (index < 0) {
-            topo_error(ctx->err, "%s: out of memory", ctx->name);
-            return STRATA_ERR_NO_MEMORY;
+            return topo_add_failed(ctx->topo, ctx->name, ctx->err);
         }
     }
     affinity = topo_nccl_attr(node, "affinity");

@@ -11,5 +11,6 @@
 #include "util_histogram.h"
 #include "util_sock.h"
 #include "util_ring.h"
+#include "util_file.h"
 
 #endif

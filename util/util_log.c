@@ -11,8 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define UTIL_LOG_LINE_MAX 1024
-
 static const char *const util_log_level_names[] = {
     [STRATA_LOG_LEVEL_ERROR] = "error",
     [STRATA_LOG_LEVEL_WARN]  = "warn",

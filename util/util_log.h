@@ -8,6 +8,10 @@
 
 #include "util_compiler.h"
 
+/** Longest line, with its "strata[r0] error: " prefix: longer ones are cut to this many
+ *  bytes (a handler receives at most UTIL_LOG_LINE_MAX - 1 bytes and the NUL). */
+#define UTIL_LOG_LINE_MAX 1024
+
 /** Receives every message that passes the level filter; the default writes to stderr. */
 typedef void (*util_log_handler_fn_t)(strata_log_level_t level, const char *line, void *arg);
 

@@ -8,6 +8,7 @@
 #include "intra/intra.h"
 #include "topo/topo.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +237,13 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
         return STRATA_ERR_INVALID;
     }
     if (config && (config->field_mask & STRATA_CONFIG_FIELD_LOG_LEVEL)) {
+        if ((int)config->log_level < STRATA_LOG_LEVEL_ERROR ||
+            config->log_level > STRATA_LOG_LEVEL_TRACE) {
+            UTIL_LOG_ERROR("comm: log_level %d is not a strata_log_level_t (%d..%d)",
+                           (int)config->log_level, STRATA_LOG_LEVEL_ERROR,
+                           STRATA_LOG_LEVEL_TRACE);
+            return STRATA_ERR_INVALID;
+        }
         util_log_set_level(config->log_level);
     }
     util_log_set_rank(bootstrap->rank);
@@ -245,6 +253,7 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
     if (comm == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
+    atomic_init(&comm->refs, 1); /* the caller's; each MoE object adds its own */
     comm->bootstrap = bootstrap;
     comm->rank      = bootstrap->rank;
     comm->size      = bootstrap->world_size;
@@ -291,11 +300,9 @@ err_comm:
     return status;
 }
 
-STRATA_API void strata_comm_destroy(strata_comm_t *comm)
+/* The teardown proper, once neither the caller nor a MoE object holds the communicator. */
+static void api_comm_free(strata_comm_t *comm)
 {
-    if (comm == NULL) {
-        return;
-    }
     inter_engine_destroy(comm->engine); /* before the topology its rail names come from */
     topo_rail_plan_destroy(comm->plan);
     topo_destroy(comm->topo);
@@ -306,25 +313,57 @@ STRATA_API void strata_comm_destroy(strata_comm_t *comm)
     free(comm);
 }
 
-STRATA_API int strata_comm_rank(const strata_comm_t *comm) { return comm->rank; }
-STRATA_API int strata_comm_size(const strata_comm_t *comm) { return comm->size; }
-STRATA_API int strata_comm_node(const strata_comm_t *comm) { return comm->rank_node[comm->rank]; }
-STRATA_API int strata_comm_num_nodes(const strata_comm_t *comm) { return comm->num_nodes; }
-STRATA_API int strata_comm_gpu(const strata_comm_t *comm) { return comm->gpu; }
+void api_comm_hold(strata_comm_t *comm)
+{
+    atomic_fetch_add_explicit(&comm->refs, 1, memory_order_relaxed);
+}
+
+void api_comm_release(strata_comm_t *comm)
+{
+    /* acq_rel: every holder's last use of the communicator happens before its teardown. */
+    if (atomic_fetch_sub_explicit(&comm->refs, 1, memory_order_acq_rel) == 1) {
+        api_comm_free(comm);
+    }
+}
+
+STRATA_API void strata_comm_destroy(strata_comm_t *comm)
+{
+    int objects;
+
+    if (comm == NULL) {
+        return;
+    }
+    objects = atomic_load_explicit(&comm->refs, memory_order_relaxed) - 1;
+    if (objects > 0) {
+        UTIL_LOG_WARN("comm: destroyed with %d MoE object%s alive: its engine and buffers stay "
+                      "until the last of them is destroyed", objects, objects == 1 ? "" : "s");
+    }
+    api_comm_release(comm);
+}
+
+STRATA_API int strata_comm_rank(const strata_comm_t *comm) { return comm ? comm->rank : -1; }
+STRATA_API int strata_comm_size(const strata_comm_t *comm) { return comm ? comm->size : 0; }
+STRATA_API int strata_comm_num_nodes(const strata_comm_t *comm) { return comm ? comm->num_nodes : 0; }
+STRATA_API int strata_comm_gpu(const strata_comm_t *comm) { return comm ? comm->gpu : -1; }
+
+STRATA_API int strata_comm_node(const strata_comm_t *comm)
+{
+    return comm ? comm->rank_node[comm->rank] : -1;
+}
 
 STRATA_API int strata_comm_local_rank(const strata_comm_t *comm)
 {
-    return comm->rank_local[comm->rank];
+    return comm ? comm->rank_local[comm->rank] : -1;
 }
 
 STRATA_API int strata_comm_local_size(const strata_comm_t *comm)
 {
-    return comm->node_size[strata_comm_node(comm)];
+    return comm ? comm->node_size[strata_comm_node(comm)] : 0;
 }
 
 STRATA_API int strata_comm_node_rank(const strata_comm_t *comm, int node, int local_rank)
 {
-    for (int r = 0; r < comm->size; ++r) {
+    for (int r = 0; comm != NULL && r < comm->size; ++r) {
         if (comm->rank_node[r] == node && comm->rank_local[r] == local_rank) {
             return r;
         }
@@ -334,15 +373,15 @@ STRATA_API int strata_comm_node_rank(const strata_comm_t *comm, int node, int lo
 
 STRATA_API const char *strata_comm_device_backend(const strata_comm_t *comm)
 {
-    return comm->device->name;
+    return comm ? comm->device->name : "";
 }
 
 STRATA_API const char *strata_comm_transport(const strata_comm_t *comm)
 {
-    return inter_engine_transport_name(comm->engine);
+    return comm ? inter_engine_transport_name(comm->engine) : "";
 }
 
 STRATA_API int strata_comm_num_rails(const strata_comm_t *comm)
 {
-    return (comm->gpu >= 0) ? comm->plan->rails[comm->gpu].num_rails : 0;
+    return (comm != NULL && comm->gpu >= 0) ? comm->plan->rails[comm->gpu].num_rails : 0;
 }

@@ -8,6 +8,8 @@
 #include "intra/intra.h"
 #include "topo/topo.h"
 
+#include <stdatomic.h>
+
 struct strata_comm {
     strata_bootstrap_t       *bootstrap;
     int                       rank;
@@ -23,7 +25,12 @@ struct strata_comm {
     inter_engine_t           *engine;
     int                      *all_ranks;  /* [size] 0..size-1, the group of strata_barrier */
     unsigned                  moe_created; /* MoE objects made (collectively, so equal on all) */
+    atomic_int                refs;        /* the caller's (until destroy) + one per MoE object */
 };
+
+/** A MoE object keeps the communicator it runs on: torn down by the last release. */
+void api_comm_hold(strata_comm_t *comm);
+void api_comm_release(strata_comm_t *comm);
 
 /**
  * Collective: every rank's outcome of a step that may fail on some ranks only (what names

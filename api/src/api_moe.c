@@ -116,6 +116,7 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
         free(moe);
         return status;
     }
+    api_comm_hold(comm);
     *moe_p = moe;
     return STRATA_OK;
 }
@@ -126,6 +127,7 @@ STRATA_API void strata_moe_destroy(strata_moe_t *moe)
         return;
     }
     sched_moe_destroy(moe->sched);
+    api_comm_release(moe->comm); /* the last one out tears a destroyed communicator down */
     free(moe);
 }
 

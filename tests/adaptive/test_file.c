@@ -12,8 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
+
+#include "common/log_capture.h"
 
 static char test_dir[] = "/tmp/strata-adapt-XXXXXX";
 
@@ -164,6 +167,39 @@ static void test_masks(void **state)
     assert_true(untouched[0] == 7 && untouched[1] == 7);
 }
 
+/* Only a regular file is read: a FIFO (which would block in open) and a device (which never
+ * ends) are refused at once, naming the file; so is a file of more than 16 MiB. */
+static void test_not_a_file(void **state)
+{
+    char fifo[64], big[64];
+    adapt_policy_params_t params;
+    uint64_t mask[1];
+    FILE *file;
+
+    (void)state;
+    snprintf(fifo, sizeof(fifo), "%s/fifo.json", test_dir);
+    snprintf(big, sizeof(big), "%s/big.json", test_dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    log_capture_start();
+    assert_int_equal(adapt_policy_load(fifo, &params), STRATA_ERR_IO);
+    assert_int_equal(adapt_mask_load(fifo, 8, mask), STRATA_ERR_IO);
+    assert_int_equal(adapt_policy_load("/dev/zero", &params), STRATA_ERR_IO);
+    assert_int_equal(adapt_mask_load("/dev/zero", 8, mask), STRATA_ERR_IO);
+    assert_int_equal(adapt_policy_load(test_dir, &params), STRATA_ERR_IO);
+    file = fopen(big, "w");
+    assert_non_null(file);
+    assert_int_equal(fseek(file, (16L << 20) + 1, SEEK_SET), 0);
+    fputc('}', file);
+    fclose(file);
+    assert_int_equal(adapt_policy_load(big, &params), STRATA_ERR_PARSE);
+    log_capture_stop();
+    assert_true(log_captured(fifo, "not a regular file but a FIFO", NULL));
+    assert_true(log_captured("/dev/zero", "not a regular file but a device", NULL));
+    assert_true(log_captured(big, "is larger than the 16777216", NULL));
+    unlink(fifo);
+    unlink(big);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -171,6 +207,7 @@ int main(void)
         cmocka_unit_test(test_partial),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_masks),
+        cmocka_unit_test(test_not_a_file),
     };
 
     return cmocka_run_group_tests(tests, test_setup, test_teardown);

@@ -3,10 +3,14 @@
  * communicator and checks the node and local-rank layout against what the launcher set.
  * With --die RANK, that rank exits after creation and the others must see the bootstrap
  * fail (not hang) and exit 0. Then the point-to-point API: a write with immediate to the
- * next rank, checked byte for byte, a message, and a barrier. Prints one line per rank.
+ * next rank, checked byte for byte, a message, and a barrier. With --comm-first, a MoE
+ * object is then destroyed after its communicator. Prints one line per rank.
  */
 #include <strata/strata.h>
 
+#include "common/log_capture.h"
+
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,8 +67,12 @@ static void point_to_point(strata_comm_t *comm, strata_bootstrap_t *bs)
         CHECK(dst[3000 + i] == pattern(prev, 1000 + i), "byte %zu from rank %d", i, prev);
     }
     CHECK(dst[2999] == 0 && dst[3000 + P2P_LEN] == 0, "write spilled outside its range");
+    log_capture_start();
     CHECK(strata_write(comm, size, src_mem, 0, &all[0], 0, 8, 0, 0, &req) == STRATA_ERR_INVALID,
           "unknown peer accepted");
+    log_capture_stop();
+    CHECK(log_captured("engine: unknown peer", "(ranks are 0..", NULL),
+          "the refusal of an unknown peer did not say so");
 
     CHECK(strata_recv(comm, prev, msg, sizeof(msg), &recv) == STRATA_OK, "recv");
     CHECK(strata_send(comm, next, &rank, sizeof(rank), &req) == STRATA_OK, "send");
@@ -83,6 +91,25 @@ static void point_to_point(strata_comm_t *comm, strata_bootstrap_t *bs)
     free(all);
 }
 
+/* A MoE object with peers on other nodes (its network buffers registered with the engine),
+ * destroyed after its communicator: the object must keep what it runs on. */
+static void comm_destroyed_first(strata_comm_t *comm, strata_bootstrap_t *bs)
+{
+    strata_moe_params_t p = {.num_experts = 2 * strata_comm_size(comm), .topk = 2, .hidden = 64,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = 4, .mode = STRATA_MOE_MODE_PUSH};
+    strata_moe_t *moe = NULL;
+    strata_status_t status = strata_moe_create(comm, &p, &moe);
+
+    CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
+    CHECK(bs->barrier(bs->ctx) == STRATA_OK, "barrier");
+    log_capture_start();
+    strata_comm_destroy(comm);
+    log_capture_stop();
+    CHECK(log_captured("destroyed with 1 MoE object alive", NULL, NULL), "no warning");
+    strata_moe_destroy(moe);
+}
+
 static int env_int(const char *name)
 {
     const char *value = getenv(name);
@@ -94,6 +121,7 @@ static int env_int(const char *name)
 int main(int argc, char **argv)
 {
     int die = (argc == 3 && strcmp(argv[1], "--die") == 0) ? atoi(argv[2]) : -1;
+    bool comm_first = argc == 2 && strcmp(argv[1], "--comm-first") == 0;
     strata_bootstrap_t *bs;
     strata_comm_t *comm;
     strata_status_t status;
@@ -141,6 +169,11 @@ int main(int argc, char **argv)
                strata_comm_device_backend(comm), strata_comm_transport(comm));
     }
     free(all);
+    if (comm_first) {
+        comm_destroyed_first(comm, bs);
+        printf("rank %d: MoE object destroyed after its communicator\n", rank);
+        comm = NULL;
+    }
     strata_comm_destroy(comm);
     strata_bootstrap_destroy(bs);
     return 0;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/log_capture.h"
 #include "common/one_rank.h"
 
 #define EXPERTS 8
@@ -123,7 +124,10 @@ static void test_reused_layout_sizes(void **state)
         assert_int_equal(step(f, sizes[i]), STRATA_OK);
         check(f, sizes[i]);
     }
+    log_capture_start();
     assert_int_equal(step(f, TOKENS + 1), STRATA_ERR_INVALID); /* refused, no step taken */
+    log_capture_stop();
+    assert_true(log_captured("dispatch of 17 tokens", NULL, NULL));
     fill(f, 5);
     assert_int_equal(step(f, 5), STRATA_OK);
     check(f, 5);
@@ -161,6 +165,35 @@ static void test_dispatch_during_a_step(void **state)
     check(f, 4); /* the step in progress completes */
 }
 
+/* A layout of no tokens needs no topk_idx; a bad count or a missing topk_idx is refused
+ * with a line saying which. */
+static void test_layout_arguments(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_layout_t *layout = NULL;
+
+    assert_int_equal(strata_moe_layout_create(f->moe, NULL, 0, &layout), STRATA_OK);
+    assert_non_null(layout);
+    strata_moe_layout_destroy(layout);
+    layout = NULL;
+    log_capture_start();
+    assert_int_equal(strata_moe_layout_create(f->moe, f->idx, TOKENS + 1, &layout),
+                     STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_layout_create(f->moe, f->idx, -2, &layout), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_layout_create(f->moe, NULL, 3, &layout), STRATA_ERR_INVALID);
+    assert_int_equal(step(f, TOKENS + 1), STRATA_ERR_INVALID);
+    log_capture_stop();
+    assert_null(layout);
+    assert_true(log_captured("layout of 17 tokens", "num_tokens must be 0..16", NULL));
+    assert_true(log_captured("layout of -2 tokens", "num_tokens must be 0..16", NULL));
+    assert_true(log_captured("layout of 3 tokens with a NULL topk_idx", NULL, NULL));
+    assert_true(log_captured("dispatch of 17 tokens", "num_tokens must be 0..16", NULL));
+    for (int i = 0; i < log_capture.count; ++i) { /* range errors do not blame topk_idx */
+        assert_true(strstr(log_capture.lines[i], "tokens:") == NULL ||
+                    strstr(log_capture.lines[i], "topk_idx") == NULL);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -168,6 +201,7 @@ int main(void)
         cmocka_unit_test(test_reused_layout_sizes),
         cmocka_unit_test(test_bad_ids_skipped),
         cmocka_unit_test(test_dispatch_during_a_step),
+        cmocka_unit_test(test_layout_arguments),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,6 +1,6 @@
 /*
- * The MoE object's mode selection on one rank: bad modes and mode files are refused at
- * creation with a clear status; a fixed mask file sets the masks the stats report; in
+ * The MoE object's mode selection on one rank: bad modes and mode files, and route or dtype
+ * values outside their enums, are refused at creation with a clear status; a fixed mask file sets the masks the stats report; in
  * adaptive mode set_pull_mask is refused and the steps still complete.
  */
 #include <strata/strata.h>
@@ -14,6 +14,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/log_capture.h"
 #include "common/one_rank.h"
 
 #define EXPERTS 8
@@ -76,6 +77,45 @@ static void test_bad_modes(void **state)
     assert_int_equal(create(comm, STRATA_MOE_MODE_ADAPTIVE, "/nonexistent/p.json", NULL),
                      STRATA_ERR_NOT_FOUND);
     assert_int_equal(create(comm, STRATA_MOE_MODE_DEFAULT, NULL, "pull"), STRATA_OK);
+}
+
+/* Enum fields outside their enums are refused before anything is allocated, by name. */
+static void test_bad_enums(void **state)
+{
+    static const struct {
+        int route, mode, dtype, combine_dtype;
+        const char *says;
+    } bad[] = {
+        {9, STRATA_MOE_MODE_PUSH, STRATA_DTYPE_BF16, STRATA_DTYPE_BF16, "route 9 "},
+        {-3, STRATA_MOE_MODE_PUSH, STRATA_DTYPE_BF16, STRATA_DTYPE_BF16, "route -3 "},
+        {STRATA_MOE_ROUTE_HIERARCHICAL + 1, STRATA_MOE_MODE_PUSH, STRATA_DTYPE_BF16,
+         STRATA_DTYPE_BF16, "route 3 "},
+        {STRATA_MOE_ROUTE_FLAT, -3, STRATA_DTYPE_BF16, STRATA_DTYPE_BF16, "mode -3 "},
+        {STRATA_MOE_ROUTE_FLAT, STRATA_MOE_MODE_PUSH, 7, STRATA_DTYPE_BF16, "dtype 7 "},
+        {STRATA_MOE_ROUTE_FLAT, STRATA_MOE_MODE_PUSH, STRATA_DTYPE_BF16, -1, "dtype -1 "},
+    };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+        strata_moe_params_t p = params((strata_moe_mode_t)bad[i].mode, NULL);
+        strata_moe_t *moe = NULL;
+
+        p.route         = (strata_moe_route_t)bad[i].route;
+        p.dtype         = (strata_dtype_t)bad[i].dtype;
+        p.combine_dtype = (strata_dtype_t)bad[i].combine_dtype;
+        log_capture_start();
+        assert_int_equal(strata_moe_create(*state, &p, &moe), STRATA_ERR_INVALID);
+        log_capture_stop();
+        assert_null(moe);
+        assert_true(log_captured(bad[i].says, NULL, NULL));
+    }
+    for (int route = STRATA_MOE_ROUTE_DEFAULT; route <= STRATA_MOE_ROUTE_HIERARCHICAL; ++route) {
+        strata_moe_params_t p = params(STRATA_MOE_MODE_PUSH, NULL);
+        strata_moe_t *moe = NULL;
+
+        p.route = (strata_moe_route_t)route;
+        assert_int_equal(strata_moe_create(*state, &p, &moe), STRATA_OK);
+        strata_moe_destroy(moe);
+    }
 }
 
 /* One step of TOKENS tokens, each to experts t and t + 1; the stats' pull mask after it. */
@@ -142,6 +182,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_modes),
+        cmocka_unit_test(test_bad_enums),
         cmocka_unit_test(test_fixed_file),
         cmocka_unit_test(test_adaptive),
     };

@@ -11,6 +11,8 @@
 #include "api/api.h"
 #include "inter/engine.h"
 
+#include "common/log_expect.h"
+
 #include <rdma/fabric.h> /* the headers' version: whether shared memory can be forbidden */
 
 #include <pthread.h>
@@ -694,6 +696,22 @@ static int forbid_shm_test(void)
     return 0;
 }
 
+/* What the deliberate bad calls must log (specific texts before general ones). */
+static const char *const refusals[] = {
+    "engine: unknown peer -1 (ranks are 0..",
+    "engine: unknown peer ",
+    "is not inside a registered region (0 bytes)",
+    "is not inside a registered region (",
+    "runs past peer ",
+    "engine: transfer of 0 bytes",
+    "engine: immediate 65536 out of range",
+    "engine: message of 70000 bytes",
+    "engine: not a remote memory descriptor",
+    "engine: a work ring already counts immediates",
+    "is not valid; the ring is failed",
+    NULL,
+};
+
 int main(int argc, char **argv)
 {
     int kill = (argc == 3 && strcmp(argv[1], "--kill") == 0) ? atoi(argv[2]) : -1;
@@ -723,11 +741,14 @@ int main(int argc, char **argv)
         scatter_and_read();
         messages();
         notify();
+        log_expect_start(refusals);
         bad_input_and_cancel();
         work_ring();
         work_ring_bad_command();
         CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
                   STRATA_OK, "final barrier");
+        CHECK(log_expect_missing() == NULL, "a refusal did not log '%s'", log_expect_missing());
+        util_log_set_handler(NULL, NULL);
         printf("rank %d of %d: all checks passed over %s, %d rails, read %s\n", g_rank, g_world,
                inter_engine_transport_name(g_engine), inter_engine_num_rails(g_engine),
                inter_engine_has_read(g_engine) ? "yes" : "no");

@@ -60,6 +60,15 @@ expect_exit 1 "$topo_bin" --file "$work/truncated.xml"
 expect_exit 1 "$topo_bin" --json --file "$work/page.xml"
 expect_exit 1 "$topo_bin" --file "$work"
 expect_exit 1 env STRATA_TOPO_FILE="$work/missing.xml" "$topo_bin"
+# More PCI nodes than any machine has (under the 64 MiB file limit): a clear error and exit
+# 1, not "out of memory" and exit 3.
+nccl=$fixtures/nvswitch-8gpu-8nic.nccl.xml
+{ sed -n '1,/<system/p' "$nccl"
+  for i in $(seq 400); do sed '1,/<system/d; /<\/system>/,$d' "$nccl"; done
+  sed -n '/<\/system>/,$p' "$nccl"; } >"$work/many.nccl.xml"
+expect_exit 1 "$topo_bin" --file "$work/many.nccl.xml"
+grep -q "more than 4096 PCI nodes: too large" "$work/err" && pass ||
+    fail "too many PCI nodes: $(cat "$work/err")"
 expect_exit 2 "$topo_bin" --bogus
 expect_exit 2 "$topo_bin" extra-argument
 expect_exit 0 "$topo_bin" --help

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # strata-tune: a generated trace is well formed and replays into the four strategies; a
 # hand-made trace gives hand-computed latencies (with the two-step lag); malformed traces
-# are refused naming the line; the SVG is well formed; usage errors exit 2; the synthetic
+# are refused naming the line, and so are a NUL byte and a line without end, while what is
+# not a regular file of trace size (/dev/zero, a FIFO, 5 GiB) is refused at once; the SVG is well formed; usage errors exit 2; the synthetic
 # suite passes the sweep and the check on a short run.
 set -u
 tune=$1
@@ -89,6 +90,33 @@ err=$("$tune" replay "$dir/version.trace" 2>&1 >/dev/null)
 err=$("$tune" replay "$dir/absent.trace" 2>&1 >/dev/null)
 [ $? -eq 1 ] && grep -qF "$dir/absent.trace: No such file" <<<"$err" ||
     fail "a missing file should exit 1 naming it: $err"
+
+# --- input that is not a trace file: refused at once, naming why (no hang, no growth) --------
+refused() { # what expected-text args...: exit 1 within 20 s, the text in the error
+    local what=$1 text=$2 err rc
+    shift 2
+    err=$(timeout 20 "$tune" "$@" 2>&1 >/dev/null)
+    rc=$?
+    [ $rc -ne 124 ] || fail "$what: still running after 20 s"
+    [ $rc -eq 1 ] || fail "$what: should exit 1, exited $rc: $err"
+    grep -qF "$text" <<<"$err" || fail "$what: no '$text' in: $err"
+}
+refused "/dev/zero" "/dev/zero: not a regular file" replay /dev/zero
+mkfifo "$dir/fifo" || fail "mkfifo"
+refused "a FIFO trace" "$dir/fifo: not a regular file" replay "$dir/fifo"
+refused "a FIFO policy" "$dir/fifo: not a regular file" replay --policy "$dir/fifo" "$dir/g.trace"
+refused "a directory" "$dir: not a regular file" replay "$dir"
+printf 'strata-trace 1\nexperts 4 ranks 2 ranks_per_node 1 tokens 3 topk 2 row_bytes 1000\n' \
+    >"$dir/nul.trace"
+printf 'step 0\n0 0:3\n1 1:1\000 2:3\n' >>"$dir/nul.trace" # the NUL used to hide "2:3"
+refused "a NUL byte" "$dir/nul.trace:5: a NUL byte" replay "$dir/nul.trace"
+{ printf 'strata-trace 1\n'; head -c $((5 << 20)) /dev/zero | tr '\0' '#'; } >"$dir/long.trace"
+refused "a 5 MiB line" "$dir/long.trace:2: line longer than" replay "$dir/long.trace"
+truncate -s 5G "$dir/huge.trace" || fail "truncate" # sparse: no disk used
+refused "a 5 GiB file" "larger than a strata trace can be" replay "$dir/huge.trace"
+truncate -s 5G "$dir/huge.json" || fail "truncate"
+refused "a 5 GiB policy" "larger than" replay --policy "$dir/huge.json" "$dir/g.trace"
+rm -f "$dir/huge.trace" "$dir/huge.json"
 
 # --- SVG ------------------------------------------------------------------------------------
 "$tune" generate --experts 128 --ranks 32 --steps 20 -o "$dir/e128.trace" || fail "generate E=128"

@@ -12,13 +12,15 @@
 #include <cmocka.h>
 
 static int lines;
-static char last[1024];
+static char last[8192]; /* far larger than a line may be, so the library's limit shows */
+static size_t last_len;  /* strlen of the line the handler received, before any copy */
 
 static void capture(strata_log_level_t level, const char *line, void *arg)
 {
     (void)level;
     (void)arg;
     ++lines;
+    last_len = strlen(line);
     snprintf(last, sizeof(last), "%s", line);
 }
 
@@ -55,17 +57,32 @@ static void test_rank_prefix(void **state)
     util_log_set_handler(NULL, NULL);
 }
 
+/* A message longer than a line reaches the handler cut at UTIL_LOG_LINE_MAX - 1 bytes:
+ * the prefix and then the message's first bytes, NUL-terminated. */
 static void test_long_message_truncated(void **state)
 {
+    static const char prefix[] = "strata[r3] error: ";
     char big[4096];
 
     (void)state;
-    memset(big, 'x', sizeof(big) - 1);
+    for (size_t i = 0; i < sizeof(big) - 1; ++i) {
+        big[i] = (char)('a' + i % 26);
+    }
     big[sizeof(big) - 1] = '\0';
     util_log_set_handler(capture, NULL);
+    util_log_set_level(STRATA_LOG_LEVEL_WARN);
+    util_log_set_rank(3);
     UTIL_LOG_ERROR("%s", big);
-    assert_true(strlen(last) < sizeof(last));
-    assert_null(strchr(last, '\n'));
+    assert_int_equal(last_len, UTIL_LOG_LINE_MAX - 1);
+    assert_memory_equal(last, prefix, sizeof(prefix) - 1);
+    assert_memory_equal(last + sizeof(prefix) - 1, big,
+                        UTIL_LOG_LINE_MAX - 1 - (sizeof(prefix) - 1));
+    /* One that fits arrives whole. */
+    big[100] = '\0';
+    UTIL_LOG_ERROR("%s", big);
+    assert_int_equal(last_len, sizeof(prefix) - 1 + 100);
+    assert_string_equal(last + sizeof(prefix) - 1, big);
+    util_log_set_rank(-1);
     util_log_set_handler(NULL, NULL);
 }
 

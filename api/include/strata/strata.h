@@ -164,15 +164,22 @@ typedef struct strata_comm strata_comm_t;
  * Collective over the bootstrap's ranks: exchanges each rank's host identity, devices and
  * topology summary, derives nodes and local ranks, and plans the rails of this rank's GPU.
  * config may be NULL (everything from the environment). The bootstrap must outlive the
- * communicator.
+ * communicator. STRATA_ERR_INVALID for a bad bootstrap or a log_level outside
+ * strata_log_level_t.
  */
 STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
                                               strata_bootstrap_t *bootstrap,
                                               strata_comm_t **comm_p);
 
-/** Local teardown (not collective). Tolerates NULL. */
+/**
+ * Local teardown (not collective). Tolerates NULL. The handle is dead on return; MoE objects
+ * still alive keep what they run on (engine, registered buffers) until the last of them is
+ * destroyed, which tears the rest down (a warning says so). The MoE objects should be
+ * destroyed first.
+ */
 STRATA_API void strata_comm_destroy(strata_comm_t *comm);
 
+/* Queries. Each tolerates NULL: indices and ranks are then -1, counts 0, names "". */
 STRATA_API int strata_comm_rank(const strata_comm_t *comm);
 STRATA_API int strata_comm_size(const strata_comm_t *comm);
 STRATA_API int strata_comm_node(const strata_comm_t *comm);       /**< 0..num_nodes-1 */
@@ -213,7 +220,12 @@ typedef struct strata_mem_desc {
     uint8_t bytes[STRATA_MEM_DESC_SIZE];
 } strata_mem_desc_t;
 
-/** Register [addr, addr+len) for transfers (on every rail). Free with strata_mem_deregister. */
+/**
+ * Register [addr, addr+len) for transfers (on every rail). Free with strata_mem_deregister.
+ * STRATA_ERR_INVALID for a range that wraps around the address space or that is not all
+ * mapped memory of the process (a length past the end of the buffer): peers may write
+ * anywhere in it.
+ */
 STRATA_API strata_status_t strata_mem_register(strata_comm_t *comm, void *addr, size_t len,
                                                strata_mem_t **mem_p);
 /** Only once no request uses it. Tolerates NULL. */
@@ -390,7 +402,9 @@ typedef struct strata_moe_stats {
 /**
  * Collective: every rank calls it with the same params. Allocates the node's symmetric
  * heap and the registered network buffers, sized for the worst case of the params.
- * STRATA_ERR_INVALID names a bad parameter. The communicator must outlive the object.
+ * STRATA_ERR_INVALID names a bad parameter (including dtype, combine_dtype, route and mode
+ * values outside their enums). The object holds its communicator: destroying the
+ * communicator first is safe (see strata_comm_destroy).
  */
 STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
                                              strata_moe_t **moe_p);
