@@ -23,6 +23,7 @@ struct strata_comm {
     inter_engine_t           *engine;
     int                      *all_ranks;  /* [size] 0..size-1, the group of strata_barrier */
     unsigned                  moe_created; /* MoE objects made (collectively, so equal on all) */
+    bool                      peer_failure_logged;
 };
 
 /**
@@ -31,5 +32,18 @@ struct strata_comm {
  * others to wait for it in the next exchange.
  */
 strata_status_t api_comm_agree(strata_comm_t *comm, strata_status_t mine, const char *what);
+
+/**
+ * The bootstrap's allgather, watched by the engine: STRATA_ERR_PEER_FAILED (logged) instead
+ * of entering it, or instead of its own failure, once the engine has declared a rank failed.
+ * The built-in bootstrap also gives up early while it waits (api_bootstrap_set_check); a
+ * caller's own bootstrap returns when it returns.
+ */
+strata_status_t api_comm_allgather(strata_comm_t *comm, const void *send_buf, void *recv_buf,
+                                   size_t size);
+
+/** Its strata_allgather_fn_t form, with the communicator as ctx. */
+strata_status_t api_comm_allgather_fn(void *comm, const void *send_buf, void *recv_buf,
+                                      size_t size);
 
 #endif

@@ -47,7 +47,7 @@ static strata_status_t api_moe_job_key(strata_comm_t *comm, char *key, size_t si
         status = util_random_bytes(mine.heap_secret, sizeof(mine.heap_secret));
     }
     if (status == STRATA_OK) {
-        status = comm->bootstrap->allgather(comm->bootstrap->ctx, &mine, all, sizeof(mine));
+        status = api_comm_allgather(comm, &mine, all, sizeof(mine));
     }
     if (status == STRATA_OK) {
         snprintf(key, size, "strata-moe-%llu-%llx-%u", (unsigned long long)all[0].pid,
@@ -125,8 +125,8 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
         .job_key         = key,
         .heap_secret     = heap_secret,
         .peer_timeout_ns = inter_engine_peer_timeout_ns(comm->engine),
-        .allgather       = comm->bootstrap->allgather,
-        .allgather_ctx   = comm->bootstrap->ctx,
+        .allgather       = api_comm_allgather_fn, /* gives up once a rank has failed */
+        .allgather_ctx   = comm,
     };
     moe = calloc(1, sizeof(*moe));
     if (moe == NULL) {
