@@ -250,9 +250,8 @@ static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listen
                                               : "it runs as another user";
         if (refusal != NULL) {
             UTIL_LOG_WARN("heap: refused a connection to job %s from pid %d (uid %u; this job "
-                          "runs as uid %u) claiming local rank %d: %s", p->job_key,
-                          (int)cred.pid, (unsigned)cred.uid, (unsigned)geteuid(),
-                          join.card.rank, refusal);
+                          "runs as uid %u): %s", p->job_key, (int)cred.pid,
+                          (unsigned)cred.uid, (unsigned)geteuid(), refusal);
             if (fd >= 0) {
                 close(fd);
             }
