@@ -1,5 +1,6 @@
 /*
- * api: what the public layer offers the tools: the list of every layer's config table.
+ * api: what the public layer offers the tools (the list of every layer's config table) and
+ * its files each other (the bootstrap's failure check).
  */
 #ifndef STRATA_API_API_H
 #define STRATA_API_API_H
@@ -12,6 +13,17 @@ extern const util_config_table_t api_comm_config_table;
 /** Every STRATA_* variable strata reads, table by table, for strata-info -c and warnings. */
 extern const util_config_table_t *const api_config_tables[];
 extern const size_t api_num_config_tables;
+
+/** Asked while the built-in bootstrap waits in a collective: anything but STRATA_OK ends
+ * the wait with that status (a communicator says STRATA_ERR_PEER_FAILED). */
+typedef strata_status_t (*api_bootstrap_check_fn_t)(void *arg);
+
+/**
+ * Have the built-in TCP bootstrap ask check(arg) every UTIL_SOCK_CHECK_NS while it waits;
+ * check NULL removes arg's check. Does nothing to a bootstrap the caller filled in.
+ */
+void api_bootstrap_set_check(strata_bootstrap_t *bootstrap, api_bootstrap_check_fn_t check,
+                             void *arg);
 
 /** Warn, once per process, about STRATA_* variables no table knows (naming the closest). */
 void api_config_warn_unknown(void);

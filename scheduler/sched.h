@@ -34,6 +34,9 @@ typedef struct sched_moe_world {
     inter_engine_t                *engine;
     const struct intra_device_ops *device;
     const char                    *job_key;    /**< the same on every rank, unique per object */
+    /** INTRA_HEAP_SECRET_LEN random bytes, the same on every rank of the node: what admits
+     * a process to the node's heap. Used once, not kept. */
+    const unsigned char           *heap_secret;
     uint64_t                       peer_timeout_ns; /**< the engine's heartbeat bound */
     /** The object's immediates: imm_base .. imm_base + sched_moe_imm_count(world) - 1. */
     uint32_t                       imm_base;

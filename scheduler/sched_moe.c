@@ -117,7 +117,8 @@ static strata_status_t sched_watch_failures(sched_moe_t *moe)
 }
 
 /* The node's heap, the intra tier's object, and the scheduler's tables in the heap. */
-static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key, bool area_in_heap)
+static strata_status_t sched_open_intra(sched_moe_t *moe, const sched_moe_world_t *world,
+                                        bool area_in_heap)
 {
     const strata_moe_params_t *p = &moe->params;
     const sched_geometry_t *geo = &moe->geo;
@@ -146,11 +147,13 @@ static strata_status_t sched_open_intra(sched_moe_t *moe, const char *job_key, b
     strata_status_t status;
 
     /* Per node: nodes may share a network namespace, and so the socket's name space. */
-    snprintf(key, sizeof(key), "%s-node%d", job_key, geo->node);
+    snprintf(key, sizeof(key), "%s-node%d", world->job_key, geo->node);
     if (intra_bytes == 0) {
         return STRATA_ERR_INVALID; /* intra_moe_heap_size named the parameter */
     }
+    memcpy(hp.secret, world->heap_secret, sizeof(hp.secret));
     status = intra_heap_create(&hp, &moe->heap);
+    util_crypto_wipe(hp.secret, sizeof(hp.secret));
     if (status == STRATA_OK) {
         status = intra_moe_create(&ip, moe->heap, &moe->intra);
     }
@@ -233,7 +236,7 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
     moe->net.bounce = moe->geo.num_peers > 0 && !in_heap;
     if ((status = sched_net_layout(moe)) != STRATA_OK ||
         (status = sched_watch_failures(moe)) != STRATA_OK ||
-        (status = sched_open_intra(moe, world->job_key, in_heap)) != STRATA_OK ||
+        (status = sched_open_intra(moe, world, in_heap)) != STRATA_OK ||
         (status = sched_net_open(moe)) != STRATA_OK ||
         (status = sched_modes_open(moe)) != STRATA_OK) {
         return status;
@@ -256,8 +259,10 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
     }
     moe->params = *params;
     moe->world  = *world;
-    /* Ours to keep: the caller's arrays need not outlive the object; the key is used once. */
-    moe->world.job_key    = NULL;
+    /* Ours to keep: the caller's arrays need not outlive the object; the key and the
+     * secret are used once. */
+    moe->world.job_key     = NULL;
+    moe->world.heap_secret = NULL;
     moe->world.rank_node  = sched_copy_ints(world->rank_node, world->world_size);
     moe->world.rank_local = sched_copy_ints(world->rank_local, world->world_size);
     status = moe->world.rank_node && moe->world.rank_local ? sched_moe_open(moe, world)

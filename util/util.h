@@ -10,6 +10,7 @@
 #include "util_clock.h"
 #include "util_histogram.h"
 #include "util_sock.h"
+#include "util_crypto.h"
 #include "util_ring.h"
 #include "util_file.h"
 

@@ -222,14 +222,45 @@ strata_status_t util_sock_accept(int listen_fd, uint64_t deadline_ns, int *fd_p)
     }
 }
 
-strata_status_t util_sock_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns)
+/*
+ * Wait for events until deadline, in slices of UTIL_SOCK_CHECK_NS when there is a check to
+ * ask between them: its verdict when it gives one, else util_sock_wait's.
+ */
+static strata_status_t util_sock_wait_checked(int fd, short events, uint64_t deadline_ns,
+                                              util_sock_check_fn_t check, void *arg)
+{
+    strata_status_t status;
+    uint64_t slice;
+
+    if (check == NULL) {
+        return util_sock_wait(fd, events, deadline_ns);
+    }
+    for (;;) {
+        slice  = UTIL_MIN(deadline_ns, util_clock_now_ns() + UTIL_SOCK_CHECK_NS);
+        status = util_sock_wait(fd, events, slice);
+        if (status != STRATA_ERR_TIMEOUT) {
+            return status;
+        }
+        status = check(arg);
+        if (status != STRATA_OK) {
+            return status;
+        }
+        if (slice >= deadline_ns) {
+            return STRATA_ERR_TIMEOUT;
+        }
+    }
+}
+
+strata_status_t util_sock_send_all_checked(int fd, const void *buf, size_t len,
+                                           uint64_t deadline_ns, util_sock_check_fn_t check,
+                                           void *arg)
 {
     const char *p = buf;
     strata_status_t status;
     ssize_t sent;
 
     while (len > 0) {
-        status = util_sock_wait(fd, POLLOUT, deadline_ns);
+        status = util_sock_wait_checked(fd, POLLOUT, deadline_ns, check, arg);
         if (status != STRATA_OK) {
             return status;
         }
@@ -246,14 +277,15 @@ strata_status_t util_sock_send_all(int fd, const void *buf, size_t len, uint64_t
     return STRATA_OK;
 }
 
-strata_status_t util_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns)
+strata_status_t util_sock_recv_all_checked(int fd, void *buf, size_t len, uint64_t deadline_ns,
+                                           util_sock_check_fn_t check, void *arg)
 {
     char *p = buf;
     strata_status_t status;
     ssize_t got;
 
     while (len > 0) {
-        status = util_sock_wait(fd, POLLIN, deadline_ns);
+        status = util_sock_wait_checked(fd, POLLIN, deadline_ns, check, arg);
         if (status != STRATA_OK) {
             return status;
         }
@@ -268,6 +300,16 @@ strata_status_t util_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadl
         len -= (size_t)got;
     }
     return STRATA_OK;
+}
+
+strata_status_t util_sock_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns)
+{
+    return util_sock_send_all_checked(fd, buf, len, deadline_ns, NULL, NULL);
+}
+
+strata_status_t util_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns)
+{
+    return util_sock_recv_all_checked(fd, buf, len, deadline_ns, NULL, NULL);
 }
 
 void util_sock_close(int fd)

@@ -1,23 +1,49 @@
 /*
  * Built-in bootstrap: a TCP star around rank 0, and its configuration from the launcher's
- * environment (torchrun, Slurm, Open MPI).
+ * environment (torchrun, Slurm, Open MPI). With a shared secret, rank 0 and each joining rank
+ * prove to each other that they know it (HMAC-SHA256 over both sides' nonces) before rank 0
+ * counts the connection as a rank; the secret itself never crosses the network.
  */
 #include "api/api.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define API_BOOTSTRAP_MAGIC   0x53545241u /* "STRA" */
-#define API_BOOTSTRAP_VERSION 1u
+#define API_BOOTSTRAP_VERSION 2u          /* 2: the hello carries a nonce and a secret flag */
 #define API_HELLO_NS          (2 * UTIL_NSEC_PER_SEC)
+#define API_NONCE_LEN         32
+#define API_SECRET_MAX        4096
+
+/* Rank 0's answers to a hello. */
+#define API_ANSWER_REFUSED   0
+#define API_ANSWER_ACCEPTED  1
+#define API_ANSWER_CHALLENGE 2 /* followed by api_bootstrap_proof_t; the rank proves in turn */
 
 typedef struct api_bootstrap_hello {
-    uint32_t magic;
-    uint32_t version;
-    int32_t  rank;
-    int32_t  world_size;
+    uint32_t      magic;
+    uint32_t      version;
+    int32_t       rank;
+    int32_t       world_size;
+    uint32_t      secret;   /* 1: this rank has a secret and wants rank 0's proof of it */
+    uint32_t      reserved;
+    unsigned char nonce[API_NONCE_LEN];
 } api_bootstrap_hello_t;
+
+/* Rank 0's nonce and proof: HMAC(secret, "strata-bootstrap-root" | rank's nonce | ours |
+ * hello). The rank answers with HMAC(secret, "strata-bootstrap-rank" | ours | its | hello). */
+typedef struct api_bootstrap_proof {
+    unsigned char nonce[API_NONCE_LEN];
+    unsigned char mac[UTIL_SHA256_LEN];
+} api_bootstrap_proof_t;
 
 /* Precedes every block a rank sends for a collective. */
 typedef struct api_bootstrap_header {
@@ -32,12 +58,18 @@ typedef struct api_tcp_bootstrap {
     uint32_t           seq;       /* collectives done so far; every rank counts alike */
     int                root_fd;   /* non-root: the connection to rank 0 */
     int               *peer_fds;  /* root: connection of each rank (index 0 unused) */
+    unsigned char     *secret;    /* during the rendezvous only; NULL without one */
+    size_t             secret_len;
+    api_bootstrap_check_fn_t check; /* asked while a collective waits (a communicator's) */
+    void                    *check_arg;
 } api_tcp_bootstrap_t;
 
 typedef struct api_bootstrap_config {
     char    *addr;
     int64_t  port;
     uint64_t timeout_ns;
+    char    *secret;
+    char    *secret_file;
 } api_bootstrap_config_t;
 
 static const util_config_field_t api_bootstrap_config_fields[] = {
@@ -50,6 +82,12 @@ static const util_config_field_t api_bootstrap_config_fields[] = {
     {.name = "BOOTSTRAP_TIMEOUT", .default_value = "30s",
      .doc = "Longest wait for the rendezvous and for each bootstrap collective.",
      .type = UTIL_CONFIG_TIME, .offset = offsetof(api_bootstrap_config_t, timeout_ns)},
+    {.name = "BOOTSTRAP_SECRET", .default_value = "",
+     .doc = "Shared secret every rank must prove to join (HMAC challenge; never sent).",
+     .type = UTIL_CONFIG_STRING, .offset = offsetof(api_bootstrap_config_t, secret)},
+    {.name = "BOOTSTRAP_SECRET_FILE", .default_value = "",
+     .doc = "File holding that secret (trailing newlines dropped); keep it mode 0600.",
+     .type = UTIL_CONFIG_STRING, .offset = offsetof(api_bootstrap_config_t, secret_file)},
 };
 
 const util_config_table_t api_bootstrap_config_table = {
@@ -69,11 +107,42 @@ static uint64_t api_bootstrap_deadline(const api_tcp_bootstrap_t *bs)
     return util_clock_now_ns() + bs->timeout_ns;
 }
 
-static strata_status_t api_bootstrap_lost(int peer, strata_status_t status, const char *what)
+/* The communicator's verdict on its peers, when one watches this bootstrap. */
+static strata_status_t api_bootstrap_check(void *ctx)
 {
+    api_tcp_bootstrap_t *bs = api_tcp_of(ctx);
+
+    return bs->check != NULL ? bs->check(bs->check_arg) : STRATA_OK;
+}
+
+static strata_status_t api_bootstrap_lost(api_tcp_bootstrap_t *bs, int peer,
+                                          strata_status_t status, const char *what)
+{
+    /* A connection lost because some rank failed: say that, as every rank will. */
+    if (status != STRATA_OK && status != STRATA_ERR_PEER_FAILED &&
+        api_bootstrap_check(bs) == STRATA_ERR_PEER_FAILED) {
+        status = STRATA_ERR_PEER_FAILED;
+    }
     UTIL_LOG_ERROR("bootstrap: %s rank %d failed: %s", what, peer,
-                   (status == STRATA_ERR_TIMEOUT) ? "timed out" : "connection lost");
-    return (status == STRATA_ERR_TIMEOUT) ? STRATA_ERR_TIMEOUT : STRATA_ERR_BOOTSTRAP;
+                   status == STRATA_ERR_TIMEOUT       ? "timed out"
+                   : status == STRATA_ERR_PEER_FAILED ? "a rank has failed (gave up early)"
+                                                      : "connection lost");
+    return (status == STRATA_ERR_TIMEOUT || status == STRATA_ERR_PEER_FAILED)
+               ? status : STRATA_ERR_BOOTSTRAP;
+}
+
+static strata_status_t api_bootstrap_send(api_tcp_bootstrap_t *bs, int fd, const void *buf,
+                                          size_t len, uint64_t deadline)
+{
+    return util_sock_send_all_checked(fd, buf, len, deadline,
+                                      bs->check ? api_bootstrap_check : NULL, bs);
+}
+
+static strata_status_t api_bootstrap_recv(api_tcp_bootstrap_t *bs, int fd, void *buf,
+                                          size_t len, uint64_t deadline)
+{
+    return util_sock_recv_all_checked(fd, buf, len, deadline,
+                                      bs->check ? api_bootstrap_check : NULL, bs);
 }
 
 /* Root: gather every block, then send the whole buffer back to every rank. */
@@ -84,7 +153,7 @@ static strata_status_t api_bootstrap_root_allgather(api_tcp_bootstrap_t *bs, cha
     strata_status_t status;
 
     for (int peer = 1; peer < bs->base.world_size; ++peer) {
-        status = util_sock_recv_all(bs->peer_fds[peer], &header, sizeof(header), deadline);
+        status = api_bootstrap_recv(bs, bs->peer_fds[peer], &header, sizeof(header), deadline);
         if (status == STRATA_OK) {
             if (header.magic != API_BOOTSTRAP_MAGIC || header.seq != bs->seq ||
                 header.size != size) {
@@ -93,18 +162,18 @@ static strata_status_t api_bootstrap_root_allgather(api_tcp_bootstrap_t *bs, cha
                                (unsigned long long)header.size, bs->seq, size);
                 return STRATA_ERR_BOOTSTRAP;
             }
-            status = util_sock_recv_all(bs->peer_fds[peer], recv_buf + (size_t)peer * size,
+            status = api_bootstrap_recv(bs, bs->peer_fds[peer], recv_buf + (size_t)peer * size,
                                         size, deadline);
         }
         if (status != STRATA_OK) {
-            return api_bootstrap_lost(peer, status, "gathering from");
+            return api_bootstrap_lost(bs, peer, status, "gathering from");
         }
     }
     for (int peer = 1; peer < bs->base.world_size; ++peer) {
-        status = util_sock_send_all(bs->peer_fds[peer], recv_buf,
+        status = api_bootstrap_send(bs, bs->peer_fds[peer], recv_buf,
                                     size * (size_t)bs->base.world_size, deadline);
         if (status != STRATA_OK) {
-            return api_bootstrap_lost(peer, status, "sending to");
+            return api_bootstrap_lost(bs, peer, status, "sending to");
         }
     }
     return STRATA_OK;
@@ -131,16 +200,16 @@ static strata_status_t api_bootstrap_allgather(void *ctx, const void *send_buf, 
             }
         }
     } else {
-        status = util_sock_send_all(bs->root_fd, &header, sizeof(header), deadline);
+        status = api_bootstrap_send(bs, bs->root_fd, &header, sizeof(header), deadline);
         if (status == STRATA_OK && size > 0) {
-            status = util_sock_send_all(bs->root_fd, send_buf, size, deadline);
+            status = api_bootstrap_send(bs, bs->root_fd, send_buf, size, deadline);
         }
         if (status == STRATA_OK) {
-            status = util_sock_recv_all(bs->root_fd, recv_buf, size * (size_t)bs->base.world_size,
-                                        deadline);
+            status = api_bootstrap_recv(bs, bs->root_fd, recv_buf,
+                                        size * (size_t)bs->base.world_size, deadline);
         }
         if (status != STRATA_OK) {
-            status = api_bootstrap_lost(0, status, "exchange with");
+            status = api_bootstrap_lost(bs, 0, status, "exchange with");
         }
     }
     bs->seq++;
@@ -161,10 +230,77 @@ static strata_status_t api_bootstrap_barrier(void *ctx)
     return status;
 }
 
-/* Root's answer to a hello: 1 accepted, 0 refused. */
-static strata_status_t api_bootstrap_answer(int fd, uint8_t accepted)
+/* Root's answer to a hello, and what may follow it. */
+static strata_status_t api_bootstrap_answer(int fd, uint8_t answer, uint64_t deadline)
 {
-    return util_sock_send_all(fd, &accepted, 1, util_clock_now_ns() + API_HELLO_NS);
+    return util_sock_send_all(fd, &answer, 1, deadline);
+}
+
+static void api_bootstrap_mac(const api_tcp_bootstrap_t *bs, const char *label,
+                              const unsigned char *first, const unsigned char *second,
+                              const api_bootstrap_hello_t *hello, unsigned char *mac)
+{
+    api_bootstrap_hello_t bound = *hello;
+    const void *parts[4] = {label, first, second, &bound};
+    size_t lens[4] = {strlen(label), API_NONCE_LEN, API_NONCE_LEN, sizeof(bound)};
+
+    memset(bound.nonce, 0, sizeof(bound.nonce)); /* a part of its own already */
+    util_hmac_sha256(bs->secret, bs->secret_len, parts, lens, 4, mac);
+}
+
+/* "a.b.c.d:port" of the other end of fd, for the log. */
+static void api_bootstrap_peer_name(int fd, char *name, size_t size)
+{
+    struct sockaddr_storage addr;
+    socklen_t len = sizeof(addr);
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+
+    if (getpeername(fd, (struct sockaddr *)&addr, &len) == 0) {
+        if (addr.ss_family == AF_INET) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&addr)->sin_addr, host, sizeof(host));
+            port = ntohs(((struct sockaddr_in *)&addr)->sin_port);
+        } else if (addr.ss_family == AF_INET6) {
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&addr)->sin6_addr, host, sizeof(host));
+            port = ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
+        }
+    }
+    snprintf(name, size, "%s:%u", host, port);
+}
+
+/*
+ * Root: the rest of one hello, under deadline. Returns NULL to admit the connection as
+ * hello->rank, or why it is refused.
+ */
+static const char *api_bootstrap_admit(api_tcp_bootstrap_t *bs, int fd,
+                                       const api_bootstrap_hello_t *hello, uint64_t deadline)
+{
+    api_bootstrap_proof_t proof;
+    unsigned char mac[UTIL_SHA256_LEN], expect[UTIL_SHA256_LEN];
+
+    if (hello->magic != API_BOOTSTRAP_MAGIC || hello->version != API_BOOTSTRAP_VERSION ||
+        hello->world_size != bs->base.world_size || hello->rank <= 0 ||
+        hello->rank >= bs->base.world_size || bs->peer_fds[hello->rank] >= 0) {
+        return "not this job, another version, or a rank seen twice";
+    }
+    if (bs->secret == NULL) {
+        return hello->secret ? "it has a bootstrap secret and rank 0 has none" : NULL;
+    }
+    if (!hello->secret) {
+        return "it has no bootstrap secret (STRATA_BOOTSTRAP_SECRET[_FILE])";
+    }
+    if (util_random_bytes(proof.nonce, sizeof(proof.nonce)) != STRATA_OK) {
+        return "no random nonce for it";
+    }
+    api_bootstrap_mac(bs, "strata-bootstrap-root", hello->nonce, proof.nonce, hello, proof.mac);
+    if (api_bootstrap_answer(fd, API_ANSWER_CHALLENGE, deadline) != STRATA_OK ||
+        util_sock_send_all(fd, &proof, sizeof(proof), deadline) != STRATA_OK ||
+        util_sock_recv_all(fd, mac, sizeof(mac), deadline) != STRATA_OK) {
+        return "it did not answer the challenge";
+    }
+    api_bootstrap_mac(bs, "strata-bootstrap-rank", proof.nonce, hello->nonce, hello, expect);
+    return util_crypto_equal(mac, expect, sizeof(mac)) ? NULL
+                                                       : "it does not know the bootstrap secret";
 }
 
 /* Root: accept until every other rank has said hello, each rank once. */
@@ -173,6 +309,9 @@ static strata_status_t api_bootstrap_accept_all(api_tcp_bootstrap_t *bs, int lis
 {
     api_bootstrap_hello_t hello;
     strata_status_t status;
+    uint64_t hello_deadline;
+    const char *refusal;
+    char who[INET6_ADDRSTRLEN + 8];
     int joined = 1, fd;
 
     while (joined < bs->base.world_size) {
@@ -184,20 +323,20 @@ static strata_status_t api_bootstrap_accept_all(api_tcp_bootstrap_t *bs, int lis
         }
         memset(&hello, 0, sizeof(hello));
         /* A stray connection that never speaks must not hold up the rendezvous. */
-        status = util_sock_recv_all(fd, &hello, sizeof(hello),
-                                    UTIL_MIN(deadline, util_clock_now_ns() + API_HELLO_NS));
-        if (status != STRATA_OK || hello.magic != API_BOOTSTRAP_MAGIC ||
-            hello.version != API_BOOTSTRAP_VERSION || hello.world_size != bs->base.world_size ||
-            hello.rank <= 0 || hello.rank >= bs->base.world_size ||
-            bs->peer_fds[hello.rank] >= 0) {
-            UTIL_LOG_WARN("bootstrap: refused a connection (rank %d of %d, version %u): not "
-                          "this job, or a rank seen twice", hello.rank, hello.world_size,
-                          hello.version);
-            api_bootstrap_answer(fd, 0); /* tell it now rather than at its timeout */
+        hello_deadline = UTIL_MIN(deadline, util_clock_now_ns() + API_HELLO_NS);
+        status  = util_sock_recv_all(fd, &hello, sizeof(hello), hello_deadline);
+        refusal = status != STRATA_OK ? "no hello" : api_bootstrap_admit(bs, fd, &hello,
+                                                                         hello_deadline);
+        if (refusal != NULL) {
+            api_bootstrap_peer_name(fd, who, sizeof(who));
+            UTIL_LOG_WARN("bootstrap: refused a connection from %s (rank %d of %d, version "
+                          "%u): %s", who, hello.rank, hello.world_size, hello.version, refusal);
+            /* tell it now rather than at its timeout */
+            api_bootstrap_answer(fd, API_ANSWER_REFUSED, hello_deadline);
             util_sock_close(fd);
             continue;
         }
-        if (api_bootstrap_answer(fd, 1) != STRATA_OK) {
+        if (api_bootstrap_answer(fd, API_ANSWER_ACCEPTED, hello_deadline) != STRATA_OK) {
             util_sock_close(fd); /* gone already: it may come back and say hello again */
             continue;
         }
@@ -233,34 +372,155 @@ static strata_status_t api_bootstrap_root_start(api_tcp_bootstrap_t *bs, const c
     return status;
 }
 
+/* A joining rank with a secret: check rank 0's proof, then give ours. */
+static const char *api_bootstrap_prove(api_tcp_bootstrap_t *bs,
+                                       const api_bootstrap_hello_t *hello, uint64_t deadline)
+{
+    api_bootstrap_proof_t proof;
+    unsigned char expect[UTIL_SHA256_LEN], mac[UTIL_SHA256_LEN];
+
+    if (util_sock_recv_all(bs->root_fd, &proof, sizeof(proof), deadline) != STRATA_OK) {
+        return "did not send its proof of the secret";
+    }
+    api_bootstrap_mac(bs, "strata-bootstrap-root", hello->nonce, proof.nonce, hello, expect);
+    if (!util_crypto_equal(proof.mac, expect, sizeof(expect))) {
+        return "does not know the bootstrap secret";
+    }
+    api_bootstrap_mac(bs, "strata-bootstrap-rank", proof.nonce, hello->nonce, hello, mac);
+    return util_sock_send_all(bs->root_fd, mac, sizeof(mac), deadline) == STRATA_OK
+               ? NULL : "went away during the challenge";
+}
+
 static strata_status_t api_bootstrap_join(api_tcp_bootstrap_t *bs, const char *addr,
                                           uint16_t port)
 {
     api_bootstrap_hello_t hello = {.magic = API_BOOTSTRAP_MAGIC, .version = API_BOOTSTRAP_VERSION,
-                                   .rank = bs->base.rank, .world_size = bs->base.world_size};
+                                   .rank = bs->base.rank, .world_size = bs->base.world_size,
+                                   .secret = bs->secret != NULL};
     uint64_t deadline = api_bootstrap_deadline(bs);
+    const char *failure = NULL;
     strata_status_t status;
+    uint8_t answer = API_ANSWER_REFUSED;
 
+    status = util_random_bytes(hello.nonce, sizeof(hello.nonce));
+    if (status != STRATA_OK) {
+        return status;
+    }
     status = util_sock_connect(addr, port, deadline, &bs->root_fd);
     if (status != STRATA_OK) {
         UTIL_LOG_ERROR("bootstrap: rank %d could not reach rank 0 at %s:%u", bs->base.rank, addr,
                        port);
         return status;
     }
-    uint8_t accepted = 0;
-
     status = util_sock_send_all(bs->root_fd, &hello, sizeof(hello), deadline);
     if (status == STRATA_OK) {
-        status = util_sock_recv_all(bs->root_fd, &accepted, 1, deadline);
+        status = util_sock_recv_all(bs->root_fd, &answer, 1, deadline);
     }
-    if (status != STRATA_OK || accepted != 1) {
-        UTIL_LOG_ERROR("bootstrap: rank 0 at %s:%u %s rank %d of %d (another job on that "
-                       "port, a different world size, or this rank taken twice)", addr, port,
-                       status == STRATA_OK ? "refused" : "did not answer", bs->base.rank,
-                       bs->base.world_size);
+    if (status == STRATA_OK && answer == API_ANSWER_CHALLENGE && bs->secret != NULL) {
+        failure = api_bootstrap_prove(bs, &hello, deadline);
+        if (failure == NULL &&
+            (status = util_sock_recv_all(bs->root_fd, &answer, 1, deadline)) != STRATA_OK) {
+            failure = "did not answer";
+        }
+    } else if (status == STRATA_OK && answer == API_ANSWER_ACCEPTED && bs->secret != NULL) {
+        failure = "accepted this rank without proving the bootstrap secret (it has none)";
+    } else if (status == STRATA_OK && answer == API_ANSWER_CHALLENGE) {
+        failure = "wants a bootstrap secret and this rank has none";
+    }
+    if (status != STRATA_OK || failure != NULL || answer != API_ANSWER_ACCEPTED) {
+        UTIL_LOG_ERROR("bootstrap: rank 0 at %s:%u %s: rank %d of %d not joining (another job "
+                       "on that port, a different world size or secret, or this rank taken "
+                       "twice)", addr, port,
+                       failure != NULL ? failure : status == STRATA_OK ? "refused" : "did not answer",
+                       bs->base.rank, bs->base.world_size);
         return status == STRATA_ERR_TIMEOUT ? STRATA_ERR_TIMEOUT : STRATA_ERR_BOOTSTRAP;
     }
     return STRATA_OK;
+}
+
+/* The secret from STRATA_BOOTSTRAP_SECRET or the file STRATA_BOOTSTRAP_SECRET_FILE names. */
+static strata_status_t api_bootstrap_read_secret(const api_bootstrap_config_t *config,
+                                                 api_tcp_bootstrap_t *bs)
+{
+    unsigned char buf[API_SECRET_MAX + 1];
+    struct stat st;
+    ssize_t got;
+    size_t len = 0;
+    int fd;
+
+    if (config->secret[0] != '\0' && config->secret_file[0] != '\0') {
+        UTIL_LOG_ERROR("bootstrap: both STRATA_BOOTSTRAP_SECRET and STRATA_BOOTSTRAP_SECRET_FILE "
+                       "are set: set one");
+        return STRATA_ERR_CONFIG;
+    }
+    if (config->secret[0] != '\0') {
+        len = strlen(config->secret);
+        memcpy(buf, config->secret, UTIL_MIN(len, sizeof(buf)));
+    } else if (config->secret_file[0] != '\0') {
+        fd = open(config->secret_file, O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &st) != 0) {
+            UTIL_LOG_ERROR("bootstrap: cannot read STRATA_BOOTSTRAP_SECRET_FILE=%s: %s",
+                           config->secret_file, strerror(errno));
+            if (fd >= 0) {
+                close(fd);
+            }
+            return STRATA_ERR_CONFIG;
+        }
+        if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+            UTIL_LOG_WARN("bootstrap: %s is open to other users (mode %03o): chmod 600 it",
+                          config->secret_file, (unsigned)(st.st_mode & 0777));
+        }
+        while (len < sizeof(buf) && (got = read(fd, buf + len, sizeof(buf) - len)) > 0) {
+            len += (size_t)got;
+        }
+        close(fd);
+        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) {
+            --len; /* `echo secret > file` and the variable then mean the same */
+        }
+    } else {
+        return STRATA_OK;
+    }
+    if (len == 0 || len > API_SECRET_MAX) {
+        UTIL_LOG_ERROR("bootstrap: the bootstrap secret is %s (1 to %d bytes)",
+                       len == 0 ? "empty" : "too long", API_SECRET_MAX);
+        util_crypto_wipe(buf, sizeof(buf));
+        return STRATA_ERR_CONFIG;
+    }
+    bs->secret = malloc(len);
+    if (bs->secret == NULL) {
+        util_crypto_wipe(buf, sizeof(buf));
+        return STRATA_ERR_NO_MEMORY;
+    }
+    memcpy(bs->secret, buf, len);
+    bs->secret_len = len;
+    util_crypto_wipe(buf, sizeof(buf));
+    return STRATA_OK;
+}
+
+static void api_bootstrap_forget_secret(api_tcp_bootstrap_t *bs)
+{
+    if (bs->secret != NULL) {
+        util_crypto_wipe(bs->secret, bs->secret_len);
+        free(bs->secret);
+        bs->secret = NULL;
+    }
+}
+
+void api_bootstrap_set_check(strata_bootstrap_t *bootstrap, api_bootstrap_check_fn_t check,
+                             void *arg)
+{
+    api_tcp_bootstrap_t *bs = (api_tcp_bootstrap_t *)bootstrap;
+
+    if (bootstrap == NULL || bootstrap->allgather != api_bootstrap_allgather) {
+        return; /* the caller's own: strata cannot interrupt its waits */
+    }
+    if (check != NULL) {
+        bs->check     = check;
+        bs->check_arg = arg;
+    } else if (bs->check_arg == arg) {
+        bs->check     = NULL;
+        bs->check_arg = NULL;
+    }
 }
 
 STRATA_API void strata_bootstrap_destroy(strata_bootstrap_t *bootstrap)
@@ -270,6 +530,7 @@ STRATA_API void strata_bootstrap_destroy(strata_bootstrap_t *bootstrap)
     if (bs == NULL) {
         return;
     }
+    api_bootstrap_forget_secret(bs);
     util_sock_close(bs->root_fd);
     for (int i = 0; bs->peer_fds != NULL && i < bs->base.world_size; ++i) {
         util_sock_close(bs->peer_fds[i]);
@@ -278,16 +539,23 @@ STRATA_API void strata_bootstrap_destroy(strata_bootstrap_t *bootstrap)
     free(bs);
 }
 
-static uint64_t api_bootstrap_default_timeout_ns(void)
+/* The timeout (0: STRATA_BOOTSTRAP_TIMEOUT) and the secret from the environment. */
+static strata_status_t api_bootstrap_configure(api_tcp_bootstrap_t *bs, uint64_t timeout_ms)
 {
     api_bootstrap_config_t config;
-    uint64_t timeout = 30 * UTIL_NSEC_PER_SEC;
+    strata_status_t status;
 
-    if (util_config_read(&api_bootstrap_config_table, &config) == STRATA_OK) {
-        timeout = config.timeout_ns;
-        util_config_release(&api_bootstrap_config_table, &config);
+    status = util_config_read(&api_bootstrap_config_table, &config);
+    if (status != STRATA_OK) {
+        return status;
     }
-    return timeout;
+    bs->timeout_ns = timeout_ms ? timeout_ms * UTIL_NSEC_PER_MSEC : config.timeout_ns;
+    status = api_bootstrap_read_secret(&config, bs);
+    if (config.secret != NULL) {
+        util_crypto_wipe(config.secret, strlen(config.secret));
+    }
+    util_config_release(&api_bootstrap_config_table, &config);
+    return status;
 }
 
 STRATA_API strata_status_t strata_bootstrap_tcp_create(const char *root_addr, uint16_t port,
@@ -311,16 +579,13 @@ STRATA_API strata_status_t strata_bootstrap_tcp_create(const char *root_addr, ui
     bs->base = (strata_bootstrap_t){.rank = rank, .world_size = world_size,
                                     .allgather = api_bootstrap_allgather,
                                     .barrier = api_bootstrap_barrier, .ctx = bs};
-    bs->root_fd    = -1;
-    bs->timeout_ns = timeout_ms ? timeout_ms * UTIL_NSEC_PER_MSEC
-                                : api_bootstrap_default_timeout_ns();
-    if (world_size == 1) {
-        status = STRATA_OK;
-    } else if (rank == 0) {
-        status = api_bootstrap_root_start(bs, root_addr, port);
-    } else {
-        status = api_bootstrap_join(bs, root_addr, port);
+    bs->root_fd = -1;
+    status      = api_bootstrap_configure(bs, timeout_ms);
+    if (status == STRATA_OK && world_size > 1) {
+        status = rank == 0 ? api_bootstrap_root_start(bs, root_addr, port)
+                           : api_bootstrap_join(bs, root_addr, port);
     }
+    api_bootstrap_forget_secret(bs); /* collectives run on the connections it admitted */
     if (status != STRATA_OK) {
         strata_bootstrap_destroy(&bs->base);
         return status;

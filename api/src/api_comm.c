@@ -122,6 +122,53 @@ static strata_status_t api_comm_map_nodes(strata_comm_t *comm, const api_rank_in
     return STRATA_OK;
 }
 
+/* Whether the engine has declared a rank failed: STRATA_ERR_PEER_FAILED, logged once. */
+static strata_status_t api_comm_check_peers(void *arg)
+{
+    strata_comm_t *comm = arg;
+
+    for (int r = 0; comm->engine != NULL && r < comm->size; ++r) {
+        if (r != comm->rank && inter_engine_peer_failed(comm->engine, r)) {
+            if (!comm->peer_failure_logged) {
+                comm->peer_failure_logged = true;
+                UTIL_LOG_ERROR("comm: rank %d has failed: no collective of this communicator "
+                               "can complete", r);
+            }
+            return STRATA_ERR_PEER_FAILED;
+        }
+    }
+    return STRATA_OK;
+}
+
+strata_status_t api_comm_allgather(strata_comm_t *comm, const void *send_buf, void *recv_buf,
+                                   size_t size)
+{
+    strata_status_t status = api_comm_check_peers(comm);
+
+    if (status == STRATA_OK) {
+        status = comm->bootstrap->allgather(comm->bootstrap->ctx, send_buf, recv_buf, size);
+    }
+    if (status != STRATA_OK && status != STRATA_ERR_PEER_FAILED && comm->engine != NULL) {
+        /* Rank 0 may have given up on a failed rank a little before our engine declares it:
+         * give the engine its heartbeat bound to say so, as every rank's answer should. */
+        uint64_t until = util_clock_now_ns() + inter_engine_peer_timeout_ns(comm->engine);
+
+        while (api_comm_check_peers(comm) == STRATA_OK && util_clock_now_ns() < until) {
+            usleep(10000);
+        }
+        if (api_comm_check_peers(comm) != STRATA_OK) {
+            status = STRATA_ERR_PEER_FAILED;
+        }
+    }
+    return status;
+}
+
+strata_status_t api_comm_allgather_fn(void *comm, const void *send_buf, void *recv_buf,
+                                      size_t size)
+{
+    return api_comm_allgather(comm, send_buf, recv_buf, size);
+}
+
 strata_status_t api_comm_agree(strata_comm_t *comm, strata_status_t mine, const char *what)
 {
     int32_t *all = calloc((size_t)comm->size, sizeof(int32_t));
@@ -131,7 +178,7 @@ strata_status_t api_comm_agree(strata_comm_t *comm, strata_status_t mine, const 
     if (all == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    status = comm->bootstrap->allgather(comm->bootstrap->ctx, &local, all, sizeof(local));
+    status = api_comm_allgather(comm, &local, all, sizeof(local));
     for (int r = 0; r < comm->size && status == STRATA_OK; ++r) {
         if (all[r] != STRATA_OK) {
             if (r != comm->rank) {
@@ -212,6 +259,11 @@ static strata_status_t api_comm_start_engine(strata_comm_t *comm)
     }
     if (status == STRATA_OK) {
         status = inter_engine_connect(comm->engine, all);
+    }
+    if (status == STRATA_OK) {
+        /* From now on heartbeats run: a rank that stops ends every wait of the built-in
+         * bootstrap within the heartbeat bound, not at its timeout. */
+        api_bootstrap_set_check(comm->bootstrap, api_comm_check_peers, comm);
     }
     free(mine);
     free(all);
@@ -303,6 +355,7 @@ err_comm:
 /* The teardown proper, once neither the caller nor a MoE object holds the communicator. */
 static void api_comm_free(strata_comm_t *comm)
 {
+    api_bootstrap_set_check(comm->bootstrap, NULL, comm);
     inter_engine_destroy(comm->engine); /* before the topology its rail names come from */
     topo_rail_plan_destroy(comm->plan);
     topo_destroy(comm->topo);

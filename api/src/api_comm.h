@@ -26,6 +26,7 @@ struct strata_comm {
     int                      *all_ranks;  /* [size] 0..size-1, the group of strata_barrier */
     unsigned                  moe_created; /* MoE objects made (collectively, so equal on all) */
     atomic_int                refs;        /* the caller's (until destroy) + one per MoE object */
+    bool                      peer_failure_logged;
 };
 
 /** A MoE object keeps the communicator it runs on: torn down by the last release. */
@@ -38,5 +39,18 @@ void api_comm_release(strata_comm_t *comm);
  * others to wait for it in the next exchange.
  */
 strata_status_t api_comm_agree(strata_comm_t *comm, strata_status_t mine, const char *what);
+
+/**
+ * The bootstrap's allgather, watched by the engine: STRATA_ERR_PEER_FAILED (logged) instead
+ * of entering it, or instead of its own failure, once the engine has declared a rank failed.
+ * The built-in bootstrap also gives up early while it waits (api_bootstrap_set_check); a
+ * caller's own bootstrap returns when it returns.
+ */
+strata_status_t api_comm_allgather(strata_comm_t *comm, const void *send_buf, void *recv_buf,
+                                   size_t size);
+
+/** Its strata_allgather_fn_t form, with the communicator as ctx. */
+strata_status_t api_comm_allgather_fn(void *comm, const void *send_buf, void *recv_buf,
+                                      size_t size);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 struct strata_moe {
@@ -17,23 +18,48 @@ struct strata_moe {
     sched_moe_t   *sched;
 };
 
-/* Unique per object and the same on every rank: rank 0's process and clock, and a count of
- * the objects this process made (ranks make them collectively, in the same order). */
-static strata_status_t api_moe_job_key(strata_comm_t *comm, char *key, size_t size)
+/* What each rank gives to the object's first collective. */
+typedef struct api_moe_hello {
+    uint64_t      pid;   /* with the clock and a count: the object's key, from rank 0's */
+    uint64_t      clock;
+    unsigned char heap_secret[INTRA_HEAP_SECRET_LEN]; /* drawn by each node's local rank 0 */
+} api_moe_hello_t;
+
+/*
+ * The object's key, unique per object and the same on every rank: rank 0's process and
+ * clock, and a count of the objects this process made (ranks make them collectively, in the
+ * same order). And its node's heap secret, drawn by local rank 0 and taken from it by the
+ * node's other ranks in the same collective.
+ */
+static strata_status_t api_moe_job_key(strata_comm_t *comm, char *key, size_t size,
+                                       unsigned char secret[INTRA_HEAP_SECRET_LEN])
 {
     static atomic_uint created;
-    uint64_t mine[2] = {(uint64_t)getpid(), util_clock_now_ns()};
-    uint64_t *all = calloc((size_t)comm->size * 2, sizeof(uint64_t));
-    strata_status_t status;
+    api_moe_hello_t mine = {.pid = (uint64_t)getpid(), .clock = util_clock_now_ns()}, *all;
+    int node = comm->rank_node[comm->rank];
+    strata_status_t status = STRATA_OK;
 
+    all = calloc((size_t)comm->size, sizeof(*all));
     if (all == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    status = comm->bootstrap->allgather(comm->bootstrap->ctx, mine, all, sizeof(mine));
-    if (status == STRATA_OK) {
-        snprintf(key, size, "strata-moe-%llu-%llx-%u", (unsigned long long)all[0],
-                 (unsigned long long)all[1], atomic_fetch_add(&created, 1u));
+    if (comm->rank_local[comm->rank] == 0) {
+        status = util_random_bytes(mine.heap_secret, sizeof(mine.heap_secret));
     }
+    if (status == STRATA_OK) {
+        status = api_comm_allgather(comm, &mine, all, sizeof(mine));
+    }
+    if (status == STRATA_OK) {
+        snprintf(key, size, "strata-moe-%llu-%llx-%u", (unsigned long long)all[0].pid,
+                 (unsigned long long)all[0].clock, atomic_fetch_add(&created, 1u));
+        for (int r = 0; r < comm->size; ++r) {
+            if (comm->rank_node[r] == node && comm->rank_local[r] == 0) {
+                memcpy(secret, all[r].heap_secret, INTRA_HEAP_SECRET_LEN);
+            }
+        }
+    }
+    util_crypto_wipe(&mine, sizeof(mine));
+    util_crypto_wipe(all, (size_t)comm->size * sizeof(*all));
     free(all);
     return status;
 }
@@ -68,6 +94,7 @@ static strata_status_t api_moe_apply_mode(sched_moe_t *sched, int num_experts)
 STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
                                              strata_moe_t **moe_p)
 {
+    unsigned char heap_secret[INTRA_HEAP_SECRET_LEN];
     char key[96];
     unsigned slots;
     sched_moe_world_t world;
@@ -78,7 +105,7 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
         UTIL_LOG_ERROR("strata_moe_create: NULL communicator, parameters or result");
         return STRATA_ERR_INVALID;
     }
-    status = api_moe_job_key(comm, key, sizeof(key));
+    status = api_moe_job_key(comm, key, sizeof(key), heap_secret);
     if (status != STRATA_OK) {
         return status;
     }
@@ -96,16 +123,19 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
         .engine          = comm->engine,
         .device          = comm->device,
         .job_key         = key,
+        .heap_secret     = heap_secret,
         .peer_timeout_ns = inter_engine_peer_timeout_ns(comm->engine),
-        .allgather       = comm->bootstrap->allgather,
-        .allgather_ctx   = comm->bootstrap->ctx,
+        .allgather       = api_comm_allgather_fn, /* gives up once a rank has failed */
+        .allgather_ctx   = comm,
     };
     moe = calloc(1, sizeof(*moe));
     if (moe == NULL) {
+        util_crypto_wipe(heap_secret, sizeof(heap_secret));
         return STRATA_ERR_NO_MEMORY;
     }
     moe->comm = comm;
     status    = sched_moe_create(params, &world, &moe->sched);
+    util_crypto_wipe(heap_secret, sizeof(heap_secret));
     if (status == STRATA_OK) {
         /* A mode or policy file can be missing on one node only. */
         status = api_comm_agree(comm, api_moe_apply_mode(moe->sched, params->num_experts),

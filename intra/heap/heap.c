@@ -1,7 +1,8 @@
 /*
  * Symmetric heap: each rank's region comes from its device backend; descriptions of the
  * regions (and memfds, by SCM_RIGHTS) go through local rank 0 over an abstract unix socket,
- * then every rank opens every peer's.
+ * which admits only ranks of the same user that prove the object's secret; then every rank
+ * opens every peer's.
  */
 #include "intra/intra.h"
 #include "util/util.h"
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -54,61 +56,182 @@ typedef struct heap_card {
     char          bus_id[INTRA_BUS_ID_LEN]; /* the rank's GPU; "" on the host */
 } heap_card_t;
 
-/* Send n cards with, when fds is not NULL, one descriptor per card, in one message. */
-static bool heap_send_cards(int sock, const heap_card_t *cards, const int *fds, int n,
-                            uint64_t deadline)
+/*
+ * The handshake, after local rank 0 (the root) has accepted a connection from a process of
+ * its own user, and the joining rank has checked that the listener is of its user too:
+ *   root -> rank: heap_challenge_t (a fresh nonce)
+ *   rank -> root: heap_join_t, with the region's descriptor
+ *   root -> rank: every rank's card, every descriptor, and its proof for this rank
+ * The proofs are HMAC-SHA256 under the object's secret, over the other side's nonce and what
+ * is sent, with a label per direction so that neither can be replayed as the other.
+ */
+#define HEAP_MAGIC    0x53544850u /* "STHP" */
+#define HEAP_HELLO_NS (2 * UTIL_NSEC_PER_SEC)
+#define HEAP_NONCE_LEN 32
+
+typedef struct heap_challenge {
+    uint32_t      magic;
+    uint32_t      pad;
+    unsigned char nonce[HEAP_NONCE_LEN];
+} heap_challenge_t;
+
+typedef struct heap_join {
+    heap_card_t   card;
+    unsigned char nonce[HEAP_NONCE_LEN];  /* for the root's proof */
+    unsigned char proof[UTIL_SHA256_LEN]; /* HMAC("strata-heap-join" | root nonce | card) */
+} heap_join_t;
+
+static void heap_prove(const intra_heap_params_t *p, const char *label, const void *nonce,
+                       const void *data, size_t len, unsigned char proof[UTIL_SHA256_LEN])
+{
+    const void *parts[3] = {label, nonce, data};
+    size_t lens[3] = {strlen(label), HEAP_NONCE_LEN, len};
+
+    util_hmac_sha256(p->secret, sizeof(p->secret), parts, lens, 3, proof);
+}
+
+/* Bound every blocking receive on sock by deadline (recvmsg waits past poll otherwise). */
+static void heap_bound(int sock, uint64_t deadline)
+{
+    uint64_t now = util_clock_now_ns(), left = deadline > now ? deadline - now : 1000;
+    struct timeval tv = {.tv_sec = (time_t)(left / UTIL_NSEC_PER_SEC),
+                         .tv_usec = (suseconds_t)(left % UTIL_NSEC_PER_SEC / 1000)};
+
+    if (tv.tv_sec == 0 && tv.tv_usec == 0) {
+        tv.tv_usec = 1;
+    }
+    setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* Whether the process at the other end of sock runs as our user; *cred_p says who it is. */
+static bool heap_same_user(int sock, struct ucred *cred_p)
+{
+    socklen_t len = sizeof(*cred_p);
+
+    memset(cred_p, 0, sizeof(*cred_p));
+    cred_p->pid = -1;
+    return getsockopt(sock, SOL_SOCKET, SO_PEERCRED, cred_p, &len) == 0 &&
+           len == sizeof(*cred_p) && cred_p->uid == geteuid();
+}
+
+/* Send num_parts buffers in one message with nfds descriptors (none when nfds is 0). */
+static bool heap_send(int sock, const struct iovec *iov, int num_parts, const int *fds, int nfds,
+                      uint64_t deadline)
 {
     char control[CMSG_SPACE(sizeof(int) * INTRA_HEAP_MAX_RANKS)] = {0};
-    struct iovec iov = {.iov_base = (void *)cards, .iov_len = sizeof(*cards) * (size_t)n};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)num_parts};
     struct cmsghdr *cmsg;
+    size_t total = 0;
 
-    if (fds != NULL) {
+    for (int i = 0; i < num_parts; ++i) {
+        total += iov[i].iov_len;
+    }
+    if (nfds > 0) {
         msg.msg_control    = control;
-        msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)n);
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
         cmsg               = CMSG_FIRSTHDR(&msg);
         cmsg->cmsg_level   = SOL_SOCKET;
         cmsg->cmsg_type    = SCM_RIGHTS;
-        cmsg->cmsg_len     = CMSG_LEN(sizeof(int) * (size_t)n);
-        memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * (size_t)n);
+        cmsg->cmsg_len     = CMSG_LEN(sizeof(int) * (size_t)nfds);
+        memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * (size_t)nfds);
     }
+    heap_bound(sock, deadline);
     return util_sock_wait(sock, POLLOUT, deadline) == STRATA_OK &&
-           sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)iov.iov_len;
+           sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t)total;
 }
 
-/* Receive n cards and, when they say so, their descriptors. */
-static bool heap_recv_cards(int sock, heap_card_t *cards, int *fds, int n, uint64_t deadline)
+/*
+ * Receive exactly len bytes and the descriptors that came with them: true with *nfds_p of
+ * them in fds when the bytes are whole and at most max_fds came. Every descriptor received
+ * is either handed back in fds or closed.
+ */
+static bool heap_recv(int sock, void *buf, size_t len, int *fds, int max_fds, int *nfds_p,
+                      uint64_t deadline)
 {
     char control[CMSG_SPACE(sizeof(int) * INTRA_HEAP_MAX_RANKS)];
-    struct iovec iov = {.iov_base = cards, .iov_len = sizeof(*cards) * (size_t)n};
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
                          .msg_controllen = sizeof(control)};
-    struct cmsghdr *cmsg;
+    bool whole;
+    int n = 0;
 
-    if (util_sock_wait(sock, POLLIN, deadline) != STRATA_OK ||
-        recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL) != (ssize_t)iov.iov_len) {
+    *nfds_p = 0;
+    heap_bound(sock, deadline);
+    if (util_sock_wait(sock, POLLIN, deadline) != STRATA_OK) {
         return false;
     }
-    cmsg = CMSG_FIRSTHDR(&msg);
-    if (!cards[0].has_fd) {
-        return cmsg == NULL;
+    whole = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL) == (ssize_t)len &&
+            !(msg.msg_flags & MSG_CTRUNC);
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        int got = c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS
+                      ? (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int)) : 0;
+
+        for (int i = 0; i < got; ++i) {
+            int fd;
+
+            memcpy(&fd, CMSG_DATA(c) + sizeof(int) * (size_t)i, sizeof(fd));
+            if (whole && n < max_fds) {
+                fds[n++] = fd;
+            } else {
+                close(fd);
+                whole = false;
+            }
+        }
     }
-    if (cmsg == NULL || cmsg->cmsg_type != SCM_RIGHTS ||
-        cmsg->cmsg_len != CMSG_LEN(sizeof(int) * (size_t)n)) {
+    if (!whole) {
+        for (int i = 0; i < n; ++i) {
+            close(fds[i]);
+        }
         return false;
     }
-    memcpy(fds, CMSG_DATA(cmsg), sizeof(int) * (size_t)n);
+    *nfds_p = n;
     return true;
+}
+
+/* Root: one connection's challenge and answer. Returns the reason to refuse it, or NULL. */
+static const char *heap_admit(const intra_heap_params_t *p, int sock, const heap_card_t *cards,
+                              const int *conns, heap_join_t *join, int *fd_p)
+{
+    uint64_t deadline = util_clock_now_ns() + HEAP_HELLO_NS; /* a silent caller waits no more */
+    heap_challenge_t challenge = {.magic = HEAP_MAGIC};
+    struct iovec iov = {.iov_base = &challenge, .iov_len = sizeof(challenge)};
+    unsigned char expect[UTIL_SHA256_LEN];
+    int nfds;
+
+    *fd_p = -1;
+    if (util_random_bytes(challenge.nonce, sizeof(challenge.nonce)) != STRATA_OK ||
+        !heap_send(sock, &iov, 1, NULL, 0, deadline)) {
+        return "it went away before the challenge";
+    }
+    if (!heap_recv(sock, join, sizeof(*join), fd_p, 1, &nfds, deadline)) {
+        return "no well-formed answer to the challenge";
+    }
+    heap_prove(p, "strata-heap-join", challenge.nonce, &join->card, sizeof(join->card), expect);
+    if (!util_crypto_equal(expect, join->proof, sizeof(expect))) {
+        return "it does not know this object's secret";
+    }
+    if (join->card.rank <= 0 || join->card.rank >= p->local_size ||
+        conns[join->card.rank] >= 0) {
+        return "no such local rank, or one that has joined already";
+    }
+    if (join->card.has_fd != cards[0].has_fd || join->card.size != cards[0].size ||
+        nfds != (join->card.has_fd ? 1 : 0)) {
+        return "its region is not like ours";
+    }
+    return NULL;
 }
 
 /* Local rank 0: collect every rank's card, then hand all of them to every rank. */
 static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listener,
                                         heap_card_t *cards, int *fds, uint64_t deadline)
 {
-    int conns[INTRA_HEAP_MAX_RANKS], joined = 1, sock;
+    unsigned char nonces[INTRA_HEAP_MAX_RANKS][HEAP_NONCE_LEN];
+    int conns[INTRA_HEAP_MAX_RANKS], joined = 1, sock, fd;
     strata_status_t status = STRATA_OK;
-    heap_card_t card;
-    int fd = -1;
+    const char *refusal;
+    struct ucred cred;
+    heap_join_t join;
 
     for (int i = 0; i < p->local_size; ++i) {
         conns[i] = -1;
@@ -120,25 +243,34 @@ static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listen
             status = STRATA_ERR_TIMEOUT;
             break;
         }
-        fd = -1;
-        if (!heap_recv_cards(sock, &card, &fd, 1, deadline) || card.rank <= 0 ||
-            card.rank >= p->local_size || conns[card.rank] >= 0 ||
-            card.has_fd != cards[0].has_fd || card.size != cards[0].size) {
-            UTIL_LOG_WARN("heap: refused a connection claiming local rank %d", card.rank);
+        /* Another user's process learns nothing, not even a nonce, and takes no slot. */
+        memset(&join, 0, sizeof(join));
+        fd      = -1;
+        refusal = heap_same_user(sock, &cred) ? heap_admit(p, sock, cards, conns, &join, &fd)
+                                              : "it runs as another user";
+        if (refusal != NULL) {
+            UTIL_LOG_WARN("heap: refused a connection to job %s from pid %d (uid %u; this job "
+                          "runs as uid %u): %s", p->job_key, (int)cred.pid,
+                          (unsigned)cred.uid, (unsigned)geteuid(), refusal);
             if (fd >= 0) {
                 close(fd);
             }
             close(sock);
             continue;
         }
-        conns[card.rank] = sock;
-        cards[card.rank] = card;
-        fds[card.rank]   = fd;
+        conns[join.card.rank] = sock;
+        cards[join.card.rank] = join.card;
+        fds[join.card.rank]   = fd;
+        memcpy(nonces[join.card.rank], join.nonce, HEAP_NONCE_LEN);
         ++joined;
     }
     for (int r = 1; r < p->local_size && status == STRATA_OK; ++r) {
-        if (!heap_send_cards(conns[r], cards, cards[0].has_fd ? fds : NULL, p->local_size,
-                             deadline)) {
+        unsigned char proof[UTIL_SHA256_LEN];
+        struct iovec iov[2] = {{.iov_base = cards, .iov_len = sizeof(*cards) * (size_t)p->local_size},
+                               {.iov_base = proof, .iov_len = sizeof(proof)}};
+
+        heap_prove(p, "strata-heap-cards", nonces[r], cards, iov[0].iov_len, proof);
+        if (!heap_send(conns[r], iov, 2, fds, cards[0].has_fd ? p->local_size : 0, deadline)) {
             UTIL_LOG_ERROR("heap: cannot hand the regions to local rank %d", r);
             status = STRATA_ERR_IO;
         }
@@ -151,18 +283,19 @@ static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listen
     return status;
 }
 
-static strata_status_t heap_gather_peer(const intra_heap_params_t *p, heap_card_t *cards,
-                                        int *fds, uint64_t deadline)
+/* A joining rank: connect to local rank 0, retrying until it listens, and check its user. */
+static strata_status_t heap_connect_root(const intra_heap_params_t *p, uint64_t deadline,
+                                         int *sock_p)
 {
-    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), own = p->local_rank;
+    int sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_un addr;
     socklen_t len = heap_address(p->job_key, &addr);
-    strata_status_t status = STRATA_ERR_TIMEOUT;
+    struct ucred cred;
 
     if (sock < 0) {
+        UTIL_LOG_ERROR("heap: cannot create a unix socket: %s", strerror(errno));
         return STRATA_ERR_IO;
     }
-    /* Local rank 0 may not listen yet: retry until the deadline. */
     while (connect(sock, (struct sockaddr *)&addr, len) != 0) {
         if ((errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN) ||
             util_clock_now_ns() > deadline) {
@@ -173,21 +306,82 @@ static strata_status_t heap_gather_peer(const intra_heap_params_t *p, heap_card_
         }
         usleep(10000);
     }
-    if (heap_send_cards(sock, &cards[own], cards[own].has_fd ? &fds[own] : NULL, 1, deadline)) {
-        heap_card_t own_card = cards[own];
-        int own_fd = fds[own];
+    if (!heap_same_user(sock, &cred)) {
+        /* Whoever holds the name first owns it: the job cannot form on this node. */
+        UTIL_LOG_ERROR("heap: the rendezvous of job %s is held by pid %d of uid %u, not by "
+                       "this user (uid %u): not joining it", p->job_key, (int)cred.pid,
+                       (unsigned)cred.uid, (unsigned)geteuid());
+        close(sock);
+        return STRATA_ERR_BOOTSTRAP;
+    }
+    *sock_p = sock;
+    return STRATA_OK;
+}
 
-        if (heap_recv_cards(sock, cards, fds, p->local_size, deadline)) {
+static strata_status_t heap_gather_peer(const intra_heap_params_t *p, heap_card_t *cards,
+                                        int *fds, uint64_t deadline)
+{
+    int own = p->local_rank, own_fd = fds[own], got[INTRA_HEAP_MAX_RANKS], nfds = 0, sock;
+    int expect_fds = cards[own].has_fd ? p->local_size : 0;
+    heap_card_t own_card = cards[own];
+    heap_challenge_t challenge;
+    heap_join_t join = {.card = cards[own]};
+    unsigned char proof[UTIL_SHA256_LEN], expect[UTIL_SHA256_LEN];
+    struct iovec iov = {.iov_base = &join, .iov_len = sizeof(join)};
+    struct iovec back[2] = {{.iov_base = cards, .iov_len = sizeof(*cards) * (size_t)p->local_size},
+                            {.iov_base = proof, .iov_len = sizeof(proof)}};
+    strata_status_t status;
+    bool proven;
+    char *all;
+
+    status = heap_connect_root(p, deadline, &sock);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = STRATA_ERR_BOOTSTRAP;
+    if (!heap_recv(sock, &challenge, sizeof(challenge), NULL, 0, &nfds, deadline) ||
+        challenge.magic != HEAP_MAGIC || util_random_bytes(join.nonce, HEAP_NONCE_LEN) != STRATA_OK) {
+        UTIL_LOG_ERROR("heap: local rank 0 of job %s sent no challenge", p->job_key);
+        close(sock);
+        return status;
+    }
+    heap_prove(p, "strata-heap-join", challenge.nonce, &join.card, sizeof(join.card), join.proof);
+    all = malloc(back[0].iov_len + back[1].iov_len);
+    if (all != NULL && heap_send(sock, &iov, 1, &own_fd, own_card.has_fd ? 1 : 0, deadline) &&
+        heap_recv(sock, all, back[0].iov_len + back[1].iov_len, got, expect_fds, &nfds,
+                  deadline)) {
+        memcpy(cards, all, back[0].iov_len);
+        memcpy(proof, all + back[0].iov_len, sizeof(proof));
+        heap_prove(p, "strata-heap-cards", join.nonce, cards, back[0].iov_len, expect);
+        proven = util_crypto_equal(expect, proof, sizeof(proof));
+        if (proven && nfds == expect_fds) {
+            memcpy(fds, got, sizeof(int) * (size_t)nfds);
             status = STRATA_OK;
+        } else {
+            UTIL_LOG_ERROR("heap: local rank 0 of job %s %s: not using its regions",
+                           p->job_key, proven ? "sent the wrong number of descriptors"
+                                              : "does not know this object's secret");
+            for (int i = 0; i < nfds; ++i) {
+                close(got[i]);
+            }
         }
-        if (own_card.has_fd && fds[own] != own_fd) {
+        if (status == STRATA_OK && own_card.has_fd) {
             close(fds[own]); /* our own region came back as a second descriptor */
         }
-        cards[own] = own_card;
-        fds[own]   = own_fd;
+    } else {
+        UTIL_LOG_ERROR("heap: exchanging regions with local rank 0 of job %s failed (it "
+                       "refuses ranks of another user or without this object's secret)",
+                       p->job_key);
     }
+    free(all);
+    cards[own] = own_card;
+    fds[own]   = own_fd;
     if (status != STRATA_OK) {
-        UTIL_LOG_ERROR("heap: exchanging regions with local rank 0 failed");
+        for (int r = 0; r < p->local_size; ++r) {
+            if (r != own) {
+                fds[r] = -1; /* closed above, or never received */
+            }
+        }
     }
     close(sock);
     return status;
@@ -212,8 +406,9 @@ static strata_status_t heap_exchange(const intra_heap_params_t *p, heap_card_t *
     listener = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (listener < 0 || bind(listener, (struct sockaddr *)&addr, len) != 0 ||
         listen(listener, INTRA_HEAP_MAX_RANKS) != 0) {
-        UTIL_LOG_ERROR("heap: cannot listen for the node's ranks (job %s): %s", p->job_key,
-                       strerror(errno));
+        UTIL_LOG_ERROR("heap: cannot listen for the node's ranks (job %s): %s%s", p->job_key,
+                       strerror(errno), errno == EADDRINUSE ? " (another process holds the "
+                                                              "rendezvous' name)" : "");
         if (listener >= 0) {
             close(listener);
         }

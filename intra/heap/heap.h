@@ -3,7 +3,9 @@
  * its device backend's memory, and every rank maps every peer's, so heap_base[peer] + offset
  * reaches the same object in any rank's region (the Iris scheme). Regions (memfds, or GPU
  * IPC handles) are handed over a unix socket in the abstract namespace, so nothing is left
- * in the file system on any exit.
+ * in the file system on any exit. Anyone on the node can connect to that socket: local rank 0
+ * admits only processes of its own user (SO_PEERCRED) that prove the object's secret by an
+ * HMAC over a fresh nonce; the joining ranks check the listener's user and its proof.
  */
 #ifndef STRATA_INTRA_HEAP_H
 #define STRATA_INTRA_HEAP_H
@@ -15,6 +17,7 @@
 
 #define INTRA_HEAP_MAX_RANKS 64
 #define INTRA_HEAP_NAME_LEN  48
+#define INTRA_HEAP_SECRET_LEN 32
 
 typedef struct intra_heap intra_heap_t;
 struct intra_device_ops;
@@ -26,12 +29,19 @@ typedef struct intra_heap_params {
     size_t      size;       /**< bytes of each rank's region (rounded up to pages) */
     const char *job_key;    /**< the same on every rank of the job, unique per job */
     uint64_t    timeout_ns; /**< for the exchange of regions */
+    /** The same on every local rank and known to nobody else (random bytes: the scheduler
+     * draws them on local rank 0 and hands them out through the bootstrap). All zeros is
+     * a key everyone knows: the user check alone then keeps strangers out. */
+    unsigned char secret[INTRA_HEAP_SECRET_LEN];
 } intra_heap_params_t;
 
 /**
  * Collective over the node's local ranks: create this rank's region, exchange regions,
  * map every peer's. A rank that never shows up gives STRATA_ERR_TIMEOUT; GPUs without
  * native atomics on each other's memory (PCIe without NVLink or XGMI) STRATA_ERR_UNSUPPORTED.
+ * Connections from another user or without the secret are refused and logged on local rank
+ * 0, which keeps waiting for the real rank; a joining rank that finds the rendezvous held by
+ * another user, or by a process without the secret, gives STRATA_ERR_BOOTSTRAP.
  */
 strata_status_t intra_heap_create(const intra_heap_params_t *params, intra_heap_t **heap_p);
 void            intra_heap_destroy(intra_heap_t *heap);

@@ -2,18 +2,23 @@
  * Run under strata-run: every rank bootstraps from the launcher's environment, creates a
  * communicator and checks the node and local-rank layout against what the launcher set.
  * With --die RANK, that rank exits after creation and the others must see the bootstrap
- * fail (not hang) and exit 0. Then the point-to-point API: a write with immediate to the
- * next rank, checked byte for byte, a message, and a barrier. With --comm-first, a MoE
- * object is then destroyed after its communicator. Prints one line per rank.
+ * fail (not hang) and exit 0. With --stop-in-moe RANK, that rank stops (SIGSTOP) as the
+ * others enter strata_moe_create, which must fail with STRATA_ERR_PEER_FAILED within the
+ * engine's heartbeat bound, not at the bootstrap's timeout; rank 0 then kills the stopped
+ * one. Then the point-to-point API: a write with immediate to the next rank, checked byte
+ * for byte, a message, and a barrier. With --comm-first, a MoE object is then destroyed
+ * after its communicator. Prints one line per rank.
  */
 #include <strata/strata.h>
 
 #include "common/log_capture.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHECK(cond, ...) \
@@ -110,6 +115,43 @@ static void comm_destroyed_first(strata_comm_t *comm, strata_bootstrap_t *bs)
     strata_moe_destroy(moe);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One rank stops while the others create an MoE object: they must give up early. */
+static void stop_in_moe(strata_comm_t *comm, strata_bootstrap_t *bs, int stopped)
+{
+    strata_moe_params_t params = {.num_experts = 2 * strata_comm_size(comm), .topk = 2,
+                                  .hidden = 128, .dtype = STRATA_DTYPE_FP32,
+                                  .combine_dtype = STRATA_DTYPE_FP32, .max_tokens = 16};
+    int rank = strata_comm_rank(comm), size = strata_comm_size(comm);
+    int *pids = calloc((size_t)size, sizeof(int)), pid = (int)getpid();
+    strata_status_t status;
+    strata_moe_t *moe = NULL;
+    double start;
+
+    CHECK(bs->allgather(bs->ctx, &pid, pids, sizeof(pid)) == STRATA_OK, "pid exchange");
+    if (rank == stopped) {
+        raise(SIGSTOP); /* rank 0 kills it once the others have given up */
+        CHECK(0, "rank %d was continued", rank);
+    }
+    start  = now_s();
+    status = strata_moe_create(comm, &params, &moe);
+    CHECK(status == STRATA_ERR_PEER_FAILED, "strata_moe_create with rank %d stopped: %s",
+          stopped, strata_status_string(status));
+    printf("rank %d saw rank %d stop: %s after %.1f s\n", rank, stopped,
+           strata_status_string(status), now_s() - start);
+    if (rank == 0) {
+        kill((pid_t)pids[stopped], SIGKILL);
+    }
+    free(pids);
+}
+
 static int env_int(const char *name)
 {
     const char *value = getenv(name);
@@ -122,6 +164,7 @@ int main(int argc, char **argv)
 {
     int die = (argc == 3 && strcmp(argv[1], "--die") == 0) ? atoi(argv[2]) : -1;
     bool comm_first = argc == 2 && strcmp(argv[1], "--comm-first") == 0;
+    int stop = (argc == 3 && strcmp(argv[1], "--stop-in-moe") == 0) ? atoi(argv[2]) : -1;
     strata_bootstrap_t *bs;
     strata_comm_t *comm;
     strata_status_t status;
@@ -149,6 +192,12 @@ int main(int argc, char **argv)
     CHECK(strata_comm_node_rank(comm, strata_comm_node(comm), strata_comm_local_rank(comm)) ==
               rank, "node_rank does not map back");
 
+    if (stop >= 0) {
+        stop_in_moe(comm, bs, stop);
+        strata_comm_destroy(comm);
+        strata_bootstrap_destroy(bs);
+        return 0;
+    }
     if (rank == die) {
         _exit(3); /* gone without a word, as a crashed rank is */
     }

@@ -1,6 +1,9 @@
 /*
  * The TCP rendezvous with real processes on loopback: allgather and barrier results, a
- * root that never appears, a rank that dies mid-collective, launcher variables.
+ * root that never appears, a rank that dies mid-collective, launcher variables. With a
+ * shared secret: a process without it that connects first is refused and logged and the job
+ * still forms; a rank does not join a rank 0 that cannot prove the secret, and the secret
+ * never crosses the wire; the secret from a file.
  */
 #include "api/api.h"
 
@@ -209,6 +212,222 @@ static void test_refused_quickly(void **state)
     }
 }
 
+/* --- The shared secret ------------------------------------------------------------------- */
+
+#define SECRET "correct horse battery staple"
+
+static int refusals;
+static char last_line[1024];
+
+static void watch_log(strata_log_level_t level, const char *line, void *arg)
+{
+    (void)level;
+    (void)arg;
+    if (strstr(line, "refused a connection") != NULL) {
+        ++refusals;
+    }
+    snprintf(last_line, sizeof(last_line), "%s", line);
+}
+
+/* Claim rank 1 of 2 by hand, saying we have the secret, and answer rank 0's challenge with
+ * a guess: 0 when refused, 1 when let in. */
+static int guessing_intruder(uint16_t port)
+{
+    uint32_t hello[14] = {0x53545241u, 2, 1, 2, 1}; /* magic, version, rank, world, secret */
+    unsigned char answer = 0, proof[64], guess[32];
+    int fd = -1;
+
+    if (util_sock_connect("127.0.0.1", port, util_clock_now_ns() + 5 * UTIL_NSEC_PER_SEC,
+                          &fd) != STRATA_OK ||
+        send(fd, hello, sizeof(hello), 0) != (ssize_t)sizeof(hello) ||
+        recv(fd, &answer, 1, MSG_WAITALL) != 1 || answer != 2 ||
+        recv(fd, proof, sizeof(proof), MSG_WAITALL) != (ssize_t)sizeof(proof)) {
+        return 55;
+    }
+    memset(guess, 0x42, sizeof(guess));
+    if (send(fd, guess, sizeof(guess), MSG_NOSIGNAL) != (ssize_t)sizeof(guess)) {
+        return 56;
+    }
+    answer = 0;
+    if (recv(fd, &answer, 1, MSG_WAITALL) != 1) {
+        answer = 0; /* closed: refused */
+    }
+    close(fd);
+    return answer == 0 ? 0 : 1;
+}
+
+/* Rank 0 and 1 with the secret; processes 2 (no secret), 3 (another secret) and 4 (a guess
+ * at the proof) claim rank 1 first and must be refused at once; rank 0 must log each, and
+ * the job forms. */
+static int intruder_first(int rank, int world, uint16_t port)
+{
+    strata_bootstrap_t *bs = NULL;
+    uint64_t start = util_clock_now_ns();
+    strata_status_t status;
+
+    (void)world;
+    util_log_set_level(STRATA_LOG_LEVEL_WARN);
+    util_log_set_handler(watch_log, NULL);
+    if (rank == 4) {
+        return guessing_intruder(port);
+    }
+    if (rank >= 2) {
+        if (rank == 2) {
+            unsetenv("STRATA_BOOTSTRAP_SECRET");
+        } else {
+            setenv("STRATA_BOOTSTRAP_SECRET", "not " SECRET, 1);
+        }
+        status = strata_bootstrap_tcp_create("127.0.0.1", port, 1, 2, 10000, &bs);
+        if (status != STRATA_ERR_BOOTSTRAP || bs != NULL) {
+            return 50;
+        }
+        return (util_clock_now_ns() - start < 5 * UTIL_NSEC_PER_SEC) ? 0 : 51;
+    }
+    setenv("STRATA_BOOTSTRAP_SECRET", SECRET, 1);
+    if (rank == 1) {
+        sleep(2); /* after the intruders have been refused */
+    }
+    status = strata_bootstrap_tcp_create("127.0.0.1", port, rank, 2, 10000, &bs);
+    if (status != STRATA_OK) {
+        return 52;
+    }
+    status = bs->barrier(bs->ctx);
+    strata_bootstrap_destroy(bs);
+    if (status != STRATA_OK) {
+        return 53;
+    }
+    if (rank == 0 && refusals != 3) {
+        fprintf(stderr, "rank 0 logged %d refusals, not 3; last line: %s\n", refusals, last_line);
+        return 54;
+    }
+    return 0;
+}
+
+static void test_secret_keeps_intruders_out(void **state)
+{
+    int codes[5];
+
+    (void)state;
+    run_ranks(5, intruder_first, codes);
+    for (int r = 0; r < 5; ++r) {
+        if (codes[r] != 0) {
+            fail_msg("process %d exited %d", r, codes[r]);
+        }
+    }
+    unsetenv("STRATA_BOOTSTRAP_SECRET");
+}
+
+/* A rank 0 that does not know the secret: it answers a hello with a challenge and a made-up
+ * proof, then records all the rank sends. Returns what it read after the hello, or -1. */
+static ssize_t fake_root(int listen_fd, char *buf, size_t size)
+{
+    unsigned char challenge[1 + 64];
+    char hello[56]; /* magic, version, rank, world, secret flag, reserved, nonce */
+    ssize_t got, total = 0;
+    int fd = accept(listen_fd, NULL, NULL);
+
+    if (fd < 0 || recv(fd, hello, sizeof(hello), MSG_WAITALL) != (ssize_t)sizeof(hello)) {
+        return -1;
+    }
+    memset(challenge, 0x5a, sizeof(challenge));
+    challenge[0] = 2; /* "challenge", a proof follows */
+    if (send(fd, challenge, sizeof(challenge), MSG_NOSIGNAL) != (ssize_t)sizeof(challenge)) {
+        return -1;
+    }
+    while ((got = recv(fd, buf + total, size - (size_t)total, 0)) > 0) {
+        total += got;
+    }
+    close(fd);
+    return total;
+}
+
+static void test_rank_checks_root_proof(void **state)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(addr);
+    int listen_fd = socket(AF_INET, SOCK_STREAM, 0), status;
+    char after[4096];
+    ssize_t got;
+    pid_t child;
+
+    (void)state;
+    assert_true(listen_fd >= 0);
+    assert_int_equal(bind(listen_fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    assert_int_equal(listen(listen_fd, 4), 0);
+    assert_int_equal(getsockname(listen_fd, (struct sockaddr *)&addr, &len), 0);
+    child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        strata_bootstrap_t *bs = NULL;
+
+        alarm(30);
+        util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+        util_log_set_handler(watch_log, NULL);
+        setenv("STRATA_BOOTSTRAP_SECRET", SECRET, 1);
+        if (strata_bootstrap_tcp_create("127.0.0.1", ntohs(addr.sin_port), 1, 2, 5000, &bs) !=
+                STRATA_ERR_BOOTSTRAP ||
+            strstr(last_line, "does not know the bootstrap secret") == NULL) {
+            fprintf(stderr, "the rank's last words: %s\n", last_line);
+            _exit(1);
+        }
+        _exit(0);
+    }
+    got = fake_root(listen_fd, after, sizeof(after));
+    close(listen_fd);
+    assert_int_equal(waitpid(child, &status, 0), child);
+    if (got != 0) {
+        fail_msg("the rank sent %zd bytes to a rank 0 that did not prove the secret", got);
+    }
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* The secret from a file (its newline dropped) matches the variable; both at once are refused. */
+static int secret_from_file(int rank, int world, uint16_t port)
+{
+    char path[64];
+    strata_bootstrap_t *bs = NULL;
+    strata_status_t status;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/tmp/strata-test-secret-%d", (int)getpid());
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    if (rank == 0) {
+        f = fopen(path, "w");
+        if (f == NULL || fprintf(f, "%s\n", SECRET) < 0 || fclose(f) != 0) {
+            return 60;
+        }
+        setenv("STRATA_BOOTSTRAP_SECRET_FILE", path, 1);
+        setenv("STRATA_BOOTSTRAP_SECRET", SECRET, 1);
+        if (strata_bootstrap_tcp_create("127.0.0.1", port, 0, world, 5000, &bs) !=
+            STRATA_ERR_CONFIG) {
+            return 61;
+        }
+        unsetenv("STRATA_BOOTSTRAP_SECRET");
+    } else {
+        setenv("STRATA_BOOTSTRAP_SECRET", SECRET, 1);
+    }
+    status = strata_bootstrap_tcp_create("127.0.0.1", port, rank, world, 5000, &bs);
+    if (rank == 0) {
+        unlink(path);
+    }
+    if (status != STRATA_OK) {
+        return 62;
+    }
+    status = bs->barrier(bs->ctx);
+    strata_bootstrap_destroy(bs);
+    return status == STRATA_OK ? 0 : 63;
+}
+
+static void test_secret_file(void **state)
+{
+    int codes[2];
+
+    (void)state;
+    run_ranks(2, secret_from_file, codes);
+    assert_int_equal(codes[0], 0);
+    assert_int_equal(codes[1], 0);
+}
+
 static void test_invalid_arguments(void **state)
 {
     strata_bootstrap_t *bs = NULL;
@@ -270,6 +489,9 @@ int main(void)
         cmocka_unit_test(test_root_never_appears),
         cmocka_unit_test(test_rank_dies),
         cmocka_unit_test(test_refused_quickly),
+        cmocka_unit_test(test_secret_keeps_intruders_out),
+        cmocka_unit_test(test_rank_checks_root_proof),
+        cmocka_unit_test(test_secret_file),
         cmocka_unit_test(test_invalid_arguments),
         cmocka_unit_test(test_from_env),
     };

@@ -3,11 +3,14 @@
  * allocations agree, stores into a peer's region are seen there (release/acquire flags),
  * a missing rank is a timeout, and bad allocations are refused. The ranks' GPUs: host memory
  * under GPU addresses that a test backend gives each rank, to count the ranks sharing one
- * GPU and to refuse GPUs without peer atomics.
+ * GPU and to refuse GPUs without peer atomics. Who may join: a process of another user, or
+ * one without the object's secret, that reaches the rendezvous first is refused and logged
+ * and the job still forms; a rendezvous held by another user is not joined.
  */
 #include "intra/host/host_device.h"
 #include "util/util.h"
 
+#include <grp.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -43,6 +48,8 @@ static int wait_flag(_Atomic uint64_t *flag, uint64_t value)
     return 1;
 }
 
+static const unsigned char test_secret[INTRA_HEAP_SECRET_LEN] = "the job's secret, 32 bytes long";
+
 static int rank_main(int rank, int size, const char *key)
 {
     intra_heap_params_t p = {.device = &host_device_ops, .local_rank = rank,
@@ -51,6 +58,7 @@ static int rank_main(int rank, int size, const char *key)
     intra_heap_t *heap;
     int next = (rank + 1) % size, prev = (rank + size - 1) % size;
 
+    memcpy(p.secret, test_secret, sizeof(p.secret));
     if (intra_heap_create(&p, &heap) != STRATA_OK) {
         return 10;
     }
@@ -276,6 +284,238 @@ static void test_gpus_without_peer_atomics_are_refused(void **state)
     run_gpus(3, bus_ids, "0000:2a:00.0", sharers, 2);
 }
 
+/* --- Who may join ---------------------------------------------------------------------- */
+
+#define NOBODY 65534 /* an unused uid: 'nobody' */
+
+static int refusals;
+static char refusal_line[1024];
+
+static void count_refusals(strata_log_level_t level, const char *line, void *arg)
+{
+    (void)level;
+    (void)arg;
+    if (strstr(line, "refused a connection") != NULL) {
+        ++refusals;
+        snprintf(refusal_line, sizeof(refusal_line), "%s", line);
+    }
+}
+
+/* Become 'nobody' (the tests run as root); false when that is not possible. */
+static bool become_nobody(void)
+{
+    return setgroups(0, NULL) == 0 && setgid(NOBODY) == 0 && setuid(NOBODY) == 0 &&
+           geteuid() == NOBODY;
+}
+
+static void skip_unless_root(void)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "needs root, to run a process as another user (uid %d)\n", NOBODY);
+        skip();
+    }
+}
+
+/* The job's rendezvous address under key, as the heap names it. */
+static socklen_t rendezvous(const char *key, struct sockaddr_un *addr)
+{
+    memset(addr, 0, sizeof(*addr));
+    addr->sun_family = AF_UNIX;
+    snprintf(addr->sun_path + 1, sizeof(addr->sun_path) - 1, "strata-heap-%s", key);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(addr->sun_path + 1));
+}
+
+/*
+ * An intruder that reaches rank 0 before local rank 1: another user's process, which must
+ * learn nothing (not even the challenge), or local rank 1 with a wrong secret, which must
+ * not get in. Exit code 0: it was kept out; 1: it got something.
+ */
+static int intruder_main(const char *key, bool other_user)
+{
+    intra_heap_params_t p = {.device = &host_device_ops, .local_rank = 1, .local_size = 2,
+                             .size = 3 * DATA_BYTES, .job_key = key, .timeout_ns = WAIT_NS};
+    uint64_t deadline = util_clock_now_ns() + WAIT_NS;
+    struct sockaddr_un addr;
+    socklen_t len = rendezvous(key, &addr);
+    intra_heap_t *heap;
+    char buf[256];
+    int sock;
+
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    if (other_user) {
+        if (!become_nobody() || (sock = socket(AF_UNIX, SOCK_STREAM, 0)) < 0) {
+            return 2;
+        }
+        while (connect(sock, (struct sockaddr *)&addr, len) != 0) {
+            if (util_clock_now_ns() > deadline) {
+                return 3;
+            }
+            usleep(10000);
+        }
+        return recv(sock, buf, sizeof(buf), 0) > 0 ? 1 : 0;
+    }
+    memcpy(p.secret, test_secret, sizeof(p.secret));
+    p.secret[0] ^= 1;
+    if (intra_heap_create(&p, &heap) == STRATA_OK) {
+        intra_heap_destroy(heap);
+        return 1;
+    }
+    return 0;
+}
+
+/* Rank 0 of 2 that must see exactly one refusal naming reason; exit code 0 when it did. */
+static int watched_root(const char *key, const char *reason)
+{
+    int code;
+
+    util_log_set_level(STRATA_LOG_LEVEL_WARN);
+    util_log_set_handler(count_refusals, NULL);
+    code = rank_main(0, 2, key);
+    if (code != 0) {
+        return code;
+    }
+    if (refusals != 1 || strstr(refusal_line, reason) == NULL) {
+        fprintf(stderr, "rank 0 logged %d refusals, the last: %s\n", refusals, refusal_line);
+        return 30;
+    }
+    return 0;
+}
+
+static pid_t spawn(int (*fn)(const char *, bool), const char *key, bool flag)
+{
+    pid_t pid = fork();
+
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(30);
+        _exit(fn(key, flag));
+    }
+    return pid;
+}
+
+static int exit_code(pid_t pid)
+{
+    int status;
+
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int root_refusing_other_user(const char *key, bool unused)
+{
+    (void)unused;
+    return watched_root(key, "another user");
+}
+
+static int root_refusing_no_secret(const char *key, bool unused)
+{
+    (void)unused;
+    return watched_root(key, "secret");
+}
+
+static int real_rank_1(const char *key, bool unused)
+{
+    (void)unused;
+    return rank_main(1, 2, key);
+}
+
+/* The intruder reaches rank 0 first and is kept out; the real rank 1 then gets in. */
+static void run_intruder_first(bool other_user)
+{
+    char key[64];
+    pid_t root, intruder, rank1;
+    int code;
+
+    snprintf(key, sizeof(key), "test-intruder-%d-%d", (int)getpid(), other_user);
+    root = spawn(other_user ? root_refusing_other_user : root_refusing_no_secret, key, false);
+    intruder = spawn(intruder_main, key, other_user);
+    code     = exit_code(intruder); /* refused before the real rank starts */
+    rank1    = spawn(real_rank_1, key, false);
+    if (code != 0) {
+        fail_msg("the intruder (%s) %s (code %d)", other_user ? "another user" : "no secret",
+                 code == 1 ? "got something from rank 0" : "could not be set up", code);
+    }
+    code = exit_code(rank1);
+    if (code != 0) {
+        fail_msg("the real rank 1 ended with code %d after the intruder", code);
+    }
+    code = exit_code(root);
+    if (code != 0) {
+        fail_msg("rank 0 ended with code %d (30: the refusal was not logged)", code);
+    }
+}
+
+static void test_other_user_is_refused(void **state)
+{
+    (void)state;
+    skip_unless_root();
+    run_intruder_first(true);
+}
+
+static void test_wrong_secret_is_refused(void **state)
+{
+    (void)state;
+    run_intruder_first(false);
+}
+
+/* Another user listens on the job's rendezvous name first and reports whether a rank gave it
+ * anything: exit code 0 nothing, 1 bytes or a descriptor arrived. */
+static int squatter_main(const char *key, bool unused)
+{
+    struct sockaddr_un addr;
+    socklen_t len = rendezvous(key, &addr);
+    char buf[4096];
+    int listener, sock;
+
+    (void)unused;
+    listener = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (!become_nobody() || listener < 0 || bind(listener, (struct sockaddr *)&addr, len) != 0 ||
+        listen(listener, 4) != 0) {
+        return 2;
+    }
+    if (write(STDOUT_FILENO, "L", 1) != 1 || (sock = accept(listener, NULL, NULL)) < 0) {
+        return 3;
+    }
+    /* A challenge as rank 0 sends it (magic "STHP", 4 bytes unused, a nonce of 32 bytes);
+     * the rank may be gone already. */
+    memset(buf, 0, 40);
+    memcpy(buf, &(uint32_t){0x53544850u}, sizeof(uint32_t));
+    (void)send(sock, buf, 40, MSG_NOSIGNAL);
+    return recv(sock, buf, sizeof(buf), 0) > 0 ? 1 : 0;
+}
+
+static void test_rendezvous_held_by_another_user(void **state)
+{
+    intra_heap_params_t p = {.device = &host_device_ops, .local_rank = 1, .local_size = 2,
+                             .size = 4096, .timeout_ns = WAIT_NS};
+    int pipefd[2], saved, code;
+    intra_heap_t *heap = NULL;
+    char key[64], byte;
+    pid_t squatter;
+
+    (void)state;
+    skip_unless_root();
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    snprintf(key, sizeof(key), "test-squatter-%d", (int)getpid());
+    p.job_key = key;
+    memcpy(p.secret, test_secret, sizeof(p.secret));
+    assert_int_equal(pipe(pipefd), 0);
+    saved = dup(STDOUT_FILENO);
+    dup2(pipefd[1], STDOUT_FILENO); /* the squatter says "L" once it listens */
+    squatter = spawn(squatter_main, key, false);
+    dup2(saved, STDOUT_FILENO);
+    close(saved);
+    close(pipefd[1]);
+    assert_int_equal(read(pipefd[0], &byte, 1), 1);
+    close(pipefd[0]);
+    assert_int_equal(intra_heap_create(&p, &heap), STRATA_ERR_BOOTSTRAP);
+    assert_null(heap);
+    code = exit_code(squatter);
+    if (code != 0) {
+        fail_msg("the squatter ended with code %d (1: the rank gave it its card)", code);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +524,9 @@ int main(void)
         cmocka_unit_test(test_allocation_rules),
         cmocka_unit_test(test_ranks_sharing_a_gpu),
         cmocka_unit_test(test_gpus_without_peer_atomics_are_refused),
+        cmocka_unit_test(test_other_user_is_refused),
+        cmocka_unit_test(test_wrong_secret_is_refused),
+        cmocka_unit_test(test_rendezvous_held_by_another_user),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -47,6 +47,11 @@ expect 127 10 "$run" -n 1 -- /nonexistent/program
 # A rank that dies after joining: the others see the bootstrap fail and exit cleanly.
 expect 0 90 env STRATA_BOOTSTRAP_TIMEOUT=3s "$run" -n 3 --allow-fail 2 -- "$check" --die 2
 [ "$(grep -c 'saw rank 2.s death' "$work/out")" -eq 2 ] && pass || fail "death not seen: $(cat "$work/out" "$work/err")"
+# A rank stopped while the others create an MoE object: they give up within the heartbeat
+# bound (3 s), long before the bootstrap's 30 s timeout.
+expect 0 25 env STRATA_BOOTSTRAP_TIMEOUT=30s "$run" -n 3 --allow-fail 1 -- "$check" --stop-in-moe 1
+[ "$(grep -c 'saw rank 1 stop: peer failed' "$work/out")" -eq 2 ] && pass ||
+    fail "stopped rank not noticed early: $(cat "$work/out" "$work/err")"
 
 # Simulated nodes.
 before=$(ip netns list 2>/dev/null | grep -c '^strata-run-')

@@ -135,7 +135,12 @@ typedef struct strata_bootstrap {
  * root_addr:port,
  * retrying until timeout_ms (0: STRATA_BOOTSTRAP_TIMEOUT) — then STRATA_ERR_TIMEOUT naming
  * the address. Every collective is bounded by the same timeout; a rank that disappears gives
- * STRATA_ERR_BOOTSTRAP on the others.
+ * STRATA_ERR_BOOTSTRAP on the others. Once a communicator's engine runs over it, a rank the
+ * engine declares failed (heartbeats) ends the collectives with STRATA_ERR_PEER_FAILED
+ * within the engine's peer timeout. With STRATA_BOOTSTRAP_SECRET (or the file named by
+ * STRATA_BOOTSTRAP_SECRET_FILE) rank 0 and each rank prove to each other that they know the
+ * secret before the rank is admitted; it is never sent (docs/security.md).
+ * STRATA_ERR_CONFIG for an unreadable or empty secret, or both variables set.
  */
 STRATA_API strata_status_t strata_bootstrap_tcp_create(const char *root_addr, uint16_t port,
                                                        int rank, int world_size,
