@@ -31,14 +31,15 @@ for layout in "1 4 lo" "2 2 eth0"; do
             told=$(grep -o 'rank [0-9]*: .*' "$log" | grep -v "^rank $victim:" |
                    sed -E 's/rank [0-9]+: //; s/ after [0-9]+ ms//' | sort | uniq -c |
                    awk '{c=$1; $1=""; sub(/^ /, ""); printf "%s%s x%d", sep, $0, c; sep="; "}')
-            longest=$(grep -o 'after [0-9]* ms' "$log" | awk '{if ($2 > m) m = $2} END {print m + 0}')
+            longest=$(grep -o 'after [0-9]* ms' "$log" |
+                      awk '{if ($2 > m) m = $2} END {print NR ? m " ms" : "-"}')
             survivors=$(grep -c "^\[r[0-9]*\] rank [0-9]*: " "$log")
             [ "$survivors" -lt $(( world - 1 )) ] && told="$told (only $survivors of $(( world - 1 )) reported; strata-run exit $rc)"
             left=""
             [ "$(ls /dev/shm | wc -l)" -gt "$shm_before" ] && left="/dev/shm +$(( $(ls /dev/shm | wc -l) - shm_before )) "
             [ "$(ip netns list 2>/dev/null | wc -l)" -gt "$netns_before" ] && left="${left}netns "
             pgrep -f "$check --fault" >/dev/null && left="${left}processes"
-            echo "| $nodes x $per | $kind | $phase | ${told:-nothing} | ${longest} ms | ${left:-nothing} |"
+            echo "| $nodes x $per | $kind | $phase | ${told:-nothing} | $longest | ${left:-nothing} |"
         done
     done
 done
