@@ -183,7 +183,7 @@ static void test_hwloc_semantic_errors(void **state)
     expect_text_failure("banana.hwloc.xml",
                         "<topology version=\"2.0\"><object type=\"Banana\" os_index=\"0\"/>"
                         "</topology>",
-                        "hwloc rejected this hwloc XML");
+                        ":1: invalid hwloc XML: unknown object type 'Banana'");
 }
 
 static void test_buffer_and_arguments(void **state)
