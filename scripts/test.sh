@@ -2,6 +2,7 @@
 # Builds strata and runs the whole test suite three times: a plain build, then under
 # AddressSanitizer+UBSan and ThreadSanitizer. Installs what it needs first.
 # STRATA_TEST_TOPOLOGY_DIR names the folder of real-machine topology files (optional).
+# STRATA_TEST_BAD_INPUTS_DIR names a folder of hostile input files, e.g. hwloc-xml/ (optional).
 # STRATA_TEST_SANITIZERS="address thread" (default) chooses the sanitizer builds; "" skips them.
 set -euo pipefail
 
@@ -10,14 +11,17 @@ jobs=$(nproc)
 
 "$top/scripts/setup.sh" --deps-only
 
-if [ -n "${STRATA_TEST_TOPOLOGY_DIR:-}" ]; then
-    if [ -d "$STRATA_TEST_TOPOLOGY_DIR" ]; then
-        STRATA_TEST_TOPOLOGY_DIR=$(cd "$STRATA_TEST_TOPOLOGY_DIR" && pwd)
+# Folders named relative to the repository's parent become absolute: tests run elsewhere.
+for var in STRATA_TEST_TOPOLOGY_DIR STRATA_TEST_BAD_INPUTS_DIR; do
+    dir=${!var:-}
+    [ -n "$dir" ] || continue
+    if [ -d "$dir" ]; then
+        dir=$(cd "$dir" && pwd)
     else
-        echo "test: $STRATA_TEST_TOPOLOGY_DIR not found; tests that need it are skipped"
+        echo "test: $dir not found; tests that need it are skipped"
     fi
-    export STRATA_TEST_TOPOLOGY_DIR
-fi
+    export "$var=$dir"
+done
 
 run_suite() {
     local dir=$1; shift
