@@ -186,6 +186,27 @@ static void test_hwloc_semantic_errors(void **state)
                         ":1: invalid hwloc XML: unknown object type 'Banana'");
 }
 
+/*
+ * An encoding error that libxml2 reports outside any parser context, in a file read after an
+ * hwloc XML import (found by fuzz_topo_xml): hwloc had pointed libxml2's error handler into
+ * its plugin, then unloaded it, and the report jumped into unmapped memory.
+ */
+static void test_encoding_error_after_hwloc(void **state)
+{
+    static const char utf7[] = "<?xml version=\"1.0\" encoding=\"UTF-7\"?>\n"
+                               "<topology>\xff\xfe\x92\x90</topology>\n";
+    char path[512], err[TOPO_ERR_LEN];
+    topo_t *topo;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/no-gpu-no-nic.hwloc.xml", STRATA_TEST_FIXTURES);
+    for (int i = 0; i < 2; ++i) {
+        assert_int_equal(topo_load_file(path, &topo, err), STRATA_OK);
+        topo_destroy(topo);
+        expect_text_failure("utf7.xml", utf7, "malformed or truncated XML");
+    }
+}
+
 static void test_buffer_and_arguments(void **state)
 {
     char err[TOPO_ERR_LEN];
@@ -211,6 +232,7 @@ int main(void)
         cmocka_unit_test(test_not_topology),
         cmocka_unit_test(test_nccl_semantic_errors),
         cmocka_unit_test(test_hwloc_semantic_errors),
+        cmocka_unit_test(test_encoding_error_after_hwloc),
         cmocka_unit_test(test_buffer_and_arguments),
     };
 
