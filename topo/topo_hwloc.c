@@ -188,9 +188,15 @@ static strata_status_t topo_hwloc_gpu(topo_hwloc_ctx_t *ctx, hwloc_obj_t pcidev,
                                       const char *busid, int parent)
 {
     const struct hwloc_pcidev_attr_s *pci = &pcidev->attr->pcidev;
-    int index = topo_add_gpu(ctx->topo);
     topo_gpu_t *gpu;
+    int index;
 
+    /* hwloc takes two devices at one address; two GPUs there would make find ambiguous. */
+    if (topo_gpu_find(ctx->topo, busid) >= 0) {
+        topo_error(ctx->err, "%s: two GPUs at PCI bus id %s", ctx->name, busid);
+        return STRATA_ERR_PARSE;
+    }
+    index = topo_add_gpu(ctx->topo);
     if (index < 0) {
         return topo_hwloc_nomem(ctx);
     }

@@ -168,6 +168,10 @@ static void test_nccl_semantic_errors(void **state)
                         "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x020700\">"
                         "<nic><net name=\"mlx5_0\" speed=\"fast\"/></nic></pci></cpu></system>",
                         "<net> has a malformed speed 'fast'");
+    expect_text_failure("gpu-twice.xml",
+                        "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\"/>"
+                        "\n<pci busid=\"0000:01:00.0\" class=\"0x030200\"/></cpu></system>",
+                        ":2: <pci> has the busid of another GPU: '0000:01:00.0'");
     expect_text_failure("nvlink-no-target.xml",
                         "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\">"
                         "<gpu dev=\"0\" sm=\"90\"><nvlink count=\"18\"/></gpu></pci></cpu></system>",
@@ -207,6 +211,31 @@ static void test_encoding_error_after_hwloc(void **state)
     }
 }
 
+/* hwloc takes two PCI devices at one address; strata refuses two GPUs there. */
+static void test_hwloc_gpu_twice(void **state)
+{
+    static const char second[] = "          <object type=\"PCIDev\" gp_index=\"70\" "
+                                 "pci_busid=\"0000:01:00.0\" "
+                                 "pci_type=\"0302 [10de:20b0] [10de:134f] a1\"/>\n";
+    char path[512], doc[16384], *at;
+    size_t size, head;
+    FILE *file;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/hostile/ok-base.hwloc.xml", STRATA_TEST_FIXTURES);
+    file = fopen(path, "rb");
+    assert_non_null(file);
+    size = fread(doc, 1, sizeof(doc) - sizeof(second), file);
+    fclose(file);
+    doc[size] = '\0';
+    at = strstr(doc, "osdev_type=\"5\"/>\n          </object>\n");
+    assert_non_null(at);
+    head = (size_t)(at - doc) + strlen("osdev_type=\"5\"/>\n          </object>\n");
+    memmove(doc + head + strlen(second), doc + head, size - head + 1);
+    memcpy(doc + head, second, strlen(second));
+    expect_text_failure("gpu-twice.hwloc.xml", doc, ": two GPUs at PCI bus id 0000:01:00.0");
+}
+
 static void test_buffer_and_arguments(void **state)
 {
     char err[TOPO_ERR_LEN];
@@ -233,6 +262,7 @@ int main(void)
         cmocka_unit_test(test_nccl_semantic_errors),
         cmocka_unit_test(test_hwloc_semantic_errors),
         cmocka_unit_test(test_encoding_error_after_hwloc),
+        cmocka_unit_test(test_hwloc_gpu_twice),
         cmocka_unit_test(test_buffer_and_arguments),
     };
 
