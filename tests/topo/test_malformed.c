@@ -150,6 +150,9 @@ static void test_nccl_semantic_errors(void **state)
                         ":2: <cpu> has no numaid");
     expect_text_failure("bad-numaid.xml", "<system><cpu numaid=\"zero\"/></system>",
                         "malformed numaid 'zero'");
+    /* a character reference puts a newline in the value; the message stays one line */
+    expect_text_failure("newline-numaid.xml", "<system><cpu numaid=\"1&#10;2\"/></system>",
+                        "malformed numaid '1?2'");
     expect_text_failure("bad-affinity.xml",
                         "<system><cpu numaid=\"0\" affinity=\"00ff,xyz\"/></system>",
                         "malformed affinity mask '00ff,xyz'");
