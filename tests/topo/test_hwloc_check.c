@@ -83,7 +83,9 @@ static int for_each_xml(const char *dir, void (*check)(const char *path))
         if (n < 4 || strcmp(entry->d_name + n - 4, ".xml") != 0) {
             continue;
         }
-        snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name);
+        if (snprintf(path, sizeof(path), "%s/%s", dir, entry->d_name) >= (int)sizeof(path)) {
+            fail_msg("%s/%s: path too long", dir, entry->d_name);
+        }
         check(path);
         ++count;
     }
