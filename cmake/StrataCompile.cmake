@@ -17,6 +17,20 @@ elseif(NOT STRATA_SANITIZE STREQUAL "")
     message(FATAL_ERROR "STRATA_SANITIZE must be address, thread or empty, not '${STRATA_SANITIZE}'")
 endif()
 
+# The fuzz build: every object instrumented for libFuzzer's coverage and ASan+UBSan; the
+# fuzz targets alone link libFuzzer's main (tests/fuzz/CMakeLists.txt).
+if(STRATA_BUILD_FUZZ)
+    if(NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+        message(FATAL_ERROR "STRATA_BUILD_FUZZ needs clang (CC=clang), not ${CMAKE_C_COMPILER_ID}")
+    endif()
+    if(NOT STRATA_SANITIZE STREQUAL "")
+        message(FATAL_ERROR "STRATA_BUILD_FUZZ brings its own sanitizers: leave STRATA_SANITIZE empty")
+    endif()
+    add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+                        -fno-sanitize-recover=undefined)
+    add_link_options(-fsanitize=address,undefined)
+endif()
+
 # strata_add_layer(<name> SOURCES ... [LIBS ...]): object library strata_<name> whose
 # objects go into libstrata; layers see the repository root and the public headers.
 set_property(GLOBAL PROPERTY STRATA_LAYERS "")

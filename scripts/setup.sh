@@ -13,6 +13,7 @@ packages=(
     iproute2
     hipcc                        # compiles the HIP kernels (the CUDA toolkit is not in Debian)
     libopenmpi-dev openmpi-bin   # MPI_Alltoallv, the baseline of strata-bench intra
+    clang libclang-rt-dev        # the libFuzzer targets of tests/fuzz (scripts/fuzz.sh)
 )
 
 missing=()

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Builds strata and runs the whole test suite three times: a plain build, then under
-# AddressSanitizer+UBSan and ThreadSanitizer. Installs what it needs first.
+# AddressSanitizer+UBSan and ThreadSanitizer; then fuzzes (scripts/fuzz.sh). Installs what it
+# needs first.
 # STRATA_TEST_TOPOLOGY_DIR names the folder of real-machine topology files (optional).
+# STRATA_TEST_BAD_INPUTS_DIR names a folder of hostile input files, e.g. hwloc-xml/ (optional).
 # STRATA_TEST_SANITIZERS="address thread" (default) chooses the sanitizer builds; "" skips them.
+# STRATA_FUZZ_SECONDS (default 15) is how long each fuzz target runs after its seed corpus;
+# 0 replays the seeds only. Without clang the fuzz stage is skipped with a message.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,14 +14,17 @@ jobs=$(nproc)
 
 "$top/scripts/setup.sh" --deps-only
 
-if [ -n "${STRATA_TEST_TOPOLOGY_DIR:-}" ]; then
-    if [ -d "$STRATA_TEST_TOPOLOGY_DIR" ]; then
-        STRATA_TEST_TOPOLOGY_DIR=$(cd "$STRATA_TEST_TOPOLOGY_DIR" && pwd)
+# Folders named relative to the repository's parent become absolute: tests run elsewhere.
+for var in STRATA_TEST_TOPOLOGY_DIR STRATA_TEST_BAD_INPUTS_DIR; do
+    dir=${!var:-}
+    [ -n "$dir" ] || continue
+    if [ -d "$dir" ]; then
+        dir=$(cd "$dir" && pwd)
     else
-        echo "test: $STRATA_TEST_TOPOLOGY_DIR not found; tests that need it are skipped"
+        echo "test: $dir not found; tests that need it are skipped"
     fi
-    export STRATA_TEST_TOPOLOGY_DIR
-fi
+    export "$var=$dir"
+done
 
 run_suite() {
     local dir=$1; shift
@@ -41,3 +48,10 @@ run_suite "$top/build" "${gpu_options[@]}"
 for sanitizer in ${STRATA_TEST_SANITIZERS-address thread}; do
     run_suite "$top/build-$sanitizer" -DSTRATA_SANITIZE="$sanitizer"
 done
+
+# A crash, leak or sanitizer report found by a fuzz target fails the run.
+if command -v clang >/dev/null 2>&1; then
+    "$top/scripts/fuzz.sh" "${STRATA_FUZZ_SECONDS:-15}"
+else
+    echo "=== fuzz skipped: clang is not installed (scripts/setup.sh installs it)"
+fi

@@ -6,7 +6,9 @@
 
 #include <dlfcn.h>
 #include <hwloc.h>
+#include <link.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,9 +187,15 @@ static strata_status_t topo_hwloc_gpu(topo_hwloc_ctx_t *ctx, hwloc_obj_t pcidev,
                                       const char *busid, int parent)
 {
     const struct hwloc_pcidev_attr_s *pci = &pcidev->attr->pcidev;
-    int index = topo_add_gpu(ctx->topo);
     topo_gpu_t *gpu;
+    int index;
 
+    /* hwloc takes two devices at one address; two GPUs there would make find ambiguous. */
+    if (topo_gpu_find(ctx->topo, busid) >= 0) {
+        topo_error(ctx->err, "%s: two GPUs at PCI bus id %s", ctx->name, busid);
+        return STRATA_ERR_PARSE;
+    }
+    index = topo_add_gpu(ctx->topo);
     if (index < 0) {
         return topo_hwloc_nomem(ctx);
     }
@@ -465,6 +473,40 @@ static void topo_hwloc_pin_pciaccess(void)
     (void)dlopen("libpciaccess.so.0", RTLD_LAZY | RTLD_NODELETE);
 }
 
+#define TOPO_HWLOC_XML_PLUGIN "hwloc_xml_libxml.so"
+
+static int topo_hwloc_find_xml_plugin(struct dl_phdr_info *info, size_t size, void *handle_p)
+{
+    const char *base = strrchr(info->dlpi_name, '/');
+
+    if (base == NULL || strcmp(base + 1, TOPO_HWLOC_XML_PLUGIN) != 0) {
+        return 0;
+    }
+    *(void **)handle_p = dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+    return 1;
+}
+
+/*
+ * hwloc's libxml2 plugin points libxml2's process-wide generic error handler at a function
+ * of its own, and hwloc unloads its plugins with the last topology: the next libxml2 error
+ * reported without a parser context (an encoding error in any XML file strata reads later)
+ * then called into unmapped memory. Keeping the plugin loaded keeps the handler valid.
+ * hwloc loads its plugins in hwloc_topology_init; without plugins there is nothing to pin.
+ */
+static void topo_hwloc_pin_xml_plugin(void)
+{
+    static atomic_bool pinned; /* set by the first thread that pinned it; read by all */
+    void *handle = NULL;
+
+    if (atomic_load_explicit(&pinned, memory_order_acquire)) {
+        return;
+    }
+    dl_iterate_phdr(topo_hwloc_find_xml_plugin, &handle);
+    if (handle != NULL) {
+        atomic_store_explicit(&pinned, true, memory_order_release);
+    }
+}
+
 static strata_status_t topo_hwloc_open(hwloc_topology_t *hwloc_p, enum hwloc_type_filter_e io,
                                        const char *name, char *err)
 {
@@ -475,6 +517,7 @@ static strata_status_t topo_hwloc_open(hwloc_topology_t *hwloc_p, enum hwloc_typ
         topo_error(err, "%s: hwloc could not initialise", name);
         return STRATA_ERR_TOPOLOGY;
     }
+    topo_hwloc_pin_xml_plugin();
     hwloc_topology_set_io_types_filter(*hwloc_p, io);
     /* strata finds GPUs on the PCI tree and asks NVML or ROCm SMI itself. hwloc's OpenCL
      * and GL plugins would start whatever runtime is installed (ROCm's OpenCL takes minutes

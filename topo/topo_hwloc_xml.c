@@ -2,7 +2,8 @@
  * hwloc XML written by hwloc 3.x, made readable by the hwloc 2.x library strata builds
  * against: the format differs in the version number and in OS device types, which became
  * a bit mask (storage 1, memory 2, GPU 4, coprocessor 8, network 16, OpenFabrics 32,
- * DMA 64). Everything else is read by hwloc itself.
+ * DMA 64). Everything else is read by hwloc itself, once topo_hwloc_check.c found nothing
+ * in the document that hwloc's importer would crash on.
  * Comments are removed as well: without its libxml2 plugin (Debian ships it apart), hwloc
  * reads XML with a minimal parser that accepts only what hwloc itself writes.
  */
@@ -106,6 +107,10 @@ strata_status_t topo_hwloc_import_xml(topo_t *topo, const char *name, struct _xm
         topo_error(err, "%s: hwloc XML format %u is newer than strata can read (up to 3)", name,
                    version);
         return STRATA_ERR_PARSE;
+    }
+    status = topo_hwloc_check(name, doc, err);
+    if (status != STRATA_OK) {
+        return status;
     }
     if (version == 3) {
         if (xmlSetProp(root, BAD_CAST "version", BAD_CAST "2.0") == NULL) {

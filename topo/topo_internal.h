@@ -12,6 +12,7 @@
 #include <stdarg.h>
 
 #define TOPO_DESCRIPTION_LEN 512
+#define TOPO_FILE_MAX_BYTES  (64u << 20) /* the largest topology file read */
 
 #define TOPO_PCI_VENDOR_NVIDIA   0x10de
 #define TOPO_PCI_VENDOR_AMD      0x1002
@@ -110,6 +111,12 @@ strata_status_t topo_nccl_import(topo_t *topo, const char *name, struct _xmlDoc 
 /* hwloc XML: doc is the parsed document, adapted in place for the hwloc library. */
 strata_status_t topo_hwloc_import_xml(topo_t *topo, const char *name, struct _xmlDoc *doc,
                                       char *err);
+/*
+ * Refuse what hwloc's XML importer would crash or leak on: checks the document against what
+ * hwloc 2.x and 3.x write (object types, attributes, sets that parse and nest, the tree's
+ * shape, distances) and names the file, line and reason in err. Call before hwloc sees it.
+ */
+strata_status_t topo_hwloc_check(const char *name, struct _xmlDoc *doc, char *err);
 /* hwloc 2.x XML in a NUL-terminated buffer (size excludes the NUL). */
 strata_status_t topo_hwloc_import_buffer(topo_t *topo, const char *name, const char *data,
                                          size_t size, char *err);

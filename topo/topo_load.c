@@ -15,8 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define TOPO_FILE_MAX_BYTES (64u << 20)
-
 typedef struct topo_config {
     char *file;
 } topo_config_t;
@@ -86,7 +84,8 @@ static strata_status_t topo_import_doc(topo_t **topo_p, const char *name, xmlDoc
 strata_status_t topo_load_buffer(const char *name, const char *data, size_t size,
                                  topo_t **topo_p, char *err)
 {
-    const int options = XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING;
+    const int options = XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING |
+                        XML_PARSE_BIG_LINES; /* line numbers past 65535 in messages */
     char message[TOPO_ERR_LEN];
     const xmlError *error;
     xmlParserCtxtPtr ctxt;

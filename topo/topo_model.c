@@ -413,4 +413,10 @@ void topo_error(char *err, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err, TOPO_ERR_LEN, fmt, ap);
     va_end(ap);
+    /* Errors quote the file's text, which may hold a newline (&#10;): keep them one line. */
+    for (char *c = err; *c != '\0'; ++c) {
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+            *c = '?';
+        }
+    }
 }

@@ -159,10 +159,14 @@ static strata_status_t topo_nccl_gpu(topo_nccl_ctx_t *ctx, const xmlNode *pci, c
 {
     unsigned long dev = (unsigned long)-1, sm = 0;
     strata_status_t status = STRATA_OK;
-    int index = topo_add_gpu(ctx->topo);
     bool amd = (vendor == TOPO_PCI_VENDOR_AMD);
     topo_gpu_t *gpu;
+    int index;
 
+    if (topo_gpu_find(ctx->topo, busid) >= 0) {
+        return topo_nccl_fail(ctx, pci, "has the busid of another GPU:", busid);
+    }
+    index = topo_add_gpu(ctx->topo);
     if (index < 0) {
         return topo_add_failed(ctx->topo, ctx->name, ctx->err);
     }

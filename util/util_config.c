@@ -47,6 +47,17 @@ static void util_config_error(char *err, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Messages quote the value as given: control characters (a newline in an environment
+ * value) would split the one log line, so they show as '?'. */
+static void util_config_one_line(char *message)
+{
+    for (; *message != '\0'; ++message) {
+        if ((unsigned char)*message < 0x20 || *message == 0x7f) {
+            *message = '?';
+        }
+    }
+}
+
 static bool util_config_lookup_unit(const util_config_unit_t *units, size_t num_units,
                                     const char *suffix, uint64_t *multiplier_p)
 {
@@ -148,8 +159,8 @@ static strata_status_t util_config_parse_enum(const util_config_field_t *field, 
     return STRATA_ERR_CONFIG;
 }
 
-strata_status_t util_config_parse_value(const util_config_field_t *field, const char *text,
-                                        void *dst, char *err)
+static strata_status_t util_config_parse_typed(const util_config_field_t *field,
+                                              const char *text, void *dst, char *err)
 {
     strata_status_t status;
     uint64_t u64;
@@ -204,6 +215,17 @@ strata_status_t util_config_parse_value(const util_config_field_t *field, const 
     }
     util_config_error(err, "field has an unknown type %d", (int)field->type);
     return STRATA_ERR_INTERNAL;
+}
+
+strata_status_t util_config_parse_value(const util_config_field_t *field, const char *text,
+                                        void *dst, char *err)
+{
+    strata_status_t status = util_config_parse_typed(field, text, dst, err);
+
+    if (status != STRATA_OK) {
+        util_config_one_line(err);
+    }
+    return status;
 }
 
 static void util_config_env_name(const util_config_field_t *field, char *buf, size_t size)
@@ -261,6 +283,7 @@ strata_status_t util_config_read_quiet(const util_config_table_t *table, void *c
         status = util_config_parse_value(field, text, (char *)config + field->offset, reason);
         if (status != STRATA_OK) {
             snprintf(err, UTIL_CONFIG_ERR_MAX, "%.100s=%.100s: %.250s", name, text, reason);
+            util_config_one_line(err);
             util_config_release(table, config);
             return status;
         }
@@ -292,7 +315,12 @@ strata_status_t util_config_set(const util_config_table_t *table, void *config,
             status = util_config_parse_value(field, text, dst, err);
         }
         if (status != STRATA_OK) {
-            UTIL_LOG_ERROR("%s%s=%s: %s", UTIL_CONFIG_ENV_PREFIX, name, text, err);
+            char message[UTIL_CONFIG_ERR_MAX];
+
+            snprintf(message, sizeof(message), "%s%.100s=%.100s: %.250s",
+                     UTIL_CONFIG_ENV_PREFIX, name, text, err);
+            util_config_one_line(message);
+            UTIL_LOG_ERROR("%s", message);
         }
         return status;
     }

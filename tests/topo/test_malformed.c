@@ -150,6 +150,9 @@ static void test_nccl_semantic_errors(void **state)
                         ":2: <cpu> has no numaid");
     expect_text_failure("bad-numaid.xml", "<system><cpu numaid=\"zero\"/></system>",
                         "malformed numaid 'zero'");
+    /* a character reference puts a newline in the value; the message stays one line */
+    expect_text_failure("newline-numaid.xml", "<system><cpu numaid=\"1&#10;2\"/></system>",
+                        "malformed numaid '1?2'");
     expect_text_failure("bad-affinity.xml",
                         "<system><cpu numaid=\"0\" affinity=\"00ff,xyz\"/></system>",
                         "malformed affinity mask '00ff,xyz'");
@@ -168,6 +171,10 @@ static void test_nccl_semantic_errors(void **state)
                         "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x020700\">"
                         "<nic><net name=\"mlx5_0\" speed=\"fast\"/></nic></pci></cpu></system>",
                         "<net> has a malformed speed 'fast'");
+    expect_text_failure("gpu-twice.xml",
+                        "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\"/>"
+                        "\n<pci busid=\"0000:01:00.0\" class=\"0x030200\"/></cpu></system>",
+                        ":2: <pci> has the busid of another GPU: '0000:01:00.0'");
     expect_text_failure("nvlink-no-target.xml",
                         "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\">"
                         "<gpu dev=\"0\" sm=\"90\"><nvlink count=\"18\"/></gpu></pci></cpu></system>",
@@ -183,7 +190,53 @@ static void test_hwloc_semantic_errors(void **state)
     expect_text_failure("banana.hwloc.xml",
                         "<topology version=\"2.0\"><object type=\"Banana\" os_index=\"0\"/>"
                         "</topology>",
-                        "hwloc rejected this hwloc XML");
+                        ":1: invalid hwloc XML: unknown object type 'Banana'");
+}
+
+/*
+ * An encoding error that libxml2 reports outside any parser context, in a file read after an
+ * hwloc XML import (found by fuzz_topo_xml): hwloc had pointed libxml2's error handler into
+ * its plugin, then unloaded it, and the report jumped into unmapped memory.
+ */
+static void test_encoding_error_after_hwloc(void **state)
+{
+    static const char utf7[] = "<?xml version=\"1.0\" encoding=\"UTF-7\"?>\n"
+                               "<topology>\xff\xfe\x92\x90</topology>\n";
+    char path[512], err[TOPO_ERR_LEN];
+    topo_t *topo;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/no-gpu-no-nic.hwloc.xml", STRATA_TEST_FIXTURES);
+    for (int i = 0; i < 2; ++i) {
+        assert_int_equal(topo_load_file(path, &topo, err), STRATA_OK);
+        topo_destroy(topo);
+        expect_text_failure("utf7.xml", utf7, "malformed or truncated XML");
+    }
+}
+
+/* hwloc takes two PCI devices at one address; strata refuses two GPUs there. */
+static void test_hwloc_gpu_twice(void **state)
+{
+    static const char second[] = "          <object type=\"PCIDev\" gp_index=\"70\" "
+                                 "pci_busid=\"0000:01:00.0\" "
+                                 "pci_type=\"0302 [10de:20b0] [10de:134f] a1\"/>\n";
+    char path[512], doc[16384], *at;
+    size_t size, head;
+    FILE *file;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/hostile/ok-base.hwloc.xml", STRATA_TEST_FIXTURES);
+    file = fopen(path, "rb");
+    assert_non_null(file);
+    size = fread(doc, 1, sizeof(doc) - sizeof(second), file);
+    fclose(file);
+    doc[size] = '\0';
+    at = strstr(doc, "osdev_type=\"5\"/>\n          </object>\n");
+    assert_non_null(at);
+    head = (size_t)(at - doc) + strlen("osdev_type=\"5\"/>\n          </object>\n");
+    memmove(doc + head + strlen(second), doc + head, size - head + 1);
+    memcpy(doc + head, second, strlen(second));
+    expect_text_failure("gpu-twice.hwloc.xml", doc, ": two GPUs at PCI bus id 0000:01:00.0");
 }
 
 static void test_buffer_and_arguments(void **state)
@@ -211,6 +264,8 @@ int main(void)
         cmocka_unit_test(test_not_topology),
         cmocka_unit_test(test_nccl_semantic_errors),
         cmocka_unit_test(test_hwloc_semantic_errors),
+        cmocka_unit_test(test_encoding_error_after_hwloc),
+        cmocka_unit_test(test_hwloc_gpu_twice),
         cmocka_unit_test(test_buffer_and_arguments),
     };
 

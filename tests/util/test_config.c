@@ -115,6 +115,25 @@ static void test_int_bool_enum(void **state)
     assert_non_null(strstr(err, "push pull adaptive")); /* the error lists the choices */
 }
 
+/* A value with a newline (found by fuzz_config) is refused in one line of message. */
+static void test_error_is_one_line(void **state)
+{
+    char err[UTIL_CONFIG_ERR_MAX] = "";
+    test_config_t config;
+    bool flag;
+
+    (void)state;
+    assert_int_equal(util_config_parse_value(&test_fields[3], "y\nSTRATA_X=1", &flag, err),
+                     STRATA_ERR_CONFIG);
+    assert_null(strchr(err, '\n'));
+    assert_non_null(strstr(err, "'y?STRATA_X=1' is not a boolean"));
+    setenv("STRATA_TEST_CFG_SIZE", "8k\n", 1);
+    assert_int_equal(util_config_read_quiet(&test_table, &config, err), STRATA_ERR_CONFIG);
+    unsetenv("STRATA_TEST_CFG_SIZE");
+    assert_null(strchr(err, '\n'));
+    assert_non_null(strstr(err, "STRATA_TEST_CFG_SIZE=8k?: '8k?' has an unknown size unit"));
+}
+
 static void test_read_defaults_and_env(void **state)
 {
     test_config_t config;
@@ -203,6 +222,7 @@ int main(void)
         cmocka_unit_test(test_size_units),
         cmocka_unit_test(test_time_units),
         cmocka_unit_test(test_int_bool_enum),
+        cmocka_unit_test(test_error_is_one_line),
         cmocka_unit_test(test_read_defaults_and_env),
         cmocka_unit_test(test_closest_name),
         cmocka_unit_test(test_warn_unknown),
