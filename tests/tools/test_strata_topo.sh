@@ -64,7 +64,9 @@ expect_exit 1 env STRATA_TOPO_FILE="$work/missing.xml" "$topo_bin"
 # 1, not "out of memory" and exit 3.
 nccl=$fixtures/nvswitch-8gpu-8nic.nccl.xml
 { sed -n '1,/<system/p' "$nccl"
-  for i in $(seq 400); do sed '1,/<system/d; /<\/system>/,$d' "$nccl"; done
+  for i in $(seq 400); do # each copy in its own PCI domain: no bus id twice
+      sed "1,/<system/d; /<\/system>/,\$d; s/busid=\"0000:/busid=\"$(printf %04x "$i"):/g" "$nccl"
+  done
   sed -n '/<\/system>/,$p' "$nccl"; } >"$work/many.nccl.xml"
 expect_exit 1 "$topo_bin" --file "$work/many.nccl.xml"
 grep -q "more than 4096 PCI nodes: too large" "$work/err" && pass ||
