@@ -1,8 +1,8 @@
 /*
  * Intra-node MoE dispatch/combine on the host backend: 2, 3 and 4 local ranks as processes,
- * every token type, Push, Pull and mixed masks, 120 steps each, compared with a sequential
- * reference (moe_check.c); capacity overflow, bad expert ids, bad parameters, calls out of
- * order, and a peer that never comes.
+ * every token type, Push, Pull and mixed masks, 120 steps each (40 under the sanitizers),
+ * compared with a sequential reference (moe_check.c); capacity overflow, bad expert ids, bad
+ * parameters, calls out of order, and a peer that never comes.
  */
 #include "moe_check.h"
 #include "intra/intra.h"
@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -22,6 +23,15 @@ static unsigned test_seed(void)
 {
     const char *text = getenv("STRATA_TEST_SEED");
     return text != NULL ? (unsigned)strtoul(text, NULL, 0) : 20261202u;
+}
+
+/* Sanitizer builds (STRATA_TEST_QUICK=1, set by CMake), where a step costs ten times as
+ * much, run a third of the steps, at least 20: every routing pattern and mask still runs. */
+static int test_steps(int steps)
+{
+    const char *quick = getenv("STRATA_TEST_QUICK");
+
+    return quick != NULL && strcmp(quick, "1") == 0 ? (steps / 3 > 20 ? steps / 3 : 20) : steps;
 }
 
 static void run_case(moe_case_t c)
@@ -44,7 +54,7 @@ static void run_every_dtype(int ranks, int experts)
 
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(types); ++i) {
         run_case((moe_case_t){.device = "host", .ranks = ranks, .experts = experts, .topk = 4,
-                              .hidden = 256, .max_tokens = 40, .steps = 120,
+                              .hidden = 256, .max_tokens = 40, .steps = test_steps(120),
                               .blocks = 1 + (unsigned)(i + ranks) % 3, /* 1, 2 and 3 */
                               .dtype = types[i][0], .combine_dtype = types[i][1],
                               .seed = test_seed() + (unsigned)(ranks * 10 + (int)i),
@@ -75,7 +85,7 @@ static void test_capacity_overflow(void **state)
     (void)state;
     util_log_set_level(STRATA_LOG_LEVEL_ERROR); /* the expected errors */
     run_case((moe_case_t){.device = "host", .ranks = 3, .experts = 6, .topk = 2, .hidden = 64,
-                          .max_tokens = 32, .capacity = 5, .steps = 60,
+                          .max_tokens = 32, .capacity = 5, .steps = test_steps(60),
                           .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_FP32,
                           .seed = test_seed() + 100, .scenario = MOE_SCENARIO_OVERFLOW});
 }
