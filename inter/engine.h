@@ -116,7 +116,9 @@ strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob);
 
 /**
  * Wire up every rank from their blobs (world_size blobs, rank order, as an allgather gives)
- * and start the proxy thread. Collective in effect: every rank connects.
+ * and start the proxy thread. Collective: returns once every peer has been heard from, so
+ * the provider's connections to all of them are made; STRATA_ERR_PEER_FAILED if a peer
+ * fails or stays silent for the peer timeout first (destroy the engine then).
  */
 strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs);
 

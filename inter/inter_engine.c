@@ -261,8 +261,10 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     engine->peer_info   = calloc(world, sizeof(*engine->peer_info));
     engine->peer_failed = calloc(world, sizeof(*engine->peer_failed));
     engine->last_seen   = calloc(world, sizeof(*engine->last_seen));
+    engine->heard       = calloc(world, sizeof(*engine->heard));
     engine->ctrl        = util_alloc_aligned(64, 64);
-    if (!engine->peer_info || !engine->peer_failed || !engine->last_seen || !engine->ctrl ||
+    if (!engine->peer_info || !engine->peer_failed || !engine->last_seen || !engine->heard ||
+        !engine->ctrl ||
         util_ring_init(&engine->ring, INTER_RING_SIZE) != STRATA_OK) {
         status = STRATA_ERR_NO_MEMORY;
         goto err;
@@ -388,6 +390,53 @@ static strata_status_t inter_post_rx_pool(inter_engine_t *engine, int r)
     return STRATA_OK;
 }
 
+/* The first peer neither heard from nor failed, else the first failed one, else -1. */
+static int inter_unwired_peer(const inter_engine_t *engine, bool *failed_p)
+{
+    int failed = -1;
+
+    for (int p = 0; p < engine->params.world_size; ++p) {
+        if (p == engine->params.rank || atomic_load(&engine->heard[p])) {
+            continue;
+        }
+        if (!inter_engine_peer_failed(engine, p)) {
+            *failed_p = false;
+            return p;
+        }
+        failed = failed < 0 ? p : failed;
+    }
+    *failed_p = failed >= 0;
+    return failed;
+}
+
+/* Waits until a message (a heartbeat at least) came from every peer: the provider's
+ * connections to all of them are then made, both ways, before any caller's traffic. None
+ * is left half-made when a rank closes its endpoint soon after: a connection request the
+ * provider accepted but had not reported by then is lost with what it allocated for it,
+ * and the peer that sent it waits on it. A peer not heard within the peer timeout failed. */
+static strata_status_t inter_wait_wired(inter_engine_t *engine)
+{
+    int others = engine->params.world_size - 1, peer;
+    uint64_t deadline = util_clock_now_ns() + engine->params.peer_timeout_ns, spin_until = 0;
+    bool failed = false;
+
+    for (;;) {
+        unsigned seq = atomic_load_explicit(&engine->wake_seq, memory_order_acquire);
+
+        if (atomic_load_explicit(&engine->peers_heard, memory_order_acquire) >= others) {
+            return STRATA_OK;
+        }
+        peer = inter_unwired_peer(engine, &failed);
+        if (failed || util_clock_now_ns() >= deadline) {
+            break;
+        }
+        inter_engine_idle(engine, &spin_until, seq);
+    }
+    UTIL_LOG_ERROR("engine: rank %d %s while connecting", peer,
+                   failed ? "failed" : "was not heard from within the peer timeout");
+    return STRATA_ERR_PEER_FAILED;
+}
+
 strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
 {
     size_t blob_size = inter_engine_address_size(engine);
@@ -422,7 +471,7 @@ strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
         return STRATA_ERR_NO_MEMORY;
     }
     engine->connected = true;
-    return STRATA_OK;
+    return inter_wait_wired(engine);
 }
 
 /* Every registration still open, the engine's own pools included (destroy, proxy stopped). */
@@ -496,6 +545,7 @@ void inter_engine_destroy(inter_engine_t *engine)
     free(engine->peer_info);
     free(engine->peer_failed);
     free(engine->last_seen);
+    free(engine->heard);
     free(engine);
 }
 

@@ -189,6 +189,8 @@ struct inter_engine {
     inter_peer_info_t     *peer_info;   /* [world] */
     atomic_bool           *peer_failed; /* [world] */
     uint64_t              *last_seen;   /* [world] proxy: last message time */
+    atomic_bool           *heard;       /* [world] a message came since connect (proxy sets) */
+    atomic_int             peers_heard; /* peers with heard[] set (connect waits for all) */
     util_ring_t            ring;
     pthread_t              proxy;
     atomic_bool            running;

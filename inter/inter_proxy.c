@@ -337,6 +337,11 @@ static void inter_on_message(inter_engine_t *engine, inter_op_t *rx, size_t leng
         return;
     }
     engine->last_seen[header->src] = util_clock_now_ns();
+    if (!atomic_load_explicit(&engine->heard[header->src], memory_order_relaxed)) {
+        atomic_store_explicit(&engine->heard[header->src], true, memory_order_release);
+        atomic_fetch_add_explicit(&engine->peers_heard, 1, memory_order_release);
+        inter_engine_wake(engine); /* inter_engine_connect waits for every peer */
+    }
     if (header->type == INTER_MSG_USER) {
         inter_deliver(engine, header->src, header + 1, header->length);
     }

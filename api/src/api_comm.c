@@ -258,7 +258,10 @@ static strata_status_t api_comm_start_engine(strata_comm_t *comm)
         status = comm->bootstrap->allgather(comm->bootstrap->ctx, mine, all, blob_size);
     }
     if (status == STRATA_OK) {
-        status = inter_engine_connect(comm->engine, all);
+        /* Agreed: a rank returns only once every rank has heard from all of its peers, so
+         * none leaves (or exits) while another is still waiting to hear from it. */
+        status = api_comm_agree(comm, inter_engine_connect(comm->engine, all),
+                                "comm: connecting the engines");
     }
     if (status == STRATA_OK) {
         /* From now on heartbeats run: a rank that stops ends every wait of the built-in
