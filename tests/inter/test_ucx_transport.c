@@ -1,0 +1,623 @@
+/*
+ * The ucx transport through its ops table, two processes over tcp on loopback: writes with
+ * immediates (each immediate exactly once, and only after its bytes are visible at the
+ * target), reads, messages and injects, an unknown key, a key deregistered while its rkey is
+ * cached at the peer, a peer that dies, and bad configuration.
+ */
+#include "inter/transport.h"
+#include "util/util.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+extern const inter_transport_ops_t ucx_transport_ops;
+
+#define OPS        (&ucx_transport_ops)
+#define NUM_CTX    512
+#define REGION     (64 * 1024)  /* the target's buffer holds NUM_WRITES regions */
+#define NUM_WRITES 48
+#define MSG_BYTES  4096
+#define NUM_RX     16
+
+static bool g_child;
+
+/* In the child a failed check exits 1 (the parent asserts on the exit status). */
+#define CHECK(cond, ...)                                                                   \
+    do {                                                                                   \
+        if (!(cond)) {                                                                     \
+            fprintf(stderr, "%s:%d: %s: ", __FILE__, __LINE__, g_child ? "child" : "parent"); \
+            fprintf(stderr, __VA_ARGS__);                                                  \
+            fprintf(stderr, "\n");                                                         \
+            if (g_child) {                                                                 \
+                _exit(1);                                                                  \
+            }                                                                              \
+            fail();                                                                        \
+        }                                                                                  \
+    } while (0)
+
+typedef struct ctx {
+    _Alignas(64) char space[INTER_CONTEXT_SPACE];
+    int id;
+} ctx_t;
+
+typedef struct side {
+    inter_transport_t *tp;
+    uint64_t           self, other;
+    int                sock;
+    ctx_t              ctx[NUM_CTX];
+    char               rx[NUM_RX][MSG_BYTES];
+    /* What poll brought, in order. */
+    inter_cqe_t        cqes[4096];
+    int                num_cqes;
+    pthread_mutex_t    lock; /* where a poller thread fills cqes */
+} side_t;
+
+static void xwrite(int fd, const void *buf, size_t len)
+{
+    CHECK(write(fd, buf, len) == (ssize_t)len, "socket write");
+}
+
+static void xread(int fd, void *buf, size_t len)
+{
+    size_t got = 0;
+
+    while (got < len) {
+        ssize_t n = read(fd, (char *)buf + got, len - got);
+
+        CHECK(n > 0, "socket read (the other side exited?)");
+        got += (size_t)n;
+    }
+}
+
+static inter_transport_params_t params_for(int rank, const char *iface, bool shared_memory)
+{
+    return (inter_transport_params_t){.rank = rank, .world_size = 2, .iface = iface,
+                                      .required = true, .rail = 0,
+                                      .device_memory = INTER_MEM_HOST, .msg_bytes = MSG_BYTES,
+                                      .shared_memory = shared_memory};
+}
+
+/* Open, swap addresses over the socket, insert both (in rank order), post receives. */
+static void side_open(side_t *s, int rank, int sock)
+{
+    inter_transport_params_t params = params_for(rank, "lo", false);
+    char mine[INTER_ADDR_MAX], theirs[INTER_ADDR_MAX];
+    size_t len = sizeof(mine), their_len;
+    uint64_t handles[2];
+
+    memset(s, 0, sizeof(*s));
+    pthread_mutex_init(&s->lock, NULL);
+    s->sock = sock;
+    CHECK(OPS->open(&params, &s->tp) == STRATA_OK, "open");
+    CHECK(s->tp->addr_size <= INTER_ADDR_MAX, "addr_size %zu", s->tp->addr_size);
+    CHECK(OPS->address(s->tp, mine, &len) == STRATA_OK && len <= s->tp->addr_size, "address");
+    xwrite(sock, &len, sizeof(len));
+    xwrite(sock, mine, len);
+    xread(sock, &their_len, sizeof(their_len));
+    CHECK(their_len <= sizeof(theirs), "their address");
+    xread(sock, theirs, their_len);
+    for (int r = 0; r < 2; ++r) {
+        CHECK(OPS->insert_peer(s->tp, r == rank ? mine : theirs, r == rank ? len : their_len,
+                               &handles[r]) == STRATA_OK, "insert_peer %d", r);
+    }
+    s->self  = handles[rank];
+    s->other = handles[1 - rank];
+    for (int i = 0; i < NUM_RX; ++i) {
+        s->ctx[NUM_CTX - 1 - i].id = -1 - i;
+        CHECK(OPS->post_recv(s->tp, s->rx[i], MSG_BYTES, NULL, &s->ctx[NUM_CTX - 1 - i]) ==
+              STRATA_OK, "post_recv");
+    }
+}
+
+static void side_close(side_t *s)
+{
+    OPS->shutdown(s->tp);
+    OPS->close(s->tp);
+    pthread_mutex_destroy(&s->lock);
+}
+
+/* Poll once into the log; returns how many came. */
+static int side_poll(side_t *s)
+{
+    inter_cqe_t cqes[32];
+    int n = 0;
+
+    CHECK(OPS->poll(s->tp, cqes, 32, &n) == STRATA_OK, "poll");
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < n && s->num_cqes < (int)UTIL_ARRAY_SIZE(s->cqes); ++i) {
+        s->cqes[s->num_cqes++] = cqes[i];
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+static int side_count(side_t *s, inter_cqe_kind_t kind, strata_status_t status)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->num_cqes; ++i) {
+        n += s->cqes[i].kind == kind && s->cqes[i].status == status;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+/* Poll until count completions of kind and status came, or seconds passed. */
+static bool side_wait(side_t *s, inter_cqe_kind_t kind, strata_status_t status, int count,
+                      double seconds)
+{
+    uint64_t end = util_clock_now_ns() + (uint64_t)(seconds * 1e9);
+
+    while (side_count(s, kind, status) < count) {
+        if (util_clock_now_ns() > end) {
+            return false;
+        }
+        side_poll(s);
+    }
+    return true;
+}
+
+/* Read one byte from the socket, progressing meanwhile (a peer's reads and rkey requests
+ * need this side's progress, as the engine's proxy gives it). */
+static char side_read_byte(side_t *s)
+{
+    char byte;
+
+    for (;;) {
+        struct timeval tv = {0, 1000};
+        fd_set fds;
+
+        FD_ZERO(&fds);
+        FD_SET(s->sock, &fds);
+        if (select(s->sock + 1, &fds, NULL, NULL, &tv) > 0) {
+            break;
+        }
+        side_poll(s);
+    }
+    xread(s->sock, &byte, 1);
+    return byte;
+}
+
+static unsigned char pattern(int write, size_t i)
+{
+    return (unsigned char)((write * 131 + (int)i * 7 + 1) & 0xff);
+}
+
+static size_t write_len(int i)
+{
+    static const size_t lens[] = {1, 8, 63, 512, 4096, 8193, 30000, REGION};
+
+    return lens[i % UTIL_ARRAY_SIZE(lens)];
+}
+
+/* Runs fn in a child on one end of a socket pair, the parent's fn on the other. */
+static void run_pair(void (*parent_fn)(int sock), void (*child_fn)(int sock))
+{
+    int fds[2], status = -1;
+    pid_t pid;
+
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        g_child = true;
+        close(fds[0]);
+        child_fn(fds[1]);
+        _exit(0);
+    }
+    close(fds[1]);
+    parent_fn(fds[0]);
+    close(fds[0]);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) || WIFSIGNALED(status));
+    if (WIFEXITED(status)) {
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+}
+
+/* --- Writes with immediates, reads, messages --------------------------------------------- */
+
+typedef struct remote {
+    uint64_t addr, key;
+} remote_t;
+
+/* The target: every immediate is checked against its region the moment it arrives. */
+static void target_main(int sock)
+{
+    static side_t s;
+    unsigned char *buf = calloc(NUM_WRITES, REGION);
+    int seen[NUM_WRITES] = {0}, imms = 0, recvs = 0;
+    inter_tmr_t mr;
+    remote_t remote;
+    char byte;
+
+    side_open(&s, 1, sock);
+    CHECK(OPS->mem_register(s.tp, buf, (size_t)NUM_WRITES * REGION, INTER_MEM_HOST, 0, 7, &mr) ==
+          STRATA_OK, "register");
+    remote = (remote_t){.addr = (uint64_t)(uintptr_t)buf, .key = mr.key};
+    xwrite(sock, &remote, sizeof(remote));
+    while (imms < NUM_WRITES || recvs < 2) {
+        inter_cqe_t cqes[32];
+        int n = 0;
+
+        CHECK(OPS->poll(s.tp, cqes, 32, &n) == STRATA_OK, "poll");
+        for (int i = 0; i < n; ++i) {
+            if (cqes[i].kind == INTER_CQE_IMM) {
+                int w = (int)cqes[i].imm;
+
+                CHECK(w >= 0 && w < NUM_WRITES && cqes[i].context == NULL, "imm %d", w);
+                for (size_t b = 0; b < write_len(w); ++b) {
+                    CHECK(buf[(size_t)w * REGION + b] == pattern(w, b),
+                          "immediate %d before byte %zu of its write landed", w, b);
+                }
+                seen[w]++;
+                imms++;
+            } else if (cqes[i].kind == INTER_CQE_RECV) {
+                ctx_t *ctx = cqes[i].context;
+                const char *data = s.rx[-1 - ctx->id];
+
+                CHECK(cqes[i].status == STRATA_OK, "receive status");
+                CHECK((cqes[i].length == 100 && data[99] == 'm') ||
+                      (cqes[i].length == 20 && data[19] == 'i'), "message %zu bytes",
+                      cqes[i].length);
+                recvs++;
+            }
+        }
+    }
+    /* No immediate comes twice: wait a little for extras. */
+    for (uint64_t end = util_clock_now_ns() + 300 * UTIL_NSEC_PER_MSEC; util_clock_now_ns() < end;) {
+        side_poll(&s);
+    }
+    CHECK(side_count(&s, INTER_CQE_IMM, STRATA_OK) == 0, "an immediate came again");
+    for (int w = 0; w < NUM_WRITES; ++w) {
+        CHECK(seen[w] == 1, "immediate %d came %d times", w, seen[w]);
+    }
+    byte = 'k';
+    xwrite(sock, &byte, 1);
+    side_read_byte(&s); /* the initiator's reads are done */
+    OPS->mem_deregister(s.tp, &mr);
+    side_close(&s);
+    free(buf);
+}
+
+static void initiator_main(int sock)
+{
+    static side_t s;
+    unsigned char *src = malloc((size_t)NUM_WRITES * REGION), *back = calloc(1, REGION);
+    char msg[100], beat[20];
+    inter_post_t posts[8];
+    inter_tmr_t mr, back_mr;
+    remote_t remote;
+    int posted, w = 0;
+    char byte;
+
+    side_open(&s, 0, sock);
+    for (int i = 0; i < NUM_WRITES; ++i) {
+        for (size_t b = 0; b < write_len(i); ++b) {
+            src[(size_t)i * REGION + b] = pattern(i, b);
+        }
+    }
+    CHECK(OPS->mem_register(s.tp, src, (size_t)NUM_WRITES * REGION, INTER_MEM_HOST, 0, 1, &mr) ==
+          STRATA_OK, "register");
+    CHECK(OPS->mem_register(s.tp, back, REGION, INTER_MEM_HOST, 0, 2, &back_mr) == STRATA_OK,
+          "register");
+    xread(sock, &remote, sizeof(remote));
+    /* In batches of 1 to 8, as the engine posts them. */
+    for (int batch = 1; w < NUM_WRITES; batch = batch % 8 + 1) {
+        int n = UTIL_MIN(batch, NUM_WRITES - w);
+
+        for (int i = 0; i < n; ++i, ++w) {
+            s.ctx[w].id = w;
+            posts[i] = (inter_post_t){.kind = INTER_POST_WRITE, .peer = s.other,
+                                      .buf = src + (size_t)w * REGION, .len = write_len(w),
+                                      .raddr = remote.addr + (uint64_t)w * REGION,
+                                      .rkey = remote.key, .with_imm = true, .imm = (uint32_t)w,
+                                      .context = &s.ctx[w]};
+        }
+        CHECK(OPS->post(s.tp, posts, n, &posted) == STRATA_OK && posted == n, "post");
+        side_poll(&s);
+    }
+    CHECK(side_wait(&s, INTER_CQE_LOCAL, STRATA_OK, NUM_WRITES, 30), "writes complete");
+    memset(msg, 'm', sizeof(msg));
+    memset(beat, 'i', sizeof(beat));
+    posts[0] = (inter_post_t){.kind = INTER_POST_SEND, .peer = s.other, .buf = msg,
+                              .len = sizeof(msg), .context = &s.ctx[NUM_WRITES]};
+    CHECK(OPS->post(s.tp, posts, 1, &posted) == STRATA_OK && posted == 1, "send");
+    CHECK(OPS->inject(s.tp, s.other, beat, sizeof(beat)) == STRATA_OK, "inject");
+    memset(beat, 0, sizeof(beat)); /* inject copied it */
+    CHECK(side_wait(&s, INTER_CQE_LOCAL, STRATA_OK, NUM_WRITES + 1, 30), "send completes");
+    xread(sock, &byte, 1);
+    CHECK(byte == 'k', "the target's verdict");
+    /* Read back the largest write. */
+    w = 7;
+    posts[0] = (inter_post_t){.kind = INTER_POST_READ, .peer = s.other, .buf = back,
+                              .len = write_len(w), .raddr = remote.addr + (uint64_t)w * REGION,
+                              .rkey = remote.key, .context = &s.ctx[NUM_WRITES + 1]};
+    CHECK(OPS->post(s.tp, posts, 1, &posted) == STRATA_OK, "read");
+    CHECK(side_wait(&s, INTER_CQE_LOCAL, STRATA_OK, NUM_WRITES + 2, 30), "read completes");
+    CHECK(memcmp(back, src + (size_t)w * REGION, write_len(w)) == 0, "read data");
+    CHECK(side_count(&s, INTER_CQE_IMM, STRATA_OK) == 0, "no immediate here");
+    xwrite(sock, &byte, 1);
+    OPS->mem_deregister(s.tp, &back_mr);
+    OPS->mem_deregister(s.tp, &mr);
+    side_close(&s);
+    free(src);
+    free(back);
+}
+
+static void test_write_imm_read_send(void **state)
+{
+    (void)state;
+    run_pair(initiator_main, target_main);
+}
+
+/* --- Keys: unknown, and deregistered while cached at the peer --------------------------------- */
+
+static atomic_bool g_stop_poller;
+
+static void *poller_main(void *arg)
+{
+    while (!atomic_load(&g_stop_poller)) {
+        side_poll(arg);
+    }
+    return NULL;
+}
+
+/* Until the 4096 bytes at p all hold c (a write completes at its initiator first). */
+static bool wait_filled(const volatile unsigned char *p, unsigned char c)
+{
+    uint64_t end = util_clock_now_ns() + 5 * UTIL_NSEC_PER_SEC;
+
+    while (p[0] != c || p[4095] != c) {
+        if (util_clock_now_ns() > end) {
+            return false;
+        }
+        usleep(1000);
+    }
+    return true;
+}
+
+/* Owner: registers A, lets the peer write it, deregisters it (acked by the peer), then
+ * checks that the peer's later write to A's key reached nothing. */
+static void owner_main(int sock)
+{
+    static side_t s;
+    unsigned char *a = calloc(1, 4096), *b = calloc(1, 4096);
+    inter_tmr_t mr_a, mr_b;
+    remote_t remotes[2];
+    pthread_t poller;
+    uint64_t start, took;
+    char byte;
+
+    side_open(&s, 1, sock);
+    atomic_store(&g_stop_poller, false);
+    pthread_create(&poller, NULL, poller_main, &s); /* the proxy's part */
+    CHECK(OPS->mem_register(s.tp, a, 4096, INTER_MEM_HOST, 0, 5, &mr_a) == STRATA_OK, "reg A");
+    remotes[0] = (remote_t){.addr = (uint64_t)(uintptr_t)a, .key = mr_a.key};
+    xwrite(sock, &remotes[0], sizeof(remotes[0]));
+    xread(sock, &byte, 1); /* the peer wrote A, so it holds A's rkey */
+    CHECK(wait_filled(a, 'w'), "the first write to A");
+    start = util_clock_now_ns();
+    OPS->mem_deregister(s.tp, &mr_a); /* returns once the peer dropped the rkey */
+    took = util_clock_now_ns() - start;
+    CHECK(took < 2 * UTIL_NSEC_PER_SEC, "deregistration waited %.2f s for the revoke's ack "
+          "(STRATA_UCX_TIMEOUT is 5 s)", (double)took / 1e9);
+    memset(a, 0, 4096);
+    /* A new registration, maybe at the same address, never gets A's key. */
+    CHECK(OPS->mem_register(s.tp, b, 4096, INTER_MEM_HOST, 0, 5, &mr_b) == STRATA_OK, "reg B");
+    CHECK(mr_b.key > remotes[0].key, "key %llu after %llu", (unsigned long long)mr_b.key,
+          (unsigned long long)remotes[0].key);
+    remotes[1] = (remote_t){.addr = (uint64_t)(uintptr_t)b, .key = mr_b.key};
+    xwrite(sock, &byte, 1);
+    xwrite(sock, &remotes[1], sizeof(remotes[1]));
+    xread(sock, &byte, 1); /* the peer tried A again, and wrote B */
+    CHECK(wait_filled(b, 'v'), "the write to B");
+    CHECK(a[0] == 0 && a[4095] == 0, "a write after deregistration reached the memory");
+    OPS->mem_deregister(s.tp, &mr_b); /* the peer polls, and acknowledges */
+    atomic_store(&g_stop_poller, true);
+    pthread_join(poller, NULL);
+    xwrite(sock, &byte, 1);
+    side_close(&s);
+    free(a);
+    free(b);
+}
+
+static void writer_main(int sock)
+{
+    static side_t s;
+    char *src = malloc(4096);
+    inter_post_t post;
+    inter_tmr_t mr;
+    remote_t a, b;
+    int posted;
+    char byte = 'x';
+
+    side_open(&s, 0, sock);
+    CHECK(OPS->mem_register(s.tp, src, 4096, INTER_MEM_HOST, 0, 1, &mr) == STRATA_OK, "reg");
+    xread(sock, &a, sizeof(a));
+    /* A key never registered there fails the write, and only it. */
+    memset(src, 'w', 4096);
+    post = (inter_post_t){.kind = INTER_POST_WRITE, .peer = s.other, .buf = src, .len = 4096,
+                          .raddr = a.addr, .rkey = a.key + 1000, .context = &s.ctx[0]};
+    CHECK(OPS->post(s.tp, &post, 1, &posted) == STRATA_OK && posted == 1, "post");
+    CHECK(side_wait(&s, INTER_CQE_LOCAL, STRATA_ERR_TRANSPORT, 1, 10), "unknown key fails");
+    post.rkey    = a.key;
+    post.context = &s.ctx[1];
+    CHECK(OPS->post(s.tp, &post, 1, &posted) == STRATA_OK, "post");
+    CHECK(side_wait(&s, INTER_CQE_LOCAL, STRATA_OK, 1, 10), "write to A");
+    xwrite(sock, &byte, 1);
+    side_read_byte(&s); /* A is deregistered now (which needed our ack) */
+    xread(sock, &b, sizeof(b));
+    memset(src, 'v', 4096);
+    post.context = &s.ctx[2];
+    post.with_imm = true;
+    CHECK(OPS->post(s.tp, &post, 1, &posted) == STRATA_OK, "post");
+    CHECK(side_wait(&s, INTER_CQE_LOCAL, STRATA_ERR_TRANSPORT, 2, 10),
+          "a write to a deregistered key fails");
+    post = (inter_post_t){.kind = INTER_POST_WRITE, .peer = s.other, .buf = src, .len = 4096,
+                          .raddr = b.addr, .rkey = b.key, .context = &s.ctx[3]};
+    CHECK(OPS->post(s.tp, &post, 1, &posted) == STRATA_OK, "post");
+    CHECK(side_wait(&s, INTER_CQE_LOCAL, STRATA_OK, 2, 10), "write to B");
+    xwrite(sock, &byte, 1);
+    side_read_byte(&s); /* the owner is done (its deregistration's revoke needs us) */
+    OPS->mem_deregister(s.tp, &mr);
+    side_close(&s);
+    free(src);
+}
+
+static void test_keys(void **state)
+{
+    (void)state;
+    setenv("STRATA_UCX_TIMEOUT", "5s", 1);
+    run_pair(writer_main, owner_main);
+    unsetenv("STRATA_UCX_TIMEOUT");
+}
+
+/* --- A peer that dies ----------------------------------------------------------------------- */
+
+static void dying_main(int sock)
+{
+    static side_t s;
+    char msg[32] = "hello", byte;
+    inter_post_t post;
+    int posted;
+
+    side_open(&s, 1, sock);
+    post = (inter_post_t){.kind = INTER_POST_SEND, .peer = s.other, .buf = msg,
+                          .len = sizeof(msg), .context = &s.ctx[0]};
+    CHECK(OPS->post(s.tp, &post, 1, &posted) == STRATA_OK, "send");
+    CHECK(side_wait(&s, INTER_CQE_LOCAL, STRATA_OK, 1, 10), "send completes");
+    xread(sock, &byte, 1);
+    raise(SIGKILL); /* no goodbye */
+}
+
+static void survivor_main(int sock)
+{
+    static side_t s;
+    char msg[32] = "are you there";
+    inter_post_t post;
+    uint64_t start;
+    int posted, sent = 0;
+    char byte = 'd';
+    strata_status_t status = STRATA_OK;
+
+    side_open(&s, 0, sock);
+    CHECK(side_wait(&s, INTER_CQE_RECV, STRATA_OK, 1, 10), "the peer's message");
+    xwrite(sock, &byte, 1);
+    start = util_clock_now_ns();
+    /* Sends to the dead peer: one fails at post or completes with TRANSPORT. */
+    while (status == STRATA_OK && side_count(&s, INTER_CQE_LOCAL, STRATA_ERR_TRANSPORT) == 0) {
+        CHECK(util_clock_now_ns() - start < 10 * UTIL_NSEC_PER_SEC,
+              "no error 10 s after the peer died");
+        post = (inter_post_t){.kind = INTER_POST_SEND, .peer = s.other, .buf = msg,
+                              .len = sizeof(msg), .context = &s.ctx[1 + sent % 100]};
+        status = OPS->post(s.tp, &post, 1, &posted);
+        sent += status == STRATA_OK;
+        usleep(10000);
+        side_poll(&s);
+    }
+    CHECK(status == STRATA_OK || status == STRATA_ERR_TRANSPORT, "post: %s",
+          strata_status_string(status));
+    CHECK(OPS->inject(s.tp, s.other, msg, 8) != STRATA_OK || true, "inject");
+    /* Shutdown ends the rest: receives come back cancelled, and it does not hang. */
+    start = util_clock_now_ns();
+    OPS->shutdown(s.tp);
+    CHECK(util_clock_now_ns() - start < 5 * UTIL_NSEC_PER_SEC, "shutdown took %.1f s",
+          (double)(util_clock_now_ns() - start) / 1e9);
+    OPS->close(s.tp);
+}
+
+static void test_peer_dies(void **state)
+{
+    (void)state;
+    run_pair(survivor_main, dying_main);
+}
+
+/* --- Configuration ------------------------------------------------------------------------ */
+
+static void test_open_describe(void **state)
+{
+    inter_transport_params_t params = params_for(0, "lo", false);
+    inter_transport_t *tp = NULL;
+    inter_probe_t probe = {0};
+    char addr[INTER_ADDR_MAX];
+    size_t len = sizeof(addr);
+
+    (void)state;
+    OPS->probe(&params, &probe);
+    assert_int_equal(probe.score, INTER_PROBE_PORTABLE);
+    assert_true(strncmp(probe.why, "ucx 1.", 6) == 0 && strstr(probe.why, "tcp") != NULL);
+    assert_int_equal(OPS->open(&params, &tp), STRATA_OK);
+    /* Without shared memory, tcp on the device asked for, and nothing else. */
+    assert_string_equal(tp->name, "ucx tcp lo");
+    assert_int_equal(tp->addr_size, 2048);
+    assert_false(tp->rx_cq_data);
+    assert_true(tp->has_read && tp->virt_addr && tp->inject_size >= 20);
+    assert_int_equal(OPS->address(tp, addr, &len), STRATA_OK);
+    assert_true(len > 8 && len <= tp->addr_size);
+    OPS->close(tp);
+}
+
+static void test_bad_device(void **state)
+{
+    inter_transport_params_t params = params_for(0, "nosuchdev0", false);
+    inter_transport_t *tp = NULL;
+
+    (void)state;
+    assert_int_equal(OPS->open(&params, &tp), STRATA_ERR_CONFIG);
+    assert_null(tp);
+    /* From the rail plan (not required): a warning, and UCX's default devices. */
+    params.required = false;
+    assert_int_equal(OPS->open(&params, &tp), STRATA_OK);
+    OPS->close(tp);
+}
+
+static void test_tls_setting(void **state)
+{
+    inter_transport_params_t params = params_for(0, "lo", false);
+    inter_transport_t *tp = NULL;
+    inter_probe_t probe = {0};
+
+    (void)state;
+    setenv("STRATA_UCX_TLS", "posix,tcp", 1);
+    OPS->probe(&params, &probe);
+    /* Shared memory forbidden, and asked for by name: refused, not ignored. */
+    assert_int_equal(OPS->open(&params, &tp), STRATA_ERR_CONFIG);
+    params.shared_memory = true;
+    OPS->probe(&params, &probe);
+    assert_int_equal(probe.score, INTER_PROBE_ASKED);
+    assert_int_equal(OPS->open(&params, &tp), STRATA_OK);
+    assert_non_null(strstr(tp->name, "posix"));
+    OPS->close(tp);
+    unsetenv("STRATA_UCX_TLS");
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_describe),
+        cmocka_unit_test(test_bad_device),
+        cmocka_unit_test(test_tls_setting),
+        cmocka_unit_test(test_write_imm_read_send),
+        cmocka_unit_test(test_keys),
+        cmocka_unit_test(test_peer_dies),
+    };
+
+    if (argc > 1) {
+        cmocka_set_test_filter(argv[1]); /* one test by name, when debugging */
+    }
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
