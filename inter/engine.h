@@ -81,7 +81,7 @@ typedef enum inter_heartbeat_path {
 typedef struct inter_engine_params {
     int         rank;
     int         world_size;
-    char        provider[32];    /**< "auto", "tcp", "shm", "verbs", "efa" */
+    char        transport[16];   /**< "auto", "ofi", "ucx" or "verbs" (inter/transport.h) */
     char        iface[64];       /**< interface (tcp) or device; "" for any; must exist */
     /** Preferred device of each rail (the rail plan's NICs); used when iface is "", and
      *  skipped for the default when the provider has no such device. "" entries: none. */
@@ -95,8 +95,9 @@ typedef struct inter_engine_params {
     /** Device memory the engine will be asked to register besides host memory
      *  (INTER_MEM_HOST: none); the transport asks its provider for it where offered. */
     inter_mem_kind_t device_memory;
-    /** Forbid the provider's shared-memory path between ranks of a node (libfabric
-     *  FI_OPT_SHARED_MEMORY_PERMITTED); creation fails where that cannot be done. */
+    /** Forbid the transport's shared-memory path between ranks of a node (libfabric
+     *  FI_OPT_SHARED_MEMORY_PERMITTED, UCX without its shared-memory transports);
+     *  creation fails where that cannot be done. */
     bool        forbid_shared_memory;
     inter_chunk_order_t    chunk_order;
     inter_heartbeat_path_t heartbeat_path;
@@ -104,6 +105,9 @@ typedef struct inter_engine_params {
 
 /** The STRATA_INTER_* variables. */
 extern const util_config_table_t inter_config_table;
+
+/** Each transport's own variables (those compiled in: STRATA_HAVE_UCX, STRATA_HAVE_VERBS). */
+extern const util_config_table_t ofi_config_table;
 
 /** Parameters from STRATA_INTER_*; rank and world size are the caller's to set. */
 strata_status_t inter_engine_params_from_env(inter_engine_params_t *params);

@@ -16,10 +16,8 @@
 
 #define INTER_BLOB_MAGIC 0x494e5452u /* "INTR" */
 
-extern const inter_transport_ops_t ofi_transport_ops;
-
 typedef struct inter_config {
-    char    *provider;
+    char    *transport;
     char    *iface;
     int64_t  rails;
     uint64_t heartbeat_ns;
@@ -36,9 +34,10 @@ static const char *const inter_chunk_order_names[] = {"forward", "reverse", NULL
 static const char *const inter_heartbeat_path_names[] = {"auto", "send", NULL};
 
 static const util_config_field_t inter_config_fields[] = {
-    {.name = "INTER_PROVIDER", .default_value = "auto",
-     .doc = "libfabric provider: auto (efa, then verbs, then tcp), tcp, shm, verbs or efa.",
-     .type = UTIL_CONFIG_STRING, .offset = offsetof(inter_config_t, provider)},
+    {.name = "INTER_TRANSPORT", .default_value = "auto",
+     .doc = "Network library: auto (verbs on ConnectX, ofi on EFA, ucx where built, else "
+            "ofi over tcp), ofi, ucx or verbs.",
+     .type = UTIL_CONFIG_STRING, .offset = offsetof(inter_config_t, transport)},
     {.name = "INTER_IFACE", .default_value = "",
      .doc = "Network interface for the tcp provider (default: the first non-loopback one).",
      .type = UTIL_CONFIG_STRING, .offset = offsetof(inter_config_t, iface)},
@@ -93,14 +92,14 @@ strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
         return status;
     }
     memset(params, 0, sizeof(*params));
-    if (strlen(config.provider) >= sizeof(params->provider) ||
+    if (strlen(config.transport) >= sizeof(params->transport) ||
         strlen(config.iface) >= sizeof(params->iface)) {
-        UTIL_LOG_ERROR("STRATA_INTER_PROVIDER '%s' or STRATA_INTER_IFACE '%s' is too long",
-                       config.provider, config.iface);
+        UTIL_LOG_ERROR("STRATA_INTER_TRANSPORT '%s' or STRATA_INTER_IFACE '%s' is too long",
+                       config.transport, config.iface);
         util_config_release(&inter_config_table, &config);
         return STRATA_ERR_CONFIG;
     }
-    snprintf(params->provider, sizeof(params->provider), "%s", config.provider);
+    snprintf(params->transport, sizeof(params->transport), "%s", config.transport);
     snprintf(params->iface, sizeof(params->iface), "%s", config.iface);
     params->num_rails         = (int)config.rails;
     params->heartbeat_ns      = config.heartbeat_ns;
@@ -121,7 +120,7 @@ static strata_status_t inter_params_check(const inter_engine_params_t *p)
         p->num_rails > INTER_MAX_RAILS || p->msg_size == 0 || p->msg_size > (64u << 20) ||
         p->heartbeat_ns == 0 || p->peer_timeout_ns <= p->heartbeat_ns ||
         p->stripe_min_chunk == 0 || p->stripe_min_chunk > (1ull << 40) ||
-        p->stripe_max_chunks == 0 || p->provider[0] == '\0' ||
+        p->stripe_max_chunks == 0 || p->transport[0] == '\0' ||
         (p->chunk_order != INTER_CHUNK_FORWARD && p->chunk_order != INTER_CHUNK_REVERSE) ||
         (p->heartbeat_path != INTER_HEARTBEAT_AUTO && p->heartbeat_path != INTER_HEARTBEAT_SEND)) {
         UTIL_LOG_ERROR("engine: invalid parameters: rank %d of %d, %d rails (1..%d), message "
@@ -181,22 +180,45 @@ static strata_status_t inter_rail_pools(inter_engine_t *engine, inter_rail_t *ra
     return status;
 }
 
-static strata_status_t inter_open_rails(inter_engine_t *engine)
+/* What rail r's transport is opened with. */
+static inter_transport_params_t inter_rail_params(const inter_engine_t *engine, int r)
 {
     const char *iface = engine->params.iface;
-    inter_transport_params_t tp_params = {.provider      = engine->params.provider,
-                                          .device_memory = engine->params.device_memory,
-                                          .msg_bytes     = engine->slot_size,
-                                          .shared_memory = !engine->params.forbid_shared_memory};
-    strata_status_t status = STRATA_OK;
+
+    return (inter_transport_params_t){
+        .rank          = engine->params.rank,
+        .world_size    = engine->params.world_size,
+        .iface         = (iface[0] || !engine->params.rail_devices[r][0])
+                             ? iface : engine->params.rail_devices[r],
+        .required      = iface[0] != '\0',
+        .rail          = r,
+        .device_memory = engine->params.device_memory,
+        .msg_bytes     = engine->slot_size,
+        .shared_memory = !engine->params.forbid_shared_memory};
+}
+
+/* The transport STRATA_INTER_TRANSPORT names, or auto's pick, probed for rail 0. */
+static strata_status_t inter_choose_transport(inter_engine_t *engine)
+{
+    inter_transport_params_t tp_params = inter_rail_params(engine, 0);
+    char why[256];
+    strata_status_t status = inter_transport_select(engine->params.transport, &tp_params,
+                                                    &engine->ops, why, sizeof(why));
+
+    if (status == STRATA_OK) {
+        UTIL_LOG_INFO("engine: transport %s (%s)", engine->ops->name, why);
+    }
+    return status;
+}
+
+static strata_status_t inter_open_rails(inter_engine_t *engine)
+{
+    strata_status_t status = inter_choose_transport(engine);
 
     for (int r = 0; r < engine->params.num_rails && status == STRATA_OK; ++r) {
         inter_rail_t *rail = &engine->rails[r];
+        inter_transport_params_t tp_params = inter_rail_params(engine, r);
 
-        tp_params.rail     = r;
-        tp_params.required = iface[0] != '\0';
-        tp_params.iface    = (iface[0] || !engine->params.rail_devices[r][0])
-                                 ? iface : engine->params.rail_devices[r];
         status = engine->ops->open(&tp_params, &rail->tp);
         if (status != STRATA_OK) {
             break;
@@ -252,7 +274,6 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     world             = (size_t)params->world_size;
     engine->params    = *params;
     engine->params.num_rails = params->num_rails ? params->num_rails : 1;
-    engine->ops       = &ofi_transport_ops;
     engine->slot_size = sizeof(inter_msg_header_t) + params->msg_size;
     atomic_init(&engine->key_counter, 1);
     pthread_mutex_init(&engine->mr_lock, NULL);
@@ -297,24 +318,32 @@ typedef struct inter_blob_header {
     uint32_t      stripe_max_chunks;
     uint32_t      msg_size;
     inter_rdesc_t ctrl;
+    char          transport[16]; /* the transport's name: every rank must have the same */
+    uint64_t      addr_size;     /* bytes of each rail's address slot */
 } inter_blob_header_t;
 
-typedef struct inter_blob_rail {
-    uint32_t len;
-    uint8_t  addr[INTER_ADDR_MAX];
-} inter_blob_rail_t;
+/* After the header, INTER_MAX_RAILS slots of a uint32_t length and addr_size bytes. */
+static size_t inter_blob_slot_size(const inter_engine_t *engine)
+{
+    return sizeof(uint32_t) + UTIL_ALIGN_UP(engine->rails[0].tp->addr_size, sizeof(uint32_t));
+}
+
+static uint8_t *inter_blob_slot(const void *blob, size_t slot_size, int rail)
+{
+    return (uint8_t *)blob + sizeof(inter_blob_header_t) + (size_t)rail * slot_size;
+}
 
 size_t inter_engine_address_size(const inter_engine_t *engine)
 {
-    (void)engine;
-    return sizeof(inter_blob_header_t) + INTER_MAX_RAILS * sizeof(inter_blob_rail_t);
+    return sizeof(inter_blob_header_t) + INTER_MAX_RAILS * inter_blob_slot_size(engine);
 }
 
 strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob)
 {
     inter_blob_header_t *header = blob;
-    inter_blob_rail_t *rails = (inter_blob_rail_t *)(header + 1);
+    size_t slot_size = inter_blob_slot_size(engine);
     strata_status_t status;
+    uint32_t len32;
     size_t len;
 
     memset(blob, 0, inter_engine_address_size(engine));
@@ -323,14 +352,19 @@ strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob)
     header->stripe_min_chunk  = engine->params.stripe_min_chunk;
     header->stripe_max_chunks = engine->params.stripe_max_chunks;
     header->msg_size          = (uint32_t)engine->params.msg_size;
+    header->addr_size         = engine->rails[0].tp->addr_size;
+    snprintf(header->transport, sizeof(header->transport), "%s", engine->ops->name);
     inter_engine_mem_descriptor(engine->ctrl_mr, &header->ctrl);
     for (int r = 0; r < engine->num_rails; ++r) {
-        len    = INTER_ADDR_MAX;
-        status = engine->ops->address(engine->rails[r].tp, rails[r].addr, &len);
+        uint8_t *slot = inter_blob_slot(blob, slot_size, r);
+
+        len    = engine->rails[r].tp->addr_size;
+        status = engine->ops->address(engine->rails[r].tp, slot + sizeof(len32), &len);
         if (status != STRATA_OK) {
             return status;
         }
-        rails[r].len = (uint32_t)len;
+        len32 = (uint32_t)len;
+        memcpy(slot, &len32, sizeof(len32));
     }
     return STRATA_OK;
 }
@@ -338,11 +372,22 @@ strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob)
 static strata_status_t inter_connect_peer(inter_engine_t *engine, int peer, const void *blob)
 {
     const inter_blob_header_t *header = blob;
-    const inter_blob_rail_t *rails = (const inter_blob_rail_t *)(header + 1);
+    size_t slot_size = inter_blob_slot_size(engine);
     strata_status_t status;
+    uint32_t len;
 
-    if (header->magic != INTER_BLOB_MAGIC || header->num_rails < 1 ||
-        header->num_rails > INTER_MAX_RAILS ||
+    if (header->magic != INTER_BLOB_MAGIC ||
+        strncmp(header->transport, engine->ops->name, sizeof(header->transport)) != 0 ||
+        header->addr_size != engine->rails[0].tp->addr_size) {
+        UTIL_LOG_ERROR("engine: rank %d runs transport %.16s (addresses of %llu bytes), this "
+                       "rank %s (%zu): STRATA_INTER_TRANSPORT and the transport's settings "
+                       "must match on every rank", peer,
+                       header->magic == INTER_BLOB_MAGIC ? header->transport : "?",
+                       (unsigned long long)header->addr_size, engine->ops->name,
+                       engine->rails[0].tp->addr_size);
+        return STRATA_ERR_CONFIG;
+    }
+    if (header->num_rails < 1 || header->num_rails > INTER_MAX_RAILS ||
         header->stripe_min_chunk != engine->params.stripe_min_chunk ||
         header->stripe_max_chunks != engine->params.stripe_max_chunks ||
         header->msg_size != engine->params.msg_size) {
@@ -356,7 +401,15 @@ static strata_status_t inter_connect_peer(inter_engine_t *engine, int peer, cons
     engine->peer_info[peer].ctrl      = header->ctrl;
     /* Rail r talks to the peer's rail r; rails beyond the peer's count go unused for it. */
     for (int r = 0; r < engine->num_rails && r < (int)header->num_rails; ++r) {
-        status = engine->ops->insert_peer(engine->rails[r].tp, rails[r].addr, rails[r].len,
+        const uint8_t *slot = inter_blob_slot(blob, slot_size, r);
+
+        memcpy(&len, slot, sizeof(len));
+        if (len > header->addr_size) {
+            UTIL_LOG_ERROR("engine: rank %d's rail %d address is %u bytes, more than %llu",
+                           peer, r, len, (unsigned long long)header->addr_size);
+            return STRATA_ERR_INVALID;
+        }
+        status = engine->ops->insert_peer(engine->rails[r].tp, slot + sizeof(len), len,
                                           &engine->rails[r].peers[peer]);
         if (status != STRATA_OK) {
             return status;

@@ -209,6 +209,15 @@ static int inter_pop_submissions(inter_engine_t *engine)
     return n;
 }
 
+/* One operation on its rail's transport. */
+static strata_status_t inter_post_one(inter_engine_t *engine, const inter_post_t *post)
+{
+    const inter_op_t *op = post->context;
+    int posted;
+
+    return engine->ops->post(engine->rails[op->rail].tp, post, 1, &posted);
+}
+
 static strata_status_t inter_post_send(inter_engine_t *engine, inter_op_t *op)
 {
     inter_rail_t *rail = &engine->rails[op->rail];
@@ -226,8 +235,10 @@ static strata_status_t inter_post_send(inter_engine_t *engine, inter_op_t *op)
                                    .rail = (uint16_t)op->rail, .src = engine->params.rank,
                                    .length = (uint32_t)op->len};
     memcpy(header + 1, op->req->buf, op->len);
-    status = engine->ops->post_send(rail->tp, rail->peers[op->peer], header,
-                                    sizeof(*header) + op->len, rail->tx_mr.desc, op);
+    status = inter_post_one(engine, &(inter_post_t){
+                                        .kind = INTER_POST_SEND, .peer = rail->peers[op->peer],
+                                        .buf = header, .len = sizeof(*header) + op->len,
+                                        .desc = rail->tx_mr.desc, .context = op});
     if (status != STRATA_OK) {
         rail->tx_free[rail->num_tx_free++] = op->slot;
         op->slot                           = -1;
@@ -241,11 +252,14 @@ static strata_status_t inter_post_op(inter_engine_t *engine, inter_op_t *op)
 
     switch (op->kind) {
     case INTER_OP_WRITE:
-        return engine->ops->post_write(rail->tp, rail->peers[op->peer], op->lbuf, op->len,
-                                       op->desc, op->raddr, op->rkey, op->with_imm, op->imm, op);
     case INTER_OP_READ:
-        return engine->ops->post_read(rail->tp, rail->peers[op->peer], op->lbuf, op->len,
-                                      op->desc, op->raddr, op->rkey, op);
+        return inter_post_one(engine, &(inter_post_t){
+                                          .kind = op->kind == INTER_OP_READ ? INTER_POST_READ
+                                                                            : INTER_POST_WRITE,
+                                          .peer = rail->peers[op->peer], .buf = op->lbuf,
+                                          .len = op->len, .desc = op->desc, .raddr = op->raddr,
+                                          .rkey = op->rkey, .with_imm = op->with_imm,
+                                          .imm = op->imm, .context = op});
     case INTER_OP_SEND:
         return inter_post_send(engine, op);
     case INTER_OP_RX:
@@ -427,13 +441,12 @@ static void inter_on_cqe(inter_engine_t *engine, const inter_cqe_t *cqe)
 static int inter_poll_rail(inter_engine_t *engine, int r)
 {
     inter_cqe_t cqes[INTER_PROXY_CQ_BATCH];
-    int n;
+    int n = 0;
 
     if (engine->rail_broken[r]) {
         return 0;
     }
-    n = engine->ops->poll(engine->rails[r].tp, cqes, INTER_PROXY_CQ_BATCH);
-    if (n < 0) {
+    if (engine->ops->poll(engine->rails[r].tp, cqes, INTER_PROXY_CQ_BATCH, &n) != STRATA_OK) {
         inter_break_rail(engine, r);
         return 0;
     }
@@ -510,8 +523,10 @@ static strata_status_t inter_heartbeat_send(inter_engine_t *engine, int peer,
     op->slot = rail->tx_free[--rail->num_tx_free];
     header   = (inter_msg_header_t *)(rail->tx_pool + (size_t)op->slot * engine->slot_size);
     *header  = *beat;
-    status   = engine->ops->post_send(rail->tp, rail->peers[peer], header, sizeof(*header),
-                                      rail->tx_mr.desc, op);
+    status   = inter_post_one(engine, &(inter_post_t){
+                                          .kind = INTER_POST_SEND, .peer = rail->peers[peer],
+                                          .buf = header, .len = sizeof(*header),
+                                          .desc = rail->tx_mr.desc, .context = op});
     if (status != STRATA_OK) {
         rail->tx_free[rail->num_tx_free++] = op->slot;
         op->slot                           = -1;

@@ -282,6 +282,19 @@ static void inter_ring_fill_op(const inter_engine_t *engine, inter_ring_t *ring,
     };
 }
 
+/* A filled command's write or read on its rail. */
+static strata_status_t inter_ring_post(inter_engine_t *engine, inter_op_t *op)
+{
+    inter_rail_t *rail = &engine->rails[op->rail];
+    inter_post_t post = {.kind = op->kind == INTER_OP_READ ? INTER_POST_READ : INTER_POST_WRITE,
+                         .peer = rail->peers[op->peer], .buf = op->lbuf, .len = op->len,
+                         .desc = op->desc, .raddr = op->raddr, .rkey = op->rkey,
+                         .with_imm = op->with_imm, .imm = op->imm, .context = op};
+    int posted;
+
+    return engine->ops->post(rail->tp, &post, 1, &posted);
+}
+
 static void inter_ring_note_delay(inter_ring_t *ring, const util_work_cmd_t *cmd)
 {
     uint64_t now = util_clock_now_ns(), delay, max;
@@ -332,14 +345,7 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
         }
         inter_ring_fill_op(engine, ring, op, &cmd, ticket);
         atomic_store_explicit(&engine->proxy_target, cmd.peer, memory_order_relaxed);
-        status = op->kind == INTER_OP_READ
-                     ? engine->ops->post_read(engine->rails[op->rail].tp,
-                                              engine->rails[op->rail].peers[op->peer], op->lbuf,
-                                              op->len, op->desc, op->raddr, op->rkey, op)
-                     : engine->ops->post_write(engine->rails[op->rail].tp,
-                                               engine->rails[op->rail].peers[op->peer], op->lbuf,
-                                               op->len, op->desc, op->raddr, op->rkey,
-                                               op->with_imm, op->imm, op);
+        status = inter_ring_post(engine, op);
         atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
         if (status == STRATA_ERR_BUSY) {
             break; /* the transport's queue is full: the same ticket next loop */

@@ -1,6 +1,6 @@
 /*
- * The transport interface of the inter-node tier: one ops table per backend (ofi today;
- * verbs and ucx plug in the same way). Semantics are those common to ConnectX RC and EFA
+ * The transport interface of the inter-node tier: one ops table per backend (ofi, ucx,
+ * verbs), found through the registry at the end of this file. Semantics are those common to ConnectX RC and EFA
  * SRD: reliable, unordered delivery; write with a 32-bit immediate reported at the target;
  * completion known only from completion queues. Called only from the engine's proxy thread,
  * except registration, which may come from any thread.
@@ -11,12 +11,13 @@
 #include <strata/strata.h>
 
 #include "inter/engine.h"
+#include "util/util_config.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define INTER_ADDR_MAX 96 /* bytes of an endpoint address */
+#define INTER_ADDR_MAX 4096 /* bytes of an endpoint address, at most */
 
 typedef struct inter_transport_ops inter_transport_ops_t;
 
@@ -32,17 +33,37 @@ typedef struct inter_transport {
     bool     hmem;           /* registers the params' device memory */
     bool     rx_cq_data;     /* every immediate that lands consumes a posted receive */
     size_t   rx_size;        /* receives the endpoint can hold posted */
+    /* Bytes address() gives, at most; <= INTER_ADDR_MAX and equal on every rank that opens
+     * the same transport with the same world size (the engine allgathers that many). */
+    size_t   addr_size;
 } inter_transport_t;
 
 typedef struct inter_transport_params {
-    const char *provider; /* "auto", "tcp", "shm", "verbs", "efa" */
+    int         rank;       /* this rank, and how many there are (per-peer endpoints) */
+    int         world_size;
     const char *iface;    /* interface (tcp) or device to use ("" picks one) */
     bool        required; /* iface must exist; else a missing one falls back to the default */
     int         rail;     /* which rail this is, for names and logs */
     inter_mem_kind_t device_memory; /* device memory to offer registration for, if any */
     size_t      msg_bytes;     /* largest message the engine sends: open refuses less */
-    bool        shared_memory; /* the provider may use shared memory within a node */
+    bool        shared_memory; /* the transport may use shared memory within a node */
 } inter_transport_params_t;
+
+/*
+ * How well a transport suits this machine, for STRATA_INTER_TRANSPORT=auto: the highest
+ * score wins, ties to the earlier transport of the registry. 0: it cannot run here.
+ */
+#define INTER_PROBE_NONE     0
+#define INTER_PROBE_FALLBACK 10 /* runs here over a path every host has (tcp) */
+#define INTER_PROBE_PORTABLE 20 /* runs here, over what its library found (ucx) */
+#define INTER_PROBE_FABRIC   30 /* a fabric this transport serves best (efa on ofi) */
+#define INTER_PROBE_NATIVE   40 /* a device this transport drives natively (ConnectX on verbs) */
+#define INTER_PROBE_ASKED    50 /* the user set this transport's own variables */
+
+typedef struct inter_probe {
+    int  score;
+    char why[160]; /* one line: what was found, or why it cannot run */
+} inter_probe_t;
 
 /** One registration of a buffer on one transport. */
 typedef struct inter_tmr {
@@ -66,8 +87,32 @@ typedef struct inter_cqe {
     uint32_t         imm;
 } inter_cqe_t;
 
+typedef enum inter_post_kind {
+    INTER_POST_WRITE, /* buf -> raddr at the peer, with an immediate when with_imm */
+    INTER_POST_READ,  /* raddr at the peer -> buf */
+    INTER_POST_SEND   /* buf to one of the peer's posted receives */
+} inter_post_kind_t;
+
+/** One operation to post; context comes back in its local completion. */
+typedef struct inter_post {
+    inter_post_kind_t kind;
+    uint64_t  peer;     /* handle from insert_peer */
+    void     *buf;      /* local: source of a write or send, destination of a read */
+    size_t    len;
+    void     *desc;     /* buf's registration descriptor (inter_tmr_t.desc) */
+    uint64_t  raddr;    /* write, read: remote address or offset (see virt_addr) */
+    uint64_t  rkey;
+    bool      with_imm; /* write */
+    uint32_t  imm;
+    void     *context;  /* starts with INTER_CONTEXT_SPACE bytes the transport may use */
+} inter_post_t;
+
 struct inter_transport_ops {
-    const char *name;
+    const char *name; /* "ofi", "ucx", "verbs": a value of STRATA_INTER_TRANSPORT */
+    /** The transport's own STRATA_* variables (NULL: none); strata-info lists them. */
+    const util_config_table_t *config;
+    /** Whether and how well it runs on this machine (no endpoint is opened). */
+    void (*probe)(const inter_transport_params_t *params, inter_probe_t *probe);
     strata_status_t (*open)(const inter_transport_params_t *params, inter_transport_t **tp_p);
     /** Close the endpoint: the transport touches no posted context or buffer after this.
      *  Registrations made on it are released first (FI_MR_ENDPOINT providers insist). */
@@ -83,26 +128,44 @@ struct inter_transport_ops {
                                     inter_mem_kind_t kind, int device, uint64_t requested_key,
                                     inter_tmr_t *mr);
     void (*mem_deregister)(inter_transport_t *tp, inter_tmr_t *mr);
-    /* Posts: STRATA_OK, STRATA_ERR_BUSY (queue full: progress and retry) or an error. */
-    strata_status_t (*post_write)(inter_transport_t *tp, uint64_t peer, const void *buf,
-                                  size_t len, void *desc, uint64_t raddr, uint64_t rkey,
-                                  bool with_imm, uint32_t imm, void *context);
-    strata_status_t (*post_read)(inter_transport_t *tp, uint64_t peer, void *buf, size_t len,
-                                 void *desc, uint64_t raddr, uint64_t rkey, void *context);
-    strata_status_t (*post_send)(inter_transport_t *tp, uint64_t peer, const void *buf,
-                                 size_t len, void *desc, void *context);
+    /**
+     * Post count operations in order. *posted_p says how many went (all on STRATA_OK);
+     * STRATA_ERR_BUSY: the queue filled after *posted_p (progress and post the rest);
+     * another status: the operation at *posted_p failed, and none after it was posted.
+     */
+    strata_status_t (*post)(inter_transport_t *tp, const inter_post_t *posts, int count,
+                            int *posted_p);
     /** Small message without completion (len <= inject_size). */
     strata_status_t (*inject)(inter_transport_t *tp, uint64_t peer, const void *buf, size_t len);
     strata_status_t (*post_recv)(inter_transport_t *tp, void *buf, size_t len, void *desc,
                                  void *context);
-    /** Up to max completions; returns how many, or a negative status. */
-    int (*poll)(inter_transport_t *tp, inter_cqe_t *cqes, int max);
+    /** Up to max completions into cqes, how many in *count_p. An error status means the
+     *  completion queue cannot be read any more (the rail is broken). */
+    strata_status_t (*poll)(inter_transport_t *tp, inter_cqe_t *cqes, int max, int *count_p);
 };
 
 /** Space a backend needs at the start of every posted context (libfabric's FI_CONTEXT2). */
 #define INTER_CONTEXT_SPACE 64
 
-/** The transports compiled in; NULL name finds none. */
+/* --- Registry (inter_transport.c) -------------------------------------------------------- */
+
+/** The transport of that name if it is compiled in; NULL otherwise (or for NULL). */
 const inter_transport_ops_t *inter_transport_find(const char *name);
+
+/** Every transport strata knows, built or not, in auto's tie order; NULL past the end. */
+const char *inter_transport_known(int index);
+
+/** The index-th transport compiled in; NULL past the end. */
+const inter_transport_ops_t *inter_transport_built(int index);
+
+/**
+ * The transport `choice` names ("auto" or a name), probed on this machine; for auto the
+ * best probe. why says what decided. STRATA_ERR_CONFIG for an unknown name,
+ * STRATA_ERR_UNSUPPORTED for one not built in or that cannot run here; both logged with
+ * the alternatives.
+ */
+strata_status_t inter_transport_select(const char *choice, const inter_transport_params_t *params,
+                                       const inter_transport_ops_t **ops_p, char *why,
+                                       size_t why_len);
 
 #endif

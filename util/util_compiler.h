@@ -28,5 +28,7 @@ static inline void *util_alloc_aligned(size_t alignment, size_t size)
 
 #define UTIL_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define UTIL_MAX(a, b) ((a) > (b) ? (a) : (b))
+/** x rounded up to a multiple of align (a power of two). */
+#define UTIL_ALIGN_UP(x, align) (((x) + (align) - 1) & ~((size_t)(align) - 1))
 
 #endif

@@ -15,6 +15,7 @@ const util_config_table_t *const api_config_tables[] = {
     &topo_config_table,
     &intra_config_table,
     &inter_config_table,
+    &ofi_config_table,
     &sched_moe_config_table,
     &adapt_config_table,
     &api_bootstrap_config_table,

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #define OFI_CQ_BATCH     32
+#define OFI_ADDR_BYTES   96 /* fi_getname's largest (efa's GID and QPN, sockaddr_in6) */
 #define OFI_MR_MODES     (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_PROV_KEY | FI_MR_ALLOCATED | \
                           FI_MR_ENDPOINT)
 
@@ -36,7 +37,49 @@ typedef struct ofi_transport {
     struct fid_ep     *ep;
     uint64_t           mr_mode;
     atomic_int         live_mrs;   /* registrations not yet closed (teardown order) */
+    char               provider[32]; /* STRATA_INTER_PROVIDER */
 } ofi_transport_t;
+
+typedef struct ofi_config {
+    char *provider;
+} ofi_config_t;
+
+static const util_config_field_t ofi_config_fields[] = {
+    {.name = "INTER_PROVIDER", .default_value = "auto",
+     .doc = "libfabric provider of the ofi transport: auto (efa, then verbs, then tcp), tcp, "
+            "shm, verbs or efa.",
+     .type = UTIL_CONFIG_STRING, .offset = offsetof(ofi_config_t, provider)},
+};
+
+const util_config_table_t ofi_config_table = {
+    .layer       = "inter ofi",
+    .fields      = ofi_config_fields,
+    .num_fields  = UTIL_ARRAY_SIZE(ofi_config_fields),
+    .struct_size = sizeof(ofi_config_t),
+};
+
+/* STRATA_INTER_PROVIDER into provider; asked_p: the user set it to something but auto. */
+static strata_status_t ofi_read_provider(char *provider, size_t size, bool *asked_p)
+{
+    ofi_config_t config;
+    strata_status_t status = util_config_read(&ofi_config_table, &config);
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (strlen(config.provider) >= size || config.provider[0] == '\0') {
+        UTIL_LOG_ERROR("ofi: STRATA_INTER_PROVIDER '%s' is not a provider (auto, tcp, shm, "
+                       "verbs or efa)", config.provider);
+        status = STRATA_ERR_CONFIG;
+    } else {
+        snprintf(provider, size, "%s", config.provider);
+        if (asked_p != NULL) {
+            *asked_p = strcmp(provider, "auto") != 0;
+        }
+    }
+    util_config_release(&ofi_config_table, &config);
+    return status;
+}
 
 static ofi_transport_t *ofi_of(inter_transport_t *tp)
 {
@@ -125,10 +168,10 @@ static strata_status_t ofi_getinfo_provider(const inter_transport_params_t *para
 
 /* The first provider (in "auto" order) that has the device asked for; else the first that
  * has any usable entry, unless the device is required. */
-static strata_status_t ofi_getinfo(const inter_transport_params_t *params, bool hmem,
-                                   uint32_t version, struct fi_info **info_p)
+static strata_status_t ofi_getinfo(const inter_transport_params_t *params, const char *provider,
+                                   bool hmem, uint32_t version, struct fi_info **info_p)
 {
-    const char *single[1] = {ofi_select_provider_name(params->provider)};
+    const char *single[1] = {ofi_select_provider_name(provider)};
     const char *const *names = single;
     size_t num_names = 1;
     struct fi_info *fallback = NULL, *info;
@@ -136,7 +179,7 @@ static strata_status_t ofi_getinfo(const inter_transport_params_t *params, bool 
     strata_status_t status;
     ofi_pick_t how;
 
-    if (strcmp(params->provider, "auto") == 0) {
+    if (strcmp(provider, "auto") == 0) {
         names     = ofi_auto_order;
         num_names = UTIL_ARRAY_SIZE(ofi_auto_order);
     }
@@ -162,7 +205,7 @@ static strata_status_t ofi_getinfo(const inter_transport_params_t *params, bool 
     if (fallback != NULL) {
         /* Every rank's rails would share one NIC: say so, naming what there is. */
         UTIL_LOG_WARN("rail %d: no %s device '%s' (from the rail plan); %s offers %s, so "
-                      "the rail uses %s", params->rail, params->provider, params->iface,
+                      "the rail uses %s", params->rail, provider, params->iface,
                       fallback->fabric_attr->prov_name,
                       fallback_devices[0] ? fallback_devices : "none",
                       fallback->domain_attr->name);
@@ -173,7 +216,7 @@ static strata_status_t ofi_getinfo(const inter_transport_params_t *params, bool 
         return STRATA_ERR_UNSUPPORTED; /* the caller asks again without device memory */
     }
     UTIL_LOG_ERROR("ofi: no libfabric provider '%s'%s%s with RDM endpoints, RMA, messages and "
-                   "remote CQ data (API %u.%u)", params->provider,
+                   "remote CQ data (API %u.%u)", provider,
                    (params->iface && params->iface[0]) ? " on device " : "",
                    (params->iface && params->iface[0]) ? params->iface : "", FI_MAJOR(version),
                    FI_MINOR(version));
@@ -392,6 +435,7 @@ static void ofi_describe(ofi_transport_t *ofi, const ofi_limits_t *limits)
     ofi->base.max_msg_size  = limits->max_msg_size;
     ofi->base.max_rma_size  = limits->max_rma_size;
     ofi->base.inject_size   = limits->inject_size;
+    ofi->base.addr_size     = OFI_ADDR_BYTES;
     snprintf(ofi->base.name, sizeof(ofi->base.name), "ofi %s %s",
              ofi->info->fabric_attr->prov_name, ofi->info->domain_attr->name);
 }
@@ -406,8 +450,9 @@ static strata_status_t ofi_choose(const inter_transport_params_t *params, ofi_tr
         return status;
     }
     ofi->base.hmem = params->device_memory != INTER_MEM_HOST &&
-                     ofi_getinfo(params, true, version, &ofi->info) == STRATA_OK;
-    status = ofi->base.hmem ? STRATA_OK : ofi_getinfo(params, false, version, &ofi->info);
+                     ofi_getinfo(params, ofi->provider, true, version, &ofi->info) == STRATA_OK;
+    status = ofi->base.hmem ? STRATA_OK
+                            : ofi_getinfo(params, ofi->provider, false, version, &ofi->info);
     if (status == STRATA_OK) {
         UTIL_LOG_DEBUG("rail %d: libfabric API %u.%u", params->rail, FI_MAJOR(version),
                        FI_MINOR(version));
@@ -425,7 +470,10 @@ static strata_status_t ofi_open(const inter_transport_params_t *params, inter_tr
     if (ofi == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    status = ofi_choose(params, ofi);
+    status = ofi_read_provider(ofi->provider, sizeof(ofi->provider), NULL);
+    if (status == STRATA_OK) {
+        status = ofi_choose(params, ofi);
+    }
     if (status != STRATA_OK) {
         free(ofi);
         return status;
@@ -543,31 +591,37 @@ static void ofi_mem_deregister(inter_transport_t *tp, inter_tmr_t *mr)
     }
 }
 
-static strata_status_t ofi_post_write(inter_transport_t *tp, uint64_t peer, const void *buf,
-                                      size_t len, void *desc, uint64_t raddr, uint64_t rkey,
-                                      bool with_imm, uint32_t imm, void *context)
+static ssize_t ofi_post_one(ofi_transport_t *ofi, const inter_post_t *post)
+{
+    switch (post->kind) {
+    case INTER_POST_WRITE:
+        return post->with_imm ? fi_writedata(ofi->ep, post->buf, post->len, post->desc,
+                                             post->imm, post->peer, post->raddr, post->rkey,
+                                             post->context)
+                              : fi_write(ofi->ep, post->buf, post->len, post->desc, post->peer,
+                                         post->raddr, post->rkey, post->context);
+    case INTER_POST_READ:
+        return fi_read(ofi->ep, post->buf, post->len, post->desc, post->peer, post->raddr,
+                       post->rkey, post->context);
+    case INTER_POST_SEND:
+        return fi_send(ofi->ep, post->buf, post->len, post->desc, post->peer, post->context);
+    }
+    return -FI_EINVAL;
+}
+
+/* libfabric has no list post: one call each, in order, until one is refused. */
+static strata_status_t ofi_post(inter_transport_t *tp, const inter_post_t *posts, int count,
+                                int *posted_p)
 {
     ofi_transport_t *ofi = ofi_of(tp);
-    ssize_t rc;
+    strata_status_t status = STRATA_OK;
+    int i;
 
-    if (with_imm) {
-        rc = fi_writedata(ofi->ep, buf, len, desc, imm, peer, raddr, rkey, context);
-    } else {
-        rc = fi_write(ofi->ep, buf, len, desc, peer, raddr, rkey, context);
+    for (i = 0; i < count && status == STRATA_OK; ++i) {
+        status = ofi_status(ofi_post_one(ofi, &posts[i]));
     }
-    return ofi_status(rc);
-}
-
-static strata_status_t ofi_post_read(inter_transport_t *tp, uint64_t peer, void *buf, size_t len,
-                                     void *desc, uint64_t raddr, uint64_t rkey, void *context)
-{
-    return ofi_status(fi_read(ofi_of(tp)->ep, buf, len, desc, peer, raddr, rkey, context));
-}
-
-static strata_status_t ofi_post_send(inter_transport_t *tp, uint64_t peer, const void *buf,
-                                     size_t len, void *desc, void *context)
-{
-    return ofi_status(fi_send(ofi_of(tp)->ep, buf, len, desc, peer, context));
+    *posted_p = status == STRATA_OK ? i : i - 1;
+    return status;
 }
 
 static strata_status_t ofi_inject(inter_transport_t *tp, uint64_t peer, const void *buf,
@@ -600,13 +654,13 @@ static void ofi_fill_cqe(const ofi_transport_t *ofi, const struct fi_cq_data_ent
     }
 }
 
-static int ofi_poll_error(ofi_transport_t *ofi, inter_cqe_t *cqe)
+static strata_status_t ofi_poll_error(ofi_transport_t *ofi, inter_cqe_t *cqe, int *count_p)
 {
     struct fi_cq_err_entry err = {0};
     ssize_t rc = fi_cq_readerr(ofi->cq, &err, 0);
 
     if (rc < 0) {
-        return (rc == -FI_EAGAIN) ? 0 : (int)STRATA_ERR_TRANSPORT;
+        return (rc == -FI_EAGAIN) ? STRATA_OK : STRATA_ERR_TRANSPORT;
     }
     UTIL_LOG_DEBUG("ofi: completion error: %s (provider: %s)", fi_strerror(err.err),
                    fi_cq_strerror(ofi->cq, err.prov_errno, err.err_data, NULL, 0));
@@ -615,33 +669,87 @@ static int ofi_poll_error(ofi_transport_t *ofi, inter_cqe_t *cqe)
     cqe->length  = err.len;
     cqe->imm     = 0;
     cqe->status  = (err.err == FI_ECANCELED) ? STRATA_ERR_CANCELLED : STRATA_ERR_TRANSPORT;
-    return 1;
+    *count_p     = 1;
+    return STRATA_OK;
 }
 
-static int ofi_poll(inter_transport_t *tp, inter_cqe_t *cqes, int max)
+static strata_status_t ofi_poll(inter_transport_t *tp, inter_cqe_t *cqes, int max, int *count_p)
 {
     ofi_transport_t *ofi = ofi_of(tp);
     struct fi_cq_data_entry entries[OFI_CQ_BATCH];
     ssize_t rc = fi_cq_read(ofi->cq, entries, (size_t)UTIL_MIN(max, OFI_CQ_BATCH));
 
+    *count_p = 0;
     if (rc == -FI_EAGAIN) {
-        return 0;
+        return STRATA_OK;
     }
     if (rc == -FI_EAVAIL) {
-        return ofi_poll_error(ofi, &cqes[0]);
+        return ofi_poll_error(ofi, &cqes[0], count_p);
     }
     if (rc < 0) {
         UTIL_LOG_ERROR("ofi: fi_cq_read: %s", fi_strerror((int)-rc));
-        return (int)STRATA_ERR_TRANSPORT;
+        return STRATA_ERR_TRANSPORT;
     }
     for (ssize_t i = 0; i < rc; ++i) {
         ofi_fill_cqe(ofi, &entries[i], &cqes[i]);
     }
-    return (int)rc;
+    *count_p = (int)rc;
+    return STRATA_OK;
+}
+
+/* Whether prov_name offers what the engine needs here (any device). */
+static bool ofi_provider_present(const char *prov_name, uint32_t version)
+{
+    struct fi_info *hints = ofi_hints(prov_name, false), *list = NULL;
+    bool present;
+
+    if (hints == NULL) {
+        return false;
+    }
+    present = fi_getinfo(version, NULL, NULL, 0, hints, &list) == 0 && list != NULL;
+    fi_freeinfo(list);
+    fi_freeinfo(hints);
+    return present;
+}
+
+/* STRATA_INTER_PROVIDER set: asked; else an efa device: the fabric ofi serves best; else
+ * tcp, the fallback every host has. */
+static void ofi_probe(const inter_transport_params_t *params, inter_probe_t *probe)
+{
+    char provider[32];
+    bool asked = false;
+    uint32_t version;
+
+    (void)params;
+    probe->score = INTER_PROBE_NONE;
+    if (ofi_read_provider(provider, sizeof(provider), &asked) != STRATA_OK ||
+        ofi_select_api_version(OFI_HEADERS_VERSION, fi_version(), &version) != STRATA_OK) {
+        snprintf(probe->why, sizeof(probe->why), "libfabric %u.%u or STRATA_INTER_PROVIDER "
+                 "unusable", FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
+        return;
+    }
+    if (asked) {
+        bool present = ofi_provider_present(ofi_select_provider_name(provider), version);
+
+        probe->score = present ? INTER_PROBE_ASKED : INTER_PROBE_NONE;
+        snprintf(probe->why, sizeof(probe->why), "STRATA_INTER_PROVIDER=%s%s", provider,
+                 present ? "" : ", which libfabric does not offer here");
+    } else if (ofi_provider_present("efa", version)) {
+        probe->score = INTER_PROBE_FABRIC;
+        snprintf(probe->why, sizeof(probe->why), "libfabric's efa provider found an EFA device");
+    } else if (ofi_provider_present("tcp;ofi_rxm", version)) {
+        probe->score = INTER_PROBE_FALLBACK;
+        snprintf(probe->why, sizeof(probe->why), "libfabric %u.%u over tcp (no EFA device)",
+                 FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
+    } else {
+        snprintf(probe->why, sizeof(probe->why), "libfabric offers neither efa nor tcp here");
+    }
 }
 
 const inter_transport_ops_t ofi_transport_ops = {
     .name           = "ofi",
+    .config         = &ofi_config_table,
+    .probe          = ofi_probe,
     .open           = ofi_open,
     .shutdown       = ofi_shutdown,
     .close          = ofi_close,
@@ -649,9 +757,7 @@ const inter_transport_ops_t ofi_transport_ops = {
     .insert_peer    = ofi_insert_peer,
     .mem_register   = ofi_mem_register,
     .mem_deregister = ofi_mem_deregister,
-    .post_write     = ofi_post_write,
-    .post_read      = ofi_post_read,
-    .post_send      = ofi_post_send,
+    .post           = ofi_post,
     .inject         = ofi_inject,
     .post_recv      = ofi_post_recv,
     .poll           = ofi_poll,
