@@ -16,7 +16,14 @@ if(STRATA_WITH_VERBS)
     pkg_check_modules(IBVERBS REQUIRED IMPORTED_TARGET libibverbs)
 endif()
 if(STRATA_WITH_UCX)
-    pkg_check_modules(UCX REQUIRED IMPORTED_TARGET ucx)
+    # Asked for and absent is an error, never a build that quietly lacks the transport.
+    pkg_check_modules(UCX IMPORTED_TARGET ucx>=1.11) # ucp_*_nbx, AM handlers with reply_ep
+    if(NOT UCX_FOUND)
+        message(FATAL_ERROR "STRATA_WITH_UCX=ON, but UCX 1.11 or later was not found by "
+                            "pkg-config (module 'ucx'; Debian: apt-get install libucx-dev)")
+    endif()
+    # Every layer sees it: the transport registry and the configuration list include ucx.
+    add_compile_definitions(STRATA_HAVE_UCX)
 endif()
 if(STRATA_WITH_CUDA)
     if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)

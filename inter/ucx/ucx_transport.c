@@ -29,7 +29,7 @@ static const util_config_field_t ucx_config_fields[] = {
      .type = UTIL_CONFIG_TIME, .offset = offsetof(ucx_config_t, timeout_ns)},
 };
 
-static const util_config_table_t ucx_config_table = {
+const util_config_table_t ucx_config_table = {
     .layer       = "inter ucx",
     .fields      = ucx_config_fields,
     .num_fields  = UTIL_ARRAY_SIZE(ucx_config_fields),
@@ -277,7 +277,8 @@ static strata_status_t ucx_context_create(const inter_transport_params_t *params
 
 static void ucx_probe(const inter_transport_params_t *params, inter_probe_t *probe)
 {
-    char err[UTIL_CONFIG_ERR_MAX], tls[96], devices[96];
+    char err[UTIL_CONFIG_ERR_MAX], tls[64], devices[64], spaced[96] = "";
+    inter_transport_params_t probe_params = *params;
     ucx_config_t config;
     ucp_context_h context;
     unsigned major, minor, release;
@@ -288,19 +289,29 @@ static void ucx_probe(const inter_transport_params_t *params, inter_probe_t *pro
         snprintf(probe->why, sizeof(probe->why), "ucx: %.150s", err);
         return;
     }
-    if (ucx_context_create(params, &config, &context) != STRATA_OK) {
+    /* Whether UCX runs here; a device it lacks, or settings that contradict each other, are
+     * open's to refuse (STRATA_ERR_CONFIG, naming them). */
+    probe_params.iface = "";
+    probe_params.shared_memory = params->shared_memory || ucx_names_shared_memory(config.tls);
+    if (ucx_context_create(&probe_params, &config, &context) != STRATA_OK) {
         probe->score = INTER_PROBE_NONE;
         snprintf(probe->why, sizeof(probe->why), "ucx %u.%u: ucp_init failed (no usable "
                  "transport or device)", major, minor);
     } else {
         ucx_context_resources(context, tls, sizeof(tls), devices, sizeof(devices));
         ucp_cleanup(context);
-        for (char *c = tls; *c; ++c) {
-            *c = *c == ',' ? ' ' : *c; /* "tcp posix cma" reads better in a line */
+        /* "tcp, posix, cma" */
+        for (char *c = tls, *out = spaced; *c && out < spaced + sizeof(spaced) - 3; ++c) {
+            *out++ = *c;
+            *out   = '\0';
+            if (*c == ',') {
+                *out++ = ' ';
+                *out   = '\0';
+            }
         }
         probe->score = config.tls[0] ? INTER_PROBE_ASKED : INTER_PROBE_PORTABLE;
         snprintf(probe->why, sizeof(probe->why), "ucx %u.%u: %s%s", major, minor,
-                 tls[0] ? tls : "no transport", config.tls[0] ? " (STRATA_UCX_TLS set)" : "");
+                 tls[0] ? spaced : "no transport", config.tls[0] ? " (STRATA_UCX_TLS set)" : "");
     }
     util_config_release(&ucx_config_table, &config);
 }

@@ -6,9 +6,11 @@
  * bound and exit 0. With --idle, ranks stay quiet for longer than the peer timeout and must
  * all still be alive (heartbeats flow); with --forbid-shm, STRATA_INTER_SHARED_MEMORY=no is
  * honoured where libfabric can and refused at creation where it cannot. Prints one line per
- * rank; exit 0 on success.
+ * rank; exit 0 on success. With --built NAME (no launcher), exit 0 when transport NAME is
+ * compiled in, 77 otherwise.
  */
 #include "inter/engine_check.h"
+#include "inter/transport.h"
 
 int g_rank, g_world;
 unsigned g_seed = 12345;
@@ -65,13 +67,15 @@ static void bootstrap(void)
 static void setup(void)
 {
     inter_engine_params_t params;
+    strata_status_t status;
     size_t blob_size;
     void *blobs, *mine;
 
     CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
     params.rank       = g_rank;
     params.world_size = g_world;
-    CHECK(inter_engine_create(&params, &g_engine) == STRATA_OK, "engine create");
+    status = inter_engine_create(&params, &g_engine);
+    CHECK(status == STRATA_OK, "engine create: %s", strata_status_string(status));
     blob_size = inter_engine_address_size(g_engine);
     mine      = malloc(blob_size);
     blobs     = malloc(blob_size * (size_t)g_world);
@@ -359,6 +363,9 @@ int main(int argc, char **argv)
     int kill_ring = (argc == 3 && strcmp(argv[1], "--kill-ring") == 0) ? atoi(argv[2]) : -1;
     bool idle = argc == 2 && strcmp(argv[1], "--idle") == 0;
 
+    if (argc == 3 && strcmp(argv[1], "--built") == 0) {
+        return inter_transport_find(argv[2]) != NULL ? 0 : 77; /* for the test scripts */
+    }
     bootstrap();
     if (argc == 2 && strcmp(argv[1], "--forbid-shm") == 0) {
         forbid_shm_test();

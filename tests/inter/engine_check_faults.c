@@ -68,14 +68,16 @@ int idle_test(void)
 }
 
 /* STRATA_INTER_SHARED_MEMORY=no: libfabric 1.21 headers offer the option (the shm
- * provider itself never can); elsewhere creation must refuse, not ignore it. */
+ * provider itself never can); elsewhere creation must refuse, not ignore it. UCX always
+ * can (it leaves out its shared-memory transports), unless STRATA_UCX_TLS names one. */
 int forbid_shm_test(void)
 {
     inter_engine_params_t params;
     inter_engine_t *engine = NULL;
     const char *provider = getenv("STRATA_INTER_PROVIDER") ? getenv("STRATA_INTER_PROVIDER")
                                                            : "auto";
-    strata_status_t status;
+    const char *tls = getenv("STRATA_UCX_TLS") ? getenv("STRATA_UCX_TLS") : "";
+    strata_status_t status, refused = STRATA_ERR_UNSUPPORTED;
     bool can;
 
     CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
@@ -84,10 +86,23 @@ int forbid_shm_test(void)
     params.world_size = g_world;
     can    = FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION) >= FI_VERSION(1, 21) &&
              strcmp(provider, "shm") != 0;
+    if (strcmp(params.transport, "ucx") == 0) {
+        provider = "ucx";
+        can      = tls[0] == '^' || (strstr(tls, "posix") == NULL && strstr(tls, "sysv") == NULL &&
+                                     strstr(tls, "cma") == NULL && strstr(tls, "shm") == NULL);
+        refused  = STRATA_ERR_CONFIG; /* a setting that contradicts another */
+    }
     status = inter_engine_create(&params, &engine);
-    CHECK(can ? status == STRATA_OK : status == STRATA_ERR_UNSUPPORTED,
+    CHECK(can ? status == STRATA_OK : status == refused,
           "forbidding shared memory over %s (libfabric headers %d.%d): %s", provider,
           FI_MAJOR_VERSION, FI_MINOR_VERSION, strata_status_string(status));
+    if (engine != NULL && strcmp(provider, "ucx") == 0) {
+        /* Network transports only: the name lists what UCX uses. */
+        const char *name = inter_engine_transport_name(engine);
+
+        CHECK(strstr(name, "posix") == NULL && strstr(name, "sysv") == NULL &&
+              strstr(name, "cma") == NULL, "shared memory forbidden, yet %s", name);
+    }
     inter_engine_destroy(engine);
     printf("rank %d: shared memory %s over %s, as expected\n", g_rank,
            can ? "forbidden" : "cannot be forbidden: creation refused", provider);

@@ -6,8 +6,11 @@
 # order EFA SRD may deliver them in), ranks quiet past the peer timeout with heartbeats by
 # inject and by send, and STRATA_INTER_SHARED_MEMORY=no. Every run must close its
 # registrations before its endpoints, and every fi_close must succeed.
+# With a third argument "ucx", the same matrix over the UCX transport (STRATA_INTER_TRANSPORT
+# =ucx): tcp alone (shared memory forbidden) and UCX's shared-memory transports beside it,
+# plus a network device UCX does not have; "SKIP:" when this build has no ucx.
 set -u
-run=$1 check=$2
+run=$1 check=$2 transport=${3:-ofi}
 passed=0 failed=0 skipped=0
 seed=${STRATA_TEST_SEED:-$(( $(date +%s) % 100000 ))}
 export STRATA_TEST_SEED=$seed
@@ -22,7 +25,7 @@ check_case() { # check_case NAME EXPECTED_COUNT PATTERN -- env... -- run options
     env "${envs[@]}" "$run" --timeout 120 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1
     local rc=$? got teardown
     got=$(grep -c "$pattern" "$log")
-    teardown=$(grep -c 'registrations still open\|ofi: closing the .* failed' "$log")
+    teardown=$(grep -c 'registrations still open\|ofi: closing the .* failed\|ucx: .*ucp_mem_unmap' "$log")
     if [ $rc -eq 0 ] && [ "$got" -eq "$count" ] && [ "$teardown" -eq 0 ]; then
         passed=$((passed + 1)); echo "ok: $name"
     else
@@ -31,6 +34,55 @@ check_case() { # check_case NAME EXPECTED_COUNT PATTERN -- env... -- run options
     fi
 }
 
+if [ "$transport" = ucx ]; then
+    if ! "$check" --built ucx; then
+        echo "SKIP: strata was built without ucx (-DSTRATA_WITH_UCX=ON)"
+        exit 0
+    fi
+ok='all checks passed'
+calm=STRATA_INTER_PEER_TIMEOUT=20s
+quick=STRATA_INTER_PEER_TIMEOUT=2s
+ucx=STRATA_INTER_TRANSPORT=ucx
+tcp_only=STRATA_INTER_SHARED_MEMORY=no
+check_case "ucx tcp loopback, 2 ranks" 2 "$ok over ucx tcp lo" -- $calm $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 2 --
+check_case "ucx tcp loopback, 4 ranks, 2 rails" 4 "$ok over ucx tcp lo, 2 rails" -- $calm $ucx $tcp_only STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 -- -n 4 --
+# UCX's own choice within a host: shared memory (posix, sysv, cma) beside tcp.
+check_case "ucx shared memory, 2 ranks" 2 "$ok over ucx tcp,.*cma" -- $calm $ucx -- -n 2 --
+check_case "ucx shared memory, 4 ranks, 2 rails" 4 "$ok over ucx tcp,.*cma" -- $calm $ucx STRATA_INTER_RAILS=2 -- -n 4 --
+check_case "ucx tcp loopback, 4 ranks, 2 rails, chunks last first" 4 "$ok" -- $calm $ucx $tcp_only STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 STRATA_INTER_STRIPE_MIN=16k STRATA_INTER_CHUNK_ORDER=reverse -- -n 4 --
+alive='every peer alive'
+check_case "ucx tcp, quiet past the peer timeout, heartbeats by inject" 3 "$alive" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 -- --idle
+check_case "ucx tcp, quiet past the peer timeout, heartbeats by send" 3 "$alive" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo STRATA_INTER_HEARTBEAT_PATH=send -- -n 3 -- --idle
+forbid='as expected'
+check_case "ucx, shared memory forbidden" 2 "$forbid" -- $ucx $tcp_only -- -n 2 -- --forbid-shm
+check_case "ucx, shared memory forbidden and named in STRATA_UCX_TLS (refused)" 2 "$forbid" -- $ucx $tcp_only STRATA_UCX_TLS=posix,tcp -- -n 2 -- --forbid-shm
+dead='failed after'
+check_case "ucx tcp, rank 2 of 3 killed" 2 "$dead" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
+check_case "ucx tcp, rank 1 of 3 killed under a work ring" 2 "$dead" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 1 -- --kill-ring 1
+check_case "ucx shared memory, rank 1 of 3 killed" 2 "$dead" -- $quick $ucx -- -n 3 --allow-fail 1 -- --kill 1
+# A device UCX does not have: creation refuses (STRATA_ERR_CONFIG), naming it and what UCX
+# sees (strata-run may stop the other ranks first).
+env $ucx STRATA_INTER_IFACE=nosuchdev0 "$run" --timeout 60 -n 2 -- "$check" >"$log" 2>&1
+rc=$?
+named=$(grep -c "ucx: rail 0: no network device 'nosuchdev0'; UCX sees: .*lo" "$log")
+refused=$(grep -c "engine create: invalid configuration" "$log")
+if [ $rc -ne 0 ] && [ "$named" -ge 1 ] && [ "$refused" -ge 1 ]; then
+    passed=$((passed + 1)); echo "ok: ucx, a device that does not exist"
+else
+    failed=$((failed + 1)); echo "FAIL: ucx, a device that does not exist (exit $rc, $named ranks named it, $refused refused with STRATA_ERR_CONFIG)"
+    tail -20 "$log"
+fi
+
+if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
+    # Simulated nodes share the host's memory: they must talk tcp, as real nodes would.
+    check_case "ucx tcp, 2 nodes x 2 ranks, 2 rails" 4 "$ok over ucx tcp eth0" -- $calm $ucx $tcp_only STRATA_INTER_IFACE=eth0 STRATA_INTER_RAILS=2 -- -n 4 --nodes 2 --
+    check_case "ucx tcp, 2 nodes x 2 ranks, rank 3 killed" 3 "$dead" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=eth0 -- -n 4 --nodes 2 --allow-fail 3 -- --kill 3
+else
+    echo "skipped: network namespaces cannot be made here (need root and iproute2)"
+    skipped=$((skipped + 2))
+fi
+
+else
 ok='all checks passed'
 # Runs that kill nobody get a peer timeout no scheduling hiccup on a loaded machine reaches;
 # the kill runs use a short one and check that the death is seen within it (plus slack).
@@ -72,6 +124,7 @@ else
     skipped=$((skipped + 2))
 fi
 
+fi
 echo "$passed passed, $failed failed, $skipped skipped"
 # ctest reports the test skipped on this line (SKIP_REGULAR_EXPRESSION, which would also
 # hide a failure: so only when nothing failed).
