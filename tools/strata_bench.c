@@ -228,10 +228,37 @@ static size_t bench_parse_size(const char *text)
     return (size_t)value;
 }
 
-/* "ofi tcp;ofi_rxm lo" -> provider and interface for the raw path. */
-static void bench_split_name(const char *name, char *prov, char *iface)
+/* The raw path on the engine's library and settings: "ofi tcp;ofi_rxm lo" (provider and
+ * interface) or "ucx tcp lo" (UCX transports and devices). */
+typedef struct bench_raw_any {
+    bench_raw_t *ofi;
+#ifdef STRATA_HAVE_UCX
+    bench_raw_ucx_t *ucx;
+#endif
+} bench_raw_any_t;
+
+static strata_status_t bench_raw_any_create(strata_bootstrap_t *bs, const char *name,
+                                            size_t buf_size, bench_raw_any_t *raw,
+                                            bench_path_t *path)
 {
-    sscanf(name, "ofi %63s %63s", prov, iface);
+    char first[64] = "", second[64] = "";
+
+    memset(raw, 0, sizeof(*raw));
+    sscanf(name, "%*s %63s %63s", first, second);
+#ifdef STRATA_HAVE_UCX
+    if (strncmp(name, "ucx ", 4) == 0) {
+        return bench_raw_ucx_create(bs, first, second, buf_size, &raw->ucx, path);
+    }
+#endif
+    return bench_raw_create(bs, first, second, buf_size, &raw->ofi, path);
+}
+
+static void bench_raw_any_destroy(bench_raw_any_t *raw)
+{
+    bench_raw_destroy(raw->ofi);
+#ifdef STRATA_HAVE_UCX
+    bench_raw_ucx_destroy(raw->ucx);
+#endif
 }
 
 int main(int argc, char **argv)
@@ -243,12 +270,11 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     size_t min = 8, max = 64u << 20;
-    char prov[64] = "", iface[64] = "";
     bench_result_t raw_res, eng_res;
     bench_path_t eng_path, raw_path;
     static bench_engine_t be;
     strata_bootstrap_t *bs;
-    bench_raw_t *raw;
+    bench_raw_any_t raw;
     int opt;
 
 #ifdef STRATA_BENCH_HAVE_MPI
@@ -284,14 +310,15 @@ int main(int argc, char **argv)
     }
     util_log_set_rank(bs->rank);
     BENCH_TRY(bench_engine_setup(bs, max, &be, &eng_path));
-    bench_split_name(inter_engine_transport_name(be.engine), prov, iface);
-    BENCH_TRY(bench_raw_create(bs, prov, iface, max, &raw, &raw_path));
+    BENCH_TRY(bench_raw_any_create(bs, inter_engine_transport_name(be.engine), max, &raw,
+                                   &raw_path));
     if (bs->rank == 0) {
         printf("# strata-bench p2p: write with immediate, rank 0 -> rank 1, over %s (%d rail%s)\n"
                "# latency: one way (half a ping-pong round trip), microseconds;\n"
-               "# bandwidth: GB/s streaming %d writes in flight; ratio = engine / raw\n",
+               "# bandwidth: GB/s streaming %d writes in flight; ratio = engine / raw\n"
+               "# raw: %s\n",
                inter_engine_transport_name(be.engine), inter_engine_num_rails(be.engine),
-               inter_engine_num_rails(be.engine) == 1 ? "" : "s", BENCH_WINDOW);
+               inter_engine_num_rails(be.engine) == 1 ? "" : "s", BENCH_WINDOW, raw_path.name);
         printf("%10s | %9s %9s | %9s %9s | %8s | %8s %8s %6s\n", "bytes", "raw p50", "raw p99",
                "eng p50", "eng p99", "+p50", "raw GB/s", "eng GB/s", "ratio");
     }
@@ -308,7 +335,7 @@ int main(int argc, char **argv)
         }
     }
     BENCH_TRY(bs->barrier(bs->ctx));
-    bench_raw_destroy(raw);
+    bench_raw_any_destroy(&raw);
     inter_engine_mem_deregister(be.engine, be.mr);
     inter_engine_destroy(be.engine);
     free(be.buf);

@@ -1,6 +1,7 @@
 /*
  * strata-bench internals: the point-to-point patterns, run once through the engine and
- * once through raw libfabric calls in the same process, so ratios compare like with like.
+ * once through raw calls of the engine's library (libfabric, or ucp) in the same process,
+ * so ratios compare like with like.
  */
 #ifndef STRATA_TOOLS_STRATA_BENCH_H
 #define STRATA_TOOLS_STRATA_BENCH_H
@@ -47,5 +48,16 @@ typedef struct bench_raw bench_raw_t;
 strata_status_t bench_raw_create(strata_bootstrap_t *bs, const char *provider, const char *iface,
                                  size_t buf_size, bench_raw_t **raw_p, bench_path_t *path);
 void            bench_raw_destroy(bench_raw_t *raw);
+
+#ifdef STRATA_HAVE_UCX
+typedef struct bench_raw_ucx bench_raw_ucx_t;
+
+/** Raw ucp worker on the transports (UCX_TLS) and devices ("-": UCX's) the engine's rail
+ *  took, writing with immediates the way the ucx transport does (strata_bench_raw_ucx.c). */
+strata_status_t bench_raw_ucx_create(strata_bootstrap_t *bs, const char *tls,
+                                     const char *devices, size_t buf_size,
+                                     bench_raw_ucx_t **raw_p, bench_path_t *path);
+void            bench_raw_ucx_destroy(bench_raw_ucx_t *raw);
+#endif
 
 #endif

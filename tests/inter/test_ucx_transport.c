@@ -3,6 +3,11 @@
  * immediates (each immediate exactly once, and only after its bytes are visible at the
  * target), reads, messages and injects, an unknown key, a key deregistered while its rkey is
  * cached at the peer, a peer that dies, and bad configuration.
+ *
+ * On tcp, UCX carries puts and active messages in one ordered stream, so an immediate sent
+ * too early would still land after its bytes here: the test also wraps ucp_put_nbx,
+ * ucp_ep_flush_nbx and ucp_am_send_nbx to check the order the transport issues them in
+ * (every immediate only after a flush that covers its write's put has completed).
  */
 #include "inter/transport.h"
 #include "util/util.h"
@@ -21,6 +26,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <dlfcn.h>
+#include <ucp/api/ucp.h>
 
 extern const inter_transport_ops_t ucx_transport_ops;
 
@@ -214,6 +221,7 @@ static void run_pair(void (*parent_fn)(int sock), void (*child_fn)(int sock))
     assert_true(pid >= 0);
     if (pid == 0) {
         g_child = true;
+        alarm(60); /* a parent that failed and left does not leave this one spinning */
         close(fds[0]);
         child_fn(fds[1]);
         _exit(0);
@@ -226,6 +234,101 @@ static void run_pair(void (*parent_fn)(int sock), void (*child_fn)(int sock))
     if (WIFEXITED(status)) {
         assert_int_equal(WEXITSTATUS(status), 0);
     }
+}
+
+/* --- The order of puts, flushes and immediates --------------------------------------------- */
+
+#define UCX_AM_IMM_ID 3 /* inter/ucx/ucx_internal.h */
+
+static uint64_t g_puts;          /* puts issued by this process */
+static uint64_t g_flushed;       /* puts covered by a completed flush */
+static uint64_t g_early_imm = UINT64_MAX; /* an immediate sent before its put was flushed */
+
+typedef struct flush_wrap {
+    ucp_send_nbx_callback_t cb;
+    void                   *user_data;
+    uint64_t                covers;
+} flush_wrap_t;
+
+static void *real_symbol(const char *name)
+{
+    void *fn = dlsym(RTLD_NEXT, name);
+
+    if (fn == NULL) {
+        fprintf(stderr, "dlsym(%s): %s\n", name, dlerror());
+        abort();
+    }
+    return fn;
+}
+
+ucs_status_ptr_t ucp_put_nbx(ucp_ep_h ep, const void *buffer, size_t count, uint64_t remote_addr,
+                             ucp_rkey_h rkey, const ucp_request_param_t *param)
+{
+    static ucs_status_ptr_t (*real)(ucp_ep_h, const void *, size_t, uint64_t, ucp_rkey_h,
+                                    const ucp_request_param_t *);
+
+    real = real ? real : real_symbol("ucp_put_nbx");
+    ++g_puts;
+    return real(ep, buffer, count, remote_addr, rkey, param);
+}
+
+static void flush_wrap_done(void *request, ucs_status_t status, void *user_data)
+{
+    flush_wrap_t *wrap = user_data;
+
+    if (status == UCS_OK && wrap->covers > g_flushed) {
+        g_flushed = wrap->covers;
+    }
+    wrap->cb(request, status, wrap->user_data);
+    free(wrap);
+}
+
+ucs_status_ptr_t ucp_ep_flush_nbx(ucp_ep_h ep, const ucp_request_param_t *param)
+{
+    static ucs_status_ptr_t (*real)(ucp_ep_h, const ucp_request_param_t *);
+    flush_wrap_t *wrap = malloc(sizeof(*wrap));
+    ucp_request_param_t mine = *param;
+    ucs_status_ptr_t request;
+
+    real = real ? real : real_symbol("ucp_ep_flush_nbx");
+    if (wrap == NULL || !(param->op_attr_mask & UCP_OP_ATTR_FIELD_CALLBACK)) {
+        free(wrap);
+        return real(ep, param);
+    }
+    *wrap = (flush_wrap_t){.cb = param->cb.send, .covers = g_puts,
+                           .user_data = (param->op_attr_mask & UCP_OP_ATTR_FIELD_USER_DATA)
+                                            ? param->user_data : NULL};
+    mine.op_attr_mask |= UCP_OP_ATTR_FIELD_USER_DATA;
+    mine.cb.send   = flush_wrap_done;
+    mine.user_data = wrap;
+    request = real(ep, &mine);
+    if (!UCS_PTR_IS_PTR(request)) { /* done at once, or failed: no callback comes */
+        if (request == NULL && wrap->covers > g_flushed) {
+            g_flushed = wrap->covers;
+        }
+        free(wrap);
+    }
+    return request;
+}
+
+/* In the initiator of test_write_imm_read_send, write w is the (w+1)-th put and carries
+ * immediate w. */
+ucs_status_ptr_t ucp_am_send_nbx(ucp_ep_h ep, unsigned id, const void *header,
+                                 size_t header_length, const void *buffer, size_t count,
+                                 const ucp_request_param_t *param)
+{
+    static ucs_status_ptr_t (*real)(ucp_ep_h, unsigned, const void *, size_t, const void *,
+                                    size_t, const ucp_request_param_t *);
+    uint32_t imm;
+
+    real = real ? real : real_symbol("ucp_am_send_nbx");
+    if (id == UCX_AM_IMM_ID && header_length == sizeof(imm)) {
+        memcpy(&imm, header, sizeof(imm));
+        if (g_flushed < (uint64_t)imm + 1 && g_early_imm == UINT64_MAX) {
+            g_early_imm = imm;
+        }
+    }
+    return real(ep, id, header, header_length, buffer, count, param);
 }
 
 /* --- Writes with immediates, reads, messages --------------------------------------------- */
@@ -331,6 +434,10 @@ static void initiator_main(int sock)
         side_poll(&s);
     }
     CHECK(side_wait(&s, INTER_CQE_LOCAL, STRATA_OK, NUM_WRITES, 30), "writes complete");
+    CHECK(g_puts == NUM_WRITES, "%llu puts for %d writes", (unsigned long long)g_puts,
+          NUM_WRITES);
+    CHECK(g_early_imm == UINT64_MAX, "immediate %llu was sent before a flush covered its put",
+          (unsigned long long)g_early_imm);
     memset(msg, 'm', sizeof(msg));
     memset(beat, 'i', sizeof(beat));
     posts[0] = (inter_post_t){.kind = INTER_POST_SEND, .peer = s.other, .buf = msg,
@@ -531,7 +638,18 @@ static void survivor_main(int sock)
     }
     CHECK(status == STRATA_OK || status == STRATA_ERR_TRANSPORT, "post: %s",
           strata_status_string(status));
-    CHECK(OPS->inject(s.tp, s.other, msg, 8) != STRATA_OK || true, "inject");
+    /* Once the endpoint is known failed, posts and injects to it are refused at once. */
+    post.context = &s.ctx[200];
+    CHECK(OPS->post(s.tp, &post, 1, &posted) == STRATA_ERR_TRANSPORT && posted == 0,
+          "a send after the endpoint failed was not refused");
+    CHECK(OPS->inject(s.tp, s.other, msg, 8) == STRATA_ERR_TRANSPORT, "inject after failure");
+    /* Nor does a write whose rkey would have to come from the dead peer wait for it. */
+    post = (inter_post_t){.kind = INTER_POST_WRITE, .peer = s.other, .buf = msg, .len = 8,
+                          .raddr = 4096, .rkey = 42, .with_imm = true, .context = &s.ctx[201]};
+    status = OPS->post(s.tp, &post, 1, &posted);
+    CHECK(status == STRATA_ERR_TRANSPORT ||
+          (status == STRATA_OK && side_wait(&s, INTER_CQE_LOCAL, STRATA_ERR_TRANSPORT, 2, 5)),
+          "a write to the dead peer: %s", strata_status_string(status));
     /* Shutdown ends the rest: receives come back cancelled, and it does not hang. */
     start = util_clock_now_ns();
     OPS->shutdown(s.tp);

@@ -488,6 +488,12 @@ int main(int argc, char **argv)
     uint64_t step_start = 0;
     strata_moe_t *objects[2] = {NULL, NULL};
 
+    if (argc == 3 && strcmp(argv[1], "--built") == 0) { /* for the test script */
+        char option[32];
+
+        snprintf(option, sizeof(option), "%s=on", argv[2]);
+        return strstr(strata_get_build_options(), option) != NULL ? 0 : 77;
+    }
     parse(argc, argv, &o);
     CHECK(strata_bootstrap_from_env(&bs) == STRATA_OK, "bootstrap");
     CHECK(strata_comm_create(NULL, bs, &comm) == STRATA_OK, "comm_create");
