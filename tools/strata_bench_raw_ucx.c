@@ -54,6 +54,13 @@ static ucs_status_t raw_ucx_imm_handler(void *arg, const void *header, size_t he
     return UCS_OK;
 }
 
+static void raw_ucx_peer_failed(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    (void)arg;
+    (void)ep;
+    (void)status; /* the operations in flight fail, and say so */
+}
+
 static void raw_ucx_flushed(void *request, ucs_status_t status, void *user_data)
 {
     raw_ucx_slot_t *slot = user_data;
@@ -236,7 +243,12 @@ strata_status_t bench_raw_ucx_create(strata_bootstrap_t *bs, const char *tls,
 {
     bench_raw_ucx_t *raw = calloc(1, sizeof(*raw));
     raw_ucx_card_t *cards = calloc(3, sizeof(*cards)), *mine = &cards[2], *peer;
-    ucp_ep_params_t ep_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS};
+    /* Peer failure handling, as the transport asks for: UCX then picks the same lanes. */
+    ucp_ep_params_t ep_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+                                               UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                               UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                                 .err_mode       = UCP_ERR_HANDLING_MODE_PEER,
+                                 .err_handler.cb = raw_ucx_peer_failed};
     ucs_status_t status;
 
     if (raw == NULL || cards == NULL ||

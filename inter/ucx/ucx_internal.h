@@ -177,6 +177,8 @@ typedef struct ucx_transport {
     ucp_address_t    *self_address;     /* the full one, for the endpoint to this worker */
     int               rail;
     uint64_t          timeout_ns;       /* STRATA_UCX_TIMEOUT */
+    char              lane_tls[48];     /* what the endpoints to peers use, for the name */
+    char              lane_devices[40];
     bool              shut;
     /* Proxy side (one thread at a time: open, then the proxy, then shutdown). */
     ucx_peer_t      **peers;
@@ -278,9 +280,11 @@ void ucx_rma_start(ucx_transport_t *ucx, ucx_op_t *op);
 void ucx_memory_peer_failed(ucx_transport_t *ucx, ucx_peer_t *peer);
 /** Proxy side: send queued rkey replies, revokes and acks; returns how many went. */
 int  ucx_memory_progress(ucx_transport_t *ucx);
-/** Fail what waits for a peer's rkeys and release them (shutdown, before its endpoint
+/** Fail what waits for a peer's rkeys and destroy them (shutdown, before its endpoint
  *  closes). */
 void ucx_peer_rkeys_release(ucx_transport_t *ucx, ucx_peer_t *peer);
+/** Free a peer's rkey entries (close, after the worker is gone). */
+void ucx_peer_rkeys_free(ucx_peer_t *peer);
 /** Give up every revoke (shutdown): deregistrations stop waiting. */
 void ucx_revokes_abandon(ucx_transport_t *ucx);
 /** The handlers of the rkey exchange's active messages. */

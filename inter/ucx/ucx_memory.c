@@ -285,6 +285,9 @@ static ucs_status_t ucx_rkey_rep_handler(void *arg, const void *header, size_t h
         return UCS_OK;
     }
     memcpy(&rep, header, sizeof(rep));
+    if (ucx->shut) {
+        return UCS_OK; /* the rkeys are released: nothing is posted any more */
+    }
     peer  = rep.cookie < ucx->num_peers ? ucx->peers[rep.cookie] : NULL;
     entry = peer ? ucx_map_get(&peer->rkeys, rep.key) : NULL;
     if (entry == NULL || entry->rkey != NULL) {
@@ -332,6 +335,9 @@ static ucs_status_t ucx_revoke_handler(void *arg, const void *header, size_t hea
         return UCS_OK;
     }
     memcpy(&msg, header, sizeof(msg));
+    if (ucx->shut) {
+        return UCS_OK; /* shutting down: the rkeys go anyway, and nothing is posted */
+    }
     peer  = msg.cookie < ucx->num_peers ? ucx->peers[msg.cookie] : NULL;
     entry = peer ? ucx_map_get(&peer->rkeys, msg.key) : NULL;
     if (entry != NULL && entry->rkey != NULL) {
@@ -387,17 +393,28 @@ static void ucx_rkey_release_cb(void *value, void *arg)
 
     if (entry->rkey != NULL) {
         ucp_rkey_destroy(entry->rkey);
-    } else {
-        ucx_rkey_fail_waiting(arg, entry, STRATA_ERR_CANCELLED);
+        entry->rkey = NULL;
     }
-    free(entry);
+    ucx_rkey_fail_waiting(arg, entry, STRATA_ERR_CANCELLED);
 }
 
 void ucx_peer_rkeys_release(ucx_transport_t *ucx, ucx_peer_t *peer)
 {
     ucx_rkeys_destroy(peer->retired);
     peer->retired = NULL;
+    /* The entries themselves stay until close: an rkey request still queued in UCX reads
+     * its header from one while the endpoint closes. */
     ucx_map_for_each(&peer->rkeys, ucx_rkey_release_cb, ucx);
+}
+
+static void ucx_rkey_free_cb(void *value, void *arg)
+{
+    free(value);
+}
+
+void ucx_peer_rkeys_free(ucx_peer_t *peer)
+{
+    ucx_map_for_each(&peer->rkeys, ucx_rkey_free_cb, NULL);
     ucx_map_cleanup(&peer->rkeys);
 }
 

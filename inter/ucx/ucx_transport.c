@@ -176,6 +176,51 @@ static void ucx_context_resources(ucp_context_h context, char *tls, size_t tls_s
     free(text);
 }
 
+/*
+ * Add what an endpoint's lanes use ("lane[0]:  2:tcp/lo.0 md[1] -> ...") to the rail's
+ * name: with peer failure handling UCX 1.13 leaves out transports that cannot detect a dead
+ * peer (its posix and sysv shared memory), so the context's list would overstate.
+ */
+static void ucx_name_from_lanes(ucx_transport_t *ucx, ucp_ep_h ep)
+{
+    char *text = NULL, *save = NULL, tl[64], dev[64];
+    size_t text_len = 0;
+    FILE *stream = open_memstream(&text, &text_len);
+
+    if (stream == NULL) {
+        return;
+    }
+    ucp_ep_print_info(ep, stream);
+    fclose(stream);
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        const char *lane = strstr(line, "lane["), *colon = lane ? strchr(lane, ':') : NULL;
+        char *dot;
+
+        if (colon == NULL || sscanf(colon + 1, " %*d:%63[^/]/%63s", tl, dev) != 2 ||
+            strcmp(tl, "self") == 0) {
+            continue;
+        }
+        if ((dot = strrchr(dev, '.')) != NULL) {
+            *dot = '\0'; /* "lo.0": the device's path index */
+        }
+        ucx_list_add(ucx->lane_tls, sizeof(ucx->lane_tls), tl);
+        if (strncmp(dev, "memory", 6) != 0) {
+            ucx_list_add(ucx->lane_devices, sizeof(ucx->lane_devices), dev);
+        }
+    }
+    free(text);
+    if (ucx->lane_tls[0] != '\0') {
+        char name[sizeof(ucx->base.name)];
+
+        snprintf(name, sizeof(name), "ucx %s %s", ucx->lane_tls,
+                 ucx->lane_devices[0] ? ucx->lane_devices : "-");
+        if (strcmp(name, ucx->base.name) != 0) {
+            UTIL_LOG_INFO("rail %d: the endpoints to peers use %s", ucx->rail, name + 4);
+            snprintf(ucx->base.name, sizeof(ucx->base.name), "%s", name);
+        }
+    }
+}
+
 static bool ucx_names_shared_memory(const char *tls)
 {
     char copy[256], *save = NULL;
@@ -487,7 +532,7 @@ static void ucx_close(inter_transport_t *tp)
     ucx = ucx_of(tp);
     ucx_shutdown(tp);
     for (size_t i = 0; i < ucx->num_peers; ++i) {
-        ucx_map_cleanup(&ucx->peers[i]->rkeys);
+        ucx_peer_rkeys_free(ucx->peers[i]);
         free(ucx->peers[i]);
     }
     free(ucx->peers);
@@ -568,7 +613,8 @@ static void ucx_describe(ucx_transport_t *ucx, const inter_transport_params_t *p
     ucx->base.rx_size      = 1u << 16; /* UCX queues posted receives without a bound */
     ucx->base.addr_size    = UCX_ADDR_SIZE;
     ucp_get_version(&major, &minor, &release);
-    UTIL_LOG_INFO("rail %d: %s (UCX %u.%u.%u), worker address %zu bytes, device memory %s",
+    UTIL_LOG_INFO("rail %d: %s (UCX %u.%u.%u; the endpoints to peers take those that detect "
+                  "a dead peer), worker address %zu bytes, device memory %s",
                   params->rail, ucx->base.name, major, minor, release, ucx->address_len,
                   params->device_memory == INTER_MEM_HOST ? "not asked for"
                                                           : "not registered (host only)");
@@ -710,6 +756,9 @@ static strata_status_t ucx_insert_peer(inter_transport_t *tp, const void *addr, 
         return STRATA_ERR_TRANSPORT;
     }
     ucx->peers[ucx->num_peers++] = peer;
+    if (params.err_mode == UCP_ERR_HANDLING_MODE_PEER) {
+        ucx_name_from_lanes(ucx, peer->ep); /* connect: the proxy does not run yet */
+    }
     *peer_p = peer->handle;
     return STRATA_OK;
 }
