@@ -112,6 +112,10 @@ typedef struct inter_engine_params {
     inter_heartbeat_path_t heartbeat_path;
     inter_progress_t       progress;
     int         local_size;      /**< ranks on this node, for progress auto (0: 1) */
+    /** Node of every rank (world_size entries, copied at create), or NULL: peers on this
+     *  rank's node then go through a same-node transport (libfabric shm) where one opens. */
+    const int  *rank_node;
+    bool        same_node_network; /**< same-node peers over the network transport too */
 } inter_engine_params_t;
 
 /** The STRATA_INTER_* variables. */
@@ -157,6 +161,8 @@ void inter_engine_destroy(inter_engine_t *engine);
 
 int         inter_engine_num_rails(const inter_engine_t *engine);
 const char *inter_engine_transport_name(const inter_engine_t *engine);
+/** The transport that carries this rank's traffic with peer (its first rail's name). */
+const char *inter_engine_peer_transport_name(const inter_engine_t *engine, int peer);
 bool        inter_engine_has_read(const inter_engine_t *engine);
 /** The silence after which a peer is declared failed. */
 uint64_t    inter_engine_peer_timeout_ns(const inter_engine_t *engine);
@@ -184,7 +190,9 @@ typedef struct inter_rdesc {
     uint64_t base;      /**< address of the range's first byte at its owner */
     uint64_t length;    /**< bytes of the range */
     uint64_t mr_offset; /**< the range's start in its registration */
-    uint64_t keys[INTER_MAX_RAILS];
+    uint64_t keys[INTER_MAX_RAILS + 1]; /**< per network rail, then the same-node one */
+    uint32_t has_local; /**< keys[INTER_MAX_RAILS] is set */
+    uint32_t reserved;
 } inter_rdesc_t;
 
 /** Register host memory [addr, addr+len) on every rail. Thread-safe. */

@@ -29,11 +29,13 @@ typedef struct inter_config {
     int      chunk_order;
     int      heartbeat_path;
     int      progress;
+    int      same_node;
 } inter_config_t;
 
 static const char *const inter_chunk_order_names[] = {"forward", "reverse", NULL};
 static const char *const inter_heartbeat_path_names[] = {"auto", "send", NULL};
 static const char *const inter_progress_names[] = {"auto", "thread", "caller", NULL};
+static const char *const inter_same_node_names[] = {"shm", "network", NULL};
 
 static const util_config_field_t inter_config_fields[] = {
     {.name = "INTER_TRANSPORT", .default_value = "auto",
@@ -82,6 +84,11 @@ static const util_config_field_t inter_config_fields[] = {
             "(caller where the process has fewer than 2 cores per rank of its node).",
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(inter_config_t, progress),
      .enum_names = inter_progress_names},
+    {.name = "INTER_SAME_NODE", .default_value = "shm",
+     .doc = "How the engine reaches peers on its own node: shm (through shared memory where "
+            "the transport has a path: libfabric shm beside a network provider) or network.",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(inter_config_t, same_node),
+     .enum_names = inter_same_node_names},
 };
 
 const util_config_table_t inter_config_table = {
@@ -119,6 +126,7 @@ strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
     params->chunk_order       = (inter_chunk_order_t)config.chunk_order;
     params->heartbeat_path    = (inter_heartbeat_path_t)config.heartbeat_path;
     params->progress          = (inter_progress_t)config.progress;
+    params->same_node_network = config.same_node == 1;
     util_config_release(&inter_config_table, &config);
     return STRATA_OK;
 }
@@ -231,12 +239,12 @@ static strata_status_t inter_rail_pools(inter_engine_t *engine, inter_rail_t *ra
 static inter_transport_params_t inter_rail_params(const inter_engine_t *engine, int r)
 {
     const char *iface = engine->params.iface;
+    const char *device = r < INTER_MAX_RAILS ? engine->params.rail_devices[r] : "";
 
     return (inter_transport_params_t){
         .rank          = engine->params.rank,
         .world_size    = engine->params.world_size,
-        .iface         = (iface[0] || !engine->params.rail_devices[r][0])
-                             ? iface : engine->params.rail_devices[r],
+        .iface         = (iface[0] || !device[0]) ? iface : device,
         .required      = iface[0] != '\0',
         .rail          = r,
         .device_memory = engine->params.device_memory,
@@ -258,6 +266,57 @@ static strata_status_t inter_choose_transport(inter_engine_t *engine)
     return status;
 }
 
+/* Whether another rank shares this rank's node (by the caller's node map). */
+static bool inter_has_node_peers(const inter_engine_t *engine)
+{
+    for (int p = 0; engine->rank_node != NULL && p < engine->params.world_size; ++p) {
+        if (p != engine->params.rank &&
+            engine->rank_node[p] == engine->rank_node[engine->params.rank]) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * The same-node transport: peers on this node exchange through shared memory (libfabric
+ * shm) instead of the network stack, where the network transport is not already that, the
+ * transport has such a path, and it registers the memory the engine will be asked to.
+ * Where none opens, same-node peers use the network rails, as before.
+ */
+static strata_status_t inter_open_local_rail(inter_engine_t *engine)
+{
+    inter_rail_t *rail = &engine->rails[INTER_LOCAL_RAIL];
+    inter_transport_params_t tp_params = inter_rail_params(engine, INTER_LOCAL_RAIL);
+    strata_status_t status;
+
+    /* ucx and verbs choose their own path to a peer on the same host. */
+    if (strcmp(engine->ops->name, "ofi") != 0 || engine->params.same_node_network ||
+        engine->params.forbid_shared_memory || !inter_has_node_peers(engine) ||
+        strncmp(engine->rails[0].tp->name, "ofi shm", 7) == 0) {
+        return STRATA_OK;
+    }
+    tp_params.iface     = "";
+    tp_params.required  = false;
+    tp_params.same_node = true;
+    status = engine->ops->open(&tp_params, &rail->tp);
+    if (status != STRATA_OK) {
+        UTIL_LOG_INFO("engine: no same-node transport (%s): peers on this node use the "
+                      "network rails", strata_status_string(status));
+        return STRATA_OK;
+    }
+    if (engine->params.device_memory != INTER_MEM_HOST && !rail->tp->hmem) {
+        UTIL_LOG_INFO("engine: %s cannot register device memory: peers on this node use the "
+                      "network rails", rail->tp->name);
+        engine->ops->close(rail->tp);
+        rail->tp = NULL;
+        return STRATA_OK;
+    }
+    UTIL_LOG_INFO("engine: peers on this node go through %s", rail->tp->name);
+    rail->peers = calloc((size_t)engine->params.world_size, sizeof(uint64_t));
+    return rail->peers ? inter_rail_pools(engine, rail) : STRATA_ERR_NO_MEMORY;
+}
+
 static strata_status_t inter_open_rails(inter_engine_t *engine)
 {
     strata_status_t status = inter_choose_transport(engine);
@@ -273,6 +332,9 @@ static strata_status_t inter_open_rails(inter_engine_t *engine)
         engine->num_rails++;
         rail->peers = calloc((size_t)engine->params.world_size, sizeof(uint64_t));
         status = rail->peers ? inter_rail_pools(engine, rail) : STRATA_ERR_NO_MEMORY;
+    }
+    if (status == STRATA_OK) {
+        status = inter_open_local_rail(engine);
     }
     return status;
 }
@@ -332,6 +394,10 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     engine->peer_failed = calloc(world, sizeof(*engine->peer_failed));
     engine->last_seen   = calloc(world, sizeof(*engine->last_seen));
     engine->heard       = calloc(world, sizeof(*engine->heard));
+    if (params->rank_node != NULL && (engine->rank_node = malloc(world * sizeof(int))) != NULL) {
+        memcpy(engine->rank_node, params->rank_node, world * sizeof(int));
+    }
+    engine->params.rank_node = NULL; /* the caller's array: only the copy is kept */
     engine->ctrl        = util_alloc_aligned(64, 64);
     if (!engine->peer_info || !engine->peer_failed || !engine->last_seen || !engine->heard ||
         !engine->ctrl ||
@@ -369,9 +435,11 @@ typedef struct inter_blob_header {
     inter_rdesc_t ctrl;
     char          transport[16]; /* the transport's name: every rank must have the same */
     uint64_t      addr_size;     /* bytes of each rail's address slot */
+    uint32_t      has_local;     /* slot INTER_LOCAL_RAIL holds the same-node address */
+    uint32_t      reserved;
 } inter_blob_header_t;
 
-/* After the header, INTER_MAX_RAILS slots of a uint32_t length and addr_size bytes. */
+/* After the header, INTER_RAIL_SLOTS slots of a uint32_t length and addr_size bytes. */
 static size_t inter_blob_slot_size(const inter_engine_t *engine)
 {
     return sizeof(uint32_t) + UTIL_ALIGN_UP(engine->rails[0].tp->addr_size, sizeof(uint32_t));
@@ -384,7 +452,7 @@ static uint8_t *inter_blob_slot(const void *blob, size_t slot_size, int rail)
 
 size_t inter_engine_address_size(const inter_engine_t *engine)
 {
-    return sizeof(inter_blob_header_t) + INTER_MAX_RAILS * inter_blob_slot_size(engine);
+    return sizeof(inter_blob_header_t) + INTER_RAIL_SLOTS * inter_blob_slot_size(engine);
 }
 
 strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob)
@@ -403,8 +471,9 @@ strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob)
     header->msg_size          = (uint32_t)engine->params.msg_size;
     header->addr_size         = engine->rails[0].tp->addr_size;
     snprintf(header->transport, sizeof(header->transport), "%s", engine->ops->name);
+    header->has_local         = engine->rails[INTER_LOCAL_RAIL].tp != NULL;
     inter_engine_mem_descriptor(engine->ctrl_mr, &header->ctrl);
-    for (int r = 0; r < engine->num_rails; ++r) {
+    INTER_FOR_EACH_RAIL(engine, r) {
         uint8_t *slot = inter_blob_slot(blob, slot_size, r);
 
         len    = engine->rails[r].tp->addr_size;
@@ -416,6 +485,12 @@ strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob)
         memcpy(slot, &len32, sizeof(len32));
     }
     return STRATA_OK;
+}
+
+static bool inter_same_node(const inter_engine_t *engine, int peer)
+{
+    return engine->rank_node != NULL && peer != engine->params.rank &&
+           engine->rank_node[peer] == engine->rank_node[engine->params.rank];
 }
 
 static strata_status_t inter_connect_peer(inter_engine_t *engine, int peer, const void *blob)
@@ -448,10 +523,17 @@ static strata_status_t inter_connect_peer(inter_engine_t *engine, int peer, cons
     }
     engine->peer_info[peer].num_rails = (int)header->num_rails;
     engine->peer_info[peer].ctrl      = header->ctrl;
-    /* Rail r talks to the peer's rail r; rails beyond the peer's count go unused for it. */
-    for (int r = 0; r < engine->num_rails && r < (int)header->num_rails; ++r) {
+    engine->peer_info[peer].local     = header->has_local && inter_same_node(engine, peer) &&
+                                        engine->rails[INTER_LOCAL_RAIL].tp != NULL;
+    /* Rail r talks to the peer's rail r; rails beyond the peer's count go unused for it,
+     * and the same-node transport serves peers of this node that have it too. */
+    INTER_FOR_EACH_RAIL(engine, r) {
         const uint8_t *slot = inter_blob_slot(blob, slot_size, r);
 
+        if (r == INTER_LOCAL_RAIL ? !engine->peer_info[peer].local
+                                  : r >= (int)header->num_rails) {
+            continue;
+        }
         memcpy(&len, slot, sizeof(len));
         if (len > header->addr_size) {
             UTIL_LOG_ERROR("engine: rank %d's rail %d address is %u bytes, more than %llu",
@@ -554,8 +636,10 @@ strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
         status = inter_connect_peer(engine, peer, (const char *)blobs + (size_t)peer * blob_size);
         engine->last_seen[peer] = now;
     }
-    for (int r = 0; r < engine->num_rails && status == STRATA_OK; ++r) {
-        status = inter_post_rx_pool(engine, r);
+    INTER_FOR_EACH_RAIL(engine, r) {
+        if (status == STRATA_OK) {
+            status = inter_post_rx_pool(engine, r);
+        }
     }
     if (status != STRATA_OK) {
         engine->connect_failed = true; /* receive buffers may be posted: no second try */
@@ -585,7 +669,7 @@ static void inter_close_registrations(inter_engine_t *engine)
         inter_engine_mem_deregister(engine, engine->mrs); /* unlinks it */
     }
     engine->ctrl_mr = NULL;
-    for (int r = 0; r < engine->num_rails; ++r) {
+    INTER_FOR_EACH_RAIL(engine, r) {
         inter_rail_t *rail = &engine->rails[r];
 
         engine->ops->mem_deregister(rail->tp, &rail->rx_mr);
@@ -618,7 +702,7 @@ void inter_engine_destroy(inter_engine_t *engine)
     inter_close_registrations(engine);
     /* Then the endpoints: after that no provider holds an operation's context or buffer,
      * so the requests, and the memory operations may still have reached, can go. */
-    for (int r = 0; r < engine->num_rails; ++r) {
+    INTER_FOR_EACH_RAIL(engine, r) {
         engine->ops->shutdown(engine->rails[r].tp);
     }
     inter_proxy_drain(engine);
@@ -629,7 +713,7 @@ void inter_engine_destroy(inter_engine_t *engine)
         late->free_fn(late->ptr);
         free(late);
     }
-    for (int r = 0; r < engine->num_rails; ++r) {
+    INTER_FOR_EACH_RAIL(engine, r) {
         inter_rail_t *rail = &engine->rails[r];
 
         engine->ops->close(rail->tp);
@@ -651,6 +735,7 @@ void inter_engine_destroy(inter_engine_t *engine)
     free(engine->peer_failed);
     free(engine->last_seen);
     free(engine->heard);
+    free(engine->rank_node);
     free(engine);
 }
 
@@ -662,6 +747,14 @@ int inter_engine_num_rails(const inter_engine_t *engine)
 const char *inter_engine_transport_name(const inter_engine_t *engine)
 {
     return engine->rails[0].tp->name;
+}
+
+const char *inter_engine_peer_transport_name(const inter_engine_t *engine, int peer)
+{
+    if (peer < 0 || peer >= engine->params.world_size) {
+        return "none";
+    }
+    return engine->rails[inter_rail_for(engine, peer, 0)].tp->name;
 }
 
 bool inter_engine_has_read(const inter_engine_t *engine)
@@ -736,8 +829,12 @@ bool inter_engine_wedged(inter_engine_t *engine)
 
 void inter_engine_stripe(const inter_engine_t *engine, int peer, inter_stripe_params_t *stripe)
 {
-    /* Rails between this rank and peer: the fewer of the two, so both sides count alike. */
-    stripe->num_rails  = (uint32_t)UTIL_MIN(engine->num_rails, engine->peer_info[peer].num_rails);
+    /* Rails between this rank and peer: the fewer of the two, so both sides count alike;
+     * one, the same-node transport, for a peer of this node that both sides reach so. */
+    stripe->num_rails  = engine->peer_info[peer].local
+                             ? 1
+                             : (uint32_t)UTIL_MIN(engine->num_rails,
+                                                  engine->peer_info[peer].num_rails);
     stripe->min_chunk  = engine->params.stripe_min_chunk;
     stripe->max_chunks = engine->params.stripe_max_chunks;
 }

@@ -137,8 +137,12 @@ struct inter_ring {
     _Atomic uint64_t   commands, stamped, delay_ns, max_delay_ns;
 };
 
+/* Rail slots: the network rails 0..num_rails-1, then the same-node transport, if open. */
+#define INTER_LOCAL_RAIL INTER_MAX_RAILS
+#define INTER_RAIL_SLOTS (INTER_MAX_RAILS + 1)
+
 typedef struct inter_rail {
-    inter_transport_t *tp;
+    inter_transport_t *tp;           /* NULL: slot not open */
     uint64_t          *peers;        /* [world] transport handle of each rank */
     char              *rx_pool;
     inter_tmr_t        rx_mr;
@@ -154,8 +158,9 @@ struct inter_mr {
     struct inter_mr *prev, *next; /* the engine's live registrations (mr_lock) */
     void       *addr;
     size_t      len;
-    int         num_rails;
-    inter_tmr_t tmr[INTER_MAX_RAILS];
+    int         num_rails;  /* network rails registered (slots 0..num_rails-1) */
+    bool        has_local;  /* registered on the same-node transport too */
+    inter_tmr_t tmr[INTER_RAIL_SLOTS];
 };
 
 /* An unexpected message, kept until a matching recv is posted. */
@@ -168,6 +173,7 @@ typedef struct inter_unexpected {
 
 typedef struct inter_peer_info {
     int           num_rails;
+    bool          local;    /* on this node, reached through the same-node transport */
     inter_rdesc_t ctrl; /* its barrier landing word */
 } inter_peer_info_t;
 
@@ -184,13 +190,14 @@ struct inter_engine {
     inter_engine_params_t  params;
     const inter_transport_ops_t *ops;
     int                    num_rails;
-    inter_rail_t           rails[INTER_MAX_RAILS];
+    inter_rail_t           rails[INTER_RAIL_SLOTS]; /* network rails, then INTER_LOCAL_RAIL */
     size_t                 slot_size;   /* header + msg_size */
     inter_peer_info_t     *peer_info;   /* [world] */
     atomic_bool           *peer_failed; /* [world] */
     uint64_t              *last_seen;   /* [world] proxy: last message time */
     atomic_bool           *heard;       /* [world] a message came since connect (proxy sets) */
     atomic_int             peers_heard; /* peers with heard[] set (connect waits for all) */
+    int                   *rank_node;   /* [world] node of each rank, NULL: unknown */
     util_ring_t            ring;
     pthread_t              proxy;
     atomic_bool            running;
@@ -228,7 +235,7 @@ struct inter_engine {
     _Atomic uint64_t       proxy_pulse;   /* clock of the proxy's last loop */
     atomic_int             wedged_on;     /* peer a waiter saw the proxy stuck on, -1 none */
     inter_op_t            *rx_retry;      /* proxy: receive buffers whose re-post failed */
-    bool                   rail_broken[INTER_MAX_RAILS]; /* proxy: its CQ cannot be read */
+    bool                   rail_broken[INTER_RAIL_SLOTS]; /* proxy: its CQ cannot be read */
     bool                   connect_failed;
     /* Waiters spin briefly, then sleep on wake_seq; the proxy bumps it and wakes them
      * after completions, so sleeping waiters leave the cores to the proxies. */
@@ -241,6 +248,26 @@ struct inter_engine {
     struct inter_ring     *rings;         /* proxy: attached work rings */
     struct inter_ring     *retired_rings; /* proxy: detached ones with commands in flight */
 };
+
+/* The next open rail slot after r (start with -1), network rails first; -1 after the last. */
+static inline int inter_next_rail(const inter_engine_t *engine, int r)
+{
+    while (++r < INTER_RAIL_SLOTS) {
+        if (engine->rails[r].tp != NULL) {
+            return r;
+        }
+    }
+    return -1;
+}
+
+#define INTER_FOR_EACH_RAIL(engine, r) \
+    for (int r = inter_next_rail((engine), -1); r >= 0; r = inter_next_rail((engine), r))
+
+/* The rail slot that carries chunk rail `chunk_rail` of a transfer with peer. */
+static inline int inter_rail_for(const inter_engine_t *engine, int peer, uint32_t chunk_rail)
+{
+    return engine->peer_info[peer].local ? INTER_LOCAL_RAIL : (int)chunk_rail;
+}
 
 /** Counter consumption: take count if at least count are there (compare-exchange). */
 static inline bool inter_counter_take(_Atomic uint64_t *counter, uint64_t count)

@@ -653,7 +653,7 @@ int inter_proxy_step(inter_engine_t *engine)
     work += inter_ring_progress(engine);
     work += inter_retry_rx(engine);
     work += inter_post_pending(engine);
-    for (int r = 0; r < engine->num_rails; ++r) {
+    INTER_FOR_EACH_RAIL(engine, r) {
         completions += inter_poll_rail(engine, r);
     }
     inter_ring_publish(engine); /* what the kernels wait for, after this round */

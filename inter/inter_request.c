@@ -168,7 +168,9 @@ static strata_status_t inter_check_remote(const inter_engine_t *engine, int peer
     inter_stripe_params_t stripe;
 
     inter_engine_stripe(engine, peer, &stripe);
-    if (rdesc == NULL || rdesc->magic != INTER_RDESC_MAGIC || rdesc->num_rails < stripe.num_rails) {
+    if (rdesc == NULL || rdesc->magic != INTER_RDESC_MAGIC ||
+        (engine->peer_info[peer].local ? !rdesc->has_local
+                                       : rdesc->num_rails < stripe.num_rails)) {
         UTIL_LOG_ERROR("engine: not a remote memory descriptor (for peer %d)", peer);
         return STRATA_ERR_INVALID;
     }
@@ -239,9 +241,10 @@ static void inter_add_chunks(const inter_engine_t *engine, inter_op_t *ops, uint
     inter_engine_stripe(engine, peer, &stripe);
     for (uint32_t c = 0; c < chunks; ++c) {
         inter_stripe_chunk(&stripe, len, chunks, inter_post_index(engine, c, chunks), &chunk);
-        inter_fill_rma(engine, &ops[(*n)++], kind, peer, (int)chunk.rail, lmr,
-                       loff + chunk.offset, rdesc, roff + chunk.offset, chunk.length, with_imm,
-                       imm);
+        int rail = inter_rail_for(engine, peer, chunk.rail);
+
+        inter_fill_rma(engine, &ops[(*n)++], kind, peer, rail, lmr, loff + chunk.offset, rdesc,
+                       roff + chunk.offset, chunk.length, with_imm, imm);
     }
 }
 
@@ -332,7 +335,7 @@ strata_status_t inter_engine_write_paged(inter_engine_t *engine, int peer, const
     inter_engine_stripe(engine, peer, &stripe);
     for (uint32_t k = 0; k < num_pages; ++k) {
         uint32_t i = inter_post_index(engine, k, num_pages);
-        int rail = (int)(i % stripe.num_rails);
+        int rail = inter_rail_for(engine, peer, (uint32_t)(i % stripe.num_rails));
 
         inter_fill_rma(engine, &req->ops[k], INTER_OP_WRITE, peer, rail, lmr,
                        (size_t)src_pages[i] * stride, rdesc, (size_t)dst_pages[i] * stride,
@@ -416,7 +419,7 @@ strata_status_t inter_engine_send(inter_engine_t *engine, int peer, const void *
     req->peer         = peer;
     req->ops[0].kind  = INTER_OP_SEND;
     req->ops[0].peer  = peer;
-    req->ops[0].rail  = 0;
+    req->ops[0].rail  = inter_rail_for(engine, peer, 0);
     req->ops[0].slot  = -1;
     req->ops[0].len   = len;
     status            = inter_request_submit(engine, req);

@@ -264,7 +264,7 @@ static void inter_ring_fill_op(const inter_engine_t *engine, inter_ring_t *ring,
     int rail;
 
     inter_engine_stripe(engine, cmd->peer, &stripe);
-    rail = (int)(ticket % stripe.num_rails);
+    rail = inter_rail_for(engine, cmd->peer, (uint32_t)(ticket % stripe.num_rails));
     *op = (inter_op_t){
         .kind     = cmd->op == UTIL_WORK_READ ? INTER_OP_READ : INTER_OP_WRITE,
         .rail     = rail,

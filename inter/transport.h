@@ -47,6 +47,9 @@ typedef struct inter_transport_params {
     inter_mem_kind_t device_memory; /* device memory to offer registration for, if any */
     size_t      msg_bytes;     /* largest message the engine sends: open refuses less */
     bool        shared_memory; /* the transport may use shared memory within a node */
+    /* Open the transport's path for peers on this node only (ofi: the shm provider);
+     * STRATA_ERR_UNSUPPORTED where it has none. */
+    bool        same_node;
 } inter_transport_params_t;
 
 /*

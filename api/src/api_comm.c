@@ -235,6 +235,7 @@ static strata_status_t api_comm_start_engine(strata_comm_t *comm)
                            : comm->device->memory == INTRA_MEMORY_HIP ? INTER_MEM_ROCM
                                                                        : INTER_MEM_HOST;
     params.local_size = strata_comm_local_size(comm);
+    params.rank_node  = comm->rank_node;
     if (params.num_rails == 0) {
         params.num_rails = rail ? UTIL_MAX(1, UTIL_MIN(rail->num_rails, INTER_MAX_RAILS)) : 1;
     }

@@ -471,6 +471,9 @@ static strata_status_t ofi_open(const inter_transport_params_t *params, inter_tr
         return STRATA_ERR_NO_MEMORY;
     }
     status = ofi_read_provider(ofi->provider, sizeof(ofi->provider), NULL);
+    if (params->same_node) {
+        snprintf(ofi->provider, sizeof(ofi->provider), "shm"); /* peers on this node only */
+    }
     if (status == STRATA_OK) {
         status = ofi_choose(params, ofi);
     }
