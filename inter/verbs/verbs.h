@@ -134,7 +134,8 @@ typedef enum verbs_ctx_kind {
     VERBS_CTX_INJECT = 0x7849  /* this transport's own, for injected sends */
 } verbs_ctx_kind_t;
 
-/* What the transport keeps in the first bytes of every posted context (wr_id points here). */
+/* What the transport keeps in the first bytes of every posted context (wr_id points here;
+ * the engine's contexts are inter_op_t, aligned for pointers). */
 typedef struct verbs_ctx {
     uint32_t kind; /* verbs_ctx_kind_t */
     uint32_t peer; /* TX, INJECT: the peer's index */

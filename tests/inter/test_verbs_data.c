@@ -148,9 +148,10 @@ static void fake_free(verbs_transport_t *vt)
     free(vt);
 }
 
-/* Engine operations: the transport's context space comes first. */
+/* Engine operations: the transport's context space comes first, aligned as inter_op_t's
+ * (which holds pointers). */
 typedef struct test_op {
-    char context[INTER_CONTEXT_SPACE];
+    _Alignas(8) char context[INTER_CONTEXT_SPACE];
     int  id;
 } test_op_t;
 
