@@ -14,9 +14,9 @@ export STRATA_TEST_SEED=$seed STRATA_INTER_TRANSPORT=verbs
 log=$(mktemp /tmp/strata-test-engine-verbs-XXXXXX)
 trap 'rm -f "$log"' EXIT
 
-# The verbs probe, as strata-info reports it: "  verbs  <why> (score N)".
+# The verbs probe, as strata-info reports it: "  verbs  <why> (score N)", or "not built in".
 probe=$("$info" 2>/dev/null | grep '^  verbs ')
-if [ -z "$probe" ]; then
+if [ -z "$probe" ] || ! grep -q '(score [0-9]*)$' <<<"$probe"; then
     echo "SKIP: the verbs transport is not built in (libibverbs-dev missing at configure time)"
     exit 0
 fi
