@@ -17,7 +17,7 @@ trap 'rm -f "$log"' EXIT
 # The verbs probe, as strata-info reports it: "  verbs  <why> (score N)", or "not built in".
 probe=$("$info" 2>/dev/null | grep '^  verbs ')
 if [ -z "$probe" ] || ! grep -q '(score [0-9]*)$' <<<"$probe"; then
-    echo "SKIP: the verbs transport is not built in (libibverbs-dev missing at configure time)"
+    echo "SKIP: the verbs transport is not built in (STRATA_WITH_VERBS=OFF, or no libibverbs-dev at configure time)"
     exit 0
 fi
 why=$(sed -e 's/^  verbs *//' -e 's/ (score [0-9]*)$//' <<<"$probe")
