@@ -78,6 +78,15 @@ typedef enum inter_heartbeat_path {
     INTER_HEARTBEAT_SEND = 1, /**< always a registered send with a completion */
 } inter_heartbeat_path_t;
 
+/** Who drives the transports (STRATA_INTER_PROGRESS). */
+typedef enum inter_progress {
+    INTER_PROGRESS_AUTO   = 0, /**< caller where the process has fewer than 2 cores per rank
+                                    of its node, else thread */
+    INTER_PROGRESS_THREAD = 1, /**< a progress thread polls all the time */
+    INTER_PROGRESS_CALLER = 2, /**< threads that wait (or test) progress; the thread wakes
+                                    only to send heartbeats, or runs while work rings live */
+} inter_progress_t;
+
 typedef struct inter_engine_params {
     int         rank;
     int         world_size;
@@ -101,6 +110,8 @@ typedef struct inter_engine_params {
     bool        forbid_shared_memory;
     inter_chunk_order_t    chunk_order;
     inter_heartbeat_path_t heartbeat_path;
+    inter_progress_t       progress;
+    int         local_size;      /**< ranks on this node, for progress auto (0: 1) */
 } inter_engine_params_t;
 
 /** The STRATA_INTER_* variables. */
@@ -126,6 +137,18 @@ strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob);
  * fails or stays silent for the peer timeout first (destroy the engine then).
  */
 strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs);
+
+/**
+ * One round of progress (submissions, posts, completions, heartbeats) unless another
+ * thread is in one; returns the work it did. Waits call it in caller mode; any thread may.
+ */
+int inter_engine_progress(inter_engine_t *engine);
+
+/** The progress thread's name (/proc/<pid>/task/<tid>/comm). */
+#define INTER_PROGRESS_THREAD_NAME "strata-progress"
+
+/** Whether waiting threads drive progress (STRATA_INTER_PROGRESS resolved). */
+bool inter_engine_caller_progress(const inter_engine_t *engine);
 
 /**
  * Stop the proxy, close the rails and free every request, given back or not: requests and

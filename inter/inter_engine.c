@@ -28,10 +28,12 @@ typedef struct inter_config {
     bool     shared_memory;
     int      chunk_order;
     int      heartbeat_path;
+    int      progress;
 } inter_config_t;
 
 static const char *const inter_chunk_order_names[] = {"forward", "reverse", NULL};
 static const char *const inter_heartbeat_path_names[] = {"auto", "send", NULL};
+static const char *const inter_progress_names[] = {"auto", "thread", "caller", NULL};
 
 static const util_config_field_t inter_config_fields[] = {
     {.name = "INTER_TRANSPORT", .default_value = "auto",
@@ -74,6 +76,12 @@ static const util_config_field_t inter_config_fields[] = {
             "registered send (auto); send always takes the second path.",
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(inter_config_t, heartbeat_path),
      .enum_names = inter_heartbeat_path_names},
+    {.name = "INTER_PROGRESS", .default_value = "auto",
+     .doc = "Who drives the network: thread (a progress thread polls), caller (the threads "
+            "that wait do; the thread only beats, or runs while work rings live), or auto "
+            "(caller where the process has fewer than 2 cores per rank of its node).",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(inter_config_t, progress),
+     .enum_names = inter_progress_names},
 };
 
 const util_config_table_t inter_config_table = {
@@ -110,6 +118,7 @@ strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
     params->forbid_shared_memory = !config.shared_memory;
     params->chunk_order       = (inter_chunk_order_t)config.chunk_order;
     params->heartbeat_path    = (inter_heartbeat_path_t)config.heartbeat_path;
+    params->progress          = (inter_progress_t)config.progress;
     util_config_release(&inter_config_table, &config);
     return STRATA_OK;
 }
@@ -122,17 +131,55 @@ static strata_status_t inter_params_check(const inter_engine_params_t *p)
         p->stripe_min_chunk == 0 || p->stripe_min_chunk > (1ull << 40) ||
         p->stripe_max_chunks == 0 || p->transport[0] == '\0' ||
         (p->chunk_order != INTER_CHUNK_FORWARD && p->chunk_order != INTER_CHUNK_REVERSE) ||
-        (p->heartbeat_path != INTER_HEARTBEAT_AUTO && p->heartbeat_path != INTER_HEARTBEAT_SEND)) {
+        (p->heartbeat_path != INTER_HEARTBEAT_AUTO && p->heartbeat_path != INTER_HEARTBEAT_SEND) ||
+        p->progress < INTER_PROGRESS_AUTO || p->progress > INTER_PROGRESS_CALLER ||
+        p->local_size < 0) {
         UTIL_LOG_ERROR("engine: invalid parameters: rank %d of %d, %d rails (1..%d), message "
                        "size %zu, heartbeat %llu ns, peer timeout %llu ns (must exceed the "
-                       "heartbeat), stripe %llu bytes x %u, chunk order %d, heartbeat path %d",
+                       "heartbeat), stripe %llu bytes x %u, chunk order %d, heartbeat path %d, "
+                       "progress %d, %d local ranks",
                        p->rank, p->world_size, p->num_rails, INTER_MAX_RAILS, p->msg_size,
                        (unsigned long long)p->heartbeat_ns, (unsigned long long)p->peer_timeout_ns,
                        (unsigned long long)p->stripe_min_chunk, p->stripe_max_chunks,
-                       (int)p->chunk_order, (int)p->heartbeat_path);
+                       (int)p->chunk_order, (int)p->heartbeat_path, (int)p->progress,
+                       p->local_size);
         return STRATA_ERR_INVALID;
     }
     return STRATA_OK;
+}
+
+/* The cores this process may run on (its affinity mask). */
+static int inter_cores_available(void)
+{
+    cpu_set_t set;
+
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+        return (int)UTIL_MAX(sysconf(_SC_NPROCESSORS_ONLN), 1);
+    }
+    return UTIL_MAX(CPU_COUNT(&set), 1);
+}
+
+/* Caller progress where asked, or (auto) where a polling thread per rank would have to
+ * share cores with the ranks themselves: every hand-off would wait for the scheduler. */
+static bool inter_choose_progress(const inter_engine_params_t *params)
+{
+    int cores = inter_cores_available(), ranks = UTIL_MAX(params->local_size, 1);
+    bool caller;
+
+    if (params->progress != INTER_PROGRESS_AUTO) {
+        return params->progress == INTER_PROGRESS_CALLER;
+    }
+    caller = cores < 2 * ranks;
+    UTIL_LOG_INFO("engine: progress by %s (auto: %d core%s for %d rank%s of this node)",
+                  caller ? "the waiting threads" : "a progress thread", cores,
+                  cores == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+    return caller;
+}
+
+bool inter_engine_caller_progress(const inter_engine_t *engine)
+{
+    return engine->caller_progress;
 }
 
 int inter_rx_pool_slots(bool rx_cq_data, size_t rx_size, size_t slot_size)
@@ -279,6 +326,8 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     pthread_mutex_init(&engine->mr_lock, NULL);
     pthread_mutex_init(&engine->watch_lock, NULL);
     pthread_mutex_init(&engine->barrier_lock, NULL);
+    pthread_mutex_init(&engine->progress_lock, NULL);
+    engine->caller_progress = inter_choose_progress(params);
     engine->peer_info   = calloc(world, sizeof(*engine->peer_info));
     engine->peer_failed = calloc(world, sizeof(*engine->peer_failed));
     engine->last_seen   = calloc(world, sizeof(*engine->last_seen));
@@ -513,6 +562,7 @@ strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
         return status;
     }
     engine->next_heartbeat = now;
+    engine->last_step      = now;
     atomic_store(&engine->proxy_pulse, now);
     atomic_store(&engine->proxy_target, -1);
     atomic_store(&engine->wedged_on, -1);
@@ -523,6 +573,7 @@ strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
         UTIL_LOG_ERROR("engine: cannot start the proxy thread");
         return STRATA_ERR_NO_MEMORY;
     }
+    pthread_setname_np(engine->proxy, INTER_PROGRESS_THREAD_NAME); /* for ps, top, tests */
     engine->connected = true;
     return inter_wait_wired(engine);
 }
@@ -550,7 +601,7 @@ void inter_engine_destroy(inter_engine_t *engine)
     if (engine->connected) {
         struct timespec deadline;
 
-        atomic_store(&engine->running, false);
+        inter_proxy_stop(engine);
         clock_gettime(CLOCK_REALTIME, &deadline);
         deadline.tv_sec += 1 + (time_t)(engine->params.peer_timeout_ns / UTIL_NSEC_PER_SEC);
         if (pthread_timedjoin_np(engine->proxy, NULL, &deadline) != 0) {
@@ -593,6 +644,7 @@ void inter_engine_destroy(inter_engine_t *engine)
     pthread_mutex_destroy(&engine->mr_lock);
     pthread_mutex_destroy(&engine->watch_lock);
     pthread_mutex_destroy(&engine->barrier_lock);
+    pthread_mutex_destroy(&engine->progress_lock);
     free(engine->ctrl);
     free(engine->beat_ops);
     free(engine->peer_info);
@@ -620,14 +672,29 @@ bool inter_engine_has_read(const inter_engine_t *engine)
 /* Yield-spin this long before sleeping: longer than a round trip, far shorter than a bulk
  * transfer, whose waiter then leaves its core to the proxies. */
 #define INTER_SPIN_NS (100 * UTIL_NSEC_PER_USEC)
+/* Caller progress: how long a waiter spins (progressing) before it naps, and naps. */
+#define INTER_CALLER_SPIN_NS (2 * UTIL_NSEC_PER_MSEC)
+#define INTER_CALLER_NAP_NS  (50 * UTIL_NSEC_PER_USEC)
 
 void inter_engine_idle(inter_engine_t *engine, uint64_t *spin_until, unsigned seq)
 {
     struct timespec nap = {.tv_sec = 0, .tv_nsec = (long)UTIL_NSEC_PER_MSEC};
-    uint64_t now = util_clock_now_ns();
+    uint64_t now, spin = INTER_SPIN_NS;
 
+    if (engine->caller_progress) {
+        if (inter_engine_progress(engine) > 0) {
+            *spin_until = 0; /* something moved: spin again before sleeping */
+            return;
+        }
+        /* A transfer under way completes nothing for a while, yet its bytes move only when
+         * this thread progresses: spin longer. Nobody wakes a caller that sleeps, so the
+         * nap is short, and progress follows it. */
+        spin        = INTER_CALLER_SPIN_NS;
+        nap.tv_nsec = (long)INTER_CALLER_NAP_NS;
+    }
+    now = util_clock_now_ns();
     if (*spin_until == 0) {
-        *spin_until = now + INTER_SPIN_NS;
+        *spin_until = now + spin;
     }
     if (now < *spin_until) {
         sched_yield();

@@ -202,6 +202,11 @@ struct inter_engine {
     inter_mr_t            *mrs;         /* live registrations, closed first at destroy */
     bool                   beat_by_send; /* proxy: heartbeats by send (see inter_heartbeat) */
     inter_op_t            *beat_ops;    /* [world] heartbeat sends, slot -1 when none is out */
+    /* Held for each round of progress; the fields below, "proxy-owned", are touched only
+     * by whoever holds it: the progress thread, or a waiting caller in caller mode. */
+    pthread_mutex_t        progress_lock;
+    bool                   caller_progress; /* waiters progress; the thread only beats */
+    atomic_uint            rings_live;    /* work rings attached or retiring: run flat out */
     /* proxy-owned */
     inter_op_t            *pending_head, *pending_tail;
     inter_request_t       *active;
@@ -209,6 +214,7 @@ struct inter_engine {
     inter_unexpected_t    *unexpected;
     inter_request_t       *notify[INTER_IMM_MAX];
     uint64_t               next_heartbeat;
+    uint64_t               last_step;     /* clock of the last round of progress */
     /* shared */
     _Atomic uint64_t       imm_count[INTER_IMM_MAX];
     _Atomic uint64_t       barrier_count[INTER_BARRIER_SLOTS];
@@ -257,6 +263,10 @@ void inter_engine_announce_failure(inter_engine_t *engine);
 
 /* inter_proxy.c */
 void *inter_proxy_main(void *arg);
+/* One round of progress; the caller holds engine->progress_lock. Returns the work done. */
+int   inter_proxy_step(inter_engine_t *engine);
+/* Stop the progress thread's loop (it is joined after). */
+void  inter_proxy_stop(inter_engine_t *engine);
 void  inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why);
 void  inter_proxy_drain(inter_engine_t *engine); /* at destroy: fail and free everything */
 

@@ -2,13 +2,20 @@
  * The proxy thread: takes requests off the submission ring, posts their operations in
  * order (keeping what the transport cannot take yet), polls every rail's completion queue,
  * counts immediates, matches messages to receives, sends heartbeats and fails silent peers.
- * Everything here runs on the proxy thread only, except inter_proxy_drain.
+ * A round of it (inter_proxy_step) runs under the engine's progress lock: on the progress
+ * thread (STRATA_INTER_PROGRESS=thread, or while work rings are attached), or on whichever
+ * thread waits (caller), with the thread then beating only once per heartbeat interval.
+ * inter_proxy_drain runs at destroy, once nothing else can.
  */
 #include "inter_internal.h"
 
+#include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #define INTER_PROXY_CQ_BATCH 32
 /* A proxy that found nothing to do this many loops in a row naps instead of yielding: where
@@ -613,47 +620,98 @@ static void inter_sweep(inter_engine_t *engine)
     }
 }
 
+/* Work rings attached, or retiring with commands in flight: their producers (kernels)
+ * wait on no thread of ours, so the progress thread must run flat out while there are any. */
+static void inter_note_rings(inter_engine_t *engine)
+{
+    unsigned live = engine->rings != NULL || engine->retired_rings != NULL;
+
+    if (atomic_exchange_explicit(&engine->rings_live, live, memory_order_acq_rel) != live &&
+        live) {
+        syscall(SYS_futex, &engine->rings_live, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    }
+}
+
+int inter_proxy_step(inter_engine_t *engine)
+{
+    uint64_t now = util_clock_now_ns();
+    int work, completions = 0, wedged;
+
+    atomic_store_explicit(&engine->proxy_pulse, now, memory_order_release);
+    if (now - engine->last_step > engine->params.peer_timeout_ns / 2) {
+        /* Progress stalled here: the silence was ours, not the peers'. */
+        for (int p = 0; p < engine->params.world_size; ++p) {
+            engine->last_seen[p] = now;
+        }
+    }
+    engine->last_step = now;
+    wedged            = atomic_exchange(&engine->wedged_on, -1);
+    if (wedged >= 0) {
+        inter_proxy_fail_peer(engine, wedged, "the transport was stuck on it");
+    }
+    work = inter_pop_submissions(engine);
+    work += inter_ring_progress(engine);
+    work += inter_retry_rx(engine);
+    work += inter_post_pending(engine);
+    for (int r = 0; r < engine->num_rails; ++r) {
+        completions += inter_poll_rail(engine, r);
+    }
+    inter_ring_publish(engine); /* what the kernels wait for, after this round */
+    work += completions;
+    if (completions > 0) {
+        inter_engine_wake(engine); /* immediates counted, requests finished */
+    }
+    now = util_clock_now_ns();
+    if (now >= engine->next_heartbeat) {
+        inter_heartbeat(engine, now);
+        inter_sweep(engine);
+        inter_ring_sweep(engine);
+        engine->next_heartbeat = now + engine->params.heartbeat_ns;
+    }
+    inter_note_rings(engine);
+    return work;
+}
+
+int inter_engine_progress(inter_engine_t *engine)
+{
+    int work;
+
+    if (!atomic_load_explicit(&engine->running, memory_order_acquire) ||
+        pthread_mutex_trylock(&engine->progress_lock) != 0) {
+        return 0; /* another thread is progressing (or the engine is going) */
+    }
+    work = inter_proxy_step(engine);
+    pthread_mutex_unlock(&engine->progress_lock);
+    return work;
+}
+
+/* Caller progress with no work ring: sleep until the next heartbeat is due, or until a
+ * ring is attached (or the engine stops), then one round unless a caller is in one. */
+static void inter_proxy_beat(inter_engine_t *engine)
+{
+    struct timespec nap = {
+        .tv_sec  = (time_t)(engine->params.heartbeat_ns / UTIL_NSEC_PER_SEC),
+        .tv_nsec = (long)(engine->params.heartbeat_ns % UTIL_NSEC_PER_SEC)};
+
+    syscall(SYS_futex, &engine->rings_live, FUTEX_WAIT_PRIVATE, 0, &nap, NULL, 0);
+    inter_engine_progress(engine);
+}
+
 void *inter_proxy_main(void *arg)
 {
     inter_engine_t *engine = arg;
-    uint64_t now, last_loop = util_clock_now_ns();
-    int work, completions, wedged;
     unsigned idle = 0;
+    int work;
 
     while (atomic_load_explicit(&engine->running, memory_order_acquire)) {
-        completions = 0;
-        now = util_clock_now_ns();
-        atomic_store_explicit(&engine->proxy_pulse, now, memory_order_release);
-        if (now - last_loop > engine->params.peer_timeout_ns / 2) {
-            /* This thread stalled: the silence was ours, not the peers'. */
-            for (int p = 0; p < engine->params.world_size; ++p) {
-                engine->last_seen[p] = now;
-            }
+        if (engine->caller_progress &&
+            !atomic_load_explicit(&engine->rings_live, memory_order_acquire)) {
+            inter_proxy_beat(engine);
+            continue;
         }
-        last_loop = now;
-        wedged    = atomic_exchange(&engine->wedged_on, -1);
-        if (wedged >= 0) {
-            inter_proxy_fail_peer(engine, wedged, "the transport was stuck on it");
-        }
-        work = inter_pop_submissions(engine);
-        work += inter_ring_progress(engine);
-        work += inter_retry_rx(engine);
-        work += inter_post_pending(engine);
-        for (int r = 0; r < engine->num_rails; ++r) {
-            completions += inter_poll_rail(engine, r);
-        }
-        inter_ring_publish(engine); /* what the kernels wait for, after this round */
-        work += completions;
-        if (completions > 0) {
-            inter_engine_wake(engine); /* immediates counted, requests finished */
-        }
-        now = util_clock_now_ns();
-        if (now >= engine->next_heartbeat) {
-            inter_heartbeat(engine, now);
-            inter_sweep(engine);
-            inter_ring_sweep(engine);
-            engine->next_heartbeat = now + engine->params.heartbeat_ns;
-        }
+        pthread_mutex_lock(&engine->progress_lock);
+        work = inter_proxy_step(engine);
+        pthread_mutex_unlock(&engine->progress_lock);
         idle = work == 0 ? idle + 1 : 0;
         if (idle > INTER_PROXY_IDLE_LOOPS) {
             util_sleep_ns(INTER_PROXY_NAP_NS);
@@ -662,6 +720,13 @@ void *inter_proxy_main(void *arg)
         }
     }
     return NULL;
+}
+
+void inter_proxy_stop(inter_engine_t *engine)
+{
+    atomic_store_explicit(&engine->running, false, memory_order_release);
+    atomic_store(&engine->rings_live, 1); /* a beating thread wakes and sees running false */
+    syscall(SYS_futex, &engine->rings_live, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 static void inter_free_rings(inter_ring_t *list)

@@ -83,7 +83,10 @@ strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *re
 strata_status_t inter_request_test(const inter_request_t *req)
 {
     if (!atomic_load_explicit(&req->done, memory_order_acquire)) {
-        return STRATA_INPROGRESS;
+        if (!req->engine->caller_progress || inter_engine_progress(req->engine) == 0 ||
+            !atomic_load_explicit(&req->done, memory_order_acquire)) {
+            return STRATA_INPROGRESS;
+        }
     }
     return req->status;
 }

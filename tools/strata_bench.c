@@ -102,6 +102,7 @@ static strata_status_t bench_engine_setup(strata_bootstrap_t *bs, size_t buf_siz
     }
     params.rank       = bs->rank;
     params.world_size = bs->world_size;
+    params.local_size = getenv("LOCAL_WORLD_SIZE") ? atoi(getenv("LOCAL_WORLD_SIZE")) : 1;
     if ((status = inter_engine_create(&params, &be->engine)) != STRATA_OK) {
         return status;
     }

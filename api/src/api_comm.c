@@ -234,6 +234,7 @@ static strata_status_t api_comm_start_engine(strata_comm_t *comm)
     params.device_memory = comm->device->memory == INTRA_MEMORY_CUDA ? INTER_MEM_CUDA
                            : comm->device->memory == INTRA_MEMORY_HIP ? INTER_MEM_ROCM
                                                                        : INTER_MEM_HOST;
+    params.local_size = strata_comm_local_size(comm);
     if (params.num_rails == 0) {
         params.num_rails = rail ? UTIL_MAX(1, UTIL_MIN(rail->num_rails, INTER_MAX_RAILS)) : 1;
     }

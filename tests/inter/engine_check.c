@@ -71,6 +71,7 @@ static void setup(void)
     CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
     params.rank       = g_rank;
     params.world_size = g_world;
+    params.local_size = getenv("LOCAL_WORLD_SIZE") ? atoi(getenv("LOCAL_WORLD_SIZE")) : 1;
     CHECK(inter_engine_create(&params, &g_engine) == STRATA_OK, "engine create");
     blob_size = inter_engine_address_size(g_engine);
     mine      = malloc(blob_size);
