@@ -1,7 +1,8 @@
 /*
  * The verbs transport's data path: posts chained per queue pair, injected sends inline
  * with periodic signaling, receives on the shared receive queue, and the completion queue
- * mapped to the engine's completions. Proxy thread only.
+ * mapped to the engine's completions. Called under the engine's progress lock (its
+ * progress thread or a waiting caller), one call at a time.
  */
 #include "inter/verbs/verbs.h"
 
