@@ -16,6 +16,9 @@ const util_config_table_t *const api_config_tables[] = {
     &intra_config_table,
     &inter_config_table,
     &ofi_config_table,
+#ifdef STRATA_HAVE_VERBS
+    &verbs_config_table,
+#endif
     &sched_moe_config_table,
     &adapt_config_table,
     &api_bootstrap_config_table,
