@@ -52,6 +52,8 @@ strata_status_t inter_stripe_chunk(const inter_stripe_params_t *params, uint64_t
 
 #define INTER_MAX_RAILS 8
 #define INTER_IMM_MAX   65536u /* user immediates are 0..INTER_IMM_MAX-1 */
+#define INTER_REQUESTS_DEFAULT 1024u
+#define INTER_MAX_REQUESTS     (1u << 20)
 
 /** Whose memory a registration covers. */
 typedef enum inter_mem_kind {
@@ -99,6 +101,9 @@ typedef struct inter_engine_params {
     uint64_t    heartbeat_ns;    /**< interval between heartbeats to each peer */
     uint64_t    peer_timeout_ns; /**< silence after which a peer is failed */
     size_t      msg_size;        /**< largest send/recv message */
+    /** Requests in flight at once, 1..INTER_MAX_REQUESTS (0: INTER_REQUESTS_DEFAULT): the
+     *  pools submission takes from instead of allocating (see Requests below). */
+    uint32_t    max_requests;
     uint64_t    stripe_min_chunk;
     uint32_t    stripe_max_chunks;
     /** Device memory the engine will be asked to register besides host memory
@@ -233,6 +238,18 @@ void inter_engine_mem_release_late(inter_engine_t *engine, inter_mr_t *mr, void 
  * Bad input (unknown or failed peer, unregistered or out-of-range memory, a length past the
  * remote region, zero or oversized length, an immediate out of range) is refused with a
  * status and one log line, and no request is made.
+ *
+ * Submission allocates nothing: requests, their operations (one per chunk, page or scatter
+ * target) and send copies come from pools sized at creation (max_requests; operations for
+ * every request to be a write cut into stripe_max_chunks, plus world_size; send copies of
+ * msg_size, as many as fit in 16 MiB but at least 64 and at most max_requests). When one
+ * is empty the call returns STRATA_ERR_BUSY and makes no request: retry once requests
+ * complete and are given back (waiting on one of this caller's own requests is progress;
+ * a given-back request returns to the pool within the proxy's next rounds). A request that
+ * needs more operations than the pool holds at all (a paged write or scatter that large) is
+ * refused with STRATA_ERR_INVALID and one log line: cut it into smaller ones, or raise
+ * max_requests. The engine's own requests (barrier, work ring attach and detach) wait for
+ * room instead, within their timeout.
  */
 
 /** Write len bytes; with_imm: the target counts imm once per chunk (inter_engine_write_chunks). */
@@ -306,14 +323,17 @@ typedef void (*inter_imm_fn_t)(void *arg, uint32_t imm, strata_status_t status);
 
 /**
  * Call fn from the proxy thread once imm has arrived count times (consuming them), or with
- * STRATA_ERR_PEER_FAILED if from_peer fails first. One callback per immediate at a time.
+ * STRATA_ERR_PEER_FAILED if from_peer fails first. One callback per immediate at a time
+ * (a second is called with STRATA_ERR_BUSY). Holds a pooled request until it is called:
+ * STRATA_ERR_BUSY from this call (fn never called) when the pool is empty.
  */
 strata_status_t inter_engine_imm_notify(inter_engine_t *engine, uint32_t imm, uint64_t count,
                                         int from_peer, inter_imm_fn_t fn, void *arg);
 
 /**
  * Barrier over peers[0..n) (this rank among them), by immediates: every member writes to
- * every other. Members call barriers over a group in the same order.
+ * every other. Members call barriers over a group in the same order. Waits for a pooled
+ * request while all are in flight; STRATA_ERR_BUSY if none came back within timeout_ns.
  */
 strata_status_t inter_engine_barrier(inter_engine_t *engine, const int *peers, int n,
                                      uint64_t timeout_ns);

@@ -23,6 +23,7 @@ typedef struct inter_config {
     uint64_t heartbeat_ns;
     uint64_t peer_timeout_ns;
     uint64_t msg_size;
+    int64_t  requests;
     uint64_t stripe_min;
     int64_t  stripe_max_chunks;
     bool     shared_memory;
@@ -58,6 +59,10 @@ static const util_config_field_t inter_config_fields[] = {
     {.name = "INTER_MSG_SIZE", .default_value = "64k",
      .doc = "Largest send/recv message.",
      .type = UTIL_CONFIG_SIZE, .offset = offsetof(inter_config_t, msg_size)},
+    {.name = "INTER_REQUESTS", .default_value = "1024",
+     .doc = "Requests in flight at once; their operations and send copies are pooled to "
+            "match at creation, and a submission past them returns STRATA_ERR_BUSY.",
+     .type = UTIL_CONFIG_INT, .offset = offsetof(inter_config_t, requests)},
     {.name = "INTER_STRIPE_MIN", .default_value = "256k",
      .doc = "Smallest chunk of a write striped over several rails.",
      .type = UTIL_CONFIG_SIZE, .offset = offsetof(inter_config_t, stripe_min)},
@@ -120,6 +125,9 @@ strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
     params->heartbeat_ns      = config.heartbeat_ns;
     params->peer_timeout_ns   = config.peer_timeout_ns;
     params->msg_size          = config.msg_size;
+    /* Out of range (0 included) is refused at creation, not taken as the default. */
+    params->max_requests      = config.requests < 1 || config.requests > INTER_MAX_REQUESTS
+                                    ? UINT32_MAX : (uint32_t)config.requests;
     params->stripe_min_chunk  = config.stripe_min;
     params->stripe_max_chunks = (uint32_t)UTIL_MAX(config.stripe_max_chunks, 0);
     params->forbid_shared_memory = !config.shared_memory;
@@ -135,6 +143,7 @@ static strata_status_t inter_params_check(const inter_engine_params_t *p)
 {
     if (p->world_size <= 0 || p->rank < 0 || p->rank >= p->world_size || p->num_rails < 0 ||
         p->num_rails > INTER_MAX_RAILS || p->msg_size == 0 || p->msg_size > (64u << 20) ||
+        p->max_requests > INTER_MAX_REQUESTS ||
         p->heartbeat_ns == 0 || p->peer_timeout_ns <= p->heartbeat_ns ||
         p->stripe_min_chunk == 0 || p->stripe_min_chunk > (1ull << 40) ||
         p->stripe_max_chunks == 0 || p->transport[0] == '\0' ||
@@ -143,10 +152,11 @@ static strata_status_t inter_params_check(const inter_engine_params_t *p)
         p->progress < INTER_PROGRESS_AUTO || p->progress > INTER_PROGRESS_CALLER ||
         p->local_size < 0) {
         UTIL_LOG_ERROR("engine: invalid parameters: rank %d of %d, %d rails (1..%d), message "
-                       "size %zu, heartbeat %llu ns, peer timeout %llu ns (must exceed the "
-                       "heartbeat), stripe %llu bytes x %u, chunk order %d, heartbeat path %d, "
-                       "progress %d, %d local ranks",
+                       "size %zu, requests %u (1..%u), heartbeat %llu ns, peer timeout %llu ns "
+                       "(must exceed the heartbeat), stripe %llu bytes x %u, chunk order %d, "
+                       "heartbeat path %d, progress %d, %d local ranks",
                        p->rank, p->world_size, p->num_rails, INTER_MAX_RAILS, p->msg_size,
+                       p->max_requests, INTER_MAX_REQUESTS,
                        (unsigned long long)p->heartbeat_ns, (unsigned long long)p->peer_timeout_ns,
                        (unsigned long long)p->stripe_min_chunk, p->stripe_max_chunks,
                        (int)p->chunk_order, (int)p->heartbeat_path, (int)p->progress,
@@ -383,6 +393,8 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     world             = (size_t)params->world_size;
     engine->params    = *params;
     engine->params.num_rails = params->num_rails ? params->num_rails : 1;
+    engine->params.max_requests = params->max_requests ? params->max_requests
+                                                        : INTER_REQUESTS_DEFAULT;
     engine->slot_size = sizeof(inter_msg_header_t) + params->msg_size;
     atomic_init(&engine->key_counter, 1);
     pthread_mutex_init(&engine->mr_lock, NULL);
@@ -401,12 +413,16 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     engine->ctrl        = util_alloc_aligned(64, 64);
     if (!engine->peer_info || !engine->peer_failed || !engine->last_seen || !engine->heard ||
         !engine->ctrl ||
-        util_ring_init(&engine->ring, INTER_RING_SIZE) != STRATA_OK) {
+        /* Every request in the ring is a pooled one: it never fills. */
+        util_ring_init(&engine->ring, engine->params.max_requests) != STRATA_OK) {
         status = STRATA_ERR_NO_MEMORY;
         goto err;
     }
     memset(engine->ctrl, 0, 64);
     status = inter_open_rails(engine);
+    if (status == STRATA_OK) {
+        status = inter_pools_create(engine); /* sized by the rails opened */
+    }
     if (status == STRATA_OK) {
         status = inter_heartbeat_setup(engine);
     }
@@ -705,7 +721,8 @@ void inter_engine_destroy(inter_engine_t *engine)
     INTER_FOR_EACH_RAIL(engine, r) {
         engine->ops->shutdown(engine->rails[r].tp);
     }
-    inter_proxy_drain(engine);
+    inter_proxy_drain(engine); /* every request back into the pools */
+    inter_pools_destroy(engine);
     while (engine->late_release != NULL) {
         inter_late_release_t *late = engine->late_release;
 

@@ -15,7 +15,6 @@
 /* Where every immediate also consumes one (FI_RX_CQ_DATA): at most this many bytes of them. */
 #define INTER_RX_POOL_MAX_BYTES (64u << 20)
 #define INTER_TX_SLOTS      64  /* send buffers per rail */
-#define INTER_RING_SIZE     4096
 #define INTER_RDESC_MAGIC   0x52444553u /* "RDES" */
 #define INTER_BARRIER_SLOTS 4096
 #define INTER_BARRIER_GROUPS 64
@@ -57,6 +56,7 @@ typedef struct inter_op {
     char                   context[INTER_CONTEXT_SPACE];
     inter_request_t       *req;
     struct inter_op       *next;     /* proxy: pending list */
+    struct inter_op       *sibling;  /* the request's next operation (pooled ops are chained) */
     inter_op_kind_t        kind;
     int                    rail;
     int                    peer;
@@ -81,6 +81,8 @@ typedef enum inter_req_type {
 } inter_req_type_t;
 
 struct inter_request {
+    /* The atomics come first: taking a request from the pool resets them atomically and
+     * clears the rest, as a late inter_request_free of its last holder may still read them. */
     atomic_int             done;      /* proxy publishes status with release */
     atomic_bool            cancelled;
     atomic_bool            released;  /* the user gave it back */
@@ -90,7 +92,7 @@ struct inter_request {
     uint32_t               num_ops;
     uint32_t               ops_posted;
     uint32_t               ops_finished;
-    inter_op_t            *ops;
+    inter_op_t            *ops;       /* the first of num_ops, chained by sibling, in order */
     struct inter_request  *next_active; /* proxy: requests it still holds */
     /* send/recv */
     int                    peer;
@@ -177,6 +179,26 @@ typedef struct inter_peer_info {
     inter_rdesc_t ctrl; /* its barrier landing word */
 } inter_peer_info_t;
 
+/*
+ * What submission takes instead of allocating (inter_pool.c): requests, operations and send
+ * copies, sized at creation. Any submitting thread takes; the proxy gives back when it
+ * frees a request (inter_sweep); both sides are lock-free. The proxy sweeps at heartbeats,
+ * and sooner once enough requests are done and given back, or a submission found a pool
+ * empty (STRATA_ERR_BUSY).
+ */
+typedef struct inter_pools {
+    inter_request_t      *requests;      /* [free_requests.capacity] */
+    inter_op_t           *ops;           /* [free_ops.capacity] */
+    char                 *copies;        /* [free_copies.capacity] of copy_size bytes */
+    size_t                copy_size;     /* msg_size, rounded up to a cache line */
+    util_freelist_t       free_requests, free_ops, free_copies;
+    uint64_t              sweep_batch;   /* reclaimable requests that are worth a sweep */
+    atomic_uint_fast64_t  reclaimable;   /* requests a sweep would free (seen both done
+                                          * and given back) or finish (cancelled receives) */
+    uint64_t              swept;         /* proxy: reclaimable when it last swept */
+    atomic_bool           starved;       /* a submission found a pool empty */
+} inter_pools_t;
+
 /* Memory whose release waits for the endpoints' shutdown (inter_engine_mem_release_late);
  * its registration stays on the engine's list and is closed with the others. */
 typedef struct inter_late_release {
@@ -198,7 +220,8 @@ struct inter_engine {
     atomic_bool           *heard;       /* [world] a message came since connect (proxy sets) */
     atomic_int             peers_heard; /* peers with heard[] set (connect waits for all) */
     int                   *rank_node;   /* [world] node of each rank, NULL: unknown */
-    util_ring_t            ring;
+    util_ring_t            ring;        /* submissions; holds every pooled request */
+    inter_pools_t          pools;
     pthread_t              proxy;
     atomic_bool            running;
     bool                   connected;
@@ -327,11 +350,34 @@ void inter_engine_idle(inter_engine_t *engine, uint64_t *spin_until, unsigned se
 /** Striping between this rank and peer (the pair's rails, the engine's chunk bounds). */
 void inter_engine_stripe(const inter_engine_t *engine, int peer, inter_stripe_params_t *stripe);
 
+/* inter_pool.c */
+strata_status_t inter_pools_create(inter_engine_t *engine);
+void            inter_pools_destroy(inter_engine_t *engine);
+/**
+ * A cleared request of type with num_ops operations (req->ops, chained in order) and, for
+ * INTER_REQ_SEND, a send copy of copy_size bytes in req->buf, all from the pools. Any thread.
+ * STRATA_ERR_BUSY when a pool has not enough free now (the proxy is asked to sweep: retry
+ * after progress); STRATA_ERR_INVALID, with a log line, when num_ops is more than the
+ * pool holds at all. Never allocates.
+ */
+strata_status_t inter_request_take(inter_engine_t *engine, inter_req_type_t type,
+                                   uint32_t num_ops, inter_request_t **req_p);
+/** inter_request_take, retrying on STRATA_ERR_BUSY until deadline (the engine's own requests). */
+strata_status_t inter_request_take_wait(inter_engine_t *engine, inter_req_type_t type,
+                                        uint32_t num_ops, uint64_t deadline,
+                                        inter_request_t **req_p);
+/** Give a request, its operations and its copy back to the pools. Tolerates NULL. */
+void            inter_request_destroy(inter_request_t *req);
+/** A sweep would free a request (seen done and given back) or finish one (a cancelled
+ *  receive): counted towards sweeping before the heartbeat's. Any thread. */
+void            inter_pools_reclaimable(inter_engine_t *engine);
+/** Proxy: whether enough was given back (or a submitter starves) to sweep before the beat. */
+bool            inter_pools_sweep_due(const inter_engine_t *engine);
+/** Proxy: a sweep starts; what is reclaimable by now it will find. */
+void            inter_pools_sweeping(inter_engine_t *engine);
+
 /* inter_request.c */
 strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req);
-inter_request_t *inter_request_alloc(inter_engine_t *engine, inter_req_type_t type,
-                                     uint32_t num_ops);
-void             inter_request_destroy(inter_request_t *req);
 void             inter_request_finish(inter_request_t *req, strata_status_t status);
 
 static inline uint64_t inter_remote_addr(const inter_engine_t *engine, int rail,

@@ -196,19 +196,24 @@ static void inter_accept(inter_engine_t *engine, inter_request_t *req)
         return;
     case INTER_REQ_RMA:
     case INTER_REQ_SEND:
-        for (uint32_t i = 0; i < req->num_ops; ++i) {
-            req->ops[i].req = req;
-            inter_pending_push(engine, &req->ops[i]);
+        for (inter_op_t *op = req->ops; op != NULL; op = op->sibling) {
+            op->req = req;
+            inter_pending_push(engine, op);
         }
         return;
     }
 }
+
+static void inter_sweep(inter_engine_t *engine);
 
 static int inter_pop_submissions(inter_engine_t *engine)
 {
     inter_request_t *req;
     int n = 0;
 
+    if (inter_pools_sweep_due(engine)) {
+        inter_sweep(engine); /* room in the pools before the heartbeat's sweep */
+    }
     while (n < 256 && (req = util_ring_pop(&engine->ring)) != NULL) {
         inter_accept(engine, req);
         ++n;
@@ -470,8 +475,8 @@ static bool inter_request_involves(const inter_request_t *req, int peer)
     if (req->peer == peer) {
         return true;
     }
-    for (uint32_t i = 0; i < req->num_ops; ++i) {
-        if (req->ops[i].peer == peer) {
+    for (const inter_op_t *op = req->ops; op != NULL; op = op->sibling) {
+        if (op->peer == peer) {
             return true;
         }
     }
@@ -599,11 +604,13 @@ static void inter_sweep_cancelled_recvs(inter_engine_t *engine)
     }
 }
 
-/* Free requests the user gave back once nothing of theirs is with the transport. */
+/* Free requests the user gave back once nothing of theirs is with the transport: back
+ * into the pools. */
 static void inter_sweep(inter_engine_t *engine)
 {
     inter_request_t **link = &engine->active, *req;
 
+    inter_pools_sweeping(engine);
     inter_sweep_cancelled_recvs(engine);
 
     while ((req = *link) != NULL) {
