@@ -160,9 +160,9 @@ const inter_transport_ops_t *inter_transport_built(int index);
 
 /**
  * The transport `choice` names ("auto" or a name), probed on this machine; for auto the
- * best probe. why says what decided. STRATA_ERR_CONFIG for an unknown name,
- * STRATA_ERR_UNSUPPORTED for one not built in or that cannot run here; both logged with
- * the alternatives.
+ * best probe. why says what decided, or on failure what is wrong. STRATA_ERR_CONFIG for
+ * an unknown name, STRATA_ERR_UNSUPPORTED for one not built in or that cannot run here;
+ * both logged with the alternatives.
  */
 strata_status_t inter_transport_select(const char *choice, const inter_transport_params_t *params,
                                        const inter_transport_ops_t **ops_p, char *why,
