@@ -168,4 +168,11 @@ strata_status_t inter_transport_select(const char *choice, const inter_transport
                                        const inter_transport_ops_t **ops_p, char *why,
                                        size_t why_len);
 
+/**
+ * What the engine opens rail `rail` with (inter_engine.c; pure): STRATA_INTER_IFACE where
+ * set (then required), else the rail's planned device; iface points into params.
+ */
+void inter_engine_rail_params(const inter_engine_params_t *params, int rail,
+                              inter_transport_params_t *tp_params_p);
+
 #endif
