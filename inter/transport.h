@@ -142,6 +142,12 @@ struct inter_transport_ops {
     /** Up to max completions into cqes, how many in *count_p. An error status means the
      *  completion queue cannot be read any more (the rail is broken). */
     strata_status_t (*poll)(inter_transport_t *tp, inter_cqe_t *cqes, int max, int *count_p);
+    /** Optional (NULL: the transport cannot say before opening): what open would take for
+     *  params, found as open finds it, opening nothing; one line "choice (why)" into what
+     *  ("tcp;ofi_rxm eth0 (the planned device eth0)"). An error status when open would
+     *  fail, and what says why. */
+    strata_status_t (*preview)(const inter_transport_params_t *params, char *what,
+                               size_t what_len);
 };
 
 /** Space a backend needs at the start of every posted context (libfabric's FI_CONTEXT2). */
