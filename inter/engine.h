@@ -133,6 +133,17 @@ extern const util_config_table_t verbs_config_table;
 /** Parameters from STRATA_INTER_*; rank and world size are the caller's to set. */
 strata_status_t inter_engine_params_from_env(inter_engine_params_t *params);
 
+/** The check inter_engine_create makes first: STRATA_ERR_INVALID, with one log line
+ *  naming every value, when a parameter is out of range. */
+strata_status_t inter_engine_params_check(const inter_engine_params_t *params);
+
+/** The cores this process may run on (its affinity mask), at least 1. */
+int inter_engine_cores(void);
+
+/** Whether the waiting threads drive progress for params->progress, given cores (pure):
+ *  as asked, or for auto, where cores are fewer than 2 per rank of the node. */
+bool inter_engine_progress_by_caller(const inter_engine_params_t *params, int cores);
+
 strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_engine_t **engine_p);
 
 /** Bytes of this rank's address blob; equal on every rank with equal parameters. */

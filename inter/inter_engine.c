@@ -139,7 +139,7 @@ strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
     return STRATA_OK;
 }
 
-static strata_status_t inter_params_check(const inter_engine_params_t *p)
+strata_status_t inter_engine_params_check(const inter_engine_params_t *p)
 {
     if (p->world_size <= 0 || p->rank < 0 || p->rank >= p->world_size || p->num_rails < 0 ||
         p->num_rails > INTER_MAX_RAILS || p->msg_size == 0 || p->msg_size > (64u << 20) ||
@@ -166,8 +166,7 @@ static strata_status_t inter_params_check(const inter_engine_params_t *p)
     return STRATA_OK;
 }
 
-/* The cores this process may run on (its affinity mask). */
-static int inter_cores_available(void)
+int inter_engine_cores(void)
 {
     cpu_set_t set;
 
@@ -178,20 +177,26 @@ static int inter_cores_available(void)
     return UTIL_MAX(CPU_COUNT(&set), 1);
 }
 
-/* Caller progress where asked, or (auto) where a polling thread per rank would have to
- * share cores with the ranks themselves: every hand-off would wait for the scheduler. */
-static bool inter_choose_progress(const inter_engine_params_t *params)
+/* Auto: caller where a polling thread per rank would have to share cores with the ranks
+ * themselves, so that every hand-off would wait for the scheduler. */
+bool inter_engine_progress_by_caller(const inter_engine_params_t *params, int cores)
 {
-    int cores = inter_cores_available(), ranks = UTIL_MAX(params->local_size, 1);
-    bool caller;
-
     if (params->progress != INTER_PROGRESS_AUTO) {
         return params->progress == INTER_PROGRESS_CALLER;
     }
-    caller = cores < 2 * ranks;
-    UTIL_LOG_INFO("engine: progress by %s (auto: %d core%s for %d rank%s of this node)",
-                  caller ? "the waiting threads" : "a progress thread", cores,
-                  cores == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+    return cores < 2 * UTIL_MAX(params->local_size, 1);
+}
+
+static bool inter_choose_progress(const inter_engine_params_t *params)
+{
+    int cores = inter_engine_cores(), ranks = UTIL_MAX(params->local_size, 1);
+    bool caller = inter_engine_progress_by_caller(params, cores);
+
+    if (params->progress == INTER_PROGRESS_AUTO) {
+        UTIL_LOG_INFO("engine: progress by %s (auto: %d core%s for %d rank%s of this node)",
+                      caller ? "the waiting threads" : "a progress thread", cores,
+                      cores == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+    }
     return caller;
 }
 
@@ -245,21 +250,30 @@ static strata_status_t inter_rail_pools(inter_engine_t *engine, inter_rail_t *ra
     return status;
 }
 
+void inter_engine_rail_params(const inter_engine_params_t *params, int rail,
+                              inter_transport_params_t *tp_params_p)
+{
+    const char *iface = params->iface;
+    const char *device = rail < INTER_MAX_RAILS ? params->rail_devices[rail] : "";
+
+    *tp_params_p = (inter_transport_params_t){
+        .rank          = params->rank,
+        .world_size    = params->world_size,
+        .iface         = (iface[0] || !device[0]) ? iface : device,
+        .required      = iface[0] != '\0',
+        .rail          = rail,
+        .device_memory = params->device_memory,
+        .msg_bytes     = sizeof(inter_msg_header_t) + params->msg_size, /* a slot */
+        .shared_memory = !params->forbid_shared_memory};
+}
+
 /* What rail r's transport is opened with. */
 static inter_transport_params_t inter_rail_params(const inter_engine_t *engine, int r)
 {
-    const char *iface = engine->params.iface;
-    const char *device = r < INTER_MAX_RAILS ? engine->params.rail_devices[r] : "";
+    inter_transport_params_t tp_params;
 
-    return (inter_transport_params_t){
-        .rank          = engine->params.rank,
-        .world_size    = engine->params.world_size,
-        .iface         = (iface[0] || !device[0]) ? iface : device,
-        .required      = iface[0] != '\0',
-        .rail          = r,
-        .device_memory = engine->params.device_memory,
-        .msg_bytes     = engine->slot_size,
-        .shared_memory = !engine->params.forbid_shared_memory};
+    inter_engine_rail_params(&engine->params, r, &tp_params);
+    return tp_params;
 }
 
 /* The transport STRATA_INTER_TRANSPORT names, or auto's pick, probed for rail 0. */
@@ -379,7 +393,7 @@ static strata_status_t inter_heartbeat_setup(inter_engine_t *engine)
 
 strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_engine_t **engine_p)
 {
-    strata_status_t status = inter_params_check(params);
+    strata_status_t status = inter_engine_params_check(params);
     inter_engine_t *engine;
     size_t world;
 
