@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #define INTER_PROXY_CQ_BATCH 32
+#define INTER_PROXY_POST_BATCH 16 /* writes and reads handed to the transport in one call */
 /* A proxy that found nothing to do this many loops in a row naps instead of yielding: where
  * threads outnumber cores, spinning proxies take the cores the ranks' own work needs. The
  * nap bounds the delay it adds to the first arrival after a quiet spell. */
@@ -258,62 +259,99 @@ static strata_status_t inter_post_send(inter_engine_t *engine, inter_op_t *op)
     return status;
 }
 
-static strata_status_t inter_post_op(inter_engine_t *engine, inter_op_t *op)
+/* A write or read as the transport's descriptor. */
+static inter_post_t inter_rma_post(const inter_engine_t *engine, inter_op_t *op)
 {
-    inter_rail_t *rail = &engine->rails[op->rail];
-
-    switch (op->kind) {
-    case INTER_OP_WRITE:
-    case INTER_OP_READ:
-        return inter_post_one(engine, &(inter_post_t){
-                                          .kind = op->kind == INTER_OP_READ ? INTER_POST_READ
-                                                                            : INTER_POST_WRITE,
-                                          .peer = rail->peers[op->peer], .buf = op->lbuf,
-                                          .len = op->len, .desc = op->desc, .raddr = op->raddr,
-                                          .rkey = op->rkey, .with_imm = op->with_imm,
-                                          .imm = op->imm, .context = op});
-    case INTER_OP_SEND:
-        return inter_post_send(engine, op);
-    case INTER_OP_RX:
-    case INTER_OP_HEARTBEAT:
-        break;
-    }
-    return STRATA_ERR_INTERNAL;
+    return (inter_post_t){.kind = op->kind == INTER_OP_READ ? INTER_POST_READ : INTER_POST_WRITE,
+                          .peer = engine->rails[op->rail].peers[op->peer], .buf = op->lbuf,
+                          .len = op->len, .desc = op->desc, .raddr = op->raddr,
+                          .rkey = op->rkey, .with_imm = op->with_imm, .imm = op->imm,
+                          .context = op};
 }
 
-/* Post pending operations in order until the transport pushes back. */
+/* Whether a pending operation may still go: not when its request was cancelled or its peer
+ * failed. */
+static strata_status_t inter_pending_check(const inter_engine_t *engine, const inter_op_t *op)
+{
+    if (atomic_load(&op->req->cancelled)) {
+        return STRATA_ERR_CANCELLED;
+    }
+    return inter_engine_peer_failed(engine, op->peer) ? STRATA_ERR_PEER_FAILED : STRATA_OK;
+}
+
+/* The head of the pending list leaves it: posted (STRATA_OK) or finished with status. */
+static void inter_pending_pop(inter_engine_t *engine, strata_status_t status)
+{
+    inter_op_t *op = engine->pending_head;
+
+    engine->pending_head = op->next;
+    if (engine->pending_head == NULL) {
+        engine->pending_tail = NULL;
+    }
+    if (status == STRATA_OK) {
+        op->req->ops_posted++;
+        return;
+    }
+    if (status == STRATA_ERR_TRANSPORT) {
+        inter_proxy_fail_peer(engine, op->peer, "posting to it failed");
+    }
+    inter_op_finished(op, status);
+}
+
+/* The run of writes and reads at the head of the pending list that can go on the head's
+ * rail in one post call (verbs chains them into one ibv_post_send). */
+static int inter_gather_rma(const inter_engine_t *engine, inter_post_t *posts)
+{
+    const inter_op_t *head = engine->pending_head;
+    int count = 0;
+
+    for (inter_op_t *op = engine->pending_head;
+         op != NULL && count < INTER_PROXY_POST_BATCH && op->rail == head->rail &&
+         (op->kind == INTER_OP_WRITE || op->kind == INTER_OP_READ) &&
+         inter_pending_check(engine, op) == STRATA_OK;
+         op = op->next) {
+        posts[count++] = inter_rma_post(engine, op);
+    }
+    return count;
+}
+
+/* Post pending operations in order until the transport pushes back: a send alone, a run
+ * of writes and reads on one rail as one list. */
 static int inter_post_pending(inter_engine_t *engine)
 {
+    inter_post_t posts[INTER_PROXY_POST_BATCH];
     strata_status_t status;
     inter_op_t *op;
-    int n = 0;
+    int n = 0, count, posted;
 
     while ((op = engine->pending_head) != NULL) {
-        if (atomic_load(&op->req->cancelled)) {
-            status = STRATA_ERR_CANCELLED;
-        } else if (inter_engine_peer_failed(engine, op->peer)) {
-            status = STRATA_ERR_PEER_FAILED;
+        status = inter_pending_check(engine, op);
+        if (status != STRATA_OK) {
+            inter_pending_pop(engine, status);
+            ++n;
+            continue;
+        }
+        atomic_store_explicit(&engine->proxy_target, op->peer, memory_order_relaxed);
+        if (op->kind == INTER_OP_SEND) {
+            count  = 1;
+            status = inter_post_send(engine, op);
+            posted = status == STRATA_OK;
         } else {
-            atomic_store_explicit(&engine->proxy_target, op->peer, memory_order_relaxed);
-            status = inter_post_op(engine, op);
-            atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
-            if (status == STRATA_ERR_BUSY) {
-                break;
-            }
+            count  = inter_gather_rma(engine, posts);
+            status = engine->ops->post(engine->rails[op->rail].tp, posts, count, &posted);
         }
-        engine->pending_head = op->next;
-        if (engine->pending_head == NULL) {
-            engine->pending_tail = NULL;
+        atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
+        for (int i = 0; i < posted; ++i) {
+            inter_pending_pop(engine, STRATA_OK);
         }
-        if (status == STRATA_OK) {
-            op->req->ops_posted++;
-        } else {
-            if (status == STRATA_ERR_TRANSPORT) {
-                inter_proxy_fail_peer(engine, op->peer, "posting to it failed");
-            }
-            inter_op_finished(op, status);
+        n += posted;
+        if (status == STRATA_ERR_BUSY) {
+            break;
         }
-        ++n;
+        if (status != STRATA_OK && posted < count) {
+            inter_pending_pop(engine, status); /* the one the transport refused */
+            ++n;
+        }
     }
     return n;
 }
