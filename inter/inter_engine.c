@@ -472,7 +472,8 @@ typedef struct inter_blob_header {
 /* After the header, INTER_RAIL_SLOTS slots of a uint32_t length and addr_size bytes. */
 static size_t inter_blob_slot_size(const inter_engine_t *engine)
 {
-    return sizeof(uint32_t) + UTIL_ALIGN_UP(engine->rails[0].tp->addr_size, sizeof(uint32_t));
+    /* 8-byte multiples: the blobs of every rank lie end to end, each header aligned. */
+    return UTIL_ALIGN_UP(sizeof(uint32_t) + engine->rails[0].tp->addr_size, sizeof(uint64_t));
 }
 
 static uint8_t *inter_blob_slot(const void *blob, size_t slot_size, int rail)
