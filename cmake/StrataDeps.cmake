@@ -12,8 +12,23 @@ pkg_check_modules(LIBFABRIC REQUIRED IMPORTED_TARGET libfabric>=1.9)
 if(STRATA_BUILD_TESTS)
     pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)
 endif()
-if(STRATA_WITH_VERBS)
-    pkg_check_modules(IBVERBS REQUIRED IMPORTED_TARGET libibverbs)
+# The verbs transport: built wherever libibverbs is found unless STRATA_WITH_VERBS is set;
+# asked for (ON) and absent is an error, not a silent omission.
+if(NOT DEFINED STRATA_WITH_VERBS)
+    pkg_check_modules(IBVERBS QUIET IMPORTED_TARGET libibverbs)
+    if(IBVERBS_FOUND)
+        set(STRATA_WITH_VERBS ON)
+    else()
+        set(STRATA_WITH_VERBS OFF)
+        message(STATUS "libibverbs not found: the verbs transport is not built "
+                       "(apt-get install libibverbs-dev)")
+    endif()
+elseif(STRATA_WITH_VERBS)
+    pkg_check_modules(IBVERBS QUIET IMPORTED_TARGET libibverbs)
+    if(NOT IBVERBS_FOUND)
+        message(FATAL_ERROR "STRATA_WITH_VERBS=ON, but libibverbs was not found "
+                            "(apt-get install libibverbs-dev, or -DSTRATA_WITH_VERBS=OFF)")
+    endif()
 endif()
 if(STRATA_WITH_UCX)
     # Asked for and absent is an error, never a build that quietly lacks the transport.
@@ -22,8 +37,6 @@ if(STRATA_WITH_UCX)
         message(FATAL_ERROR "STRATA_WITH_UCX=ON, but UCX 1.11 or later was not found by "
                             "pkg-config (module 'ucx'; Debian: apt-get install libucx-dev)")
     endif()
-    # Every layer sees it: the transport registry and the configuration list include ucx.
-    add_compile_definitions(STRATA_HAVE_UCX)
 endif()
 if(STRATA_WITH_CUDA)
     if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)

@@ -52,6 +52,8 @@ strata_status_t inter_stripe_chunk(const inter_stripe_params_t *params, uint64_t
 
 #define INTER_MAX_RAILS 8
 #define INTER_IMM_MAX   65536u /* user immediates are 0..INTER_IMM_MAX-1 */
+#define INTER_REQUESTS_DEFAULT 1024u
+#define INTER_MAX_REQUESTS     (1u << 20)
 
 /** Whose memory a registration covers. */
 typedef enum inter_mem_kind {
@@ -78,6 +80,15 @@ typedef enum inter_heartbeat_path {
     INTER_HEARTBEAT_SEND = 1, /**< always a registered send with a completion */
 } inter_heartbeat_path_t;
 
+/** Who drives the transports (STRATA_INTER_PROGRESS). */
+typedef enum inter_progress {
+    INTER_PROGRESS_AUTO   = 0, /**< caller where the process has fewer than 2 cores per rank
+                                    of its node, else thread */
+    INTER_PROGRESS_THREAD = 1, /**< a progress thread polls all the time */
+    INTER_PROGRESS_CALLER = 2, /**< threads that wait (or test) progress; the thread wakes
+                                    only to send heartbeats, or runs while work rings live */
+} inter_progress_t;
+
 typedef struct inter_engine_params {
     int         rank;
     int         world_size;
@@ -90,6 +101,9 @@ typedef struct inter_engine_params {
     uint64_t    heartbeat_ns;    /**< interval between heartbeats to each peer */
     uint64_t    peer_timeout_ns; /**< silence after which a peer is failed */
     size_t      msg_size;        /**< largest send/recv message */
+    /** Requests in flight at once, 1..INTER_MAX_REQUESTS (0: INTER_REQUESTS_DEFAULT): the
+     *  pools submission takes from instead of allocating (see Requests below). */
+    uint32_t    max_requests;
     uint64_t    stripe_min_chunk;
     uint32_t    stripe_max_chunks;
     /** Device memory the engine will be asked to register besides host memory
@@ -101,6 +115,12 @@ typedef struct inter_engine_params {
     bool        forbid_shared_memory;
     inter_chunk_order_t    chunk_order;
     inter_heartbeat_path_t heartbeat_path;
+    inter_progress_t       progress;
+    int         local_size;      /**< ranks on this node, for progress auto (0: 1) */
+    /** Node of every rank (world_size entries, copied at create), or NULL: peers on this
+     *  rank's node then go through a same-node transport (libfabric shm) where one opens. */
+    const int  *rank_node;
+    bool        same_node_network; /**< same-node peers over the network transport too */
 } inter_engine_params_t;
 
 /** The STRATA_INTER_* variables. */
@@ -108,12 +128,22 @@ extern const util_config_table_t inter_config_table;
 
 /** Each transport's own variables (those compiled in: STRATA_HAVE_UCX, STRATA_HAVE_VERBS). */
 extern const util_config_table_t ofi_config_table;
-#ifdef STRATA_HAVE_UCX
+extern const util_config_table_t verbs_config_table;
 extern const util_config_table_t ucx_config_table;
-#endif
 
 /** Parameters from STRATA_INTER_*; rank and world size are the caller's to set. */
 strata_status_t inter_engine_params_from_env(inter_engine_params_t *params);
+
+/** The check inter_engine_create makes first: STRATA_ERR_INVALID, with one log line
+ *  naming every value, when a parameter is out of range. */
+strata_status_t inter_engine_params_check(const inter_engine_params_t *params);
+
+/** The cores this process may run on (its affinity mask), at least 1. */
+int inter_engine_cores(void);
+
+/** Whether the waiting threads drive progress for params->progress, given cores (pure):
+ *  as asked, or for auto, where cores are fewer than 2 per rank of the node. */
+bool inter_engine_progress_by_caller(const inter_engine_params_t *params, int cores);
 
 strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_engine_t **engine_p);
 
@@ -130,6 +160,18 @@ strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob);
 strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs);
 
 /**
+ * One round of progress (submissions, posts, completions, heartbeats) unless another
+ * thread is in one; returns the work it did. Waits call it in caller mode; any thread may.
+ */
+int inter_engine_progress(inter_engine_t *engine);
+
+/** The progress thread's name (/proc/<pid>/task/<tid>/comm). */
+#define INTER_PROGRESS_THREAD_NAME "strata-progress"
+
+/** Whether waiting threads drive progress (STRATA_INTER_PROGRESS resolved). */
+bool inter_engine_caller_progress(const inter_engine_t *engine);
+
+/**
  * Stop the proxy, close the rails and free every request, given back or not: requests and
  * registrations are invalid afterwards. Tolerates NULL.
  */
@@ -137,6 +179,8 @@ void inter_engine_destroy(inter_engine_t *engine);
 
 int         inter_engine_num_rails(const inter_engine_t *engine);
 const char *inter_engine_transport_name(const inter_engine_t *engine);
+/** The transport that carries this rank's traffic with peer (its first rail's name). */
+const char *inter_engine_peer_transport_name(const inter_engine_t *engine, int peer);
 bool        inter_engine_has_read(const inter_engine_t *engine);
 /** The silence after which a peer is declared failed. */
 uint64_t    inter_engine_peer_timeout_ns(const inter_engine_t *engine);
@@ -164,7 +208,9 @@ typedef struct inter_rdesc {
     uint64_t base;      /**< address of the range's first byte at its owner */
     uint64_t length;    /**< bytes of the range */
     uint64_t mr_offset; /**< the range's start in its registration */
-    uint64_t keys[INTER_MAX_RAILS];
+    uint64_t keys[INTER_MAX_RAILS + 1]; /**< per network rail, then the same-node one */
+    uint32_t has_local; /**< keys[INTER_MAX_RAILS] is set */
+    uint32_t reserved;
 } inter_rdesc_t;
 
 /** Register host memory [addr, addr+len) on every rail. Thread-safe. */
@@ -204,6 +250,18 @@ void inter_engine_mem_release_late(inter_engine_t *engine, inter_mr_t *mr, void 
  * Bad input (unknown or failed peer, unregistered or out-of-range memory, a length past the
  * remote region, zero or oversized length, an immediate out of range) is refused with a
  * status and one log line, and no request is made.
+ *
+ * Submission allocates nothing: requests, their operations (one per chunk, page or scatter
+ * target) and send copies come from pools sized at creation (max_requests; operations for
+ * every request to be a write cut into stripe_max_chunks, plus world_size; send copies of
+ * msg_size, as many as fit in 16 MiB but at least 64 and at most max_requests). When one
+ * is empty the call returns STRATA_ERR_BUSY and makes no request: retry once requests
+ * complete and are given back (waiting on one of this caller's own requests is progress;
+ * a given-back request returns to the pool within the proxy's next rounds). A request that
+ * needs more operations than the pool holds at all (a paged write or scatter that large) is
+ * refused with STRATA_ERR_INVALID and one log line: cut it into smaller ones, or raise
+ * max_requests. The engine's own requests (barrier, work ring attach and detach) wait for
+ * room instead, within their timeout.
  */
 
 /** Write len bytes; with_imm: the target counts imm once per chunk (inter_engine_write_chunks). */
@@ -277,14 +335,17 @@ typedef void (*inter_imm_fn_t)(void *arg, uint32_t imm, strata_status_t status);
 
 /**
  * Call fn from the proxy thread once imm has arrived count times (consuming them), or with
- * STRATA_ERR_PEER_FAILED if from_peer fails first. One callback per immediate at a time.
+ * STRATA_ERR_PEER_FAILED if from_peer fails first. One callback per immediate at a time
+ * (a second is called with STRATA_ERR_BUSY). Holds a pooled request until it is called:
+ * STRATA_ERR_BUSY from this call (fn never called) when the pool is empty.
  */
 strata_status_t inter_engine_imm_notify(inter_engine_t *engine, uint32_t imm, uint64_t count,
                                         int from_peer, inter_imm_fn_t fn, void *arg);
 
 /**
  * Barrier over peers[0..n) (this rank among them), by immediates: every member writes to
- * every other. Members call barriers over a group in the same order.
+ * every other. Members call barriers over a group in the same order. Waits for a pooled
+ * request while all are in flight; STRATA_ERR_BUSY if none came back within timeout_ns.
  */
 strata_status_t inter_engine_barrier(inter_engine_t *engine, const int *peers, int n,
                                      uint64_t timeout_ns);

@@ -23,15 +23,20 @@ typedef struct inter_config {
     uint64_t heartbeat_ns;
     uint64_t peer_timeout_ns;
     uint64_t msg_size;
+    int64_t  requests;
     uint64_t stripe_min;
     int64_t  stripe_max_chunks;
     bool     shared_memory;
     int      chunk_order;
     int      heartbeat_path;
+    int      progress;
+    int      same_node;
 } inter_config_t;
 
 static const char *const inter_chunk_order_names[] = {"forward", "reverse", NULL};
 static const char *const inter_heartbeat_path_names[] = {"auto", "send", NULL};
+static const char *const inter_progress_names[] = {"auto", "thread", "caller", NULL};
+static const char *const inter_same_node_names[] = {"shm", "network", NULL};
 
 static const util_config_field_t inter_config_fields[] = {
     {.name = "INTER_TRANSPORT", .default_value = "auto",
@@ -54,6 +59,10 @@ static const util_config_field_t inter_config_fields[] = {
     {.name = "INTER_MSG_SIZE", .default_value = "64k",
      .doc = "Largest send/recv message.",
      .type = UTIL_CONFIG_SIZE, .offset = offsetof(inter_config_t, msg_size)},
+    {.name = "INTER_REQUESTS", .default_value = "1024",
+     .doc = "Requests in flight at once; their operations and send copies are pooled to "
+            "match at creation, and a submission past them returns STRATA_ERR_BUSY.",
+     .type = UTIL_CONFIG_INT, .offset = offsetof(inter_config_t, requests)},
     {.name = "INTER_STRIPE_MIN", .default_value = "256k",
      .doc = "Smallest chunk of a write striped over several rails.",
      .type = UTIL_CONFIG_SIZE, .offset = offsetof(inter_config_t, stripe_min)},
@@ -74,6 +83,17 @@ static const util_config_field_t inter_config_fields[] = {
             "registered send (auto); send always takes the second path.",
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(inter_config_t, heartbeat_path),
      .enum_names = inter_heartbeat_path_names},
+    {.name = "INTER_PROGRESS", .default_value = "auto",
+     .doc = "Who drives the network: thread (a progress thread polls), caller (the threads "
+            "that wait do; the thread only beats, or runs while work rings live), or auto "
+            "(caller where the process has fewer than 2 cores per rank of its node).",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(inter_config_t, progress),
+     .enum_names = inter_progress_names},
+    {.name = "INTER_SAME_NODE", .default_value = "shm",
+     .doc = "How the engine reaches peers on its own node: shm (through shared memory where "
+            "the transport has a path: libfabric shm beside a network provider) or network.",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(inter_config_t, same_node),
+     .enum_names = inter_same_node_names},
 };
 
 const util_config_table_t inter_config_table = {
@@ -105,34 +125,84 @@ strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
     params->heartbeat_ns      = config.heartbeat_ns;
     params->peer_timeout_ns   = config.peer_timeout_ns;
     params->msg_size          = config.msg_size;
+    /* Out of range (0 included) is refused at creation, not taken as the default. */
+    params->max_requests      = config.requests < 1 || config.requests > INTER_MAX_REQUESTS
+                                    ? UINT32_MAX : (uint32_t)config.requests;
     params->stripe_min_chunk  = config.stripe_min;
     params->stripe_max_chunks = (uint32_t)UTIL_MAX(config.stripe_max_chunks, 0);
     params->forbid_shared_memory = !config.shared_memory;
     params->chunk_order       = (inter_chunk_order_t)config.chunk_order;
     params->heartbeat_path    = (inter_heartbeat_path_t)config.heartbeat_path;
+    params->progress          = (inter_progress_t)config.progress;
+    params->same_node_network = config.same_node == 1;
     util_config_release(&inter_config_table, &config);
     return STRATA_OK;
 }
 
-static strata_status_t inter_params_check(const inter_engine_params_t *p)
+strata_status_t inter_engine_params_check(const inter_engine_params_t *p)
 {
     if (p->world_size <= 0 || p->rank < 0 || p->rank >= p->world_size || p->num_rails < 0 ||
         p->num_rails > INTER_MAX_RAILS || p->msg_size == 0 || p->msg_size > (64u << 20) ||
+        p->max_requests > INTER_MAX_REQUESTS ||
         p->heartbeat_ns == 0 || p->peer_timeout_ns <= p->heartbeat_ns ||
         p->stripe_min_chunk == 0 || p->stripe_min_chunk > (1ull << 40) ||
         p->stripe_max_chunks == 0 || p->transport[0] == '\0' ||
         (p->chunk_order != INTER_CHUNK_FORWARD && p->chunk_order != INTER_CHUNK_REVERSE) ||
-        (p->heartbeat_path != INTER_HEARTBEAT_AUTO && p->heartbeat_path != INTER_HEARTBEAT_SEND)) {
+        (p->heartbeat_path != INTER_HEARTBEAT_AUTO && p->heartbeat_path != INTER_HEARTBEAT_SEND) ||
+        p->progress < INTER_PROGRESS_AUTO || p->progress > INTER_PROGRESS_CALLER ||
+        p->local_size < 0) {
         UTIL_LOG_ERROR("engine: invalid parameters: rank %d of %d, %d rails (1..%d), message "
-                       "size %zu, heartbeat %llu ns, peer timeout %llu ns (must exceed the "
-                       "heartbeat), stripe %llu bytes x %u, chunk order %d, heartbeat path %d",
+                       "size %zu, requests %u (1..%u), heartbeat %llu ns, peer timeout %llu ns "
+                       "(must exceed the heartbeat), stripe %llu bytes x %u, chunk order %d, "
+                       "heartbeat path %d, progress %d, %d local ranks",
                        p->rank, p->world_size, p->num_rails, INTER_MAX_RAILS, p->msg_size,
+                       p->max_requests, INTER_MAX_REQUESTS,
                        (unsigned long long)p->heartbeat_ns, (unsigned long long)p->peer_timeout_ns,
                        (unsigned long long)p->stripe_min_chunk, p->stripe_max_chunks,
-                       (int)p->chunk_order, (int)p->heartbeat_path);
+                       (int)p->chunk_order, (int)p->heartbeat_path, (int)p->progress,
+                       p->local_size);
         return STRATA_ERR_INVALID;
     }
     return STRATA_OK;
+}
+
+int inter_engine_cores(void)
+{
+    cpu_set_t set;
+
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+        return (int)UTIL_MAX(sysconf(_SC_NPROCESSORS_ONLN), 1);
+    }
+    return UTIL_MAX(CPU_COUNT(&set), 1);
+}
+
+/* Auto: caller where a polling thread per rank would have to share cores with the ranks
+ * themselves, so that every hand-off would wait for the scheduler. */
+bool inter_engine_progress_by_caller(const inter_engine_params_t *params, int cores)
+{
+    if (params->progress != INTER_PROGRESS_AUTO) {
+        return params->progress == INTER_PROGRESS_CALLER;
+    }
+    return cores < 2 * UTIL_MAX(params->local_size, 1);
+}
+
+static bool inter_choose_progress(const inter_engine_params_t *params)
+{
+    int cores = inter_engine_cores(), ranks = UTIL_MAX(params->local_size, 1);
+    bool caller = inter_engine_progress_by_caller(params, cores);
+
+    if (params->progress == INTER_PROGRESS_AUTO) {
+        UTIL_LOG_INFO("engine: progress by %s (auto: %d core%s for %d rank%s of this node)",
+                      caller ? "the waiting threads" : "a progress thread", cores,
+                      cores == 1 ? "" : "s", ranks, ranks == 1 ? "" : "s");
+    }
+    return caller;
+}
+
+bool inter_engine_caller_progress(const inter_engine_t *engine)
+{
+    return engine->caller_progress;
 }
 
 int inter_rx_pool_slots(bool rx_cq_data, size_t rx_size, size_t slot_size)
@@ -180,21 +250,30 @@ static strata_status_t inter_rail_pools(inter_engine_t *engine, inter_rail_t *ra
     return status;
 }
 
+void inter_engine_rail_params(const inter_engine_params_t *params, int rail,
+                              inter_transport_params_t *tp_params_p)
+{
+    const char *iface = params->iface;
+    const char *device = rail < INTER_MAX_RAILS ? params->rail_devices[rail] : "";
+
+    *tp_params_p = (inter_transport_params_t){
+        .rank          = params->rank,
+        .world_size    = params->world_size,
+        .iface         = (iface[0] || !device[0]) ? iface : device,
+        .required      = iface[0] != '\0',
+        .rail          = rail,
+        .device_memory = params->device_memory,
+        .msg_bytes     = sizeof(inter_msg_header_t) + params->msg_size, /* a slot */
+        .shared_memory = !params->forbid_shared_memory};
+}
+
 /* What rail r's transport is opened with. */
 static inter_transport_params_t inter_rail_params(const inter_engine_t *engine, int r)
 {
-    const char *iface = engine->params.iface;
+    inter_transport_params_t tp_params;
 
-    return (inter_transport_params_t){
-        .rank          = engine->params.rank,
-        .world_size    = engine->params.world_size,
-        .iface         = (iface[0] || !engine->params.rail_devices[r][0])
-                             ? iface : engine->params.rail_devices[r],
-        .required      = iface[0] != '\0',
-        .rail          = r,
-        .device_memory = engine->params.device_memory,
-        .msg_bytes     = engine->slot_size,
-        .shared_memory = !engine->params.forbid_shared_memory};
+    inter_engine_rail_params(&engine->params, r, &tp_params);
+    return tp_params;
 }
 
 /* The transport STRATA_INTER_TRANSPORT names, or auto's pick, probed for rail 0. */
@@ -209,6 +288,57 @@ static strata_status_t inter_choose_transport(inter_engine_t *engine)
         UTIL_LOG_INFO("engine: transport %s (%s)", engine->ops->name, why);
     }
     return status;
+}
+
+/* Whether another rank shares this rank's node (by the caller's node map). */
+static bool inter_has_node_peers(const inter_engine_t *engine)
+{
+    for (int p = 0; engine->rank_node != NULL && p < engine->params.world_size; ++p) {
+        if (p != engine->params.rank &&
+            engine->rank_node[p] == engine->rank_node[engine->params.rank]) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * The same-node transport: peers on this node exchange through shared memory (libfabric
+ * shm) instead of the network stack, where the network transport is not already that, the
+ * transport has such a path, and it registers the memory the engine will be asked to.
+ * Where none opens, same-node peers use the network rails, as before.
+ */
+static strata_status_t inter_open_local_rail(inter_engine_t *engine)
+{
+    inter_rail_t *rail = &engine->rails[INTER_LOCAL_RAIL];
+    inter_transport_params_t tp_params = inter_rail_params(engine, INTER_LOCAL_RAIL);
+    strata_status_t status;
+
+    /* ucx and verbs choose their own path to a peer on the same host. */
+    if (strcmp(engine->ops->name, "ofi") != 0 || engine->params.same_node_network ||
+        engine->params.forbid_shared_memory || !inter_has_node_peers(engine) ||
+        strncmp(engine->rails[0].tp->name, "ofi shm", 7) == 0) {
+        return STRATA_OK;
+    }
+    tp_params.iface     = "";
+    tp_params.required  = false;
+    tp_params.same_node = true;
+    status = engine->ops->open(&tp_params, &rail->tp);
+    if (status != STRATA_OK) {
+        UTIL_LOG_INFO("engine: no same-node transport (%s): peers on this node use the "
+                      "network rails", strata_status_string(status));
+        return STRATA_OK;
+    }
+    if (engine->params.device_memory != INTER_MEM_HOST && !rail->tp->hmem) {
+        UTIL_LOG_INFO("engine: %s cannot register device memory: peers on this node use the "
+                      "network rails", rail->tp->name);
+        engine->ops->close(rail->tp);
+        rail->tp = NULL;
+        return STRATA_OK;
+    }
+    UTIL_LOG_INFO("engine: peers on this node go through %s", rail->tp->name);
+    rail->peers = calloc((size_t)engine->params.world_size, sizeof(uint64_t));
+    return rail->peers ? inter_rail_pools(engine, rail) : STRATA_ERR_NO_MEMORY;
 }
 
 static strata_status_t inter_open_rails(inter_engine_t *engine)
@@ -226,6 +356,9 @@ static strata_status_t inter_open_rails(inter_engine_t *engine)
         engine->num_rails++;
         rail->peers = calloc((size_t)engine->params.world_size, sizeof(uint64_t));
         status = rail->peers ? inter_rail_pools(engine, rail) : STRATA_ERR_NO_MEMORY;
+    }
+    if (status == STRATA_OK) {
+        status = inter_open_local_rail(engine);
     }
     return status;
 }
@@ -260,7 +393,7 @@ static strata_status_t inter_heartbeat_setup(inter_engine_t *engine)
 
 strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_engine_t **engine_p)
 {
-    strata_status_t status = inter_params_check(params);
+    strata_status_t status = inter_engine_params_check(params);
     inter_engine_t *engine;
     size_t world;
 
@@ -274,24 +407,36 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     world             = (size_t)params->world_size;
     engine->params    = *params;
     engine->params.num_rails = params->num_rails ? params->num_rails : 1;
+    engine->params.max_requests = params->max_requests ? params->max_requests
+                                                        : INTER_REQUESTS_DEFAULT;
     engine->slot_size = sizeof(inter_msg_header_t) + params->msg_size;
     atomic_init(&engine->key_counter, 1);
     pthread_mutex_init(&engine->mr_lock, NULL);
     pthread_mutex_init(&engine->watch_lock, NULL);
     pthread_mutex_init(&engine->barrier_lock, NULL);
+    pthread_mutex_init(&engine->progress_lock, NULL);
+    engine->caller_progress = inter_choose_progress(params);
     engine->peer_info   = calloc(world, sizeof(*engine->peer_info));
     engine->peer_failed = calloc(world, sizeof(*engine->peer_failed));
     engine->last_seen   = calloc(world, sizeof(*engine->last_seen));
     engine->heard       = calloc(world, sizeof(*engine->heard));
+    if (params->rank_node != NULL && (engine->rank_node = malloc(world * sizeof(int))) != NULL) {
+        memcpy(engine->rank_node, params->rank_node, world * sizeof(int));
+    }
+    engine->params.rank_node = NULL; /* the caller's array: only the copy is kept */
     engine->ctrl        = util_alloc_aligned(64, 64);
     if (!engine->peer_info || !engine->peer_failed || !engine->last_seen || !engine->heard ||
         !engine->ctrl ||
-        util_ring_init(&engine->ring, INTER_RING_SIZE) != STRATA_OK) {
+        /* Every request in the ring is a pooled one: it never fills. */
+        util_ring_init(&engine->ring, engine->params.max_requests) != STRATA_OK) {
         status = STRATA_ERR_NO_MEMORY;
         goto err;
     }
     memset(engine->ctrl, 0, 64);
     status = inter_open_rails(engine);
+    if (status == STRATA_OK) {
+        status = inter_pools_create(engine); /* sized by the rails opened */
+    }
     if (status == STRATA_OK) {
         status = inter_heartbeat_setup(engine);
     }
@@ -320,12 +465,15 @@ typedef struct inter_blob_header {
     inter_rdesc_t ctrl;
     char          transport[16]; /* the transport's name: every rank must have the same */
     uint64_t      addr_size;     /* bytes of each rail's address slot */
+    uint32_t      has_local;     /* slot INTER_LOCAL_RAIL holds the same-node address */
+    uint32_t      reserved;
 } inter_blob_header_t;
 
-/* After the header, INTER_MAX_RAILS slots of a uint32_t length and addr_size bytes. */
+/* After the header, INTER_RAIL_SLOTS slots of a uint32_t length and addr_size bytes. */
 static size_t inter_blob_slot_size(const inter_engine_t *engine)
 {
-    return sizeof(uint32_t) + UTIL_ALIGN_UP(engine->rails[0].tp->addr_size, sizeof(uint32_t));
+    /* 8-byte multiples: the blobs of every rank lie end to end, each header aligned. */
+    return UTIL_ALIGN_UP(sizeof(uint32_t) + engine->rails[0].tp->addr_size, sizeof(uint64_t));
 }
 
 static uint8_t *inter_blob_slot(const void *blob, size_t slot_size, int rail)
@@ -335,7 +483,7 @@ static uint8_t *inter_blob_slot(const void *blob, size_t slot_size, int rail)
 
 size_t inter_engine_address_size(const inter_engine_t *engine)
 {
-    return sizeof(inter_blob_header_t) + INTER_MAX_RAILS * inter_blob_slot_size(engine);
+    return sizeof(inter_blob_header_t) + INTER_RAIL_SLOTS * inter_blob_slot_size(engine);
 }
 
 strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob)
@@ -354,8 +502,9 @@ strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob)
     header->msg_size          = (uint32_t)engine->params.msg_size;
     header->addr_size         = engine->rails[0].tp->addr_size;
     snprintf(header->transport, sizeof(header->transport), "%s", engine->ops->name);
+    header->has_local         = engine->rails[INTER_LOCAL_RAIL].tp != NULL;
     inter_engine_mem_descriptor(engine->ctrl_mr, &header->ctrl);
-    for (int r = 0; r < engine->num_rails; ++r) {
+    INTER_FOR_EACH_RAIL(engine, r) {
         uint8_t *slot = inter_blob_slot(blob, slot_size, r);
 
         len    = engine->rails[r].tp->addr_size;
@@ -367,6 +516,12 @@ strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob)
         memcpy(slot, &len32, sizeof(len32));
     }
     return STRATA_OK;
+}
+
+static bool inter_same_node(const inter_engine_t *engine, int peer)
+{
+    return engine->rank_node != NULL && peer != engine->params.rank &&
+           engine->rank_node[peer] == engine->rank_node[engine->params.rank];
 }
 
 static strata_status_t inter_connect_peer(inter_engine_t *engine, int peer, const void *blob)
@@ -399,10 +554,17 @@ static strata_status_t inter_connect_peer(inter_engine_t *engine, int peer, cons
     }
     engine->peer_info[peer].num_rails = (int)header->num_rails;
     engine->peer_info[peer].ctrl      = header->ctrl;
-    /* Rail r talks to the peer's rail r; rails beyond the peer's count go unused for it. */
-    for (int r = 0; r < engine->num_rails && r < (int)header->num_rails; ++r) {
+    engine->peer_info[peer].local     = header->has_local && inter_same_node(engine, peer) &&
+                                        engine->rails[INTER_LOCAL_RAIL].tp != NULL;
+    /* Rail r talks to the peer's rail r; rails beyond the peer's count go unused for it,
+     * and the same-node transport serves peers of this node that have it too. */
+    INTER_FOR_EACH_RAIL(engine, r) {
         const uint8_t *slot = inter_blob_slot(blob, slot_size, r);
 
+        if (r == INTER_LOCAL_RAIL ? !engine->peer_info[peer].local
+                                  : r >= (int)header->num_rails) {
+            continue;
+        }
         memcpy(&len, slot, sizeof(len));
         if (len > header->addr_size) {
             UTIL_LOG_ERROR("engine: rank %d's rail %d address is %u bytes, more than %llu",
@@ -505,14 +667,17 @@ strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
         status = inter_connect_peer(engine, peer, (const char *)blobs + (size_t)peer * blob_size);
         engine->last_seen[peer] = now;
     }
-    for (int r = 0; r < engine->num_rails && status == STRATA_OK; ++r) {
-        status = inter_post_rx_pool(engine, r);
+    INTER_FOR_EACH_RAIL(engine, r) {
+        if (status == STRATA_OK) {
+            status = inter_post_rx_pool(engine, r);
+        }
     }
     if (status != STRATA_OK) {
         engine->connect_failed = true; /* receive buffers may be posted: no second try */
         return status;
     }
     engine->next_heartbeat = now;
+    engine->last_step      = now;
     atomic_store(&engine->proxy_pulse, now);
     atomic_store(&engine->proxy_target, -1);
     atomic_store(&engine->wedged_on, -1);
@@ -523,6 +688,7 @@ strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
         UTIL_LOG_ERROR("engine: cannot start the proxy thread");
         return STRATA_ERR_NO_MEMORY;
     }
+    pthread_setname_np(engine->proxy, INTER_PROGRESS_THREAD_NAME); /* for ps, top, tests */
     engine->connected = true;
     return inter_wait_wired(engine);
 }
@@ -534,7 +700,7 @@ static void inter_close_registrations(inter_engine_t *engine)
         inter_engine_mem_deregister(engine, engine->mrs); /* unlinks it */
     }
     engine->ctrl_mr = NULL;
-    for (int r = 0; r < engine->num_rails; ++r) {
+    INTER_FOR_EACH_RAIL(engine, r) {
         inter_rail_t *rail = &engine->rails[r];
 
         engine->ops->mem_deregister(rail->tp, &rail->rx_mr);
@@ -550,7 +716,7 @@ void inter_engine_destroy(inter_engine_t *engine)
     if (engine->connected) {
         struct timespec deadline;
 
-        atomic_store(&engine->running, false);
+        inter_proxy_stop(engine);
         clock_gettime(CLOCK_REALTIME, &deadline);
         deadline.tv_sec += 1 + (time_t)(engine->params.peer_timeout_ns / UTIL_NSEC_PER_SEC);
         if (pthread_timedjoin_np(engine->proxy, NULL, &deadline) != 0) {
@@ -567,10 +733,11 @@ void inter_engine_destroy(inter_engine_t *engine)
     inter_close_registrations(engine);
     /* Then the endpoints: after that no provider holds an operation's context or buffer,
      * so the requests, and the memory operations may still have reached, can go. */
-    for (int r = 0; r < engine->num_rails; ++r) {
+    INTER_FOR_EACH_RAIL(engine, r) {
         engine->ops->shutdown(engine->rails[r].tp);
     }
-    inter_proxy_drain(engine);
+    inter_proxy_drain(engine); /* every request back into the pools */
+    inter_pools_destroy(engine);
     while (engine->late_release != NULL) {
         inter_late_release_t *late = engine->late_release;
 
@@ -578,7 +745,7 @@ void inter_engine_destroy(inter_engine_t *engine)
         late->free_fn(late->ptr);
         free(late);
     }
-    for (int r = 0; r < engine->num_rails; ++r) {
+    INTER_FOR_EACH_RAIL(engine, r) {
         inter_rail_t *rail = &engine->rails[r];
 
         engine->ops->close(rail->tp);
@@ -593,12 +760,14 @@ void inter_engine_destroy(inter_engine_t *engine)
     pthread_mutex_destroy(&engine->mr_lock);
     pthread_mutex_destroy(&engine->watch_lock);
     pthread_mutex_destroy(&engine->barrier_lock);
+    pthread_mutex_destroy(&engine->progress_lock);
     free(engine->ctrl);
     free(engine->beat_ops);
     free(engine->peer_info);
     free(engine->peer_failed);
     free(engine->last_seen);
     free(engine->heard);
+    free(engine->rank_node);
     free(engine);
 }
 
@@ -612,6 +781,14 @@ const char *inter_engine_transport_name(const inter_engine_t *engine)
     return engine->rails[0].tp->name;
 }
 
+const char *inter_engine_peer_transport_name(const inter_engine_t *engine, int peer)
+{
+    if (peer < 0 || peer >= engine->params.world_size) {
+        return "none";
+    }
+    return engine->rails[inter_rail_for(engine, peer, 0)].tp->name;
+}
+
 bool inter_engine_has_read(const inter_engine_t *engine)
 {
     return engine->rails[0].tp->has_read;
@@ -620,14 +797,29 @@ bool inter_engine_has_read(const inter_engine_t *engine)
 /* Yield-spin this long before sleeping: longer than a round trip, far shorter than a bulk
  * transfer, whose waiter then leaves its core to the proxies. */
 #define INTER_SPIN_NS (100 * UTIL_NSEC_PER_USEC)
+/* Caller progress: how long a waiter spins (progressing) before it naps, and naps. */
+#define INTER_CALLER_SPIN_NS (2 * UTIL_NSEC_PER_MSEC)
+#define INTER_CALLER_NAP_NS  (50 * UTIL_NSEC_PER_USEC)
 
 void inter_engine_idle(inter_engine_t *engine, uint64_t *spin_until, unsigned seq)
 {
     struct timespec nap = {.tv_sec = 0, .tv_nsec = (long)UTIL_NSEC_PER_MSEC};
-    uint64_t now = util_clock_now_ns();
+    uint64_t now, spin = INTER_SPIN_NS;
 
+    if (engine->caller_progress) {
+        if (inter_engine_progress(engine) > 0) {
+            *spin_until = 0; /* something moved: spin again before sleeping */
+            return;
+        }
+        /* A transfer under way completes nothing for a while, yet its bytes move only when
+         * this thread progresses: spin longer. Nobody wakes a caller that sleeps, so the
+         * nap is short, and progress follows it. */
+        spin        = INTER_CALLER_SPIN_NS;
+        nap.tv_nsec = (long)INTER_CALLER_NAP_NS;
+    }
+    now = util_clock_now_ns();
     if (*spin_until == 0) {
-        *spin_until = now + INTER_SPIN_NS;
+        *spin_until = now + spin;
     }
     if (now < *spin_until) {
         sched_yield();
@@ -669,8 +861,12 @@ bool inter_engine_wedged(inter_engine_t *engine)
 
 void inter_engine_stripe(const inter_engine_t *engine, int peer, inter_stripe_params_t *stripe)
 {
-    /* Rails between this rank and peer: the fewer of the two, so both sides count alike. */
-    stripe->num_rails  = (uint32_t)UTIL_MIN(engine->num_rails, engine->peer_info[peer].num_rails);
+    /* Rails between this rank and peer: the fewer of the two, so both sides count alike;
+     * one, the same-node transport, for a peer of this node that both sides reach so. */
+    stripe->num_rails  = engine->peer_info[peer].local
+                             ? 1
+                             : (uint32_t)UTIL_MIN(engine->num_rails,
+                                                  engine->peer_info[peer].num_rails);
     stripe->min_chunk  = engine->params.stripe_min_chunk;
     stripe->max_chunks = engine->params.stripe_max_chunks;
 }

@@ -15,7 +15,6 @@
 /* Where every immediate also consumes one (FI_RX_CQ_DATA): at most this many bytes of them. */
 #define INTER_RX_POOL_MAX_BYTES (64u << 20)
 #define INTER_TX_SLOTS      64  /* send buffers per rail */
-#define INTER_RING_SIZE     4096
 #define INTER_RDESC_MAGIC   0x52444553u /* "RDES" */
 #define INTER_BARRIER_SLOTS 4096
 #define INTER_BARRIER_GROUPS 64
@@ -57,6 +56,7 @@ typedef struct inter_op {
     char                   context[INTER_CONTEXT_SPACE];
     inter_request_t       *req;
     struct inter_op       *next;     /* proxy: pending list */
+    struct inter_op       *sibling;  /* the request's next operation (pooled ops are chained) */
     inter_op_kind_t        kind;
     int                    rail;
     int                    peer;
@@ -81,6 +81,8 @@ typedef enum inter_req_type {
 } inter_req_type_t;
 
 struct inter_request {
+    /* The atomics come first: taking a request from the pool resets them atomically and
+     * clears the rest, as a late inter_request_free of its last holder may still read them. */
     atomic_int             done;      /* proxy publishes status with release */
     atomic_bool            cancelled;
     atomic_bool            released;  /* the user gave it back */
@@ -90,7 +92,7 @@ struct inter_request {
     uint32_t               num_ops;
     uint32_t               ops_posted;
     uint32_t               ops_finished;
-    inter_op_t            *ops;
+    inter_op_t            *ops;       /* the first of num_ops, chained by sibling, in order */
     struct inter_request  *next_active; /* proxy: requests it still holds */
     /* send/recv */
     int                    peer;
@@ -137,8 +139,12 @@ struct inter_ring {
     _Atomic uint64_t   commands, stamped, delay_ns, max_delay_ns;
 };
 
+/* Rail slots: the network rails 0..num_rails-1, then the same-node transport, if open. */
+#define INTER_LOCAL_RAIL INTER_MAX_RAILS
+#define INTER_RAIL_SLOTS (INTER_MAX_RAILS + 1)
+
 typedef struct inter_rail {
-    inter_transport_t *tp;
+    inter_transport_t *tp;           /* NULL: slot not open */
     uint64_t          *peers;        /* [world] transport handle of each rank */
     char              *rx_pool;
     inter_tmr_t        rx_mr;
@@ -154,8 +160,9 @@ struct inter_mr {
     struct inter_mr *prev, *next; /* the engine's live registrations (mr_lock) */
     void       *addr;
     size_t      len;
-    int         num_rails;
-    inter_tmr_t tmr[INTER_MAX_RAILS];
+    int         num_rails;  /* network rails registered (slots 0..num_rails-1) */
+    bool        has_local;  /* registered on the same-node transport too */
+    inter_tmr_t tmr[INTER_RAIL_SLOTS];
 };
 
 /* An unexpected message, kept until a matching recv is posted. */
@@ -168,8 +175,29 @@ typedef struct inter_unexpected {
 
 typedef struct inter_peer_info {
     int           num_rails;
+    bool          local;    /* on this node, reached through the same-node transport */
     inter_rdesc_t ctrl; /* its barrier landing word */
 } inter_peer_info_t;
+
+/*
+ * What submission takes instead of allocating (inter_pool.c): requests, operations and send
+ * copies, sized at creation. Any submitting thread takes; the proxy gives back when it
+ * frees a request (inter_sweep); both sides are lock-free. The proxy sweeps at heartbeats,
+ * and sooner once enough requests are done and given back, or a submission found a pool
+ * empty (STRATA_ERR_BUSY).
+ */
+typedef struct inter_pools {
+    inter_request_t      *requests;      /* [free_requests.capacity] */
+    inter_op_t           *ops;           /* [free_ops.capacity] */
+    char                 *copies;        /* [free_copies.capacity] of copy_size bytes */
+    size_t                copy_size;     /* msg_size, rounded up to a cache line */
+    util_freelist_t       free_requests, free_ops, free_copies;
+    uint64_t              sweep_batch;   /* reclaimable requests that are worth a sweep */
+    atomic_uint_fast64_t  reclaimable;   /* requests a sweep would free (seen both done
+                                          * and given back) or finish (cancelled receives) */
+    uint64_t              swept;         /* proxy: reclaimable when it last swept */
+    atomic_bool           starved;       /* a submission found a pool empty */
+} inter_pools_t;
 
 /* Memory whose release waits for the endpoints' shutdown (inter_engine_mem_release_late);
  * its registration stays on the engine's list and is closed with the others. */
@@ -184,14 +212,16 @@ struct inter_engine {
     inter_engine_params_t  params;
     const inter_transport_ops_t *ops;
     int                    num_rails;
-    inter_rail_t           rails[INTER_MAX_RAILS];
+    inter_rail_t           rails[INTER_RAIL_SLOTS]; /* network rails, then INTER_LOCAL_RAIL */
     size_t                 slot_size;   /* header + msg_size */
     inter_peer_info_t     *peer_info;   /* [world] */
     atomic_bool           *peer_failed; /* [world] */
     uint64_t              *last_seen;   /* [world] proxy: last message time */
     atomic_bool           *heard;       /* [world] a message came since connect (proxy sets) */
     atomic_int             peers_heard; /* peers with heard[] set (connect waits for all) */
-    util_ring_t            ring;
+    int                   *rank_node;   /* [world] node of each rank, NULL: unknown */
+    util_ring_t            ring;        /* submissions; holds every pooled request */
+    inter_pools_t          pools;
     pthread_t              proxy;
     atomic_bool            running;
     bool                   connected;
@@ -202,6 +232,11 @@ struct inter_engine {
     inter_mr_t            *mrs;         /* live registrations, closed first at destroy */
     bool                   beat_by_send; /* proxy: heartbeats by send (see inter_heartbeat) */
     inter_op_t            *beat_ops;    /* [world] heartbeat sends, slot -1 when none is out */
+    /* Held for each round of progress; the fields below, "proxy-owned", are touched only
+     * by whoever holds it: the progress thread, or a waiting caller in caller mode. */
+    pthread_mutex_t        progress_lock;
+    bool                   caller_progress; /* waiters progress; the thread only beats */
+    atomic_uint            rings_live;    /* work rings attached or retiring: run flat out */
     /* proxy-owned */
     inter_op_t            *pending_head, *pending_tail;
     inter_request_t       *active;
@@ -209,6 +244,7 @@ struct inter_engine {
     inter_unexpected_t    *unexpected;
     inter_request_t       *notify[INTER_IMM_MAX];
     uint64_t               next_heartbeat;
+    uint64_t               last_step;     /* clock of the last round of progress */
     /* shared */
     _Atomic uint64_t       imm_count[INTER_IMM_MAX];
     _Atomic uint64_t       barrier_count[INTER_BARRIER_SLOTS];
@@ -222,7 +258,7 @@ struct inter_engine {
     _Atomic uint64_t       proxy_pulse;   /* clock of the proxy's last loop */
     atomic_int             wedged_on;     /* peer a waiter saw the proxy stuck on, -1 none */
     inter_op_t            *rx_retry;      /* proxy: receive buffers whose re-post failed */
-    bool                   rail_broken[INTER_MAX_RAILS]; /* proxy: its CQ cannot be read */
+    bool                   rail_broken[INTER_RAIL_SLOTS]; /* proxy: its CQ cannot be read */
     bool                   connect_failed;
     /* Waiters spin briefly, then sleep on wake_seq; the proxy bumps it and wakes them
      * after completions, so sleeping waiters leave the cores to the proxies. */
@@ -235,6 +271,26 @@ struct inter_engine {
     struct inter_ring     *rings;         /* proxy: attached work rings */
     struct inter_ring     *retired_rings; /* proxy: detached ones with commands in flight */
 };
+
+/* The next open rail slot after r (start with -1), network rails first; -1 after the last. */
+static inline int inter_next_rail(const inter_engine_t *engine, int r)
+{
+    while (++r < INTER_RAIL_SLOTS) {
+        if (engine->rails[r].tp != NULL) {
+            return r;
+        }
+    }
+    return -1;
+}
+
+#define INTER_FOR_EACH_RAIL(engine, r) \
+    for (int r = inter_next_rail((engine), -1); r >= 0; r = inter_next_rail((engine), r))
+
+/* The rail slot that carries chunk rail `chunk_rail` of a transfer with peer. */
+static inline int inter_rail_for(const inter_engine_t *engine, int peer, uint32_t chunk_rail)
+{
+    return engine->peer_info[peer].local ? INTER_LOCAL_RAIL : (int)chunk_rail;
+}
 
 /** Counter consumption: take count if at least count are there (compare-exchange). */
 static inline bool inter_counter_take(_Atomic uint64_t *counter, uint64_t count)
@@ -257,6 +313,10 @@ void inter_engine_announce_failure(inter_engine_t *engine);
 
 /* inter_proxy.c */
 void *inter_proxy_main(void *arg);
+/* One round of progress; the caller holds engine->progress_lock. Returns the work done. */
+int   inter_proxy_step(inter_engine_t *engine);
+/* Stop the progress thread's loop (it is joined after). */
+void  inter_proxy_stop(inter_engine_t *engine);
 void  inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why);
 void  inter_proxy_drain(inter_engine_t *engine); /* at destroy: fail and free everything */
 
@@ -290,11 +350,34 @@ void inter_engine_idle(inter_engine_t *engine, uint64_t *spin_until, unsigned se
 /** Striping between this rank and peer (the pair's rails, the engine's chunk bounds). */
 void inter_engine_stripe(const inter_engine_t *engine, int peer, inter_stripe_params_t *stripe);
 
+/* inter_pool.c */
+strata_status_t inter_pools_create(inter_engine_t *engine);
+void            inter_pools_destroy(inter_engine_t *engine);
+/**
+ * A cleared request of type with num_ops operations (req->ops, chained in order) and, for
+ * INTER_REQ_SEND, a send copy of copy_size bytes in req->buf, all from the pools. Any thread.
+ * STRATA_ERR_BUSY when a pool has not enough free now (the proxy is asked to sweep: retry
+ * after progress); STRATA_ERR_INVALID, with a log line, when num_ops is more than the
+ * pool holds at all. Never allocates.
+ */
+strata_status_t inter_request_take(inter_engine_t *engine, inter_req_type_t type,
+                                   uint32_t num_ops, inter_request_t **req_p);
+/** inter_request_take, retrying on STRATA_ERR_BUSY until deadline (the engine's own requests). */
+strata_status_t inter_request_take_wait(inter_engine_t *engine, inter_req_type_t type,
+                                        uint32_t num_ops, uint64_t deadline,
+                                        inter_request_t **req_p);
+/** Give a request, its operations and its copy back to the pools. Tolerates NULL. */
+void            inter_request_destroy(inter_request_t *req);
+/** A sweep would free a request (seen done and given back) or finish one (a cancelled
+ *  receive): counted towards sweeping before the heartbeat's. Any thread. */
+void            inter_pools_reclaimable(inter_engine_t *engine);
+/** Proxy: whether enough was given back (or a submitter starves) to sweep before the beat. */
+bool            inter_pools_sweep_due(const inter_engine_t *engine);
+/** Proxy: a sweep starts; what is reclaimable by now it will find. */
+void            inter_pools_sweeping(inter_engine_t *engine);
+
 /* inter_request.c */
 strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req);
-inter_request_t *inter_request_alloc(inter_engine_t *engine, inter_req_type_t type,
-                                     uint32_t num_ops);
-void             inter_request_destroy(inter_request_t *req);
 void             inter_request_finish(inter_request_t *req, strata_status_t status);
 
 static inline uint64_t inter_remote_addr(const inter_engine_t *engine, int rail,

@@ -18,7 +18,7 @@ bool inter_engine_can_register(const inter_engine_t *engine, inter_mem_kind_t ki
     if (kind != engine->params.device_memory) {
         return false;
     }
-    for (int r = 0; r < engine->num_rails; ++r) {
+    INTER_FOR_EACH_RAIL(engine, r) {
         if (!engine->rails[r].tp->hmem) {
             return false;
         }
@@ -88,11 +88,18 @@ strata_status_t inter_engine_mem_register_kind(inter_engine_t *engine, void *add
     mr->addr = addr;
     mr->len  = len;
     pthread_mutex_lock(&engine->mr_lock);
-    for (int r = 0; r < engine->num_rails && status == STRATA_OK; ++r) {
+    INTER_FOR_EACH_RAIL(engine, r) {
+        if (status != STRATA_OK) {
+            break;
+        }
         status = engine->ops->mem_register(engine->rails[r].tp, addr, len, kind, device,
                                            atomic_fetch_add(&engine->key_counter, 1),
                                            &mr->tmr[r]);
-        mr->num_rails += (status == STRATA_OK);
+        if (status == STRATA_OK && r == INTER_LOCAL_RAIL) {
+            mr->has_local = true;
+        } else if (status == STRATA_OK) {
+            mr->num_rails++;
+        }
     }
     if (status == STRATA_OK) {
         mr->next = engine->mrs;
@@ -118,6 +125,10 @@ void inter_engine_mem_deregister(inter_engine_t *engine, inter_mr_t *mr)
     pthread_mutex_lock(&engine->mr_lock);
     for (int r = 0; r < mr->num_rails; ++r) {
         engine->ops->mem_deregister(engine->rails[r].tp, &mr->tmr[r]);
+    }
+    if (mr->has_local) {
+        engine->ops->mem_deregister(engine->rails[INTER_LOCAL_RAIL].tp,
+                                    &mr->tmr[INTER_LOCAL_RAIL]);
     }
     if (mr->prev != NULL) {
         mr->prev->next = mr->next;
@@ -158,6 +169,8 @@ void inter_engine_mem_descriptor(const inter_mr_t *mr, inter_rdesc_t *desc_p)
     for (int r = 0; r < mr->num_rails; ++r) {
         desc_p->keys[r] = mr->tmr[r].key;
     }
+    desc_p->has_local = mr->has_local;
+    desc_p->keys[INTER_LOCAL_RAIL] = mr->has_local ? mr->tmr[INTER_LOCAL_RAIL].key : 0;
 }
 
 void inter_engine_mem_range(const inter_mr_t *mr, size_t offset, size_t length,

@@ -2,15 +2,23 @@
  * The proxy thread: takes requests off the submission ring, posts their operations in
  * order (keeping what the transport cannot take yet), polls every rail's completion queue,
  * counts immediates, matches messages to receives, sends heartbeats and fails silent peers.
- * Everything here runs on the proxy thread only, except inter_proxy_drain.
+ * A round of it (inter_proxy_step) runs under the engine's progress lock: on the progress
+ * thread (STRATA_INTER_PROGRESS=thread, or while work rings are attached), or on whichever
+ * thread waits (caller), with the thread then beating only once per heartbeat interval.
+ * inter_proxy_drain runs at destroy, once nothing else can.
  */
 #include "inter_internal.h"
 
+#include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #define INTER_PROXY_CQ_BATCH 32
+#define INTER_PROXY_POST_BATCH 16 /* writes and reads handed to the transport in one call */
 /* A proxy that found nothing to do this many loops in a row naps instead of yielding: where
  * threads outnumber cores, spinning proxies take the cores the ranks' own work needs. The
  * nap bounds the delay it adds to the first arrival after a quiet spell. */
@@ -189,19 +197,24 @@ static void inter_accept(inter_engine_t *engine, inter_request_t *req)
         return;
     case INTER_REQ_RMA:
     case INTER_REQ_SEND:
-        for (uint32_t i = 0; i < req->num_ops; ++i) {
-            req->ops[i].req = req;
-            inter_pending_push(engine, &req->ops[i]);
+        for (inter_op_t *op = req->ops; op != NULL; op = op->sibling) {
+            op->req = req;
+            inter_pending_push(engine, op);
         }
         return;
     }
 }
+
+static void inter_sweep(inter_engine_t *engine);
 
 static int inter_pop_submissions(inter_engine_t *engine)
 {
     inter_request_t *req;
     int n = 0;
 
+    if (inter_pools_sweep_due(engine)) {
+        inter_sweep(engine); /* room in the pools before the heartbeat's sweep */
+    }
     while (n < 256 && (req = util_ring_pop(&engine->ring)) != NULL) {
         inter_accept(engine, req);
         ++n;
@@ -246,62 +259,99 @@ static strata_status_t inter_post_send(inter_engine_t *engine, inter_op_t *op)
     return status;
 }
 
-static strata_status_t inter_post_op(inter_engine_t *engine, inter_op_t *op)
+/* A write or read as the transport's descriptor. */
+static inter_post_t inter_rma_post(const inter_engine_t *engine, inter_op_t *op)
 {
-    inter_rail_t *rail = &engine->rails[op->rail];
-
-    switch (op->kind) {
-    case INTER_OP_WRITE:
-    case INTER_OP_READ:
-        return inter_post_one(engine, &(inter_post_t){
-                                          .kind = op->kind == INTER_OP_READ ? INTER_POST_READ
-                                                                            : INTER_POST_WRITE,
-                                          .peer = rail->peers[op->peer], .buf = op->lbuf,
-                                          .len = op->len, .desc = op->desc, .raddr = op->raddr,
-                                          .rkey = op->rkey, .with_imm = op->with_imm,
-                                          .imm = op->imm, .context = op});
-    case INTER_OP_SEND:
-        return inter_post_send(engine, op);
-    case INTER_OP_RX:
-    case INTER_OP_HEARTBEAT:
-        break;
-    }
-    return STRATA_ERR_INTERNAL;
+    return (inter_post_t){.kind = op->kind == INTER_OP_READ ? INTER_POST_READ : INTER_POST_WRITE,
+                          .peer = engine->rails[op->rail].peers[op->peer], .buf = op->lbuf,
+                          .len = op->len, .desc = op->desc, .raddr = op->raddr,
+                          .rkey = op->rkey, .with_imm = op->with_imm, .imm = op->imm,
+                          .context = op};
 }
 
-/* Post pending operations in order until the transport pushes back. */
+/* Whether a pending operation may still go: not when its request was cancelled or its peer
+ * failed. */
+static strata_status_t inter_pending_check(const inter_engine_t *engine, const inter_op_t *op)
+{
+    if (atomic_load(&op->req->cancelled)) {
+        return STRATA_ERR_CANCELLED;
+    }
+    return inter_engine_peer_failed(engine, op->peer) ? STRATA_ERR_PEER_FAILED : STRATA_OK;
+}
+
+/* The head of the pending list leaves it: posted (STRATA_OK) or finished with status. */
+static void inter_pending_pop(inter_engine_t *engine, strata_status_t status)
+{
+    inter_op_t *op = engine->pending_head;
+
+    engine->pending_head = op->next;
+    if (engine->pending_head == NULL) {
+        engine->pending_tail = NULL;
+    }
+    if (status == STRATA_OK) {
+        op->req->ops_posted++;
+        return;
+    }
+    if (status == STRATA_ERR_TRANSPORT) {
+        inter_proxy_fail_peer(engine, op->peer, "posting to it failed");
+    }
+    inter_op_finished(op, status);
+}
+
+/* The run of writes and reads at the head of the pending list that can go on the head's
+ * rail in one post call (verbs chains them into one ibv_post_send). */
+static int inter_gather_rma(const inter_engine_t *engine, inter_post_t *posts)
+{
+    const inter_op_t *head = engine->pending_head;
+    int count = 0;
+
+    for (inter_op_t *op = engine->pending_head;
+         op != NULL && count < INTER_PROXY_POST_BATCH && op->rail == head->rail &&
+         (op->kind == INTER_OP_WRITE || op->kind == INTER_OP_READ) &&
+         inter_pending_check(engine, op) == STRATA_OK;
+         op = op->next) {
+        posts[count++] = inter_rma_post(engine, op);
+    }
+    return count;
+}
+
+/* Post pending operations in order until the transport pushes back: a send alone, a run
+ * of writes and reads on one rail as one list. */
 static int inter_post_pending(inter_engine_t *engine)
 {
+    inter_post_t posts[INTER_PROXY_POST_BATCH];
     strata_status_t status;
     inter_op_t *op;
-    int n = 0;
+    int n = 0, count, posted;
 
     while ((op = engine->pending_head) != NULL) {
-        if (atomic_load(&op->req->cancelled)) {
-            status = STRATA_ERR_CANCELLED;
-        } else if (inter_engine_peer_failed(engine, op->peer)) {
-            status = STRATA_ERR_PEER_FAILED;
+        status = inter_pending_check(engine, op);
+        if (status != STRATA_OK) {
+            inter_pending_pop(engine, status);
+            ++n;
+            continue;
+        }
+        atomic_store_explicit(&engine->proxy_target, op->peer, memory_order_relaxed);
+        if (op->kind == INTER_OP_SEND) {
+            count  = 1;
+            status = inter_post_send(engine, op);
+            posted = status == STRATA_OK;
         } else {
-            atomic_store_explicit(&engine->proxy_target, op->peer, memory_order_relaxed);
-            status = inter_post_op(engine, op);
-            atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
-            if (status == STRATA_ERR_BUSY) {
-                break;
-            }
+            count  = inter_gather_rma(engine, posts);
+            status = engine->ops->post(engine->rails[op->rail].tp, posts, count, &posted);
         }
-        engine->pending_head = op->next;
-        if (engine->pending_head == NULL) {
-            engine->pending_tail = NULL;
+        atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
+        for (int i = 0; i < posted; ++i) {
+            inter_pending_pop(engine, STRATA_OK);
         }
-        if (status == STRATA_OK) {
-            op->req->ops_posted++;
-        } else {
-            if (status == STRATA_ERR_TRANSPORT) {
-                inter_proxy_fail_peer(engine, op->peer, "posting to it failed");
-            }
-            inter_op_finished(op, status);
+        n += posted;
+        if (status == STRATA_ERR_BUSY) {
+            break;
         }
-        ++n;
+        if (status != STRATA_OK && posted < count) {
+            inter_pending_pop(engine, status); /* the one the transport refused */
+            ++n;
+        }
     }
     return n;
 }
@@ -463,8 +513,8 @@ static bool inter_request_involves(const inter_request_t *req, int peer)
     if (req->peer == peer) {
         return true;
     }
-    for (uint32_t i = 0; i < req->num_ops; ++i) {
-        if (req->ops[i].peer == peer) {
+    for (const inter_op_t *op = req->ops; op != NULL; op = op->sibling) {
+        if (op->peer == peer) {
             return true;
         }
     }
@@ -592,11 +642,13 @@ static void inter_sweep_cancelled_recvs(inter_engine_t *engine)
     }
 }
 
-/* Free requests the user gave back once nothing of theirs is with the transport. */
+/* Free requests the user gave back once nothing of theirs is with the transport: back
+ * into the pools. */
 static void inter_sweep(inter_engine_t *engine)
 {
     inter_request_t **link = &engine->active, *req;
 
+    inter_pools_sweeping(engine);
     inter_sweep_cancelled_recvs(engine);
 
     while ((req = *link) != NULL) {
@@ -613,47 +665,98 @@ static void inter_sweep(inter_engine_t *engine)
     }
 }
 
+/* Work rings attached, or retiring with commands in flight: their producers (kernels)
+ * wait on no thread of ours, so the progress thread must run flat out while there are any. */
+static void inter_note_rings(inter_engine_t *engine)
+{
+    unsigned live = engine->rings != NULL || engine->retired_rings != NULL;
+
+    if (atomic_exchange_explicit(&engine->rings_live, live, memory_order_acq_rel) != live &&
+        live) {
+        syscall(SYS_futex, &engine->rings_live, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    }
+}
+
+int inter_proxy_step(inter_engine_t *engine)
+{
+    uint64_t now = util_clock_now_ns();
+    int work, completions = 0, wedged;
+
+    atomic_store_explicit(&engine->proxy_pulse, now, memory_order_release);
+    if (now - engine->last_step > engine->params.peer_timeout_ns / 2) {
+        /* Progress stalled here: the silence was ours, not the peers'. */
+        for (int p = 0; p < engine->params.world_size; ++p) {
+            engine->last_seen[p] = now;
+        }
+    }
+    engine->last_step = now;
+    wedged            = atomic_exchange(&engine->wedged_on, -1);
+    if (wedged >= 0) {
+        inter_proxy_fail_peer(engine, wedged, "the transport was stuck on it");
+    }
+    work = inter_pop_submissions(engine);
+    work += inter_ring_progress(engine);
+    work += inter_retry_rx(engine);
+    work += inter_post_pending(engine);
+    INTER_FOR_EACH_RAIL(engine, r) {
+        completions += inter_poll_rail(engine, r);
+    }
+    inter_ring_publish(engine); /* what the kernels wait for, after this round */
+    work += completions;
+    if (completions > 0) {
+        inter_engine_wake(engine); /* immediates counted, requests finished */
+    }
+    now = util_clock_now_ns();
+    if (now >= engine->next_heartbeat) {
+        inter_heartbeat(engine, now);
+        inter_sweep(engine);
+        inter_ring_sweep(engine);
+        engine->next_heartbeat = now + engine->params.heartbeat_ns;
+    }
+    inter_note_rings(engine);
+    return work;
+}
+
+int inter_engine_progress(inter_engine_t *engine)
+{
+    int work;
+
+    if (!atomic_load_explicit(&engine->running, memory_order_acquire) ||
+        pthread_mutex_trylock(&engine->progress_lock) != 0) {
+        return 0; /* another thread is progressing (or the engine is going) */
+    }
+    work = inter_proxy_step(engine);
+    pthread_mutex_unlock(&engine->progress_lock);
+    return work;
+}
+
+/* Caller progress with no work ring: sleep until the next heartbeat is due, or until a
+ * ring is attached (or the engine stops), then one round unless a caller is in one. */
+static void inter_proxy_beat(inter_engine_t *engine)
+{
+    struct timespec nap = {
+        .tv_sec  = (time_t)(engine->params.heartbeat_ns / UTIL_NSEC_PER_SEC),
+        .tv_nsec = (long)(engine->params.heartbeat_ns % UTIL_NSEC_PER_SEC)};
+
+    syscall(SYS_futex, &engine->rings_live, FUTEX_WAIT_PRIVATE, 0, &nap, NULL, 0);
+    inter_engine_progress(engine);
+}
+
 void *inter_proxy_main(void *arg)
 {
     inter_engine_t *engine = arg;
-    uint64_t now, last_loop = util_clock_now_ns();
-    int work, completions, wedged;
     unsigned idle = 0;
+    int work;
 
     while (atomic_load_explicit(&engine->running, memory_order_acquire)) {
-        completions = 0;
-        now = util_clock_now_ns();
-        atomic_store_explicit(&engine->proxy_pulse, now, memory_order_release);
-        if (now - last_loop > engine->params.peer_timeout_ns / 2) {
-            /* This thread stalled: the silence was ours, not the peers'. */
-            for (int p = 0; p < engine->params.world_size; ++p) {
-                engine->last_seen[p] = now;
-            }
+        if (engine->caller_progress &&
+            !atomic_load_explicit(&engine->rings_live, memory_order_acquire)) {
+            inter_proxy_beat(engine);
+            continue;
         }
-        last_loop = now;
-        wedged    = atomic_exchange(&engine->wedged_on, -1);
-        if (wedged >= 0) {
-            inter_proxy_fail_peer(engine, wedged, "the transport was stuck on it");
-        }
-        work = inter_pop_submissions(engine);
-        work += inter_ring_progress(engine);
-        work += inter_retry_rx(engine);
-        work += inter_post_pending(engine);
-        for (int r = 0; r < engine->num_rails; ++r) {
-            completions += inter_poll_rail(engine, r);
-        }
-        inter_ring_publish(engine); /* what the kernels wait for, after this round */
-        work += completions;
-        if (completions > 0) {
-            inter_engine_wake(engine); /* immediates counted, requests finished */
-        }
-        now = util_clock_now_ns();
-        if (now >= engine->next_heartbeat) {
-            inter_heartbeat(engine, now);
-            inter_sweep(engine);
-            inter_ring_sweep(engine);
-            engine->next_heartbeat = now + engine->params.heartbeat_ns;
-        }
+        pthread_mutex_lock(&engine->progress_lock);
+        work = inter_proxy_step(engine);
+        pthread_mutex_unlock(&engine->progress_lock);
         idle = work == 0 ? idle + 1 : 0;
         if (idle > INTER_PROXY_IDLE_LOOPS) {
             util_sleep_ns(INTER_PROXY_NAP_NS);
@@ -662,6 +765,13 @@ void *inter_proxy_main(void *arg)
         }
     }
     return NULL;
+}
+
+void inter_proxy_stop(inter_engine_t *engine)
+{
+    atomic_store_explicit(&engine->running, false, memory_order_release);
+    atomic_store(&engine->rings_live, 1); /* a beating thread wakes and sees running false */
+    syscall(SYS_futex, &engine->rings_live, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 static void inter_free_rings(inter_ring_t *list)

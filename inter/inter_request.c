@@ -9,41 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-inter_request_t *inter_request_alloc(inter_engine_t *engine, inter_req_type_t type,
-                                     uint32_t num_ops)
-{
-    inter_request_t *req = calloc(1, sizeof(*req));
-
-    if (req == NULL) {
-        return NULL;
-    }
-    if (num_ops > 0) {
-        req->ops = calloc(num_ops, sizeof(*req->ops));
-        if (req->ops == NULL) {
-            free(req);
-            return NULL;
-        }
-    }
-    req->engine  = engine;
-    req->type    = type;
-    req->num_ops = num_ops;
-    req->peer    = -1;
-    req->source  = -1;
-    atomic_init(&req->done, 0);
-    atomic_init(&req->cancelled, false);
-    atomic_init(&req->released, false);
-    return req;
-}
-
-void inter_request_destroy(inter_request_t *req)
-{
-    if (req != NULL) {
-        free(req->ops);
-        free(req->buf != NULL && req->type == INTER_REQ_SEND ? req->buf : NULL);
-        free(req);
-    }
-}
-
 void inter_request_finish(inter_request_t *req, strata_status_t status)
 {
     if (atomic_load_explicit(&req->done, memory_order_relaxed)) {
@@ -53,8 +18,12 @@ void inter_request_finish(inter_request_t *req, strata_status_t status)
         status = STRATA_ERR_CANCELLED;
     }
     req->status = status;
-    /* Proxy publishes the status (release); the user's test/wait acquires it. */
-    atomic_store_explicit(&req->done, 1, memory_order_release);
+    /* Proxy publishes the status (release); the user's test/wait acquires it. Sequentially
+     * consistent, as inter_request_free's pair: of the two, one sees the other's store. */
+    atomic_store(&req->done, 1);
+    if (atomic_load(&req->released)) {
+        inter_pools_reclaimable(req->engine);
+    }
     inter_engine_wake(req->engine);
 }
 
@@ -75,7 +44,9 @@ strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *re
             inter_request_destroy(req);
             return STRATA_ERR_BUSY;
         }
-        sched_yield();
+        if (!engine->caller_progress || inter_engine_progress(engine) == 0) {
+            sched_yield();
+        }
     }
     return STRATA_OK;
 }
@@ -83,7 +54,10 @@ strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *re
 strata_status_t inter_request_test(const inter_request_t *req)
 {
     if (!atomic_load_explicit(&req->done, memory_order_acquire)) {
-        return STRATA_INPROGRESS;
+        if (!req->engine->caller_progress || inter_engine_progress(req->engine) == 0 ||
+            !atomic_load_explicit(&req->done, memory_order_acquire)) {
+            return STRATA_INPROGRESS;
+        }
     }
     return req->status;
 }
@@ -122,14 +96,23 @@ void inter_request_cancel(inter_request_t *req)
 {
     if (req != NULL) {
         atomic_store(&req->cancelled, true);
+        if (req->type == INTER_REQ_RECV) {
+            inter_pools_reclaimable(req->engine); /* a sweep finishes it: worth one soon */
+        }
     }
 }
 
 void inter_request_free(inter_request_t *req)
 {
     if (req != NULL) {
-        /* User gives it back (release); the proxy frees it when no operation is left. */
-        atomic_store_explicit(&req->released, true, memory_order_release);
+        inter_engine_t *engine = req->engine; /* once given back it may be reused */
+
+        /* User gives it back (release); the proxy frees it when no operation is left, and
+         * sooner when told it is done too (inter_request_finish checks the other way). */
+        atomic_store(&req->released, true);
+        if (atomic_load(&req->done)) {
+            inter_pools_reclaimable(engine);
+        }
     }
 }
 
@@ -165,7 +148,9 @@ static strata_status_t inter_check_remote(const inter_engine_t *engine, int peer
     inter_stripe_params_t stripe;
 
     inter_engine_stripe(engine, peer, &stripe);
-    if (rdesc == NULL || rdesc->magic != INTER_RDESC_MAGIC || rdesc->num_rails < stripe.num_rails) {
+    if (rdesc == NULL || rdesc->magic != INTER_RDESC_MAGIC ||
+        (engine->peer_info[peer].local ? !rdesc->has_local
+                                       : rdesc->num_rails < stripe.num_rails)) {
         UTIL_LOG_ERROR("engine: not a remote memory descriptor (for peer %d)", peer);
         return STRATA_ERR_INVALID;
     }
@@ -223,8 +208,9 @@ static uint32_t inter_post_index(const inter_engine_t *engine, uint32_t i, uint3
     return engine->params.chunk_order == INTER_CHUNK_REVERSE ? count - 1 - i : i;
 }
 
-/* Chunks of one striped transfer to one peer, appended at ops[*n]. */
-static void inter_add_chunks(const inter_engine_t *engine, inter_op_t *ops, uint32_t *n,
+/* Chunks of one striped transfer to one peer, filled in from *op_p on (the request's chain),
+ * which is left at the operation after them. */
+static void inter_add_chunks(const inter_engine_t *engine, inter_op_t **op_p,
                              inter_op_kind_t kind, int peer, const inter_mr_t *lmr, size_t loff,
                              const inter_rdesc_t *rdesc, size_t roff, size_t len, bool with_imm,
                              uint32_t imm)
@@ -234,9 +220,9 @@ static void inter_add_chunks(const inter_engine_t *engine, inter_op_t *ops, uint
     inter_chunk_t chunk;
 
     inter_engine_stripe(engine, peer, &stripe);
-    for (uint32_t c = 0; c < chunks; ++c) {
+    for (uint32_t c = 0; c < chunks; ++c, *op_p = (*op_p)->sibling) {
         inter_stripe_chunk(&stripe, len, chunks, inter_post_index(engine, c, chunks), &chunk);
-        inter_fill_rma(engine, &ops[(*n)++], kind, peer, (int)chunk.rail, lmr,
+        inter_fill_rma(engine, *op_p, kind, peer, inter_rail_for(engine, peer, chunk.rail), lmr,
                        loff + chunk.offset, rdesc, roff + chunk.offset, chunk.length, with_imm,
                        imm);
     }
@@ -249,7 +235,7 @@ static strata_status_t inter_rma(inter_engine_t *engine, inter_op_kind_t kind, i
 {
     strata_status_t status;
     inter_request_t *req;
-    uint32_t n = 0;
+    inter_op_t *op;
 
     if ((status = inter_check_peer(engine, peer)) != STRATA_OK ||
         (status = inter_check_length(engine, len)) != STRATA_OK ||
@@ -258,11 +244,13 @@ static strata_status_t inter_rma(inter_engine_t *engine, inter_op_kind_t kind, i
         (status = inter_check_imm(with_imm, imm)) != STRATA_OK) {
         return status;
     }
-    req = inter_request_alloc(engine, INTER_REQ_RMA, inter_engine_write_chunks(engine, peer, len));
-    if (req == NULL) {
-        return STRATA_ERR_NO_MEMORY;
+    status = inter_request_take(engine, INTER_REQ_RMA,
+                                inter_engine_write_chunks(engine, peer, len), &req);
+    if (status != STRATA_OK) {
+        return status;
     }
-    inter_add_chunks(engine, req->ops, &n, kind, peer, lmr, loff, rdesc, roff, len, with_imm, imm);
+    op = req->ops;
+    inter_add_chunks(engine, &op, kind, peer, lmr, loff, rdesc, roff, len, with_imm, imm);
     req->peer = peer;
     status    = inter_request_submit(engine, req);
     if (status == STRATA_OK) {
@@ -319,19 +307,20 @@ strata_status_t inter_engine_write_paged(inter_engine_t *engine, int peer, const
             return status;
         }
     }
-    req = inter_request_alloc(engine, INTER_REQ_RMA, num_pages);
-    if (req == NULL) {
-        return STRATA_ERR_NO_MEMORY;
+    status = inter_request_take(engine, INTER_REQ_RMA, num_pages, &req);
+    if (status != STRATA_OK) {
+        return status;
     }
     /* One operation per page, pages spread over the pair's rails. */
     inter_stripe_params_t stripe;
+    inter_op_t *op = req->ops;
 
     inter_engine_stripe(engine, peer, &stripe);
-    for (uint32_t k = 0; k < num_pages; ++k) {
+    for (uint32_t k = 0; k < num_pages; ++k, op = op->sibling) {
         uint32_t i = inter_post_index(engine, k, num_pages);
-        int rail = (int)(i % stripe.num_rails);
+        int rail = inter_rail_for(engine, peer, (uint32_t)(i % stripe.num_rails));
 
-        inter_fill_rma(engine, &req->ops[k], INTER_OP_WRITE, peer, rail, lmr,
+        inter_fill_rma(engine, op, INTER_OP_WRITE, peer, rail, lmr,
                        (size_t)src_pages[i] * stride, rdesc, (size_t)dst_pages[i] * stride,
                        page_size, with_imm, imm);
     }
@@ -351,7 +340,8 @@ strata_status_t inter_engine_write_scatter(inter_engine_t *engine, const int *pe
 {
     strata_status_t status;
     inter_request_t *req;
-    uint32_t total = 0, n = 0;
+    inter_op_t *op;
+    uint64_t total = 0;
 
     if (num_peers <= 0 || peers == NULL || rdescs == NULL || roffs == NULL) {
         UTIL_LOG_ERROR("engine: scatter write to %d peers", num_peers);
@@ -370,12 +360,14 @@ strata_status_t inter_engine_write_scatter(inter_engine_t *engine, const int *pe
         }
         total += inter_engine_write_chunks(engine, peers[i], len);
     }
-    req = inter_request_alloc(engine, INTER_REQ_RMA, total);
-    if (req == NULL) {
-        return STRATA_ERR_NO_MEMORY;
+    status = inter_request_take(engine, INTER_REQ_RMA, (uint32_t)UTIL_MIN(total, UINT32_MAX),
+                                &req);
+    if (status != STRATA_OK) {
+        return status;
     }
+    op = req->ops;
     for (int i = 0; i < num_peers; ++i) {
-        inter_add_chunks(engine, req->ops, &n, INTER_OP_WRITE, peers[i], lmr, loff, &rdescs[i],
+        inter_add_chunks(engine, &op, INTER_OP_WRITE, peers[i], lmr, loff, &rdescs[i],
                          roffs[i], len, with_imm, imm);
     }
     status = inter_request_submit(engine, req);
@@ -401,10 +393,9 @@ strata_status_t inter_engine_send(inter_engine_t *engine, int peer, const void *
                        engine->params.msg_size);
         return STRATA_ERR_INVALID;
     }
-    req = inter_request_alloc(engine, INTER_REQ_SEND, 1);
-    if (req == NULL || (req->buf = malloc(len ? len : 1)) == NULL) {
-        inter_request_destroy(req);
-        return STRATA_ERR_NO_MEMORY;
+    status = inter_request_take(engine, INTER_REQ_SEND, 1, &req); /* with a copy buffer */
+    if (status != STRATA_OK) {
+        return status;
     }
     if (len > 0) {
         memcpy(req->buf, buf, len);
@@ -413,7 +404,7 @@ strata_status_t inter_engine_send(inter_engine_t *engine, int peer, const void *
     req->peer         = peer;
     req->ops[0].kind  = INTER_OP_SEND;
     req->ops[0].peer  = peer;
-    req->ops[0].rail  = 0;
+    req->ops[0].rail  = inter_rail_for(engine, peer, 0);
     req->ops[0].slot  = -1;
     req->ops[0].len   = len;
     status            = inter_request_submit(engine, req);
@@ -436,9 +427,9 @@ strata_status_t inter_engine_recv(inter_engine_t *engine, int peer, void *buf, s
         UTIL_LOG_ERROR("engine: receive into a NULL buffer of %zu bytes", cap);
         return STRATA_ERR_INVALID;
     }
-    req = inter_request_alloc(engine, INTER_REQ_RECV, 0);
-    if (req == NULL) {
-        return STRATA_ERR_NO_MEMORY;
+    status = inter_request_take(engine, INTER_REQ_RECV, 0, &req);
+    if (status != STRATA_OK) {
+        return status;
     }
     req->peer = peer;
     req->buf  = buf;
@@ -502,6 +493,7 @@ strata_status_t inter_engine_imm_notify(inter_engine_t *engine, uint32_t imm, ui
                                         int from_peer, inter_imm_fn_t fn, void *arg)
 {
     inter_request_t *req;
+    strata_status_t status;
 
     if (imm >= INTER_IMM_MAX || fn == NULL || count == 0 || from_peer < -1 ||
         from_peer >= engine->params.world_size) {
@@ -509,9 +501,9 @@ strata_status_t inter_engine_imm_notify(inter_engine_t *engine, uint32_t imm, ui
                        (unsigned long long)count, from_peer);
         return STRATA_ERR_INVALID;
     }
-    req = inter_request_alloc(engine, INTER_REQ_NOTIFY, 0);
-    if (req == NULL) {
-        return STRATA_ERR_NO_MEMORY;
+    status = inter_request_take(engine, INTER_REQ_NOTIFY, 0, &req);
+    if (status != STRATA_OK) {
+        return status;
     }
     req->imm   = imm;
     req->count = count;
@@ -565,9 +557,11 @@ static strata_status_t inter_barrier_next(inter_engine_t *engine, const int *pee
 strata_status_t inter_engine_barrier(inter_engine_t *engine, const int *peers, int n,
                                      uint64_t timeout_ns)
 {
+    uint64_t deadline = util_clock_now_ns() + timeout_ns;
     inter_request_t *req;
     strata_status_t status = STRATA_OK;
-    uint32_t value, k = 0;
+    uint32_t value;
+    inter_op_t *op;
     bool member = false;
 
     for (int i = 0; i < n && peers != NULL; ++i) {
@@ -588,19 +582,22 @@ strata_status_t inter_engine_barrier(inter_engine_t *engine, const int *peers, i
     if (status != STRATA_OK) {
         return status;
     }
-    req = inter_request_alloc(engine, INTER_REQ_RMA, (uint32_t)(n - 1));
-    if (req == NULL) {
-        return STRATA_ERR_NO_MEMORY;
+    /* The engine's requests may all be in flight for a while: wait for one to come back. */
+    status = inter_request_take_wait(engine, INTER_REQ_RMA, (uint32_t)(n - 1), deadline, &req);
+    if (status != STRATA_OK) {
+        return status;
     }
+    op = req->ops;
     for (int i = 0; i < n; ++i) {
         if (peers[i] == engine->params.rank) {
             continue;
         }
         /* 8 bytes from the control word to the peer's; the immediate is what counts. */
-        inter_fill_rma(engine, &req->ops[k], INTER_OP_WRITE, peers[i], 0, engine->ctrl_mr,
+        inter_fill_rma(engine, op, INTER_OP_WRITE, peers[i], 0, engine->ctrl_mr,
                        sizeof(uint64_t), &engine->peer_info[peers[i]].ctrl, 0, sizeof(uint64_t),
                        true, 0);
-        req->ops[k++].imm = (INTER_IMM_BARRIER << INTER_IMM_TYPE_SHIFT) | value;
+        op->imm = (INTER_IMM_BARRIER << INTER_IMM_TYPE_SHIFT) | value;
+        op      = op->sibling;
     }
     status = inter_request_submit(engine, req);
     if (status != STRATA_OK) {

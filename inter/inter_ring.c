@@ -101,11 +101,14 @@ static void inter_ring_init_mem(const inter_ring_params_t *p)
 /* Attach and detach go through the submission ring: only the proxy changes its lists. */
 static strata_status_t inter_ring_request(inter_engine_t *engine, inter_ring_t *ring, bool attach)
 {
-    inter_request_t *req = inter_request_alloc(engine, INTER_REQ_RING, 0);
+    uint64_t deadline = util_clock_now_ns() + 2 * engine->params.peer_timeout_ns;
+    inter_request_t *req;
     strata_status_t status;
 
-    if (req == NULL) {
-        return STRATA_ERR_NO_MEMORY;
+    /* Every request may be in flight a while: wait for one rather than fail a detach. */
+    status = inter_request_take_wait(engine, INTER_REQ_RING, 0, deadline, &req);
+    if (status != STRATA_OK) {
+        return status;
     }
     req->ring   = ring;
     req->attach = attach;
@@ -264,7 +267,7 @@ static void inter_ring_fill_op(const inter_engine_t *engine, inter_ring_t *ring,
     int rail;
 
     inter_engine_stripe(engine, cmd->peer, &stripe);
-    rail = (int)(ticket % stripe.num_rails);
+    rail = inter_rail_for(engine, cmd->peer, (uint32_t)(ticket % stripe.num_rails));
     *op = (inter_op_t){
         .kind     = cmd->op == UTIL_WORK_READ ? INTER_OP_READ : INTER_OP_WRITE,
         .rail     = rail,

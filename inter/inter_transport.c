@@ -94,15 +94,17 @@ static strata_status_t inter_transport_select_named(const char *choice,
     if (ops == NULL) {
         bool known = inter_transport_is_known(choice);
 
-        UTIL_LOG_ERROR("engine: STRATA_INTER_TRANSPORT=%s: %s; this build has %s (or auto)",
-                       choice, known ? "that transport is not built in" : "no such transport",
-                       built);
+        snprintf(why, why_len, "STRATA_INTER_TRANSPORT=%s: %s; this build has %s (or auto)",
+                 choice, known ? "that transport is not built in" : "no such transport",
+                 built);
+        UTIL_LOG_ERROR("engine: %s", why);
         return known ? STRATA_ERR_UNSUPPORTED : STRATA_ERR_CONFIG;
     }
     ops->probe(params, &probe);
     if (probe.score <= INTER_PROBE_NONE) {
-        UTIL_LOG_ERROR("engine: STRATA_INTER_TRANSPORT=%s cannot run here: %s; this build "
-                       "has %s (or auto)", choice, probe.why, built);
+        snprintf(why, why_len, "STRATA_INTER_TRANSPORT=%s cannot run here: %s; this build "
+                 "has %s (or auto)", choice, probe.why, built);
+        UTIL_LOG_ERROR("engine: %s", why);
         return STRATA_ERR_UNSUPPORTED;
     }
     snprintf(why, why_len, "asked for: %s", probe.why);
@@ -132,8 +134,9 @@ strata_status_t inter_transport_select(const char *choice, const inter_transport
         }
     }
     if (best == NULL) {
-        UTIL_LOG_ERROR("engine: no transport can run here (auto); the last one probed: %s",
-                       probe.why);
+        snprintf(why, why_len, "no transport can run here (auto); the last one probed: %s",
+                 probe.why);
+        UTIL_LOG_ERROR("engine: %s", why);
         return STRATA_ERR_UNSUPPORTED;
     }
     snprintf(why, why_len, "auto: %s", best_probe.why);

@@ -47,6 +47,9 @@ typedef struct inter_transport_params {
     inter_mem_kind_t device_memory; /* device memory to offer registration for, if any */
     size_t      msg_bytes;     /* largest message the engine sends: open refuses less */
     bool        shared_memory; /* the transport may use shared memory within a node */
+    /* Open the transport's path for peers on this node only (ofi: the shm provider);
+     * STRATA_ERR_UNSUPPORTED where it has none. */
+    bool        same_node;
 } inter_transport_params_t;
 
 /*
@@ -142,6 +145,12 @@ struct inter_transport_ops {
     /** Up to max completions into cqes, how many in *count_p. An error status means the
      *  completion queue cannot be read any more (the rail is broken). */
     strata_status_t (*poll)(inter_transport_t *tp, inter_cqe_t *cqes, int max, int *count_p);
+    /** Optional (NULL: the transport cannot say before opening): what open would take for
+     *  params, found as open finds it, opening nothing; one line "choice (why)" into what
+     *  ("tcp;ofi_rxm eth0 (the planned device eth0)"). An error status when open would
+     *  fail, and what says why. */
+    strata_status_t (*preview)(const inter_transport_params_t *params, char *what,
+                               size_t what_len);
 };
 
 /** Space a backend needs at the start of every posted context (libfabric's FI_CONTEXT2). */
@@ -160,12 +169,19 @@ const inter_transport_ops_t *inter_transport_built(int index);
 
 /**
  * The transport `choice` names ("auto" or a name), probed on this machine; for auto the
- * best probe. why says what decided. STRATA_ERR_CONFIG for an unknown name,
- * STRATA_ERR_UNSUPPORTED for one not built in or that cannot run here; both logged with
- * the alternatives.
+ * best probe. why says what decided, or on failure what is wrong. STRATA_ERR_CONFIG for
+ * an unknown name, STRATA_ERR_UNSUPPORTED for one not built in or that cannot run here;
+ * both logged with the alternatives.
  */
 strata_status_t inter_transport_select(const char *choice, const inter_transport_params_t *params,
                                        const inter_transport_ops_t **ops_p, char *why,
                                        size_t why_len);
+
+/**
+ * What the engine opens rail `rail` with (inter_engine.c; pure): STRATA_INTER_IFACE where
+ * set (then required), else the rail's planned device; iface points into params.
+ */
+void inter_engine_rail_params(const inter_engine_params_t *params, int rail,
+                              inter_transport_params_t *tp_params_p);
 
 #endif

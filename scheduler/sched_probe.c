@@ -50,16 +50,29 @@ static strata_status_t sched_probe_net(sched_moe_t *moe, bool read, size_t bytes
 {
     int peer = sched_probe_peer(moe);
     size_t local = moe->net.mr_offset + moe->net.layout.ret_out;
+    uint64_t deadline = util_clock_now_ns() + moe->timeout_ns;
     inter_request_t *req;
     strata_status_t status;
 
-    if (read) {
-        status = inter_engine_read(moe->world.engine, peer, moe->net.mr, local,
-                                   &moe->net.desc[peer], sched_ret_in_at(moe, peer), bytes, &req);
-    } else {
-        status = inter_engine_write(moe->world.engine, peer, moe->net.mr, local,
-                                    &moe->net.desc[peer], sched_ret_in_at(moe, peer), bytes,
-                                    false, 0, &req);
+    for (;;) {
+        if (read) {
+            status = inter_engine_read(moe->world.engine, peer, moe->net.mr, local,
+                                       &moe->net.desc[peer], sched_ret_in_at(moe, peer), bytes,
+                                       &req);
+        } else {
+            status = inter_engine_write(moe->world.engine, peer, moe->net.mr, local,
+                                        &moe->net.desc[peer], sched_ret_in_at(moe, peer), bytes,
+                                        false, 0, &req);
+        }
+        if (status != STRATA_ERR_BUSY || util_clock_now_ns() > deadline) {
+            break;
+        }
+        /* The engine's requests are all in flight (the caller's own transfers on the
+         * communicator): they complete and come back, with progress (ours, where waiting
+         * threads drive it). */
+        if (inter_engine_progress(moe->world.engine) == 0) {
+            util_sleep_ns(10 * UTIL_NSEC_PER_USEC);
+        }
     }
     if (status != STRATA_OK) {
         return status;

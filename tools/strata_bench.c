@@ -60,8 +60,21 @@ static strata_status_t bench_engine_write(void *ctx, size_t len, uint32_t imm)
     if (be->count == BENCH_WINDOW && (status = bench_engine_retire(be)) != STRATA_OK) {
         return status;
     }
-    status = inter_engine_write(be->engine, be->peer, be->mr, 0, &be->peer_desc, 0, len, true,
-                                imm, &req);
+    for (uint64_t deadline = util_clock_now_ns() + BENCH_TIMEOUT_NS;;) {
+        status = inter_engine_write(be->engine, be->peer, be->mr, 0, &be->peer_desc, 0, len,
+                                    true, imm, &req);
+        if (status != STRATA_ERR_BUSY || util_clock_now_ns() > deadline) {
+            break;
+        }
+        /* Every pooled request in flight (STRATA_INTER_REQUESTS below the window): finish
+         * the oldest, or give the proxy a moment to sweep those given back. */
+        if (be->count > 0 && (status = bench_engine_retire(be)) != STRATA_OK) {
+            return status;
+        }
+        if (be->count == 0 && inter_engine_progress(be->engine) == 0) {
+            util_sleep_ns(10 * UTIL_NSEC_PER_USEC);
+        }
+    }
     if (status == STRATA_OK) {
         be->window[(be->head + be->count++) % BENCH_WINDOW] = req;
     }
@@ -102,6 +115,7 @@ static strata_status_t bench_engine_setup(strata_bootstrap_t *bs, size_t buf_siz
     }
     params.rank       = bs->rank;
     params.world_size = bs->world_size;
+    params.local_size = getenv("LOCAL_WORLD_SIZE") ? atoi(getenv("LOCAL_WORLD_SIZE")) : 1;
     if ((status = inter_engine_create(&params, &be->engine)) != STRATA_OK) {
         return status;
     }

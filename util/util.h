@@ -12,6 +12,7 @@
 #include "util_sock.h"
 #include "util_crypto.h"
 #include "util_ring.h"
+#include "util_freelist.h"
 #include "util_file.h"
 
 #endif

@@ -200,16 +200,13 @@ strata_status_t api_comm_agree(strata_comm_t *comm, strata_status_t mine, const 
  */
 static strata_status_t api_comm_pick_device(strata_comm_t *comm)
 {
-    int num_gpus = topo_num_gpus(comm->topo);
     char reason[INTRA_REASON_LEN] = "";
-    strata_status_t status = STRATA_OK;
+    strata_status_t status;
 
     comm->device = api_gpu_backend(comm->topo);
-    comm->gpu    = (num_gpus > 0) ? strata_comm_local_rank(comm) % num_gpus : -1;
-    if (comm->device->device_select != NULL) {
-        status = api_gpu_select(comm->device, comm->topo, strata_comm_local_rank(comm),
-                                &comm->gpu, reason);
-    }
+    comm->gpu    = -1;
+    status = api_gpu_pick(comm->device, comm->topo, strata_comm_local_rank(comm), &comm->gpu,
+                          reason);
     if (status != STRATA_OK) {
         UTIL_LOG_ERROR("comm: rank %d cannot use its GPU: %s", comm->rank, reason);
     }
@@ -219,7 +216,6 @@ static strata_status_t api_comm_pick_device(strata_comm_t *comm)
 /* The inter-node engine: one rail per NIC the rail plan gives this GPU, addresses exchanged. */
 static strata_status_t api_comm_start_engine(strata_comm_t *comm)
 {
-    const topo_rail_t *rail = (comm->gpu >= 0) ? &comm->plan->rails[comm->gpu] : NULL;
     inter_engine_params_t params;
     char *mine = NULL, *all = NULL;
     strata_status_t status;
@@ -229,19 +225,11 @@ static strata_status_t api_comm_start_engine(strata_comm_t *comm)
     if (status != STRATA_OK) {
         return status;
     }
-    params.rank          = comm->rank;
-    params.world_size    = comm->size;
-    params.device_memory = comm->device->memory == INTRA_MEMORY_CUDA ? INTER_MEM_CUDA
-                           : comm->device->memory == INTRA_MEMORY_HIP ? INTER_MEM_ROCM
-                                                                       : INTER_MEM_HOST;
-    if (params.num_rails == 0) {
-        params.num_rails = rail ? UTIL_MAX(1, UTIL_MIN(rail->num_rails, INTER_MAX_RAILS)) : 1;
-    }
-    for (int r = 0; rail != NULL && r < rail->num_rails && r < INTER_MAX_RAILS; ++r) {
-        const topo_nic_t *nic = topo_nic(comm->topo, rail->nics[r]);
-
-        snprintf(params.rail_devices[r], sizeof(params.rail_devices[r]), "%s", nic->name);
-    }
+    params.rank       = comm->rank;
+    params.world_size = comm->size;
+    params.local_size = strata_comm_local_size(comm);
+    params.rank_node  = comm->rank_node;
+    api_gpu_engine_params(comm->device, comm->topo, comm->plan, comm->gpu, &params);
     status = inter_engine_create(&params, &comm->engine);
     if (status != STRATA_OK) {
         return status;

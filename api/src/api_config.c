@@ -16,6 +16,9 @@ const util_config_table_t *const api_config_tables[] = {
     &intra_config_table,
     &inter_config_table,
     &ofi_config_table,
+#ifdef STRATA_HAVE_VERBS
+    &verbs_config_table,
+#endif
 #ifdef STRATA_HAVE_UCX
     &ucx_config_table,
 #endif

@@ -471,6 +471,9 @@ static strata_status_t ofi_open(const inter_transport_params_t *params, inter_tr
         return STRATA_ERR_NO_MEMORY;
     }
     status = ofi_read_provider(ofi->provider, sizeof(ofi->provider), NULL);
+    if (params->same_node) {
+        snprintf(ofi->provider, sizeof(ofi->provider), "shm"); /* peers on this node only */
+    }
     if (status == STRATA_OK) {
         status = ofi_choose(params, ofi);
     }
@@ -746,6 +749,52 @@ static void ofi_probe(const inter_transport_params_t *params, inter_probe_t *pro
     }
 }
 
+/* Why ofi_getinfo took info's device for params: "the planned mlx5_0", or why not. */
+static void ofi_preview_device(const inter_transport_params_t *params,
+                               const struct fi_info *info, char *why, size_t why_len)
+{
+    const char *device = (params->iface != NULL) ? params->iface : "";
+
+    if (device[0] == '\0') {
+        snprintf(why, why_len, "no device planned: the provider's preferred one");
+    } else if (params->required) {
+        snprintf(why, why_len, "STRATA_INTER_IFACE=%s", device);
+    } else if (ofi_select_is_device(info, device)) {
+        snprintf(why, why_len, "the planned device %s", device);
+    } else {
+        snprintf(why, why_len, "the planned %s is not offered by this provider: its preferred "
+                 "device instead", device);
+    }
+}
+
+/* The provider and device ofi_open would take for params, chosen by the same ofi_choose,
+ * with nothing opened: "tcp;ofi_rxm eth0 (why)". */
+static strata_status_t ofi_preview(const inter_transport_params_t *params, char *what,
+                                   size_t what_len)
+{
+    ofi_transport_t ofi = {.info = NULL};
+    strata_status_t status = ofi_read_provider(ofi.provider, sizeof(ofi.provider), NULL);
+    char why[160];
+
+    if (status != STRATA_OK) {
+        snprintf(what, what_len, "STRATA_INTER_PROVIDER is not a provider");
+        return status;
+    }
+    status = ofi_choose(params, &ofi);
+    if (status != STRATA_OK) {
+        snprintf(what, what_len, "libfabric offers no provider '%s'%s%s that carries the "
+                 "engine", ofi.provider, params->required ? " on " : "",
+                 params->required ? params->iface : "");
+        return status;
+    }
+    ofi_preview_device(params, ofi.info, why, sizeof(why));
+    snprintf(what, what_len, "%s %s (%s%s)", ofi.info->fabric_attr->prov_name,
+             ofi.info->domain_attr->name, why,
+             ofi.base.hmem ? "; device memory registered" : "");
+    fi_freeinfo(ofi.info);
+    return STRATA_OK;
+}
+
 const inter_transport_ops_t ofi_transport_ops = {
     .name           = "ofi",
     .config         = &ofi_config_table,
@@ -761,4 +810,5 @@ const inter_transport_ops_t ofi_transport_ops = {
     .inject         = ofi_inject,
     .post_recv      = ofi_post_recv,
     .poll           = ofi_poll,
+    .preview        = ofi_preview,
 };

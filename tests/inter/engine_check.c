@@ -64,6 +64,36 @@ static void bootstrap(void)
     CHECK(g_world <= MAX_RANKS, "at most %d ranks", MAX_RANKS);
 }
 
+static int g_rank_node[MAX_RANKS];
+
+/*
+ * Which transport carries each peer's traffic: with STRATA_TEST_SAME_NODE=NAME, peers on
+ * this rank's node must go through the transport named NAME... and the others must not.
+ * Prints the same-node transport when there is one.
+ */
+static void check_peer_transports(void)
+{
+    const char *expect = getenv("STRATA_TEST_SAME_NODE");
+    int local = 0;
+
+    for (int p = 0; p < g_world; ++p) {
+        const char *name = inter_engine_peer_transport_name(g_engine, p);
+        bool same = p != g_rank && g_rank_node[p] == g_rank_node[g_rank];
+        bool named = expect != NULL && strncmp(name, expect, strlen(expect)) == 0;
+
+        if (p == g_rank || expect == NULL) {
+            continue;
+        }
+        CHECK(same == named, "peer %d (%s node) goes through %s; expected %s%s", p,
+              same ? "this" : "another", name, same ? "" : "not ", expect);
+        local += same;
+    }
+    if (expect != NULL) {
+        printf("rank %d: %d peer%s of this node through %s, the others through %s\n", g_rank,
+               local, local == 1 ? "" : "s", expect, inter_engine_transport_name(g_engine));
+    }
+}
+
 static void setup(void)
 {
     inter_engine_params_t params;
@@ -74,6 +104,12 @@ static void setup(void)
     CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
     params.rank       = g_rank;
     params.world_size = g_world;
+    params.local_size = getenv("LOCAL_WORLD_SIZE") ? atoi(getenv("LOCAL_WORLD_SIZE")) : 1;
+    /* strata-run numbers ranks node by node: the node map the communicator would give. */
+    for (int r = 0; r < g_world; ++r) {
+        g_rank_node[r] = r / (params.local_size > 0 ? params.local_size : 1);
+    }
+    params.rank_node = g_rank_node;
     status = inter_engine_create(&params, &g_engine);
     CHECK(status == STRATA_OK, "engine create: %s", strata_status_string(status));
     blob_size = inter_engine_address_size(g_engine);
@@ -389,6 +425,7 @@ int main(int argc, char **argv)
         scatter_and_read();
         messages();
         notify();
+        check_peer_transports();
         log_expect_start(refusals);
         bad_input_and_cancel();
         work_ring();

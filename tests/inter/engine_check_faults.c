@@ -4,6 +4,8 @@
  */
 #include "inter/engine_check.h"
 
+#include <dirent.h>
+
 /* Rank `victim` dies while the others write to it and wait on its writes. */
 int kill_test(int victim)
 {
@@ -50,20 +52,73 @@ int kill_test(int victim)
 
 /* Every rank stays quiet for 2.5 peer timeouts: only heartbeats keep the others from
  * failing it. Then every peer must be alive and a round of writes must go through. */
+/* CPU seconds the engine's progress thread has used (from /proc), or -1 if none is found. */
+static double progress_thread_cpu(void)
+{
+    DIR *tasks = opendir("/proc/self/task");
+    struct dirent *entry;
+    double seconds = -1;
+
+    while (tasks != NULL && seconds < 0 && (entry = readdir(tasks)) != NULL) {
+        char path[300], comm[32] = "", stat[1024];
+        unsigned long utime, stime;
+        FILE *file;
+
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", entry->d_name);
+        if ((file = fopen(path, "r")) == NULL) {
+            continue;
+        }
+        if (fgets(comm, sizeof(comm), file) == NULL) {
+            comm[0] = '\0';
+        }
+        fclose(file);
+        if (strncmp(comm, INTER_PROGRESS_THREAD_NAME, strlen(INTER_PROGRESS_THREAD_NAME)) != 0) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "/proc/self/task/%s/stat", entry->d_name);
+        if ((file = fopen(path, "r")) != NULL && fgets(stat, sizeof(stat), file) != NULL &&
+            strrchr(stat, ')') != NULL &&
+            sscanf(strrchr(stat, ')') + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                   &utime, &stime) == 2) {
+            seconds = (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+        }
+        if (file != NULL) {
+            fclose(file);
+        }
+    }
+    if (tasks != NULL) {
+        closedir(tasks);
+    }
+    return seconds;
+}
+
+/* Quiet for 2.5 peer timeouts: heartbeats must keep every peer alive. With caller
+ * progress, nothing waits meanwhile, so the progress thread must have only beaten: it may
+ * use a few percent of one core at most (a polling one would take most of it). */
 int idle_test(void)
 {
     inter_engine_params_t params;
+    double cpu_before, cpu_used, quiet;
 
     CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
     CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
               STRATA_OK, "barrier before the quiet");
-    usleep((useconds_t)(params.peer_timeout_ns * 5 / 2 / 1000));
+    quiet      = (double)params.peer_timeout_ns * 2.5 / 1e9;
+    cpu_before = progress_thread_cpu();
+    CHECK(cpu_before >= 0, "no thread named %s", INTER_PROGRESS_THREAD_NAME);
+    usleep((useconds_t)(quiet * 1e6));
+    cpu_used = progress_thread_cpu() - cpu_before;
     for (int p = 0; p < g_world; ++p) {
         CHECK(!inter_engine_peer_failed(g_engine, p), "peer %d failed while all were quiet", p);
     }
+    if (inter_engine_caller_progress(g_engine)) {
+        CHECK(cpu_used < 0.05 * quiet, "caller progress: the progress thread used %.2f s of "
+              "CPU in %.1f s of quiet", cpu_used, quiet);
+    }
     round_write(0);
-    printf("rank %d: every peer alive after %.1f s of quiet, heartbeats on\n", g_rank,
-           (double)params.peer_timeout_ns * 2.5 / 1e9);
+    printf("rank %d: every peer alive after %.1f s of quiet, heartbeats on, progress by %s "
+           "(its thread used %.2f s of CPU)\n", g_rank, quiet,
+           inter_engine_caller_progress(g_engine) ? "the caller" : "a thread", cpu_used);
     return 0;
 }
 

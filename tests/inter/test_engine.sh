@@ -4,7 +4,8 @@
 # namespaces; skipped where they cannot be made), shm, work rings fed by host threads, a
 # rank killed mid-transfer (also while producers feed a ring), chunks posted last first (the
 # order EFA SRD may deliver them in), ranks quiet past the peer timeout with heartbeats by
-# inject and by send, and STRATA_INTER_SHARED_MEMORY=no. Every run must close its
+# inject and by send, progress by the waiting caller and by a thread, and
+# STRATA_INTER_SHARED_MEMORY=no. Every run must close its
 # registrations before its endpoints, and every fi_close must succeed.
 # With a third argument "ucx", the same matrix over the UCX transport (STRATA_INTER_TRANSPORT
 # =ucx): tcp alone (shared memory forbidden) and with UCX's shared-memory transports
@@ -85,28 +86,44 @@ fi
 
 else
 ok='all checks passed'
+dead='failed after'
 # Runs that kill nobody get a peer timeout no scheduling hiccup on a loaded machine reaches;
 # the kill runs use a short one and check that the death is seen within it (plus slack).
 calm=STRATA_INTER_PEER_TIMEOUT=20s
 quick=STRATA_INTER_PEER_TIMEOUT=2s
-check_case "tcp loopback, 2 ranks" 2 "$ok" -- $calm STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 2 --
-check_case "tcp loopback, 4 ranks, 2 rails" 4 "$ok" -- $calm STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 -- -n 4 --
+# On one host every peer shares the node, and would go through libfabric shm beside tcp:
+# the tcp cases keep tcp for the data with STRATA_INTER_SAME_NODE=network ($net).
+net=STRATA_INTER_SAME_NODE=network
+check_case "tcp loopback, 2 ranks" 2 "$ok" -- $calm $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 2 --
+check_case "tcp loopback, 4 ranks, 2 rails" 4 "$ok" -- $calm $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 -- -n 4 --
 check_case "shm, 2 ranks" 2 "$ok" -- $calm STRATA_INTER_PROVIDER=shm -- -n 2 --
 check_case "shm, 4 ranks, 2 rails" 4 "$ok" -- $calm STRATA_INTER_PROVIDER=shm STRATA_INTER_RAILS=2 -- -n 4 --
 # EFA SRD delivers a write's chunks in any order; tcp never does. Posting them last first,
 # small enough that every large write is cut into many, shows up code that counts on the
 # last chunk landing last.
-check_case "tcp loopback, 4 ranks, 2 rails, chunks last first" 4 "$ok" -- $calm STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 STRATA_INTER_STRIPE_MIN=16k STRATA_INTER_CHUNK_ORDER=reverse -- -n 4 --
+check_case "tcp loopback, 4 ranks, 2 rails, chunks last first" 4 "$ok" -- $calm $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 STRATA_INTER_STRIPE_MIN=16k STRATA_INTER_CHUNK_ORDER=reverse -- -n 4 --
+# Peers of the same node through libfabric shm, the others through tcp: on one host, and
+# between 2 simulated nodes (below); engine_check checks which transport each peer gets.
+samenode="STRATA_TEST_SAME_NODE=ofi shm"
+check_case "tcp beside shm for same-node peers, 4 ranks, 2 rails" 4 "$ok" -- $calm "$samenode" STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 -- -n 4 --
+check_case "tcp beside shm for same-node peers, rank 2 of 3 killed" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
+# Progress: auto takes the caller on this machine wherever ranks outnumber half the cores
+# (every multi-rank case above); a progress thread polls in these.
+check_case "tcp loopback, 4 ranks, 2 rails, progress thread" 4 "$ok" -- $calm STRATA_INTER_PROGRESS=thread $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 -- -n 4 --
+check_case "shm, 2 ranks, progress thread" 2 "$ok" -- $calm STRATA_INTER_PROGRESS=thread STRATA_INTER_PROVIDER=shm -- -n 2 --
+# Quiet ranks: heartbeats keep them alive; with caller progress the thread only beats
+# (engine_check --idle bounds its CPU time).
 alive='every peer alive'
-check_case "tcp, quiet past the peer timeout, heartbeats by inject" 3 "$alive" -- $quick STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 -- --idle
-check_case "tcp, quiet past the peer timeout, heartbeats by send" 3 "$alive" -- $quick STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_HEARTBEAT_PATH=send -- -n 3 -- --idle
+check_case "tcp, quiet past the peer timeout, heartbeats by inject, caller progress" 3 "$alive" -- $quick STRATA_INTER_PROGRESS=caller $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 -- --idle
+check_case "tcp, quiet past the peer timeout, heartbeats by send, caller progress" 3 "$alive" -- $quick STRATA_INTER_PROGRESS=caller $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_HEARTBEAT_PATH=send -- -n 3 -- --idle
+check_case "tcp, quiet past the peer timeout, progress thread" 3 "$alive" -- $quick STRATA_INTER_PROGRESS=thread $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 -- --idle
 forbid='as expected'
-check_case "tcp, shared memory forbidden" 2 "$forbid" -- STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_SHARED_MEMORY=no -- -n 2 -- --forbid-shm
+check_case "tcp, shared memory forbidden" 2 "$forbid" -- $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_SHARED_MEMORY=no -- -n 2 -- --forbid-shm
 check_case "shm, shared memory forbidden (refused)" 2 "$forbid" -- STRATA_INTER_PROVIDER=shm STRATA_INTER_SHARED_MEMORY=no -- -n 2 -- --forbid-shm
-dead='failed after'
-check_case "tcp, rank 2 of 3 killed" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
+check_case "tcp, rank 2 of 3 killed" 2 "$dead" -- $quick $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
+check_case "tcp, rank 2 of 3 killed, progress thread" 2 "$dead" -- $quick STRATA_INTER_PROGRESS=thread $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 shm_before=$(ls /dev/shm 2>/dev/null | wc -l)
-check_case "tcp, rank 1 of 3 killed under a work ring" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 1 -- --kill-ring 1
+check_case "tcp, rank 1 of 3 killed under a work ring" 2 "$dead" -- $quick $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 1 -- --kill-ring 1
 check_case "shm, rank 1 of 3 killed" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=shm -- -n 3 --allow-fail 1 -- --kill 1
 # The killed rank's shared memory (and the survivors', whose stuck transport stays open)
 # must not outlive the job: strata-run removes what its ranks left in /dev/shm.
@@ -119,10 +136,11 @@ fi
 
 if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
     check_case "tcp, 2 nodes x 2 ranks, 2 rails" 4 "$ok" -- $calm STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0 STRATA_INTER_RAILS=2 -- -n 4 --nodes 2 --
+    check_case "tcp, 2 nodes x 2 ranks, shm within each node" 4 "$ok" -- $calm "$samenode" STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0 -- -n 4 --nodes 2 --
     check_case "tcp, 2 nodes x 2 ranks, rank 3 killed" 3 "$dead" -- $quick STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0 -- -n 4 --nodes 2 --allow-fail 3 -- --kill 3
 else
     echo "skipped: network namespaces cannot be made here (need root and iproute2)"
-    skipped=$((skipped + 2))
+    skipped=$((skipped + 3))
 fi
 
 fi

@@ -68,7 +68,8 @@ static void test_unknown_name_is_config(void **state)
     log_capture_stop();
     assert_null(ops);
     assert_true(test_logged("STRATA_INTER_TRANSPORT=rdma", "no such transport"));
-    assert_true(test_logged("STRATA_INTER_TRANSPORT=rdma", "this build has ofi"));
+    assert_true(test_logged("STRATA_INTER_TRANSPORT=rdma", "this build has"));
+    assert_true(test_logged("this build has", "ofi"));
     log_capture_start();
     assert_int_equal(inter_transport_select("", &test_params, &ops, why, sizeof(why)),
                      STRATA_ERR_CONFIG);

@@ -21,7 +21,9 @@ fi
 
 # Every rank of every case would discover the machine (seconds each under the sanitizers);
 # the tests of topo/ do that. Here a small fixed topology does: the links between the
-# simulated nodes are named by STRATA_INTER_IFACE, not found in it.
+# simulated nodes are named by STRATA_INTER_IFACE, not found in it. STRATA_TEST_NET_IFACE
+# replaces that name (scripts/rdma-check.sh sets it empty: the verbs transport picks the
+# RDMA device itself).
 topology=$(cd "$(dirname "$0")/../topo/fixtures" && pwd)/no-gpu-no-nic.hwloc.xml
 
 case_run() { # case_run NAME EXPECTED_COUNT PATTERN -- env... -- run options... -- args...
@@ -30,7 +32,7 @@ case_run() { # case_run NAME EXPECTED_COUNT PATTERN -- env... -- run options... 
     while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
     while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
     local start=$SECONDS
-    env STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0 STRATA_TOPO_FILE="$topology" "${envs[@]}" \
+    env STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE="${STRATA_TEST_NET_IFACE-eth0}" STRATA_TOPO_FILE="$topology" "${envs[@]}" \
         "$run" --timeout 400 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1
     local rc=$? got over=$count
     got=$(grep -c "$pattern" "$log")

@@ -58,7 +58,6 @@ expect 0 25 env STRATA_BOOTSTRAP_TIMEOUT=30s "$run" -n 3 --allow-fail 1 -- "$che
     fail "stopped rank not noticed early: $(cat "$work/out" "$work/err")"
 
 # Simulated nodes.
-before=$(ip netns list 2>/dev/null | grep -c '^strata-run-')
 if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
     expect 0 120 "$run" -n 4 --nodes 2 -- "$check"
     grep -q '^\[r3\] rank 3 of 4: node 1 of 2, local rank 1 of 2' "$work/out" && pass ||
@@ -73,8 +72,9 @@ if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
     kill -TERM "$pid"
     wait "$pid"
     [ $? -eq 143 ] && pass || fail "SIGTERM exit status"
-    after=$(ip netns list 2>/dev/null | grep -c '^strata-run-')
-    [ "$after" -eq "$before" ] && pass || fail "namespaces left behind: $(ip netns list)"
+    # Only this job's namespaces count: other tests may run jobs of their own meanwhile.
+    left=$(ip netns list 2>/dev/null | grep -c "^strata-run-$pid-")
+    [ "$left" -eq 0 ] && pass || fail "namespaces left behind: $(ip netns list)"
 else
     echo "skipped: cannot create network namespaces here (needs root and iproute2)"
     skipped=$((skipped + 1))

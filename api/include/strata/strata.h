@@ -212,6 +212,11 @@ STRATA_API const char *strata_comm_transport(const strata_comm_t *comm);
  * refuses bad input with STRATA_ERR_INVALID and one log line, creating no request. A peer
  * that dies or goes silent fails everything involving it with STRATA_ERR_PEER_FAILED within
  * STRATA_INTER_PEER_TIMEOUT. Thread-safe: any thread may submit.
+ * Submitting allocates nothing: requests (and send copies) come from pools sized when the
+ * communicator is created, STRATA_INTER_REQUESTS of them (default 1024). While all are in
+ * flight or not yet given back, strata_write, strata_read, strata_send and strata_recv
+ * return STRATA_ERR_BUSY and create no request: wait for (or test) one of your requests,
+ * free it, and submit again; a freed request is back in the pool within moments.
  */
 
 typedef struct strata_mem     strata_mem_t;
@@ -273,7 +278,8 @@ STRATA_API uint32_t strata_write_imm_count(const strata_comm_t *comm, int peer, 
 /** Wait for count arrivals of imm (from from_peer, or -1 for any) and consume them. */
 STRATA_API strata_status_t strata_imm_wait(strata_comm_t *comm, uint32_t imm, uint64_t count,
                                            int from_peer, uint64_t timeout_ms);
-/** Barrier over all ranks of the communicator, by immediates. */
+/** Barrier over all ranks of the communicator, by immediates. While every pooled request
+ *  is in flight it waits for one; STRATA_ERR_BUSY if none came back within timeout_ms. */
 STRATA_API strata_status_t strata_barrier(strata_comm_t *comm, uint64_t timeout_ms);
 
 
