@@ -180,7 +180,10 @@ typedef struct ucx_transport {
     char              lane_tls[48];     /* what the endpoints to peers use, for the name */
     char              lane_devices[40];
     bool              shut;
-    /* Proxy side (one thread at a time: open, then the proxy, then shutdown). */
+    /* The worker and everything below up to the lock: one thread at a time, whoever holds
+     * progress_lock (the engine's progress in poll and post, or a deregistration driving
+     * its revokes when no one else progresses). */
+    pthread_mutex_t   progress_lock;
     ucx_peer_t      **peers;
     size_t            num_peers, max_peers;
     inter_cqe_t      *cq;               /* completions not yet polled, a ring */
@@ -204,7 +207,6 @@ typedef struct ucx_transport {
     uint64_t          next_revoke_id;
     atomic_int        revokes_unsent;   /* deregistration publishes, the proxy consumes */
     bool              retire_pending;   /* proxy: some peer has retired rkeys */
-    _Atomic uint64_t  last_poll_ns;     /* proxy publishes; deregistration reads */
 } ucx_transport_t;
 
 static inline ucx_transport_t *ucx_of(inter_transport_t *tp)
@@ -265,6 +267,9 @@ strata_status_t ucx_inject(inter_transport_t *tp, uint64_t peer, const void *buf
 strata_status_t ucx_post_recv(inter_transport_t *tp, void *buf, size_t len, void *desc,
                               void *context);
 strata_status_t ucx_poll(inter_transport_t *tp, inter_cqe_t *cqes, int max, int *count_p);
+/** One round of progress and the work callbacks left, completions staying queued
+ *  (progress_lock held); returns whether anything happened. */
+int ucx_progress_round(ucx_transport_t *ucx);
 
 /* ucx_memory.c */
 strata_status_t ucx_memory_init(ucx_transport_t *ucx);

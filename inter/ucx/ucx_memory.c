@@ -18,9 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-/* Deregistration stops waiting for acks when the proxy has not polled for this long (it
- * stopped, as at engine destroy, or is stuck). */
-#define UCX_PROXY_QUIET_NS (200 * UTIL_NSEC_PER_MSEC)
+/* How long a deregistration waiting for acknowledgements sleeps between its checks. */
+#define UCX_REVOKE_NAP_NS (50 * UTIL_NSEC_PER_USEC)
 
 strata_status_t ucx_memory_init(ucx_transport_t *ucx)
 {
@@ -29,10 +28,15 @@ strata_status_t ucx_memory_init(ucx_transport_t *ucx)
     if (pthread_mutex_init(&ucx->lock, NULL) != 0) {
         return STRATA_ERR_NO_MEMORY;
     }
+    if (pthread_mutex_init(&ucx->progress_lock, NULL) != 0) {
+        pthread_mutex_destroy(&ucx->lock);
+        return STRATA_ERR_NO_MEMORY;
+    }
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     if (pthread_cond_init(&ucx->revoked, &attr) != 0) {
         pthread_condattr_destroy(&attr);
+        pthread_mutex_destroy(&ucx->progress_lock);
         pthread_mutex_destroy(&ucx->lock);
         return STRATA_ERR_NO_MEMORY;
     }
@@ -81,6 +85,7 @@ void ucx_memory_cleanup(ucx_transport_t *ucx)
         free(revoke);
     }
     pthread_cond_destroy(&ucx->revoked);
+    pthread_mutex_destroy(&ucx->progress_lock);
     pthread_mutex_destroy(&ucx->lock);
 }
 
@@ -168,28 +173,40 @@ static void ucx_revoke_forget(ucx_transport_t *ucx, ucx_revoke_wait_t *wait)
     }
 }
 
-/* Wait for the acks while the proxy polls, up to the timeout (lock held). */
+/*
+ * Wait for the acks, up to the timeout (lock held). Where no one else progresses (caller
+ * progress between waits, a stopped proxy) this thread does: revokes go and acks come only
+ * through progress. Completions it makes stay queued for the engine's next poll.
+ */
 static void ucx_revoke_wait(ucx_transport_t *ucx, ucx_revoke_wait_t *wait, uint64_t key)
 {
-    uint64_t start = util_clock_now_ns(), now = start;
+    uint64_t start = util_clock_now_ns(), now = start, next;
     struct timespec until;
 
     while (wait->remaining > 0) {
-        uint64_t polled = atomic_load_explicit(&ucx->last_poll_ns, memory_order_acquire);
-        uint64_t next   = now + 10 * UTIL_NSEC_PER_MSEC;
-
-        if (now - start >= ucx->timeout_ns ||
-            (now > polled && now - polled > UCX_PROXY_QUIET_NS)) {
+        if (now - start >= ucx->timeout_ns) {
             UTIL_LOG_DEBUG("ucx: %s: deregistered key %llu without %d peer%s acknowledging "
-                           "the revoke (%s)", ucx->base.name, (unsigned long long)key,
-                           wait->remaining, wait->remaining == 1 ? "" : "s",
-                           now - start >= ucx->timeout_ns ? "timeout" : "nothing polls");
+                           "the revoke within STRATA_UCX_TIMEOUT", ucx->base.name,
+                           (unsigned long long)key, wait->remaining,
+                           wait->remaining == 1 ? "" : "s");
             ucx_revoke_forget(ucx, wait);
             return;
         }
-        until.tv_sec  = (time_t)(next / UTIL_NSEC_PER_SEC);
-        until.tv_nsec = (long)(next % UTIL_NSEC_PER_SEC);
-        pthread_cond_timedwait(&ucx->revoked, &ucx->lock, &until);
+        /* Lock order: progress_lock, then lock (the handlers take lock). */
+        if (pthread_mutex_trylock(&ucx->progress_lock) == 0) {
+            pthread_mutex_unlock(&ucx->lock);
+            if (ucx->worker != NULL) {
+                ucx_progress_round(ucx);
+            }
+            pthread_mutex_unlock(&ucx->progress_lock);
+            pthread_mutex_lock(&ucx->lock);
+        }
+        if (wait->remaining > 0) {
+            next          = util_clock_now_ns() + UCX_REVOKE_NAP_NS;
+            until.tv_sec  = (time_t)(next / UTIL_NSEC_PER_SEC);
+            until.tv_nsec = (long)(next % UTIL_NSEC_PER_SEC);
+            pthread_cond_timedwait(&ucx->revoked, &ucx->lock, &until);
+        }
         now = util_clock_now_ns();
     }
 }

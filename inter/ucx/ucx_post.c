@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Rounds of ucp_worker_progress per poll while it keeps finding work. */
+/* Calls of ucp_worker_progress per round while they keep finding work. */
 #define UCX_PROGRESS_ROUNDS 16
 
 /* --- Completion queue ------------------------------------------------------------------ */
@@ -290,6 +290,7 @@ strata_status_t ucx_post(inter_transport_t *tp, const inter_post_t *posts, int c
     strata_status_t status = STRATA_OK;
     int i;
 
+    pthread_mutex_lock(&ucx->progress_lock);
     for (i = 0; i < count && status == STRATA_OK; ++i) {
         status = ucx_post_one(ucx, &posts[i]);
     }
@@ -297,6 +298,7 @@ strata_status_t ucx_post(inter_transport_t *tp, const inter_post_t *posts, int c
     /* The writes with immediates of this call share a flush per peer. */
     ucx_flush_peers(ucx);
     ucx_send_immediates(ucx);
+    pthread_mutex_unlock(&ucx->progress_lock);
     return status;
 }
 
@@ -310,10 +312,9 @@ static void ucx_inject_done(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
-strata_status_t ucx_inject(inter_transport_t *tp, uint64_t peer_handle, const void *buf,
-                           size_t len)
+static strata_status_t ucx_inject_locked(ucx_transport_t *ucx, uint64_t peer_handle,
+                                         const void *buf, size_t len)
 {
-    ucx_transport_t *ucx = ucx_of(tp);
     ucx_peer_t *peer = ucx_peer_of(ucx, peer_handle);
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
@@ -341,6 +342,17 @@ strata_status_t ucx_inject(inter_transport_t *tp, uint64_t peer_handle, const vo
     }
     ++ucx->in_flight;
     return STRATA_OK;
+}
+
+strata_status_t ucx_inject(inter_transport_t *tp, uint64_t peer, const void *buf, size_t len)
+{
+    ucx_transport_t *ucx = ucx_of(tp);
+    strata_status_t status;
+
+    pthread_mutex_lock(&ucx->progress_lock);
+    status = ucx_inject_locked(ucx, peer, buf, len);
+    pthread_mutex_unlock(&ucx->progress_lock);
+    return status;
 }
 
 /* --- Receives -------------------------------------------------------------------------- */
@@ -373,11 +385,9 @@ static void ucx_recv_done(void *request, ucs_status_t status, const ucp_tag_recv
     ucp_request_free(request);
 }
 
-strata_status_t ucx_post_recv(inter_transport_t *tp, void *buf, size_t len, void *desc,
-                              void *context)
+static strata_status_t ucx_post_recv_locked(ucx_transport_t *ucx, void *buf, size_t len,
+                                            ucx_op_t *op)
 {
-    ucx_transport_t *ucx = ucx_of(tp);
-    ucx_op_t *op = context;
     ucp_request_param_t param = {
         .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
@@ -386,7 +396,6 @@ strata_status_t ucx_post_recv(inter_transport_t *tp, void *buf, size_t len, void
     };
     ucs_status_ptr_t request;
 
-    (void)desc; /* UCX registers what it needs itself (see ucx_mem_register) */
     if (ucx->shut) {
         return STRATA_ERR_CANCELLED;
     }
@@ -407,6 +416,19 @@ strata_status_t ucx_post_recv(inter_transport_t *tp, void *buf, size_t len, void
     return STRATA_OK;
 }
 
+strata_status_t ucx_post_recv(inter_transport_t *tp, void *buf, size_t len, void *desc,
+                              void *context)
+{
+    ucx_transport_t *ucx = ucx_of(tp);
+    strata_status_t status;
+
+    (void)desc; /* UCX registers what it needs itself (see ucx_mem_register) */
+    pthread_mutex_lock(&ucx->progress_lock);
+    status = ucx_post_recv_locked(ucx, buf, len, context);
+    pthread_mutex_unlock(&ucx->progress_lock);
+    return status;
+}
+
 void ucx_cancel_receives(ucx_transport_t *ucx)
 {
     ucx_op_t *op = ucx->rx_posted, *next;
@@ -420,28 +442,38 @@ void ucx_cancel_receives(ucx_transport_t *ucx)
 
 /* --- Polling --------------------------------------------------------------------------- */
 
+int ucx_progress_round(ucx_transport_t *ucx)
+{
+    int n = 0, made;
+
+    while (n < UCX_PROGRESS_ROUNDS && (made = (int)ucp_worker_progress(ucx->worker)) != 0) {
+        n += made;
+    }
+    /* Work UCX's callbacks left for outside them, in an order that lets each feed the next. */
+    n += ucx_memory_progress(ucx);
+    n += ucx_post_ready(ucx);
+    n += ucx_flush_peers(ucx);
+    n += ucx_send_immediates(ucx);
+    return n;
+}
+
 strata_status_t ucx_poll(inter_transport_t *tp, inter_cqe_t *cqes, int max, int *count_p)
 {
     ucx_transport_t *ucx = ucx_of(tp);
+    strata_status_t status = STRATA_OK;
     int n = 0;
 
-    /* Proxy publishes that it progresses (release); deregistration waits only then. */
-    atomic_store_explicit(&ucx->last_poll_ns, util_clock_now_ns(), memory_order_release);
-    for (int i = 0; i < UCX_PROGRESS_ROUNDS && ucp_worker_progress(ucx->worker) != 0; ++i) {
-    }
-    /* Work UCX's callbacks left for outside them, in an order that lets each feed the next. */
-    ucx_memory_progress(ucx);
-    ucx_post_ready(ucx);
-    ucx_flush_peers(ucx);
-    ucx_send_immediates(ucx);
+    pthread_mutex_lock(&ucx->progress_lock);
+    ucx_progress_round(ucx);
     if (ucx->cq_broken) {
-        return STRATA_ERR_TRANSPORT;
+        status = STRATA_ERR_TRANSPORT;
     }
-    while (n < max && ucx->cq_count > 0) {
+    while (status == STRATA_OK && n < max && ucx->cq_count > 0) {
         cqes[n++] = ucx->cq[ucx->cq_head];
         ucx->cq_head = (ucx->cq_head + 1) % ucx->cq_size;
         --ucx->cq_count;
     }
+    pthread_mutex_unlock(&ucx->progress_lock);
     *count_p = n;
-    return STRATA_OK;
+    return status;
 }

@@ -499,7 +499,9 @@ static void ucx_shutdown(inter_transport_t *tp)
 {
     ucx_transport_t *ucx = ucx_of(tp);
 
+    pthread_mutex_lock(&ucx->progress_lock);
     if (ucx->worker == NULL) {
+        pthread_mutex_unlock(&ucx->progress_lock);
         return;
     }
     pthread_mutex_lock(&ucx->lock);
@@ -520,6 +522,7 @@ static void ucx_shutdown(inter_transport_t *tp)
     /* Callbacks of requests still open run inside this call, not after. */
     ucp_worker_destroy(ucx->worker);
     ucx->worker = NULL;
+    pthread_mutex_unlock(&ucx->progress_lock);
 }
 
 static void ucx_close(inter_transport_t *tp)
@@ -644,6 +647,11 @@ static strata_status_t ucx_open(const inter_transport_params_t *params, inter_tr
 
     if (status != STRATA_OK) {
         return status;
+    }
+    if (params->same_node) {
+        /* No path of its own for peers of this node: UCX picks one per endpoint. */
+        util_config_release(&ucx_config_table, &config);
+        return STRATA_ERR_UNSUPPORTED;
     }
     if (params->msg_bytes > UCX_MAX_SIZE) {
         UTIL_LOG_ERROR("ucx: messages of %zu bytes are over the %llu this transport carries",

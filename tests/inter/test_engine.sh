@@ -52,14 +52,18 @@ check_case "ucx tcp loopback, 4 ranks, 2 rails" 4 "$ok over ucx tcp lo, 2 rails"
 check_case "ucx, shared memory allowed, 2 ranks" 2 "$ok over ucx tcp" -- $calm $ucx -- -n 2 --
 check_case "ucx, shared memory allowed, 4 ranks, 2 rails" 4 "$ok over ucx tcp" -- $calm $ucx STRATA_INTER_RAILS=2 -- -n 4 --
 check_case "ucx tcp loopback, 4 ranks, 2 rails, chunks last first" 4 "$ok" -- $calm $ucx $tcp_only STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 STRATA_INTER_STRIPE_MIN=16k STRATA_INTER_CHUNK_ORDER=reverse -- -n 4 --
+# Progress: the cases above take the waiting caller (auto, on this machine); a thread here.
+check_case "ucx tcp loopback, 4 ranks, 2 rails, progress thread" 4 "$ok" -- $calm STRATA_INTER_PROGRESS=thread $ucx $tcp_only STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 -- -n 4 --
 alive='every peer alive'
-check_case "ucx tcp, quiet past the peer timeout, heartbeats by inject" 3 "$alive" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 -- --idle
-check_case "ucx tcp, quiet past the peer timeout, heartbeats by send" 3 "$alive" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo STRATA_INTER_HEARTBEAT_PATH=send -- -n 3 -- --idle
+check_case "ucx tcp, quiet past the peer timeout, heartbeats by inject, caller progress" 3 "$alive" -- $quick STRATA_INTER_PROGRESS=caller $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 -- --idle
+check_case "ucx tcp, quiet past the peer timeout, heartbeats by send, caller progress" 3 "$alive" -- $quick STRATA_INTER_PROGRESS=caller $ucx $tcp_only STRATA_INTER_IFACE=lo STRATA_INTER_HEARTBEAT_PATH=send -- -n 3 -- --idle
+check_case "ucx tcp, quiet past the peer timeout, progress thread" 3 "$alive" -- $quick STRATA_INTER_PROGRESS=thread $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 -- --idle
 forbid='as expected'
 check_case "ucx, shared memory forbidden" 2 "$forbid" -- $ucx $tcp_only -- -n 2 -- --forbid-shm
 check_case "ucx, shared memory forbidden and named in STRATA_UCX_TLS (refused)" 2 "$forbid" -- $ucx $tcp_only STRATA_UCX_TLS=posix,tcp -- -n 2 -- --forbid-shm
 dead='failed after'
 check_case "ucx tcp, rank 2 of 3 killed" 2 "$dead" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
+check_case "ucx tcp, rank 2 of 3 killed, progress thread" 2 "$dead" -- $quick STRATA_INTER_PROGRESS=thread $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 check_case "ucx tcp, rank 1 of 3 killed under a work ring" 2 "$dead" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 1 -- --kill-ring 1
 check_case "ucx, shared memory allowed, rank 1 of 3 killed" 2 "$dead" -- $quick $ucx -- -n 3 --allow-fail 1 -- --kill 1
 # A device UCX does not have: creation refuses (STRATA_ERR_CONFIG), naming it and what UCX
