@@ -126,7 +126,8 @@ status_is 1 "transport nope"
 has '^transport: none (STRATA_INTER_TRANSPORT=nope: no such transport; this build has .*ofi' "nope"
 has '^communicator: none (transport: STRATA_INTER_TRANSPORT=nope: no such transport' "nope"
 
-run STRATA_TOPO_FILE="$nv" STRATA_INTER_PROVIDER=psm9
+# ofi named: under auto, a build with ucx would take ucx instead of the ofi that cannot run.
+run STRATA_TOPO_FILE="$nv" STRATA_INTER_TRANSPORT=ofi STRATA_INTER_PROVIDER=psm9
 status_is 1 "provider psm9"
 has '^transport: none (.*STRATA_INTER_PROVIDER=psm9, which libfabric does not offer here' "psm9"
 
