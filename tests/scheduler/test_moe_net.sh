@@ -4,7 +4,8 @@
 # every dtype, pull masks changing by step, round two exercised by a small round one, Pull
 # across nodes by read and by request; adaptive modes on a drifting routing trace (made by
 # strata-tune) and a fixed mode file; bad inputs on one rank; a rank killed, and one stopped,
-# mid-step; and the network area in a pinned host bounce buffer.
+# mid-step; and the network area in a pinned host bounce buffer. Where strata has ucx, a few
+# cases again over it (STRATA_INTER_TRANSPORT=ucx, tcp between the nodes), a kill among them.
 set -u
 run=$1 check=$2 tune=$3
 passed=0 failed=0
