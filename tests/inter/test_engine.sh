@@ -65,7 +65,15 @@ dead='failed after'
 check_case "ucx tcp, rank 2 of 3 killed" 2 "$dead" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 check_case "ucx tcp, rank 2 of 3 killed, progress thread" 2 "$dead" -- $quick STRATA_INTER_PROGRESS=thread $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 check_case "ucx tcp, rank 1 of 3 killed under a work ring" 2 "$dead" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 1 -- --kill-ring 1
+ucx_shm_before=$(ls /dev/shm 2>/dev/null | grep -c ucx)
 check_case "ucx, shared memory allowed, rank 1 of 3 killed" 2 "$dead" -- $quick $ucx -- -n 3 --allow-fail 1 -- --kill 1
+# UCX's own segments (its names say ucx; other jobs' are not counted) do not outlive the job.
+ucx_shm_after=$(ls /dev/shm 2>/dev/null | grep -c ucx)
+if [ "$ucx_shm_after" -le "$ucx_shm_before" ]; then
+    passed=$((passed + 1)); echo "ok: no UCX shared memory left in /dev/shm"
+else
+    failed=$((failed + 1)); echo "FAIL: UCX's entries in /dev/shm grew from $ucx_shm_before to $ucx_shm_after"
+fi
 # A device UCX does not have: creation refuses (STRATA_ERR_CONFIG), naming it and what UCX
 # sees (strata-run may stop the other ranks first).
 env $ucx STRATA_INTER_IFACE=nosuchdev0 "$run" --timeout 60 -n 2 -- "$check" >"$log" 2>&1
