@@ -30,12 +30,23 @@ elseif(STRATA_WITH_VERBS)
                             "(apt-get install libibverbs-dev, or -DSTRATA_WITH_VERBS=OFF)")
     endif()
 endif()
-if(STRATA_WITH_UCX)
-    # Asked for and absent is an error, never a build that quietly lacks the transport.
-    pkg_check_modules(UCX IMPORTED_TARGET ucx>=1.11) # ucp_*_nbx, AM handlers with reply_ep
+# The UCX transport, the same way: built wherever UCX 1.11+ (ucp_*_nbx, AM handlers with
+# reply_ep) is found unless STRATA_WITH_UCX is set; ON and absent is an error.
+if(NOT DEFINED STRATA_WITH_UCX)
+    pkg_check_modules(UCX QUIET IMPORTED_TARGET ucx>=1.11)
+    if(UCX_FOUND)
+        set(STRATA_WITH_UCX ON)
+    else()
+        set(STRATA_WITH_UCX OFF)
+        message(STATUS "UCX 1.11+ not found: the ucx transport is not built "
+                       "(apt-get install libucx-dev)")
+    endif()
+elseif(STRATA_WITH_UCX)
+    pkg_check_modules(UCX QUIET IMPORTED_TARGET ucx>=1.11)
     if(NOT UCX_FOUND)
         message(FATAL_ERROR "STRATA_WITH_UCX=ON, but UCX 1.11 or later was not found by "
-                            "pkg-config (module 'ucx'; Debian: apt-get install libucx-dev)")
+                            "pkg-config (module 'ucx'; Debian: apt-get install libucx-dev, "
+                            "or -DSTRATA_WITH_UCX=OFF)")
     endif()
 endif()
 if(STRATA_WITH_CUDA)

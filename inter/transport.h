@@ -57,6 +57,7 @@ typedef struct inter_transport_params {
  * score wins, ties to the earlier transport of the registry. 0: it cannot run here.
  */
 #define INTER_PROBE_NONE     0
+#define INTER_PROBE_EMULATED 5  /* runs here, but emulates RMA over what it found (ucx on tcp) */
 #define INTER_PROBE_FALLBACK 10 /* runs here over a path every host has (tcp) */
 #define INTER_PROBE_PORTABLE 20 /* runs here, over what its library found (ucx) */
 #define INTER_PROBE_FABRIC   30 /* a fabric this transport serves best (efa on ofi) */

@@ -320,6 +320,20 @@ static strata_status_t ucx_context_create(const inter_transport_params_t *params
 
 /* --- Probe, open, close ---------------------------------------------------------------- */
 
+/* Whether UCX's transports ("tcp,posix,rc_mlx5") include an RDMA lane (rc, dc or ud on
+ * verbs): without one, UCX emulates puts in software, and ofi over tcp serves better. */
+static bool ucx_has_rdma_lane(const char *tls)
+{
+    for (const char *tl = tls; tl != NULL && *tl != '\0';
+         tl = strchr(tl, ',') ? strchr(tl, ',') + 1 : NULL) {
+        if (strncmp(tl, "rc", 2) == 0 || strncmp(tl, "dc", 2) == 0 ||
+            strncmp(tl, "ud", 2) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static void ucx_probe(const inter_transport_params_t *params, inter_probe_t *probe)
 {
     char err[UTIL_CONFIG_ERR_MAX], tls[64], devices[64], spaced[96] = "";
@@ -354,9 +368,14 @@ static void ucx_probe(const inter_transport_params_t *params, inter_probe_t *pro
                 *out   = '\0';
             }
         }
-        probe->score = config.tls[0] ? INTER_PROBE_ASKED : INTER_PROBE_PORTABLE;
+        probe->score = config.tls[0]             ? INTER_PROBE_ASKED
+                       : ucx_has_rdma_lane(tls) ? INTER_PROBE_PORTABLE
+                                                : INTER_PROBE_EMULATED;
         snprintf(probe->why, sizeof(probe->why), "ucx %u.%u: %s%s", major, minor,
-                 tls[0] ? spaced : "no transport", config.tls[0] ? " (STRATA_UCX_TLS set)" : "");
+                 tls[0] ? spaced : "no transport",
+                 config.tls[0]             ? " (STRATA_UCX_TLS set)"
+                 : ucx_has_rdma_lane(tls) ? ""
+                                          : " (no RDMA lane: puts emulated, ofi over tcp is faster)");
     }
     util_config_release(&ucx_config_table, &config);
 }
