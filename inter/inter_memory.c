@@ -5,6 +5,8 @@
  */
 #include "inter_internal.h"
 
+#include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -41,8 +43,16 @@ static bool inter_host_range_mapped(const void *addr, size_t len)
     while (start < end) {
         size_t pages = UTIL_MIN((end - start + page - 1) / page, sizeof(vec));
 
-        /* vec is only written, never read: threads may share it. */
-        if (mincore((void *)start, pages * page, vec) != 0) {
+        int rc, tries = 0;
+
+        /* vec is only written, never read: threads may share it. EAGAIN says the kernel
+         * was short of memory for the answer (seen with sanitizers' shadow memory), not
+         * that a page is unmapped: ask again. */
+        while ((rc = mincore((void *)start, pages * page, vec)) != 0 && errno == EAGAIN &&
+               ++tries < 100) {
+            sched_yield();
+        }
+        if (rc != 0) {
             return false;
         }
         start += pages * page;

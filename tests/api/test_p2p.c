@@ -60,6 +60,9 @@ static strata_status_t reg(fixture_t *f, void *addr, size_t len, strata_mem_t **
     log_capture_start();
     status = strata_mem_register(f->comm, addr, len, mem_p);
     log_capture_stop();
+    for (int i = 0; status != STRATA_OK && i < log_capture.count && i < LOG_CAPTURE_LINES; ++i) {
+        fprintf(stderr, "refused (%zu bytes at %p): %s\n", len, addr, log_capture.lines[i]);
+    }
     assert_true((status == STRATA_OK) == (*mem_p != NULL));
     return status;
 }
