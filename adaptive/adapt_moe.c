@@ -12,6 +12,7 @@
 typedef struct adapt_config {
     char *policy;
     bool  calibrate;
+    char *save;
 } adapt_config_t;
 
 static const util_config_field_t adapt_config_fields[] = {
@@ -22,6 +23,10 @@ static const util_config_field_t adapt_config_fields[] = {
      .doc = "Adaptive mode: measure the cost model's latency and bandwidth of each tier "
             "when the MoE object is created, instead of taking the policy's.",
      .type = UTIL_CONFIG_BOOL, .offset = offsetof(adapt_config_t, calibrate)},
+    {.name = "ADAPTIVE_SAVE", .default_value = "",
+     .doc = "Adaptive mode: rank 0 of the MoE object writes the policy it uses (the model "
+            "as calibrated, where STRATA_ADAPTIVE_CALIBRATE is on) to this file.",
+     .type = UTIL_CONFIG_STRING, .offset = offsetof(adapt_config_t, save)},
 };
 
 const util_config_table_t adapt_config_table = {
@@ -152,10 +157,11 @@ static const sched_mode_decider_ops_t adapt_decider_ops = {
 };
 
 /* The policy's parameters: the file given, else STRATA_ADAPTIVE_POLICY's, else the
- * defaults; then the calibrated model if asked for. */
+ * defaults; then the calibrated model if asked for; saved by rank 0 if asked for. */
 static strata_status_t adapt_moe_params(sched_moe_t *moe, const char *policy_file,
                                         adapt_policy_params_t *params)
 {
+    sched_moe_shape_t shape;
     adapt_config_t config;
     strata_status_t status = util_config_read(&adapt_config_table, &config);
 
@@ -171,6 +177,10 @@ static strata_status_t adapt_moe_params(sched_moe_t *moe, const char *policy_fil
     }
     if (status == STRATA_OK && config.calibrate) {
         status = adapt_calibrate(moe, &params->model);
+    }
+    sched_moe_shape(moe, &shape);
+    if (status == STRATA_OK && config.save[0] != '\0' && shape.rank == 0) {
+        status = adapt_policy_save(config.save, params);
     }
     UTIL_LOG_INFO("adaptive: policy %s%s: alpha %g, margin %g, noise_k %g, dwell %d",
                   policy_file ? policy_file : "defaults",

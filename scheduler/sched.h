@@ -103,6 +103,7 @@ typedef struct sched_moe_shape {
     int           num_local_experts;
     int           num_nodes;
     int           node;      /**< this rank's */
+    int           rank;      /**< this rank's in the object's communicator */
     size_t        row_bytes; /**< one token row on the wire */
     strata_moe_mode_t mode;  /**< resolved from the params and STRATA_MOE_MODE */
     const char   *mode_file; /**< FIXED: the mask file; ADAPTIVE: a policy file, or NULL */

@@ -105,6 +105,7 @@ void sched_moe_shape(const sched_moe_t *moe, sched_moe_shape_t *shape_p)
         .num_local_experts = moe->geo.experts_per_rank,
         .num_nodes         = moe->geo.num_nodes,
         .node              = moe->geo.node,
+        .rank              = moe->geo.rank,
         .row_bytes         = moe->geo.row_bytes,
         .mode              = moe->modes.mode,
         .mode_file         = moe->modes.mode_file,

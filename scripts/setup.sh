@@ -10,7 +10,7 @@ packages=(
     build-essential cmake pkg-config
     libhwloc-dev libxml2-dev libcmocka-dev libjansson-dev
     libfabric-dev libibverbs-dev libucx-dev
-    iproute2
+    iproute2 python3             # python3: the tests check the JSON files strata writes
     hipcc                        # compiles the HIP kernels (the CUDA toolkit is not in Debian)
     libopenmpi-dev openmpi-bin   # MPI_Alltoallv, the baseline of strata-bench intra
     clang libclang-rt-dev        # the libFuzzer targets of tests/fuzz (scripts/fuzz.sh)

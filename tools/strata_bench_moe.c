@@ -208,20 +208,50 @@ static void moe_usage(FILE *out)
 {
     fprintf(out, "Usage: mpirun -n N strata-bench moe [--ranks-per-node L] [--tokens N[,N...]]\n"
                  "              [--hidden H] [--topk K] [--experts E] [--iters N] [--breakdown]\n"
+                 "       mpirun -n N strata-bench moe --modes push,pull,adaptive[,fixed:FILE]\n"
+                 "              [--ranks-per-node L] [--tokens N] [--experts E] [--topk K]\n"
+                 "              [--zipf S] [--seed N] [--trace FILE] [--route flat|hier] [--iters N]\n"
                  "Two-tier MoE dispatch+combine (bf16, uniform routing, all Push), flat and "
                  "hierarchical,\nagainst MPI_Alltoallv moving the same tokens. Ratios: "
                  "GB/s against MPI_Alltoallv.\n"
                  "--breakdown: per route and size, rank 0's median time of each phase of a step\n"
                  "(a layout made anew, pack and post, waits, kernels, reduce) and its share of the\n"
-                 "step's median; post delay: mean time from a kernel's command to its posting.\n");
+                 "step's median; post delay: mean time from a kernel's command to its posting.\n"
+                 "--modes: one MoE object per Push/Pull mode, one step of each in turn, on routing\n"
+                 "that changes by step: Zipf S (1.4) with a drifting hot set (--seed), or the\n"
+                 "routing trace FILE (strata-tune generate; its shape sets tokens, top-k and\n"
+                 "experts). Per mode: step p50/p99, the cost model's prediction, mode switches;\n"
+                 "then adaptive's step over the better of push and pull. With\n"
+                 "STRATA_ADAPTIVE_CALIBRATE=on the model is the one the adaptive object measured.\n");
+}
+
+/* The options of --modes; false for any other. */
+static bool moe_modes_option(bench_modes_opts_t *m, int opt, const char *arg)
+{
+    switch (opt) {
+    case 'M': m->modes = arg; return true;
+    case 'Z': m->zipf = atof(arg); return m->zipf >= 0.0;
+    case 'S': m->seed = strtoull(arg, NULL, 10); return true;
+    case 'T': m->trace = arg; return true;
+    case 'R':
+        m->route = strcmp(arg, "flat") == 0 ? STRATA_MOE_ROUTE_FLAT
+                   : strcmp(arg, "hier") == 0 ? STRATA_MOE_ROUTE_HIERARCHICAL
+                                              : (strata_moe_route_t)-1;
+        return m->route != (strata_moe_route_t)-1;
+    default: return false;
+    }
 }
 
 int bench_moe_main(int argc, char **argv)
 {
     static const struct option options[] = {
         INTRA_BENCH_OPTIONS, {"ranks-per-node", required_argument, NULL, 'L'},
-        {"breakdown", no_argument, NULL, 'B'}, {NULL, 0, NULL, 0},
+        {"breakdown", no_argument, NULL, 'B'}, {"modes", required_argument, NULL, 'M'},
+        {"zipf", required_argument, NULL, 'Z'}, {"seed", required_argument, NULL, 'S'},
+        {"trace", required_argument, NULL, 'T'}, {"route", required_argument, NULL, 'R'},
+        {NULL, 0, NULL, 0},
     };
+    bench_modes_opts_t modes = {.zipf = 1.4, .seed = 1, .route = STRATA_MOE_ROUTE_DEFAULT};
     intra_bench_t b = {.hidden = 2048, .topk = 8};
     intra_bench_opts_t o = {.sizes = {128, 2048}, .num_sizes = 2};
     int per_node = 0, opt;
@@ -232,12 +262,14 @@ int bench_moe_main(int argc, char **argv)
     strata_comm_t *comm;
 
     optind = 2;
-    while ((opt = getopt_long(argc, argv, INTRA_BENCH_SHORT "L:B", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, INTRA_BENCH_SHORT "L:BM:Z:S:T:R:", options, NULL)) !=
+           -1) {
         if (opt == 'L') {
             per_node = atoi(optarg);
         } else if (opt == 'B') {
             breakdown = true;
-        } else if (opt == 'h' || !intra_bench_option(&b, &o, opt, optarg)) {
+        } else if (opt == 'h' || (!moe_modes_option(&modes, opt, optarg) &&
+                                  !intra_bench_option(&b, &o, opt, optarg))) {
             moe_usage(opt == 'h' ? stdout : stderr);
             return opt == 'h' ? 0 : 2;
         }
@@ -255,6 +287,14 @@ int bench_moe_main(int argc, char **argv)
     bs.rank          = b.rank;
     bs.world_size    = b.size;
     BENCH_TRY(strata_comm_create(&config, &bs, &comm));
+    if (modes.modes != NULL) {
+        b.tokens = o.sizes[0];
+        b.iters  = o.iters > 0 ? o.iters : 200;
+        bench_moe_modes(&b, comm, per_node, &modes);
+        strata_comm_destroy(comm);
+        MPI_TRY(MPI_Finalize());
+        return 0;
+    }
     b.row_bytes = (size_t)b.hidden * sizeof(uint16_t);
     intra_alloc(&b, intra_max_size(o.sizes, o.num_sizes));
     if (b.rank == 0) {

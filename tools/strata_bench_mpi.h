@@ -76,6 +76,19 @@ int  intra_parse_sizes(const char *text, int *sizes);
     {"iters", required_argument, NULL, 'i'}, {"help", no_argument, NULL, 'h'}
 #define INTRA_BENCH_SHORT "t:H:k:e:i:h"
 
+/** strata-bench moe --modes (strata_bench_modes.c). */
+typedef struct bench_modes_opts {
+    const char        *modes; /* "push,pull,adaptive[,fixed:FILE]" */
+    const char        *trace; /* a routing trace to replay, or NULL: Zipf */
+    double             zipf;  /* the generated routing's exponent */
+    uint64_t           seed;
+    strata_moe_route_t route;
+} bench_modes_opts_t;
+
+/** The modes one step each in turn on routing that changes by step; rank 0 prints. */
+int bench_moe_modes(intra_bench_t *b, strata_comm_t *comm, int per_node,
+                    const bench_modes_opts_t *o);
+
 /** What the shared options give besides the bench state. */
 typedef struct intra_bench_opts {
     int sizes[INTRA_MAX_SIZES];

@@ -18,22 +18,7 @@ export STRATA_TEST_SEED=$seed
 log=$(mktemp /tmp/strata-test-engine-XXXXXX)
 trap 'rm -f "$log"' EXIT
 
-check_case() { # check_case NAME EXPECTED_COUNT PATTERN -- env... -- run options... -- args...
-    local name=$1 count=$2 pattern=$3; shift 3; shift
-    local envs=() opts=()
-    while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
-    while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
-    env "${envs[@]}" "$run" --timeout 120 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1
-    local rc=$? got teardown
-    got=$(grep -c "$pattern" "$log")
-    teardown=$(grep -c 'registrations still open\|ofi: closing the .* failed\|ucx: .*ucp_mem_unmap' "$log")
-    if [ $rc -eq 0 ] && [ "$got" -eq "$count" ] && [ "$teardown" -eq 0 ]; then
-        passed=$((passed + 1)); echo "ok: $name"
-    else
-        failed=$((failed + 1)); echo "FAIL: $name (exit $rc, $got of $count ranks reported, $teardown teardown errors; seed $seed)"
-        grep -v 'error: engine:' "$log" | tail -30
-    fi
-}
+. "$(dirname "$0")/engine_cases.sh"
 
 if [ "$transport" = ucx ]; then
     if ! "$check" --built ucx; then

@@ -30,23 +30,7 @@ if grep -q '(score 0)$' <<<"$probe"; then
 fi
 echo "verbs: $why"
 
-check_case() { # check_case NAME EXPECTED_COUNT PATTERN -- env... -- run options... -- args...
-    local name=$1 count=$2 pattern=$3; shift 3; shift
-    local envs=() opts=()
-    while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
-    while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
-    env "${envs[@]}" "$run" --timeout 120 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1
-    local rc=$? got teardown
-    got=$(grep -c "$pattern" "$log")
-    teardown=$(grep -c 'registrations still open\|verbs: closing .* failed' "$log")
-    if [ $rc -eq 0 ] && [ "$got" -eq "$count" ] && [ "$teardown" -eq 0 ]; then
-        passed=$((passed + 1)); echo "ok: $name"
-    else
-        failed=$((failed + 1))
-        echo "FAIL: $name (exit $rc, $got of $count ranks reported, $teardown teardown errors; seed $seed)"
-        grep -v 'error: engine:' "$log" | tail -30
-    fi
-}
+. "$(dirname "$0")/engine_cases.sh"
 
 # STRATA_INTER_TRANSPORT=verbs is exported: an engine that cannot open verbs fails its case.
 ok='all checks passed over verbs'

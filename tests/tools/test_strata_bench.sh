@@ -2,7 +2,7 @@
 # strata-bench p2p runs end to end on a small size range and prints a row per size; where
 # strata-bench has its intra subcommand (built with MPI) and the build is not sanitized
 # (third argument), intra and moe run on small shapes and print every path, moe also its
-# host-copied bytes and the breakdown of a step.
+# host-copied bytes and the breakdown of a step, and moe --modes its table of modes.
 set -u
 run=$1 bench=$2 sanitize=${3:-}
 out=$(STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo "$run" -n 2 --timeout 120 -- \
@@ -42,7 +42,29 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
         echo "3 passed, 1 failed"
         exit 1
     fi
-    echo "4 passed, 0 failed"
+    # moe --modes: the same drifting Zipf routing through push, pull, adaptive and a fixed
+    # mask of 4 of 16 experts; each object's experts must have moved in its own modes.
+    mask=$(mktemp /tmp/strata-test-bench-mask-XXXXXX)
+    trap 'rm -f "$mask"' EXIT
+    echo '{"format": "strata-modes", "version": 1, "num_experts": 16, "pull": [1, 4, 9, 14]}' >"$mask"
+    out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
+          mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \
+          -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo \
+          "$bench" moe --ranks-per-node 2 --modes push,pull,adaptive,fixed:"$mask" --tokens 16 \
+          --experts 16 --topk 2 --hidden 256 --iters 12 --zipf 1.4 2>&1)
+    rc=$?
+    # name, p50, p99, model p50, model p99, switches, pull %
+    num='[0-9]+\.[0-9]'
+    fixed_rows=$(grep -cE "^(push +($num +){4}0 +0\.0|pull +($num +){4}0 +100\.0|fixed:[^ ]+ +($num +){4}0 +25\.0)\$" <<<"$out")
+    adaptive_row=$(grep -cE "^adaptive +($num +){4}[0-9]+ +$num\$" <<<"$out")
+    if [ $rc -ne 0 ] || [ "$fixed_rows" -ne 3 ] || [ "$adaptive_row" -ne 1 ] ||
+       ! grep -qE '^model against clock: [0-6] of 6 mode pairs' <<<"$out" ||
+       ! grep -qE '^adaptive/best fixed mode: step p50 [0-9.]+, p99 [0-9.]+ \(best fixed: (push|pull)\)$' <<<"$out"; then
+        echo "$out"
+        echo "4 passed, 1 failed"
+        exit 1
+    fi
+    echo "5 passed, 0 failed"
     exit 0
 fi
 echo "2 passed, 0 failed"

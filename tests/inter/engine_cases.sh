@@ -1,0 +1,22 @@
+# Sourced by the engine test scripts: check_case runs one engine_check job under strata-run
+# and counts it. Needs run, check, log, seed, passed and failed set by the caller.
+# check_case NAME EXPECTED_COUNT PATTERN -- env... -- run options... -- args...
+# A case passes when the job exits 0, PATTERN is printed by EXPECTED_COUNT ranks, and no
+# transport reports a registration left open or a close that failed.
+check_case() {
+    local name=$1 count=$2 pattern=$3; shift 3; shift
+    local envs=() opts=()
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+    while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
+    env "${envs[@]}" "$run" --timeout 120 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1
+    local rc=$? got teardown
+    got=$(grep -c "$pattern" "$log")
+    teardown=$(grep -c 'registrations still open\|ofi: closing the .* failed\|ucx: .*ucp_mem_unmap\|verbs: closing .* failed' "$log")
+    if [ $rc -eq 0 ] && [ "$got" -eq "$count" ] && [ "$teardown" -eq 0 ]; then
+        passed=$((passed + 1)); echo "ok: $name"
+    else
+        failed=$((failed + 1))
+        echo "FAIL: $name (exit $rc, $got of $count ranks reported, $teardown teardown errors; seed $seed)"
+        grep -v 'error: engine:' "$log" | tail -30
+    fi
+}
