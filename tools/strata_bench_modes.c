@@ -29,11 +29,13 @@ typedef struct mode_run {
     uint64_t           mask[INTRA_MOE_MASK_WORDS]; /* the last step's Pull experts */
     uint64_t           switches;                   /* changes of an expert's mode */
     uint64_t           pull_steps;                 /* expert-steps moved in Pull form */
+    moe_breakdown_t   *bd;                         /* --breakdown: each phase */
 } mode_run_t;
 
 typedef struct modes_bench {
     intra_bench_t      *b;
     int                 per_node, num_nodes, num_modes, warmup;
+    bool                breakdown;
     strata_moe_route_t  route;
     strata_trace_t     *trace;
     adapt_model_t       model;
@@ -163,7 +165,8 @@ static void modes_open(modes_bench_t *m, strata_comm_t *comm)
         BENCH_TRY(strata_moe_create(comm, &p, &run->moe));
         run->clock = calloc(1, sizeof(*run->clock));
         run->model = calloc(1, sizeof(*run->model));
-        if (run->clock == NULL || run->model == NULL) {
+        run->bd    = m->breakdown ? calloc(1, sizeof(*run->bd)) : NULL;
+        if (run->clock == NULL || run->model == NULL || (m->breakdown && run->bd == NULL)) {
             modes_fail("out of memory%s", "");
         }
     }
@@ -216,14 +219,13 @@ static double modes_predict(const modes_bench_t *m, const uint64_t *mask)
 }
 
 /* The modes an object's experts moved in, and the switches since its last step. */
-static void modes_track(modes_bench_t *m, mode_run_t *run, bool record)
+static void modes_track(modes_bench_t *m, mode_run_t *run, const strata_moe_stats_t *stats,
+                        bool record)
 {
-    strata_moe_stats_t stats;
     int words = (m->b->experts + 63) / 64;
 
-    BENCH_TRY(strata_moe_get_stats(run->moe, &stats));
     for (int w = 0; w < words; ++w) {
-        uint64_t now = stats.pull_mask != NULL ? stats.pull_mask[w] : 0;
+        uint64_t now = stats->pull_mask != NULL ? stats->pull_mask[w] : 0;
 
         if (record) {
             run->switches   += (uint64_t)__builtin_popcountll(now ^ run->mask[w]);
@@ -239,11 +241,13 @@ static void modes_step(modes_bench_t *m, mode_run_t *run, bool record)
     intra_bench_t *b = m->b;
     strata_moe_layout_t *layout;
     strata_moe_recv_t recv;
-    uint64_t t0;
+    strata_moe_stats_t stats;
+    uint64_t t0, t1;
 
     MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
     t0 = util_clock_now_ns();
     BENCH_TRY(strata_moe_layout_create(run->moe, b->idx, b->tokens, &layout));
+    t1 = util_clock_now_ns();
     BENCH_TRY(strata_moe_dispatch_send(run->moe, layout, b->x, NULL));
     BENCH_TRY(strata_moe_dispatch_recv(run->moe, &recv));
     BENCH_TRY(strata_moe_combine(run->moe, NULL, b->weights, b->out));
@@ -251,7 +255,14 @@ static void modes_step(modes_bench_t *m, mode_run_t *run, bool record)
         util_histogram_record(run->clock, util_clock_now_ns() - t0);
     }
     strata_moe_layout_destroy(layout);
-    modes_track(m, run, record);
+    BENCH_TRY(strata_moe_get_stats(run->moe, &stats));
+    modes_track(m, run, &stats, record);
+    if (run->bd != NULL) {
+        if (record) {
+            util_histogram_record(&run->bd->samples[MOE_BD_LAYOUT], t1 - t0);
+        }
+        moe_breakdown_record(run->bd, &stats, record);
+    }
     if (record && b->rank == 0) {
         util_histogram_record(run->model, (uint64_t)(modes_predict(m, run->mask) * 1e9));
     }
@@ -324,6 +335,9 @@ static void modes_print(const modes_bench_t *m)
            inter[ADAPT_MODE_PULL].beta_Bps * 1e-9,
            m->model.link[ADAPT_TIER_INTRA][ADAPT_MODE_PUSH].beta_Bps * 1e-9);
     modes_print_agreement(m);
+    for (int i = 0; m->breakdown && i < m->num_modes; ++i) {
+        moe_breakdown_print(m->runs[i].name, m->runs[i].bd, m->runs[i].clock_sum.p50);
+    }
     if (push != NULL && pull != NULL && adaptive != NULL) {
         best = pull->clock_sum.p50 < push->clock_sum.p50 ? pull : push;
         printf("adaptive/best fixed mode: step p50 %.3f, p99 %.3f (best fixed: %s)\n",
@@ -340,6 +354,7 @@ static void modes_close(modes_bench_t *m)
         strata_moe_destroy(m->runs[i].moe);
         free(m->runs[i].clock);
         free(m->runs[i].model);
+        free(m->runs[i].bd);
     }
     strata_trace_destroy(m->trace);
     free(m->by_node);
@@ -351,7 +366,7 @@ int bench_moe_modes(intra_bench_t *b, strata_comm_t *comm, int per_node,
     static modes_bench_t m;
 
     m = (modes_bench_t){.b = b, .per_node = per_node, .num_nodes = b->size / per_node,
-                        .route = o->route};
+                        .route = o->route, .breakdown = o->breakdown};
     b->row_bytes = (size_t)b->hidden * sizeof(uint16_t);
     modes_parse(&m, o->modes);
     modes_trace(&m, o->trace, o->zipf, o->seed);

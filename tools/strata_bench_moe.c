@@ -28,22 +28,13 @@ static strata_status_t moe_mpi_barrier(void *ctx)
     return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? STRATA_OK : STRATA_ERR_BOOTSTRAP;
 }
 
-/* Where a step's time goes on rank 0: a layout made anew, then each phase strata times. */
-enum { MOE_BD_LAYOUT, MOE_BD_PHASES, MOE_BD_POST = MOE_BD_PHASES + STRATA_MOE_PHASES, MOE_BD_N };
-
-typedef struct moe_breakdown {
-    util_histogram_t         samples[MOE_BD_N];
-    util_histogram_summary_t median[MOE_BD_N];
-    uint64_t                 commands, delay_ns; /* the last step's cumulative counts */
-} moe_breakdown_t;
-
 static const char *const moe_bd_names[MOE_BD_N] = {
     "layout", "pack+post", "disp wait", "intra disp", "comb kernel", "comb wait", "reduce",
     "post delay",
 };
 
 /* One step's phases; the posting delay as the mean over the step's commands. */
-static void moe_breakdown_record(moe_breakdown_t *bd, const strata_moe_stats_t *s, bool record)
+void moe_breakdown_record(moe_breakdown_t *bd, const strata_moe_stats_t *s, bool record)
 {
     uint64_t commands = s->commands_posted - bd->commands;
 
@@ -58,16 +49,15 @@ static void moe_breakdown_record(moe_breakdown_t *bd, const strata_moe_stats_t *
     bd->delay_ns = s->post_delay_ns;
 }
 
-static void moe_breakdown_print(int tokens, const char *route, moe_breakdown_t *bd,
-                                const intra_result_t *r)
+void moe_breakdown_print(const char *row, moe_breakdown_t *bd, uint64_t step_p50)
 {
-    printf("%6d %-5s breakdown |", tokens, route);
+    printf("%s breakdown |", row);
     for (int i = 0; i < MOE_BD_N; ++i) {
         util_histogram_summarize(&bd->samples[i], &bd->median[i]);
         util_histogram_reset(&bd->samples[i]);
         printf(" %s %.1f", moe_bd_names[i], (double)bd->median[i].p50 / 1e3);
         if (i != MOE_BD_POST) {
-            printf(" (%.0f%%)", 100.0 * (double)bd->median[i].p50 / (double)r->step.p50);
+            printf(" (%.0f%%)", 100.0 * (double)bd->median[i].p50 / (double)step_p50);
         }
         printf(i + 1 < MOE_BD_N ? " |" : "\n");
     }
@@ -161,8 +151,12 @@ static void moe_print(const intra_bench_t *b, moe_route_t *flat, moe_route_t *hi
                r->stats.net_bounce ? "a host bounce buffer" : "the registered heap");
     }
     if (breakdown) {
-        moe_breakdown_print(b->tokens, "flat", &flat->bd, &flat->result);
-        moe_breakdown_print(b->tokens, "hier", &hier->bd, &hier->result);
+        char row[32];
+
+        snprintf(row, sizeof(row), "%6d flat ", b->tokens);
+        moe_breakdown_print(row, &flat->bd, flat->result.step.p50);
+        snprintf(row, sizeof(row), "%6d hier ", b->tokens);
+        moe_breakdown_print(row, &hier->bd, hier->result.step.p50);
     }
     fflush(stdout);
 }
@@ -288,6 +282,7 @@ int bench_moe_main(int argc, char **argv)
     bs.world_size    = b.size;
     BENCH_TRY(strata_comm_create(&config, &bs, &comm));
     if (modes.modes != NULL) {
+        modes.breakdown = breakdown;
         b.tokens = o.sizes[0];
         b.iters  = o.iters > 0 ? o.iters : 200;
         bench_moe_modes(&b, comm, per_node, &modes);

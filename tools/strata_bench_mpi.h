@@ -76,6 +76,21 @@ int  intra_parse_sizes(const char *text, int *sizes);
     {"iters", required_argument, NULL, 'i'}, {"help", no_argument, NULL, 'h'}
 #define INTRA_BENCH_SHORT "t:H:k:e:i:h"
 
+/* Where a step's time goes on rank 0: a layout made anew, then each phase strata times,
+ * then the mean delay from a kernel's command to its posting (strata_bench_moe.c). */
+enum { MOE_BD_LAYOUT, MOE_BD_PHASES, MOE_BD_POST = MOE_BD_PHASES + STRATA_MOE_PHASES, MOE_BD_N };
+
+typedef struct moe_breakdown {
+    util_histogram_t         samples[MOE_BD_N];
+    util_histogram_summary_t median[MOE_BD_N];
+    uint64_t                 commands, delay_ns; /* the last step's cumulative counts */
+} moe_breakdown_t;
+
+/** Record one step's phases from the object's stats (after the step). */
+void moe_breakdown_record(moe_breakdown_t *bd, const strata_moe_stats_t *s, bool record);
+/** "ROW breakdown | layout X (Y%) | ..." with each phase's median and share of step_p50. */
+void moe_breakdown_print(const char *row, moe_breakdown_t *bd, uint64_t step_p50);
+
 /** strata-bench moe --modes (strata_bench_modes.c). */
 typedef struct bench_modes_opts {
     const char        *modes; /* "push,pull,adaptive[,fixed:FILE]" */
@@ -83,6 +98,7 @@ typedef struct bench_modes_opts {
     double             zipf;  /* the generated routing's exponent */
     uint64_t           seed;
     strata_moe_route_t route;
+    bool               breakdown; /* per mode, the median of each phase */
 } bench_modes_opts_t;
 
 /** The modes one step each in turn on routing that changes by step; rank 0 prints. */
