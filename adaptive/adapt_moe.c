@@ -91,10 +91,15 @@ static strata_status_t adapt_fit_link(sched_moe_t *moe, sched_probe_t kind, adap
     return STRATA_OK;
 }
 
-/* The model measured on this rank: the node's bandwidth from copies (a copy's latency is
- * not the flag waits the intra alphas stand for, so those stay the policy's), writes and
- * reads to a rank of another node for the network's (a read's extra cost over a write
- * being Pull's round trip). What cannot be measured keeps the policy's figures. */
+/*
+ * The model measured on this rank: the node's bandwidth from copies, writes and reads to a
+ * rank of another node for the network's. The alphas stand for waiting on a source that
+ * sends an expert nothing. strata's kernels complete per (source, owner) pair, not per
+ * expert: inside the node a flag per pair and step, across nodes a header every source
+ * writes every step; the owner waits for all of them in both modes. So a measured model
+ * has no alpha in either mode, and Pull's round trip across nodes (its fetch in round two)
+ * is a small read's whole time. What cannot be measured keeps the policy's figures.
+ */
 static strata_status_t adapt_calibrate(sched_moe_t *moe, adapt_model_t *model)
 {
     adapt_link_t *intra = model->link[ADAPT_TIER_INTRA], *inter = model->link[ADAPT_TIER_INTER];
@@ -111,18 +116,20 @@ static strata_status_t adapt_calibrate(sched_moe_t *moe, adapt_model_t *model)
         return status;
     }
     if (copy_s >= 0.0) {
-        intra[ADAPT_MODE_PUSH].beta_Bps = copy.beta_Bps;
-        intra[ADAPT_MODE_PULL].beta_Bps = copy.beta_Bps;
+        intra[ADAPT_MODE_PUSH] = (adapt_link_t){.alpha_s = 0.0, .beta_Bps = copy.beta_Bps};
+        intra[ADAPT_MODE_PULL] = (adapt_link_t){.alpha_s = 0.0, .beta_Bps = copy.beta_Bps};
+    }
+    if (write_s >= 0.0) {
+        inter[ADAPT_MODE_PUSH].alpha_s = 0.0;
     }
     if (write_s >= 0.0 && read_s >= 0.0) {
-        inter[ADAPT_MODE_PULL].alpha_s     = write_s;
-        model->pull_rtt_s[ADAPT_TIER_INTER] = read_s > write_s ? read_s - write_s : 0.0;
+        inter[ADAPT_MODE_PULL].alpha_s     = 0.0;
+        model->pull_rtt_s[ADAPT_TIER_INTER] = read_s;
     }
-    UTIL_LOG_INFO("adaptive: calibrated: intra %.2f GB/s; inter push %.2f us %.2f GB/s, "
-                  "pull %.2f us + %.2f us %.2f GB/s", intra[0].beta_Bps * 1e-9,
-                  inter[0].alpha_s * 1e6, inter[0].beta_Bps * 1e-9,
-                  inter[1].alpha_s * 1e6, model->pull_rtt_s[ADAPT_TIER_INTER] * 1e6,
-                  inter[1].beta_Bps * 1e-9);
+    UTIL_LOG_INFO("adaptive: calibrated: intra %.2f GB/s; inter push %.2f GB/s (a small "
+                  "write %.2f us), pull %.2f us round trip + %.2f GB/s", intra[0].beta_Bps * 1e-9,
+                  inter[0].beta_Bps * 1e-9, write_s * 1e6,
+                  model->pull_rtt_s[ADAPT_TIER_INTER] * 1e6, inter[1].beta_Bps * 1e-9);
     return STRATA_OK;
 }
 

@@ -69,23 +69,29 @@ case_run "3x2 flat, all tokens to expert 5, capacity 8" 6 "$ok" -- $calm STRATA_
 case_run "2x2, a flat and a hierarchical object at once" 4 "$ok" -- $calm -- -n 4 --nodes 2 -- --steps $(steps 40) --two 1
 # Adaptive: a trace whose hot experts move every 10 steps; the owners switch experts between
 # Push and Pull as they do (checked: results exact, every rank in the same modes each step,
-# at least one change). A policy file with a short dwell, and the model measured at creation.
+# at least one change). A policy file with a short dwell, and the model measured at creation,
+# starting in Pull: the measured model prices Push below Pull wherever an expert has rows
+# (docs/adaptive.md "Calibration"), so the experts that get tokens move to Push.
 "$tune" generate --experts 32 --ranks 4 --ranks-per-node 2 --tokens 16 --topk 2 --hidden 256 \
     --zipf 1.6 --drift-period 10 --drift-fraction 1 --steps 60 --seed "$seed" -o "$dir/drift.trace" ||
     { echo "FAIL: strata-tune generate"; exit 1; }
 cat >"$dir/policy.json" <<'JSON'
-{"format": "strata-policy", "version": 1, "alpha": 0.5, "margin": 0.05, "noise_k": 0.5, "dwell": 2}
+{"format": "strata-policy", "version": 1, "alpha": 0.5, "margin": 0.05, "noise_k": 0.5, "dwell": 2, "initial": "pull"}
 JSON
 case_run "2x2 flat, adaptive on a drifting trace" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
 case_run "2x2 hierarchical, adaptive, policy file, calibrated" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_ADAPTIVE_POLICY="$dir/policy.json" STRATA_ADAPTIVE_CALIBRATE=on STRATA_ADAPTIVE_SAVE="$dir/saved.json" -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
 # STRATA_ADAPTIVE_SAVE: rank 0 wrote the policy it used: the file's parameters, and the
-# network's figures as measured over the veth link (not the built-in 5 us + 45 GB/s).
+# model as measured (docs/adaptive.md "Calibration"): no alpha in either mode or tier, the
+# network's bandwidth over the veth link (not the built-in 45 GB/s), and Pull's round trip.
 if python3 - "$dir/saved.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
-push = p["model"]["inter"]["push"]
-assert p["alpha"] == 0.5 and p["dwell"] == 2, p
-assert push["alpha_us"] != 5 and push["beta_GBps"] != 45, push
+m = p["model"]
+assert p["alpha"] == 0.5 and p["dwell"] == 2 and p["initial"] == "pull", p
+for tier in ("intra", "inter"):
+    for mode in ("push", "pull"):
+        assert m[tier][mode]["alpha_us"] == 0, (tier, mode, m)
+assert m["inter"]["push"]["beta_GBps"] != 45 and m["inter"]["pull_rtt_us"] > 0, m
 PY
 then
     passed=$((passed + 1)); echo "ok: the calibrated policy saved by STRATA_ADAPTIVE_SAVE"
