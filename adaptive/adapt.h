@@ -10,6 +10,7 @@
 #include <strata/strata.h>
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "scheduler/sched.h"
@@ -96,6 +97,17 @@ double adapt_model_cost(const adapt_model_t *model, adapt_mode_t mode, int owner
 /** The same for an observed step (busy from the counts). */
 double adapt_model_step_cost(const adapt_model_t *model, adapt_mode_t mode, int owner_node,
                              int num_nodes, const int32_t *tokens, double row_bytes);
+
+/** The share of a large probe's time its difference from a small one's must reach. */
+#define ADAPT_FIT_MIN_SHARE 0.1
+
+/**
+ * Calibration: the bandwidth of a link from the median times of a small and a large
+ * transfer, into *beta_Bps_p. false (nothing set) where the large one took less than
+ * ADAPT_FIT_MIN_SHARE of its time longer than the small one: noise, not a bandwidth.
+ */
+bool adapt_link_fit_beta(size_t small_bytes, double small_s, size_t large_bytes, double large_s,
+                         double *beta_Bps_p);
 
 /* --- Policy ------------------------------------------------------------------------------- */
 

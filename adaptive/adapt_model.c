@@ -4,6 +4,8 @@
  */
 #include "adapt.h"
 
+#include <math.h>
+
 void adapt_model_default(adapt_model_t *model)
 {
     /* NVLink inside the node; a 400 Gb/s NIC between nodes, where a read costs a round trip
@@ -60,4 +62,19 @@ double adapt_model_step_cost(const adapt_model_t *model, adapt_mode_t mode, int 
                                    tokens[j] > 0 ? 1.0 : 0.0, row_bytes);
     }
     return seconds;
+}
+
+bool adapt_link_fit_beta(size_t small_bytes, double small_s, size_t large_bytes, double large_s,
+                         double *beta_Bps_p)
+{
+    double slope_s = large_s - small_s;
+
+    /* Below a tenth of the large transfer's time, the difference is the probes' noise (a
+     * busy machine's scheduling delays both alike), and its inverse no bandwidth. */
+    if (!(large_bytes > small_bytes) || !(slope_s >= ADAPT_FIT_MIN_SHARE * large_s) ||
+        !isfinite(slope_s)) {
+        return false;
+    }
+    *beta_Bps_p = (double)(large_bytes - small_bytes) / slope_s;
+    return true;
 }

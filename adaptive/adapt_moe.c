@@ -84,8 +84,10 @@ static strata_status_t adapt_fit_link(sched_moe_t *moe, sched_probe_t kind, adap
         return status;
     }
     link->alpha_s = small_s;
-    if (large_s > small_s) {
-        link->beta_Bps = (double)(large - ADAPT_PROBE_SMALL) / (large_s - small_s);
+    if (!adapt_link_fit_beta(ADAPT_PROBE_SMALL, small_s, large, large_s, &link->beta_Bps)) {
+        UTIL_LOG_WARN("adaptive: calibration: a %zu-byte transfer took %.1f us, a %d-byte one "
+                      "%.1f us: too close to tell a bandwidth; keeping %.2f GB/s", large,
+                      large_s * 1e6, ADAPT_PROBE_SMALL, small_s * 1e6, link->beta_Bps * 1e-9);
     }
     *small_s_p = small_s;
     return STRATA_OK;
