@@ -441,6 +441,9 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
         status = inter_heartbeat_setup(engine);
     }
     if (status == STRATA_OK) {
+        status = inter_queues_init(&engine->pending, params->world_size);
+    }
+    if (status == STRATA_OK) {
         status = inter_engine_mem_register(engine, engine->ctrl, 64, &engine->ctrl_mr);
     }
     if (status != STRATA_OK) {
@@ -738,6 +741,7 @@ void inter_engine_destroy(inter_engine_t *engine)
     }
     inter_proxy_drain(engine); /* every request back into the pools */
     inter_pools_destroy(engine);
+    inter_queues_cleanup(&engine->pending);
     while (engine->late_release != NULL) {
         inter_late_release_t *late = engine->late_release;
 

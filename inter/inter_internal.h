@@ -55,7 +55,7 @@ typedef struct inter_request_priv inter_request_priv_t;
 typedef struct inter_op {
     char                   context[INTER_CONTEXT_SPACE];
     inter_request_t       *req;
-    struct inter_op       *next;     /* proxy: pending list */
+    struct inter_op       *next;     /* proxy: its peer's queue of operations to post */
     struct inter_op       *sibling;  /* the request's next operation (pooled ops are chained) */
     inter_op_kind_t        kind;
     int                    rail;
@@ -71,6 +71,23 @@ typedef struct inter_op {
     struct inter_ring     *ring;     /* a work ring's command, else NULL (req is set) */
     uint32_t               counter;  /* ring: the completion counter it raises */
 } inter_op_t;
+
+typedef struct inter_op_queue {
+    inter_op_t *head, *tail;
+} inter_op_queue_t;
+
+/*
+ * The operations waiting to be posted (inter_queue.c): a queue per peer, in submission
+ * order, and the turns of the peers that have some. Proxy-owned.
+ */
+typedef struct inter_queues {
+    inter_op_queue_t *peers;   /* [world] */
+    int              *turns;   /* ring of world slots: peers waiting for their turn */
+    bool             *listed;  /* [world] in turns, or taking its turn now */
+    int               first;   /* turns[first] goes next */
+    int               waiting; /* peers in turns */
+    int               world;
+} inter_queues_t;
 
 typedef enum inter_req_type {
     INTER_REQ_RMA,    /* writes and reads: ops[] posted as they are */
@@ -238,7 +255,7 @@ struct inter_engine {
     bool                   caller_progress; /* waiters progress; the thread only beats */
     atomic_uint            rings_live;    /* work rings attached or retiring: run flat out */
     /* proxy-owned */
-    inter_op_t            *pending_head, *pending_tail;
+    inter_queues_t         pending;     /* operations waiting to be posted, per peer */
     inter_request_t       *active;
     inter_request_t       *recvs;       /* posted user receives, in order */
     inter_unexpected_t    *unexpected;
@@ -375,6 +392,24 @@ void            inter_pools_reclaimable(inter_engine_t *engine);
 bool            inter_pools_sweep_due(const inter_engine_t *engine);
 /** Proxy: a sweep starts; what is reclaimable by now it will find. */
 void            inter_pools_sweeping(inter_engine_t *engine);
+
+/* inter_queue.c (proxy) */
+strata_status_t inter_queues_init(inter_queues_t *queues, int world);
+void            inter_queues_cleanup(inter_queues_t *queues); /* tolerates a cleared one */
+/** op at the end of op->peer's queue; the peer waits for a turn if it was not. */
+void            inter_queues_push(inter_queues_t *queues, inter_op_t *op);
+/** The first operation of peer's queue, NULL when it is empty. */
+inter_op_t     *inter_queues_head(const inter_queues_t *queues, int peer);
+/** The first operation leaves peer's queue. */
+void            inter_queues_pop(inter_queues_t *queues, int peer);
+/** The peer whose turn it is (taken out of the turns), -1 when none waits. */
+int             inter_queues_next(inter_queues_t *queues);
+/** Peer's turn is over: it waits for another after the others if its queue is not empty. */
+void            inter_queues_end_turn(inter_queues_t *queues, int peer);
+/** Peers waiting for a turn. */
+int             inter_queues_waiting(const inter_queues_t *queues);
+/** Every queue emptied, nobody waiting (destroy, once the endpoints are shut down). */
+void            inter_queues_clear(inter_queues_t *queues);
 
 /* inter_request.c */
 strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req);
