@@ -5,6 +5,7 @@
 #define STRATA_INTER_INTERNAL_H
 
 #include "engine.h"
+#include "inter_rate.h"
 #include "transport.h"
 #include "util/util.h"
 
@@ -70,6 +71,8 @@ typedef struct inter_op {
     int                    slot;     /* send: tx slot used, -1 none yet; ring: its slot */
     struct inter_ring     *ring;     /* a work ring's command, else NULL (req is set) */
     uint32_t               counter;  /* ring: the completion counter it raises */
+    inter_rate_stamp_t     stamp;    /* rate control: taken when posted, used at completion */
+    bool                   paced;    /* held back by its peer's window at least once */
 } inter_op_t;
 
 typedef struct inter_op_queue {
@@ -88,6 +91,16 @@ typedef struct inter_queues {
     int               waiting; /* peers in turns */
     int               world;
 } inter_queues_t;
+
+/*
+ * Rate control towards one peer (inter_pace.c): the proxy's estimator, and the figures it
+ * publishes for inter_engine_peer_rate, which any thread may read.
+ */
+typedef struct inter_peer_pace {
+    inter_rate_t     rate;      /* proxy-owned */
+    _Atomic uint64_t rate_bits; /* rate.rate_Bps's bits */
+    _Atomic uint64_t rtt_ns, window, in_flight, paced;
+} inter_peer_pace_t;
 
 typedef enum inter_req_type {
     INTER_REQ_RMA,    /* writes and reads: ops[] posted as they are */
@@ -256,6 +269,7 @@ struct inter_engine {
     atomic_uint            rings_live;    /* work rings attached or retiring: run flat out */
     /* proxy-owned */
     inter_queues_t         pending;     /* operations waiting to be posted, per peer */
+    inter_peer_pace_t     *pace;        /* [world] rate control towards each peer */
     inter_request_t       *active;
     inter_request_t       *recvs;       /* posted user receives, in order */
     inter_unexpected_t    *unexpected;
@@ -410,6 +424,22 @@ void            inter_queues_end_turn(inter_queues_t *queues, int peer);
 int             inter_queues_waiting(const inter_queues_t *queues);
 /** Every queue emptied, nobody waiting (destroy, once the endpoints are shut down). */
 void            inter_queues_clear(inter_queues_t *queues);
+
+/* inter_pace.c */
+strata_status_t inter_pace_create(inter_engine_t *engine);
+void            inter_pace_destroy(inter_engine_t *engine);
+/** Rate control towards peer from scratch, its floor one chunk per rail of the pair. */
+void            inter_pace_reset(inter_engine_t *engine, int peer);
+/** Proxy: whether the next operation to peer may go, bytes_ahead being posted with it. */
+bool            inter_pace_admits(const inter_engine_t *engine, int peer, uint64_t bytes_ahead);
+/** Proxy: the window holds op back (counted once per operation). */
+void            inter_pace_hold(inter_engine_t *engine, inter_op_t *op);
+/** Proxy: op was posted at now; more_queued, more for its peer waits right behind it. */
+void            inter_pace_posted(inter_engine_t *engine, inter_op_t *op, bool more_queued,
+                                  uint64_t now);
+/** Proxy: op (a write, read or send, a work ring's command too) completed with status. */
+void            inter_pace_completed(inter_engine_t *engine, const inter_op_t *op,
+                                     strata_status_t status, uint64_t now);
 
 /* inter_request.c */
 strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req);

@@ -1,7 +1,7 @@
 /*
  * The proxy thread: takes requests off the submission ring, posts their operations in
- * order per peer, peers taking turns (keeping what the transport cannot take yet), polls
- * every rail's completion queue,
+ * order per peer, peers taking turns (keeping what the transport cannot take yet, and
+ * under rate control what the peer's window cannot), polls every rail's completion queue,
  * counts immediates, matches messages to receives, sends heartbeats and fails silent peers.
  * A round of it (inter_proxy_step) runs under the engine's progress lock: on the progress
  * thread (STRATA_INTER_PROGRESS=thread, or while work rings are attached), or on whichever
@@ -269,13 +269,14 @@ static strata_status_t inter_pending_check(const inter_engine_t *engine, const i
     return inter_engine_peer_failed(engine, op->peer) ? STRATA_ERR_PEER_FAILED : STRATA_OK;
 }
 
-/* The head of peer's queue was posted: it leaves the queue for the transport. */
-static void inter_pending_posted(inter_engine_t *engine, int peer)
+/* The head of peer's queue was posted at now: it leaves the queue for the transport. */
+static void inter_pending_posted(inter_engine_t *engine, int peer, uint64_t now)
 {
     inter_op_t *op = inter_queues_head(&engine->pending, peer);
 
     inter_queues_pop(&engine->pending, peer);
     op->req->ops_posted++;
+    inter_pace_posted(engine, op, inter_queues_head(&engine->pending, peer) != NULL, now);
 }
 
 /* The head of peer's queue leaves it unposted, finished with status. */
@@ -291,26 +292,29 @@ static void inter_pending_drop(inter_engine_t *engine, int peer, strata_status_t
 }
 
 /* The run of writes and reads at the head of peer's queue that can go on the head's rail in
- * one post call (verbs chains them into one ibv_post_send). */
+ * one post call (verbs chains them into one ibv_post_send), as far as the window allows. */
 static int inter_gather_rma(const inter_engine_t *engine, int peer, inter_post_t *posts)
 {
     const inter_op_t *head = inter_queues_head(&engine->pending, peer);
+    uint64_t ahead = 0;
     int count = 0;
 
     for (inter_op_t *op = inter_queues_head(&engine->pending, peer);
          op != NULL && count < INTER_PROXY_POST_BATCH && op->rail == head->rail &&
          (op->kind == INTER_OP_WRITE || op->kind == INTER_OP_READ) &&
-         inter_pending_check(engine, op) == STRATA_OK;
+         inter_pending_check(engine, op) == STRATA_OK && inter_pace_admits(engine, peer, ahead);
          op = op->next) {
         posts[count++] = inter_rma_post(engine, op);
+        ahead += op->len;
     }
     return count;
 }
 
 /*
  * Peer's turn: post its operations in order, a send alone, a run of writes and reads on one
- * rail as one list, until its queue is empty (STRATA_OK) or the transport pushes back
- * (STRATA_ERR_BUSY). Adds what left the queue to *work_p.
+ * rail as one list, until its queue is empty, its window full (STRATA_OK: completions open
+ * it again) or the transport pushes back (STRATA_ERR_BUSY). Adds what left the queue to
+ * *work_p.
  */
 static strata_status_t inter_post_peer(inter_engine_t *engine, int peer, int *work_p)
 {
@@ -318,6 +322,7 @@ static strata_status_t inter_post_peer(inter_engine_t *engine, int peer, int *wo
     strata_status_t status;
     inter_op_t *op;
     int count, posted;
+    uint64_t now;
 
     while ((op = inter_queues_head(&engine->pending, peer)) != NULL) {
         status = inter_pending_check(engine, op);
@@ -326,7 +331,12 @@ static strata_status_t inter_post_peer(inter_engine_t *engine, int peer, int *wo
             ++*work_p;
             continue;
         }
+        if (!inter_pace_admits(engine, peer, 0)) {
+            inter_pace_hold(engine, op);
+            return STRATA_OK;
+        }
         atomic_store_explicit(&engine->proxy_target, peer, memory_order_relaxed);
+        now = util_clock_now_ns();
         if (op->kind == INTER_OP_SEND) {
             count  = 1;
             status = inter_post_send(engine, op);
@@ -337,7 +347,7 @@ static strata_status_t inter_post_peer(inter_engine_t *engine, int peer, int *wo
         }
         atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
         for (int i = 0; i < posted; ++i) {
-            inter_pending_posted(engine, peer);
+            inter_pending_posted(engine, peer, now);
         }
         *work_p += posted;
         if (status == STRATA_ERR_BUSY) {
@@ -351,7 +361,8 @@ static strata_status_t inter_post_peer(inter_engine_t *engine, int peer, int *wo
     return STRATA_OK;
 }
 
-/* Post what waits, peer after peer, each in its turn, until the transport pushes back. */
+/* Post what waits, peer after peer, each in its turn, until the transport pushes back. A
+ * peer whose window is full keeps its operations, in order, and the others go on. */
 static int inter_post_pending(inter_engine_t *engine)
 {
     int turns = inter_queues_waiting(&engine->pending), work = 0, peer;
@@ -440,8 +451,12 @@ static void inter_on_heartbeat(inter_engine_t *engine, inter_op_t *op, strata_st
     }
 }
 
-static void inter_on_local(inter_engine_t *engine, inter_op_t *op, strata_status_t status)
+static void inter_on_local(inter_engine_t *engine, inter_op_t *op, strata_status_t status,
+                           uint64_t now)
 {
+    if (op->kind != INTER_OP_HEARTBEAT) {
+        inter_pace_completed(engine, op, status, now); /* every write, read and send */
+    }
     if (op->ring != NULL) {
         inter_ring_op_done(engine, op, status);
         return;
@@ -474,7 +489,7 @@ static void inter_break_rail(inter_engine_t *engine, int r)
     }
 }
 
-static void inter_on_cqe(inter_engine_t *engine, const inter_cqe_t *cqe)
+static void inter_on_cqe(inter_engine_t *engine, const inter_cqe_t *cqe, uint64_t now)
 {
     inter_op_t *op = cqe->context;
 
@@ -486,7 +501,7 @@ static void inter_on_cqe(inter_engine_t *engine, const inter_cqe_t *cqe)
     }
     /* What was posted decides, not the flags: providers may leave error flags empty. */
     if (op->kind != INTER_OP_RX) {
-        inter_on_local(engine, op, cqe->status);
+        inter_on_local(engine, op, cqe->status, now);
         return;
     }
     if (cqe->kind == INTER_CQE_RECV && cqe->status == STRATA_OK) {
@@ -500,6 +515,7 @@ static void inter_on_cqe(inter_engine_t *engine, const inter_cqe_t *cqe)
 static int inter_poll_rail(inter_engine_t *engine, int r)
 {
     inter_cqe_t cqes[INTER_PROXY_CQ_BATCH];
+    uint64_t now;
     int n = 0;
 
     if (engine->rail_broken[r]) {
@@ -509,8 +525,9 @@ static int inter_poll_rail(inter_engine_t *engine, int r)
         inter_break_rail(engine, r);
         return 0;
     }
+    now = util_clock_now_ns(); /* when this batch of completions was seen */
     for (int i = 0; i < n; ++i) {
-        inter_on_cqe(engine, &cqes[i]);
+        inter_on_cqe(engine, &cqes[i], now);
     }
     return n;
 }
