@@ -121,6 +121,9 @@ typedef struct inter_engine_params {
      *  rank's node then go through a same-node transport (libfabric shm) where one opens. */
     const int  *rank_node;
     bool        same_node_network; /**< same-node peers over the network transport too */
+    /** Pace submissions to each peer by its estimated delivery rate
+     *  (STRATA_INTER_RATE_CONTROL; see inter_engine_peer_rate). */
+    bool        rate_control;
 } inter_engine_params_t;
 
 /** The STRATA_INTER_* variables. */
@@ -186,6 +189,25 @@ bool        inter_engine_has_read(const inter_engine_t *engine);
 uint64_t    inter_engine_peer_timeout_ns(const inter_engine_t *engine);
 /** Whether peer has been declared failed (by heartbeat silence or a transport error). */
 bool        inter_engine_peer_failed(const inter_engine_t *engine, int peer);
+
+/** Rate control towards one peer, as the proxy estimates it (inter_engine_peer_rate). */
+typedef struct inter_peer_rate {
+    double   rate_Bps;        /**< estimated delivery rate, bytes per second (0: no sample yet) */
+    uint64_t rtt_ns;          /**< base round trip: the least seen recently (0: none yet) */
+    uint64_t window_bytes;    /**< bytes allowed in flight to the peer now */
+    uint64_t in_flight_bytes; /**< bytes posted and not yet completed */
+    uint64_t paced;           /**< operations held back by the window so far */
+} inter_peer_rate_t;
+
+/**
+ * The delivery rate, base RTT and window the engine keeps for peer, from the local
+ * completions of what this rank posted to it (writes, reads, sends, work ring commands;
+ * docs/engine.md, "Rate control"). Estimated with rate control off too; the window is then
+ * UINT64_MAX and nothing is held (paced 0). Any thread, without waiting for the proxy: each
+ * figure is one the proxy held, the five not necessarily from the same instant.
+ * STRATA_ERR_INVALID, with a log line, for a peer out of range.
+ */
+strata_status_t inter_engine_peer_rate(inter_engine_t *engine, int peer, inter_peer_rate_t *rate_p);
 
 #define INTER_MAX_FAILURE_WATCHES 64
 /**

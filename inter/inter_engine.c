@@ -31,6 +31,7 @@ typedef struct inter_config {
     int      heartbeat_path;
     int      progress;
     int      same_node;
+    bool     rate_control;
 } inter_config_t;
 
 static const char *const inter_chunk_order_names[] = {"forward", "reverse", NULL};
@@ -94,6 +95,11 @@ static const util_config_field_t inter_config_fields[] = {
             "the transport has a path: libfabric shm beside a network provider) or network.",
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(inter_config_t, same_node),
      .enum_names = inter_same_node_names},
+    {.name = "INTER_RATE_CONTROL", .default_value = "off",
+     .doc = "Pace writes, reads and sends to each peer so that the bytes in flight stay near "
+            "twice its estimated delivery rate times its base round trip (on); off only "
+            "estimates them.",
+     .type = UTIL_CONFIG_BOOL, .offset = offsetof(inter_config_t, rate_control)},
 };
 
 const util_config_table_t inter_config_table = {
@@ -135,6 +141,7 @@ strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
     params->heartbeat_path    = (inter_heartbeat_path_t)config.heartbeat_path;
     params->progress          = (inter_progress_t)config.progress;
     params->same_node_network = config.same_node == 1;
+    params->rate_control      = config.rate_control;
     util_config_release(&inter_config_table, &config);
     return STRATA_OK;
 }
@@ -441,6 +448,12 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
         status = inter_heartbeat_setup(engine);
     }
     if (status == STRATA_OK) {
+        status = inter_queues_init(&engine->pending, params->world_size);
+    }
+    if (status == STRATA_OK) {
+        status = inter_pace_create(engine); /* floors from the rails opened */
+    }
+    if (status == STRATA_OK) {
         status = inter_engine_mem_register(engine, engine->ctrl, 64, &engine->ctrl_mr);
     }
     if (status != STRATA_OK) {
@@ -666,6 +679,7 @@ strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
     for (int peer = 0; peer < engine->params.world_size && status == STRATA_OK; ++peer) {
         status = inter_connect_peer(engine, peer, (const char *)blobs + (size_t)peer * blob_size);
         engine->last_seen[peer] = now;
+        inter_pace_reset(engine, peer); /* the pair's rails are known now */
     }
     INTER_FOR_EACH_RAIL(engine, r) {
         if (status == STRATA_OK) {
@@ -738,6 +752,8 @@ void inter_engine_destroy(inter_engine_t *engine)
     }
     inter_proxy_drain(engine); /* every request back into the pools */
     inter_pools_destroy(engine);
+    inter_queues_cleanup(&engine->pending);
+    inter_pace_destroy(engine);
     while (engine->late_release != NULL) {
         inter_late_release_t *late = engine->late_release;
 

@@ -5,6 +5,7 @@
 #define STRATA_INTER_INTERNAL_H
 
 #include "engine.h"
+#include "inter_rate.h"
 #include "transport.h"
 #include "util/util.h"
 
@@ -55,7 +56,7 @@ typedef struct inter_request_priv inter_request_priv_t;
 typedef struct inter_op {
     char                   context[INTER_CONTEXT_SPACE];
     inter_request_t       *req;
-    struct inter_op       *next;     /* proxy: pending list */
+    struct inter_op       *next;     /* proxy: its peer's queue of operations to post */
     struct inter_op       *sibling;  /* the request's next operation (pooled ops are chained) */
     inter_op_kind_t        kind;
     int                    rail;
@@ -70,7 +71,36 @@ typedef struct inter_op {
     int                    slot;     /* send: tx slot used, -1 none yet; ring: its slot */
     struct inter_ring     *ring;     /* a work ring's command, else NULL (req is set) */
     uint32_t               counter;  /* ring: the completion counter it raises */
+    inter_rate_stamp_t     stamp;    /* rate control: taken when posted, used at completion */
+    bool                   paced;    /* held back by its peer's window at least once */
 } inter_op_t;
+
+typedef struct inter_op_queue {
+    inter_op_t *head, *tail;
+} inter_op_queue_t;
+
+/*
+ * The operations waiting to be posted (inter_queue.c): a queue per peer, in submission
+ * order, and the turns of the peers that have some. Proxy-owned.
+ */
+typedef struct inter_queues {
+    inter_op_queue_t *peers;   /* [world] */
+    int              *turns;   /* ring of world slots: peers waiting for their turn */
+    bool             *listed;  /* [world] in turns, or taking its turn now */
+    int               first;   /* turns[first] goes next */
+    int               waiting; /* peers in turns */
+    int               world;
+} inter_queues_t;
+
+/*
+ * Rate control towards one peer (inter_pace.c): the proxy's estimator, and the figures it
+ * publishes for inter_engine_peer_rate, which any thread may read.
+ */
+typedef struct inter_peer_pace {
+    inter_rate_t     rate;      /* proxy-owned */
+    _Atomic uint64_t rate_bits; /* rate.rate_Bps's bits */
+    _Atomic uint64_t rtt_ns, window, in_flight, paced;
+} inter_peer_pace_t;
 
 typedef enum inter_req_type {
     INTER_REQ_RMA,    /* writes and reads: ops[] posted as they are */
@@ -238,7 +268,8 @@ struct inter_engine {
     bool                   caller_progress; /* waiters progress; the thread only beats */
     atomic_uint            rings_live;    /* work rings attached or retiring: run flat out */
     /* proxy-owned */
-    inter_op_t            *pending_head, *pending_tail;
+    inter_queues_t         pending;     /* operations waiting to be posted, per peer */
+    inter_peer_pace_t     *pace;        /* [world] rate control towards each peer */
     inter_request_t       *active;
     inter_request_t       *recvs;       /* posted user receives, in order */
     inter_unexpected_t    *unexpected;
@@ -375,6 +406,40 @@ void            inter_pools_reclaimable(inter_engine_t *engine);
 bool            inter_pools_sweep_due(const inter_engine_t *engine);
 /** Proxy: a sweep starts; what is reclaimable by now it will find. */
 void            inter_pools_sweeping(inter_engine_t *engine);
+
+/* inter_queue.c (proxy) */
+strata_status_t inter_queues_init(inter_queues_t *queues, int world);
+void            inter_queues_cleanup(inter_queues_t *queues); /* tolerates a cleared one */
+/** op at the end of op->peer's queue; the peer waits for a turn if it was not. */
+void            inter_queues_push(inter_queues_t *queues, inter_op_t *op);
+/** The first operation of peer's queue, NULL when it is empty. */
+inter_op_t     *inter_queues_head(const inter_queues_t *queues, int peer);
+/** The first operation leaves peer's queue. */
+void            inter_queues_pop(inter_queues_t *queues, int peer);
+/** The peer whose turn it is (taken out of the turns), -1 when none waits. */
+int             inter_queues_next(inter_queues_t *queues);
+/** Peer's turn is over: it waits for another after the others if its queue is not empty. */
+void            inter_queues_end_turn(inter_queues_t *queues, int peer);
+/** Peers waiting for a turn. */
+int             inter_queues_waiting(const inter_queues_t *queues);
+/** Every queue emptied, nobody waiting (destroy, once the endpoints are shut down). */
+void            inter_queues_clear(inter_queues_t *queues);
+
+/* inter_pace.c */
+strata_status_t inter_pace_create(inter_engine_t *engine);
+void            inter_pace_destroy(inter_engine_t *engine);
+/** Rate control towards peer from scratch, its floor one chunk per rail of the pair. */
+void            inter_pace_reset(inter_engine_t *engine, int peer);
+/** Proxy: whether the next operation to peer may go, bytes_ahead being posted with it. */
+bool            inter_pace_admits(const inter_engine_t *engine, int peer, uint64_t bytes_ahead);
+/** Proxy: the window holds op back (counted once per operation). */
+void            inter_pace_hold(inter_engine_t *engine, inter_op_t *op);
+/** Proxy: op was posted at now; more_queued, more for its peer waits right behind it. */
+void            inter_pace_posted(inter_engine_t *engine, inter_op_t *op, bool more_queued,
+                                  uint64_t now);
+/** Proxy: op (a write, read or send, a work ring's command too) completed with status. */
+void            inter_pace_completed(inter_engine_t *engine, const inter_op_t *op,
+                                     strata_status_t status, uint64_t now);
 
 /* inter_request.c */
 strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req);

@@ -1,6 +1,7 @@
 /*
  * The proxy thread: takes requests off the submission ring, posts their operations in
- * order (keeping what the transport cannot take yet), polls every rail's completion queue,
+ * order per peer, peers taking turns (keeping what the transport cannot take yet, and
+ * under rate control what the peer's window cannot), polls every rail's completion queue,
  * counts immediates, matches messages to receives, sends heartbeats and fails silent peers.
  * A round of it (inter_proxy_step) runs under the engine's progress lock: on the progress
  * thread (STRATA_INTER_PROGRESS=thread, or while work rings are attached), or on whichever
@@ -29,17 +30,6 @@ static void inter_active_push(inter_engine_t *engine, inter_request_t *req)
 {
     req->next_active = engine->active;
     engine->active   = req;
-}
-
-static void inter_pending_push(inter_engine_t *engine, inter_op_t *op)
-{
-    op->next = NULL;
-    if (engine->pending_tail) {
-        engine->pending_tail->next = op;
-    } else {
-        engine->pending_head = op;
-    }
-    engine->pending_tail = op;
 }
 
 /* An operation is over (done, failed or never posted); finish its request after the last. */
@@ -199,7 +189,7 @@ static void inter_accept(inter_engine_t *engine, inter_request_t *req)
     case INTER_REQ_SEND:
         for (inter_op_t *op = req->ops; op != NULL; op = op->sibling) {
             op->req = req;
-            inter_pending_push(engine, op);
+            inter_queues_push(&engine->pending, op);
         }
         return;
     }
@@ -279,81 +269,111 @@ static strata_status_t inter_pending_check(const inter_engine_t *engine, const i
     return inter_engine_peer_failed(engine, op->peer) ? STRATA_ERR_PEER_FAILED : STRATA_OK;
 }
 
-/* The head of the pending list leaves it: posted (STRATA_OK) or finished with status. */
-static void inter_pending_pop(inter_engine_t *engine, strata_status_t status)
+/* The head of peer's queue was posted at now: it leaves the queue for the transport. */
+static void inter_pending_posted(inter_engine_t *engine, int peer, uint64_t now)
 {
-    inter_op_t *op = engine->pending_head;
+    inter_op_t *op = inter_queues_head(&engine->pending, peer);
 
-    engine->pending_head = op->next;
-    if (engine->pending_head == NULL) {
-        engine->pending_tail = NULL;
-    }
-    if (status == STRATA_OK) {
-        op->req->ops_posted++;
-        return;
-    }
+    inter_queues_pop(&engine->pending, peer);
+    op->req->ops_posted++;
+    inter_pace_posted(engine, op, inter_queues_head(&engine->pending, peer) != NULL, now);
+}
+
+/* The head of peer's queue leaves it unposted, finished with status. */
+static void inter_pending_drop(inter_engine_t *engine, int peer, strata_status_t status)
+{
+    inter_op_t *op = inter_queues_head(&engine->pending, peer);
+
+    inter_queues_pop(&engine->pending, peer);
     if (status == STRATA_ERR_TRANSPORT) {
         inter_proxy_fail_peer(engine, op->peer, "posting to it failed");
     }
     inter_op_finished(op, status);
 }
 
-/* The run of writes and reads at the head of the pending list that can go on the head's
- * rail in one post call (verbs chains them into one ibv_post_send). */
-static int inter_gather_rma(const inter_engine_t *engine, inter_post_t *posts)
+/* The run of writes and reads at the head of peer's queue that can go on the head's rail in
+ * one post call (verbs chains them into one ibv_post_send), as far as the window allows. */
+static int inter_gather_rma(const inter_engine_t *engine, int peer, inter_post_t *posts)
 {
-    const inter_op_t *head = engine->pending_head;
+    const inter_op_t *head = inter_queues_head(&engine->pending, peer);
+    uint64_t ahead = 0;
     int count = 0;
 
-    for (inter_op_t *op = engine->pending_head;
+    for (inter_op_t *op = inter_queues_head(&engine->pending, peer);
          op != NULL && count < INTER_PROXY_POST_BATCH && op->rail == head->rail &&
          (op->kind == INTER_OP_WRITE || op->kind == INTER_OP_READ) &&
-         inter_pending_check(engine, op) == STRATA_OK;
+         inter_pending_check(engine, op) == STRATA_OK && inter_pace_admits(engine, peer, ahead);
          op = op->next) {
         posts[count++] = inter_rma_post(engine, op);
+        ahead += op->len;
     }
     return count;
 }
 
-/* Post pending operations in order until the transport pushes back: a send alone, a run
- * of writes and reads on one rail as one list. */
-static int inter_post_pending(inter_engine_t *engine)
+/*
+ * Peer's turn: post its operations in order, a send alone, a run of writes and reads on one
+ * rail as one list, until its queue is empty, its window full (STRATA_OK: completions open
+ * it again) or the transport pushes back (STRATA_ERR_BUSY). Adds what left the queue to
+ * *work_p.
+ */
+static strata_status_t inter_post_peer(inter_engine_t *engine, int peer, int *work_p)
 {
     inter_post_t posts[INTER_PROXY_POST_BATCH];
     strata_status_t status;
     inter_op_t *op;
-    int n = 0, count, posted;
+    int count, posted;
+    uint64_t now;
 
-    while ((op = engine->pending_head) != NULL) {
+    while ((op = inter_queues_head(&engine->pending, peer)) != NULL) {
         status = inter_pending_check(engine, op);
         if (status != STRATA_OK) {
-            inter_pending_pop(engine, status);
-            ++n;
+            inter_pending_drop(engine, peer, status);
+            ++*work_p;
             continue;
         }
-        atomic_store_explicit(&engine->proxy_target, op->peer, memory_order_relaxed);
+        if (!inter_pace_admits(engine, peer, 0)) {
+            inter_pace_hold(engine, op);
+            return STRATA_OK;
+        }
+        atomic_store_explicit(&engine->proxy_target, peer, memory_order_relaxed);
+        now = util_clock_now_ns();
         if (op->kind == INTER_OP_SEND) {
             count  = 1;
             status = inter_post_send(engine, op);
             posted = status == STRATA_OK;
         } else {
-            count  = inter_gather_rma(engine, posts);
+            count  = inter_gather_rma(engine, peer, posts);
             status = engine->ops->post(engine->rails[op->rail].tp, posts, count, &posted);
         }
         atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
         for (int i = 0; i < posted; ++i) {
-            inter_pending_pop(engine, STRATA_OK);
+            inter_pending_posted(engine, peer, now);
         }
-        n += posted;
+        *work_p += posted;
         if (status == STRATA_ERR_BUSY) {
-            break;
+            return status;
         }
         if (status != STRATA_OK && posted < count) {
-            inter_pending_pop(engine, status); /* the one the transport refused */
-            ++n;
+            inter_pending_drop(engine, peer, status); /* the one the transport refused */
+            ++*work_p;
         }
     }
-    return n;
+    return STRATA_OK;
+}
+
+/* Post what waits, peer after peer, each in its turn, until the transport pushes back. A
+ * peer whose window is full keeps its operations, in order, and the others go on. */
+static int inter_post_pending(inter_engine_t *engine)
+{
+    int turns = inter_queues_waiting(&engine->pending), work = 0, peer;
+    strata_status_t status = STRATA_OK;
+
+    while (turns-- > 0 && status != STRATA_ERR_BUSY &&
+           (peer = inter_queues_next(&engine->pending)) >= 0) {
+        status = inter_post_peer(engine, peer, &work);
+        inter_queues_end_turn(&engine->pending, peer);
+    }
+    return work;
 }
 
 /* --- Completions -------------------------------------------------------------------------- */
@@ -431,8 +451,12 @@ static void inter_on_heartbeat(inter_engine_t *engine, inter_op_t *op, strata_st
     }
 }
 
-static void inter_on_local(inter_engine_t *engine, inter_op_t *op, strata_status_t status)
+static void inter_on_local(inter_engine_t *engine, inter_op_t *op, strata_status_t status,
+                           uint64_t now)
 {
+    if (op->kind != INTER_OP_HEARTBEAT) {
+        inter_pace_completed(engine, op, status, now); /* every write, read and send */
+    }
     if (op->ring != NULL) {
         inter_ring_op_done(engine, op, status);
         return;
@@ -465,7 +489,7 @@ static void inter_break_rail(inter_engine_t *engine, int r)
     }
 }
 
-static void inter_on_cqe(inter_engine_t *engine, const inter_cqe_t *cqe)
+static void inter_on_cqe(inter_engine_t *engine, const inter_cqe_t *cqe, uint64_t now)
 {
     inter_op_t *op = cqe->context;
 
@@ -477,7 +501,7 @@ static void inter_on_cqe(inter_engine_t *engine, const inter_cqe_t *cqe)
     }
     /* What was posted decides, not the flags: providers may leave error flags empty. */
     if (op->kind != INTER_OP_RX) {
-        inter_on_local(engine, op, cqe->status);
+        inter_on_local(engine, op, cqe->status, now);
         return;
     }
     if (cqe->kind == INTER_CQE_RECV && cqe->status == STRATA_OK) {
@@ -491,6 +515,7 @@ static void inter_on_cqe(inter_engine_t *engine, const inter_cqe_t *cqe)
 static int inter_poll_rail(inter_engine_t *engine, int r)
 {
     inter_cqe_t cqes[INTER_PROXY_CQ_BATCH];
+    uint64_t now;
     int n = 0;
 
     if (engine->rail_broken[r]) {
@@ -500,8 +525,9 @@ static int inter_poll_rail(inter_engine_t *engine, int r)
         inter_break_rail(engine, r);
         return 0;
     }
+    now = util_clock_now_ns(); /* when this batch of completions was seen */
     for (int i = 0; i < n; ++i) {
-        inter_on_cqe(engine, &cqes[i]);
+        inter_on_cqe(engine, &cqes[i], now);
     }
     return n;
 }
@@ -808,8 +834,8 @@ void inter_proxy_drain(inter_engine_t *engine)
         engine->unexpected = msg->next;
         free(msg);
     }
-    engine->recvs        = NULL;
-    engine->pending_head = engine->pending_tail = NULL;
+    engine->recvs = NULL;
+    inter_queues_clear(&engine->pending);
     /* The endpoints are shut down: no ring command can complete any more. */
     inter_free_rings(engine->rings);
     inter_free_rings(engine->retired_rings);

@@ -327,6 +327,7 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
         util_work_cmd_t cmd;
         inter_op_t *op = &ring->ops[ticket & ring->mask];
         strata_status_t status;
+        uint64_t now;
 
         /* Acquire: pairs with the producer's release of seq after the command. */
         if (atomic_load_explicit(inter_ring_word(&slot->seq), memory_order_acquire) != ticket + 1) {
@@ -348,6 +349,7 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
         }
         inter_ring_fill_op(engine, ring, op, &cmd, ticket);
         atomic_store_explicit(&engine->proxy_target, cmd.peer, memory_order_relaxed);
+        now    = util_clock_now_ns();
         status = inter_ring_post(engine, op);
         atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
         if (status == STRATA_ERR_BUSY) {
@@ -357,6 +359,9 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
             inter_proxy_fail_peer(engine, cmd.peer, "posting a work ring command failed");
             break;
         }
+        /* Counted by rate control, never held: the ring is read in ticket order, and a
+         * command waiting for one peer's window would hold up those to every other. */
+        inter_pace_posted(engine, op, false, now);
         inter_ring_note_delay(ring, &cmd);
         ring->done[ticket & ring->mask] = false;
         ring->in_flight++;

@@ -7,7 +7,8 @@
  * all still be alive (heartbeats flow); with --forbid-shm, STRATA_INTER_SHARED_MEMORY=no is
  * honoured where libfabric can and refused at creation where it cannot. Prints one line per
  * rank; exit 0 on success. With --built NAME (no launcher), exit 0 when transport NAME is
- * compiled in, 77 otherwise.
+ * compiled in, 77 otherwise. Under STRATA_INTER_RATE_CONTROL=on the same checks run with
+ * submissions paced, and every peer's rate figures are checked at the end.
  */
 #include "inter/engine_check.h"
 #include "inter/transport.h"
@@ -360,6 +361,10 @@ static void bad_input_and_cancel(void)
     forged.magic = 0;
     CHECK(inter_engine_write(g_engine, next, g_src_mr, 0, &forged, 0, 8, false, 0, &req) ==
               STRATA_ERR_INVALID, "not a descriptor");
+    inter_peer_rate_t rate;
+    CHECK(inter_engine_peer_rate(g_engine, g_world, &rate) == STRATA_ERR_INVALID &&
+              inter_engine_peer_rate(g_engine, -1, &rate) == STRATA_ERR_INVALID,
+          "rate of a peer out of range");
     CHECK(req == NULL, "a refused call made a request");
 
     CHECK(inter_engine_recv(g_engine, next, big, sizeof(big), &req) == STRATA_OK, "recv");
@@ -380,6 +385,55 @@ static void bad_input_and_cancel(void)
     util_log_set_level(STRATA_LOG_LEVEL_WARN);
 }
 
+/*
+ * Rate control's figures once everything has completed: in-flight bytes back to zero for
+ * every peer (a failed work ring's last commands may still be finishing), a rate and a
+ * base RTT for each, all having been written to, and a window of at least one chunk when
+ * pacing, unbounded with nothing held otherwise. Returns the operations paced.
+ */
+static inter_peer_rate_t settled_rate(int peer)
+{
+    uint64_t deadline = util_clock_now_ns() + WAIT_NS;
+    inter_peer_rate_t rate;
+
+    for (;;) {
+        CHECK(inter_engine_peer_rate(g_engine, peer, &rate) == STRATA_OK, "rate of %d", peer);
+        if (rate.in_flight_bytes == 0 || util_clock_now_ns() > deadline) {
+            return rate;
+        }
+        if (inter_engine_progress(g_engine) == 0) {
+            usleep(1000);
+        }
+    }
+}
+
+static uint64_t check_rates(void)
+{
+    inter_engine_params_t params;
+    inter_peer_rate_t rate;
+    uint64_t paced = 0;
+
+    CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
+    for (int p = 0; p < g_world; ++p) {
+        rate = settled_rate(p);
+        CHECK(rate.in_flight_bytes == 0, "%llu bytes still in flight to %d after the checks",
+              (unsigned long long)rate.in_flight_bytes, p);
+        CHECK(rate.rate_Bps > 0 && rate.rtt_ns > 0, "no rate (%g B/s) or RTT (%llu ns) for %d",
+              rate.rate_Bps, (unsigned long long)rate.rtt_ns, p);
+        if (params.rate_control) {
+            CHECK(rate.window_bytes >= inter_engine_chunk_bytes(g_engine) &&
+                      rate.window_bytes < UINT64_MAX,
+                  "window of %llu bytes to %d", (unsigned long long)rate.window_bytes, p);
+        } else {
+            CHECK(rate.window_bytes == UINT64_MAX && rate.paced == 0,
+                  "rate control off, yet a window of %llu bytes and %llu held to %d",
+                  (unsigned long long)rate.window_bytes, (unsigned long long)rate.paced, p);
+        }
+        paced += rate.paced;
+    }
+    return params.rate_control ? paced : UINT64_MAX;
+}
+
 /* What the deliberate bad calls must log (specific texts before general ones). */
 static const char *const refusals[] = {
     "engine: unknown peer -1 (ranks are 0..",
@@ -391,6 +445,7 @@ static const char *const refusals[] = {
     "engine: immediate 65536 out of range",
     "engine: message of 70000 bytes",
     "engine: not a remote memory descriptor",
+    "engine: rate of peer ",
     "engine: a work ring already counts immediates",
     "is not valid; the ring is failed",
     NULL,
@@ -437,9 +492,15 @@ int main(int argc, char **argv)
                   STRATA_OK, "final barrier");
         CHECK(log_expect_missing() == NULL, "a refusal did not log '%s'", log_expect_missing());
         util_log_set_handler(NULL, NULL);
-        printf("rank %d of %d: all checks passed over %s, %d rails, read %s\n", g_rank, g_world,
-               inter_engine_transport_name(g_engine), inter_engine_num_rails(g_engine),
-               inter_engine_has_read(g_engine) ? "yes" : "no");
+        uint64_t paced = check_rates();
+        char pacing[64] = "";
+        if (paced != UINT64_MAX) {
+            snprintf(pacing, sizeof(pacing), ", rate control on (%llu paced)",
+                     (unsigned long long)paced);
+        }
+        printf("rank %d of %d: all checks passed over %s, %d rails, read %s%s\n", g_rank,
+               g_world, inter_engine_transport_name(g_engine), inter_engine_num_rails(g_engine),
+               inter_engine_has_read(g_engine) ? "yes" : "no", pacing);
     }
     inter_engine_mem_deregister(g_engine, g_src_mr);
     inter_engine_mem_deregister(g_engine, g_dst_mr);

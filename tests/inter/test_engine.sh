@@ -4,8 +4,8 @@
 # namespaces; skipped where they cannot be made), shm, work rings fed by host threads, a
 # rank killed mid-transfer (also while producers feed a ring), chunks posted last first (the
 # order EFA SRD may deliver them in), ranks quiet past the peer timeout with heartbeats by
-# inject and by send, progress by the waiting caller and by a thread, and
-# STRATA_INTER_SHARED_MEMORY=no. Every run must close its
+# inject and by send, progress by the waiting caller and by a thread, submissions paced by
+# rate control, and STRATA_INTER_SHARED_MEMORY=no. Every run must close its
 # registrations before its endpoints, and every fi_close must succeed.
 # With a third argument "ucx", the same matrix over the UCX transport (STRATA_INTER_TRANSPORT
 # =ucx): tcp alone (shared memory forbidden) and with UCX's shared-memory transports
@@ -107,6 +107,9 @@ check_case "tcp beside shm for same-node peers, rank 2 of 3 killed" 2 "$dead" --
 # Progress: auto takes the caller on this machine wherever ranks outnumber half the cores
 # (every multi-rank case above); a progress thread polls in these.
 check_case "tcp loopback, 4 ranks, 2 rails, progress thread" 4 "$ok" -- $calm STRATA_INTER_PROGRESS=thread $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 -- -n 4 --
+# Rate control: 16 KiB chunks keep the windows' floors small, so that pacing holds many
+# operations back while every byte and immediate is checked.
+check_case "tcp loopback, 4 ranks, 2 rails, rate control" 4 "$ok.*rate control on ([1-9]" -- $calm $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 STRATA_INTER_STRIPE_MIN=16k STRATA_INTER_RATE_CONTROL=on -- -n 4 --
 check_case "shm, 2 ranks, progress thread" 2 "$ok" -- $calm STRATA_INTER_PROGRESS=thread STRATA_INTER_PROVIDER=shm -- -n 2 --
 # Quiet ranks: heartbeats keep them alive; with caller progress the thread only beats
 # (engine_check --idle bounds its CPU time).

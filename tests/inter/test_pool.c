@@ -1,7 +1,8 @@
 /*
  * The engine's pools, on one rank writing to itself over the tcp provider: a steady stream
  * of writes, reads, sends and receives allocates nothing once warm, on the submitting
- * thread or the proxy's; every pool that runs out says STRATA_ERR_BUSY and makes no
+ * thread or the proxy's, paced by rate control or not (whose account of the bytes in
+ * flight comes back to zero); every pool that runs out says STRATA_ERR_BUSY and makes no
  * request, and takes submissions again once requests complete and are given back, well
  * before a heartbeat's sweep; a request larger than its pool is refused by name.
  *
@@ -97,9 +98,10 @@ typedef struct fixture {
 } fixture_t;
 
 /* An engine of max_requests (msg_size 0: the default) on rails rails (two: writes from
- * 16 KiB up are cut into chunks) whose heartbeat, and the sweep that comes with it, is far
- * off: pools refill here only by the sweeps they ask for. */
-static void fixture_open(fixture_t *f, uint32_t max_requests, size_t msg_size, int rails)
+ * 16 KiB up are cut into chunks), paced by rate control or not, whose heartbeat, and the
+ * sweep that comes with it, is far off: pools refill here only by the sweeps they ask for. */
+static void fixture_open(fixture_t *f, uint32_t max_requests, size_t msg_size, int rails,
+                         bool paced)
 {
     inter_engine_params_t params;
     void *blob;
@@ -110,6 +112,7 @@ static void fixture_open(fixture_t *f, uint32_t max_requests, size_t msg_size, i
     setenv("STRATA_INTER_PEER_TIMEOUT", "60s", 1);
     setenv("STRATA_INTER_RAILS", rails > 1 ? "2" : "1", 1);
     setenv("STRATA_INTER_STRIPE_MIN", rails > 1 ? "16k" : "256k", 1);
+    setenv("STRATA_INTER_RATE_CONTROL", paced ? "on" : "off", 1);
     memset(f, 0, sizeof(*f));
     assert_int_equal(inter_engine_params_from_env(&params), STRATA_OK);
     params.rank         = 0;
@@ -209,12 +212,28 @@ static void stream_round(fixture_t *f, int round)
                         f->src + (size_t)src_pages[1] * 4096, 4096);
 }
 
-static void stream(int rails)
+/* The stream's bytes all completed: rate control's account of them is back to zero. */
+static void check_rate_settled(fixture_t *f, bool paced)
+{
+    inter_peer_rate_t rate;
+
+    assert_int_equal(inter_engine_peer_rate(f->engine, 0, &rate), STRATA_OK);
+    assert_int_equal(rate.in_flight_bytes, 0);
+    assert_true(rate.rate_Bps > 0 && rate.rtt_ns > 0);
+    if (paced) {
+        assert_true(rate.window_bytes >= inter_engine_chunk_bytes(f->engine));
+        assert_true(rate.window_bytes < UINT64_MAX);
+    } else {
+        assert_true(rate.window_bytes == UINT64_MAX && rate.paced == 0);
+    }
+}
+
+static void stream(int rails, bool paced)
 {
     fixture_t f;
     long counted;
 
-    fixture_open(&f, 0, 0, rails); /* the default pools */
+    fixture_open(&f, 0, 0, rails, paced); /* the default pools */
     if (rails > 1) {
         assert_int_equal(inter_engine_num_rails(f.engine), 2);
         assert_int_equal(inter_engine_write_chunks(f.engine, 0, 64 << 10), 4);
@@ -231,22 +250,31 @@ static void stream(int rails)
     counted = atomic_load(&allocations);
     if (counted != 0) {
         fprintf(stderr, "%ld allocations by strata in %d rounds of %d + 2 writes, a read, a "
-                "send and a receive on %d rails\n", counted, STREAM_ROUNDS, WINDOW, rails);
+                "send and a receive on %d rails%s\n", counted, STREAM_ROUNDS, WINDOW, rails,
+                paced ? ", paced" : "");
     }
     assert_int_equal(counted, 0);
+    check_rate_settled(&f, paced);
     fixture_close(&f);
 }
 
 static void test_stream_allocates_nothing(void **state)
 {
     (void)state;
-    stream(1);
+    stream(1, false);
 }
 
 static void test_striped_stream_allocates_nothing(void **state)
 {
     (void)state;
-    stream(2);
+    stream(2, false);
+}
+
+/* Rate control on: holding and releasing operations allocates nothing either. */
+static void test_paced_stream_allocates_nothing(void **state)
+{
+    (void)state;
+    stream(2, true);
 }
 
 /* --- Running out ------------------------------------------------------------------------- */
@@ -284,7 +312,7 @@ static void test_requests_run_out(void **state)
     fixture_t f;
 
     (void)state;
-    fixture_open(&f, POOL, 0, 1);
+    fixture_open(&f, POOL, 0, 1, false);
     /* Receives nobody sends to: every request held. */
     for (int i = 0; i < POOL; ++i) {
         assert_int_equal(inter_engine_recv(f.engine, 0, in[i], sizeof(in[i]), &held[i]),
@@ -339,7 +367,7 @@ static void test_operations_run_out(void **state)
     fixture_t f;
 
     (void)state;
-    fixture_open(&f, POOL, 0, 1);
+    fixture_open(&f, POOL, 0, 1, false);
     assert_int_equal(inter_engine_num_rails(f.engine), 1);
     for (uint32_t i = 0; i <= OPS; ++i) {
         pages[i] = i;
@@ -384,7 +412,7 @@ static void test_send_copies_run_out(void **state)
     fixture_t f;
 
     (void)state;
-    fixture_open(&f, POOL, 512 << 10, 1);
+    fixture_open(&f, POOL, 512 << 10, 1, false);
     for (int i = 0; i < COPIES; ++i) {
         assert_int_equal(inter_engine_send(f.engine, 0, "y", 1, &sends[i]), STRATA_OK);
     }
@@ -410,6 +438,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_allocates_nothing),
         cmocka_unit_test(test_striped_stream_allocates_nothing),
+        cmocka_unit_test(test_paced_stream_allocates_nothing),
         cmocka_unit_test(test_requests_run_out),
         cmocka_unit_test(test_operations_run_out),
         cmocka_unit_test(test_send_copies_run_out),

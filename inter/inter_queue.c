@@ -1,0 +1,108 @@
+/*
+ * The operations waiting to be posted: one queue per peer, in submission order, and the
+ * turns the peers with waiting operations take. A peer whose window is full keeps its queue
+ * while the others take their turns, so that one slow receiver holds back nothing sent to
+ * the rest. Proxy-owned (inter_queues_t in inter_internal.h).
+ */
+#include "inter_internal.h"
+
+#include <stdlib.h>
+
+strata_status_t inter_queues_init(inter_queues_t *queues, int world)
+{
+    *queues = (inter_queues_t){.world = world};
+    queues->peers  = calloc((size_t)world, sizeof(*queues->peers));
+    queues->turns  = calloc((size_t)world, sizeof(*queues->turns));
+    queues->listed = calloc((size_t)world, sizeof(*queues->listed));
+    if (queues->peers == NULL || queues->turns == NULL || queues->listed == NULL) {
+        inter_queues_cleanup(queues);
+        return STRATA_ERR_NO_MEMORY;
+    }
+    return STRATA_OK;
+}
+
+void inter_queues_cleanup(inter_queues_t *queues)
+{
+    free(queues->peers);
+    free(queues->turns);
+    free(queues->listed);
+    *queues = (inter_queues_t){0};
+}
+
+/* Peer's turn comes after those of the peers already waiting. */
+static void inter_queues_enlist(inter_queues_t *queues, int peer)
+{
+    queues->turns[(queues->first + queues->waiting) % queues->world] = peer;
+    queues->waiting++;
+    queues->listed[peer] = true;
+}
+
+void inter_queues_push(inter_queues_t *queues, inter_op_t *op)
+{
+    inter_op_queue_t *queue = &queues->peers[op->peer];
+
+    op->next = NULL;
+    if (queue->tail != NULL) {
+        queue->tail->next = op;
+    } else {
+        queue->head = op;
+    }
+    queue->tail = op;
+    if (!queues->listed[op->peer]) {
+        inter_queues_enlist(queues, op->peer);
+    }
+}
+
+inter_op_t *inter_queues_head(const inter_queues_t *queues, int peer)
+{
+    return queues->peers[peer].head;
+}
+
+void inter_queues_pop(inter_queues_t *queues, int peer)
+{
+    inter_op_queue_t *queue = &queues->peers[peer];
+
+    if (queue->head != NULL) {
+        queue->head = queue->head->next;
+        if (queue->head == NULL) {
+            queue->tail = NULL;
+        }
+    }
+}
+
+int inter_queues_next(inter_queues_t *queues)
+{
+    int peer;
+
+    if (queues->waiting == 0) {
+        return -1;
+    }
+    peer          = queues->turns[queues->first];
+    queues->first = (queues->first + 1) % queues->world;
+    queues->waiting--;
+    return peer; /* still listed: a push during its turn does not enlist it twice */
+}
+
+void inter_queues_end_turn(inter_queues_t *queues, int peer)
+{
+    if (queues->peers[peer].head != NULL) {
+        inter_queues_enlist(queues, peer);
+    } else {
+        queues->listed[peer] = false;
+    }
+}
+
+int inter_queues_waiting(const inter_queues_t *queues)
+{
+    return queues->waiting;
+}
+
+void inter_queues_clear(inter_queues_t *queues)
+{
+    for (int p = 0; p < queues->world; ++p) {
+        queues->peers[p]  = (inter_op_queue_t){0};
+        queues->listed[p] = false;
+    }
+    queues->first   = 0;
+    queues->waiting = 0;
+}
