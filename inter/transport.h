@@ -50,6 +50,10 @@ typedef struct inter_transport_params {
     /* Open the transport's path for peers on this node only (ofi: the shm provider);
      * STRATA_ERR_UNSUPPORTED where it has none. */
     bool        same_node;
+    /* Writes and sends complete once the target has the data, not once it has left this
+     * host (ofi: FI_DELIVERY_COMPLETE); the rate controller's signal. Where completion
+     * already means that (verbs RC) or cannot (ucx), ignored. */
+    bool        delivery_complete;
 } inter_transport_params_t;
 
 /*

@@ -453,6 +453,10 @@ static strata_status_t ofi_choose(const inter_transport_params_t *params, ofi_tr
                      ofi_getinfo(params, ofi->provider, true, version, &ofi->info) == STRATA_OK;
     status = ofi->base.hmem ? STRATA_OK
                             : ofi_getinfo(params, ofi->provider, false, version, &ofi->info);
+    if (status == STRATA_OK && params->delivery_complete) {
+        /* The endpoint's default for every write and send: complete at the target. */
+        ofi->info->tx_attr->op_flags |= FI_DELIVERY_COMPLETE;
+    }
     if (status == STRATA_OK) {
         UTIL_LOG_DEBUG("rail %d: libfabric API %u.%u", params->rail, FI_MAJOR(version),
                        FI_MINOR(version));
