@@ -31,4 +31,14 @@ void run_netns_remove_stale(void);
 /** In a child: move into node k's namespace. false (with errno) on failure. */
 bool run_netns_enter(const run_netns_t *netns, int node);
 
+/** Move this thread into the named namespace (under /var/run/netns). false with errno. */
+bool run_netns_join(const char *name);
+
+/**
+ * Run argv[0] with argv (no shell; searched in PATH), its stdout discarded when quiet, and
+ * wait for it: its exit status, 127 when it cannot be run, -1 when it could not be started
+ * or was killed.
+ */
+int run_exec(const char *const *argv, bool quiet);
+
 #endif
