@@ -59,13 +59,18 @@ typedef struct incast_engine {
     bool            caller;      /* this thread drives the engine's progress */
 } incast_engine_t;
 
-/* What one mode measured over its phases. */
+/* What a phase, or one mode over its phases, measured. */
 typedef struct incast_result {
     util_histogram_t latency;    /* rank 1: small write round trips, ns */
     uint64_t         skipped;    /* rank 1: ticks whose slot was still in flight */
     uint64_t         bytes;      /* rank 0: bulk bytes received inside the windows */
     uint64_t         window_ns;  /* rank 0: the windows' length */
 } incast_result_t;
+
+/* A result in numbers, as the ranks exchange them. */
+typedef struct incast_figures {
+    uint64_t p50, p99, samples, skipped, bytes, window_ns;
+} incast_figures_t;
 
 /* One phase of one rank. */
 typedef struct incast_phase {
@@ -97,10 +102,10 @@ typedef struct incast_echo {
     uint8_t  state[INCAST_SLOTS];     /* of write n in slot n % INCAST_SLOTS */
 } incast_echo_t;
 
-/* What each rank contributes to rank 0's report. */
+/* What each rank contributes to rank 0's report: rank 1 the timings, rank 0 the bytes. */
 typedef struct incast_report {
-    uint64_t p50[INCAST_MODES], p99[INCAST_MODES], samples[INCAST_MODES];
-    uint64_t skipped[INCAST_MODES], bytes[INCAST_MODES], window_ns[INCAST_MODES];
+    incast_figures_t mode[INCAST_MODES];
+    incast_figures_t phase[INCAST_MAX_PHASES];
 } incast_report_t;
 
 static const char *const incast_mode_names[INCAST_MODES] = {"on", "off"};
@@ -580,10 +585,32 @@ static int incast_mode_of(const incast_opts_t *o, int phase)
     return o->modes == 3 ? ((phase + 1) / 2) % 2 : o->modes == 1 ? 0 : 1;
 }
 
-static void incast_run(incast_engine_t *engines, const incast_opts_t *o, strata_bootstrap_t *bs,
-                       incast_result_t *results)
+static void incast_figures(const incast_result_t *res, incast_figures_t *fig)
 {
-    uint64_t span = (uint64_t)(o->seconds * 1e9), start, bytes;
+    util_histogram_summary_t sum;
+
+    util_histogram_summarize(&res->latency, &sum);
+    *fig = (incast_figures_t){.p50 = sum.p50, .p99 = sum.p99, .samples = sum.count,
+                              .skipped = res->skipped, .bytes = res->bytes,
+                              .window_ns = res->window_ns};
+}
+
+/* A phase's result into its mode's, and its figures into the report. */
+static void incast_add(incast_result_t *mode, const incast_result_t *phase,
+                       incast_figures_t *fig)
+{
+    util_histogram_merge(&mode->latency, &phase->latency);
+    mode->skipped += phase->skipped;
+    mode->bytes += phase->bytes;
+    mode->window_ns += phase->window_ns;
+    incast_figures(phase, fig);
+}
+
+static void incast_run(incast_engine_t *engines, const incast_opts_t *o, strata_bootstrap_t *bs,
+                       incast_result_t *results, incast_report_t *mine)
+{
+    static incast_result_t phase;
+    uint64_t span = (uint64_t)(o->seconds * 1e9), start;
     incast_phase_t ph = {.o = o, .rank = bs->rank};
     int mode;
 
@@ -596,55 +623,60 @@ static void incast_run(incast_engine_t *engines, const incast_opts_t *o, strata_
         ph.index = g_phase;
         ph.from  = start + (uint64_t)(INCAST_WARMUP * (double)span);
         ph.end   = start + span;
+        util_histogram_reset(&phase.latency);
+        phase.skipped = phase.bytes = phase.window_ns = 0;
         if (bs->rank != 0) {
-            incast_send(&ph, &results[mode]);
-            continue;
+            incast_send(&ph, &phase);
+        } else {
+            phase.bytes     = incast_receive(&ph, bs->world_size);
+            phase.window_ns = ph.end - ph.from;
         }
-        bytes = incast_receive(&ph, bs->world_size);
-        results[mode].bytes += bytes;
-        results[mode].window_ns += ph.end - ph.from;
-        printf("# phase %d, rate control %s: bulk %.1f MB/s\n", g_phase, incast_mode_names[mode],
-               (double)bytes * 1e3 / (double)(ph.end - ph.from));
-        fflush(stdout);
+        incast_add(&results[mode], &phase, &mine->phase[g_phase]);
+    }
+    for (int m = 0; m < INCAST_MODES; ++m) {
+        incast_figures(&results[m], &mine->mode[m]);
     }
     g_phase  = -1;
     g_engine = NULL;
 }
 
-static void incast_fill_report(const incast_result_t *results, incast_report_t *r)
+static double incast_rate(const incast_figures_t *fig)
 {
-    util_histogram_summary_t sum;
+    return fig->window_ns ? (double)fig->bytes * 1e9 / (double)fig->window_ns : 0;
+}
 
-    memset(r, 0, sizeof(*r));
-    for (int m = 0; m < INCAST_MODES; ++m) {
-        util_histogram_summarize(&results[m].latency, &sum);
-        r->p50[m]       = sum.p50;
-        r->p99[m]       = sum.p99;
-        r->samples[m]   = sum.count;
-        r->skipped[m]   = results[m].skipped;
-        r->bytes[m]     = results[m].bytes;
-        r->window_ns[m] = results[m].window_ns;
+/* Rank 0: every phase, from its bulk figures and rank 1's timings. */
+static void incast_print_phases(const incast_opts_t *o, const incast_report_t *mine,
+                                const incast_report_t *timer)
+{
+    printf("# phase, rate control: small round trip p50, p99 (us); bulk MB/s\n");
+    for (int p = 0; p < o->phases; ++p) {
+        printf("# %5d %-3s %12.1f %12.1f %9.2f\n", p, incast_mode_names[incast_mode_of(o, p)],
+               (double)timer->phase[p].p50 / 1e3, (double)timer->phase[p].p99 / 1e3,
+               incast_rate(&mine->phase[p]) / 1e6);
     }
 }
 
-/* Rank 0: a line per mode and the summary, from its bulk figures and rank 1's timings. */
+/* Rank 0: a line per mode and the summary. */
 static int incast_print(const incast_opts_t *o, const incast_report_t *mine,
                         const incast_report_t *timer)
 {
     double rate[INCAST_MODES];
 
+    incast_print_phases(o, mine, timer);
     for (int m = 0; m < INCAST_MODES; ++m) {
+        const incast_figures_t *t = &timer->mode[m];
+
         if (!(o->modes & (1u << m))) {
             continue;
         }
-        rate[m] = mine->window_ns[m] ? (double)mine->bytes[m] * 1e9 / (double)mine->window_ns[m]
-                                     : 0;
+        rate[m] = incast_rate(&mine->mode[m]);
         printf("rate control %-3s: small round trip p50 %.1f us, p99 %.1f us (%llu samples, "
                "%llu skipped); bulk %.2f MB/s (%.3f Gbit/s)\n",
-               incast_mode_names[m], (double)timer->p50[m] / 1e3, (double)timer->p99[m] / 1e3,
-               (unsigned long long)timer->samples[m], (unsigned long long)timer->skipped[m],
-               rate[m] / 1e6, rate[m] * 8 / 1e9);
-        if (timer->samples[m] == 0 || rate[m] == 0) {
+               incast_mode_names[m], (double)t->p50 / 1e3, (double)t->p99 / 1e3,
+               (unsigned long long)t->samples, (unsigned long long)t->skipped, rate[m] / 1e6,
+               rate[m] * 8 / 1e9);
+        if (t->samples == 0 || rate[m] == 0) {
             fprintf(stderr, "strata-bench incast: nothing measured with rate control %s\n",
                     incast_mode_names[m]);
             return 1;
@@ -652,7 +684,7 @@ static int incast_print(const incast_opts_t *o, const incast_report_t *mine,
     }
     if (o->modes == 3) {
         printf("incast with/without rate control: p99 %.2f, throughput %.2f\n",
-               (double)timer->p99[0] / (double)timer->p99[1], rate[0] / rate[1]);
+               (double)timer->mode[0].p99 / (double)timer->mode[1].p99, rate[0] / rate[1]);
     }
     return 0;
 }
@@ -723,8 +755,8 @@ int bench_incast_main(int argc, char **argv)
     if (bs->rank == 0) {
         incast_print_header(&engines[incast_mode_of(&o, 0)], &o, bs->world_size);
     }
-    incast_run(engines, &o, bs, results);
-    incast_fill_report(results, &mine);
+    memset(&mine, 0, sizeof(mine));
+    incast_run(engines, &o, bs, results, &mine);
     incast_check(bs->allgather(bs->ctx, &mine, all, sizeof(mine)), "gathering the figures");
     rc = bs->rank == 0 ? incast_print(&o, &all[0], &all[1]) : 0;
     incast_check(bs->barrier(bs->ctx), "final barrier");
