@@ -657,6 +657,29 @@ static void incast_print_phases(const incast_opts_t *o, const incast_report_t *m
     }
 }
 
+static int incast_compare_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* The median over mode m's phases of their p99: one phase that goes wrong (a socket buffer
+ * grown to its largest, a scheduler stall) moves it less than the p99 of all samples. */
+static double incast_median_p99(const incast_opts_t *o, const incast_report_t *timer, int m)
+{
+    uint64_t p99[INCAST_MAX_PHASES];
+    int n = 0;
+
+    for (int p = 0; p < o->phases; ++p) {
+        if (incast_mode_of(o, p) == m) {
+            p99[n++] = timer->phase[p].p99;
+        }
+    }
+    qsort(p99, (size_t)n, sizeof(p99[0]), incast_compare_u64);
+    return n % 2 ? (double)p99[n / 2] : ((double)p99[n / 2 - 1] + (double)p99[n / 2]) / 2;
+}
+
 /* Rank 0: a line per mode and the summary. */
 static int incast_print(const incast_opts_t *o, const incast_report_t *mine,
                         const incast_report_t *timer)
@@ -683,6 +706,9 @@ static int incast_print(const incast_opts_t *o, const incast_report_t *mine,
         }
     }
     if (o->modes == 3) {
+        printf("# median of the phases' p99: on %.1f us, off %.1f us, ratio %.2f\n",
+               incast_median_p99(o, timer, 0) / 1e3, incast_median_p99(o, timer, 1) / 1e3,
+               incast_median_p99(o, timer, 0) / incast_median_p99(o, timer, 1));
         printf("incast with/without rate control: p99 %.2f, throughput %.2f\n",
                (double)timer->mode[0].p99 / (double)timer->mode[1].p99, rate[0] / rate[1]);
     }
