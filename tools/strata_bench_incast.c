@@ -20,21 +20,22 @@
  * connection arrive in order, or nearly so over several rails. */
 #define INCAST_SLOTS        256u
 #define INCAST_LOOKAHEAD    16u
-#define INCAST_MAX_PHASES   64
+#define INCAST_MAX_RUNS     64   /* phases, warm-up ones included */
+#define INCAST_MAX_PHASES   (INCAST_MAX_RUNS - INCAST_MODES)
 #define INCAST_MAX_INFLIGHT 64
 #define INCAST_MODES        2    /* 0: rate control on, 1: off */
 #define INCAST_WARMUP       0.1  /* the part of each phase left unrecorded */
 #define INCAST_WAIT_NS      (30ull * UTIL_NSEC_PER_SEC)
 #define INCAST_NAP_NS       (20ull * UTIL_NSEC_PER_USEC)
-/* Immediates of phase p: every phase its own, so that nothing late from one phase counts
- * in the next phase of the same engine. */
-#define INCAST_IMM_BULK(p)     ((uint32_t)(p))
-#define INCAST_IMM_DONE(p)     (INCAST_MAX_PHASES + (uint32_t)(p))
-#define INCAST_IMM_SMALL(p, s) (2u * INCAST_MAX_PHASES + (uint32_t)(p) * INCAST_SLOTS + (s))
-#define INCAST_IMM_ECHO(p, s)  (INCAST_IMM_SMALL(INCAST_MAX_PHASES, 0) + \
-                                (uint32_t)(p) * INCAST_SLOTS + (s))
+/* Immediates of the phase run r-th (warm-up ones first): every phase its own, so that
+ * nothing late from one phase counts in the next phase of the same engine. */
+#define INCAST_IMM_BULK(r)     ((uint32_t)(r))
+#define INCAST_IMM_DONE(r)     (INCAST_MAX_RUNS + (uint32_t)(r))
+#define INCAST_IMM_SMALL(r, s) (2u * INCAST_MAX_RUNS + (uint32_t)(r) * INCAST_SLOTS + (s))
+#define INCAST_IMM_ECHO(r, s)  (INCAST_IMM_SMALL(INCAST_MAX_RUNS, 0) + \
+                                (uint32_t)(r) * INCAST_SLOTS + (s))
 
-_Static_assert(INCAST_IMM_ECHO(INCAST_MAX_PHASES, 0) <= INTER_IMM_MAX,
+_Static_assert(INCAST_IMM_ECHO(INCAST_MAX_RUNS, 0) <= INTER_IMM_MAX,
                "the phases' immediates fit in the engine's range");
 
 typedef struct incast_opts {
@@ -76,7 +77,7 @@ typedef struct incast_figures {
 typedef struct incast_phase {
     incast_engine_t     *e;
     const incast_opts_t *o;
-    int                  index;
+    int                  index;  /* of the run, warm-up phases first: its immediates */
     int                  rank;
     uint64_t             from;   /* the recorded window: [from, end) */
     uint64_t             end;
@@ -111,7 +112,8 @@ typedef struct incast_report {
 static const char *const incast_mode_names[INCAST_MODES] = {"on", "off"};
 
 /* Where the run is, for the message of a failure. */
-static int g_rank = -1, g_phase = -1, g_world;
+static int g_rank = -1, g_world;
+static char g_where[48] = "setup";
 static inter_engine_t *g_engine;
 
 /* A benchmark has nothing to recover: say where it failed, and which peers, and exit. */
@@ -120,7 +122,7 @@ static void incast_check(strata_status_t status, const char *what)
     if (status == STRATA_OK) {
         return;
     }
-    fprintf(stderr, "strata-bench incast: rank %d, phase %d: %s: %s", g_rank, g_phase, what,
+    fprintf(stderr, "strata-bench incast: rank %d, %s: %s: %s", g_rank, g_where, what,
             strata_status_string(status));
     for (int peer = 0; g_engine != NULL && peer < g_world; ++peer) {
         if (inter_engine_peer_failed(g_engine, peer)) {
@@ -138,9 +140,10 @@ static void incast_usage(FILE *out)
             "Ranks 1..N-1 stream bulk writes into rank 0; rank 1 also writes a small message\n"
             "every interval, which rank 0 echoes with a small write, and times the round trip.\n"
             "Each process opens two engines, STRATA_INTER_RATE_CONTROL=on and off, used in\n"
-            "alternating phases (on off off on on off ...); the first 10%% of each phase is not\n"
-            "recorded. Per mode: small round trip p50/p99, bulk bytes per second received by\n"
-            "rank 0; then 'incast with/without rate control: p99 X, throughput Y', the ratios.\n"
+            "alternating phases (on off off on on off ...), after an unrecorded phase on each;\n"
+            "the first 10%% of each phase is not recorded. Per mode: small round trip p50/p99,\n"
+            "bulk bytes per second received by rank 0; then 'incast with/without rate control:\n"
+            "p99 X, throughput Y', the ratios.\n"
             "\n"
             "  --rate-control M  both (default), or on or off alone: one engine, every phase\n"
             "                    (e.g. to read strata-run's queue figures of one mode)\n"
@@ -606,37 +609,58 @@ static void incast_add(incast_result_t *mode, const incast_result_t *phase,
     incast_figures(phase, fig);
 }
 
+/* One phase on every rank, after a barrier: rank 0 serves, the others send. */
+static void incast_phase_run(incast_phase_t *ph, strata_bootstrap_t *bs, incast_result_t *res)
+{
+    uint64_t span = (uint64_t)(ph->o->seconds * 1e9), start;
+
+    incast_check(bs->barrier(bs->ctx), "barrier before the phase");
+    start    = util_clock_now_ns();
+    ph->from = start + (uint64_t)(INCAST_WARMUP * (double)span);
+    ph->end  = start + span;
+    util_histogram_reset(&res->latency);
+    res->skipped = res->bytes = res->window_ns = 0;
+    if (bs->rank != 0) {
+        incast_send(ph, res);
+    } else {
+        res->bytes     = incast_receive(ph, bs->world_size);
+        res->window_ns = ph->end - ph->from;
+    }
+}
+
+/*
+ * An unrecorded phase on each engine first: a connection's buffers grow over its first
+ * seconds of traffic, which would otherwise weigh on the first phases of each mode. Then
+ * the recorded phases, their results into their modes' and the report.
+ */
 static void incast_run(incast_engine_t *engines, const incast_opts_t *o, strata_bootstrap_t *bs,
                        incast_result_t *results, incast_report_t *mine)
 {
     static incast_result_t phase;
-    uint64_t span = (uint64_t)(o->seconds * 1e9), start;
     incast_phase_t ph = {.o = o, .rank = bs->rank};
-    int mode;
+    int warm = o->modes == 3 ? INCAST_MODES : 1, mode, p;
 
-    for (g_phase = 0; g_phase < o->phases; ++g_phase) {
-        mode = incast_mode_of(o, g_phase);
-        incast_check(bs->barrier(bs->ctx), "barrier before the phase");
-        start    = util_clock_now_ns();
+    for (int r = 0; r < warm + o->phases; ++r) {
+        p    = r - warm;
+        mode = incast_mode_of(o, r < warm ? r : p);
         ph.e     = &engines[mode];
+        ph.index = r;
         g_engine = ph.e->engine;
-        ph.index = g_phase;
-        ph.from  = start + (uint64_t)(INCAST_WARMUP * (double)span);
-        ph.end   = start + span;
-        util_histogram_reset(&phase.latency);
-        phase.skipped = phase.bytes = phase.window_ns = 0;
-        if (bs->rank != 0) {
-            incast_send(&ph, &phase);
+        if (p < 0) {
+            snprintf(g_where, sizeof(g_where), "warm-up phase (rate control %s)",
+                     incast_mode_names[mode]);
         } else {
-            phase.bytes     = incast_receive(&ph, bs->world_size);
-            phase.window_ns = ph.end - ph.from;
+            snprintf(g_where, sizeof(g_where), "phase %d", p);
         }
-        incast_add(&results[mode], &phase, &mine->phase[g_phase]);
+        incast_phase_run(&ph, bs, &phase);
+        if (p >= 0) {
+            incast_add(&results[mode], &phase, &mine->phase[p]);
+        }
     }
     for (int m = 0; m < INCAST_MODES; ++m) {
         incast_figures(&results[m], &mine->mode[m]);
     }
-    g_phase  = -1;
+    snprintf(g_where, sizeof(g_where), "the end");
     g_engine = NULL;
 }
 
@@ -719,8 +743,8 @@ static void incast_print_header(const incast_engine_t *e, const incast_opts_t *o
 {
     printf("# strata-bench incast: ranks 1..%d write %llu bytes to rank 0, %d in flight each; "
            "rank 1 also writes %llu bytes every %.0f us, echoed by rank 0 (round trip timed)\n"
-           "# %d phases of %.2f s, STRATA_INTER_RATE_CONTROL %s, the first %.0f%% of each "
-           "unrecorded; over %s (%d rail%s)\n",
+           "# %d phases of %.2f s after an unrecorded one per engine, STRATA_INTER_RATE_CONTROL "
+           "%s, the first %.0f%% of each unrecorded; over %s (%d rail%s)\n",
            world - 1, (unsigned long long)o->bulk_size, o->inflight,
            (unsigned long long)o->small_size, (double)o->interval_ns / 1e3, o->phases,
            o->seconds, o->modes == 3 ? "on and off in turn (on off off on ...)"
