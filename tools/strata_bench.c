@@ -4,6 +4,8 @@
  *   strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]
  *   mpirun -n 2 strata-bench intra [options]           (strata_bench_intra.c)
  *   mpirun -n 4 strata-bench moe [options]             (strata_bench_moe.c)
+ *   strata-run -n 4 --nodes 4 --link-rate 1gbit -- strata-bench incast [options]
+ *                                                      (strata_bench_incast.c)
  *
  * p2p: write-with-immediate between two ranks, through the transfer engine and through raw
  * libfabric calls on the same provider and interface: one-way latency from ping-pong
@@ -225,6 +227,8 @@ static void usage(FILE *out)
     fprintf(out, "Usage: strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]\n"
                  "       mpirun -n N strata-bench intra [--help]\n"
                  "       mpirun -n N strata-bench moe [--help]\n"
+                 "       strata-run -n N --nodes N --link-rate RATE -- strata-bench incast "
+                 "[--help]\n"
                  "Write-with-immediate latency (p50/p99) and bandwidth, engine against raw\n"
                  "libfabric on the same provider (STRATA_INTER_PROVIDER, STRATA_INTER_IFACE).\n");
 }
@@ -291,6 +295,9 @@ int main(int argc, char **argv)
     bench_raw_any_t raw;
     int opt;
 
+    if (argc >= 2 && strcmp(argv[1], "incast") == 0) {
+        return bench_incast_main(argc, argv);
+    }
 #ifdef STRATA_BENCH_HAVE_MPI
     if (argc >= 2 && strcmp(argv[1], "intra") == 0) {
         return bench_intra_main(argc, argv);

@@ -29,6 +29,8 @@
 int bench_intra_main(int argc, char **argv);
 /** strata-bench moe (strata_bench_moe.c, built with MPI): argv[1] is "moe". */
 int bench_moe_main(int argc, char **argv);
+/** strata-bench incast (strata_bench_incast.c), launched by strata-run: argv[1] is "incast". */
+int bench_incast_main(int argc, char **argv);
 
 /** One way to move bytes between rank 0 and rank 1 with write-with-immediate. */
 typedef struct bench_path {

@@ -1,8 +1,9 @@
 /*
  * strata-run: a local launcher for development and tests. Starts N ranks with the launcher
  * variables strata_bootstrap_from_env reads, optionally spread over K simulated nodes
- * (network namespaces), forwards their output with a rank prefix, stops the whole job when
- * a rank fails or the time limit passes, and always removes the namespaces it made.
+ * (network namespaces) whose links it may shape (strata_run_link.c), forwards their output
+ * with a rank prefix, stops the whole job when a rank fails or the time limit passes, and
+ * always removes the namespaces it made.
  * Production jobs use Slurm, mpirun or torchrun.
  */
 #include "strata_run.h"
@@ -53,6 +54,7 @@ typedef struct run_job {
     char      **argv;
     run_rank_t  ranks[RUN_MAX_RANKS];
     run_netns_t netns;
+    run_link_t  link;
     uint16_t    port;
 } run_job_t;
 
@@ -74,7 +76,8 @@ static double run_now(void)
 static void usage(FILE *out)
 {
     fprintf(out,
-            "Usage: strata-run -n N [--nodes K] [--timeout SEC] [--allow-fail RANK]... -- CMD [ARG]...\n"
+            "Usage: strata-run -n N [--nodes K [--link-rate R [--link-delay T]]]\n"
+            "                  [--timeout SEC] [--allow-fail RANK]... -- CMD [ARG]...\n"
             "Start N ranks of CMD on this machine with RANK, WORLD_SIZE, LOCAL_RANK,\n"
             "LOCAL_WORLD_SIZE, STRATA_BOOTSTRAP_ADDR and STRATA_BOOTSTRAP_PORT set.\n"
             "\n"
@@ -82,13 +85,29 @@ static void usage(FILE *out)
             "  -k, --nodes K        simulate K nodes as network namespaces joined by veth pairs\n"
             "                       (198.18.0.0/15 addresses inside them; needs root); ranks are\n"
             "                       spread in blocks, STRATA_NODE_NAME=node<k>\n"
+            "      --link-rate R    shape both directions of every node's link with tc, R in\n"
+            "                       tc's units (100mbit, 1gbit; 1mbit..100gbit): a token bucket\n"
+            "                       (tbf) on eth0 in the node and on n<k> in the hub, burst 1 ms\n"
+            "                       and a drop-tail queue of 20 ms at R (16 KiB..1 MiB and\n"
+            "                       64 KiB..32 MiB); needs --nodes and tc (iproute2)\n"
+            "      --link-delay T   also delay each direction of every link by T with netem\n"
+            "                       (500us, 2ms; up to 1s; the token bucket under it): a path\n"
+            "                       between two nodes crosses two links, 2 T one way; needs\n"
+            "                       --link-rate and a kernel with sch_netem\n"
             "  -t, --timeout SEC    stop the job after SEC seconds (default 300), exit 124\n"
             "  -a, --allow-fail R   rank R may fail (e.g. a test kills it) without stopping the job\n"
             "\n"
             "Output lines are prefixed with [r<rank>]. When a rank fails, the others are stopped\n"
             "(SIGTERM, then SIGKILL after %d s). Exit status: 0 when every rank succeeded, else\n"
             "the first failure's (128+signal for a signal), 124 on timeout. Shared-memory\n"
-            "files the ranks left in /dev/shm (libfabric's shm, named after their pids) go too.\n",
+            "files the ranks left in /dev/shm (libfabric's shm, named after their pids) go too.\n"
+            "\n"
+            "With --link-rate, the queue of every hub port (the traffic into a node, where an\n"
+            "incast waits) is read every 10 ms while the job runs, and one line per node\n"
+            "follows the job's output:\n"
+            "  strata-run: link n<k>: rate R, delay T, max backlog B bytes (P packets), drops D\n"
+            "B is the largest backlog sampled, P the packets queued then, D the packets the\n"
+            "queue dropped over the job.\n",
             RUN_MAX_RANKS, RUN_GRACE_SECONDS);
 }
 
@@ -372,7 +391,8 @@ static int run_wait(run_job_t *job)
     int failed = -1, rc = 0;
 
     while (run_count_running(job) > 0) {
-        run_pump_output(job, 100);
+        run_pump_output(job, run_link_wait_ms(&job->link, run_now(), 100));
+        run_link_sample(&job->link, run_now());
         failed = run_reap(job);
         if (failed >= 0) {
             fprintf(stderr, "strata-run: rank %d failed (status %d); stopping the job\n", failed,
@@ -441,6 +461,8 @@ static int run_parse(run_job_t *job, int argc, char **argv)
         {"nodes", required_argument, NULL, 'k'},
         {"timeout", required_argument, NULL, 't'},
         {"allow-fail", required_argument, NULL, 'a'},
+        {"link-rate", required_argument, NULL, 'R'},
+        {"link-delay", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -460,9 +482,28 @@ static int run_parse(run_job_t *job, int argc, char **argv)
             }
             job->ranks[rank].may_fail = true;
             break;
+        case 'R':
+            if (!run_link_parse_rate(&job->link, optarg)) {
+                return RUN_EXIT_USAGE;
+            }
+            break;
+        case 'D':
+            if (!run_link_parse_delay(&job->link, optarg)) {
+                return RUN_EXIT_USAGE;
+            }
+            break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return RUN_EXIT_USAGE;
         }
+    }
+    if (job->link.delay_text[0] != '\0' && job->link.rate_bps == 0) {
+        fprintf(stderr, "strata-run: --link-delay needs --link-rate\n");
+        return RUN_EXIT_USAGE;
+    }
+    if (job->link.rate_bps > 0 && job->num_nodes == 0) {
+        fprintf(stderr, "strata-run: --link-rate shapes the links of simulated nodes: it needs "
+                        "--nodes\n");
+        return RUN_EXIT_USAGE;
     }
     if (optind >= argc || job->num_ranks < 1 || job->num_ranks > RUN_MAX_RANKS ||
         job->num_nodes < 0 || job->num_nodes > RUN_MAX_NODES || !(job->timeout > 0) ||
@@ -480,8 +521,10 @@ int main(int argc, char **argv)
 {
     static run_job_t job;
     struct sigaction sa = {.sa_handler = run_on_signal};
-    int rc = run_parse(&job, argc, argv);
+    int rc;
 
+    run_link_init(&job.link);
+    rc = run_parse(&job, argc, argv);
     if (rc != 0) {
         return rc;
     }
@@ -497,7 +540,14 @@ int main(int argc, char **argv)
     if (job.num_nodes > 0) {
         run_netns_remove_stale();
     }
+    if (job.link.rate_bps > 0 && !run_link_check_tc()) {
+        return RUN_EXIT_SETUP;
+    }
     if (job.num_nodes > 0 && !run_netns_create(&job.netns, job.num_nodes)) {
+        return RUN_EXIT_SETUP;
+    }
+    if (job.link.rate_bps > 0 && !run_link_shape(&job.link, &job.netns)) {
+        run_netns_destroy(&job.netns);
         return RUN_EXIT_SETUP;
     }
     for (int r = 0; r < job.num_ranks; ++r) {
@@ -513,6 +563,7 @@ int main(int argc, char **argv)
     if (rc == 0) {
         rc = run_wait(&job);
     }
+    run_link_report(&job.link, stdout);
     run_remove_shm_leftovers(&job);
     run_netns_destroy(&job.netns);
     return rc;

@@ -18,13 +18,37 @@
 
 #define RUN_IP_MAX_ARGS 16
 
+int run_exec(const char *const *argv, bool quiet)
+{
+    int status, devnull;
+    pid_t pid;
+
+    pid = fork();
+    if (pid < 0) {
+        return -1;
+    }
+    if (pid == 0) {
+        devnull = quiet ? open("/dev/null", O_WRONLY | O_CLOEXEC) : -1;
+        if (devnull >= 0) {
+            dup2(devnull, STDOUT_FILENO);
+        }
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR) {
+            return -1;
+        }
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 /* Run `ip ARGS...` (no shell); true when it exits 0. Its stderr goes to ours. */
 static bool run_ip(const char *first, ...)
 {
     const char *argv[RUN_IP_MAX_ARGS + 2] = {"ip", first};
-    int argc = 2, status;
+    int argc = 2;
     va_list ap;
-    pid_t pid;
 
     va_start(ap, first);
     while (argc < RUN_IP_MAX_ARGS && (argv[argc] = va_arg(ap, const char *)) != NULL) {
@@ -32,17 +56,7 @@ static bool run_ip(const char *first, ...)
     }
     va_end(ap);
     argv[argc] = NULL;
-    pid = fork();
-    if (pid < 0) {
-        return false;
-    }
-    if (pid == 0) {
-        execvp("ip", (char *const *)argv);
-        _exit(127);
-    }
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    return run_exec(argv, false) == 0;
 }
 
 static bool run_netns_add_node(run_netns_t *netns, int k)
@@ -129,13 +143,13 @@ void run_netns_remove_stale(void)
     closedir(dir);
 }
 
-bool run_netns_enter(const run_netns_t *netns, int node)
+bool run_netns_join(const char *name)
 {
     char path[128];
     int fd;
     bool ok;
 
-    snprintf(path, sizeof(path), "/var/run/netns/%s", netns->node[node]);
+    snprintf(path, sizeof(path), "/var/run/netns/%s", name);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         return false;
@@ -143,4 +157,9 @@ bool run_netns_enter(const run_netns_t *netns, int node)
     ok = setns(fd, CLONE_NEWNET) == 0;
     close(fd);
     return ok;
+}
+
+bool run_netns_enter(const run_netns_t *netns, int node)
+{
+    return run_netns_join(netns->node[node]);
 }
