@@ -75,8 +75,18 @@ typedef struct inter_op {
     bool                   paced;    /* held back by its peer's window at least once */
 } inter_op_t;
 
-typedef struct inter_op_queue {
+/* Writes and reads of at most this many bytes take a peer's express lane: they wait
+ * neither for its window nor behind its larger operations (inter_queue.c). */
+#define INTER_EXPRESS_BYTES 4096
+
+typedef struct inter_op_lane {
     inter_op_t *head, *tail;
+} inter_op_lane_t;
+
+/* One peer's operations to post: small writes and reads first (express), then the rest;
+ * each lane in submission order. */
+typedef struct inter_op_queue {
+    inter_op_lane_t express, bulk;
 } inter_op_queue_t;
 
 /*
@@ -410,9 +420,12 @@ void            inter_pools_sweeping(inter_engine_t *engine);
 /* inter_queue.c (proxy) */
 strata_status_t inter_queues_init(inter_queues_t *queues, int world);
 void            inter_queues_cleanup(inter_queues_t *queues); /* tolerates a cleared one */
-/** op at the end of op->peer's queue; the peer waits for a turn if it was not. */
+/** Whether op goes in its peer's express lane (and past the peer's window). */
+bool            inter_op_express(const inter_op_t *op);
+/** op at the end of its lane of op->peer's queue; the peer waits for a turn if it was not. */
 void            inter_queues_push(inter_queues_t *queues, inter_op_t *op);
-/** The first operation of peer's queue, NULL when it is empty. */
+/** The first operation of peer's queue (express lane first), NULL when it is empty; the
+ *  operations after it in its lane follow through next. */
 inter_op_t     *inter_queues_head(const inter_queues_t *queues, int peer);
 /** The first operation leaves peer's queue. */
 void            inter_queues_pop(inter_queues_t *queues, int peer);

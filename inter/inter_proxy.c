@@ -302,7 +302,8 @@ static int inter_gather_rma(const inter_engine_t *engine, int peer, inter_post_t
     for (inter_op_t *op = inter_queues_head(&engine->pending, peer);
          op != NULL && count < INTER_PROXY_POST_BATCH && op->rail == head->rail &&
          (op->kind == INTER_OP_WRITE || op->kind == INTER_OP_READ) &&
-         inter_pending_check(engine, op) == STRATA_OK && inter_pace_admits(engine, peer, ahead);
+         inter_pending_check(engine, op) == STRATA_OK &&
+         (inter_op_express(op) || inter_pace_admits(engine, peer, ahead));
          op = op->next) {
         posts[count++] = inter_rma_post(engine, op);
         ahead += op->len;
@@ -331,7 +332,7 @@ static strata_status_t inter_post_peer(inter_engine_t *engine, int peer, int *wo
             ++*work_p;
             continue;
         }
-        if (!inter_pace_admits(engine, peer, 0)) {
+        if (!inter_op_express(op) && !inter_pace_admits(engine, peer, 0)) {
             inter_pace_hold(engine, op);
             return STRATA_OK;
         }

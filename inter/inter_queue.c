@@ -1,8 +1,12 @@
 /*
- * The operations waiting to be posted: one queue per peer, in submission order, and the
- * turns the peers with waiting operations take. A peer whose window is full keeps its queue
- * while the others take their turns, so that one slow receiver holds back nothing sent to
- * the rest. Proxy-owned (inter_queues_t in inter_internal.h).
+ * The operations waiting to be posted: one queue per peer, and the turns the peers with
+ * waiting operations take. A peer whose window is full keeps its queue while the others
+ * take their turns, so that one slow receiver holds back nothing sent to the rest. Within
+ * a peer's queue, small writes and reads (a step's headers, a barrier's token) go first,
+ * in an express lane that the window does not hold: in an incast they would otherwise wait
+ * behind their own sender's bulk. Nothing orders one write or read against another, so
+ * only sends, whose receives match in order, never overtake. Proxy-owned (inter_queues_t
+ * in inter_internal.h).
  */
 #include "inter_internal.h"
 
@@ -37,35 +41,48 @@ static void inter_queues_enlist(inter_queues_t *queues, int peer)
     queues->listed[peer] = true;
 }
 
+bool inter_op_express(const inter_op_t *op)
+{
+    return (op->kind == INTER_OP_WRITE || op->kind == INTER_OP_READ) &&
+           op->len <= INTER_EXPRESS_BYTES;
+}
+
 void inter_queues_push(inter_queues_t *queues, inter_op_t *op)
 {
     inter_op_queue_t *queue = &queues->peers[op->peer];
+    inter_op_lane_t *lane = inter_op_express(op) ? &queue->express : &queue->bulk;
 
     op->next = NULL;
-    if (queue->tail != NULL) {
-        queue->tail->next = op;
+    if (lane->tail != NULL) {
+        lane->tail->next = op;
     } else {
-        queue->head = op;
+        lane->head = op;
     }
-    queue->tail = op;
+    lane->tail = op;
     if (!queues->listed[op->peer]) {
         inter_queues_enlist(queues, op->peer);
     }
 }
 
+/* The lane whose head is the queue's: express while it has any. */
+static inter_op_lane_t *inter_queue_front(inter_op_queue_t *queue)
+{
+    return queue->express.head != NULL ? &queue->express : &queue->bulk;
+}
+
 inter_op_t *inter_queues_head(const inter_queues_t *queues, int peer)
 {
-    return queues->peers[peer].head;
+    return inter_queue_front(&queues->peers[peer])->head;
 }
 
 void inter_queues_pop(inter_queues_t *queues, int peer)
 {
-    inter_op_queue_t *queue = &queues->peers[peer];
+    inter_op_lane_t *lane = inter_queue_front(&queues->peers[peer]);
 
-    if (queue->head != NULL) {
-        queue->head = queue->head->next;
-        if (queue->head == NULL) {
-            queue->tail = NULL;
+    if (lane->head != NULL) {
+        lane->head = lane->head->next;
+        if (lane->head == NULL) {
+            lane->tail = NULL;
         }
     }
 }
@@ -85,7 +102,7 @@ int inter_queues_next(inter_queues_t *queues)
 
 void inter_queues_end_turn(inter_queues_t *queues, int peer)
 {
-    if (queues->peers[peer].head != NULL) {
+    if (inter_queues_head(queues, peer) != NULL) {
         inter_queues_enlist(queues, peer);
     } else {
         queues->listed[peer] = false;

@@ -2,7 +2,8 @@
  * The proxy's queues of operations waiting to be posted (inter/inter_queue.c): each peer's
  * operations leave in submission order; peers take turns; a peer whose turn ends with
  * operations left (its window full) goes after the others, which overtake it; a push during
- * a turn does not give a peer two turns; clearing empties everything.
+ * a turn does not give a peer two turns; clearing empties everything; small writes and
+ * reads take the express lane ahead of the rest.
  */
 #include "inter/inter_internal.h"
 
@@ -144,6 +145,34 @@ static void test_clear(void **state)
     drain_turn(3, (int[]){2}, 1);
 }
 
+/* Small writes and reads go first, in their own order; sends and large operations after,
+ * in theirs: a small send never overtakes (receives match in order). */
+static void test_express_lane(void **state)
+{
+    static const struct { inter_op_kind_t kind; size_t len; } shape[] = {
+        {INTER_OP_WRITE, 1u << 20},                /* 0: bulk */
+        {INTER_OP_WRITE, 64},                      /* 1: express */
+        {INTER_OP_SEND, 64},                       /* 2: a send, small or not: bulk */
+        {INTER_OP_READ, INTER_EXPRESS_BYTES},      /* 3: express, the largest */
+        {INTER_OP_WRITE, INTER_EXPRESS_BYTES + 1}, /* 4: bulk, the smallest */
+        {INTER_OP_WRITE, 8},                       /* 5: express */
+    };
+    const int expected[] = {1, 3, 5, 0, 2, 4};
+
+    (void)state;
+    for (int i = 0; i < 6; ++i) {
+        ops[i].kind = shape[i].kind;
+        ops[i].len  = shape[i].len;
+        push(i, 1);
+    }
+    assert_int_equal(inter_queues_next(&queues), 1);
+    /* The head's lane continues through next: express ops chain to express ops only. */
+    assert_ptr_equal(inter_queues_head(&queues, 1)->next, &ops[3]);
+    assert_null(ops[5].next);
+    drain_turn(1, expected, 6);
+    assert_int_equal(inter_queues_waiting(&queues), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -152,6 +181,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_turns_rotate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_push_during_turn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clear, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_express_lane, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
