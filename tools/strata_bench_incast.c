@@ -105,8 +105,9 @@ typedef struct incast_echo {
 
 /* What each rank contributes to rank 0's report: rank 1 the timings, rank 0 the bytes. */
 typedef struct incast_report {
-    incast_figures_t mode[INCAST_MODES];
-    incast_figures_t phase[INCAST_MAX_PHASES];
+    incast_figures_t  mode[INCAST_MODES];
+    incast_figures_t  phase[INCAST_MAX_PHASES];
+    inter_peer_rate_t to_receiver[INCAST_MODES]; /* senders: each engine's figures for rank 0 */
 } incast_report_t;
 
 static const char *const incast_mode_names[INCAST_MODES] = {"on", "off"};
@@ -265,21 +266,20 @@ static int incast_parse(int argc, char **argv, incast_opts_t *o, bool *help_p)
     return ok ? 0 : 2;
 }
 
-/* The engine parameters of one mode: STRATA_INTER_RATE_CONTROL set for it, the others
- * from the environment, and the rank's place in the job. */
+/* The engine parameters of one mode: rate control on or off whatever
+ * STRATA_INTER_RATE_CONTROL says, the others from the environment, and the rank's place in
+ * the job. */
 static strata_status_t incast_params(bool rate_control, const strata_bootstrap_t *bs,
                                      const int *rank_node, inter_engine_params_t *params)
 {
     const char *local = getenv("LOCAL_WORLD_SIZE");
     strata_status_t status;
 
-    if (setenv("STRATA_INTER_RATE_CONTROL", rate_control ? "on" : "off", 1) != 0) {
-        return STRATA_ERR_NO_MEMORY;
-    }
     status = inter_engine_params_from_env(params);
     if (status != STRATA_OK) {
         return status;
     }
+    params->rate_control = rate_control;
     params->rank       = bs->rank;
     params->world_size = bs->world_size;
     params->local_size = local != NULL ? atoi(local) : 1;
@@ -659,6 +659,10 @@ static void incast_run(incast_engine_t *engines, const incast_opts_t *o, strata_
     }
     for (int m = 0; m < INCAST_MODES; ++m) {
         incast_figures(&results[m], &mine->mode[m]);
+        if (bs->rank != 0 && engines[m].engine != NULL) {
+            incast_check(inter_engine_peer_rate(engines[m].engine, 0, &mine->to_receiver[m]),
+                         "the rate figures");
+        }
     }
     snprintf(g_where, sizeof(g_where), "the end");
     g_engine = NULL;
@@ -739,6 +743,26 @@ static int incast_print(const incast_opts_t *o, const incast_report_t *mine,
     return 0;
 }
 
+/* Rank 0: what each sender's engines estimated for the path to it, at the end. */
+static void incast_print_rates(const incast_opts_t *o, const incast_report_t *all, int world)
+{
+    for (int r = 1; r < world; ++r) {
+        for (int m = 0; m < INCAST_MODES; ++m) {
+            const inter_peer_rate_t *f = &all[r].to_receiver[m];
+
+            if (!(o->modes & (1u << m))) {
+                continue;
+            }
+            printf("# rank %d to rank 0, rate control %-3s: rate %.1f MB/s, base RTT %.0f us, "
+                   "window %s%.0f KiB, %llu operations held\n", r, incast_mode_names[m],
+                   f->rate_Bps / 1e6, (double)f->rtt_ns / 1e3,
+                   f->window_bytes == UINT64_MAX ? "none, " : "",
+                   f->window_bytes == UINT64_MAX ? 0.0 : (double)f->window_bytes / 1024,
+                   (unsigned long long)f->paced);
+        }
+    }
+}
+
 static void incast_print_header(const incast_engine_t *e, const incast_opts_t *o, int world)
 {
     printf("# strata-bench incast: ranks 1..%d write %llu bytes to rank 0, %d in flight each; "
@@ -808,6 +832,9 @@ int bench_incast_main(int argc, char **argv)
     memset(&mine, 0, sizeof(mine));
     incast_run(engines, &o, bs, results, &mine);
     incast_check(bs->allgather(bs->ctx, &mine, all, sizeof(mine)), "gathering the figures");
+    if (bs->rank == 0) {
+        incast_print_rates(&o, all, bs->world_size);
+    }
     rc = bs->rank == 0 ? incast_print(&o, &all[0], &all[1]) : 0;
     incast_check(bs->barrier(bs->ctx), "final barrier");
     for (int m = 0; m < INCAST_MODES; ++m) {

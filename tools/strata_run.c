@@ -105,9 +105,10 @@ static void usage(FILE *out)
             "With --link-rate, the queue of every hub port (the traffic into a node, where an\n"
             "incast waits) is read every 10 ms while the job runs, and one line per node\n"
             "follows the job's output:\n"
-            "  strata-run: link n<k>: rate R, delay T, max backlog B bytes (P packets), drops D\n"
-            "B is the largest backlog sampled, P the packets queued then, D the packets the\n"
-            "queue dropped over the job.\n",
+            "  strata-run: link n<k>: rate R, delay T, mean backlog M bytes, max backlog B bytes\n"
+            "    (P packets), drops D\n"
+            "M is the mean of the samples, B the largest, P the packets queued then, D the\n"
+            "packets the queue dropped over the job.\n",
             RUN_MAX_RANKS, RUN_GRACE_SECONDS);
 }
 

@@ -52,6 +52,8 @@ int run_exec(const char *const *argv, bool quiet);
 typedef struct run_link_queue {
     int      ifindex;       /* of n<k> in the hub namespace */
     uint64_t max_backlog;   /* bytes, the largest sampled */
+    uint64_t sum_backlog;   /* bytes, over the samples that found the bucket */
+    uint64_t num_samples;
     uint32_t max_packets;   /* packets queued at that sample */
     uint32_t drops;         /* packets the bucket dropped, at the last sample */
     bool     seen;          /* a sample found the bucket */

@@ -364,6 +364,8 @@ static void run_link_note(run_link_t *link, const struct nlmsghdr *nh)
         return;
     }
     queue->seen = true;
+    queue->sum_backlog += stats.backlog;
+    queue->num_samples += 1;
     if (stats.backlog > queue->max_backlog) {
         queue->max_backlog = stats.backlog;
         queue->max_packets = stats.qlen;
@@ -470,7 +472,8 @@ void run_link_report(run_link_t *link, FILE *out)
         fprintf(out, "strata-run: link n%d: rate %s, delay %s, ", k, link->rate_text,
                 link->delay_text[0] ? link->delay_text : "0ms");
         if (queue->seen) {
-            fprintf(out, "max backlog %llu bytes (%u packets), drops %u\n",
+            fprintf(out, "mean backlog %llu bytes, max backlog %llu bytes (%u packets), "
+                    "drops %u\n", (unsigned long long)(queue->sum_backlog / queue->num_samples),
                     (unsigned long long)queue->max_backlog, queue->max_packets, queue->drops);
         } else {
             fprintf(out, "backlog not sampled\n");
