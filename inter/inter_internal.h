@@ -75,8 +75,8 @@ typedef struct inter_op {
     bool                   paced;    /* held back by its peer's window at least once */
 } inter_op_t;
 
-/* Writes and reads of at most this many bytes take a peer's express lane: they wait
- * neither for its window nor behind its larger operations (inter_queue.c). */
+/* Requests of one write or read of at most this many bytes take a peer's express lane:
+ * they wait neither for its window nor behind its other operations (inter_queue.c). */
 #define INTER_EXPRESS_BYTES 4096
 
 typedef struct inter_op_lane {
@@ -90,8 +90,8 @@ typedef struct inter_op_queue {
 } inter_op_queue_t;
 
 /*
- * The operations waiting to be posted (inter_queue.c): a queue per peer, in submission
- * order, and the turns of the peers that have some. Proxy-owned.
+ * The operations waiting to be posted (inter_queue.c): a queue per peer, each of its two
+ * lanes in submission order, and the turns of the peers that have some. Proxy-owned.
  */
 typedef struct inter_queues {
     inter_op_queue_t *peers;   /* [world] */

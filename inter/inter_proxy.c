@@ -1,6 +1,7 @@
 /*
  * The proxy thread: takes requests off the submission ring, posts their operations in
- * order per peer, peers taking turns (keeping what the transport cannot take yet, and
+ * order per peer (requests of one small write or read first), peers taking turns (keeping
+ * what the transport cannot take yet, and
  * under rate control what the peer's window cannot), polls every rail's completion queue,
  * counts immediates, matches messages to receives, sends heartbeats and fails silent peers.
  * A round of it (inter_proxy_step) runs under the engine's progress lock: on the progress
@@ -312,10 +313,10 @@ static int inter_gather_rma(const inter_engine_t *engine, int peer, inter_post_t
 }
 
 /*
- * Peer's turn: post its operations in order, a send alone, a run of writes and reads on one
- * rail as one list, until its queue is empty, its window full (STRATA_OK: completions open
- * it again) or the transport pushes back (STRATA_ERR_BUSY). Adds what left the queue to
- * *work_p.
+ * Peer's turn: post its operations in queue order (express lane first), a send alone, a
+ * run of writes and reads on one rail as one list, until its queue is empty, its window
+ * full (STRATA_OK: completions open it again) or the transport pushes back
+ * (STRATA_ERR_BUSY). Adds what left the queue to *work_p.
  */
 static strata_status_t inter_post_peer(inter_engine_t *engine, int peer, int *work_p)
 {

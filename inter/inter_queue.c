@@ -2,11 +2,11 @@
  * The operations waiting to be posted: one queue per peer, and the turns the peers with
  * waiting operations take. A peer whose window is full keeps its queue while the others
  * take their turns, so that one slow receiver holds back nothing sent to the rest. Within
- * a peer's queue, small writes and reads (a step's headers, a barrier's token) go first,
- * in an express lane that the window does not hold: in an incast they would otherwise wait
- * behind their own sender's bulk. Nothing orders one write or read against another, so
- * only sends, whose receives match in order, never overtake. Proxy-owned (inter_queues_t
- * in inter_internal.h).
+ * a peer's queue, requests of one small write or read go first, in an express lane that
+ * the window does not hold: in an incast they would otherwise wait behind their own
+ * sender's bulk. Nothing orders one write or read against another, so only sends, whose
+ * receives match in order, never overtake. Proxy-owned (inter_queues_t in
+ * inter_internal.h).
  */
 #include "inter_internal.h"
 
@@ -41,10 +41,12 @@ static void inter_queues_enlist(inter_queues_t *queues, int peer)
     queues->listed[peer] = true;
 }
 
+/* A whole request of one small write or read: the pieces of a paged or striped transfer,
+ * however small each, are bulk, so that the lane stays for what is small altogether. */
 bool inter_op_express(const inter_op_t *op)
 {
     return (op->kind == INTER_OP_WRITE || op->kind == INTER_OP_READ) &&
-           op->len <= INTER_EXPRESS_BYTES;
+           op->len <= INTER_EXPRESS_BYTES && op->req != NULL && op->req->num_ops == 1;
 }
 
 void inter_queues_push(inter_queues_t *queues, inter_op_t *op)

@@ -23,7 +23,7 @@
 typedef struct mode_run {
     char               name[64];
     strata_moe_mode_t  mode;
-    const char        *file; /* fixed: the mask file */
+    char              *file; /* fixed: the mask file (owned) */
     strata_moe_t      *moe;
     util_histogram_t  *clock, *model; /* ns per step: rank 0's clock, the model's prediction */
     util_histogram_summary_t clock_sum, model_sum;
@@ -76,7 +76,10 @@ static void modes_parse(modes_bench_t *m, const char *list)
             run->mode = STRATA_MOE_MODE_ADAPTIVE;
         } else if (strncmp(tok, "fixed:", 6) == 0 && tok[6] != '\0') {
             run->mode = STRATA_MOE_MODE_FIXED;
-            run->file = list + (tok + 6 - copy);
+            run->file = strdup(tok + 6);
+            if (run->file == NULL) {
+                modes_fail("out of memory%s", "");
+            }
         } else {
             modes_fail("--modes: '%s' is not push, pull, adaptive or fixed:FILE", tok);
         }
@@ -364,6 +367,7 @@ static void modes_close(modes_bench_t *m)
         free(m->runs[i].clock);
         free(m->runs[i].model);
         free(m->runs[i].bd);
+        free(m->runs[i].file);
     }
     strata_trace_destroy(m->trace);
     free(m->by_node);
@@ -379,8 +383,10 @@ int bench_moe_modes(intra_bench_t *b, strata_comm_t *comm, int per_node,
     b->row_bytes = (size_t)b->hidden * sizeof(uint16_t);
     modes_parse(&m, o->modes);
     modes_trace(&m, o->trace, o->zipf, o->seed);
-    if (b->experts % b->size != 0) {
-        modes_fail("%s", "the trace's experts are not a multiple of the ranks");
+    if (b->experts % b->size != 0 || b->experts > 64 * INTRA_MOE_MASK_WORDS) {
+        fprintf(stderr, "strata-bench moe --modes: %d experts: a multiple of the %d ranks, at "
+                        "most %d\n", b->experts, b->size, 64 * INTRA_MOE_MASK_WORDS);
+        MPI_Abort(MPI_COMM_WORLD, 2);
     }
     intra_alloc(b, b->tokens);
     intra_route(b); /* rows and weights; the trace gives the routing step by step */

@@ -123,7 +123,7 @@ bool run_link_parse_delay(run_link_t *link, const char *text)
                         "units (us, ms, s), e.g. 500us or 2ms\n", text);
         return false;
     }
-    if (llround(us) > RUN_LINK_MAX_DELAY_US || (us > 0 && llround(us) == 0)) {
+    if (!(us <= (double)RUN_LINK_MAX_DELAY_US) || (us > 0 && llround(us) == 0)) {
         fprintf(stderr, "strata-run: --link-delay %s is out of range (0, or 1us to 1s)\n", text);
         return false;
     }

@@ -297,6 +297,15 @@ static int ofi_open_objects(ofi_transport_t *ofi)
     if (rc == 0) {
         rc = fi_endpoint(ofi->domain, ofi->info, &ofi->ep, NULL);
     }
+    if (rc != 0 && ofi->cq != NULL && ofi->ep == NULL && /* fi_endpoint refused */
+        (ofi->info->tx_attr->op_flags & FI_DELIVERY_COMPLETE)) {
+        /* Completion at delivery is rate control's wish, not a need: do without it. */
+        UTIL_LOG_WARN("ofi: %s refused completion at delivery (%s); rate control measures "
+                      "completion at this host", ofi->info->fabric_attr->prov_name,
+                      fi_strerror(-rc));
+        ofi->info->tx_attr->op_flags &= ~(uint64_t)FI_DELIVERY_COMPLETE;
+        rc = fi_endpoint(ofi->domain, ofi->info, &ofi->ep, NULL);
+    }
     if (rc == 0) {
         rc = fi_ep_bind(ofi->ep, &ofi->av->fid, 0);
     }

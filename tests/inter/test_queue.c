@@ -145,8 +145,8 @@ static void test_clear(void **state)
     drain_turn(3, (int[]){2}, 1);
 }
 
-/* Small writes and reads go first, in their own order; sends and large operations after,
- * in theirs: a small send never overtakes (receives match in order). */
+/* Requests of one small write or read go first, in their own order; sends and large
+ * operations after, in theirs: a small send never overtakes (receives match in order). */
 static void test_express_lane(void **state)
 {
     static const struct { inter_op_kind_t kind; size_t len; } shape[] = {
@@ -159,12 +159,18 @@ static void test_express_lane(void **state)
     };
     const int expected[] = {1, 3, 5, 0, 2, 4};
 
+    static inter_request_t single = {.num_ops = 1}, paged = {.num_ops = 64};
+
     (void)state;
     for (int i = 0; i < 6; ++i) {
         ops[i].kind = shape[i].kind;
         ops[i].len  = shape[i].len;
+        ops[i].req  = &single;
         push(i, 1);
     }
+    /* A small piece of a larger request (a page of a paged write) is bulk. */
+    ops[6] = (inter_op_t){.kind = INTER_OP_WRITE, .len = 64, .req = &paged};
+    assert_false(inter_op_express(&ops[6]));
     assert_int_equal(inter_queues_next(&queues), 1);
     /* The head's lane continues through next: express ops chain to express ops only. */
     assert_ptr_equal(inter_queues_head(&queues, 1)->next, &ops[3]);

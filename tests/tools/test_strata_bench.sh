@@ -50,7 +50,7 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
     out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
           mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \
           -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo \
-          "$bench" moe --ranks-per-node 2 --modes push,pull,adaptive,fixed:"$mask" --tokens 16 \
+          "$bench" moe --ranks-per-node 2 --modes fixed:"$mask",push,pull,adaptive --tokens 16 \
           --experts 16 --topk 2 --hidden 256 --iters 12 --zipf 1.4 2>&1)
     rc=$?
     # name, p50, p99, model p50, model p99, switches, pull %
