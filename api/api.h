@@ -7,6 +7,9 @@
 
 #include "util/util.h"
 
+#include <stdbool.h>
+#include <stddef.h>
+
 extern const util_config_table_t api_bootstrap_config_table;
 extern const util_config_table_t api_comm_config_table;
 
@@ -24,6 +27,12 @@ typedef strata_status_t (*api_bootstrap_check_fn_t)(void *arg);
  */
 void api_bootstrap_set_check(strata_bootstrap_t *bootstrap, api_bootstrap_check_fn_t check,
                              void *arg);
+
+/**
+ * The first host of a Slurm host list ("node[01-04,07]-ib,gpu5" gives "node01-ib") into
+ * host (size bytes); false for a list it cannot read or a name that does not fit.
+ */
+bool api_hostlist_first(const char *list, char *host, size_t size);
 
 /** Warn, once per process, about STRATA_* variables no table knows (naming the closest). */
 void api_config_warn_unknown(void);

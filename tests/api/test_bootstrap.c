@@ -459,7 +459,31 @@ static void test_from_env(void **state)
     unsetenv("OMPI_COMM_WORLD_SIZE");
     unsetenv("MASTER_ADDR");
     unsetenv("MASTER_PORT");
+    unsetenv("PMI_RANK");
+    unsetenv("PMI_SIZE");
+    unsetenv("SLURM_STEP_NODELIST");
+    unsetenv("SLURM_JOB_NODELIST");
+    unsetenv("SLURM_JOB_ID");
+    unsetenv("SLURM_STEP_ID");
+    /* No launcher: a world of one. */
+    assert_int_equal(strata_bootstrap_from_env(&bs), STRATA_OK);
+    assert_int_equal(bs->rank, 0);
+    assert_int_equal(bs->world_size, 1);
+    strata_bootstrap_destroy(bs);
+    bs = NULL;
+    /* MPICH's Hydra, and a bad rank refused. */
+    setenv("PMI_RANK", "0", 1);
+    setenv("PMI_SIZE", "1", 1);
+    assert_int_equal(strata_bootstrap_from_env(&bs), STRATA_OK);
+    assert_int_equal(bs->world_size, 1);
+    strata_bootstrap_destroy(bs);
+    bs = NULL;
+    setenv("PMI_RANK", "3", 1);
+    setenv("PMI_SIZE", "2", 1);
     assert_int_equal(strata_bootstrap_from_env(&bs), STRATA_ERR_INVALID);
+    assert_null(bs);
+    unsetenv("PMI_RANK");
+    unsetenv("PMI_SIZE");
 
     setenv("SLURM_PROCID", "0", 1);
     setenv("SLURM_NTASKS", "1", 1);
@@ -482,6 +506,79 @@ static void test_from_env(void **state)
     unsetenv("OMPI_COMM_WORLD_SIZE");
 }
 
+/* Slurm: rank 0's address is the first host of the step's node list, the port one that
+ * every rank derives from the job and step ids. Two ranks of a step, as threads. */
+static void test_hostlist_first(void **state)
+{
+    static const char *const cases[][2] = {
+        {"node[01-04,07]", "node01"},       {"node[01-04,07]-ib,gpu5", "node01-ib"},
+        {"gpu7,gpu8", "gpu7"},              {"h[3],x[1-2]", "h3"},
+        {"127.0.0.[1-4]", "127.0.0.1"},     {"solo", "solo"},
+    };
+    static const char *const bad[] = {"", ",a", "[1-2]", "n[a-b]", "n[1-2", "n[1x]"};
+    char host[64];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+        assert_true(api_hostlist_first(cases[i][0], host, sizeof(host)));
+        assert_string_equal(host, cases[i][1]);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); ++i) {
+        assert_false(api_hostlist_first(bad[i], host, sizeof(host)));
+    }
+    assert_false(api_hostlist_first("averylongname", host, 8)); /* does not fit */
+}
+
+/* One rank of a Slurm step of two, in its own process: the address and port come from
+ * the step's variables alone; every rank must see both ranks. */
+static int slurm_rank(int rank, int world, uint16_t port)
+{
+    strata_bootstrap_t *bs = NULL;
+    char id[16];
+    int ranks[2] = {-1, -1};
+
+    (void)port; /* derived from the job and step ids instead */
+    snprintf(id, sizeof(id), "%d", rank);
+    setenv("SLURM_PROCID", id, 1);
+    snprintf(id, sizeof(id), "%d", world);
+    setenv("SLURM_NTASKS", id, 1);
+    if (strata_bootstrap_from_env(&bs) != STRATA_OK) {
+        return 10;
+    }
+    if (bs->rank != rank || bs->allgather(bs->ctx, &rank, ranks, sizeof(int)) != STRATA_OK ||
+        ranks[0] != 0 || ranks[1] != 1) {
+        strata_bootstrap_destroy(bs);
+        return 11;
+    }
+    strata_bootstrap_destroy(bs);
+    return 0;
+}
+
+static void test_from_env_slurm(void **state)
+{
+    char job[16];
+    int codes[2];
+
+    (void)state;
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("PMI_RANK");
+    unsetenv("RANK");
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    unsetenv("STRATA_BOOTSTRAP_ADDR");
+    unsetenv("STRATA_BOOTSTRAP_PORT");
+    setenv("SLURM_STEP_NODELIST", "127.0.0.[1-2]", 1);
+    snprintf(job, sizeof(job), "%d", (int)getpid()); /* another port for every run */
+    setenv("SLURM_JOB_ID", job, 1);
+    setenv("SLURM_STEP_ID", "3", 1);
+    run_ranks(2, slurm_rank, codes);
+    assert_int_equal(codes[0], 0);
+    assert_int_equal(codes[1], 0);
+    unsetenv("SLURM_STEP_NODELIST");
+    unsetenv("SLURM_JOB_ID");
+    unsetenv("SLURM_STEP_ID");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -494,6 +591,8 @@ int main(void)
         cmocka_unit_test(test_secret_file),
         cmocka_unit_test(test_invalid_arguments),
         cmocka_unit_test(test_from_env),
+        cmocka_unit_test(test_hostlist_first),
+        cmocka_unit_test(test_from_env_slurm),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

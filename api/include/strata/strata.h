@@ -149,12 +149,14 @@ STRATA_API strata_status_t strata_bootstrap_tcp_create(const char *root_addr, ui
 
 /**
  * The TCP rendezvous configured from the launcher's environment. Rank and world size from
- * Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), torchrun (RANK, WORLD_SIZE) or
- * Slurm (SLURM_PROCID, SLURM_NTASKS), in that order (mpirun and torchrun inside a Slurm
- * allocation inherit SLURM_PROCID); the root's address from
- * STRATA_BOOTSTRAP_ADDR or MASTER_ADDR, its port from STRATA_BOOTSTRAP_PORT or
- * MASTER_PORT + 1 (MASTER_PORT itself is torchrun's store). STRATA_ERR_INVALID names what
- * is missing.
+ * Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE), MPICH's Hydra and Intel MPI
+ * (PMI_RANK, PMI_SIZE), torchrun (RANK, WORLD_SIZE) or Slurm (SLURM_PROCID, SLURM_NTASKS),
+ * in that order (launchers inside a Slurm allocation inherit SLURM_PROCID); none of them:
+ * rank 0 of 1, said in one INFO line. The root's address from STRATA_BOOTSTRAP_ADDR or
+ * MASTER_ADDR, its port from STRATA_BOOTSTRAP_PORT or MASTER_PORT + 1 (MASTER_PORT itself
+ * is torchrun's store); under Slurm, where those are unset, the first host of
+ * SLURM_STEP_NODELIST (or SLURM_JOB_NODELIST) and the port 20000 + (SLURM_JOB_ID mod 20000
+ * + SLURM_STEP_ID) mod 20000. STRATA_ERR_INVALID names what is missing or wrong.
  */
 STRATA_API strata_status_t strata_bootstrap_from_env(strata_bootstrap_t **bootstrap_p);
 
