@@ -1,10 +1,11 @@
 /*
- * Built-in bootstrap: a TCP star around rank 0, and its configuration from the launcher's
- * environment (torchrun, Slurm, Open MPI). With a shared secret, rank 0 and each joining rank
+ * Built-in bootstrap: a TCP star around rank 0 (strata_bootstrap_tcp_create; the launchers'
+ * variables are read in api_bootstrap_env.c). With a shared secret, rank 0 and each joining rank
  * prove to each other that they know it (HMAC-SHA256 over both sides' nonces) before rank 0
  * counts the connection as a rank; the secret itself never crosses the network.
  */
 #include "api/api.h"
+#include "api/src/api_bootstrap.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -63,14 +64,6 @@ typedef struct api_tcp_bootstrap {
     api_bootstrap_check_fn_t check; /* asked while a collective waits (a communicator's) */
     void                    *check_arg;
 } api_tcp_bootstrap_t;
-
-typedef struct api_bootstrap_config {
-    char    *addr;
-    int64_t  port;
-    uint64_t timeout_ns;
-    char    *secret;
-    char    *secret_file;
-} api_bootstrap_config_t;
 
 static const util_config_field_t api_bootstrap_config_fields[] = {
     {.name = "BOOTSTRAP_ADDR", .default_value = "",
@@ -592,140 +585,4 @@ STRATA_API strata_status_t strata_bootstrap_tcp_create(const char *root_addr, ui
     }
     *bootstrap_p = &bs->base;
     return STRATA_OK;
-}
-
-bool api_hostlist_first(const char *list, char *host, size_t size)
-{
-    size_t prefix, digits;
-    const char *open, *end, *suffix;
-    int written;
-
-    if (list == NULL || list[0] == '\0' || list[0] == ',' || list[0] == '[') {
-        return false;
-    }
-    prefix = strcspn(list, ",[");
-    if (list[prefix] != '[') { /* "host1,host2": the first name as it is */
-        written = snprintf(host, size, "%.*s", (int)prefix, list);
-        return written > 0 && (size_t)written < size;
-    }
-    open   = list + prefix + 1;
-    digits = strspn(open, "0123456789");
-    end    = strchr(open, ']');
-    if (digits == 0 || end == NULL || (open[digits] != '-' && open[digits] != ',' &&
-                                       open[digits] != ']')) {
-        return false;
-    }
-    /* "node[01-04,07]-ib,gpu5": prefix, the first number as written (zeros kept), suffix. */
-    suffix  = end + 1;
-    written = snprintf(host, size, "%.*s%.*s%.*s", (int)prefix, list, (int)digits, open,
-                       (int)strcspn(suffix, ","), suffix);
-    return written > 0 && (size_t)written < size;
-}
-
-/* Slurm starts rank 0 on the first node of the step: its name is rank 0's address. */
-static const char *api_slurm_root(char *host, size_t size)
-{
-    const char *list = util_config_foreign("SLURM_STEP_NODELIST");
-
-    if (list == NULL) {
-        list = util_config_foreign("SLURM_JOB_NODELIST");
-    }
-    if (list == NULL || !api_hostlist_first(list, host, size)) {
-        UTIL_LOG_WARN("bootstrap: Slurm's node list '%s' names no first host", list ? list : "");
-        return NULL;
-    }
-    return host;
-}
-
-/* A port every rank of a Slurm step derives alike: 20000 + (job id + step id) % 20000. */
-static long api_slurm_port(void)
-{
-    const char *job  = util_config_foreign("SLURM_JOB_ID");
-    const char *step = util_config_foreign("SLURM_STEP_ID");
-    long id = (job ? strtol(job, NULL, 10) : 0) % 20000 + (step ? strtol(step, NULL, 10) : 0);
-
-    return job == NULL ? 0 : 20000 + (id < 0 ? -id : id) % 20000;
-}
-
-/* First of the launchers' variable pairs that is set; none: a world of one. */
-static bool api_env_rank(int *rank_p, int *world_p, const char **source_p)
-{
-    /* mpirun, Hydra and torchrun inside a Slurm allocation inherit SLURM_PROCID: theirs
-     * win. */
-    static const char *const pairs[][3] = {
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
-        {"PMI_RANK", "PMI_SIZE", "MPICH/Hydra"},
-        {"RANK", "WORLD_SIZE", "torchrun"},
-        {"SLURM_PROCID", "SLURM_NTASKS", "Slurm"},
-    };
-    const char *rank, *world;
-    char *end1, *end2;
-    long r, w;
-
-    for (size_t i = 0; i < UTIL_ARRAY_SIZE(pairs); ++i) {
-        rank  = util_config_foreign(pairs[i][0]);
-        world = util_config_foreign(pairs[i][1]);
-        if (rank == NULL || world == NULL) {
-            continue;
-        }
-        r = strtol(rank, &end1, 10);
-        w = strtol(world, &end2, 10);
-        if (*end1 != '\0' || *end2 != '\0' || rank[0] == '\0' || world[0] == '\0' || w <= 0 ||
-            w > INT32_MAX || r < 0 || r >= w) {
-            UTIL_LOG_ERROR("bootstrap: %s=%s %s=%s is not a rank of a job", pairs[i][0], rank,
-                           pairs[i][1], world);
-            return false;
-        }
-        *rank_p   = (int)r;
-        *world_p  = (int)w;
-        *source_p = pairs[i][2];
-        return true;
-    }
-    UTIL_LOG_INFO("bootstrap: no launcher variables (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/"
-                  "SIZE, RANK/WORLD_SIZE or SLURM_PROCID/NTASKS): running as rank 0 of 1");
-    *rank_p   = 0;
-    *world_p  = 1;
-    *source_p = "no launcher";
-    return true;
-}
-
-STRATA_API strata_status_t strata_bootstrap_from_env(strata_bootstrap_t **bootstrap_p)
-{
-    api_bootstrap_config_t config;
-    const char *addr, *master_port, *source;
-    char slurm_host[256];
-    strata_status_t status;
-    int rank, world;
-    long port;
-
-    if (!api_env_rank(&rank, &world, &source)) {
-        return STRATA_ERR_INVALID;
-    }
-    status = util_config_read(&api_bootstrap_config_table, &config);
-    if (status != STRATA_OK) {
-        return status;
-    }
-    addr        = config.addr[0] ? config.addr : util_config_foreign("MASTER_ADDR");
-    master_port = util_config_foreign("MASTER_PORT");
-    port        = config.port ? (long)config.port
-                              : (master_port ? strtol(master_port, NULL, 10) + 1 : 0);
-    if (strcmp(source, "Slurm") == 0 && world > 1) {
-        if (addr == NULL || addr[0] == '\0') {
-            addr = api_slurm_root(slurm_host, sizeof(slurm_host));
-        }
-        port = port > 0 ? port : api_slurm_port();
-    }
-    if (world > 1 && (addr == NULL || addr[0] == '\0' || port <= 0 || port > 65535)) {
-        UTIL_LOG_ERROR("bootstrap: rank %d of %d (%s) needs rank 0's address and port: set "
-                       "STRATA_BOOTSTRAP_ADDR and STRATA_BOOTSTRAP_PORT (or MASTER_ADDR and "
-                       "MASTER_PORT; under Slurm, SLURM_STEP_NODELIST and SLURM_JOB_ID give "
-                       "them)", rank, world, source);
-        status = STRATA_ERR_INVALID;
-    } else {
-        status = strata_bootstrap_tcp_create(addr ? addr : "", (uint16_t)port, rank, world,
-                                             config.timeout_ns / UTIL_NSEC_PER_MSEC,
-                                             bootstrap_p);
-    }
-    util_config_release(&api_bootstrap_config_table, &config);
-    return status;
 }
