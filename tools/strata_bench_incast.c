@@ -9,44 +9,12 @@
 #include "strata_bench.h"
 #include "inter/engine.h"
 
-#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Small write n uses slot n % INCAST_SLOTS (so at most that many are in flight); both ends
- * look for arrivals among the INCAST_LOOKAHEAD oldest not yet answered, since writes of a
- * connection arrive in order, or nearly so over several rails. */
-#define INCAST_SLOTS        256u
-#define INCAST_LOOKAHEAD    16u
-#define INCAST_MAX_RUNS     64   /* phases, warm-up ones included */
-#define INCAST_MAX_PHASES   (INCAST_MAX_RUNS - INCAST_MODES)
-#define INCAST_MAX_INFLIGHT 64
-#define INCAST_MODES        2    /* 0: rate control on, 1: off */
-#define INCAST_WARMUP       0.1  /* the part of each phase left unrecorded */
-#define INCAST_WAIT_NS      (30ull * UTIL_NSEC_PER_SEC)
-#define INCAST_NAP_NS       (20ull * UTIL_NSEC_PER_USEC)
-/* Immediates of the phase run r-th (warm-up ones first): every phase its own, so that
- * nothing late from one phase counts in the next phase of the same engine. */
-#define INCAST_IMM_BULK(r)     ((uint32_t)(r))
-#define INCAST_IMM_DONE(r)     (INCAST_MAX_RUNS + (uint32_t)(r))
-#define INCAST_IMM_SMALL(r, s) (2u * INCAST_MAX_RUNS + (uint32_t)(r) * INCAST_SLOTS + (s))
-#define INCAST_IMM_ECHO(r, s)  (INCAST_IMM_SMALL(INCAST_MAX_RUNS, 0) + \
-                                (uint32_t)(r) * INCAST_SLOTS + (s))
-
-_Static_assert(INCAST_IMM_ECHO(INCAST_MAX_RUNS, 0) <= INTER_IMM_MAX,
-               "the phases' immediates fit in the engine's range");
-
-typedef struct incast_opts {
-    unsigned modes;       /* bit m: mode m runs (1: on, 2: off, 3: both) */
-    double   seconds;     /* per phase */
-    int      phases;
-    uint64_t bulk_size;
-    int      inflight;
-    uint64_t small_size;
-    uint64_t interval_ns;
-} incast_opts_t;
+#include "strata_bench_incast.h"
 
 /* One engine and its registered buffer: [bulk_size bytes][INCAST_SLOTS small slots]. Every
  * sender writes its bulk into rank 0's bulk area (nobody reads it); small write n and its
@@ -132,138 +100,6 @@ static void incast_check(strata_status_t status, const char *what)
     }
     fprintf(stderr, "\n");
     exit(1);
-}
-
-static void incast_usage(FILE *out)
-{
-    fprintf(out,
-            "Usage: strata-run -n N --nodes N --link-rate RATE -- strata-bench incast [options]\n"
-            "Ranks 1..N-1 stream bulk writes into rank 0; rank 1 also writes a small message\n"
-            "every interval, which rank 0 echoes with a small write, and times the round trip.\n"
-            "Each process opens two engines, STRATA_INTER_RATE_CONTROL=on and off, used in\n"
-            "alternating phases (on off off on on off ...), after an unrecorded phase on each;\n"
-            "the first 10%% of each phase is not recorded. Per mode: small round trip p50/p99,\n"
-            "bulk bytes per second received by rank 0; then 'incast with/without rate control:\n"
-            "p99 X, throughput Y', the ratios.\n"
-            "\n"
-            "  --rate-control M  both (default), or on or off alone: one engine, every phase\n"
-            "                    (e.g. to read strata-run's queue figures of one mode)\n"
-            "  --seconds S       length of a phase (default 1)\n"
-            "  --phases N        phases, 1..%d, even for both (default 10)\n"
-            "  --bulk-size SIZE  bytes of a bulk write (default 1m)\n"
-            "  --inflight N      bulk writes each sender keeps in flight, 1..%d (default 4)\n"
-            "  --small-size SIZE bytes of the timed write and of its echo (default 64)\n"
-            "  --interval TIME   between two timed writes (default 1ms; at most %u in flight)\n",
-            INCAST_MAX_PHASES, INCAST_MAX_INFLIGHT, INCAST_SLOTS);
-}
-
-/* A size or a time in strata's units ("64k", "1ms"); false after printing why not. */
-static bool incast_parse_unit(const char *option, const char *text, util_config_type_t type,
-                              uint64_t min, uint64_t max, uint64_t *value_p)
-{
-    util_config_field_t field = {.name = option, .type = type};
-    char err[UTIL_CONFIG_ERR_MAX];
-    uint64_t value;
-
-    if (util_config_parse_value(&field, text, &value, err) != STRATA_OK) {
-        fprintf(stderr, "strata-bench incast: --%s: %s\n", option, err);
-        return false;
-    }
-    if (value < min || value > max) {
-        fprintf(stderr, "strata-bench incast: --%s %s is out of range (%llu..%llu %s)\n", option,
-                text, (unsigned long long)min, (unsigned long long)max,
-                type == UTIL_CONFIG_TIME ? "ns" : "bytes");
-        return false;
-    }
-    *value_p = value;
-    return true;
-}
-
-static bool incast_parse_int(const char *option, const char *text, int min, int max,
-                             int *value_p)
-{
-    char *end;
-    long value = strtol(text, &end, 10);
-
-    if (end == text || *end != '\0' || value < min || value > max) {
-        fprintf(stderr, "strata-bench incast: --%s %s is not an integer in %d..%d\n", option,
-                text, min, max);
-        return false;
-    }
-    *value_p = (int)value;
-    return true;
-}
-
-static bool incast_parse_seconds(const char *text, double *value_p)
-{
-    char *end;
-    double value = strtod(text, &end);
-
-    if (end == text || *end != '\0' || !(value >= 0.01 && value <= 3600)) {
-        fprintf(stderr, "strata-bench incast: --seconds %s is not a number in 0.01..3600\n",
-                text);
-        return false;
-    }
-    *value_p = value;
-    return true;
-}
-
-static bool incast_parse_modes(const char *text, unsigned *modes_p)
-{
-    static const char *const names[] = {"", "on", "off", "both"};
-
-    for (unsigned m = 1; m < UTIL_ARRAY_SIZE(names); ++m) {
-        if (strcmp(text, names[m]) == 0) {
-            *modes_p = m;
-            return true;
-        }
-    }
-    fprintf(stderr, "strata-bench incast: --rate-control %s is not on, off or both\n", text);
-    return false;
-}
-
-/* Options into o; 0 to go on, else the exit status (0 after --help). */
-static int incast_parse(int argc, char **argv, incast_opts_t *o, bool *help_p)
-{
-    static const struct option options[] = {
-        {"seconds", required_argument, NULL, 'S'},    {"phases", required_argument, NULL, 'P'},
-        {"bulk-size", required_argument, NULL, 'B'},  {"inflight", required_argument, NULL, 'I'},
-        {"small-size", required_argument, NULL, 's'}, {"interval", required_argument, NULL, 'i'},
-        {"rate-control", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    bool ok = true;
-    int opt;
-
-    *o = (incast_opts_t){.modes = 3, .seconds = 1, .phases = 10, .bulk_size = 1u << 20,
-                         .inflight = 4, .small_size = 64, .interval_ns = UTIL_NSEC_PER_MSEC};
-    *help_p = false;
-    optind  = 2;
-    while (ok && (opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
-        switch (opt) {
-        case 'S': ok = incast_parse_seconds(optarg, &o->seconds); break;
-        case 'P': ok = incast_parse_int("phases", optarg, 1, INCAST_MAX_PHASES, &o->phases); break;
-        case 'r': ok = incast_parse_modes(optarg, &o->modes); break;
-        case 'B': ok = incast_parse_unit("bulk-size", optarg, UTIL_CONFIG_SIZE, 1, 64u << 20,
-                                         &o->bulk_size); break;
-        case 'I': ok = incast_parse_int("inflight", optarg, 1, INCAST_MAX_INFLIGHT,
-                                        &o->inflight); break;
-        case 's': ok = incast_parse_unit("small-size", optarg, UTIL_CONFIG_SIZE, 1, 64u << 10,
-                                         &o->small_size); break;
-        case 'i': ok = incast_parse_unit("interval", optarg, UTIL_CONFIG_TIME,
-                                         10 * UTIL_NSEC_PER_USEC, UTIL_NSEC_PER_SEC,
-                                         &o->interval_ns); break;
-        case 'h': *help_p = true; return 0;
-        default: ok = false; break;
-        }
-    }
-    if (ok && ((o->modes == 3 && o->phases % 2 != 0) || optind < argc)) {
-        fprintf(stderr, "strata-bench incast: %s\n",
-                optind < argc ? "unexpected arguments"
-                              : "--phases must be even to measure both modes alike");
-        ok = false;
-    }
-    return ok ? 0 : 2;
 }
 
 /* The engine parameters of one mode: rate control on or off whatever
