@@ -9,19 +9,23 @@
  *
  * p2p: write-with-immediate between two ranks, through the transfer engine and through raw
  * libfabric calls on the same provider and interface: one-way latency from ping-pong
- * (p50/p99) and streaming bandwidth, with engine/raw ratios.
+ * (p50/p99) and streaming bandwidth, with engine/raw ratios. With --baseline
+ * no-rate-control the baseline is a second engine with rate control off and the measured
+ * engine has it on: what pacing costs on an unshaped link.
  */
 #include "strata_bench.h"
 #include "inter/engine.h"
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define BENCH_TIMEOUT_NS (60ull * UTIL_NSEC_PER_SEC)
 #define BENCH_WARMUP     10
-#define BENCH_BW_REPS    5
+#define BENCH_BW_REPS    5  /* streaming repetitions per size and path, by default */
+#define BENCH_MAX_REPS   101
 #define BENCH_IMM_PING   1
 #define BENCH_IMM_PONG   2
 #define BENCH_IMM_DATA   3
@@ -103,8 +107,10 @@ static strata_status_t bench_engine_wait_imm(void *ctx, size_t len, uint32_t imm
                                  be->peer, BENCH_TIMEOUT_NS);
 }
 
+/* rate_control: -1 as STRATA_INTER_RATE_CONTROL says, else off (0) or on (1). */
 static strata_status_t bench_engine_setup(strata_bootstrap_t *bs, size_t buf_size,
-                                          bench_engine_t *be, bench_path_t *path)
+                                          int rate_control, bench_engine_t *be,
+                                          bench_path_t *path)
 {
     inter_engine_params_t params;
     inter_rdesc_t descs[2];
@@ -118,6 +124,9 @@ static strata_status_t bench_engine_setup(strata_bootstrap_t *bs, size_t buf_siz
     params.rank       = bs->rank;
     params.world_size = bs->world_size;
     params.local_size = getenv("LOCAL_WORLD_SIZE") ? atoi(getenv("LOCAL_WORLD_SIZE")) : 1;
+    if (rate_control >= 0) {
+        params.rate_control = rate_control != 0;
+    }
     if ((status = inter_engine_create(&params, &be->engine)) != STRATA_OK) {
         return status;
     }
@@ -148,11 +157,35 @@ static strata_status_t bench_engine_setup(strata_bootstrap_t *bs, size_t buf_siz
     status = bs->allgather(bs->ctx, &descs[bs->rank], descs, sizeof(descs[0]));
     be->peer      = 1 - bs->rank;
     be->peer_desc = descs[be->peer];
-    *path = (bench_path_t){.name = "engine", .ctx = be, .write = bench_engine_write,
+    *path = (bench_path_t){.name = rate_control == 0 ? "engine without rate control" : "engine",
+                           .ctx = be, .write = bench_engine_write,
                            .flush = bench_engine_flush, .wait_imm = bench_engine_wait_imm};
     return status;
 }
 
+static void bench_engine_destroy(bench_engine_t *be)
+{
+    if (be->engine == NULL) {
+        return;
+    }
+    inter_engine_mem_deregister(be->engine, be->mr);
+    inter_engine_destroy(be->engine);
+    free(be->buf);
+}
+
+/* What the engine estimated for the path to the peer, and how often its window held a
+ * write back: where the window never holds, pacing cannot be what a ratio below 1 costs. */
+static void bench_print_rate(bench_engine_t *be, const char *mode)
+{
+    inter_peer_rate_t rate;
+
+    BENCH_TRY(inter_engine_peer_rate(be->engine, be->peer, &rate));
+    printf("# rate control %-3s: rate %.1f MB/s, base RTT %.1f us, window %.0f KiB, "
+           "%llu writes held by the window\n",
+           mode, rate.rate_Bps / 1e6, (double)rate.rtt_ns / 1e3,
+           rate.window_bytes == UINT64_MAX ? -1.0 : (double)rate.window_bytes / 1024,
+           (unsigned long long)rate.paced);
+}
 
 /* Rank 0 pings, rank 1 pongs; half the round trip is the one-way latency. */
 static void bench_latency(const bench_path_t *path, int rank, size_t len, int iters,
@@ -176,61 +209,89 @@ static void bench_latency(const bench_path_t *path, int rank, size_t len, int it
     BENCH_TRY(path->flush(path->ctx));
 }
 
-/* Rank 0 streams `count` writes, rank 1 acknowledges all of them with one small write. */
-static double bench_bandwidth(const bench_path_t *path, int rank, size_t len, int count)
+/* Rank 0 streams `count` writes, rank 1 acknowledges all of them with one small write:
+ * the rate of one repetition, GB/s. */
+static double bench_stream(const bench_path_t *path, int rank, size_t len, int count)
 {
-    double rates[BENCH_BW_REPS], swap;
-    uint64_t start;
+    uint64_t start = util_clock_now_ns();
 
-    for (int rep = 0; rep < BENCH_BW_REPS; ++rep) {
-        start = util_clock_now_ns();
-        if (rank == 0) {
-            for (int i = 0; i < count; ++i) {
-                BENCH_TRY(path->write(path->ctx, len, BENCH_IMM_DATA));
-            }
-            BENCH_TRY(path->flush(path->ctx));
-            BENCH_TRY(path->wait_imm(path->ctx, 8, BENCH_IMM_ACK, 1));
-        } else {
-            BENCH_TRY(path->wait_imm(path->ctx, len, BENCH_IMM_DATA, (uint64_t)count));
-            BENCH_TRY(path->write(path->ctx, 8, BENCH_IMM_ACK));
-            BENCH_TRY(path->flush(path->ctx));
+    if (rank == 0) {
+        for (int i = 0; i < count; ++i) {
+            BENCH_TRY(path->write(path->ctx, len, BENCH_IMM_DATA));
         }
-        rates[rep] = (double)len * count / (double)(util_clock_now_ns() - start);
+        BENCH_TRY(path->flush(path->ctx));
+        BENCH_TRY(path->wait_imm(path->ctx, 8, BENCH_IMM_ACK, 1));
+    } else {
+        BENCH_TRY(path->wait_imm(path->ctx, len, BENCH_IMM_DATA, (uint64_t)count));
+        BENCH_TRY(path->write(path->ctx, 8, BENCH_IMM_ACK));
+        BENCH_TRY(path->flush(path->ctx));
     }
-    for (int i = 0; i < BENCH_BW_REPS; ++i) { /* median */
-        for (int j = i + 1; j < BENCH_BW_REPS; ++j) {
-            if (rates[j] < rates[i]) {
-                swap = rates[i], rates[i] = rates[j], rates[j] = swap;
-            }
-        }
-    }
-    return rates[BENCH_BW_REPS / 2];
+    return (double)len * count / (double)(util_clock_now_ns() - start);
 }
 
-static void bench_measure(const bench_path_t *path, strata_bootstrap_t *bs, size_t len,
-                          bench_result_t *result)
+static int bench_compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+static double bench_median(double *values, int n)
+{
+    qsort(values, (size_t)n, sizeof(values[0]), bench_compare_doubles);
+    return values[n / 2];
+}
+
+static void bench_latency_of(const bench_path_t *path, strata_bootstrap_t *bs, size_t len,
+                             util_histogram_summary_t *summary)
 {
     static util_histogram_t hist;
     int iters = (int)UTIL_MAX(20, UTIL_MIN(1000, (64u << 20) / len / 4));
-    int count = (int)UTIL_MAX(8, UTIL_MIN(512, (256u << 20) / len));
 
     util_histogram_reset(&hist);
     BENCH_TRY(bs->barrier(bs->ctx));
     bench_latency(path, bs->rank, len, iters, &hist);
-    util_histogram_summarize(&hist, &result->latency);
-    BENCH_TRY(bs->barrier(bs->ctx));
-    result->gbps = bench_bandwidth(path, bs->rank, len, count);
+    util_histogram_summarize(&hist, summary);
+}
+
+/*
+ * Latency through each path, then `reps` streaming repetitions through each in turn: the
+ * ratio is the median of the ratios of repetitions run back to back, which the machine's
+ * slow swings of load touch alike.
+ */
+static void bench_measure(const bench_path_t *base, const bench_path_t *eng,
+                          strata_bootstrap_t *bs, size_t len, int reps, bench_result_t *base_res,
+                          bench_result_t *eng_res, double *ratio_p)
+{
+    int count = (int)UTIL_MAX(8, UTIL_MIN(512, (256u << 20) / len));
+    double base_rates[BENCH_MAX_REPS], eng_rates[BENCH_MAX_REPS], ratios[BENCH_MAX_REPS];
+
+    bench_latency_of(base, bs, len, &base_res->latency);
+    bench_latency_of(eng, bs, len, &eng_res->latency);
+    for (int rep = 0; rep < reps; ++rep) {
+        BENCH_TRY(bs->barrier(bs->ctx));
+        base_rates[rep] = bench_stream(base, bs->rank, len, count);
+        BENCH_TRY(bs->barrier(bs->ctx));
+        eng_rates[rep] = bench_stream(eng, bs->rank, len, count);
+        ratios[rep]    = eng_rates[rep] / base_rates[rep];
+    }
+    base_res->gbps = bench_median(base_rates, reps);
+    eng_res->gbps  = bench_median(eng_rates, reps);
+    *ratio_p       = bench_median(ratios, reps);
 }
 
 static void usage(FILE *out)
 {
     fprintf(out, "Usage: strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]\n"
+                 "                                  [--baseline raw|no-rate-control] [--reps N]\n"
                  "       mpirun -n N strata-bench intra [--help]\n"
                  "       mpirun -n N strata-bench moe [--help]\n"
                  "       strata-run -n N --nodes N --link-rate RATE -- strata-bench incast "
                  "[--help]\n"
                  "Write-with-immediate latency (p50/p99) and bandwidth, engine against raw\n"
-                 "libfabric on the same provider (STRATA_INTER_PROVIDER, STRATA_INTER_IFACE).\n");
+                 "libfabric on the same provider (STRATA_INTER_PROVIDER, STRATA_INTER_IFACE);\n"
+                 "--baseline no-rate-control: an engine with rate control on against one with\n"
+                 "it off, in the same process.\n");
 }
 
 static size_t bench_parse_size(const char *text)
@@ -284,13 +345,18 @@ int main(int argc, char **argv)
     static const struct option options[] = {
         {"min", required_argument, NULL, 'm'},
         {"max", required_argument, NULL, 'M'},
+        {"baseline", required_argument, NULL, 'b'},
+        {"reps", required_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     size_t min = 8, max = 64u << 20;
     bench_result_t raw_res, eng_res;
+    int reps = BENCH_BW_REPS;
+    double ratio;
     bench_path_t eng_path, raw_path;
-    static bench_engine_t be;
+    static bench_engine_t be, base_be;
+    bool against_engine = false;
     strata_bootstrap_t *bs;
     bench_raw_any_t raw;
     int opt;
@@ -311,10 +377,27 @@ int main(int argc, char **argv)
         return 2;
     }
     optind = 2;
-    while ((opt = getopt_long(argc, argv, "m:M:h", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "m:M:b:r:h", options, NULL)) != -1) {
         switch (opt) {
         case 'm': min = bench_parse_size(optarg); break;
         case 'M': max = bench_parse_size(optarg); break;
+        case 'r':
+            reps = atoi(optarg);
+            if (reps < 1 || reps > BENCH_MAX_REPS) {
+                fprintf(stderr, "strata-bench p2p: --reps takes 1 to %d, not '%s'\n",
+                        BENCH_MAX_REPS, optarg);
+                return 2;
+            }
+            break;
+        case 'b':
+            if (strcmp(optarg, "no-rate-control") == 0) {
+                against_engine = true;
+            } else if (strcmp(optarg, "raw") != 0) {
+                fprintf(stderr, "strata-bench p2p: --baseline takes raw or no-rate-control, "
+                                "not '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -330,36 +413,45 @@ int main(int argc, char **argv)
         return 2;
     }
     util_log_set_rank(bs->rank);
-    BENCH_TRY(bench_engine_setup(bs, max, &be, &eng_path));
-    BENCH_TRY(bench_raw_any_create(bs, inter_engine_transport_name(be.engine), max, &raw,
-                                   &raw_path));
+    BENCH_TRY(bench_engine_setup(bs, max, against_engine ? 1 : -1, &be, &eng_path));
+    memset(&raw, 0, sizeof(raw));
+    if (against_engine) {
+        BENCH_TRY(bench_engine_setup(bs, max, 0, &base_be, &raw_path));
+    } else {
+        BENCH_TRY(bench_raw_any_create(bs, inter_engine_transport_name(be.engine), max, &raw,
+                                       &raw_path));
+    }
     if (bs->rank == 0) {
         printf("# strata-bench p2p: write with immediate, rank 0 -> rank 1, over %s (%d rail%s)\n"
                "# latency: one way (half a ping-pong round trip), microseconds;\n"
-               "# bandwidth: GB/s streaming %d writes in flight; ratio = engine / raw\n"
-               "# raw: %s\n",
+               "# bandwidth: GB/s streaming %d writes in flight, median of %d repetitions;\n"
+               "# ratio: median of engine / base over repetitions run back to back\n"
+               "# base: %s%s\n",
                inter_engine_transport_name(be.engine), inter_engine_num_rails(be.engine),
-               inter_engine_num_rails(be.engine) == 1 ? "" : "s", BENCH_WINDOW, raw_path.name);
-        printf("%10s | %9s %9s | %9s %9s | %8s | %8s %8s %6s\n", "bytes", "raw p50", "raw p99",
-               "eng p50", "eng p99", "+p50", "raw GB/s", "eng GB/s", "ratio");
+               inter_engine_num_rails(be.engine) == 1 ? "" : "s", BENCH_WINDOW, reps, raw_path.name,
+               against_engine ? "; eng: the same engine with rate control on" : "");
+        printf("%10s | %9s %9s | %9s %9s | %8s | %8s %8s %6s\n", "bytes", "base p50",
+               "base p99", "eng p50", "eng p99", "+p50", "baseGB/s", "eng GB/s", "ratio");
     }
     for (size_t len = min; len <= max; len *= 2) {
-        bench_measure(&raw_path, bs, len, &raw_res);
-        bench_measure(&eng_path, bs, len, &eng_res);
+        bench_measure(&raw_path, &eng_path, bs, len, reps, &raw_res, &eng_res, &ratio);
         if (bs->rank == 0) {
             printf("%10zu | %9.2f %9.2f | %9.2f %9.2f | %8.2f | %8.3f %8.3f %6.2f\n", len,
                    raw_res.latency.p50 / 1e3, raw_res.latency.p99 / 1e3,
                    eng_res.latency.p50 / 1e3, eng_res.latency.p99 / 1e3,
                    ((double)eng_res.latency.p50 - (double)raw_res.latency.p50) / 1e3,
-                   raw_res.gbps, eng_res.gbps, eng_res.gbps / raw_res.gbps);
+                   raw_res.gbps, eng_res.gbps, ratio);
             fflush(stdout);
         }
     }
+    if (against_engine && bs->rank == 0) {
+        bench_print_rate(&base_be, "off");
+        bench_print_rate(&be, "on");
+    }
     BENCH_TRY(bs->barrier(bs->ctx));
     bench_raw_any_destroy(&raw);
-    inter_engine_mem_deregister(be.engine, be.mr);
-    inter_engine_destroy(be.engine);
-    free(be.buf);
+    bench_engine_destroy(&be);
+    bench_engine_destroy(&base_be);
     strata_bootstrap_destroy(bs);
     return 0;
 }
