@@ -364,6 +364,9 @@ void  inter_proxy_drain(inter_engine_t *engine); /* at destroy: fail and free ev
 /* inter_ring.c (proxy thread) */
 int  inter_ring_progress(inter_engine_t *engine);           /* post what producers published */
 void inter_ring_op_done(inter_engine_t *engine, inter_op_t *op, strata_status_t status);
+/* A command that waited in its peer's queue leaves it unposted (its ring failed or was
+ * detached): its slot is free, nothing is counted. */
+void inter_ring_op_dropped(inter_op_t *op);
 bool inter_ring_imm(inter_engine_t *engine, uint32_t value); /* counted by a ring */
 void inter_ring_publish(inter_engine_t *engine);             /* after a round of polling */
 void inter_ring_fail_all(inter_engine_t *engine, strata_status_t status);

@@ -260,11 +260,13 @@ static inter_post_t inter_rma_post(const inter_engine_t *engine, inter_op_t *op)
                           .context = op};
 }
 
-/* Whether a pending operation may still go: not when its request was cancelled or its peer
+/* Whether a pending operation may still go: not when its request was cancelled, its work
+ * ring failed or was detached (whose owner may have released the memory), or its peer
  * failed. */
 static strata_status_t inter_pending_check(const inter_engine_t *engine, const inter_op_t *op)
 {
-    if (atomic_load(&op->req->cancelled)) {
+    if (op->ring != NULL ? op->ring->failed || op->ring->detached
+                         : atomic_load(&op->req->cancelled)) {
         return STRATA_ERR_CANCELLED;
     }
     return inter_engine_peer_failed(engine, op->peer) ? STRATA_ERR_PEER_FAILED : STRATA_OK;
@@ -276,7 +278,9 @@ static void inter_pending_posted(inter_engine_t *engine, int peer, uint64_t now)
     inter_op_t *op = inter_queues_head(&engine->pending, peer);
 
     inter_queues_pop(&engine->pending, peer);
-    op->req->ops_posted++;
+    if (op->req != NULL) {
+        op->req->ops_posted++;
+    }
     inter_pace_posted(engine, op, inter_queues_head(&engine->pending, peer) != NULL, now);
 }
 
@@ -289,7 +293,13 @@ static void inter_pending_drop(inter_engine_t *engine, int peer, strata_status_t
     if (status == STRATA_ERR_TRANSPORT) {
         inter_proxy_fail_peer(engine, op->peer, "posting to it failed");
     }
-    inter_op_finished(op, status);
+    if (op->ring == NULL) {
+        inter_op_finished(op, status);
+    } else if (status == STRATA_ERR_CANCELLED) {
+        inter_ring_op_dropped(op); /* its ring failed or was detached already */
+    } else {
+        inter_ring_op_done(engine, op, status); /* fails the ring */
+    }
 }
 
 /* The run of writes and reads at the head of peer's queue that can go on the head's rail in

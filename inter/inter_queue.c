@@ -41,12 +41,14 @@ static void inter_queues_enlist(inter_queues_t *queues, int peer)
     queues->listed[peer] = true;
 }
 
-/* A whole request of one small write or read: the pieces of a paged or striped transfer,
- * however small each, are bulk, so that the lane stays for what is small altogether. */
+/* A whole request of one small write or read, or a small work ring command (each is a
+ * transfer of its own): the pieces of a paged or striped transfer, however small each, are
+ * bulk, so that the lane stays for what is small altogether. */
 bool inter_op_express(const inter_op_t *op)
 {
     return (op->kind == INTER_OP_WRITE || op->kind == INTER_OP_READ) &&
-           op->len <= INTER_EXPRESS_BYTES && op->req != NULL && op->req->num_ops == 1;
+           op->len <= INTER_EXPRESS_BYTES &&
+           (op->ring != NULL || (op->req != NULL && op->req->num_ops == 1));
 }
 
 void inter_queues_push(inter_queues_t *queues, inter_op_t *op)

@@ -20,8 +20,9 @@ static uint64_t inter_rate_lifetime(const inter_rate_t *rate)
                                             : INTER_RATE_MIN_RTT_LIFETIME_NS;
 }
 
-/* The window the estimates give: gain x rate x base RTT, never below the floor; the floor
- * alone while the base RTT is measured again. */
+/* The window the estimates give: gain x rate x base RTT plus the floor (one operation in
+ * transfer: the base RTT is that of the smallest operations, a chunk's own takes longer);
+ * the floor alone while the base RTT is measured again. */
 static uint64_t inter_rate_target(const inter_rate_t *rate)
 {
     uint64_t floor_bytes = rate->params.floor_bytes;
@@ -37,11 +38,12 @@ static uint64_t inter_rate_target(const inter_rate_t *rate)
         return INTER_RATE_INITIAL_FLOORS * floor_bytes;
     }
     bytes = INTER_RATE_WINDOW_GAIN * rate->rate_Bps * (double)rate->min_rtt_ns /
-            INTER_RATE_NS_PER_SEC;
+                INTER_RATE_NS_PER_SEC +
+            (double)floor_bytes;
     if (bytes >= (double)(UINT64_MAX / 2)) {
         return UINT64_MAX / 2;
     }
-    return bytes > (double)floor_bytes ? (uint64_t)bytes : floor_bytes;
+    return (uint64_t)bytes;
 }
 
 void inter_rate_init(inter_rate_t *rate, const inter_rate_params_t *params)

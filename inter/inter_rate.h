@@ -11,9 +11,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* The window is this many times rate x base RTT: one to keep the path busy, one of headroom
- * that a window-limited estimate can grow into (it never measures more than the window
- * lets through) and that absorbs completions arriving in batches. */
+/* The window is this many times rate x base RTT, plus the floor: one to keep the path busy,
+ * one of headroom that a window-limited estimate can grow into (it never measures more than
+ * the window lets through) and that absorbs completions arriving in batches. */
 #define INTER_RATE_WINDOW_GAIN 2.0
 /* Weight of a new rate sample in the average (TCP's smoothed RTT uses the same 1/8). */
 #define INTER_RATE_SAMPLE_WEIGHT 0.125
@@ -24,7 +24,8 @@
 
 typedef struct inter_rate_params {
     bool     pace;                /* hold operations past the window; else only estimate */
-    uint64_t floor_bytes;         /* the window never goes below this; > 0 */
+    uint64_t floor_bytes;         /* one operation in transfer: the window is this plus
+                                     gain x rate x base RTT, never less; > 0 */
     uint64_t min_rtt_lifetime_ns; /* 0: INTER_RATE_MIN_RTT_LIFETIME_NS */
 } inter_rate_params_t;
 

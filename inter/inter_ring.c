@@ -315,6 +315,30 @@ static void inter_ring_note_delay(inter_ring_t *ring, const util_work_cmd_t *cmd
     }
 }
 
+/* Whether the command after ticket is published already: the producer has more behind
+ * this one, so rate control does not count its samples as the application's pace. */
+static bool inter_ring_has_more(inter_ring_t *ring, uint64_t ticket)
+{
+    util_work_cmd_t *next = &util_work_ring_cmds(ring->mem)[(ticket + 1) & ring->mask];
+
+    return atomic_load_explicit(inter_ring_word(&next->seq), memory_order_acquire) == ticket + 2;
+}
+
+/*
+ * Rate control holds a command as it holds a request's operations: where its peer's window
+ * is full, or where operations to that peer are queued already (whose order it keeps),
+ * the command joins that peer's queue and the proxy posts it from there (inter_proxy.c)
+ * when the window opens. The ring itself is never held: commands to other peers go on.
+ * Small commands take the express lane.
+ */
+static bool inter_ring_must_queue(const inter_engine_t *engine, const inter_op_t *op)
+{
+    if (inter_queues_head(&engine->pending, op->peer) != NULL) {
+        return true;
+    }
+    return !inter_op_express(op) && !inter_pace_admits(engine, op->peer, 0);
+}
+
 /* Post up to a batch of published commands; false when the ring cannot go on. */
 static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
 {
@@ -348,20 +372,24 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
             break;
         }
         inter_ring_fill_op(engine, ring, op, &cmd, ticket);
-        atomic_store_explicit(&engine->proxy_target, cmd.peer, memory_order_relaxed);
-        now    = util_clock_now_ns();
-        status = inter_ring_post(engine, op);
-        atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
-        if (status == STRATA_ERR_BUSY) {
-            break; /* the transport's queue is full: the same ticket next loop */
+        if (inter_ring_must_queue(engine, op)) {
+            /* Its peer's window is full, or operations to that peer wait already: it waits
+             * with them, in that peer's queue, and the ring goes on to other peers. */
+            inter_queues_push(&engine->pending, op);
+        } else {
+            atomic_store_explicit(&engine->proxy_target, cmd.peer, memory_order_relaxed);
+            now    = util_clock_now_ns();
+            status = inter_ring_post(engine, op);
+            atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
+            if (status == STRATA_ERR_BUSY) {
+                break; /* the transport's queue is full: the same ticket next loop */
+            }
+            if (status != STRATA_OK) {
+                inter_proxy_fail_peer(engine, cmd.peer, "posting a work ring command failed");
+                break;
+            }
+            inter_pace_posted(engine, op, inter_ring_has_more(ring, ticket), now);
         }
-        if (status != STRATA_OK) {
-            inter_proxy_fail_peer(engine, cmd.peer, "posting a work ring command failed");
-            break;
-        }
-        /* Counted by rate control, never held: the ring is read in ticket order, and a
-         * command waiting for one peer's window would hold up those to every other. */
-        inter_pace_posted(engine, op, false, now);
         inter_ring_note_delay(ring, &cmd);
         ring->done[ticket & ring->mask] = false;
         ring->in_flight++;
@@ -419,6 +447,15 @@ void inter_ring_op_done(inter_engine_t *engine, inter_op_t *op, strata_status_t 
     } else {
         inter_ring_count(ring, op->counter);
     }
+    inter_ring_retire(ring);
+}
+
+void inter_ring_op_dropped(inter_op_t *op)
+{
+    inter_ring_t *ring = op->ring;
+
+    ring->in_flight--;
+    ring->done[op->slot] = true;
     inter_ring_retire(ring);
 }
 

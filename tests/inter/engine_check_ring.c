@@ -146,17 +146,36 @@ static strata_status_t ring_wait(ring_test_t *t, const uint64_t *word, uint64_t 
     return STRATA_OK;
 }
 
+/* Operations rate control has held back so far, to every peer. */
+static uint64_t held_so_far(void)
+{
+    inter_peer_rate_t rate;
+    uint64_t held = 0;
+
+    for (int p = 0; p < g_world; ++p) {
+        CHECK(inter_engine_peer_rate(g_engine, p, &rate) == STRATA_OK, "rate of %d", p);
+        held += rate.paced;
+    }
+    return held;
+}
+
 /* Every rank sends its source to every rank and reads back from each, through a ring of
- * fewer slots than commands, from several producer threads; counts and bytes exact. */
+ * fewer slots than commands, from several producer threads; counts and bytes exact. With
+ * rate control on, the ring's writes (each larger than a 16 KiB chunk) must have waited
+ * for their peers' windows: commands are paced like requests. */
 void work_ring(void)
 {
     ring_test_t t = {.num_cmds = g_world * (RING_WRITES + 1)};
     pthread_t producers[RING_PRODUCERS];
     inter_ring_params_t overlap;
+    inter_engine_params_t params;
     inter_ring_stats_t stats;
     inter_ring_t *other;
+    uint64_t held_before;
 
+    CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
     ring_open(&t, RING_IMM);
+    held_before = held_so_far();
     for (int i = 0; i < RING_PRODUCERS; ++i) {
         CHECK(pthread_create(&producers[i], NULL, ring_producer, &t) == 0, "producer");
     }
@@ -170,6 +189,8 @@ void work_ring(void)
         CHECK(ring_wait(&t, &util_work_ring_imms(t.mem)[src], RING_WRITES) == STRATA_OK,
               "immediates from rank %d", src);
     }
+    CHECK(!params.rate_control || held_so_far() > held_before,
+          "rate control on, yet no work ring command waited for a window");
     CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
               STRATA_OK, "barrier after the ring's writes");
     for (int src = 0; src < g_world; ++src) {

@@ -2,10 +2,11 @@
 # Two-tier MoE end to end: 2 nodes x 2 ranks and 3 nodes x 2 ranks as network namespaces
 # joined by veth pairs (tcp;ofi_rxm between nodes, the host backend within), both routes,
 # every dtype, pull masks changing by step, round two exercised by a small round one, Pull
-# across nodes by read and by request; adaptive modes on a drifting routing trace (made by
-# strata-tune) and a fixed mode file; bad inputs on one rank; a rank killed, and one stopped,
-# mid-step; and the network area in a pinned host bounce buffer. Where strata has ucx, a few
-# cases again over it (STRATA_INTER_TRANSPORT=ucx, tcp between the nodes), a kill among them.
+# across nodes by read and by request; rate control pacing the work ring's commands; adaptive
+# modes on a drifting routing trace (made by strata-tune) and a fixed mode file; bad inputs on
+# one rank; a rank killed, and one stopped, mid-step; and the network area in a pinned host
+# bounce buffer. Where strata has ucx, a few cases again over it (STRATA_INTER_TRANSPORT=ucx,
+# tcp between the nodes), a kill among them.
 set -u
 run=$1 check=$2 tune=$3
 passed=0 failed=0
@@ -55,7 +56,7 @@ calm=STRATA_INTER_PEER_TIMEOUT=30s
 case_run "2x2 flat, bf16, round one of 3 tokens, 3 blocks" 4 "$ok" -- $calm STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=flat STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 60)
 case_run "2x2 hierarchical, fp8 -> bf16" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=8 -- -n 4 --nodes 2 -- --steps $(steps 60) --dtype fp8 --hidden 256
 case_run "2x2 flat, fp32, pull by request" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 4 --nodes 2 -- --steps $(steps 50) --dtype fp32 --combine-dtype fp32 --hidden 64
-case_run "3x2 hierarchical, fp16, no round one, 2 blocks" 6 "$ok" -- $calm STRATA_INTRA_BLOCKS=2 STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=0 -- -n 6 --nodes 3 -- --steps $(steps 50) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6
+case_run "3x2 hierarchical, fp16, no round one, 2 blocks, rate control on, 16 KiB chunks" 6 "$ok" -- $calm STRATA_INTER_RATE_CONTROL=on STRATA_INTER_STRIPE_MIN=16k STRATA_INTRA_BLOCKS=2 STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=0 -- -n 6 --nodes 3 -- --steps $(steps 50) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6
 case_run "3x2 flat, bf16 -> fp32, pull by request" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 50) --combine-dtype fp32 --experts 12 --topk 3
 # A token's top-k spans the nodes: topk up to the number of experts, more than a node has.
 case_run "2x2 flat, 4 experts, topk 4" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --experts 4 --topk 4

@@ -92,13 +92,13 @@ else
         grep -q '^\[r0\] rate control on : small round trip p50' "$on" && pass ||
             fail "rate control alone: $(tail -20 "$on")"
     fi
-    # The queue rate control keeps: writes of one 16 KiB chunk, 8 in flight per sender (256
-    # KiB of two senders, the queue's whole 250 KB). With rate control each sender keeps
-    # about its window (its 16 KiB floor) and one write in flight: measured 68-69 KB at most,
-    # never a drop; without, the same load fills the queue (250 KB, ~190 drops).
+    # The queue rate control keeps: writes of 16 KiB in 8 KiB chunks, 8 in flight per sender
+    # (256 KiB of two senders, the queue's whole 250 KB). With rate control each sender keeps
+    # about its window (its 8 KiB floor and a little) and one chunk in flight: measured 47-67
+    # KB at most, never a drop; without, the same load fills the queue (250 KB, ~170 drops).
     bound=125000
     for mode in on off; do
-        STRATA_INTER_STRIPE_MIN=16k incast "incast, rate control $mode, queue" "$work/q$mode.out" \
+        STRATA_INTER_STRIPE_MIN=8k incast "incast, rate control $mode, queue" "$work/q$mode.out" \
             --rate-control "$mode" --phases 2 --bulk-size 16k --inflight 8 || continue
         q=$(backlog_of 0 "$work/q$mode.out")
         if [ "$mode" = on ]; then
