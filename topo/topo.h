@@ -77,6 +77,14 @@ typedef struct topo_pci_node {
     int  numa;                  /**< index in topo->numa, -1 unknown */
 } topo_pci_node_t;
 
+/** Direct GPU↔GPU fabric link (symmetric), or a GPU's NVLink to a CPU. */
+typedef struct topo_gpu_link {
+    topo_link_kind_t kind;
+    unsigned         count;       /**< NVLink lanes or XGMI links; 0 when only bandwidth is known */
+    double           gbps;        /**< aggregate bandwidth in GB/s, 0 unknown */
+    bool             via_switch;  /**< through NVSwitch rather than point to point */
+} topo_gpu_link_t;
+
 typedef struct topo_gpu {
     char          busid[TOPO_BUSID_LEN];
     topo_vendor_t vendor;
@@ -88,6 +96,10 @@ typedef struct topo_gpu {
     int           cuda_index;   /**< -1 when unknown */
     int           hip_index;    /**< -1 when unknown */
     double        pcie_gbps;    /**< PCIe link bandwidth in GB/s, 0 unknown */
+    /** NVLink to a CPU socket (IBM POWER8/9), kind NONE when the GPU reaches the CPU over
+     *  PCIe only; cpu_link_numa is that socket's NUMA node (index), -1 unknown. */
+    topo_gpu_link_t cpu_link;
+    int             cpu_link_numa;
 } topo_gpu_t;
 
 typedef struct topo_nic {
@@ -101,14 +113,6 @@ typedef struct topo_nic {
     uint64_t          speed_mbps;          /**< port speed, 0 unknown */
     topo_port_state_t port_state;
 } topo_nic_t;
-
-/** Direct GPU↔GPU fabric link (symmetric). */
-typedef struct topo_gpu_link {
-    topo_link_kind_t kind;
-    unsigned         count;       /**< NVLink lanes or XGMI links; 0 when only bandwidth is known */
-    double           gbps;        /**< aggregate bandwidth in GB/s, 0 unknown */
-    bool             via_switch;  /**< through NVSwitch rather than point to point */
-} topo_gpu_link_t;
 
 typedef struct topo topo_t;
 
@@ -178,6 +182,14 @@ const topo_gpu_link_t *topo_gpu_link(const topo_t *topo, int gpu_a, int gpu_b);
 
 topo_path_t topo_gpu_gpu_path(const topo_t *topo, int gpu_a, int gpu_b);
 topo_path_t topo_gpu_nic_path(const topo_t *topo, int gpu, int nic);
+topo_path_t topo_nic_nic_path(const topo_t *topo, int nic_a, int nic_b);
+
+/**
+ * PCIe links between a GPU and a NIC: up from each device to their lowest common bridge,
+ * or to the CPU when they share none. Ranks NICs within one path class: of two PXB NICs,
+ * the one behind a deeper shared switch is fewer hops away. -1 for a bad index.
+ */
+int topo_gpu_nic_hops(const topo_t *topo, int gpu, int nic);
 
 /** True for NICs that do RDMA (verbs, EFA, Slingshot); rails prefer these over Ethernet. */
 bool topo_nic_is_rdma(const topo_nic_t *nic);
@@ -188,8 +200,10 @@ bool topo_nic_is_rdma(const topo_nic_t *nic);
  * For every GPU, the NICs it should use: the closest path class first, and among GPUs
  * that share their closest NICs, the NICs split evenly (each GPU gets its own when there
  * are as many NICs as GPUs, several when there are more, and NICs are shared with loads
- * differing by at most one when there are fewer). RDMA NICs are preferred; Ethernet NICs
- * are used only when the machine has no RDMA NIC.
+ * differing by at most one when there are fewer). Among equally loaded NICs of that class
+ * a NIC goes to the GPU fewest PCIe hops from it (topo_gpu_nic_hops), not to the GPU listed
+ * first. Fallbacks follow by path class, hops, load, index. RDMA NICs are preferred;
+ * Ethernet NICs are used only when the machine has no RDMA NIC.
  */
 strata_status_t topo_rail_plan_create(const topo_t *topo, topo_rail_plan_t **plan_p);
 void            topo_rail_plan_destroy(topo_rail_plan_t *plan);

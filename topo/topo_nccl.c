@@ -12,6 +12,7 @@
 #include <string.h>
 
 #define TOPO_NCCL_NVSWITCH_TCLASS 0x068000
+#define TOPO_NCCL_POWER_NPU_TCLASS 0x068001 /* IBM NVLink bridge: the link ends at the CPU */
 
 /* A GPU link named in the file, resolved once every GPU is known. */
 typedef struct topo_nccl_link {
@@ -383,6 +384,15 @@ static strata_status_t topo_nccl_cpu(topo_nccl_ctx_t *ctx, const xmlNode *node)
     return (status == STRATA_OK) ? topo_nccl_walk(ctx, node, -1, index) : status;
 }
 
+/* An <nvlink> to an IBM NPU: lanes add up on the GPU's link to its local CPU. */
+static void topo_nccl_cpu_link(topo_gpu_t *gpu, const topo_gpu_link_t *link)
+{
+    gpu->cpu_link.kind = TOPO_LINK_NVLINK;
+    gpu->cpu_link.count += link->count;
+    gpu->cpu_link.gbps += link->gbps;
+    gpu->cpu_link_numa = gpu->numa;
+}
+
 /* Turn the recorded <nvlink>/<xgmi> entries into GPU links once GPU indices are final. */
 static strata_status_t topo_nccl_resolve_links(topo_nccl_ctx_t *ctx)
 {
@@ -412,9 +422,11 @@ static strata_status_t topo_nccl_resolve_links(topo_nccl_ctx_t *ctx)
         }
         if (b >= 0) {
             topo_set_gpu_link(topo, a, b, &link);
+        } else if (l->kind == TOPO_LINK_NVLINK && l->tclass == TOPO_NCCL_POWER_NPU_TCLASS) {
+            topo_nccl_cpu_link(&topo->gpus[a], &link); /* NCCL takes the GPU's own CPU */
         } else if (l->kind == TOPO_LINK_NVLINK &&
                    (l->tclass == TOPO_NCCL_NVSWITCH_TCLASS || l->tclass == 0)) {
-            /* Not a GPU: an NVSwitch (often a virtual bus id). Links to a CPU are ignored. */
+            /* Not a GPU: an NVSwitch (often a virtual bus id). */
             switch_gbps[a] += gbps;
             lanes[a] += l->count;
             seen = false;

@@ -30,8 +30,24 @@ done
 out=$("$topo_bin" --file "$fixtures/nvswitch-8gpu-8nic.nccl.xml")
 grep -q '8 GPUs, 8 NICs (8 RDMA, 0 Ethernet), 2 NUMA nodes' <<<"$out" && pass || fail "summary: $out"
 grep -Eq '^  GPU0  X +NV18 .* PIX +PXB +NODE +NODE +SYS' <<<"$out" && pass || fail "matrix row: $out"
-grep -q 'GPU7   -> NIC7 mlx5_7 (PIX)' <<<"$out" && pass || fail "rail line: $out"
+grep -q 'GPU7   -> NIC7 mlx5_7 (PIX, 2 hops)' <<<"$out" && pass || fail "rail line: $out"
 grep -q 'PIX  = through at most one PCIe bridge' <<<"$out" && pass || fail "legend: $out"
+
+# NIC rows beside the GPU rows, and the NIC legend, as nvidia-smi topo -m prints them.
+grep -Eq '^  NIC0  PIX +PXB +NODE +NODE +SYS +SYS +SYS +SYS +X +PXB +NODE +NODE +SYS' <<<"$out" &&
+    pass || fail "NIC row: $out"
+grep -q '^NIC Legend:' <<<"$out" && grep -q '^  NIC7: mlx5_7$' <<<"$out" && pass ||
+    fail "NIC legend: $out"
+
+# Within one path class, the GPU nearer by PCIe hops gets the NIC.
+out=$("$topo_bin" --file "$fixtures/pxb-depth-2gpu-2nic.nccl.xml")
+grep -q 'GPU0   -> NIC1 mlx5_1 (PXB, 4 hops)' <<<"$out" &&
+    grep -q 'GPU1   -> NIC0 mlx5_0 (PXB, 3 hops)' <<<"$out" && pass || fail "PXB depth rails: $out"
+
+# IBM POWER9: each GPU's NVLink to its CPU socket in a CPU column.
+out=$("$topo_bin" --file "$fixtures/power9-nvlink-cpu.hwloc.xml")
+grep -Eq '^  GPU2  SYS +SYS +X +NV3 +SYS +NODE +NV3 ' <<<"$out" && pass || fail "CPU NVLink: $out"
+grep -Eq '^  NIC1  SYS +SYS +NODE +NODE +SYS +X +- ' <<<"$out" && pass || fail "CPU column of NICs: $out"
 
 out=$("$topo_bin" --file "$fixtures/no-gpu-no-nic.hwloc.xml")
 grep -q 'No GPU found' <<<"$out" && grep -q 'No network device found' <<<"$out" && pass ||
@@ -81,7 +97,7 @@ if [ -n "$dir" ] && [ -f "$dir/azure-ndv4.nccl.xml" ]; then
     out=$("$topo_bin" --file "$dir/azure-ndv4.nccl.xml")
     grep -q '8 GPUs, 8 NICs' <<<"$out" && pass || fail "azure summary: $out"
     for g in 0 1 2 3 4 5 6 7; do
-        grep -Eq "^  GPU$g +-> NIC$g \(PIX\)" <<<"$out" && pass || fail "azure GPU$g rail: $out"
+        grep -Eq "^  GPU$g +-> NIC$g \(PIX, 2 hops\)" <<<"$out" && pass || fail "azure GPU$g rail: $out"
     done
 fi
 

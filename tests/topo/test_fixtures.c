@@ -1,7 +1,8 @@
 /*
  * Topology facts on strata's own fixtures, checked against values worked out by hand:
- * an 8-GPU NVSwitch machine, 8 GPUs sharing 4 NICs, an AMD XGMI machine, and a machine
- * with no GPU and no NIC (as CI machines are).
+ * an 8-GPU NVSwitch machine, 8 GPUs sharing 4 NICs, an AMD XGMI machine, a machine
+ * with no GPU and no NIC (as CI machines are), a PCIe tree where switch depth decides the
+ * rails, and an IBM POWER9 with NVLink between GPUs and CPUs.
  */
 
 #include <setjmp.h>
@@ -235,6 +236,131 @@ static void test_several_rails_per_gpu(void **state)
     topo_destroy(topo);
 }
 
+/*
+ * Every GPU-NIC pair is PXB, so path class cannot choose. GPU1 shares switch 20:00.0 with
+ * NIC0 (3 hops); GPU0 is 4 hops from both NICs. Taken in index order GPU0 would grab NIC0
+ * and leave GPU1 the NIC 5 hops away; by distance GPU1 gets NIC0 and GPU0 NIC1.
+ */
+static void test_pxb_depth_nearer_gpu_wins(void **state)
+{
+    static const int rails[2][TOPO_TEST_MAX_RAILS] = {{1, -1}, {0, -1}};
+    topo_t *topo = load("pxb-depth-2gpu-2nic.nccl.xml");
+    topo_rail_plan_t *plan;
+
+    (void)state;
+    assert_int_equal(topo_num_gpus(topo), 2);
+    assert_int_equal(topo_num_nics(topo), 2);
+    assert_string_equal(topo_nic(topo, 0)->busid, "0000:28:00.0");
+    for (int g = 0; g < 2; ++g) {
+        for (int n = 0; n < 2; ++n) {
+            assert_int_equal(topo_gpu_nic_path(topo, g, n), TOPO_PATH_PXB);
+        }
+    }
+    /* Up to the common switch and down: GPU0 via 11:00.0 to 10:00.0 and down via 20:00.0
+     * or 30:00.0; GPU1 via 21:00.0 to 20:00.0, which holds NIC0 itself. */
+    assert_int_equal(topo_gpu_nic_hops(topo, 0, 0), 4);
+    assert_int_equal(topo_gpu_nic_hops(topo, 0, 1), 4);
+    assert_int_equal(topo_gpu_nic_hops(topo, 1, 0), 3);
+    assert_int_equal(topo_gpu_nic_hops(topo, 1, 1), 5);
+    assert_int_equal(topo_nic_nic_path(topo, 0, 1), TOPO_PATH_PXB);
+    assert_int_equal(topo_nic_nic_path(topo, 1, 1), TOPO_PATH_SELF);
+    plan = plan_of(topo);
+    topo_test_assert_rails(plan, 2, rails);
+    assert_int_equal(plan->rails[1].nics[1], 1); /* GPU1 falls back to the farther NIC */
+    topo_rail_plan_destroy(plan);
+    topo_destroy(topo);
+}
+
+/* One GPU, two PXB NICs: the rail through the deeper shared switch comes first, though its
+ * index is higher. */
+static void test_rails_ordered_by_hops(void **state)
+{
+    static const char xml[] =
+        "<system version=\"1\"><cpu numaid=\"0\" affinity=\"000000ff\">"
+        "<pci busid=\"0000:10:00.0\" class=\"0x060400\">"
+        "  <pci busid=\"0000:11:00.0\" class=\"0x060400\">"
+        "    <pci busid=\"0000:12:00.0\" class=\"0x060400\">"
+        "      <pci busid=\"0000:13:00.0\" class=\"0x020700\" vendor=\"0x15b3\"/>"
+        "    </pci>"
+        "  </pci>"
+        "  <pci busid=\"0000:20:00.0\" class=\"0x060400\">"
+        "    <pci busid=\"0000:21:00.0\" class=\"0x060400\">"
+        "      <pci busid=\"0000:22:00.0\" class=\"0x030200\" vendor=\"0x10de\"/>"
+        "    </pci>"
+        "    <pci busid=\"0000:28:00.0\" class=\"0x020700\" vendor=\"0x15b3\"/>"
+        "  </pci>"
+        "</pci></cpu></system>";
+    static const int rails[1][TOPO_TEST_MAX_RAILS] = {{1, 0, -1}};
+    char err[TOPO_ERR_LEN];
+    topo_rail_plan_t *plan;
+    topo_t *topo;
+
+    (void)state;
+    assert_int_equal(topo_load_buffer("hops", xml, sizeof(xml) - 1, &topo, err), STRATA_OK);
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 0), TOPO_PATH_PXB);
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 1), TOPO_PATH_PXB);
+    assert_int_equal(topo_gpu_nic_hops(topo, 0, 0), 6);
+    assert_int_equal(topo_gpu_nic_hops(topo, 0, 1), 3);
+    plan = plan_of(topo);
+    topo_test_assert_rails(plan, 1, rails);
+    topo_rail_plan_destroy(plan);
+    topo_destroy(topo);
+}
+
+/* IBM POWER9: hwloc's NVLinkBandwidth matrix names two Packages beside the GPUs. */
+static void test_power9_cpu_nvlink(void **state)
+{
+    static const int numa_os[] = {0, 0, 8, 8};
+    topo_t *topo = load("power9-nvlink-cpu.hwloc.xml");
+
+    (void)state;
+    assert_int_equal(topo_num_gpus(topo), 4);
+    assert_int_equal(topo_num_nics(topo), 2);
+    assert_int_equal(topo_num_numa(topo), 2);
+    for (int g = 0; g < 4; ++g) {
+        const topo_gpu_t *gpu = topo_gpu(topo, g);
+
+        assert_int_equal(gpu->cpu_link.kind, TOPO_LINK_NVLINK);
+        assert_int_equal(gpu->cpu_link.count, 3);
+        assert_float_equal(gpu->cpu_link.gbps, 75.0, 1e-9);
+        assert_int_equal(topo_numa(topo, gpu->cpu_link_numa)->os_index, numa_os[g]);
+        assert_int_equal(gpu->cpu_link_numa, gpu->numa);
+    }
+    assert_int_equal(topo_gpu_link(topo, 0, 1)->kind, TOPO_LINK_NVLINK);
+    assert_int_equal(topo_gpu_link(topo, 0, 1)->count, 3);
+    assert_false(topo_gpu_link(topo, 0, 1)->via_switch);
+    assert_int_equal(topo_gpu_link(topo, 1, 2)->kind, TOPO_LINK_NONE);
+    assert_int_equal(topo_num_nvswitches(topo), 0); /* the CPU ends are no switch */
+    assert_int_equal(topo_gpu_gpu_path(topo, 1, 2), TOPO_PATH_SYS);
+    assert_int_equal(topo_nic_nic_path(topo, 0, 1), TOPO_PATH_SYS);
+    topo_destroy(topo);
+}
+
+/* NCCL marks an NVLink to an IBM NPU with tclass 0x068001 and ends it at the GPU's CPU. */
+static void test_nccl_cpu_nvlink(void **state)
+{
+    static const char xml[] =
+        "<system version=\"1\"><cpu numaid=\"8\" affinity=\"000000ff\">"
+        "<pci busid=\"0035:03:00.0\" class=\"0x030200\" vendor=\"0x10de\" device=\"0x1db1\">"
+        "  <gpu dev=\"0\" sm=\"70\">"
+        "    <nvlink target=\"0035:00:00.0\" count=\"3\" tclass=\"0x068001\"/>"
+        "  </gpu>"
+        "</pci></cpu></system>";
+    char err[TOPO_ERR_LEN];
+    const topo_gpu_t *gpu;
+    topo_t *topo;
+
+    (void)state;
+    assert_int_equal(topo_load_buffer("npu", xml, sizeof(xml) - 1, &topo, err), STRATA_OK);
+    gpu = topo_gpu(topo, 0);
+    assert_int_equal(gpu->cpu_link.kind, TOPO_LINK_NVLINK);
+    assert_int_equal(gpu->cpu_link.count, 3);
+    assert_float_equal(gpu->cpu_link.gbps, 75.0, 1e-9);
+    assert_int_equal(topo_numa(topo, gpu->cpu_link_numa)->os_index, 8);
+    assert_int_equal(topo_num_nvswitches(topo), 0);
+    topo_destroy(topo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -243,6 +369,10 @@ int main(void)
         cmocka_unit_test(test_amd_xgmi),
         cmocka_unit_test(test_no_gpu_no_nic),
         cmocka_unit_test(test_several_rails_per_gpu),
+        cmocka_unit_test(test_pxb_depth_nearer_gpu_wins),
+        cmocka_unit_test(test_rails_ordered_by_hops),
+        cmocka_unit_test(test_power9_cpu_nvlink),
+        cmocka_unit_test(test_nccl_cpu_nvlink),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
