@@ -212,6 +212,26 @@ static json_t *rails_json(const topo_rail_plan_t *plan, bool *ok)
     return array;
 }
 
+/* The overlay merged in (null when none); a file that is only an overlay says so too. */
+static json_t *overlay_json(const topo_t *topo, bool *ok)
+{
+    const topo_overlay_report_t *report = topo_overlay(topo);
+    json_t *obj;
+
+    if (report == NULL) {
+        return json_null();
+    }
+    obj = json_object();
+    if (obj != NULL) {
+        put(obj, "path", json_string(report->path), ok);
+        put(obj, "unclassified_pci_devices", json_integer(report->unclassified), ok);
+        put(obj, "matched_gpus", json_integer(report->matched_gpus), ok);
+        put(obj, "matched_nics", json_integer(report->matched_nics), ok);
+        put(obj, "unmatched", json_integer(report->unmatched), ok);
+    }
+    return obj;
+}
+
 strata_status_t strata_topo_print_json(const topo_t *topo, const topo_rail_plan_t *plan,
                                        FILE *out)
 {
@@ -225,6 +245,9 @@ strata_status_t strata_topo_print_json(const topo_t *topo, const topo_rail_plan_
     put(doc, "strata_topo_version", json_integer(STRATA_TOPO_JSON_VERSION), &ok);
     put(doc, "source", json_string(topo_source_name(topo_source(topo))), &ok);
     put(doc, "description", json_string(topo_description(topo)), &ok);
+    put(doc, "unclassified_pci_devices", json_integer(topo_num_unclassified_pci(topo)), &ok);
+    put(doc, "is_overlay", json_boolean(topo_is_overlay(topo)), &ok);
+    put(doc, "overlay", overlay_json(topo, &ok), &ok);
     put(doc, "numa", numa_json(topo, &ok), &ok);
     put(doc, "gpus", gpus_json(topo, &ok), &ok);
     put(doc, "nics", nics_json(topo, &ok), &ok);

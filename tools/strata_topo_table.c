@@ -42,6 +42,33 @@ static void print_numa_cell(FILE *out, const topo_t *topo, int numa)
     }
 }
 
+/* An overlay merged in, or a file that is only an overlay, said plainly. */
+static void print_overlay(const topo_t *topo, FILE *out)
+{
+    const topo_overlay_report_t *report = topo_overlay(topo);
+
+    int unclassified = topo_num_unclassified_pci(topo);
+
+    if (topo_is_overlay(topo)) {
+        fprintf(out, "  This file is an NCCL topology overlay: %d PCI device%s without a class,\n"
+                     "  no GPU. It is meant to be merged with live discovery (--overlay).\n",
+                unclassified, unclassified == 1 ? "" : "s");
+    }
+    if (report == NULL) {
+        return;
+    }
+    fprintf(out, "  Overlay %s: %d PCI device%s without a class, merged by bus id:\n"
+                 "    %d GPU%s and %d NIC%s matched, %d device%s not on this machine",
+            report->path, report->unclassified, report->unclassified == 1 ? "" : "s",
+            report->matched_gpus, report->matched_gpus == 1 ? "" : "s", report->matched_nics,
+            report->matched_nics == 1 ? "" : "s", report->unmatched,
+            report->unmatched == 1 ? "" : "s");
+    if (report->unmatched > 0) {
+        fprintf(out, " (first %s)", report->first_unmatched);
+    }
+    fprintf(out, "\n");
+}
+
 static void print_summary(const topo_t *topo, FILE *out)
 {
     int rdma = 0;
@@ -55,6 +82,7 @@ static void print_summary(const topo_t *topo, FILE *out)
             topo_num_nics(topo) == 1 ? "" : "s", rdma, topo_num_nics(topo) - rdma,
             topo_num_numa(topo), topo_num_numa(topo) == 1 ? "" : "s",
             topo_num_nvswitches(topo), topo_num_nvswitches(topo) == 1 ? "" : "es");
+    print_overlay(topo, out);
     if (topo_num_gpus(topo) == 0) {
         fprintf(out, "  No GPU found: the intra-node tier runs on the host device backend.\n");
     }

@@ -20,6 +20,7 @@
 #define TOPO_CPUS_LEN    256 /* "0-23,48-71" list form */
 #define TOPO_ERR_LEN     512
 #define TOPO_MAX_DEVICES 4096
+#define TOPO_PATH_LEN    512
 
 /** PCIe distance between two devices, with the legend of `nvidia-smi topo -m`. */
 typedef enum topo_path {
@@ -151,9 +152,58 @@ strata_status_t topo_load_buffer(const char *name, const char *data, size_t size
 
 /**
  * The topology strata runs with: file when not NULL, else the file named by
- * STRATA_TOPO_FILE when set, else discovery. Errors: one line in err, nothing logged.
+ * STRATA_TOPO_FILE when set, else discovery; with the overlay named by STRATA_TOPO_OVERLAY
+ * applied when set (topo_open_with_overlay). Errors: one line in err, nothing logged.
  */
 strata_status_t topo_open(const char *file, topo_t **topo_p, char *err);
+
+/**
+ * An NCCL topology overlay, applied onto a topology with topo_overlay_apply: the format
+ * of NCCL_TOPO_FILE as cloud providers publish it (AWS p5: PCI switches and bus ids with
+ * link speeds, no PCI classes, no GPUs), meant to be merged with live discovery. Devices
+ * are matched by PCI bus id; a matched GPU or NIC takes the overlay's PCIe switch tree and
+ * NUMA node (<cpu numaid>), its link speed and, for NICs, the <net> name and speed.
+ */
+typedef struct topo_overlay_report {
+    char path[TOPO_PATH_LEN];
+    int  unclassified;  /**< the overlay's PCI devices with no class and no <gpu>/<nic> */
+    int  matched_gpus;
+    int  matched_nics;
+    int  unmatched;     /**< overlay devices with no GPU or NIC at their bus id here */
+    char first_unmatched[TOPO_BUSID_LEN];
+} topo_overlay_report_t;
+
+/**
+ * Apply the NCCL topology XML file at path onto topo (see topo_overlay_report_t). Errors
+ * (unreadable, malformed, not NCCL XML) give one line in err naming the file; topo may
+ * then be partly changed and is only fit for topo_destroy.
+ */
+strata_status_t topo_overlay_apply(topo_t *topo, const char *path, char *err);
+
+/** What the last topo_overlay_apply did; NULL when none was applied. */
+const topo_overlay_report_t *topo_overlay(const topo_t *topo);
+
+/**
+ * PCI devices of an NCCL topology file that carry no class and no <gpu>/<nic> child:
+ * devices the file names only by bus id, to be recognised by live discovery.
+ */
+int topo_num_unclassified_pci(const topo_t *topo);
+
+/**
+ * True for an NCCL topology file that is an overlay rather than a machine: no GPU, and PCI
+ * devices without a class (topo_num_unclassified_pci). NICs it names with <nic> are
+ * attributes for discovered NICs.
+ */
+bool topo_is_overlay(const topo_t *topo);
+
+/**
+ * topo_open with an overlay: the base is file, else STRATA_TOPO_FILE, else discovery; a
+ * base file that is an overlay (topo_is_overlay) is applied onto discovery instead, as
+ * NCCL_TOPO_FILE is. Then overlay, else STRATA_TOPO_OVERLAY when set, is applied onto
+ * the base. Errors: one line in err, nothing logged.
+ */
+strata_status_t topo_open_with_overlay(const char *file, const char *overlay, topo_t **topo_p,
+                                       char *err);
 
 /** topo_open(NULL, ...) for a communicator: errors are logged once. */
 strata_status_t topo_create(topo_t **topo_p);

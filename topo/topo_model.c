@@ -211,6 +211,20 @@ int topo_num_numa(const topo_t *topo) { return topo->num_numa; }
 int topo_num_gpus(const topo_t *topo) { return topo->num_gpus; }
 int topo_num_nics(const topo_t *topo) { return topo->num_nics; }
 int topo_num_nvswitches(const topo_t *topo) { return topo->num_nvswitches; }
+int topo_num_unclassified_pci(const topo_t *topo) { return topo->num_unclassified_pci; }
+
+bool topo_is_overlay(const topo_t *topo)
+{
+    /* NCCL writes its topology only with GPUs in it: a file without one, naming devices
+     * by bus id alone, describes devices for discovery to recognise. */
+    return topo->source == TOPO_SOURCE_NCCL_XML && topo->num_gpus == 0 &&
+           topo->num_unclassified_pci > 0;
+}
+
+const topo_overlay_report_t *topo_overlay(const topo_t *topo)
+{
+    return topo->has_overlay ? &topo->overlay : NULL;
+}
 
 const topo_numa_t *topo_numa(const topo_t *topo, int index)
 {

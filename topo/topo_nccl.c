@@ -99,7 +99,7 @@ static bool topo_nccl_has_child(const xmlNode *node, const char *name)
 static strata_status_t topo_nccl_walk(topo_nccl_ctx_t *ctx, const xmlNode *node, int parent,
                                       int numa);
 
-static double topo_nccl_pcie_gbps(const xmlNode *node)
+double topo_nccl_link_gbps(const xmlNode *node)
 {
     char *speed = topo_nccl_attr(node, "link_speed");
     char *width = topo_nccl_attr(node, "link_width");
@@ -177,7 +177,7 @@ static strata_status_t topo_nccl_gpu(topo_nccl_ctx_t *ctx, const xmlNode *pci, c
     gpu->device_id  = (uint16_t)device;
     gpu->numa       = numa;
     gpu->pci_parent = parent;
-    gpu->pcie_gbps  = topo_nccl_pcie_gbps(pci);
+    gpu->pcie_gbps  = topo_nccl_link_gbps(pci);
 
     for (const xmlNode *child = pci->children; child && status == STRATA_OK; child = child->next) {
         if (!topo_nccl_is(child, "gpu")) {
@@ -312,6 +312,9 @@ static strata_status_t topo_nccl_pci(topo_nccl_ctx_t *ctx, const xmlNode *node, 
         role = TOPO_PCI_BRIDGE;
     }
 
+    if (role == TOPO_PCI_OTHER && xmlHasProp(node, BAD_CAST "class") == NULL) {
+        ctx->topo->num_unclassified_pci++; /* named by bus id only: an overlay's device */
+    }
     switch (role) {
     case TOPO_PCI_BRIDGE:
         index = topo_add_pci_node(ctx->topo, busid, false, parent, numa);

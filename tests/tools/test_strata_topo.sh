@@ -26,6 +26,34 @@ for f in "$fixtures"/*.xml; do
     fi
 done
 
+# An NCCL topology overlay (NCCL_TOPO_FILE style) merged onto a file standing in for
+# discovery, by --overlay and by STRATA_TOPO_OVERLAY alike.
+merged=vm-2gpu-4efa+p5-style-overlay.json
+if (cd "$fixtures" && "$topo_bin" --json --file vm-2gpu-4efa.hwloc.xml \
+        --overlay overlay/p5-style.nccl.xml) >"$work/$merged" 2>"$work/err"; then
+    [ "${STRATA_TEST_UPDATE_GOLDEN:-0}" = 1 ] && cp "$work/$merged" "$golden/$merged"
+    diff -u "$golden/$merged" "$work/$merged" && pass || fail "$merged differs from golden"
+else
+    fail "--overlay failed: $(cat "$work/err")"
+fi
+(cd "$fixtures" && STRATA_TOPO_OVERLAY=overlay/p5-style.nccl.xml "$topo_bin" --json \
+    --file vm-2gpu-4efa.hwloc.xml) >"$work/env.json" 2>&1
+cmp -s "$work/env.json" "$work/$merged" && pass || fail "STRATA_TOPO_OVERLAY: $(cat "$work/env.json")"
+out=$("$topo_bin" --file "$fixtures/vm-2gpu-4efa.hwloc.xml" --overlay "$fixtures/overlay/p5-style.nccl.xml")
+grep -q 'p5-style.nccl.xml: 5 PCI devices without a class, merged by bus id:' <<<"$out" &&
+    grep -q '2 GPUs and 4 NICs matched, 1 device not on this machine (first 0000:52:00.0)' <<<"$out" &&
+    pass || fail "overlay summary: $out"
+# An overlay given as the topology file goes onto live discovery, as NCCL_TOPO_FILE does,
+# and says so, instead of showing a machine without GPUs or NICs.
+out=$("$topo_bin" --file "$fixtures/overlay/p5-style.nccl.xml" 2>&1)
+grep -q '^Topology: .* + overlay .*p5-style.nccl.xml (discovery)' <<<"$out" &&
+    grep -q 'p5-style.nccl.xml: 5 PCI devices without a class, merged by bus id' <<<"$out" &&
+    pass || fail "overlay as the topology file: $out"
+"$topo_bin" --file "$fixtures/vm-2gpu-4efa.hwloc.xml" --overlay "$fixtures/no-gpu-no-nic.hwloc.xml" \
+    >"$work/out" 2>"$work/err"
+[ $? -eq 1 ] && grep -q 'not an NCCL topology overlay: root element is <topology>' "$work/err" &&
+    pass || fail "an hwloc file as overlay: $(cat "$work/err")"
+
 # The table a person reads.
 out=$("$topo_bin" --file "$fixtures/nvswitch-8gpu-8nic.nccl.xml")
 grep -q '8 GPUs, 8 NICs (8 RDMA, 0 Ethernet), 2 NUMA nodes' <<<"$out" && pass || fail "summary: $out"

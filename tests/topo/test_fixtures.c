@@ -2,7 +2,8 @@
  * Topology facts on strata's own fixtures, checked against values worked out by hand:
  * an 8-GPU NVSwitch machine, 8 GPUs sharing 4 NICs, an AMD XGMI machine, a machine
  * with no GPU and no NIC (as CI machines are), a PCIe tree where switch depth decides the
- * rails, and an IBM POWER9 with NVLink between GPUs and CPUs.
+ * rails, an IBM POWER9 with NVLink between GPUs and CPUs, and an NCCL topology overlay
+ * applied onto a cloud VM's flat PCIe.
  */
 
 #include <setjmp.h>
@@ -10,7 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "topo_test.h"
@@ -361,6 +364,113 @@ static void test_nccl_cpu_nvlink(void **state)
     topo_destroy(topo);
 }
 
+/* Alone, an overlay is no machine: strata says what it is instead of showing nothing. */
+static void test_overlay_file_recognised(void **state)
+{
+    topo_t *topo = load("overlay/p5-style.nccl.xml");
+
+    (void)state;
+    assert_true(topo_is_overlay(topo));
+    assert_int_equal(topo_num_gpus(topo), 0);
+    assert_int_equal(topo_num_unclassified_pci(topo), 5); /* 4f, 50, 51, 52, 60 */
+    assert_null(topo_overlay(topo));
+    topo_destroy(topo);
+
+    topo = load("nvswitch-8gpu-8nic.nccl.xml"); /* every device has its class */
+    assert_false(topo_is_overlay(topo));
+    assert_int_equal(topo_num_unclassified_pci(topo), 0);
+    topo_destroy(topo);
+}
+
+/*
+ * A VM's flat PCIe (every pair PHB) with the overlay's switches applied: each GPU is PIX to
+ * the two NICs on its switch and NODE to the others; link speeds and NIC names follow.
+ */
+static void test_overlay_merge(void **state)
+{
+    topo_t *topo = load("vm-2gpu-4efa.hwloc.xml");
+    const topo_overlay_report_t *report;
+    char path[1024], err[TOPO_ERR_LEN];
+
+    (void)state;
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 0), TOPO_PATH_PHB);
+    assert_int_equal(topo_gpu_nic_path(topo, 0, 2), TOPO_PATH_PHB);
+    assert_float_equal(topo_gpu(topo, 0)->pcie_gbps, 0.0, 1e-9);
+    snprintf(path, sizeof(path), "%s/overlay/p5-style.nccl.xml", STRATA_TEST_FIXTURES);
+    if (topo_overlay_apply(topo, path, err) != STRATA_OK) {
+        fail_msg("%s", err);
+    }
+    report = topo_overlay(topo);
+    assert_non_null(report);
+    assert_int_equal(report->unclassified, 5);
+    assert_int_equal(report->matched_gpus, 2);
+    assert_int_equal(report->matched_nics, 4);
+    assert_int_equal(report->unmatched, 1);
+    assert_string_equal(report->first_unmatched, "0000:52:00.0");
+    assert_non_null(strstr(topo_description(topo), " + overlay "));
+    for (int g = 0; g < 2; ++g) {
+        for (int n = 0; n < 4; ++n) {
+            topo_path_t want = (g == n / 2) ? TOPO_PATH_PIX : TOPO_PATH_NODE;
+
+            assert_int_equal(topo_gpu_nic_path(topo, g, n), want);
+        }
+        assert_float_equal(topo_gpu(topo, g)->pcie_gbps, 63.015, 0.01); /* 32 GT/s x16 */
+        assert_int_equal(topo_numa(topo, topo_gpu(topo, g)->numa)->os_index, 0);
+    }
+    assert_int_equal(topo_gpu_gpu_path(topo, 0, 1), TOPO_PATH_NODE);
+    assert_int_equal(topo_nic_nic_path(topo, 2, 3), TOPO_PATH_PIX);
+    assert_string_equal(topo_nic(topo, 0)->name, "rdmap80s0"); /* the overlay names none */
+    assert_int_equal(topo_nic(topo, 0)->speed_mbps, 0);
+    assert_string_equal(topo_nic(topo, 2)->name, "efa_2");
+    assert_int_equal(topo_nic(topo, 2)->speed_mbps, 100000);
+    assert_int_equal(topo_nic(topo, 2)->kind, TOPO_NIC_EFA); /* discovery's word stands */
+    topo_destroy(topo);
+}
+
+static void expect_overlay_error(const char *overlay_text, strata_status_t want,
+                                 const char *message)
+{
+    char path[] = "/tmp/strata-test-overlay-XXXXXX", err[TOPO_ERR_LEN] = "";
+    topo_t *topo = load("vm-2gpu-4efa.hwloc.xml");
+    FILE *file;
+    int fd = mkstemp(path);
+
+    assert_true(fd >= 0);
+    file = fdopen(fd, "w");
+    assert_non_null(file);
+    fputs(overlay_text, file);
+    fclose(file);
+    assert_int_equal(topo_overlay_apply(topo, path, err), want);
+    if (strstr(err, message) == NULL || strstr(err, path) == NULL) {
+        fail_msg("error '%s' lacks '%s' or the file name", err, message);
+    }
+    assert_null(topo_overlay(topo));
+    unlink(path);
+    topo_destroy(topo);
+}
+
+static void test_overlay_errors(void **state)
+{
+    char path[1024], err[TOPO_ERR_LEN];
+    topo_t *topo = load("vm-2gpu-4efa.hwloc.xml");
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/no-gpu-no-nic.hwloc.xml", STRATA_TEST_FIXTURES);
+    assert_int_equal(topo_overlay_apply(topo, path, err), STRATA_ERR_PARSE);
+    assert_non_null(strstr(err, "not an NCCL topology overlay: root element is <topology>"));
+    assert_int_equal(topo_overlay_apply(topo, "/nonexistent/overlay.xml", err),
+                     STRATA_ERR_NOT_FOUND);
+    topo_destroy(topo);
+    expect_overlay_error("<system><cpu numaid=\"0\"><pci busid=\"zz\"/></cpu></system>",
+                         STRATA_ERR_PARSE, ":1: <pci> has no busid or one that is not a PCI");
+    expect_overlay_error("<system><cpu><pci busid=\"0000:4f:00.0\"/></cpu></system>",
+                         STRATA_ERR_PARSE, "<cpu> has no numaid");
+    expect_overlay_error("<system><cpu numaid=\"0\"><pci busid=\"0000:61:00.0\"><nic>"
+                         "<net speed=\"fast\"/></nic></pci></cpu></system>",
+                         STRATA_ERR_PARSE, "<net> has a malformed speed 'fast'");
+    expect_overlay_error("<system><cpu", STRATA_ERR_PARSE, "malformed or truncated XML");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -373,6 +483,9 @@ int main(void)
         cmocka_unit_test(test_rails_ordered_by_hops),
         cmocka_unit_test(test_power9_cpu_nvlink),
         cmocka_unit_test(test_nccl_cpu_nvlink),
+        cmocka_unit_test(test_overlay_file_recognised),
+        cmocka_unit_test(test_overlay_merge),
+        cmocka_unit_test(test_overlay_errors),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
