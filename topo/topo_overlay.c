@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 typedef struct topo_overlay_ctx {
     topo_t                *topo;
@@ -109,18 +110,40 @@ static strata_status_t topo_overlay_nic(topo_overlay_ctx_t *ctx, const xmlNode *
     return STRATA_OK;
 }
 
+/*
+ * The NUMA node with OS index numa_os, added when the base has none: only once a device
+ * of this machine sits below that <cpu>, so an overlay adds no node the machine lacks.
+ */
+static int topo_overlay_numa(topo_overlay_ctx_t *ctx, int numa_os)
+{
+    int index = topo_numa_find(ctx->topo, numa_os);
+
+    return (index >= 0) ? index : topo_add_numa(ctx->topo, numa_os);
+}
+
 /* A device of the overlay: the GPU or every NIC port at its bus id takes its place. */
 static strata_status_t topo_overlay_device(topo_overlay_ctx_t *ctx, const xmlNode *pci,
-                                           const char *busid, int parent, int numa)
+                                           const char *busid, int parent, int numa_os)
 {
     topo_t *topo = ctx->topo;
-    int gpu = topo_gpu_find(topo, busid), ports = 0;
+    int gpu = topo_gpu_find(topo, busid), ports = 0, numa;
     double gbps = topo_nccl_link_gbps(pci);
     strata_status_t status = STRATA_OK;
 
     if (!topo_overlay_has_child(pci, "gpu") && !topo_overlay_has_child(pci, "nic") &&
         xmlHasProp(pci, BAD_CAST "class") == NULL) {
         ctx->report->unclassified++;
+    }
+    if (gpu < 0 && topo_nic_find(topo, busid) < 0) {
+        if (ctx->report->unmatched++ == 0) {
+            snprintf(ctx->report->first_unmatched, sizeof(ctx->report->first_unmatched), "%s",
+                     busid);
+        }
+        return STRATA_OK;
+    }
+    numa = topo_overlay_numa(ctx, numa_os);
+    if (numa < 0) {
+        return topo_add_failed(topo, ctx->name, ctx->err);
     }
     if (gpu >= 0) {
         topo->gpus[gpu].pci_parent = parent;
@@ -130,21 +153,16 @@ static strata_status_t topo_overlay_device(topo_overlay_ctx_t *ctx, const xmlNod
         return STRATA_OK;
     }
     for (int n = 0; n < topo->num_nics && status == STRATA_OK; ++n) {
-        if (strcmp(topo->nics[n].busid, busid) == 0) {
+        if (strcasecmp(topo->nics[n].busid, busid) == 0) {
             status = topo_overlay_nic(ctx, pci, &topo->nics[n], ports++, parent, numa);
         }
     }
-    if (ports > 0) {
-        ctx->report->matched_nics += ports;
-    } else if (ctx->report->unmatched++ == 0) {
-        snprintf(ctx->report->first_unmatched, sizeof(ctx->report->first_unmatched), "%s",
-                 busid);
-    }
+    ctx->report->matched_nics += ports;
     return status;
 }
 
 static strata_status_t topo_overlay_walk(topo_overlay_ctx_t *ctx, const xmlNode *node,
-                                         int parent, int numa);
+                                         int parent, int numa_os);
 
 /*
  * A <pci> with <pci> children is a switch: a new PCI node of the model, so matched devices
@@ -152,7 +170,7 @@ static strata_status_t topo_overlay_walk(topo_overlay_ctx_t *ctx, const xmlNode 
  * name). Any other <pci> is a device.
  */
 static strata_status_t topo_overlay_pci(topo_overlay_ctx_t *ctx, const xmlNode *node,
-                                        int parent, int numa)
+                                        int parent, int numa_os)
 {
     char busid[TOPO_BUSID_LEN];
     char *text = (char *)xmlGetProp(node, BAD_CAST "busid");
@@ -164,35 +182,35 @@ static strata_status_t topo_overlay_pci(topo_overlay_ctx_t *ctx, const xmlNode *
         return topo_overlay_fail(ctx, node, "has no busid or one that is not a PCI address");
     }
     if (!topo_overlay_has_child(node, "pci")) {
-        return topo_overlay_device(ctx, node, busid, parent, numa);
+        return topo_overlay_device(ctx, node, busid, parent, numa_os);
     }
-    index = topo_add_pci_node(ctx->topo, busid, false, parent, numa);
+    index = topo_add_pci_node(ctx->topo, busid, false, parent,
+                              topo_numa_find(ctx->topo, numa_os));
     if (index < 0) {
         return topo_add_failed(ctx->topo, ctx->name, ctx->err);
     }
-    return topo_overlay_walk(ctx, node, index, numa);
+    return topo_overlay_walk(ctx, node, index, numa_os);
 }
 
 static strata_status_t topo_overlay_walk(topo_overlay_ctx_t *ctx, const xmlNode *node,
-                                         int parent, int numa)
+                                         int parent, int numa_os)
 {
     strata_status_t status = STRATA_OK;
 
     for (const xmlNode *child = node->children; child && status == STRATA_OK;
          child = child->next) {
         if (topo_overlay_is(child, "pci")) {
-            status = topo_overlay_pci(ctx, child, parent, numa);
+            status = topo_overlay_pci(ctx, child, parent, numa_os);
         }
     }
     return status;
 }
 
-/* The NUMA node a <cpu> names, added when the base has none with that OS index. */
+/* A <cpu>: the NUMA node (by OS index) of everything below it. */
 static strata_status_t topo_overlay_cpu(topo_overlay_ctx_t *ctx, const xmlNode *cpu)
 {
     unsigned long numaid = (unsigned long)-1;
     strata_status_t status = topo_overlay_uint(ctx, cpu, "numaid", &numaid);
-    int index;
 
     if (status != STRATA_OK) {
         return status;
@@ -200,14 +218,7 @@ static strata_status_t topo_overlay_cpu(topo_overlay_ctx_t *ctx, const xmlNode *
     if (numaid > INT16_MAX) {
         return topo_overlay_fail(ctx, cpu, "has no numaid or one out of range");
     }
-    index = topo_numa_find(ctx->topo, (int)numaid);
-    if (index < 0) {
-        index = topo_add_numa(ctx->topo, (int)numaid);
-        if (index < 0) {
-            return topo_add_failed(ctx->topo, ctx->name, ctx->err);
-        }
-    }
-    return topo_overlay_walk(ctx, cpu, -1, index);
+    return topo_overlay_walk(ctx, cpu, -1, (int)numaid);
 }
 
 static strata_status_t topo_overlay_doc(topo_overlay_ctx_t *ctx, xmlDocPtr doc)

@@ -427,19 +427,51 @@ static void test_overlay_merge(void **state)
     topo_destroy(topo);
 }
 
-static void expect_overlay_error(const char *overlay_text, strata_status_t want,
-                                 const char *message)
+/* text in a new temporary file, its name in path (the caller unlinks it) */
+static void write_overlay(const char *text, char path[32])
 {
-    char path[] = "/tmp/strata-test-overlay-XXXXXX", err[TOPO_ERR_LEN] = "";
-    topo_t *topo = load("vm-2gpu-4efa.hwloc.xml");
     FILE *file;
-    int fd = mkstemp(path);
+    int fd;
 
+    snprintf(path, 32, "/tmp/strata-test-overlay-XXXXXX");
+    fd = mkstemp(path);
     assert_true(fd >= 0);
     file = fdopen(fd, "w");
     assert_non_null(file);
-    fputs(overlay_text, file);
+    fputs(text, file);
     fclose(file);
+}
+
+/* A <cpu> adds its NUMA node only when a device of the machine sits below it. */
+static void test_overlay_numa(void **state)
+{
+    char path[32], err[TOPO_ERR_LEN];
+    topo_t *topo = load("vm-2gpu-4efa.hwloc.xml");
+
+    (void)state;
+    write_overlay("<system><cpu numaid=\"1\"><pci busid=\"0000:99:00.0\"/></cpu></system>",
+                  path);
+    assert_int_equal(topo_overlay_apply(topo, path, err), STRATA_OK);
+    unlink(path);
+    assert_int_equal(topo_num_numa(topo), 1);
+    assert_int_equal(topo_overlay(topo)->unmatched, 1);
+    write_overlay("<system><cpu numaid=\"1\"><pci busid=\"0000:60:00.0\"/></cpu></system>",
+                  path);
+    assert_int_equal(topo_overlay_apply(topo, path, err), STRATA_OK);
+    unlink(path);
+    assert_int_equal(topo_num_numa(topo), 2);
+    assert_int_equal(topo_numa(topo, topo_gpu(topo, 1)->numa)->os_index, 1);
+    assert_int_equal(topo_gpu_gpu_path(topo, 0, 1), TOPO_PATH_SYS);
+    topo_destroy(topo);
+}
+
+static void expect_overlay_error(const char *overlay_text, strata_status_t want,
+                                 const char *message)
+{
+    char path[32], err[TOPO_ERR_LEN] = "";
+    topo_t *topo = load("vm-2gpu-4efa.hwloc.xml");
+
+    write_overlay(overlay_text, path);
     assert_int_equal(topo_overlay_apply(topo, path, err), want);
     if (strstr(err, message) == NULL || strstr(err, path) == NULL) {
         fail_msg("error '%s' lacks '%s' or the file name", err, message);
@@ -485,6 +517,7 @@ int main(void)
         cmocka_unit_test(test_nccl_cpu_nvlink),
         cmocka_unit_test(test_overlay_file_recognised),
         cmocka_unit_test(test_overlay_merge),
+        cmocka_unit_test(test_overlay_numa),
         cmocka_unit_test(test_overlay_errors),
     };
 
