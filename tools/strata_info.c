@@ -172,6 +172,19 @@ static void check_print_nics(const topo_t *topo)
     printf(")\n");
 }
 
+/* An NCCL topology overlay the communicator applies (STRATA_TOPO_OVERLAY, or an overlay
+ * named by STRATA_TOPO_FILE) changes the rails: say which and what it matched. */
+static void check_print_overlay(const topo_t *topo)
+{
+    const topo_overlay_report_t *overlay = topo_overlay(topo);
+
+    if (overlay != NULL) {
+        printf("topology overlay: %s (%d GPUs and %d NICs matched by PCI bus id, %d of its "
+               "devices not here)\n", overlay->path, overlay->matched_gpus,
+               overlay->matched_nics, overlay->unmatched);
+    }
+}
+
 /* The topology a communicator opens (STRATA_TOPO_FILE, else discovery) and its rail plan. */
 static bool check_topology(info_check_t *check)
 {
@@ -188,6 +201,7 @@ static bool check_topology(info_check_t *check)
         printf("topology: %s (STRATA_TOPO_FILE, %s)\n", topo_description(check->topo),
                topo_source_name(topo_source(check->topo)));
     }
+    check_print_overlay(check->topo);
     check_print_gpus(check->topo);
     check_print_nics(check->topo);
     status = topo_rail_plan_create(check->topo, &check->plan);

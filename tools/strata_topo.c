@@ -20,12 +20,15 @@ enum {
 static void usage(FILE *out)
 {
     fprintf(out,
-            "Usage: strata-topo [--file PATH] [--json]\n"
+            "Usage: strata-topo [--file PATH] [--overlay PATH] [--json]\n"
             "Show the GPUs, NICs, NUMA nodes and links strata sees, the PCIe path between\n"
             "every GPU and NIC, and the NICs (rails) each GPU will use.\n"
             "\n"
             "  -f, --file PATH  read a topology file (hwloc XML or NCCL topology XML) instead\n"
             "                   of discovering this machine; STRATA_TOPO_FILE does the same\n"
+            "  -o, --overlay PATH  apply an NCCL topology overlay (NCCL_TOPO_FILE style) onto\n"
+            "                   the topology, matching devices by PCI bus id;\n"
+            "                   STRATA_TOPO_OVERLAY does the same\n"
             "  -j, --json       print JSON (layout: docs/strata-topo.md)\n"
             "  -h, --help       this text\n"
             "  -V, --version    strata's version\n"
@@ -37,22 +40,24 @@ int main(int argc, char **argv)
 {
     static const struct option options[] = {
         {"file", required_argument, NULL, 'f'},
+        {"overlay", required_argument, NULL, 'o'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     char err[TOPO_ERR_LEN];
-    const char *file = NULL;
+    const char *file = NULL, *overlay = NULL;
     topo_rail_plan_t *plan;
     strata_status_t status;
     bool json = false;
     topo_t *topo;
     int opt;
 
-    while ((opt = getopt_long(argc, argv, "f:jhV", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "f:o:jhV", options, NULL)) != -1) {
         switch (opt) {
         case 'f': file = optarg; break;
+        case 'o': overlay = optarg; break;
         case 'j': json = true; break;
         case 'h': usage(stdout); return EXIT_TOPO_OK;
         case 'V': printf("strata-topo %s\n", strata_get_version_string()); return EXIT_TOPO_OK;
@@ -65,7 +70,7 @@ int main(int argc, char **argv)
     }
     api_config_warn_unknown();
 
-    status = topo_open(file, &topo, err);
+    status = topo_open_with_overlay(file, overlay, &topo, err);
     if (status != STRATA_OK) {
         fprintf(stderr, "strata-topo: %s\n", err);
         return (status == STRATA_ERR_NO_MEMORY) ? EXIT_TOPO_INTERNAL : EXIT_TOPO_LOAD;

@@ -20,4 +20,7 @@ strata_status_t strata_topo_print_json(const topo_t *topo, const topo_rail_plan_
 /** "NV12", "XGMI" or the PCIe path class between two GPUs, as nvidia-smi topo -m shows. */
 const char *strata_topo_gpu_cell(const topo_t *topo, int a, int b, char *buf, size_t size);
 
+/** "NV3" for a GPU's NVLink to its CPU socket (IBM POWER), "-" for PCIe only. */
+const char *strata_topo_cpu_cell(const topo_t *topo, int gpu, char *buf, size_t size);
+
 #endif

@@ -53,6 +53,24 @@ static json_t *numa_ref(const topo_t *topo, int numa)
     return node ? json_integer(node->os_index) : json_null();
 }
 
+/* A GPU's NVLink to its CPU socket (IBM POWER), null when it reaches the CPU over PCIe. */
+static json_t *cpu_link_json(const topo_t *topo, const topo_gpu_t *gpu, bool *ok)
+{
+    json_t *obj;
+
+    if (gpu->cpu_link.kind == TOPO_LINK_NONE) {
+        return json_null();
+    }
+    obj = json_object();
+    if (obj != NULL) {
+        put(obj, "kind", json_string(topo_link_kind_name(gpu->cpu_link.kind)), ok);
+        put(obj, "count", json_integer(gpu->cpu_link.count), ok);
+        put(obj, "gbps", json_real(gpu->cpu_link.gbps), ok);
+        put(obj, "numa", numa_ref(topo, gpu->cpu_link_numa), ok);
+    }
+    return obj;
+}
+
 static json_t *gpus_json(const topo_t *topo, bool *ok)
 {
     json_t *array = json_array();
@@ -72,6 +90,7 @@ static json_t *gpus_json(const topo_t *topo, bool *ok)
             put(obj, "cuda_index", gpu->cuda_index >= 0 ? json_integer(gpu->cuda_index) : json_null(), ok);
             put(obj, "hip_index", gpu->hip_index >= 0 ? json_integer(gpu->hip_index) : json_null(), ok);
             put(obj, "pcie_gbps", json_real(gpu->pcie_gbps), ok);
+            put(obj, "cpu_link", cpu_link_json(topo, gpu, ok), ok);
         }
         append(array, obj, ok);
     }
@@ -130,34 +149,41 @@ static json_t *links_json(const topo_t *topo, bool *ok)
 typedef enum matrix_kind {
     MATRIX_GPU_CELL, /* GPU×GPU as the table shows it: NV#, XGMI or the PCIe class */
     MATRIX_GPU_PCIE, /* GPU×GPU PCIe path class, links aside */
-    MATRIX_NIC_PCIE  /* GPU×NIC PCIe path class */
+    MATRIX_NIC_PCIE, /* GPU×NIC PCIe path class */
+    MATRIX_NIC_HOPS, /* GPU×NIC PCIe hops */
+    MATRIX_NIC_NIC   /* NIC×NIC PCIe path class */
 } matrix_kind_t;
 
-static const char *matrix_cell(const topo_t *topo, matrix_kind_t kind, int g, int j, char *buf,
-                               size_t size)
+static json_t *matrix_cell(const topo_t *topo, matrix_kind_t kind, int i, int j)
 {
+    char cell[32];
+
     switch (kind) {
-    case MATRIX_GPU_CELL: return strata_topo_gpu_cell(topo, g, j, buf, size);
-    case MATRIX_GPU_PCIE: return topo_path_name(topo_gpu_gpu_path(topo, g, j));
-    case MATRIX_NIC_PCIE: return topo_path_name(topo_gpu_nic_path(topo, g, j));
+    case MATRIX_GPU_CELL:
+        return json_string(strata_topo_gpu_cell(topo, i, j, cell, sizeof(cell)));
+    case MATRIX_GPU_PCIE: return json_string(topo_path_name(topo_gpu_gpu_path(topo, i, j)));
+    case MATRIX_NIC_PCIE: return json_string(topo_path_name(topo_gpu_nic_path(topo, i, j)));
+    case MATRIX_NIC_HOPS: return json_integer(topo_gpu_nic_hops(topo, i, j));
+    case MATRIX_NIC_NIC:  return json_string(topo_path_name(topo_nic_nic_path(topo, i, j)));
     }
-    return "?";
+    return json_null();
 }
 
 static json_t *matrix_json(const topo_t *topo, matrix_kind_t kind, bool *ok)
 {
-    json_t *rows = json_array(), *row;
-    int cols = (kind == MATRIX_NIC_PCIE) ? topo_num_nics(topo) : topo_num_gpus(topo);
-    char cell[32];
+    bool gpu_cols = (kind == MATRIX_GPU_CELL || kind == MATRIX_GPU_PCIE);
+    int rows = (kind == MATRIX_NIC_NIC) ? topo_num_nics(topo) : topo_num_gpus(topo);
+    int cols = gpu_cols ? topo_num_gpus(topo) : topo_num_nics(topo);
+    json_t *array = json_array(), *row;
 
-    for (int g = 0; rows && g < topo_num_gpus(topo); ++g) {
+    for (int i = 0; array && i < rows; ++i) {
         row = json_array();
         for (int j = 0; row && j < cols; ++j) {
-            append(row, json_string(matrix_cell(topo, kind, g, j, cell, sizeof(cell))), ok);
+            append(row, matrix_cell(topo, kind, i, j), ok);
         }
-        append(rows, row, ok);
+        append(array, row, ok);
     }
-    return rows;
+    return array;
 }
 
 static json_t *rails_json(const topo_rail_plan_t *plan, bool *ok)
@@ -186,6 +212,26 @@ static json_t *rails_json(const topo_rail_plan_t *plan, bool *ok)
     return array;
 }
 
+/* The overlay merged in (null when none); a file that is only an overlay says so too. */
+static json_t *overlay_json(const topo_t *topo, bool *ok)
+{
+    const topo_overlay_report_t *report = topo_overlay(topo);
+    json_t *obj;
+
+    if (report == NULL) {
+        return json_null();
+    }
+    obj = json_object();
+    if (obj != NULL) {
+        put(obj, "path", json_string(report->path), ok);
+        put(obj, "unclassified_pci_devices", json_integer(report->unclassified), ok);
+        put(obj, "matched_gpus", json_integer(report->matched_gpus), ok);
+        put(obj, "matched_nics", json_integer(report->matched_nics), ok);
+        put(obj, "unmatched", json_integer(report->unmatched), ok);
+    }
+    return obj;
+}
+
 strata_status_t strata_topo_print_json(const topo_t *topo, const topo_rail_plan_t *plan,
                                        FILE *out)
 {
@@ -199,6 +245,9 @@ strata_status_t strata_topo_print_json(const topo_t *topo, const topo_rail_plan_
     put(doc, "strata_topo_version", json_integer(STRATA_TOPO_JSON_VERSION), &ok);
     put(doc, "source", json_string(topo_source_name(topo_source(topo))), &ok);
     put(doc, "description", json_string(topo_description(topo)), &ok);
+    put(doc, "unclassified_pci_devices", json_integer(topo_num_unclassified_pci(topo)), &ok);
+    put(doc, "is_overlay", json_boolean(topo_is_overlay(topo)), &ok);
+    put(doc, "overlay", overlay_json(topo, &ok), &ok);
     put(doc, "numa", numa_json(topo, &ok), &ok);
     put(doc, "gpus", gpus_json(topo, &ok), &ok);
     put(doc, "nics", nics_json(topo, &ok), &ok);
@@ -207,6 +256,8 @@ strata_status_t strata_topo_print_json(const topo_t *topo, const topo_rail_plan_
     put(doc, "gpu_gpu", matrix_json(topo, MATRIX_GPU_CELL, &ok), &ok);
     put(doc, "gpu_gpu_pcie", matrix_json(topo, MATRIX_GPU_PCIE, &ok), &ok);
     put(doc, "gpu_nic", matrix_json(topo, MATRIX_NIC_PCIE, &ok), &ok);
+    put(doc, "gpu_nic_hops", matrix_json(topo, MATRIX_NIC_HOPS, &ok), &ok);
+    put(doc, "nic_nic", matrix_json(topo, MATRIX_NIC_NIC, &ok), &ok);
     put(doc, "rails", rails_json(plan, &ok), &ok);
     if (!ok) {
         json_decref(doc);

@@ -1,6 +1,6 @@
 /*
- * strata-topo's human rendering: summary, GPU and NIC lists, the GPU×GPU / GPU×NIC matrix
- * with its legend, and the rail plan.
+ * strata-topo's human rendering: summary, GPU and NIC lists, the GPU and NIC matrix (rows
+ * and columns for both, as nvidia-smi topo -m) with its legends, and the rail plan.
  */
 #include "strata_topo.h"
 
@@ -42,6 +42,33 @@ static void print_numa_cell(FILE *out, const topo_t *topo, int numa)
     }
 }
 
+/* An overlay merged in, or a file that is only an overlay, said plainly. */
+static void print_overlay(const topo_t *topo, FILE *out)
+{
+    const topo_overlay_report_t *report = topo_overlay(topo);
+
+    int unclassified = topo_num_unclassified_pci(topo);
+
+    if (topo_is_overlay(topo)) {
+        fprintf(out, "  This file is an NCCL topology overlay: %d PCI device%s without a class,\n"
+                     "  no GPU. It is meant to be merged with live discovery (--overlay).\n",
+                unclassified, unclassified == 1 ? "" : "s");
+    }
+    if (report == NULL) {
+        return;
+    }
+    fprintf(out, "  Overlay %s: %d PCI device%s without a class, merged by bus id:\n"
+                 "    %d GPU%s and %d NIC%s matched, %d device%s not on this machine",
+            report->path, report->unclassified, report->unclassified == 1 ? "" : "s",
+            report->matched_gpus, report->matched_gpus == 1 ? "" : "s", report->matched_nics,
+            report->matched_nics == 1 ? "" : "s", report->unmatched,
+            report->unmatched == 1 ? "" : "s");
+    if (report->unmatched > 0) {
+        fprintf(out, " (first %s)", report->first_unmatched);
+    }
+    fprintf(out, "\n");
+}
+
 static void print_summary(const topo_t *topo, FILE *out)
 {
     int rdma = 0;
@@ -55,6 +82,7 @@ static void print_summary(const topo_t *topo, FILE *out)
             topo_num_nics(topo) == 1 ? "" : "s", rdma, topo_num_nics(topo) - rdma,
             topo_num_numa(topo), topo_num_numa(topo) == 1 ? "" : "s",
             topo_num_nvswitches(topo), topo_num_nvswitches(topo) == 1 ? "" : "es");
+    print_overlay(topo, out);
     if (topo_num_gpus(topo) == 0) {
         fprintf(out, "  No GPU found: the intra-node tier runs on the host device backend.\n");
     }
@@ -129,40 +157,96 @@ static void print_nics(const topo_t *topo, FILE *out)
     }
 }
 
-static void print_matrix(const topo_t *topo, FILE *out)
+static bool any_cpu_nvlink(const topo_t *topo)
+{
+    for (int g = 0; g < topo_num_gpus(topo); ++g) {
+        if (topo_gpu(topo, g)->cpu_link.kind != TOPO_LINK_NONE) {
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *strata_topo_cpu_cell(const topo_t *topo, int gpu, char *buf, size_t size)
+{
+    const topo_gpu_link_t *link = &topo_gpu(topo, gpu)->cpu_link;
+
+    if (link->kind == TOPO_LINK_NONE) {
+        snprintf(buf, size, "-");
+    } else if (link->count > 0) {
+        snprintf(buf, size, "NV%u", link->count);
+    } else {
+        snprintf(buf, size, "NV");
+    }
+    return buf;
+}
+
+static void print_matrix_header(const topo_t *topo, bool cpu_column, FILE *out)
 {
     char cell[CELL_LEN];
-    int num_gpus = topo_num_gpus(topo), num_nics = topo_num_nics(topo);
 
-    if (num_gpus == 0) {
-        return;
-    }
     fprintf(out, "\nGPU topology\n%-7s", "");
-    for (int g = 0; g < num_gpus; ++g) {
+    for (int g = 0; g < topo_num_gpus(topo); ++g) {
         snprintf(cell, sizeof(cell), "GPU%d", g);
         fprintf(out, " %-5s", cell);
     }
-    for (int n = 0; n < num_nics; ++n) {
+    for (int n = 0; n < topo_num_nics(topo); ++n) {
         snprintf(cell, sizeof(cell), "NIC%d", n);
         fprintf(out, " %-5s", cell);
     }
-    fprintf(out, " %-20s %s\n", "CPU affinity", "NUMA");
-    for (int a = 0; a < num_gpus; ++a) {
-        const topo_gpu_t *gpu = topo_gpu(topo, a);
-        const topo_numa_t *numa = topo_numa(topo, gpu->numa);
-
-        snprintf(cell, sizeof(cell), "GPU%d", a);
-        fprintf(out, "  %-5s", cell);
-        for (int b = 0; b < num_gpus; ++b) {
-            fprintf(out, " %-5s", strata_topo_gpu_cell(topo, a, b, cell, sizeof(cell)));
-        }
-        for (int n = 0; n < num_nics; ++n) {
-            fprintf(out, " %-5s", topo_path_name(topo_gpu_nic_path(topo, a, n)));
-        }
-        fprintf(out, " %-20s ", (numa && numa->cpus[0]) ? numa->cpus : "?");
-        print_numa_cell(out, topo, gpu->numa);
-        fprintf(out, "\n");
+    if (cpu_column) {
+        fprintf(out, " %-5s", "CPU");
     }
+    fprintf(out, " %-20s %s\n", "CPU affinity", "NUMA");
+}
+
+static void print_affinity(const topo_t *topo, int numa, FILE *out)
+{
+    const topo_numa_t *node = topo_numa(topo, numa);
+
+    fprintf(out, " %-20s ", (node && node->cpus[0]) ? node->cpus : "?");
+    print_numa_cell(out, topo, numa);
+    fprintf(out, "\n");
+}
+
+static void print_gpu_row(const topo_t *topo, int a, bool cpu_column, FILE *out)
+{
+    char cell[CELL_LEN];
+
+    snprintf(cell, sizeof(cell), "GPU%d", a);
+    fprintf(out, "  %-5s", cell);
+    for (int b = 0; b < topo_num_gpus(topo); ++b) {
+        fprintf(out, " %-5s", strata_topo_gpu_cell(topo, a, b, cell, sizeof(cell)));
+    }
+    for (int n = 0; n < topo_num_nics(topo); ++n) {
+        fprintf(out, " %-5s", topo_path_name(topo_gpu_nic_path(topo, a, n)));
+    }
+    if (cpu_column) {
+        fprintf(out, " %-5s", strata_topo_cpu_cell(topo, a, cell, sizeof(cell)));
+    }
+    print_affinity(topo, topo_gpu(topo, a)->numa, out);
+}
+
+static void print_nic_row(const topo_t *topo, int nic, bool cpu_column, FILE *out)
+{
+    char cell[CELL_LEN];
+
+    snprintf(cell, sizeof(cell), "NIC%d", nic);
+    fprintf(out, "  %-5s", cell);
+    for (int g = 0; g < topo_num_gpus(topo); ++g) {
+        fprintf(out, " %-5s", topo_path_name(topo_gpu_nic_path(topo, g, nic)));
+    }
+    for (int n = 0; n < topo_num_nics(topo); ++n) {
+        fprintf(out, " %-5s", topo_path_name(topo_nic_nic_path(topo, nic, n)));
+    }
+    if (cpu_column) {
+        fprintf(out, " %-5s", "-");
+    }
+    print_affinity(topo, topo_nic(topo, nic)->numa, out);
+}
+
+static void print_legend(const topo_t *topo, bool cpu_column, FILE *out)
+{
     fprintf(out,
             "\nLegend:\n"
             "  X    = self\n"
@@ -174,6 +258,38 @@ static void print_matrix(const topo_t *topo, FILE *out)
             "  NV#  = NVLink with # links (through NVSwitch when the machine has them;\n"
             "         NV alone when only the bandwidth is known)\n"
             "  XGMI = AMD Infinity Fabric link\n");
+    if (cpu_column) {
+        fprintf(out, "  CPU  = the GPU's own link to its CPU socket: NV# over NVLink (IBM POWER),\n"
+                     "         - over PCIe only\n");
+    }
+    if (topo_num_nics(topo) == 0) {
+        return;
+    }
+    fprintf(out, "\nNIC Legend:\n\n");
+    for (int n = 0; n < topo_num_nics(topo); ++n) {
+        const topo_nic_t *nic = topo_nic(topo, n);
+        const char *name = nic->name[0] ? nic->name : nic->busid;
+
+        fprintf(out, "  NIC%d: %s\n", n, name[0] ? name : "?");
+    }
+}
+
+/* GPU and NIC rows, as nvidia-smi topo -m prints them, and the legends. */
+static void print_matrix(const topo_t *topo, FILE *out)
+{
+    bool cpu_column = any_cpu_nvlink(topo);
+
+    if (topo_num_gpus(topo) + topo_num_nics(topo) == 0) {
+        return;
+    }
+    print_matrix_header(topo, cpu_column, out);
+    for (int g = 0; g < topo_num_gpus(topo); ++g) {
+        print_gpu_row(topo, g, cpu_column, out);
+    }
+    for (int n = 0; n < topo_num_nics(topo); ++n) {
+        print_nic_row(topo, n, cpu_column, out);
+    }
+    print_legend(topo, cpu_column, out);
 }
 
 /* "NIC3" or "NIC3 mlx5_3" */
@@ -199,8 +315,10 @@ static void print_rails(const topo_t *topo, const topo_rail_plan_t *plan, FILE *
 
         fprintf(out, "  GPU%-3d ->", g);
         for (int i = 0; i < rail->num_rails; ++i) {
-            fprintf(out, "%s %s (%s)", i ? "," : "", nic_name(topo, rail->nics[i], label, sizeof(label)),
-                    topo_path_name(topo_gpu_nic_path(topo, g, rail->nics[i])));
+            fprintf(out, "%s %s (%s, %d hops)", i ? "," : "",
+                    nic_name(topo, rail->nics[i], label, sizeof(label)),
+                    topo_path_name(topo_gpu_nic_path(topo, g, rail->nics[i])),
+                    topo_gpu_nic_hops(topo, g, rail->nics[i]));
         }
         if (rail->num_nics > rail->num_rails) {
             fprintf(out, "    then");

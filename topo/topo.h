@@ -20,6 +20,7 @@
 #define TOPO_CPUS_LEN    256 /* "0-23,48-71" list form */
 #define TOPO_ERR_LEN     512
 #define TOPO_MAX_DEVICES 4096
+#define TOPO_PATH_LEN    512
 
 /** PCIe distance between two devices, with the legend of `nvidia-smi topo -m`. */
 typedef enum topo_path {
@@ -77,6 +78,14 @@ typedef struct topo_pci_node {
     int  numa;                  /**< index in topo->numa, -1 unknown */
 } topo_pci_node_t;
 
+/** Direct GPU↔GPU fabric link (symmetric), or a GPU's NVLink to a CPU. */
+typedef struct topo_gpu_link {
+    topo_link_kind_t kind;
+    unsigned         count;       /**< NVLink lanes or XGMI links; 0 when only bandwidth is known */
+    double           gbps;        /**< aggregate bandwidth in GB/s, 0 unknown */
+    bool             via_switch;  /**< through NVSwitch rather than point to point */
+} topo_gpu_link_t;
+
 typedef struct topo_gpu {
     char          busid[TOPO_BUSID_LEN];
     topo_vendor_t vendor;
@@ -88,6 +97,10 @@ typedef struct topo_gpu {
     int           cuda_index;   /**< -1 when unknown */
     int           hip_index;    /**< -1 when unknown */
     double        pcie_gbps;    /**< PCIe link bandwidth in GB/s, 0 unknown */
+    /** NVLink to a CPU socket (IBM POWER8/9), kind NONE when the GPU reaches the CPU over
+     *  PCIe only; cpu_link_numa is that socket's NUMA node (index), -1 unknown. */
+    topo_gpu_link_t cpu_link;
+    int             cpu_link_numa;
 } topo_gpu_t;
 
 typedef struct topo_nic {
@@ -101,14 +114,6 @@ typedef struct topo_nic {
     uint64_t          speed_mbps;          /**< port speed, 0 unknown */
     topo_port_state_t port_state;
 } topo_nic_t;
-
-/** Direct GPU↔GPU fabric link (symmetric). */
-typedef struct topo_gpu_link {
-    topo_link_kind_t kind;
-    unsigned         count;       /**< NVLink lanes or XGMI links; 0 when only bandwidth is known */
-    double           gbps;        /**< aggregate bandwidth in GB/s, 0 unknown */
-    bool             via_switch;  /**< through NVSwitch rather than point to point */
-} topo_gpu_link_t;
 
 typedef struct topo topo_t;
 
@@ -147,9 +152,58 @@ strata_status_t topo_load_buffer(const char *name, const char *data, size_t size
 
 /**
  * The topology strata runs with: file when not NULL, else the file named by
- * STRATA_TOPO_FILE when set, else discovery. Errors: one line in err, nothing logged.
+ * STRATA_TOPO_FILE when set, else discovery; with the overlay named by STRATA_TOPO_OVERLAY
+ * applied when set (topo_open_with_overlay). Errors: one line in err, nothing logged.
  */
 strata_status_t topo_open(const char *file, topo_t **topo_p, char *err);
+
+/**
+ * An NCCL topology overlay, applied onto a topology with topo_overlay_apply: the format
+ * of NCCL_TOPO_FILE as cloud providers publish it (AWS p5: PCI switches and bus ids with
+ * link speeds, no PCI classes, no GPUs), meant to be merged with live discovery. Devices
+ * are matched by PCI bus id; a matched GPU or NIC takes the overlay's PCIe switch tree and
+ * NUMA node (<cpu numaid>), its link speed and, for NICs, the <net> name and speed.
+ */
+typedef struct topo_overlay_report {
+    char path[TOPO_PATH_LEN];
+    int  unclassified;  /**< the overlay's PCI devices with no class and no <gpu>/<nic> */
+    int  matched_gpus;
+    int  matched_nics;
+    int  unmatched;     /**< overlay devices with no GPU or NIC at their bus id here */
+    char first_unmatched[TOPO_BUSID_LEN];
+} topo_overlay_report_t;
+
+/**
+ * Apply the NCCL topology XML file at path onto topo (see topo_overlay_report_t). Errors
+ * (unreadable, malformed, not NCCL XML) give one line in err naming the file; topo may
+ * then be partly changed and is only fit for topo_destroy.
+ */
+strata_status_t topo_overlay_apply(topo_t *topo, const char *path, char *err);
+
+/** What the last topo_overlay_apply did; NULL when none was applied. */
+const topo_overlay_report_t *topo_overlay(const topo_t *topo);
+
+/**
+ * PCI devices of an NCCL topology file that carry no class and no <gpu>/<nic> child:
+ * devices the file names only by bus id, to be recognised by live discovery.
+ */
+int topo_num_unclassified_pci(const topo_t *topo);
+
+/**
+ * True for an NCCL topology file that is an overlay rather than a machine: no GPU, and PCI
+ * devices without a class (topo_num_unclassified_pci). NICs it names with <nic> are
+ * attributes for discovered NICs.
+ */
+bool topo_is_overlay(const topo_t *topo);
+
+/**
+ * topo_open with an overlay: the base is file, else STRATA_TOPO_FILE, else discovery; a
+ * base file that is an overlay (topo_is_overlay) is applied onto discovery instead, as
+ * NCCL_TOPO_FILE is. Then overlay, else STRATA_TOPO_OVERLAY when set, is applied onto
+ * the base. Errors: one line in err, nothing logged.
+ */
+strata_status_t topo_open_with_overlay(const char *file, const char *overlay, topo_t **topo_p,
+                                       char *err);
 
 /** topo_open(NULL, ...) for a communicator: errors are logged once. */
 strata_status_t topo_create(topo_t **topo_p);
@@ -178,6 +232,14 @@ const topo_gpu_link_t *topo_gpu_link(const topo_t *topo, int gpu_a, int gpu_b);
 
 topo_path_t topo_gpu_gpu_path(const topo_t *topo, int gpu_a, int gpu_b);
 topo_path_t topo_gpu_nic_path(const topo_t *topo, int gpu, int nic);
+topo_path_t topo_nic_nic_path(const topo_t *topo, int nic_a, int nic_b);
+
+/**
+ * PCIe links between a GPU and a NIC: up from each device to their lowest common bridge,
+ * or to the CPU when they share none. Ranks NICs within one path class: of two PXB NICs,
+ * the one behind a deeper shared switch is fewer hops away. -1 for a bad index.
+ */
+int topo_gpu_nic_hops(const topo_t *topo, int gpu, int nic);
 
 /** True for NICs that do RDMA (verbs, EFA, Slingshot); rails prefer these over Ethernet. */
 bool topo_nic_is_rdma(const topo_nic_t *nic);
@@ -188,8 +250,10 @@ bool topo_nic_is_rdma(const topo_nic_t *nic);
  * For every GPU, the NICs it should use: the closest path class first, and among GPUs
  * that share their closest NICs, the NICs split evenly (each GPU gets its own when there
  * are as many NICs as GPUs, several when there are more, and NICs are shared with loads
- * differing by at most one when there are fewer). RDMA NICs are preferred; Ethernet NICs
- * are used only when the machine has no RDMA NIC.
+ * differing by at most one when there are fewer). Among equally loaded NICs of that class
+ * a NIC goes to the GPU fewest PCIe hops from it (topo_gpu_nic_hops), not to the GPU listed
+ * first. Fallbacks follow by path class, hops, load, index. RDMA NICs are preferred;
+ * Ethernet NICs are used only when the machine has no RDMA NIC.
  */
 strata_status_t topo_rail_plan_create(const topo_t *topo, topo_rail_plan_t **plan_p);
 void            topo_rail_plan_destroy(topo_rail_plan_t *plan);

@@ -1,6 +1,7 @@
 /*
  * hwloc to model: live discovery on this machine and import of hwloc XML, including the
- * NVLinkBandwidth, XGMIBandwidth and XGMIHops distance matrices hwloc's GPU backends record.
+ * NVLinkBandwidth (GPU, NVSwitch and POWER CPU ends), XGMIBandwidth and XGMIHops distance
+ * matrices hwloc's GPU backends record.
  */
 #include "topo_internal.h"
 
@@ -321,6 +322,23 @@ static unsigned topo_hwloc_nvlink_lanes(uint64_t mbps)
     return 0;
 }
 
+/*
+ * On IBM POWER8/9, NVLink joins GPUs to the CPU socket, and hwloc's NVML backend puts the
+ * CPU side in the matrix as the GPU's first ancestor with a cpuset (usually its Package).
+ */
+static void topo_hwloc_cpu_nvlink(topo_hwloc_ctx_t *ctx, int gpu, hwloc_obj_t cpu,
+                                  uint64_t mbps)
+{
+    topo_gpu_t *g = &ctx->topo->gpus[gpu];
+
+    g->cpu_link.kind = TOPO_LINK_NVLINK;
+    g->cpu_link.gbps += (double)mbps / 1000.0;
+    g->cpu_link.count += topo_hwloc_nvlink_lanes(mbps);
+    if (cpu->nodeset != NULL && hwloc_bitmap_weight(cpu->nodeset) == 1) {
+        g->cpu_link_numa = topo_numa_find(ctx->topo, hwloc_bitmap_first(cpu->nodeset));
+    }
+}
+
 static strata_status_t topo_hwloc_nvlink(topo_hwloc_ctx_t *ctx, struct hwloc_distances_s *d)
 {
     double *switch_gbps = calloc((size_t)ctx->topo->num_gpus + 1, sizeof(*switch_gbps));
@@ -349,6 +367,8 @@ static strata_status_t topo_hwloc_nvlink(topo_hwloc_ctx_t *ctx, struct hwloc_dis
             } else if (topo_hwloc_is_nvswitch(d->objs[j])) {
                 switch_gbps[a] += (double)mbps / 1000.0;
                 lanes[a] += topo_hwloc_nvlink_lanes(mbps);
+            } else if (d->objs[j]->cpuset != NULL) {
+                topo_hwloc_cpu_nvlink(ctx, a, d->objs[j], mbps);
             }
         }
     }

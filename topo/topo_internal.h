@@ -47,7 +47,10 @@ struct topo {
     int              num_nics;
     topo_gpu_link_t *links;          /* num_gpus x num_gpus once finalized */
     int              num_nvswitches;
+    int              num_unclassified_pci; /* NCCL files: devices named by bus id only */
     bool             finalized;
+    bool             has_overlay;
+    topo_overlay_report_t overlay;
 };
 
 topo_t *topo_alloc(topo_source_t source, const char *description);
@@ -107,6 +110,14 @@ void topo_error(char *err, const char *fmt, ...) UTIL_PRINTF(2, 3);
 
 /* Importers (each fills a topology allocated by the caller). */
 struct _xmlDoc;
+struct _xmlNode;
+
+/** Read and parse the XML file at path (at most TOPO_FILE_MAX_BYTES); free with xmlFreeDoc. */
+strata_status_t topo_xml_read_file(const char *path, struct _xmlDoc **doc_p, char *err);
+
+/** PCIe bandwidth of an NCCL <pci> element's link_speed and link_width, 0 unknown. */
+double topo_nccl_link_gbps(const struct _xmlNode *pci);
+
 strata_status_t topo_nccl_import(topo_t *topo, const char *name, struct _xmlDoc *doc, char *err);
 /* hwloc XML: doc is the parsed document, adapted in place for the hwloc library. */
 strata_status_t topo_hwloc_import_xml(topo_t *topo, const char *name, struct _xmlDoc *doc,

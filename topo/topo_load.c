@@ -17,6 +17,7 @@
 
 typedef struct topo_config {
     char *file;
+    char *overlay;
 } topo_config_t;
 
 static const util_config_field_t topo_config_fields[] = {
@@ -27,6 +28,15 @@ static const util_config_field_t topo_config_fields[] = {
                          "discovering this machine.",
         .type          = UTIL_CONFIG_STRING,
         .offset        = offsetof(topo_config_t, file),
+    },
+    {
+        .name          = "TOPO_OVERLAY",
+        .default_value = "",
+        .doc           = "NCCL topology XML applied onto the topology (discovery or "
+                         "STRATA_TOPO_FILE): devices matched by PCI bus id take its PCIe "
+                         "switches, NUMA node, link speeds and NIC names, as NCCL_TOPO_FILE.",
+        .type          = UTIL_CONFIG_STRING,
+        .offset        = offsetof(topo_config_t, overlay),
     },
 };
 
@@ -81,15 +91,16 @@ static strata_status_t topo_import_doc(topo_t **topo_p, const char *name, xmlDoc
     return STRATA_OK;
 }
 
-strata_status_t topo_load_buffer(const char *name, const char *data, size_t size,
-                                 topo_t **topo_p, char *err)
+/* Parse data[size] (NUL-terminated) as XML; *doc_p is the caller's to free with xmlFreeDoc. */
+static strata_status_t topo_xml_parse(const char *name, const char *data, size_t size,
+                                      xmlDocPtr *doc_p, char *err)
 {
     const int options = XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING |
                         XML_PARSE_BIG_LINES; /* line numbers past 65535 in messages */
     char message[TOPO_ERR_LEN];
     const xmlError *error;
     xmlParserCtxtPtr ctxt;
-    strata_status_t status;
+    strata_status_t status = STRATA_OK;
     xmlDocPtr doc;
 
     if (size == 0) {
@@ -112,12 +123,27 @@ strata_status_t topo_load_buffer(const char *name, const char *data, size_t size
         topo_xml_message(error, message, sizeof(message));
         topo_error(err, "%s:%d: malformed or truncated XML: %s", name, error ? error->line : 0,
                    message);
+        xmlFreeDoc(doc);
         status = STRATA_ERR_PARSE;
     } else {
-        status = topo_import_doc(topo_p, name, doc, err);
+        *doc_p = doc;
     }
-    xmlFreeDoc(doc);
     xmlFreeParserCtxt(ctxt);
+    return status;
+}
+
+strata_status_t topo_load_buffer(const char *name, const char *data, size_t size,
+                                 topo_t **topo_p, char *err)
+{
+    strata_status_t status;
+    xmlDocPtr doc;
+
+    status = topo_xml_parse(name, data, size, &doc, err);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = topo_import_doc(topo_p, name, doc, err);
+    xmlFreeDoc(doc);
     return status;
 }
 
@@ -171,7 +197,7 @@ static strata_status_t topo_read_file(const char *path, char **data_p, size_t *s
     return STRATA_OK;
 }
 
-strata_status_t topo_load_file(const char *path, topo_t **topo_p, char *err)
+strata_status_t topo_xml_read_file(const char *path, struct _xmlDoc **doc_p, char *err)
 {
     strata_status_t status;
     char *data;
@@ -189,9 +215,23 @@ strata_status_t topo_load_file(const char *path, topo_t **topo_p, char *err)
         topo_error(err, "%s: binary data, not a topology file", path);
         status = STRATA_ERR_PARSE;
     } else {
-        status = topo_load_buffer(path, data, size, topo_p, err);
+        status = topo_xml_parse(path, data, size, doc_p, err);
     }
     free(data);
+    return status;
+}
+
+strata_status_t topo_load_file(const char *path, topo_t **topo_p, char *err)
+{
+    strata_status_t status;
+    xmlDocPtr doc;
+
+    status = topo_xml_read_file(path, &doc, err);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = topo_import_doc(topo_p, path, doc, err);
+    xmlFreeDoc(doc);
     return status;
 }
 
@@ -223,28 +263,70 @@ strata_status_t topo_discover(const char *sysfs_root, topo_t **topo_p, char *err
     return STRATA_OK;
 }
 
-strata_status_t topo_open(const char *file, topo_t **topo_p, char *err)
+/*
+ * The base topology: a file, or discovery. A file that is only an overlay (NCCL_TOPO_FILE
+ * as AWS publishes it) describes no machine: it goes onto discovery, as NCCL does with it.
+ */
+static strata_status_t topo_open_base(const char *file, topo_t **topo_p, char *err)
 {
     strata_status_t status;
-    topo_config_t config;
+    topo_t *topo;
 
-    if (file != NULL) {
-        return topo_load_file(file, topo_p, err);
+    if (file == NULL || file[0] == '\0') {
+        return topo_discover(NULL, topo_p, err);
     }
+    status = topo_load_file(file, &topo, err);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (!topo_is_overlay(topo)) {
+        *topo_p = topo;
+        return STRATA_OK;
+    }
+    topo_destroy(topo);
+    status = topo_discover(NULL, &topo, err);
+    if (status == STRATA_OK) {
+        status = topo_overlay_apply(topo, file, err);
+    }
+    if (status != STRATA_OK) {
+        topo_destroy(topo);
+        return status;
+    }
+    *topo_p = topo;
+    return STRATA_OK;
+}
+
+strata_status_t topo_open_with_overlay(const char *file, const char *overlay, topo_t **topo_p,
+                                       char *err)
+{
     char reason[UTIL_CONFIG_ERR_MAX];
+    strata_status_t status;
+    topo_config_t config;
+    topo_t *topo = NULL;
 
     status = util_config_read_quiet(&topo_config_table, &config, reason);
     if (status != STRATA_OK) {
         topo_error(err, "%s", reason);
         return status;
     }
-    if (config.file[0] != '\0') {
-        status = topo_load_file(config.file, topo_p, err);
-    } else {
-        status = topo_discover(NULL, topo_p, err);
+    file    = (file != NULL) ? file : config.file;
+    overlay = (overlay != NULL) ? overlay : config.overlay;
+    status  = topo_open_base(file, &topo, err);
+    if (status == STRATA_OK && overlay[0] != '\0') {
+        status = topo_overlay_apply(topo, overlay, err);
     }
     util_config_release(&topo_config_table, &config);
-    return status;
+    if (status != STRATA_OK) {
+        topo_destroy(topo);
+        return status;
+    }
+    *topo_p = topo;
+    return STRATA_OK;
+}
+
+strata_status_t topo_open(const char *file, topo_t **topo_p, char *err)
+{
+    return topo_open_with_overlay(file, NULL, topo_p, err);
 }
 
 strata_status_t topo_create(topo_t **topo_p)

@@ -112,6 +112,7 @@ int topo_add_gpu(topo_t *topo)
         topo->gpus[index].pci_parent = -1;
         topo->gpus[index].cuda_index = -1;
         topo->gpus[index].hip_index  = -1;
+        topo->gpus[index].cpu_link_numa = -1;
     }
     return index;
 }
@@ -210,6 +211,20 @@ int topo_num_numa(const topo_t *topo) { return topo->num_numa; }
 int topo_num_gpus(const topo_t *topo) { return topo->num_gpus; }
 int topo_num_nics(const topo_t *topo) { return topo->num_nics; }
 int topo_num_nvswitches(const topo_t *topo) { return topo->num_nvswitches; }
+int topo_num_unclassified_pci(const topo_t *topo) { return topo->num_unclassified_pci; }
+
+bool topo_is_overlay(const topo_t *topo)
+{
+    /* NCCL writes its topology only with GPUs in it: a file without one, naming devices
+     * by bus id alone, describes devices for discovery to recognise. */
+    return topo->source == TOPO_SOURCE_NCCL_XML && topo->num_gpus == 0 &&
+           topo->num_unclassified_pci > 0;
+}
+
+const topo_overlay_report_t *topo_overlay(const topo_t *topo)
+{
+    return topo->has_overlay ? &topo->overlay : NULL;
+}
 
 const topo_numa_t *topo_numa(const topo_t *topo, int index)
 {
@@ -316,6 +331,35 @@ static topo_path_t topo_pci_path(const topo_t *topo, int parent_a, int numa_a, i
                                                                             : TOPO_PATH_NODE;
 }
 
+/* Bridges from a device below parent (-1: on the CPU) up to the top of its PCIe tree. */
+static int topo_pci_depth(const topo_t *topo, int parent)
+{
+    int depth = 0;
+
+    for (; parent >= 0; parent = topo->pci[parent].parent) {
+        ++depth;
+    }
+    return depth;
+}
+
+/*
+ * PCIe links crossed between devices below parent_a and parent_b: up to their lowest common
+ * bridge and down again; devices in different trees go up to the CPU and down (one more
+ * hop each side, the root complex).
+ */
+static int topo_pci_hops(const topo_t *topo, int parent_a, int parent_b)
+{
+    int pos_b;
+
+    for (int node = parent_a, pos_a = 0; node >= 0; node = topo->pci[node].parent, ++pos_a) {
+        pos_b = topo_pci_chain_position(topo, parent_b, node);
+        if (pos_b >= 0) {
+            return (pos_a + 1) + (pos_b + 1);
+        }
+    }
+    return (topo_pci_depth(topo, parent_a) + 1) + (topo_pci_depth(topo, parent_b) + 1);
+}
+
 topo_path_t topo_gpu_gpu_path(const topo_t *topo, int gpu_a, int gpu_b)
 {
     const topo_gpu_t *a = topo_gpu(topo, gpu_a), *b = topo_gpu(topo, gpu_b);
@@ -338,6 +382,30 @@ topo_path_t topo_gpu_nic_path(const topo_t *topo, int gpu, int nic)
         return TOPO_PATH_SYS;
     }
     return topo_pci_path(topo, g->pci_parent, g->numa, n->pci_parent, n->numa);
+}
+
+int topo_gpu_nic_hops(const topo_t *topo, int gpu, int nic)
+{
+    const topo_gpu_t *g = topo_gpu(topo, gpu);
+    const topo_nic_t *n = topo_nic(topo, nic);
+
+    if (g == NULL || n == NULL) {
+        return -1;
+    }
+    return topo_pci_hops(topo, g->pci_parent, n->pci_parent);
+}
+
+topo_path_t topo_nic_nic_path(const topo_t *topo, int nic_a, int nic_b)
+{
+    const topo_nic_t *a = topo_nic(topo, nic_a), *b = topo_nic(topo, nic_b);
+
+    if (a == NULL || b == NULL) {
+        return TOPO_PATH_SYS;
+    }
+    if (nic_a == nic_b) {
+        return TOPO_PATH_SELF;
+    }
+    return topo_pci_path(topo, a->pci_parent, a->numa, b->pci_parent, b->numa);
 }
 
 bool topo_nic_is_rdma(const topo_nic_t *nic)

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #define TOPO_NCCL_NVSWITCH_TCLASS 0x068000
+#define TOPO_NCCL_POWER_NPU_TCLASS 0x068001 /* IBM NVLink bridge: the link ends at the CPU */
 
 /* A GPU link named in the file, resolved once every GPU is known. */
 typedef struct topo_nccl_link {
@@ -98,7 +99,7 @@ static bool topo_nccl_has_child(const xmlNode *node, const char *name)
 static strata_status_t topo_nccl_walk(topo_nccl_ctx_t *ctx, const xmlNode *node, int parent,
                                       int numa);
 
-static double topo_nccl_pcie_gbps(const xmlNode *node)
+double topo_nccl_link_gbps(const xmlNode *node)
 {
     char *speed = topo_nccl_attr(node, "link_speed");
     char *width = topo_nccl_attr(node, "link_width");
@@ -176,7 +177,7 @@ static strata_status_t topo_nccl_gpu(topo_nccl_ctx_t *ctx, const xmlNode *pci, c
     gpu->device_id  = (uint16_t)device;
     gpu->numa       = numa;
     gpu->pci_parent = parent;
-    gpu->pcie_gbps  = topo_nccl_pcie_gbps(pci);
+    gpu->pcie_gbps  = topo_nccl_link_gbps(pci);
 
     for (const xmlNode *child = pci->children; child && status == STRATA_OK; child = child->next) {
         if (!topo_nccl_is(child, "gpu")) {
@@ -311,6 +312,9 @@ static strata_status_t topo_nccl_pci(topo_nccl_ctx_t *ctx, const xmlNode *node, 
         role = TOPO_PCI_BRIDGE;
     }
 
+    if (role == TOPO_PCI_OTHER && xmlHasProp(node, BAD_CAST "class") == NULL) {
+        ctx->topo->num_unclassified_pci++; /* named by bus id only: an overlay's device */
+    }
     switch (role) {
     case TOPO_PCI_BRIDGE:
         index = topo_add_pci_node(ctx->topo, busid, false, parent, numa);
@@ -383,6 +387,15 @@ static strata_status_t topo_nccl_cpu(topo_nccl_ctx_t *ctx, const xmlNode *node)
     return (status == STRATA_OK) ? topo_nccl_walk(ctx, node, -1, index) : status;
 }
 
+/* An <nvlink> to an IBM NPU: lanes add up on the GPU's link to its local CPU. */
+static void topo_nccl_cpu_link(topo_gpu_t *gpu, const topo_gpu_link_t *link)
+{
+    gpu->cpu_link.kind = TOPO_LINK_NVLINK;
+    gpu->cpu_link.count += link->count;
+    gpu->cpu_link.gbps += link->gbps;
+    gpu->cpu_link_numa = gpu->numa;
+}
+
 /* Turn the recorded <nvlink>/<xgmi> entries into GPU links once GPU indices are final. */
 static strata_status_t topo_nccl_resolve_links(topo_nccl_ctx_t *ctx)
 {
@@ -412,9 +425,11 @@ static strata_status_t topo_nccl_resolve_links(topo_nccl_ctx_t *ctx)
         }
         if (b >= 0) {
             topo_set_gpu_link(topo, a, b, &link);
+        } else if (l->kind == TOPO_LINK_NVLINK && l->tclass == TOPO_NCCL_POWER_NPU_TCLASS) {
+            topo_nccl_cpu_link(&topo->gpus[a], &link); /* NCCL takes the GPU's own CPU */
         } else if (l->kind == TOPO_LINK_NVLINK &&
                    (l->tclass == TOPO_NCCL_NVSWITCH_TCLASS || l->tclass == 0)) {
-            /* Not a GPU: an NVSwitch (often a virtual bus id). Links to a CPU are ignored. */
+            /* Not a GPU: an NVSwitch (often a virtual bus id). */
             switch_gbps[a] += gbps;
             lanes[a] += l->count;
             seen = false;

@@ -12,7 +12,8 @@
 #define TOPO_NVML_MAX_LINKS     18
 #define TOPO_NVML_FEATURE_ON    1
 #define TOPO_NVML_DEVICE_GPU    0
-#define TOPO_NVML_DEVICE_SWITCH 2 /* 1 is IBMNPU: a POWER9 CPU link, not a switch */
+#define TOPO_NVML_DEVICE_IBMNPU 1 /* IBM POWER8/9 NVLink bridge: the link ends at the CPU */
+#define TOPO_NVML_DEVICE_SWITCH 2
 
 /* The NVML ABI subset used here (nvml.h, stable since the _v2/_v3 entry points). */
 typedef struct topo_nvml_device *topo_nvml_device_t;
@@ -73,6 +74,18 @@ static double topo_nvml_lane_gbps(const topo_nvml_api_t *api, topo_nvml_device_t
                           : ((version >= 5) ? TOPO_NVLINK5_GBPS : TOPO_NVLINK2_GBPS);
 }
 
+/*
+ * One NVLink lane to the CPU socket. NVML names the IBM bridge, whose PCI locality is the
+ * whole machine on POWER8; the GPU's own NUMA node is the socket, as hwloc takes it too.
+ */
+static void topo_nvml_cpu_lane(topo_gpu_t *gpu, double gbps)
+{
+    gpu->cpu_link.kind = TOPO_LINK_NVLINK;
+    gpu->cpu_link.count++;
+    gpu->cpu_link.gbps += gbps;
+    gpu->cpu_link_numa = gpu->numa;
+}
+
 static void topo_nvml_scan_device(topo_t *topo, const topo_nvml_api_t *api,
                                   topo_nvml_device_t device, unsigned *peer_lanes,
                                   double *peer_gbps, double *switch_gbps, unsigned *switch_lanes)
@@ -98,6 +111,8 @@ static void topo_nvml_scan_device(topo_t *topo, const topo_nvml_api_t *api,
         if (type == TOPO_NVML_DEVICE_SWITCH) {
             switch_gbps[a] += topo_nvml_lane_gbps(api, device, link);
             switch_lanes[a]++;
+        } else if (type == TOPO_NVML_DEVICE_IBMNPU) {
+            topo_nvml_cpu_lane(&topo->gpus[a], topo_nvml_lane_gbps(api, device, link));
         } else if (b >= 0 && (type == TOPO_NVML_DEVICE_GPU || type == -1)) {
             peer_lanes[a * topo->num_gpus + b]++;
             peer_gbps[a * topo->num_gpus + b] += topo_nvml_lane_gbps(api, device, link);

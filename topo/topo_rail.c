@@ -1,6 +1,7 @@
 /*
  * Rail plan: for each GPU, the NICs it should drive, closest first and with NICs shared
- * evenly between the GPUs that are equally close to them.
+ * evenly between the GPUs that are equally close to them; within a path class, PCIe hop
+ * count decides which GPU a NIC goes to.
  */
 #include "topo_internal.h"
 
@@ -57,14 +58,21 @@ static int topo_rail_count(const topo_rail_ctx_t *ctx, int gpu)
     return (closest == 0) ? 0 : UTIL_MAX(1, closest / UTIL_MAX(sharers, 1));
 }
 
-/* Preference between two usable NICs for gpu: closer, then less loaded, then lower index. */
+/*
+ * Order of NICs for gpu: closer path class, then fewer PCIe hops (of two PXB NICs, the one
+ * behind the deeper shared switch), then less loaded, then lower index.
+ */
 static bool topo_rail_better(const topo_rail_ctx_t *ctx, int gpu, int a, int b)
 {
     topo_path_t pa = topo_gpu_nic_path(ctx->topo, gpu, a);
     topo_path_t pb = topo_gpu_nic_path(ctx->topo, gpu, b);
+    int ha = topo_gpu_nic_hops(ctx->topo, gpu, a), hb = topo_gpu_nic_hops(ctx->topo, gpu, b);
 
     if (pa != pb) {
         return pa < pb;
+    }
+    if (ha != hb) {
+        return ha < hb;
     }
     if (ctx->load[a] != ctx->load[b]) {
         return ctx->load[a] < ctx->load[b];
@@ -72,32 +80,91 @@ static bool topo_rail_better(const topo_rail_ctx_t *ctx, int gpu, int a, int b)
     return a < b;
 }
 
-/* Order every usable NIC for gpu (selection sort: a handful of NICs), take the rails. */
-static void topo_rail_fill(topo_rail_ctx_t *ctx, topo_rail_t *rail, int gpu)
+/* Selection sort of nics[from..count) by topo_rail_better (a handful of NICs). */
+static void topo_rail_sort(const topo_rail_ctx_t *ctx, int gpu, int *nics, int from, int count)
 {
-    int best;
+    int best, chosen;
 
-    rail->gpu       = gpu;
-    rail->num_rails = topo_rail_count(ctx, gpu);
-    rail->num_nics  = 0;
-    for (int n = 0; n < ctx->topo->num_nics; ++n) {
-        if (ctx->usable[n]) {
-            rail->nics[rail->num_nics++] = n;
-        }
-    }
-    for (int i = 0; i < rail->num_nics; ++i) {
+    for (int i = from; i < count; ++i) {
         best = i;
-        for (int j = i + 1; j < rail->num_nics; ++j) {
-            if (topo_rail_better(ctx, gpu, rail->nics[j], rail->nics[best])) {
+        for (int j = i + 1; j < count; ++j) {
+            if (topo_rail_better(ctx, gpu, nics[j], nics[best])) {
                 best = j;
             }
         }
-        int chosen          = rail->nics[best];
-        rail->nics[best]    = rail->nics[i];
-        rail->nics[i]       = chosen;
-        if (i < rail->num_rails) {
-            ctx->load[chosen]++; /* later GPUs see this NIC as busier */
+        chosen     = nics[best];
+        nics[best] = nics[i];
+        nics[i]    = chosen;
+    }
+}
+
+static bool topo_rail_has(const topo_rail_t *rail, int nic)
+{
+    for (int i = 0; i < rail->num_nics; ++i) {
+        if (rail->nics[i] == nic) {
+            return true;
         }
+    }
+    return false;
+}
+
+/*
+ * The next rail to hand out, over every GPU that still lacks rails and every closest NIC it
+ * has not taken: the least loaded NIC first (loads stay within one of each other), then the
+ * fewest PCIe hops, so a NIC goes to the GPU nearest to it rather than to the GPU that
+ * happens to come first. False when every GPU has its rails.
+ */
+static bool topo_rail_next(const topo_rail_ctx_t *ctx, const topo_rail_plan_t *plan,
+                           int *gpu_p, int *nic_p)
+{
+    int best_gpu = -1, best_nic = -1, best_hops = 0, hops;
+
+    for (int g = 0; g < plan->num_gpus; ++g) {
+        const topo_rail_t *rail = &plan->rails[g];
+
+        for (int n = 0; n < ctx->topo->num_nics && rail->num_nics < rail->num_rails; ++n) {
+            if (!topo_rail_closest(ctx, g, n) || topo_rail_has(rail, n)) {
+                continue;
+            }
+            hops = topo_gpu_nic_hops(ctx->topo, g, n);
+            if (best_nic < 0 || ctx->load[n] < ctx->load[best_nic] ||
+                (ctx->load[n] == ctx->load[best_nic] && hops < best_hops)) {
+                best_gpu  = g;
+                best_nic  = n;
+                best_hops = hops;
+            }
+        }
+    }
+    *gpu_p = best_gpu;
+    *nic_p = best_nic;
+    return best_nic >= 0;
+}
+
+/* Every GPU's rails first, then each GPU's fallbacks: the usable NICs it did not take. */
+static void topo_rail_assign(topo_rail_ctx_t *ctx, topo_rail_plan_t *plan)
+{
+    topo_rail_t *rail;
+    int gpu, nic;
+
+    for (int g = 0; g < plan->num_gpus; ++g) {
+        plan->rails[g].gpu       = g;
+        plan->rails[g].num_rails = topo_rail_count(ctx, g);
+        plan->rails[g].num_nics  = 0;
+    }
+    while (topo_rail_next(ctx, plan, &gpu, &nic)) {
+        rail = &plan->rails[gpu];
+        rail->nics[rail->num_nics++] = nic;
+        ctx->load[nic]++;
+    }
+    for (int g = 0; g < plan->num_gpus; ++g) {
+        rail = &plan->rails[g];
+        for (int n = 0; n < ctx->topo->num_nics; ++n) {
+            if (ctx->usable[n] && !topo_rail_has(rail, n)) {
+                rail->nics[rail->num_nics++] = n;
+            }
+        }
+        topo_rail_sort(ctx, g, rail->nics, 0, rail->num_rails);
+        topo_rail_sort(ctx, g, rail->nics, rail->num_rails, rail->num_nics);
     }
 }
 
@@ -143,9 +210,7 @@ strata_status_t topo_rail_plan_create(const topo_t *topo, topo_rail_plan_t **pla
     }
     topo_rail_mark_usable(&ctx);
     topo_rail_compute_best(&ctx);
-    for (int g = 0; g < topo->num_gpus; ++g) {
-        topo_rail_fill(&ctx, &plan->rails[g], g);
-    }
+    topo_rail_assign(&ctx, plan);
     *plan_p = plan;
     plan    = NULL;
     status  = STRATA_OK;

@@ -59,8 +59,10 @@ static void api_comm_node_name(const strata_config_t *config, char *name)
     name[API_NODE_NAME_LEN - 1] = '\0';
 }
 
+/* STRATA_TOPO_FILE (or config->topo_file), with STRATA_TOPO_OVERLAY applied when set. */
 static strata_status_t api_comm_open_topology(strata_comm_t *comm, const strata_config_t *config)
 {
+    const topo_overlay_report_t *overlay;
     const char *file = NULL;
     char err[TOPO_ERR_LEN];
     strata_status_t status;
@@ -72,6 +74,12 @@ static strata_status_t api_comm_open_topology(strata_comm_t *comm, const strata_
     if (status != STRATA_OK) {
         UTIL_LOG_ERROR("topology: %s", err);
         return status;
+    }
+    overlay = topo_overlay(comm->topo);
+    if (overlay != NULL) {
+        UTIL_LOG_INFO("topology: overlay %s applied by PCI bus id: %d GPUs and %d NICs matched, "
+                      "%d of its devices not on this machine", overlay->path,
+                      overlay->matched_gpus, overlay->matched_nics, overlay->unmatched);
     }
     return topo_rail_plan_create(comm->topo, &comm->plan);
 }

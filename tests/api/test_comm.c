@@ -111,6 +111,35 @@ static void test_comm_destroyed_before_moe(void **state)
     assert_true(log_captured("destroyed with 2 MoE objects alive", NULL, NULL));
 }
 
+/* STRATA_TOPO_OVERLAY reaches the communicator: applied onto its topology file, and a
+ * missing overlay fails the communicator with the file named. */
+static void test_topology_overlay(void **state)
+{
+    strata_config_t config = {.field_mask = STRATA_CONFIG_FIELD_TOPO_FILE,
+                              .topo_file  = STRATA_TEST_FIXTURES "/vm-2gpu-4efa.hwloc.xml"};
+    strata_comm_t *comm = NULL;
+
+    (void)state;
+    setenv("STRATA_TOPO_OVERLAY", STRATA_TEST_FIXTURES "/overlay/p5-style.nccl.xml", 1);
+    util_log_set_level(STRATA_LOG_LEVEL_INFO);
+    log_capture_start();
+    assert_int_equal(strata_comm_create(&config, &one_rank, &comm), STRATA_OK);
+    log_capture_stop();
+    assert_true(log_captured("overlay", "p5-style.nccl.xml applied by PCI bus id",
+                             "2 GPUs and 4 NICs matched, 1 of its devices"));
+    strata_comm_destroy(comm);
+
+    setenv("STRATA_TOPO_OVERLAY", "/nonexistent/overlay.xml", 1);
+    comm = NULL;
+    log_capture_start();
+    assert_int_equal(strata_comm_create(&config, &one_rank, &comm), STRATA_ERR_NOT_FOUND);
+    log_capture_stop();
+    assert_null(comm);
+    assert_true(log_captured("topology: /nonexistent/overlay.xml", NULL, NULL));
+    unsetenv("STRATA_TOPO_OVERLAY");
+    util_log_set_level(STRATA_LOG_LEVEL_WARN);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -118,6 +147,7 @@ int main(void)
         cmocka_unit_test(test_queries_tolerate_null),
         cmocka_unit_test(test_queries),
         cmocka_unit_test(test_comm_destroyed_before_moe),
+        cmocka_unit_test(test_topology_overlay),
     };
 
     mallopt(M_PERTURB, 0xa5); /* freed memory reads as 0x5a...: a use after free crashes */

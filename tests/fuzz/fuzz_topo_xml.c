@@ -23,10 +23,14 @@ static void fuzz_topo_queries(const topo_t *topo)
             (void)topo_path_name(topo_gpu_gpu_path(topo, g, h));
             (void)topo_link_kind_name(topo_gpu_link(topo, g, h)->kind);
         }
+        FUZZ_CHECK(gpu->cpu_link_numa >= -1 && gpu->cpu_link_numa < numa);
         for (int n = 0; n < nics; ++n) {
             (void)topo_path_name(topo_gpu_nic_path(topo, g, n));
+            FUZZ_CHECK(topo_gpu_nic_hops(topo, g, n) >= 2);
         }
     }
+    FUZZ_CHECK(topo_num_unclassified_pci(topo) >= 0);
+    (void)topo_is_overlay(topo);
     for (int n = 0; n < nics; ++n) {
         const topo_nic_t *nic = topo_nic(topo, n);
 
@@ -34,6 +38,9 @@ static void fuzz_topo_queries(const topo_t *topo)
         (void)topo_nic_is_rdma(nic);
         (void)topo_nic_kind_name(nic->kind);
         (void)topo_port_state_name(nic->port_state);
+        for (int m = 0; m < nics; ++m) {
+            FUZZ_CHECK((topo_nic_nic_path(topo, n, m) == TOPO_PATH_SELF) == (n == m));
+        }
     }
     if (topo_rail_plan_create(topo, &plan) == STRATA_OK) {
         FUZZ_CHECK(plan->num_gpus == gpus);

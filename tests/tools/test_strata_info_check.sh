@@ -103,6 +103,15 @@ if [ "$cuda_backend" = host ]; then
     grep -q '9 rails (1\.\.8)' <<<"$err" || fail "9 rails: no error line naming the range: $err"
 fi
 
+# An NCCL topology overlay gives a VM's flat PCIe its switches: the communicator would
+# apply it, say so, and GPU1 (local rank 1) would drive the two EFA devices on its switch.
+run STRATA_TOPO_FILE="$topo_fixtures/vm-2gpu-4efa.hwloc.xml" \
+    STRATA_TOPO_OVERLAY="$topo_fixtures/overlay/p5-style.nccl.xml" LOCAL_RANK=1 LOCAL_WORLD_SIZE=2
+status_is 0 "overlay"
+has "^topology overlay: $topo_fixtures/overlay/p5-style.nccl.xml (2 GPUs and 4 NICs matched by PCI bus id, 1 of its devices not here)$" "overlay"
+has '^nics: 4 (rdmap80s0 efa, rdmap81s0 efa, efa_2 efa, efa_3 efa)$' "overlay"
+has '^rails: 2 (one per NIC: the rail plan gives GPU 1 efa_2, efa_3)$' "overlay"
+
 # AMD GPUs: the hip backend where built and runnable, else host, saying why.
 run STRATA_TOPO_FILE="$topo_fixtures/amd-xgmi-4gpu.hwloc.xml" LOCAL_RANK=2 LOCAL_WORLD_SIZE=4
 status_is 0 "amd"

@@ -26,12 +26,56 @@ for f in "$fixtures"/*.xml; do
     fi
 done
 
+# An NCCL topology overlay (NCCL_TOPO_FILE style) merged onto a file standing in for
+# discovery, by --overlay and by STRATA_TOPO_OVERLAY alike.
+merged=vm-2gpu-4efa+p5-style-overlay.json
+if (cd "$fixtures" && "$topo_bin" --json --file vm-2gpu-4efa.hwloc.xml \
+        --overlay overlay/p5-style.nccl.xml) >"$work/$merged" 2>"$work/err"; then
+    [ "${STRATA_TEST_UPDATE_GOLDEN:-0}" = 1 ] && cp "$work/$merged" "$golden/$merged"
+    diff -u "$golden/$merged" "$work/$merged" && pass || fail "$merged differs from golden"
+else
+    fail "--overlay failed: $(cat "$work/err")"
+fi
+(cd "$fixtures" && STRATA_TOPO_OVERLAY=overlay/p5-style.nccl.xml "$topo_bin" --json \
+    --file vm-2gpu-4efa.hwloc.xml) >"$work/env.json" 2>&1
+cmp -s "$work/env.json" "$work/$merged" && pass || fail "STRATA_TOPO_OVERLAY: $(cat "$work/env.json")"
+out=$("$topo_bin" --file "$fixtures/vm-2gpu-4efa.hwloc.xml" --overlay "$fixtures/overlay/p5-style.nccl.xml")
+grep -q 'p5-style.nccl.xml: 5 PCI devices without a class, merged by bus id:' <<<"$out" &&
+    grep -q '2 GPUs and 4 NICs matched, 1 device not on this machine (first 0000:52:00.0)' <<<"$out" &&
+    pass || fail "overlay summary: $out"
+# An overlay given as the topology file goes onto live discovery, as NCCL_TOPO_FILE does,
+# and says so, instead of showing a machine without GPUs or NICs.
+out=$("$topo_bin" --file "$fixtures/overlay/p5-style.nccl.xml" 2>&1)
+grep -q '^Topology: .* + overlay .*p5-style.nccl.xml (discovery)' <<<"$out" &&
+    grep -q 'p5-style.nccl.xml: 5 PCI devices without a class, merged by bus id' <<<"$out" &&
+    pass || fail "overlay as the topology file: $out"
+"$topo_bin" --file "$fixtures/vm-2gpu-4efa.hwloc.xml" --overlay "$fixtures/no-gpu-no-nic.hwloc.xml" \
+    >"$work/out" 2>"$work/err"
+[ $? -eq 1 ] && grep -q 'not an NCCL topology overlay: root element is <topology>' "$work/err" &&
+    pass || fail "an hwloc file as overlay: $(cat "$work/err")"
+
 # The table a person reads.
 out=$("$topo_bin" --file "$fixtures/nvswitch-8gpu-8nic.nccl.xml")
 grep -q '8 GPUs, 8 NICs (8 RDMA, 0 Ethernet), 2 NUMA nodes' <<<"$out" && pass || fail "summary: $out"
 grep -Eq '^  GPU0  X +NV18 .* PIX +PXB +NODE +NODE +SYS' <<<"$out" && pass || fail "matrix row: $out"
-grep -q 'GPU7   -> NIC7 mlx5_7 (PIX)' <<<"$out" && pass || fail "rail line: $out"
+grep -q 'GPU7   -> NIC7 mlx5_7 (PIX, 2 hops)' <<<"$out" && pass || fail "rail line: $out"
 grep -q 'PIX  = through at most one PCIe bridge' <<<"$out" && pass || fail "legend: $out"
+
+# NIC rows beside the GPU rows, and the NIC legend, as nvidia-smi topo -m prints them.
+grep -Eq '^  NIC0  PIX +PXB +NODE +NODE +SYS +SYS +SYS +SYS +X +PXB +NODE +NODE +SYS' <<<"$out" &&
+    pass || fail "NIC row: $out"
+grep -q '^NIC Legend:' <<<"$out" && grep -q '^  NIC7: mlx5_7$' <<<"$out" && pass ||
+    fail "NIC legend: $out"
+
+# Within one path class, the GPU nearer by PCIe hops gets the NIC.
+out=$("$topo_bin" --file "$fixtures/pxb-depth-2gpu-2nic.nccl.xml")
+grep -q 'GPU0   -> NIC1 mlx5_1 (PXB, 4 hops)' <<<"$out" &&
+    grep -q 'GPU1   -> NIC0 mlx5_0 (PXB, 3 hops)' <<<"$out" && pass || fail "PXB depth rails: $out"
+
+# IBM POWER9: each GPU's NVLink to its CPU socket in a CPU column.
+out=$("$topo_bin" --file "$fixtures/power9-nvlink-cpu.hwloc.xml")
+grep -Eq '^  GPU2  SYS +SYS +X +NV3 +SYS +NODE +NV3 ' <<<"$out" && pass || fail "CPU NVLink: $out"
+grep -Eq '^  NIC1  SYS +SYS +NODE +NODE +SYS +X +- ' <<<"$out" && pass || fail "CPU column of NICs: $out"
 
 out=$("$topo_bin" --file "$fixtures/no-gpu-no-nic.hwloc.xml")
 grep -q 'No GPU found' <<<"$out" && grep -q 'No network device found' <<<"$out" && pass ||
@@ -81,7 +125,7 @@ if [ -n "$dir" ] && [ -f "$dir/azure-ndv4.nccl.xml" ]; then
     out=$("$topo_bin" --file "$dir/azure-ndv4.nccl.xml")
     grep -q '8 GPUs, 8 NICs' <<<"$out" && pass || fail "azure summary: $out"
     for g in 0 1 2 3 4 5 6 7; do
-        grep -Eq "^  GPU$g +-> NIC$g \(PIX\)" <<<"$out" && pass || fail "azure GPU$g rail: $out"
+        grep -Eq "^  GPU$g +-> NIC$g \(PIX, 2 hops\)" <<<"$out" && pass || fail "azure GPU$g rail: $out"
     done
 fi
 

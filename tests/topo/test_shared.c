@@ -1,6 +1,7 @@
 /*
  * Every topology file of real machines in $STRATA_TEST_TOPOLOGY_DIR loads, and the facts
- * read off each file by hand hold. Skipped when the folder is absent.
+ * read off each file by hand hold; an NCCL file without GPUs is recognised as an overlay.
+ * Skipped when the folder is absent.
  */
 
 #include <dirent.h>
@@ -178,7 +179,15 @@ static void test_shared_topologies(void **state)
             fail_msg("%s", err);
         }
         assert_int_equal(topo_rail_plan_create(topo, &plan), STRATA_OK);
+        /* An NCCL file without GPUs is an overlay, and must be recognised as one rather
+         * than read as an empty machine. */
+        if (topo_source(topo) == TOPO_SOURCE_NCCL_XML && topo_num_gpus(topo) == 0) {
+            assert_true(topo_is_overlay(topo));
+            print_message("%s: an overlay, %d PCI devices without a class\n", entry->d_name,
+                          topo_num_unclassified_pci(topo));
+        }
         if (find_check(entry->d_name) != NULL) {
+            assert_false(topo_is_overlay(topo)); /* the recorded machines are machines */
             find_check(entry->d_name)(topo, plan);
             ++checked;
         } else {
