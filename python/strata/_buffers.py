@@ -94,7 +94,8 @@ def view(addr, dtype, shape, torch_like, strides=None):
 
     strides in bytes (None: C-contiguous). Valid as long as the library keeps that memory.
     """
-    numpy_dtype = np.dtype(np.uint16 if dtype == "bfloat16" else dtype)
+    # bf16 bits as int16: numpy has no bfloat16, torch 1.13 no uint16 to view them from
+    numpy_dtype = np.dtype(np.int16 if dtype == "bfloat16" else dtype)
     shape = tuple(int(s) for s in shape)
     if strides is None:
         strides, step = [], numpy_dtype.itemsize
