@@ -101,9 +101,11 @@ def main():
                   f"error {worst_abs:.3g}, relative {worst_rel:.3g} > {TOLERANCE}",
                   file=sys.stderr)
             return 1
-        print(f"rank {rank} of {world} (node {comm.node}): {STEPS} forward passes of a "
-              f"{EXPERTS_PER_RANK * world}-expert top-{TOPK} torch layer matches the one-rank "
-              f"layer (max abs error {worst_abs:.3g})", flush=True)
+        # One write per line: the ranks share torchrun's stdout.
+        sys.stdout.write(f"rank {rank} of {world} (node {comm.node}): {STEPS} forward passes "
+                         f"of a {EXPERTS_PER_RANK * world}-expert top-{TOPK} torch layer "
+                         f"matches the one-rank layer (max abs error {worst_abs:.3g})\n")
+        sys.stdout.flush()
     return 0
 
 

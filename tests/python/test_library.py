@@ -44,6 +44,11 @@ class TestLibraryPath(unittest.TestCase):
             self.assertEqual(library_path({LIBRARY_ENV: d}),
                              os.path.join(d, "libstrata.so.0.1.0"))
 
+    def test_variable_names_a_directory_with_only_the_development_link(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.symlink(os.path.abspath(BUILT), os.path.join(d, "libstrata.so"))
+            self.assertEqual(library_path({LIBRARY_ENV: d}), os.path.join(d, "libstrata.so"))
+
     def test_unset_or_empty_leaves_it_to_the_loader(self):
         self.assertIsNone(library_path({}))
         self.assertIsNone(library_path({LIBRARY_ENV: ""}))
