@@ -60,10 +60,9 @@ def address(obj, name, dtype, shape, names=None, writable=False, aligned=False):
         if writable and obj.requires_grad:
             raise ValueError(f"{name} requires grad: strata writes it in place, where autograd "
                              f"cannot follow (use torch.no_grad() and a tensor without grad)")
-    elif not isinstance(obj, np.ndarray):
-        raise ValueError(f"{name} must be a numpy array or a torch tensor, not "
-                         f"{type(obj).__name__}")
-    elif writable and not obj.flags.writeable:
+    else:
+        _check_kind(obj, name)
+    if writable and isinstance(obj, np.ndarray) and not obj.flags.writeable:
         raise ValueError(f"{name} is a read-only array: strata writes it in place")
     if _dtype_name(obj) != dtype:
         raise ValueError(f"{name} has dtype {_dtype_name(obj)}, expected {dtype}")
@@ -80,13 +79,19 @@ def address(obj, name, dtype, shape, names=None, writable=False, aligned=False):
     return addr
 
 
+def _check_kind(obj, name):
+    if not is_torch(obj) and not isinstance(obj, np.ndarray):
+        raise ValueError(f"{name} must be a numpy array or a torch tensor, not "
+                         f"{type(obj).__name__}")
+
+
 def rows_of(obj, name):
     """The first dimension of a 2-D buffer (its number of tokens), checked to exist."""
-    shape = getattr(obj, "shape", None)
-    if shape is None or len(shape) != 2:
-        raise ValueError(f"{name} must be 2-D (num_tokens, columns), not "
-                         f"{'shape ' + str(tuple(shape)) if shape is not None else type(obj).__name__}")
-    return int(shape[0])
+    _check_kind(obj, name)
+    if len(obj.shape) != 2:
+        raise ValueError(f"{name} must be 2-D (num_tokens, columns), not shape "
+                         f"{tuple(obj.shape)}")
+    return int(obj.shape[0])
 
 
 def view(addr, dtype, shape, torch_like, strides=None):

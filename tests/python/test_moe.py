@@ -169,6 +169,8 @@ class TestBufferChecks(MoeTest):
                         moe.dispatch, x, idx[:, :2].copy())
             self.expect(r"^topk_idx must be 2-D \(num_tokens, columns\), not shape \(24,\)$",
                         moe.dispatch, x, idx.reshape(-1))
+            self.expect(r"^topk_idx must be a numpy array or a torch tensor, not list$",
+                        moe.dispatch, x, idx.tolist())
             big_x, big_idx, _ = self.batch(num_tokens=MAX_TOKENS + 1)
             self.expect(r"^17 tokens, more than max_tokens 16$", moe.dispatch, big_x, big_idx)
             # None of them started a step: this one runs as the first.
