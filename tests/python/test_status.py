@@ -2,6 +2,8 @@
 call raising StrataError with the status it returned."""
 import unittest
 
+import numpy as np
+
 import strata
 from strata import Status, StrataError
 from strata._library import check
@@ -47,6 +49,27 @@ class TestStatus(unittest.TestCase):
             with self.assertRaises(StrataError) as caught:
                 moe.dispatch_recv()  # no dispatch_send before it
             self.assertIs(caught.exception.status, Status.STRATA_ERR_INVALID)
+
+    def test_capacity_error_keeps_the_step(self):
+        """Rows past an expert's capacity: dispatch raises STRATA_ERR_CAPACITY with what did
+        arrive; combine still completes the step (raising it again for the dropped terms),
+        and the next step runs."""
+        with one_rank.communicator() as comm, \
+                strata.Moe(comm, num_experts=4, topk=1, hidden=64, max_tokens=8,
+                           capacity=2) as moe:
+            x = np.ones((8, 64), np.float32)
+            weights = np.ones((8, 1), np.float32)
+            with self.assertRaises(StrataError) as caught:
+                moe.dispatch(x, np.zeros((8, 1), np.int64))  # 8 rows for expert 0
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_CAPACITY)
+            self.assertEqual([int(c) for c in caught.exception.recv.count], [2, 0, 0, 0])
+            with self.assertRaises(StrataError) as caught:
+                moe.combine(weights, np.empty_like(x))
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_CAPACITY)
+            recv = moe.dispatch(x, np.arange(8, dtype=np.int64).reshape(8, 1) % 4)
+            self.assertEqual([int(c) for c in recv.count], [2, 2, 2, 2])
+            moe.combine(weights, np.empty_like(x))
+            self.assertEqual(moe.stats().steps, 2)
 
 
 if __name__ == "__main__":
