@@ -34,6 +34,15 @@ void api_bootstrap_set_check(strata_bootstrap_t *bootstrap, api_bootstrap_check_
  */
 bool api_hostlist_first(const char *list, char *host, size_t size);
 
+/**
+ * The local rank the launcher that strata_bootstrap_from_env reads gave this process:
+ * OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), MPI_LOCALRANKID (MPICH/Hydra), LOCAL_RANK
+ * (torchrun), SLURM_LOCALID (Slurm), each read only beside its launcher's rank and size.
+ * false where that launcher gives none, or gives a value that is not a local rank (a
+ * warning names it). var_p: the variable it came from.
+ */
+bool api_env_local_rank(int *local_rank_p, const char **var_p);
+
 /** Warn, once per process, about STRATA_* variables no table knows (naming the closest). */
 void api_config_warn_unknown(void);
 

@@ -11,6 +11,7 @@ packages=(
     libhwloc-dev libxml2-dev libcmocka-dev libjansson-dev
     libfabric-dev libibverbs-dev libucx-dev
     iproute2 python3             # python3: the tests check the JSON files strata writes
+    python3-numpy python3-torch  # the Python package (python/strata), its tests, examples/torch_moe.py
     hipcc                        # compiles the HIP kernels (the CUDA toolkit is not in Debian)
     libopenmpi-dev openmpi-bin   # MPI_Alltoallv, the baseline of strata-bench intra
     clang libclang-rt-dev        # the libFuzzer targets of tests/fuzz (scripts/fuzz.sh)

@@ -1,7 +1,8 @@
 /*
  * The built-in bootstrap configured from a launcher's environment: rank and world size from
  * Open MPI, MPICH's Hydra, torchrun or Slurm (or a world of one), rank 0's address and port
- * from STRATA_BOOTSTRAP_*, torchrun's MASTER_* or Slurm's node list and ids.
+ * from STRATA_BOOTSTRAP_*, torchrun's MASTER_* or Slurm's node list and ids; and the
+ * launcher's local rank, which picks a communicator's GPU.
  */
 #include "api/api.h"
 #include "api/src/api_bootstrap.h"
@@ -63,45 +64,84 @@ static long api_slurm_port(void)
     return job == NULL ? 0 : 20000 + (id < 0 ? -id : id) % 20000;
 }
 
+/* What each launcher tells a process about its place in the job. */
+typedef struct api_launcher {
+    const char *rank;       /* rank in the job */
+    const char *size;       /* ranks in the job */
+    const char *local_rank; /* rank among the job's processes on this host */
+    const char *name;
+} api_launcher_t;
+
+/* mpirun, Hydra and torchrun inside a Slurm allocation inherit SLURM_PROCID: theirs win. */
+static const api_launcher_t api_launchers[] = {
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "Open MPI"},
+    {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPICH/Hydra"},
+    {"RANK", "WORLD_SIZE", "LOCAL_RANK", "torchrun"},
+    {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "Slurm"},
+};
+
+/* The first launcher whose rank and size are both set; NULL where none is. */
+static const api_launcher_t *api_env_launcher(void)
+{
+    for (size_t i = 0; i < UTIL_ARRAY_SIZE(api_launchers); ++i) {
+        if (util_config_foreign(api_launchers[i].rank) != NULL &&
+            util_config_foreign(api_launchers[i].size) != NULL) {
+            return &api_launchers[i];
+        }
+    }
+    return NULL;
+}
+
 /* First of the launchers' variable pairs that is set; none: a world of one. */
 static bool api_env_rank(int *rank_p, int *world_p, const char **source_p)
 {
-    /* mpirun, Hydra and torchrun inside a Slurm allocation inherit SLURM_PROCID: theirs
-     * win. */
-    static const char *const pairs[][3] = {
-        {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"},
-        {"PMI_RANK", "PMI_SIZE", "MPICH/Hydra"},
-        {"RANK", "WORLD_SIZE", "torchrun"},
-        {"SLURM_PROCID", "SLURM_NTASKS", "Slurm"},
-    };
+    const api_launcher_t *launcher = api_env_launcher();
     const char *rank, *world;
     char *end1, *end2;
     long r, w;
 
-    for (size_t i = 0; i < UTIL_ARRAY_SIZE(pairs); ++i) {
-        rank  = util_config_foreign(pairs[i][0]);
-        world = util_config_foreign(pairs[i][1]);
-        if (rank == NULL || world == NULL) {
-            continue;
-        }
-        r = strtol(rank, &end1, 10);
-        w = strtol(world, &end2, 10);
-        if (*end1 != '\0' || *end2 != '\0' || rank[0] == '\0' || world[0] == '\0' || w <= 0 ||
-            w > INT32_MAX || r < 0 || r >= w) {
-            UTIL_LOG_ERROR("bootstrap: %s=%s %s=%s is not a rank of a job", pairs[i][0], rank,
-                           pairs[i][1], world);
-            return false;
-        }
-        *rank_p   = (int)r;
-        *world_p  = (int)w;
-        *source_p = pairs[i][2];
+    if (launcher == NULL) {
+        UTIL_LOG_INFO("bootstrap: no launcher variables (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/"
+                      "SIZE, RANK/WORLD_SIZE or SLURM_PROCID/NTASKS): running as rank 0 of 1");
+        *rank_p   = 0;
+        *world_p  = 1;
+        *source_p = "no launcher";
         return true;
     }
-    UTIL_LOG_INFO("bootstrap: no launcher variables (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/"
-                  "SIZE, RANK/WORLD_SIZE or SLURM_PROCID/NTASKS): running as rank 0 of 1");
-    *rank_p   = 0;
-    *world_p  = 1;
-    *source_p = "no launcher";
+    rank  = util_config_foreign(launcher->rank);
+    world = util_config_foreign(launcher->size);
+    r     = strtol(rank, &end1, 10);
+    w     = strtol(world, &end2, 10);
+    if (*end1 != '\0' || *end2 != '\0' || rank[0] == '\0' || world[0] == '\0' || w <= 0 ||
+        w > INT32_MAX || r < 0 || r >= w) {
+        UTIL_LOG_ERROR("bootstrap: %s=%s %s=%s is not a rank of a job", launcher->rank, rank,
+                       launcher->size, world);
+        return false;
+    }
+    *rank_p   = (int)r;
+    *world_p  = (int)w;
+    *source_p = launcher->name;
+    return true;
+}
+
+bool api_env_local_rank(int *local_rank_p, const char **var_p)
+{
+    const api_launcher_t *launcher = api_env_launcher();
+    const char *value = launcher ? util_config_foreign(launcher->local_rank) : NULL;
+    char *end;
+    long local;
+
+    if (value == NULL) {
+        return false;
+    }
+    local = strtol(value, &end, 10);
+    if (value[0] == '\0' || *end != '\0' || local < 0 || local > INT32_MAX) {
+        UTIL_LOG_WARN("comm: %s=%s is not a local rank: the node grouping picks the GPU",
+                      launcher->local_rank, value);
+        return false;
+    }
+    *local_rank_p = (int)local;
+    *var_p        = launcher->local_rank;
     return true;
 }
 

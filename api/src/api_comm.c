@@ -201,8 +201,34 @@ strata_status_t api_comm_agree(strata_comm_t *comm, strata_status_t mine, const 
 }
 
 /*
- * The backend of the node's GPUs and this rank's GPU (api_gpu.c); without a GPU backend,
- * the host one, and the topology's GPUs in turn for the rails. Agreed by every rank: one
+ * The local rank that picks this rank's GPU: the launcher's, where it gives one, since it
+ * knows which processes share a host even where their node names say otherwise (containers
+ * with their own host names, STRATA_NODE_NAME set by hand); else the node grouping's. The
+ * grouping still decides which ranks the intra-node tier joins, so a disagreement is worth
+ * a warning.
+ */
+static int api_comm_gpu_local_rank(const strata_comm_t *comm)
+{
+    int grouped = strata_comm_local_rank(comm), launcher;
+    const char *var;
+
+    if (!api_env_local_rank(&launcher, &var)) {
+        return grouped;
+    }
+    if (launcher != grouped) {
+        UTIL_LOG_WARN("comm: rank %d: the launcher's %s=%d differs from local rank %d of %d "
+                      "that grouping by node name gives: the launcher's picks the GPU, the "
+                      "grouping which ranks share node memory (do STRATA_NODE_NAME or the "
+                      "host names differ within a host?)", comm->rank, var, launcher, grouped,
+                      strata_comm_local_size(comm));
+    }
+    return launcher;
+}
+
+/*
+ * The backend of the node's GPUs and this rank's GPU (api_gpu.c), chosen by the launcher's
+ * local rank or the node grouping's (api_comm_gpu_local_rank); without a GPU backend, the
+ * host one, and the topology's GPUs in turn for the rails. Agreed by every rank: one
  * that cannot use its GPU fails the communicator everywhere instead of leaving the others
  * waiting for it.
  */
@@ -213,7 +239,7 @@ static strata_status_t api_comm_pick_device(strata_comm_t *comm)
 
     comm->device = api_gpu_backend(comm->topo);
     comm->gpu    = -1;
-    status = api_gpu_pick(comm->device, comm->topo, strata_comm_local_rank(comm), &comm->gpu,
+    status = api_gpu_pick(comm->device, comm->topo, api_comm_gpu_local_rank(comm), &comm->gpu,
                           reason);
     if (status != STRATA_OK) {
         UTIL_LOG_ERROR("comm: rank %d cannot use its GPU: %s", comm->rank, reason);

@@ -10,6 +10,26 @@
 
 #include <pthread.h>
 
+/* Read by the Python package (python/strata), never by the library: in the registry so that
+ * strata-info -c documents it and setting it draws no unknown-variable warning. */
+typedef struct api_python_config {
+    char *library_path;
+} api_python_config_t;
+
+static const util_config_field_t api_python_config_fields[] = {
+    {.name = "LIBRARY_PATH", .default_value = "",
+     .doc = "Python package only: libstrata's file, or a directory holding libstrata.so* "
+            "(default: the dynamic loader's path).",
+     .type = UTIL_CONFIG_STRING, .offset = offsetof(api_python_config_t, library_path)},
+};
+
+static const util_config_table_t api_python_config_table = {
+    .layer       = "python",
+    .fields      = api_python_config_fields,
+    .num_fields  = UTIL_ARRAY_SIZE(api_python_config_fields),
+    .struct_size = sizeof(api_python_config_t),
+};
+
 const util_config_table_t *const api_config_tables[] = {
     &util_log_config_table,
     &topo_config_table,
@@ -26,6 +46,7 @@ const util_config_table_t *const api_config_tables[] = {
     &adapt_config_table,
     &api_bootstrap_config_table,
     &api_comm_config_table,
+    &api_python_config_table,
 };
 
 const size_t api_num_config_tables = UTIL_ARRAY_SIZE(api_config_tables);

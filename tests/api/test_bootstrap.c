@@ -3,7 +3,8 @@
  * root that never appears, a rank that dies mid-collective, launcher variables. With a
  * shared secret: a process without it that connects first is refused and logged and the job
  * still forms; a rank does not join a rank 0 that cannot prove the secret, and the secret
- * never crosses the wire; the secret from a file.
+ * never crosses the wire; the secret from a file. The launcher's local rank, beside its rank
+ * and size, picks a communicator's GPU, and a disagreement with the node grouping is logged.
  */
 #include "api/api.h"
 
@@ -20,6 +21,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+
+#include "common/log_capture.h"
+#include "common/one_rank.h"
 
 #define MAX_RANKS 8
 
@@ -579,6 +583,93 @@ static void test_from_env_slurm(void **state)
     unsetenv("SLURM_STEP_ID");
 }
 
+/* Every launcher's rank, size and local rank variables, and the ones torchrun sets. */
+static const char *const launcher_vars[] = {
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+    "PMI_RANK",             "PMI_SIZE",             "MPI_LOCALRANKID",
+    "RANK",                 "WORLD_SIZE",           "LOCAL_RANK",
+    "SLURM_PROCID",         "SLURM_NTASKS",         "SLURM_LOCALID",
+};
+
+/* The GPU a one-rank communicator over an 8-GPU topology picks (the host backend takes
+ * the topology's GPUs in turn: GPU = local rank). */
+static int gpu_of_one_rank_comm(void)
+{
+    strata_config_t config = {.field_mask = STRATA_CONFIG_FIELD_TOPO_FILE,
+                              .topo_file  = STRATA_TEST_FIXTURES "/nvswitch-8gpu-8nic.nccl.xml"};
+    strata_comm_t *comm = NULL;
+    int gpu;
+
+    assert_int_equal(strata_comm_create(&config, &one_rank, &comm), STRATA_OK);
+    assert_int_equal(strata_comm_local_rank(comm), 0); /* the grouping's, whatever the launcher */
+    gpu = strata_comm_gpu(comm);
+    strata_comm_destroy(comm);
+    return gpu;
+}
+
+/* Each launcher's local rank picks the GPU, read only beside that launcher's rank and size
+ * (the first launcher found wins, as for the rank); the grouping (local rank 0 of 1) gives
+ * way with a warning naming both; a value that is no local rank is ignored, with a warning. */
+static void test_launcher_local_rank_picks_gpu(void **state)
+{
+    static const struct {
+        const char *set[6]; /* variable, value pairs */
+        int         gpu;
+        const char *warning; /* expected in a warning; NULL: none */
+    } cases[] = {
+        {{"RANK", "0", "WORLD_SIZE", "1", "LOCAL_RANK", "3"}, 3,
+         "LOCAL_RANK=3 differs from local rank 0 of 1"},
+        {{"OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "1",
+          "OMPI_COMM_WORLD_LOCAL_RANK", "5"}, 5, "OMPI_COMM_WORLD_LOCAL_RANK=5 differs"},
+        {{"PMI_RANK", "0", "PMI_SIZE", "1", "MPI_LOCALRANKID", "2"}, 2,
+         "MPI_LOCALRANKID=2 differs"},
+        {{"SLURM_PROCID", "0", "SLURM_NTASKS", "1", "SLURM_LOCALID", "6"}, 6,
+         "SLURM_LOCALID=6 differs"},
+        {{"RANK", "0", "WORLD_SIZE", "1", "LOCAL_RANK", "0"}, 0, NULL}, /* they agree */
+        {{"RANK", "0", "WORLD_SIZE", "1", "LOCAL_RANK", "two"}, 0,
+         "LOCAL_RANK=two is not a local rank"},
+        {{"RANK", "0", "WORLD_SIZE", "1", "LOCAL_RANK", "-1"}, 0,
+         "LOCAL_RANK=-1 is not a local rank"},
+        /* torchrun's rank wins over Slurm's, so Slurm's local id is not read */
+        {{"RANK", "0", "WORLD_SIZE", "1", "SLURM_LOCALID", "4"}, 0, NULL},
+        /* a local rank without its launcher's rank and size is not read */
+        {{"LOCAL_RANK", "3", NULL}, 0, NULL},
+    };
+
+    (void)state;
+    util_log_set_level(STRATA_LOG_LEVEL_WARN); /* earlier tests quiet it */
+    setenv("STRATA_INTER_PROVIDER", "tcp", 1);
+    setenv("STRATA_INTER_IFACE", "lo", 1);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+        int gpu;
+
+        for (size_t v = 0; v < sizeof(launcher_vars) / sizeof(launcher_vars[0]); ++v) {
+            unsetenv(launcher_vars[v]);
+        }
+        for (size_t v = 0; v + 1 < 6 && cases[i].set[v] != NULL; v += 2) {
+            setenv(cases[i].set[v], cases[i].set[v + 1], 1);
+        }
+        log_capture_start();
+        gpu = gpu_of_one_rank_comm();
+        log_capture_stop();
+        if (gpu != cases[i].gpu) {
+            print_error("case %zu (%s=%s): GPU %d, expected %d\n", i, cases[i].set[0],
+                        cases[i].set[1], gpu, cases[i].gpu);
+        }
+        assert_int_equal(gpu, cases[i].gpu);
+        if (cases[i].warning != NULL) {
+            assert_true(log_captured(cases[i].warning, NULL, NULL));
+        }
+        for (int l = 0; cases[i].warning == NULL && l < log_capture.count; ++l) {
+            assert_null(strstr(log_capture.lines[l], "differs from local rank"));
+            assert_null(strstr(log_capture.lines[l], "is not a local rank"));
+        }
+    }
+    for (size_t v = 0; v < sizeof(launcher_vars) / sizeof(launcher_vars[0]); ++v) {
+        unsetenv(launcher_vars[v]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -593,6 +684,7 @@ int main(void)
         cmocka_unit_test(test_from_env),
         cmocka_unit_test(test_hostlist_first),
         cmocka_unit_test(test_from_env_slurm),
+        cmocka_unit_test(test_launcher_local_rank_picks_gpu),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

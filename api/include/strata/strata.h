@@ -169,7 +169,11 @@ typedef struct strata_comm strata_comm_t;
 
 /**
  * Collective over the bootstrap's ranks: exchanges each rank's host identity, devices and
- * topology summary, derives nodes and local ranks, and plans the rails of this rank's GPU.
+ * topology summary, derives nodes and local ranks (ranks with equal node names, in rank
+ * order), and plans the rails of this rank's GPU. The GPU is the launcher's local rank's
+ * turn among the GPUs (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, LOCAL_RANK or
+ * SLURM_LOCALID, from the launcher strata_bootstrap_from_env reads), else the derived local
+ * rank's; a launcher's local rank that differs from the derived one is logged as a warning.
  * config may be NULL (everything from the environment). The bootstrap must outlive the
  * communicator. STRATA_ERR_INVALID for a bad bootstrap or a log_level outside
  * strata_log_level_t.

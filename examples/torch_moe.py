@@ -1,0 +1,113 @@
+"""A Mixture-of-Experts layer in PyTorch whose dispatch and combine go through strata.
+
+    router:   logits = router(x) (nn.Linear), softmax, top-k, weights renormalised over k
+    dispatch: each token to the ranks owning its k experts (strata.Moe.dispatch)
+    experts:  y = relu(expert_e(x)) (nn.Linear) for the rows each local expert received
+    combine:  out = sum over k of weight_k * y_k (strata.Moe.combine)
+
+Every rank builds the same layer (same seed) and owns num_experts / world of its experts.
+It then computes the whole layer alone, on every rank's tokens (each rank's batch comes
+from a seed of its own), and checks its own rows against that, with the tolerance of
+examples/moe_layer.c. Launch it with torchrun; strata bootstraps from the variables torchrun
+sets (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: it listens on MASTER_PORT + 1):
+
+    PYTHONPATH=python python3 -m torch.distributed.run --nproc_per_node 2 examples/torch_moe.py
+
+with libstrata on the loader's path or STRATA_LIBRARY_PATH naming it (build/api). Exit
+status 0 when every rank's output matches.
+"""
+import sys
+
+import torch
+from torch import nn
+
+import strata
+
+HIDDEN = 128
+TOPK = 2
+TOKENS = 32            # per rank and step
+EXPERTS_PER_RANK = 2
+STEPS = 3              # forward passes, each a new batch
+TOLERANCE = 1e-5       # relative to max(1, |reference|), as moe_layer.c
+
+
+class MoELayer(nn.Module):
+    """Router and experts; the same weights on every rank (built under one seed)."""
+
+    def __init__(self, num_experts, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.router = nn.Linear(HIDDEN, num_experts, bias=False)
+        self.experts = nn.ModuleList(nn.Linear(HIDDEN, HIDDEN) for _ in range(num_experts))
+
+    def route(self, x):
+        probs = torch.softmax(self.router(x), dim=-1)
+        weights, idx = torch.topk(probs, TOPK, dim=-1)
+        return idx, (weights / weights.sum(dim=-1, keepdim=True)).contiguous()
+
+    def expert(self, e, rows):
+        return torch.relu(self.experts[e](rows))
+
+    def forward_local(self, x):
+        """The reference: every token through its k experts on this rank alone."""
+        idx, weights = self.route(x)
+        out = torch.zeros_like(x)
+        for k in range(TOPK):
+            for e in range(len(self.experts)):
+                chosen = idx[:, k] == e
+                if chosen.any():
+                    out[chosen] += weights[chosen, k, None] * self.expert(e, x[chosen])
+        return out
+
+    def forward_strata(self, moe, x):
+        """The same layer with each token's experts on their owners' ranks."""
+        idx, weights = self.route(x)
+        recv = moe.dispatch(x, idx)
+        for e in range(recv.num_local_experts):
+            n = int(recv.count[e])
+            if n > 0:
+                recv.expert_y[e, :n] = self.expert(recv.first_expert + e, recv.x[e, :n])
+        return moe.combine(weights, torch.empty_like(x))
+
+
+def batch(step, rank):
+    generator = torch.Generator().manual_seed(1000 * (step + 1) + rank)
+    return torch.rand(TOKENS, HIDDEN, generator=generator) - 0.5
+
+
+def max_errors(out, ref):
+    """Largest absolute error, and largest error relative to max(1, |reference|)."""
+    diff = (out - ref).abs()
+    return diff.max().item(), (diff / ref.abs().clamp(min=1.0)).max().item()
+
+
+def main():
+    with strata.Communicator() as comm:
+        rank, world = comm.rank, comm.size
+        layer = MoELayer(EXPERTS_PER_RANK * world)
+        moe = strata.Moe(comm, num_experts=EXPERTS_PER_RANK * world, topk=TOPK, hidden=HIDDEN,
+                         max_tokens=TOKENS, dtype="fp32")
+        worst_abs = worst_rel = 0.0
+        with torch.no_grad():
+            for step in range(STEPS):
+                out = layer.forward_strata(moe, batch(step, rank))
+                everyone = torch.cat([batch(step, r) for r in range(world)])
+                ref = layer.forward_local(everyone)[rank * TOKENS:(rank + 1) * TOKENS]
+                step_abs, step_rel = max_errors(out, ref)
+                worst_abs, worst_rel = max(worst_abs, step_abs), max(worst_rel, step_rel)
+        moe.close()
+        if worst_rel > TOLERANCE:
+            print(f"rank {rank} of {world}: output differs from the one-rank layer: max abs "
+                  f"error {worst_abs:.3g}, relative {worst_rel:.3g} > {TOLERANCE}",
+                  file=sys.stderr)
+            return 1
+        # One write per line: the ranks share torchrun's stdout.
+        sys.stdout.write(f"rank {rank} of {world} (node {comm.node}): {STEPS} forward passes "
+                         f"of a {EXPERTS_PER_RANK * world}-expert top-{TOPK} torch layer "
+                         f"matches the one-rank layer (max abs error {worst_abs:.3g})\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""strata for Python: the communicator and MoE dispatch/combine over libstrata, by ctypes.
+
+No compiled extension: the package loads libstrata (STRATA_LIBRARY_PATH, a file or a
+directory holding libstrata.so*, else the dynamic loader's path) on first use. Buffers are
+numpy arrays or CPU torch tensors, read and written in place. See docs/python.md.
+"""
+from ._library import LIBRARY_ENV, library, library_path, open_library, status_string
+from ._types import ConfigField, Dtype, LogLevel, Mode, Phase, Route, Status
+from .comm import Communicator
+from .errors import LibraryNotFoundError, LibraryVersionError, StrataError
+from .moe import Layout, Moe, Recv, Stats
+
+__all__ = [
+    "Communicator", "ConfigField", "Dtype", "Layout", "LIBRARY_ENV", "LibraryNotFoundError",
+    "LibraryVersionError", "LogLevel", "Mode", "Moe", "Phase", "Recv", "Route", "Stats",
+    "Status", "StrataError", "build_options", "library", "library_path", "open_library",
+    "status_string", "version",
+]
+
+
+def version():
+    """The loaded library's version string, e.g. "0.1.0"."""
+    return library().strata_get_version_string().decode()
+
+
+def build_options():
+    """The loaded library's build options, e.g. "cuda=off hip=off verbs=on ucx=on ..."."""
+    return library().strata_get_build_options().decode()

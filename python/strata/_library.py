@@ -1,0 +1,174 @@
+"""Finding and loading libstrata, and the C prototypes of the calls the package makes.
+
+The library comes from STRATA_LIBRARY_PATH (the file itself, or a directory holding
+libstrata.so*), else from the dynamic loader's search path (LD_LIBRARY_PATH, ld.so.cache).
+"""
+import ctypes
+import ctypes.util
+import glob
+import os
+import threading
+
+from . import _types as t
+from .errors import LibraryNotFoundError, LibraryVersionError, StrataError
+
+LIBRARY_ENV = "STRATA_LIBRARY_PATH"
+SONAME = "libstrata.so.0"
+# The (major, minor) version whose header _types.py mirrors.
+MIRRORED_VERSION = (0, 1)
+
+_c_status = ctypes.c_int
+_p = ctypes.c_void_p
+_int = ctypes.c_int
+
+# name: (return type, argument types). Status returns are checked by check().
+_PROTOTYPES = {
+    "strata_status_string": (ctypes.c_char_p, [_c_status]),
+    "strata_get_version": (None, [ctypes.POINTER(ctypes.c_uint)] * 3),
+    "strata_get_version_string": (ctypes.c_char_p, []),
+    "strata_get_build_options": (ctypes.c_char_p, []),
+    "strata_bootstrap_from_env": (_c_status, [ctypes.POINTER(_p)]),
+    "strata_bootstrap_tcp_create": (_c_status, [ctypes.c_char_p, ctypes.c_uint16, _int, _int,
+                                                ctypes.c_uint64, ctypes.POINTER(_p)]),
+    "strata_bootstrap_destroy": (None, [_p]),
+    "strata_comm_create": (_c_status, [ctypes.POINTER(t.Config), _p, ctypes.POINTER(_p)]),
+    "strata_comm_destroy": (None, [_p]),
+    "strata_comm_rank": (_int, [_p]),
+    "strata_comm_size": (_int, [_p]),
+    "strata_comm_node": (_int, [_p]),
+    "strata_comm_num_nodes": (_int, [_p]),
+    "strata_comm_local_rank": (_int, [_p]),
+    "strata_comm_local_size": (_int, [_p]),
+    "strata_comm_node_rank": (_int, [_p, _int, _int]),
+    "strata_comm_device_backend": (ctypes.c_char_p, [_p]),
+    "strata_comm_gpu": (_int, [_p]),
+    "strata_comm_num_rails": (_int, [_p]),
+    "strata_comm_transport": (ctypes.c_char_p, [_p]),
+    "strata_barrier": (_c_status, [_p, ctypes.c_uint64]),
+    "strata_moe_create": (_c_status, [_p, ctypes.POINTER(t.MoeParams), ctypes.POINTER(_p)]),
+    "strata_moe_destroy": (None, [_p]),
+    "strata_moe_layout_create": (_c_status, [_p, _p, _int, ctypes.POINTER(_p)]),
+    "strata_moe_layout_destroy": (None, [_p]),
+    "strata_moe_set_pull_mask": (_c_status, [_p, _p, _p]),
+    "strata_moe_dispatch_send": (_c_status, [_p, _p, _p, _p]),
+    "strata_moe_dispatch_recv": (_c_status, [_p, ctypes.POINTER(t.MoeRecv)]),
+    "strata_moe_dispatch": (_c_status, [_p, _p, _p, _p, _int, ctypes.POINTER(t.MoeRecv)]),
+    "strata_moe_combine_send": (_c_status, [_p, _p]),
+    "strata_moe_combine_recv": (_c_status, [_p, _p, _p]),
+    "strata_moe_combine": (_c_status, [_p, _p, _p, _p]),
+    "strata_moe_synchronize": (_c_status, [_p]),
+    "strata_moe_get_stats": (_c_status, [_p, ctypes.POINTER(t.MoeStats)]),
+}
+
+
+def _library_in(directory):
+    """The libstrata shared object in directory: the soname first, then any other."""
+    for name in (SONAME, "libstrata.so"):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            return path
+    found = sorted(glob.glob(os.path.join(glob.escape(directory), "libstrata.so.*")))
+    return found[0] if found else None
+
+
+def library_path(environ=None):
+    """The file STRATA_LIBRARY_PATH names (itself, or libstrata.so* in its directory).
+
+    None where the variable is unset or empty: the loader's search path applies.
+    LibraryNotFoundError where it names nothing usable.
+    """
+    environ = os.environ if environ is None else environ
+    value = environ.get(LIBRARY_ENV, "")
+    if not value:
+        return None
+    if os.path.isdir(value):
+        path = _library_in(value)
+        if path is None:
+            raise LibraryNotFoundError(f"{LIBRARY_ENV}={value} is a directory without "
+                                       f"libstrata.so* in it")
+        return path
+    if os.path.isfile(value):
+        return value
+    raise LibraryNotFoundError(f"{LIBRARY_ENV}={value}: no such file or directory")
+
+
+def _load_from_loader_path():
+    tried = []
+    for name in (SONAME, ctypes.util.find_library("strata")):
+        if name is None:
+            continue
+        try:
+            return ctypes.CDLL(name)
+        except OSError as err:
+            tried.append(str(err))
+    raise LibraryNotFoundError(
+        f"libstrata not found: {LIBRARY_ENV} is unset and the dynamic loader's path "
+        f"(LD_LIBRARY_PATH, ld.so.cache) has no {SONAME} ({'; '.join(tried) or 'no match'}). "
+        f"Set {LIBRARY_ENV} to the library or its directory (build/api in a build tree), or "
+        f"install libstrata where the loader looks")
+
+
+def _check_version(lib, where):
+    major, minor, patch = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint()
+    lib.strata_get_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch))
+    if (major.value, minor.value) != MIRRORED_VERSION:
+        raise LibraryVersionError(
+            f"{where} is libstrata {major.value}.{minor.value}.{patch.value}; this package "
+            f"mirrors the structs of {MIRRORED_VERSION[0]}.{MIRRORED_VERSION[1]}")
+
+
+def _declare(lib, where):
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise LibraryVersionError(f"{where} has no {name}: not a libstrata this package "
+                                      f"can use") from None
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def open_library(environ=None):
+    """Load libstrata as the lookup rules say, check its version, declare its calls.
+
+    Each call loads afresh (the dynamic loader shares an object already loaded); use
+    library() for the package's own handle.
+    """
+    path = library_path(environ)
+    if path is None:
+        lib = _load_from_loader_path()
+        where = lib._name
+    else:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as err:
+            raise LibraryNotFoundError(f"{LIBRARY_ENV}: cannot load {path}: {err}") from None
+        where = path
+    _declare(lib, where)
+    _check_version(lib, where)
+    return lib
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def library():
+    """The package's handle on libstrata, loaded on first use."""
+    global _lib
+    with _lib_lock:
+        if _lib is None:
+            _lib = open_library()
+        return _lib
+
+
+def status_string(status):
+    """strata_status_string: the library's text for a status."""
+    return library().strata_status_string(int(status)).decode()
+
+
+def check(status, call):
+    """Raise StrataError for an error status; return STRATA_OK or STRATA_INPROGRESS."""
+    if status < 0:
+        raise StrataError(status, call, status_string(status))
+    return status

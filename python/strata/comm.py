@@ -1,0 +1,118 @@
+"""The communicator, bootstrapped from the launcher's environment (torchrun, mpirun, srun)."""
+import ctypes
+import weakref
+
+from . import _types as t
+from ._library import check, library
+
+
+class Communicator:
+    """A strata communicator over every rank of the job (strata_comm_create).
+
+    Rank and world size come from the launcher's variables, as strata_bootstrap_from_env
+    reads them: torchrun's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (strata's
+    rendezvous listens on MASTER_PORT + 1), Open MPI's, MPICH's or Slurm's; without any, a
+    world of one. Creating it is collective: every rank of the job must create one.
+
+    log_level (a LogLevel), topo_file and node_name override STRATA_LOG_LEVEL,
+    STRATA_TOPO_FILE and STRATA_NODE_NAME. close() (or the end of a with block) destroys it,
+    and first every Moe made on it. Not thread-safe: one thread at a time.
+    """
+
+    def __init__(self, log_level=None, topo_file=None, node_name=None):
+        self._lib = library()
+        self._comm = None
+        self._bootstrap = None
+        self._moes = weakref.WeakSet()
+        config = _config(log_level, topo_file, node_name)
+        bootstrap = ctypes.c_void_p()
+        check(self._lib.strata_bootstrap_from_env(ctypes.byref(bootstrap)),
+              "strata_bootstrap_from_env")
+        self._bootstrap = bootstrap
+        comm = ctypes.c_void_p()
+        try:
+            check(self._lib.strata_comm_create(ctypes.byref(config), bootstrap,
+                                               ctypes.byref(comm)), "strata_comm_create")
+        except BaseException:
+            self.close()
+            raise
+        self._comm = comm
+
+    @classmethod
+    def from_env(cls, **config):
+        """The same as Communicator(**config): named for what it reads."""
+        return cls(**config)
+
+    @property
+    def handle(self):
+        """The strata_comm_t * as a ctypes.c_void_p (for calls this package does not wrap)."""
+        if self._comm is None:
+            raise ValueError("the communicator is closed")
+        return self._comm
+
+    def _query(self, name):
+        return getattr(self._lib, name)(self.handle)
+
+    rank = property(lambda self: self._query("strata_comm_rank"), doc="this rank")
+    size = property(lambda self: self._query("strata_comm_size"), doc="ranks in the job")
+    node = property(lambda self: self._query("strata_comm_node"), doc="this rank's node")
+    num_nodes = property(lambda self: self._query("strata_comm_num_nodes"))
+    local_rank = property(lambda self: self._query("strata_comm_local_rank"),
+                          doc="rank among the ranks with this node's name")
+    local_size = property(lambda self: self._query("strata_comm_local_size"))
+    gpu = property(lambda self: self._query("strata_comm_gpu"),
+                   doc="index of this rank's GPU among the node's, -1 without one")
+    num_rails = property(lambda self: self._query("strata_comm_num_rails"))
+    device_backend = property(lambda self: self._query("strata_comm_device_backend").decode(),
+                              doc='"host", "cuda" or "hip"')
+    transport = property(lambda self: self._query("strata_comm_transport").decode(),
+                         doc='the inter-node transport, e.g. "ofi tcp;ofi_rxm lo"')
+
+    def node_rank(self, node, local_rank):
+        """Global rank of local rank local_rank on node node, -1 if none."""
+        return self._lib.strata_comm_node_rank(self.handle, node, local_rank)
+
+    def barrier(self, timeout_ms=60000):
+        """Collective barrier over every rank (strata_barrier)."""
+        check(self._lib.strata_barrier(self.handle, timeout_ms), "strata_barrier")
+
+    def close(self):
+        """Destroy every Moe made on it, then the communicator and its bootstrap. Idempotent."""
+        for moe in list(self._moes):
+            moe.close()
+        if self._comm is not None:
+            self._lib.strata_comm_destroy(self._comm)
+            self._comm = None
+        if self._bootstrap is not None:
+            self._lib.strata_bootstrap_destroy(self._bootstrap)
+            self._bootstrap = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_lib", None) is not None:
+            self.close()
+
+    def __repr__(self):
+        if self._comm is None:
+            return "<strata.Communicator closed>"
+        return (f"<strata.Communicator rank {self.rank} of {self.size}, node {self.node}, "
+                f"local rank {self.local_rank}, {self.device_backend}, {self.transport}>")
+
+
+def _config(log_level, topo_file, node_name):
+    config = t.Config()
+    if log_level is not None:
+        config.field_mask |= t.ConfigField.LOG_LEVEL
+        config.log_level = int(t.LogLevel(log_level))
+    if topo_file is not None:
+        config.field_mask |= t.ConfigField.TOPO_FILE
+        config.topo_file = str(topo_file).encode()
+    if node_name is not None:
+        config.field_mask |= t.ConfigField.NODE_NAME
+        config.node_name = node_name.encode()
+    return config

@@ -1,0 +1,344 @@
+"""MoE dispatch and combine over a communicator (strata_moe_*), on numpy arrays or tensors."""
+import ctypes
+import dataclasses
+
+from . import _buffers as b
+from . import _types as t
+from ._library import check, library, status_string
+from .errors import StrataError
+
+
+def _dtype(value, name):
+    if isinstance(value, str):
+        try:
+            return t.Dtype[value.upper()]
+        except KeyError:
+            raise ValueError(f"{name} {value!r} is not one of "
+                             f"{', '.join(d.name.lower() for d in t.Dtype)}") from None
+    return t.Dtype(value)
+
+
+class Recv:
+    """What a dispatch delivered to this rank's experts (strata_moe_recv_t), as arrays.
+
+    Views of the library's memory, valid until the next dispatch (or the Moe's close):
+    local expert e (global id first_expert + e) has count[e] rows in x[e, :count[e]], in no
+    particular order; src[e, row] is (rank, token, slot) of each. Writing the experts'
+    outputs into expert_y[e, :count[e]] saves combine a copy. Numpy arrays, or torch
+    tensors where the dispatch was given tensors.
+    """
+
+    def __init__(self, raw, hidden, dtype, combine_dtype, torch_like):
+        e, cap = raw.num_local_experts, raw.capacity
+        self.num_local_experts = e
+        self.first_expert = raw.first_expert
+        self.capacity = cap
+        self.row_bytes = raw.row_bytes
+        self.y_row_bytes = raw.y_row_bytes
+        self.count = b.view(ctypes.cast(raw.count, ctypes.c_void_p).value, "int32", (e,),
+                            torch_like)
+        self.x = b.view(raw.x, b.DTYPE_NAMES[dtype], (e, cap, hidden), torch_like,
+                        strides=(cap * raw.row_bytes, raw.row_bytes, dtype.itemsize))
+        self.src = b.view(ctypes.cast(raw.src, ctypes.c_void_p).value, "int32", (e, cap, 3),
+                          torch_like)
+        self.expert_y = b.view(raw.expert_y, b.DTYPE_NAMES[combine_dtype], (e, cap, hidden),
+                               torch_like, strides=(cap * raw.y_row_bytes, raw.y_row_bytes,
+                                                    combine_dtype.itemsize))
+        self.x_scales = None
+        if dtype is t.Dtype.FP8_E4M3:
+            stride = raw.scale_stride
+            self.x_scales = b.view(ctypes.cast(raw.x_scales, ctypes.c_void_p).value, "float32",
+                                   (e, cap, hidden // 128), torch_like,
+                                   strides=(cap * stride, stride, 4))
+
+    def __repr__(self):
+        return (f"<strata.Recv experts {self.first_expert}.."
+                f"{self.first_expert + self.num_local_experts - 1}, capacity {self.capacity}, "
+                f"rows {[int(c) for c in self.count]}>")
+
+
+@dataclasses.dataclass
+class Stats:
+    """The last completed step on this rank (strata_moe_stats_t), copied."""
+
+    steps: int
+    route: t.Route
+    num_local_experts: int
+    tokens_per_expert: list
+    pull_mask: int  # bit e: expert e moved in Pull form
+    tokens_to_nodes: int
+    tokens_round_two: int
+    bytes_to_nodes: int
+    dispatch_ns: int
+    combine_ns: int
+    phase_ns: dict  # Phase -> nanoseconds
+    host_copied_bytes: int
+    net_bounce: bool
+    commands_posted: int
+    post_delay_ns: int
+
+
+class Layout:
+    """Where a batch's tokens go (strata_moe_layout_create): reusable for every dispatch
+    whose routing (topk_idx) is the same. Made by Moe.layout(); close() frees it."""
+
+    def __init__(self, moe, handle, num_tokens):
+        self._moe = moe
+        self._handle = handle
+        self.num_tokens = num_tokens
+
+    def close(self):
+        """Free it; not while a step that uses it is in progress (ValueError)."""
+        if self._handle is None:
+            return
+        if self._moe._step_layout is self:
+            raise ValueError("the layout is in use by the step in progress: close it after "
+                             "the step's combine")
+        self._moe._lib.strata_moe_layout_destroy(self._handle)
+        self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None and self._moe._lib is not None:
+            self._moe._lib.strata_moe_layout_destroy(self._handle)
+
+
+class Moe:
+    """Expert-parallel dispatch and combine over a communicator (strata_moe_create).
+
+    Collective: every rank creates it with the same parameters. Rank r owns experts
+    [r * E / W, (r + 1) * E / W). A step is dispatch then combine, or their halves
+    dispatch_send, dispatch_recv, combine_send, combine_recv, on every rank in that order.
+
+    Buffers are numpy arrays or CPU torch tensors, C-contiguous, read and written in place:
+    x [num_tokens, hidden] in dtype (fp8: uint8 bytes, with x_scales [num_tokens,
+    hidden / 128] float32), topk_idx [num_tokens, topk] int64 (-1: no expert),
+    topk_weights [num_tokens, topk] float32, out [num_tokens, hidden] in combine_dtype.
+    A buffer that fails its check raises ValueError before the library is called: the call
+    did not happen, and the same call can be made again with a good buffer. A StrataError
+    from dispatch with status STRATA_ERR_INVALID or STRATA_ERR_CAPACITY leaves the step
+    running (its recv attribute holds what arrived): combine must still be called.
+    """
+
+    def __init__(self, comm, num_experts, topk, hidden, max_tokens, dtype="fp32",
+                 combine_dtype=None, capacity=0, expert_alignment=0, route=t.Route.DEFAULT,
+                 mode=t.Mode.DEFAULT, mode_file=None):
+        self._lib = None
+        self._moe = None
+        if comm.device_backend != "host":
+            raise StrataError(t.Status.STRATA_ERR_UNSUPPORTED, "strata.Moe",
+                              f"the communicator drives {comm.device_backend} GPUs, whose "
+                              f"buffers are device memory; this package passes host memory")
+        self.dtype = _dtype(dtype, "dtype")
+        if combine_dtype is None and self.dtype is t.Dtype.FP8_E4M3:
+            raise ValueError("dtype fp8_e4m3 needs a combine_dtype (bf16, fp16 or fp32)")
+        self.combine_dtype = self.dtype if combine_dtype is None else _dtype(combine_dtype,
+                                                                             "combine_dtype")
+        self.num_experts, self.topk, self.hidden = num_experts, topk, hidden
+        self.max_tokens = max_tokens
+        params = t.MoeParams(num_experts=num_experts, topk=topk, hidden=hidden,
+                             dtype=self.dtype, combine_dtype=self.combine_dtype,
+                             max_tokens=max_tokens, capacity=capacity,
+                             expert_alignment=expert_alignment, route=int(t.Route(route)),
+                             mode=int(t.Mode(mode)),
+                             mode_file=None if mode_file is None else str(mode_file).encode())
+        lib = library()
+        handle = ctypes.c_void_p()
+        check(lib.strata_moe_create(comm.handle, ctypes.byref(params), ctypes.byref(handle)),
+              "strata_moe_create")
+        self._lib, self._moe, self._comm = lib, handle, comm
+        comm._moes.add(self)
+        self._recv = None          # the step's Recv, once dispatched
+        self._step_layout = None   # the layout the step in progress uses
+        self._step_tokens = None   # its number of tokens
+        self._step_inputs = None   # buffers the library reads until the step's half returns
+        self._torch_like = False
+
+    # --- buffers -------------------------------------------------------------------------
+
+    def _tokens(self, x, x_scales, num_tokens):
+        addr = b.address(x, "x", b.DTYPE_NAMES[self.dtype], (num_tokens, self.hidden),
+                         ("num_tokens", "hidden"), aligned=True)
+        if self.dtype is t.Dtype.FP8_E4M3:
+            if x_scales is None:
+                raise ValueError("x_scales is required with dtype fp8_e4m3")
+            return addr, b.address(x_scales, "x_scales", "float32",
+                                   (num_tokens, self.hidden // 128),
+                                   ("num_tokens", "hidden / 128"))
+        if x_scales is not None:
+            raise ValueError(f"x_scales is only for dtype fp8_e4m3, not {self.dtype.name.lower()}")
+        return addr, None
+
+    def _check_rows(self, num_tokens):
+        if num_tokens > self.max_tokens:
+            raise ValueError(f"{num_tokens} tokens, more than max_tokens {self.max_tokens}")
+
+    def _routing(self, topk_idx, name="topk_idx"):
+        num_tokens = b.rows_of(topk_idx, name)
+        self._check_rows(num_tokens)
+        return num_tokens, b.address(topk_idx, name, "int64", (num_tokens, self.topk),
+                                     ("num_tokens", "topk"))
+
+    def _expert_y(self, expert_y):
+        if expert_y is None:
+            return None
+        if self._recv is None:
+            raise ValueError("expert_y given before any dispatch: its shape comes from the recv")
+        shape = (self._recv.num_local_experts, self._recv.capacity, self.hidden)
+        return b.address(expert_y, "expert_y", b.DTYPE_NAMES[self.combine_dtype], shape,
+                         ("num_local_experts", "capacity", "hidden"))
+
+    def _combine_buffers(self, topk_weights, out):
+        n = self._step_tokens
+        if n is None:
+            n = b.rows_of(out, "out")  # out of order: the library refuses the call
+        weights = b.address(topk_weights, "topk_weights", "float32", (n, self.topk),
+                            ("num_tokens", "topk"))
+        result = b.address(out, "out", b.DTYPE_NAMES[self.combine_dtype], (n, self.hidden),
+                           ("num_tokens", "hidden"), writable=True, aligned=True)
+        return weights, result
+
+    # --- the step --------------------------------------------------------------------------
+
+    def _receive(self, status, raw, call):
+        self._recv = Recv(raw, self.hidden, self.dtype, self.combine_dtype, self._torch_like) \
+            if raw.num_local_experts > 0 else None
+        if status < 0:
+            err = StrataError(status, call, status_string(status))
+            err.recv = self._recv
+            raise err
+        return self._recv
+
+    def layout(self, topk_idx):
+        """A reusable Layout for this routing (strata_moe_layout_create)."""
+        num_tokens, idx = self._routing(topk_idx)
+        handle = ctypes.c_void_p()
+        check(self._lib.strata_moe_layout_create(self.handle, idx, num_tokens,
+                                                 ctypes.byref(handle)),
+              "strata_moe_layout_create")
+        return Layout(self, handle, num_tokens)
+
+    def dispatch(self, x, topk_idx, x_scales=None):
+        """Send each token to its top-k experts' ranks and return what this rank's experts
+        received (strata_moe_dispatch), as a Recv."""
+        num_tokens, idx = self._routing(topk_idx)
+        xs, scales = self._tokens(x, x_scales, num_tokens)
+        self._torch_like = b.is_torch(x)
+        raw = t.MoeRecv()
+        status = self._lib.strata_moe_dispatch(self.handle, xs, scales, idx, num_tokens,
+                                               ctypes.byref(raw))
+        self._step_tokens = num_tokens
+        return self._receive(status, raw, "strata_moe_dispatch")
+
+    def dispatch_send(self, layout, x, x_scales=None):
+        """First half of dispatch: send x along layout (strata_moe_dispatch_send). x must
+        stay untouched until dispatch_recv returns; the layout, until the step's combine."""
+        if not isinstance(layout, Layout) or layout._handle is None:
+            raise ValueError("layout must be an open Layout made by this Moe's layout()")
+        xs, scales = self._tokens(x, x_scales, layout.num_tokens)
+        self._torch_like = b.is_torch(x)
+        status = self._lib.strata_moe_dispatch_send(self.handle, layout._handle, xs, scales)
+        self._step_layout, self._step_tokens = layout, layout.num_tokens
+        self._step_inputs = (x, x_scales)
+        check(status, "strata_moe_dispatch_send")
+
+    def dispatch_recv(self):
+        """Second half: wait for this rank's experts' tokens (strata_moe_dispatch_recv)."""
+        raw = t.MoeRecv()
+        status = self._lib.strata_moe_dispatch_recv(self.handle, ctypes.byref(raw))
+        self._step_inputs = None
+        return self._receive(status, raw, "strata_moe_dispatch_recv")
+
+    def combine_send(self, expert_y=None):
+        """First half of combine: return the experts' outputs (expert_y, shaped like the
+        recv's; None: recv.expert_y) to their tokens' ranks (strata_moe_combine_send)."""
+        ys = self._expert_y(expert_y)
+        check(self._lib.strata_moe_combine_send(self.handle, ys), "strata_moe_combine_send")
+
+    def combine_recv(self, topk_weights, out):
+        """Second half: out[t] = sum over k of topk_weights[t, k] * y(t, k), written in place
+        (strata_moe_combine_recv). Returns out."""
+        weights, result = self._combine_buffers(topk_weights, out)
+        status = self._lib.strata_moe_combine_recv(self.handle, weights, result)
+        self._end_step()
+        check(status, "strata_moe_combine_recv")
+        return out
+
+    def combine(self, topk_weights, out, expert_y=None):
+        """Both halves of combine (strata_moe_combine). Returns out."""
+        ys = self._expert_y(expert_y)
+        weights, result = self._combine_buffers(topk_weights, out)
+        status = self._lib.strata_moe_combine(self.handle, ys, weights, result)
+        self._end_step()
+        check(status, "strata_moe_combine")
+        return out
+
+    def _end_step(self):
+        self._step_layout, self._step_tokens = None, None
+
+    # --- modes and statistics ------------------------------------------------------------
+
+    def _mask_words(self, mask):
+        words = (self.num_experts + 63) // 64
+        if mask is None:
+            return None
+        if mask < 0 or mask >> self.num_experts:
+            raise ValueError(f"pull mask {mask:#x} has bits past expert {self.num_experts - 1}")
+        return (ctypes.c_uint64 * words)(*[(mask >> (64 * w)) & (2**64 - 1)
+                                           for w in range(words)])
+
+    def set_pull_mask(self, dispatch_mask, combine_mask):
+        """Move expert e in Pull form where bit e of the mask (a Python int) is set, in
+        dispatch and in combine; None: all Push. Every rank sets the same, between steps."""
+        check(self._lib.strata_moe_set_pull_mask(self.handle, self._mask_words(dispatch_mask),
+                                                 self._mask_words(combine_mask)),
+              "strata_moe_set_pull_mask")
+
+    def stats(self):
+        """The last completed step's statistics (strata_moe_get_stats), as a Stats."""
+        raw = t.MoeStats()
+        check(self._lib.strata_moe_get_stats(self.handle, ctypes.byref(raw)),
+              "strata_moe_get_stats")
+        per_expert = [raw.tokens_per_expert[e] if raw.tokens_per_expert else 0
+                      for e in range(raw.num_local_experts)]
+        words = (self.num_experts + 63) // 64
+        mask = sum(raw.pull_mask[w] << (64 * w) for w in range(words)) if raw.pull_mask else 0
+        return Stats(steps=raw.steps, route=t.Route(raw.route),
+                     num_local_experts=raw.num_local_experts, tokens_per_expert=per_expert,
+                     pull_mask=mask, tokens_to_nodes=raw.tokens_to_nodes,
+                     tokens_round_two=raw.tokens_round_two, bytes_to_nodes=raw.bytes_to_nodes,
+                     dispatch_ns=raw.dispatch_ns, combine_ns=raw.combine_ns,
+                     phase_ns={p: raw.phase_ns[p] for p in t.Phase},
+                     host_copied_bytes=raw.host_copied_bytes, net_bounce=bool(raw.net_bounce),
+                     commands_posted=raw.commands_posted, post_delay_ns=raw.post_delay_ns)
+
+    # --- lifetime --------------------------------------------------------------------------
+
+    @property
+    def handle(self):
+        """The strata_moe_t * as a ctypes.c_void_p."""
+        if self._moe is None:
+            raise ValueError("the Moe is closed")
+        return self._moe
+
+    def close(self):
+        """Destroy it (strata_moe_destroy; local). Views from its dispatches die with it."""
+        if self._moe is not None:
+            self._lib.strata_moe_destroy(self._moe)
+            self._moe = None
+            self._recv = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_moe", None) is not None:
+            self.close()

@@ -1,0 +1,204 @@
+"""MoE dispatch and combine on one rank with numpy arrays: the whole step and its halves
+against a plain reference, the recv's views (rows, counts, sources), the statistics, and
+every buffer check's ValueError (after which the call can be made again)."""
+import unittest
+
+import numpy as np
+
+import strata
+from strata import Dtype
+
+import moe_reference as ref
+import one_rank
+
+EXPERTS, TOPK, HIDDEN, MAX_TOKENS = 8, 3, 64, 16
+
+
+def run_experts(recv):
+    """Each local expert on its rows, written into recv.expert_y in place."""
+    for e in range(recv.num_local_experts):
+        n = int(recv.count[e])
+        rows = recv.x[e, :n].astype(np.float32)
+        recv.expert_y[e, :n] = ref.expert(recv.first_expert + e, rows)
+
+
+class MoeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.comm = one_rank.communicator()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.comm.close()
+
+    def setUp(self):
+        self.seed = 1234 + len(self.id())
+        self.rng = np.random.default_rng(self.seed)
+
+    def moe(self, dtype=Dtype.FP32):
+        return strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                          max_tokens=MAX_TOKENS, dtype=dtype)
+
+    def batch(self, num_tokens=MAX_TOKENS, dtype=np.float32):
+        x = self.rng.standard_normal((num_tokens, HIDDEN)).astype(dtype)
+        idx, weights = ref.routing(self.rng, num_tokens, EXPERTS, TOPK)
+        return x, idx, weights
+
+    def assert_close(self, out, expected, tolerance):
+        err = float(np.max(np.abs(out.astype(np.float32) - expected) /
+                           np.maximum(1.0, np.abs(expected)))) if out.size else 0.0
+        self.assertLessEqual(err, tolerance, f"seed {self.seed}: max relative error {err}")
+
+
+class TestRoundTrip(MoeTest):
+    def test_dispatch_combine(self):
+        with self.moe() as moe:
+            for step in range(3):
+                x, idx, weights = self.batch()
+                recv = moe.dispatch(x, idx)
+                run_experts(recv)
+                out = np.full_like(x, np.nan)
+                self.assertIs(moe.combine(weights, out), out)
+                self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+                self.assertEqual(moe.stats().steps, step + 1)
+
+    def test_recv_views(self):
+        with self.moe() as moe:
+            x, idx, weights = self.batch()
+            recv = moe.dispatch(x, idx)
+            self.assertEqual((recv.num_local_experts, recv.first_expert), (EXPERTS, 0))
+            self.assertEqual(recv.x.shape, (EXPERTS, recv.capacity, HIDDEN))
+            expected = [int(np.sum(idx == e)) for e in range(EXPERTS)]
+            self.assertEqual([int(c) for c in recv.count], expected)
+            for e in range(EXPERTS):
+                for row in range(int(recv.count[e])):
+                    rank, token, slot = (int(v) for v in recv.src[e, row])
+                    self.assertEqual((rank, int(idx[token, slot])), (0, e))
+                    np.testing.assert_array_equal(recv.x[e, row], x[token])
+            self.assertEqual(moe.stats().steps, 0)  # the step completes at combine
+            run_experts(recv)
+            moe.combine(weights, np.empty_like(x))
+            stats = moe.stats()
+            self.assertEqual(stats.tokens_per_expert, expected)
+            self.assertEqual(stats.num_local_experts, EXPERTS)
+            self.assertEqual(stats.host_copied_bytes, 0)
+
+    def test_halves_with_a_reused_layout(self):
+        with self.moe() as moe:
+            x, idx, weights = self.batch(num_tokens=5)
+            layout = moe.layout(idx)
+            for step in range(2):
+                x = self.rng.standard_normal(x.shape).astype(np.float32)
+                moe.dispatch_send(layout, x)
+                recv = moe.dispatch_recv()
+                y = np.zeros_like(recv.expert_y)
+                for e in range(EXPERTS):
+                    n = int(recv.count[e])
+                    y[e, :n] = ref.expert(e, recv.x[e, :n])
+                moe.combine_send(y)  # the outputs from a buffer of the caller's
+                out = moe.combine_recv(weights, np.empty_like(x))
+                self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+            layout.close()
+
+    def test_fp16(self):
+        with self.moe(dtype="fp16") as moe:
+            x, idx, weights = self.batch(dtype=np.float16)
+            recv = moe.dispatch(x, idx)
+            self.assertEqual(recv.x.dtype, np.float16)
+            run_experts(recv)
+            out = moe.combine(weights, np.empty_like(x))
+            self.assert_close(out, ref.moe_step(x, idx, weights), 2e-2)
+
+    def test_fp8_rows_and_scales_arrive_as_sent(self):
+        with strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=256,
+                        max_tokens=MAX_TOKENS, dtype="fp8_e4m3", combine_dtype="fp32") as moe:
+            x = self.rng.integers(0, 256, (MAX_TOKENS, 256), dtype=np.uint8)
+            scales = self.rng.random((MAX_TOKENS, 2), dtype=np.float32)
+            idx, weights = ref.routing(self.rng, MAX_TOKENS, EXPERTS, TOPK)
+            self.assertRaisesRegex(ValueError, "x_scales is required", moe.dispatch, x, idx)
+            recv = moe.dispatch(x, idx, x_scales=scales)
+            for e in range(EXPERTS):
+                for row in range(int(recv.count[e])):
+                    token = int(recv.src[e, row, 1])
+                    np.testing.assert_array_equal(recv.x[e, row], x[token])
+                    np.testing.assert_array_equal(recv.x_scales[e, row], scales[token])
+            recv.expert_y[:] = 1.0
+            out = moe.combine(weights, np.empty((MAX_TOKENS, 256), np.float32))
+            expected = np.where(idx >= 0, weights, 0).sum(axis=1, dtype=np.float32)
+            self.assert_close(out, np.repeat(expected[:, None], 256, axis=1), 1e-6)
+
+    def test_layout_in_use_is_not_closed(self):
+        with self.moe() as moe:
+            x, idx, weights = self.batch()
+            layout = moe.layout(idx)
+            moe.dispatch_send(layout, x)
+            with self.assertRaisesRegex(ValueError, "in use by the step in progress"):
+                layout.close()
+            run_experts(moe.dispatch_recv())
+            moe.combine(weights, np.empty_like(x))
+            layout.close()
+
+
+class TestBufferChecks(MoeTest):
+    """Each bad buffer raises ValueError naming it before the library is called; the same
+    step then runs with good buffers."""
+
+    def expect(self, pattern, call, *args, **kwargs):
+        with self.assertRaisesRegex(ValueError, pattern):
+            call(*args, **kwargs)
+
+    def test_dispatch_buffers(self):
+        with self.moe() as moe:
+            x, idx, weights = self.batch(num_tokens=8)
+            self.expect(r"^x has dtype float64, expected float32$",
+                        moe.dispatch, x.astype(np.float64), idx)
+            self.expect(r"^x has shape \(8, 32\), expected \(num_tokens=8, hidden=64\)$",
+                        moe.dispatch, x[:, :32].copy(), idx)
+            wide = np.zeros((8, 2 * HIDDEN), dtype=np.float32)
+            self.expect(r"^x is not C-contiguous", moe.dispatch, wide[:, ::2], idx)
+            unaligned = np.zeros(8 * HIDDEN + 1, dtype=np.float32)[1:].reshape(8, HIDDEN)
+            self.expect(r"^x starts at 0x[0-9a-f]+, not on a 16-byte boundary",
+                        moe.dispatch, unaligned, idx)
+            self.expect(r"^x must be a numpy array or a torch tensor, not list$",
+                        moe.dispatch, x.tolist(), idx)
+            self.expect(r"^x_scales is only for dtype fp8_e4m3, not fp32$",
+                        moe.dispatch, x, idx, x_scales=np.ones((8, 1), np.float32))
+            self.expect(r"^topk_idx has dtype int32, expected int64$",
+                        moe.dispatch, x, idx.astype(np.int32))
+            self.expect(r"^topk_idx has shape \(8, 2\), expected \(num_tokens=8, topk=3\)$",
+                        moe.dispatch, x, idx[:, :2].copy())
+            self.expect(r"^topk_idx must be 2-D \(num_tokens, columns\), not shape \(24,\)$",
+                        moe.dispatch, x, idx.reshape(-1))
+            self.expect(r"^topk_idx must be a numpy array or a torch tensor, not list$",
+                        moe.dispatch, x, idx.tolist())
+            big_x, big_idx, _ = self.batch(num_tokens=MAX_TOKENS + 1)
+            self.expect(r"^17 tokens, more than max_tokens 16$", moe.dispatch, big_x, big_idx)
+            # None of them started a step: this one runs as the first.
+            run_experts(moe.dispatch(x, idx))
+            self.check_combine_buffers(moe, x, weights)
+            self.assertEqual(moe.stats().steps, 1)
+
+    def check_combine_buffers(self, moe, x, weights):
+        out = np.empty_like(x)
+        self.expect(r"^topk_weights has dtype float64, expected float32$",
+                    moe.combine, weights.astype(np.float64), out)
+        self.expect(r"^out has shape \(7, 64\), expected \(num_tokens=8, hidden=64\)$",
+                    moe.combine, weights, out[:7])
+        read_only = out.copy()
+        read_only.flags.writeable = False
+        self.expect(r"^out is a read-only array", moe.combine, weights, read_only)
+        self.expect(r"^expert_y has shape \(1, 2, 3\), expected \(num_local_experts=8, "
+                    r"capacity=\d+, hidden=64\)$",
+                    moe.combine, weights, out, expert_y=np.zeros((1, 2, 3), np.float32))
+        moe.combine(weights, out)
+
+    def test_dtype_names(self):
+        with self.assertRaisesRegex(ValueError, r"^dtype 'fp64' is not one of bf16, fp16, "
+                                                r"fp32, fp8_e4m3$"):
+            self.moe(dtype="fp64")
+        with self.assertRaisesRegex(ValueError, "fp8_e4m3 needs a combine_dtype"):
+            self.moe(dtype=Dtype.FP8_E4M3)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,76 @@
+"""Statuses as exceptions: every status's name and the library's own text, and a refused
+call raising StrataError with the status it returned."""
+import unittest
+
+import numpy as np
+
+import strata
+from strata import Status, StrataError
+from strata._library import check
+
+import one_rank
+
+
+class TestStatus(unittest.TestCase):
+    def test_every_status_has_its_name_and_the_library_text(self):
+        for status in Status:
+            with self.subTest(status=status.name):
+                err = StrataError(status, "strata_call", strata.status_string(status))
+                self.assertIs(err.status, status)
+                self.assertEqual(err.name, status.name)
+                self.assertEqual(str(err), f"strata_call: {status.name}: "
+                                           f"{strata.status_string(status)}")
+
+    def test_check_raises_errors_only(self):
+        self.assertEqual(check(0, "call"), Status.STRATA_OK)
+        self.assertEqual(check(1, "call"), Status.STRATA_INPROGRESS)
+        with self.assertRaises(StrataError) as caught:
+            check(-60, "strata_moe_dispatch")
+        self.assertIs(caught.exception.status, Status.STRATA_ERR_CAPACITY)
+        self.assertEqual(str(caught.exception),
+                         "strata_moe_dispatch: STRATA_ERR_CAPACITY: capacity exceeded")
+
+    def test_status_unknown_to_the_package(self):
+        err = StrataError(-77, "call", strata.status_string(-77))
+        self.assertEqual(err.status, -77)
+        self.assertEqual(str(err), "call: status -77: unknown status")
+
+    def test_refused_call_raises_its_status(self):
+        with one_rank.communicator() as comm:
+            with self.assertRaises(StrataError) as caught:
+                strata.Moe(comm, num_experts=4, topk=0, hidden=64, max_tokens=8)
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_INVALID)
+            self.assertEqual(caught.exception.call, "strata_moe_create")
+            self.assertIn("invalid argument", str(caught.exception))
+
+    def test_out_of_order_call_raises(self):
+        with one_rank.communicator() as comm, \
+                strata.Moe(comm, num_experts=4, topk=2, hidden=64, max_tokens=8) as moe:
+            with self.assertRaises(StrataError) as caught:
+                moe.dispatch_recv()  # no dispatch_send before it
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_INVALID)
+
+    def test_capacity_error_keeps_the_step(self):
+        """Rows past an expert's capacity: dispatch raises STRATA_ERR_CAPACITY with what did
+        arrive; combine still completes the step (raising it again for the dropped terms),
+        and the next step runs."""
+        with one_rank.communicator() as comm, \
+                strata.Moe(comm, num_experts=4, topk=1, hidden=64, max_tokens=8,
+                           capacity=2) as moe:
+            x = np.ones((8, 64), np.float32)
+            weights = np.ones((8, 1), np.float32)
+            with self.assertRaises(StrataError) as caught:
+                moe.dispatch(x, np.zeros((8, 1), np.int64))  # 8 rows for expert 0
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_CAPACITY)
+            self.assertEqual([int(c) for c in caught.exception.recv.count], [2, 0, 0, 0])
+            with self.assertRaises(StrataError) as caught:
+                moe.combine(weights, np.empty_like(x))
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_CAPACITY)
+            recv = moe.dispatch(x, np.arange(8, dtype=np.int64).reshape(8, 1) % 4)
+            self.assertEqual([int(c) for c in recv.count], [2, 2, 2, 2])
+            moe.combine(weights, np.empty_like(x))
+            self.assertEqual(moe.stats().steps, 2)
+
+
+if __name__ == "__main__":
+    unittest.main()

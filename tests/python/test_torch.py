@@ -1,0 +1,72 @@
+"""MoE dispatch and combine on one rank with CPU torch tensors: fp32 and bf16 round trips
+against the plain reference, the recv's views as tensors over the library's memory, and the
+checks that only tensors have (grad, dtype names)."""
+import unittest
+
+import numpy as np
+import torch
+
+import strata
+
+import moe_reference as ref
+import one_rank
+
+EXPERTS, TOPK, HIDDEN, TOKENS = 4, 2, 64, 12
+
+
+class TestTorch(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.comm = one_rank.communicator()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.comm.close()
+
+    def step(self, dtype, torch_dtype, tolerance, seed):
+        rng = np.random.default_rng(seed)
+        x = torch.from_numpy(rng.standard_normal((TOKENS, HIDDEN)).astype(np.float32))
+        x = x.to(torch_dtype)
+        idx, weights = ref.routing(rng, TOKENS, EXPERTS, TOPK)
+        with strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                        max_tokens=TOKENS, dtype=dtype) as moe:
+            recv = moe.dispatch(x, torch.from_numpy(idx))
+            self.assertIsInstance(recv.x, torch.Tensor)
+            self.assertEqual(recv.x.dtype, torch_dtype)
+            self.assertEqual(recv.expert_y.dtype, torch_dtype)
+            for e in range(recv.num_local_experts):
+                n = int(recv.count[e])
+                rows = recv.x[e, :n].float().numpy()
+                recv.expert_y[e, :n] = torch.from_numpy(ref.expert(e, rows)).to(torch_dtype)
+            out = torch.empty_like(x)
+            self.assertIs(moe.combine(torch.from_numpy(weights), out), out)
+        expected = ref.moe_step(x.float().numpy(), idx, weights)
+        err = np.max(np.abs(out.float().numpy() - expected) / np.maximum(1.0, np.abs(expected)))
+        self.assertLessEqual(err, tolerance, f"seed {seed}: max relative error {err}")
+
+    def test_fp32(self):
+        self.step("fp32", torch.float32, 1e-6, seed=11)
+
+    def test_bf16(self):
+        self.step("bf16", torch.bfloat16, 3e-2, seed=12)
+
+    def test_tensor_checks(self):
+        with strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                        max_tokens=TOKENS, dtype="bf16") as moe:
+            x = torch.zeros(TOKENS, HIDDEN, dtype=torch.bfloat16)
+            idx = torch.zeros(TOKENS, TOPK, dtype=torch.int64)
+            idx[:, 1] = 1
+            with self.assertRaisesRegex(ValueError, "^x has dtype float32, expected bfloat16$"):
+                moe.dispatch(x.float(), idx)
+            with self.assertRaisesRegex(ValueError, "^x is not C-contiguous"):
+                moe.dispatch(torch.zeros(HIDDEN, TOKENS, dtype=torch.bfloat16).t(), idx)
+            moe.dispatch(x, idx)
+            weights = torch.ones(TOKENS, TOPK)
+            out = torch.zeros(TOKENS, HIDDEN, dtype=torch.bfloat16, requires_grad=True)
+            with self.assertRaisesRegex(ValueError, "^out requires grad"):
+                moe.combine(weights, out)
+            moe.combine(weights, out.detach())
+
+
+if __name__ == "__main__":
+    unittest.main()
