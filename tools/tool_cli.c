@@ -255,4 +255,5 @@ void tool_progress_end(tool_progress_t *progress)
         fflush(stderr);
     }
     progress->width = 0;
+    progress->next  = 0; /* a line drawn after this one starts at once */
 }

@@ -65,7 +65,8 @@ void tool_progress_start(tool_progress_t *progress, bool enabled);
 /** Redraw "MESSAGE, N s" if due; the message is printf-formatted. */
 void tool_progress_update(tool_progress_t *progress, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/** Clear the line; the next output starts at the beginning of an empty line. */
+/** Clear the line; the next output starts at the beginning of an empty line, and the next
+ *  update draws at once. */
 void tool_progress_end(tool_progress_t *progress);
 
 #endif
