@@ -13,6 +13,7 @@
  */
 #include "strata_bench.h"
 #include "inter/engine.h"
+#include "tool_cli.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -26,6 +27,14 @@
 #define BENCH_IMM_PONG   2
 #define BENCH_IMM_DATA   3
 #define BENCH_IMM_ACK    4
+#define BENCH_TOOL       "strata-bench"
+#define BENCH_P2P        "strata-bench p2p"
+#define BENCH_P2P_MAX    (1ull << 30) /* bytes: the buffer each path registers */
+#ifdef STRATA_BENCH_HAVE_MPI
+#define BENCH_MPI_NOTE ""
+#else
+#define BENCH_MPI_NOTE "\n          (not built in: this strata-bench was built without MPI)"
+#endif
 
 typedef struct bench_engine {
     inter_engine_t  *engine;
@@ -224,26 +233,45 @@ static void bench_measure(const bench_path_t *path, strata_bootstrap_t *bs, size
 
 static void usage(FILE *out)
 {
-    fprintf(out, "Usage: strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]\n"
-                 "       mpirun -n N strata-bench intra [--help]\n"
-                 "       mpirun -n N strata-bench moe [--help]\n"
-                 "       strata-run -n N --nodes N --link-rate RATE -- strata-bench incast "
-                 "[--help]\n"
-                 "Write-with-immediate latency (p50/p99) and bandwidth, engine against raw\n"
-                 "libfabric on the same provider (STRATA_INTER_PROVIDER, STRATA_INTER_IFACE).\n");
+    fprintf(out,
+            "Usage: strata-bench SUBCOMMAND [options]\n"
+            "       strata-bench -h | -V\n"
+            "Performance of strata against a baseline run in the same processes. Rank 0\n"
+            "prints; on a terminal it also keeps a progress line on stderr.\n"
+            "\n"
+            "Subcommands (SUBCOMMAND --help says more):\n"
+            "  p2p     strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]\n"
+            "          write-with-immediate latency (p50/p99) and bandwidth, the engine against\n"
+            "          raw libfabric or UCX on the same provider (STRATA_INTER_PROVIDER,\n"
+            "          STRATA_INTER_IFACE), sizes from --min (8) to --max (64m) by doubling\n"
+            "  intra   mpirun -n N strata-bench intra [options]\n"
+            "          MoE dispatch+combine in one node against memcpy and MPI_Alltoallv%s\n"
+            "  moe     mpirun -n N strata-bench moe [options]\n"
+            "          two-tier MoE dispatch+combine against MPI_Alltoallv; --modes: Push,\n"
+            "          Pull and adaptive on the same routing%s\n"
+            "  incast  strata-run -n N --nodes N --link-rate RATE -- strata-bench incast [options]\n"
+            "          an incast with and without rate control on shaped links\n"
+            "\n"
+            "  -h, --help     this text\n"
+            "  -V, --version  strata's version and build options\n"
+            "\n"
+            "Exit status: 0 done, 1 a run failed, 2 bad usage.\n",
+            BENCH_MPI_NOTE, BENCH_MPI_NOTE);
 }
 
-static size_t bench_parse_size(const char *text)
+static void p2p_usage(FILE *out)
 {
-    char *end;
-    double value = strtod(text, &end);
-
-    switch (*end) {
-    case 'k': case 'K': value *= 1024; break;
-    case 'm': case 'M': value *= 1024 * 1024; break;
-    default: break;
-    }
-    return (size_t)value;
+    fprintf(out,
+            "Usage: strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]\n"
+            "Write-with-immediate between two ranks, through the transfer engine and through\n"
+            "raw calls of its library (libfabric, or UCX) on the same provider and interface\n"
+            "(STRATA_INTER_PROVIDER, STRATA_INTER_IFACE): one-way latency from ping-pong\n"
+            "(p50/p99) and streaming bandwidth, with engine/raw ratios, for sizes from --min\n"
+            "to --max, doubling.\n"
+            "\n"
+            "  --min BYTES  smallest size, at least 8 (default 8); k, m and g suffixes\n"
+            "  --max BYTES  largest size, at least --min, at most 1g (default 64m)\n"
+            "  -h, --help   this text\n");
 }
 
 /* The raw path on the engine's library and settings: "ofi tcp;ofi_rxm lo" (provider and
@@ -279,7 +307,8 @@ static void bench_raw_any_destroy(bench_raw_any_t *raw)
 #endif
 }
 
-int main(int argc, char **argv)
+/* p2p's options into *min_p and *max_p; -1 to go on, else the exit status. */
+static int p2p_parse(int argc, char **argv, uint64_t *min_p, uint64_t *max_p)
 {
     static const struct option options[] = {
         {"min", required_argument, NULL, 'm'},
@@ -287,41 +316,48 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    size_t min = 8, max = 64u << 20;
+    int opt;
+
+    optind = 2;
+    while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        switch (opt) {
+        case 'm':
+            if (!tool_parse_size(BENCH_P2P, "--min", optarg, 8, BENCH_P2P_MAX, min_p)) {
+                return TOOL_EXIT_USAGE;
+            }
+            break;
+        case 'M':
+            if (!tool_parse_size(BENCH_P2P, "--max", optarg, 8, BENCH_P2P_MAX, max_p)) {
+                return TOOL_EXIT_USAGE;
+            }
+            break;
+        case 'h': p2p_usage(stdout); return 0;
+        default:  return tool_option_error(BENCH_P2P, argv, options, opt);
+        }
+    }
+    if (optind < argc) {
+        return tool_usage_error(BENCH_P2P, "unexpected argument '%s'", argv[optind]);
+    }
+    if (*max_p < *min_p) {
+        return tool_usage_error(BENCH_P2P, "--max %llu is below --min %llu",
+                                (unsigned long long)*max_p, (unsigned long long)*min_p);
+    }
+    return -1;
+}
+
+static int bench_p2p_main(int argc, char **argv)
+{
+    uint64_t min = 8, max = 64u << 20;
     bench_result_t raw_res, eng_res;
     bench_path_t eng_path, raw_path;
     static bench_engine_t be;
+    tool_progress_t progress;
     strata_bootstrap_t *bs;
     bench_raw_any_t raw;
-    int opt;
+    int rc = p2p_parse(argc, argv, &min, &max), num_sizes = 0, done = 0;
 
-    if (argc >= 2 && strcmp(argv[1], "incast") == 0) {
-        return bench_incast_main(argc, argv);
-    }
-#ifdef STRATA_BENCH_HAVE_MPI
-    if (argc >= 2 && strcmp(argv[1], "intra") == 0) {
-        return bench_intra_main(argc, argv);
-    }
-    if (argc >= 2 && strcmp(argv[1], "moe") == 0) {
-        return bench_moe_main(argc, argv);
-    }
-#endif
-    if (argc < 2 || strcmp(argv[1], "p2p") != 0) {
-        usage(stderr);
-        return 2;
-    }
-    optind = 2;
-    while ((opt = getopt_long(argc, argv, "m:M:h", options, NULL)) != -1) {
-        switch (opt) {
-        case 'm': min = bench_parse_size(optarg); break;
-        case 'M': max = bench_parse_size(optarg); break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-    }
-    if (min < 8 || max < min) {
-        fprintf(stderr, "strata-bench: need 8 <= --min <= --max\n");
-        return 2;
+    if (rc >= 0) {
+        return rc;
     }
     BENCH_TRY(strata_bootstrap_from_env(&bs));
     if (bs->world_size != 2) {
@@ -342,11 +378,18 @@ int main(int argc, char **argv)
                inter_engine_num_rails(be.engine) == 1 ? "" : "s", BENCH_WINDOW, raw_path.name);
         printf("%10s | %9s %9s | %9s %9s | %8s | %8s %8s %6s\n", "bytes", "raw p50", "raw p99",
                "eng p50", "eng p99", "+p50", "raw GB/s", "eng GB/s", "ratio");
+        fflush(stdout);
     }
+    for (uint64_t len = min; len <= max; len *= 2) {
+        ++num_sizes;
+    }
+    tool_progress_start(&progress, bs->rank == 0);
     for (size_t len = min; len <= max; len *= 2) {
+        tool_progress_update(&progress, "p2p %d/%d sizes", done++, num_sizes);
         bench_measure(&raw_path, bs, len, &raw_res);
         bench_measure(&eng_path, bs, len, &eng_res);
         if (bs->rank == 0) {
+            tool_progress_end(&progress); /* the row starts on a clean line */
             printf("%10zu | %9.2f %9.2f | %9.2f %9.2f | %8.2f | %8.3f %8.3f %6.2f\n", len,
                    raw_res.latency.p50 / 1e3, raw_res.latency.p99 / 1e3,
                    eng_res.latency.p50 / 1e3, eng_res.latency.p99 / 1e3,
@@ -355,6 +398,7 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
+    tool_progress_end(&progress);
     BENCH_TRY(bs->barrier(bs->ctx));
     bench_raw_any_destroy(&raw);
     inter_engine_mem_deregister(be.engine, be.mr);
@@ -362,4 +406,45 @@ int main(int argc, char **argv)
     free(be.buf);
     strata_bootstrap_destroy(bs);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *command = argc > 1 ? argv[1] : NULL;
+
+    if (command == NULL) {
+        return tool_unknown_subcommand(BENCH_TOOL, NULL, usage);
+    }
+    if (strcmp(command, "-h") == 0 || strcmp(command, "--help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(command, "-V") == 0 || strcmp(command, "--version") == 0) {
+        tool_print_version(BENCH_TOOL, strata_get_version_string(), strata_get_build_options());
+        return 0;
+    }
+    if (strcmp(command, "p2p") == 0) {
+        return bench_p2p_main(argc, argv);
+    }
+    if (strcmp(command, "incast") == 0) {
+        return bench_incast_main(argc, argv);
+    }
+#ifdef STRATA_BENCH_HAVE_MPI
+    if (strcmp(command, "intra") == 0) {
+        return bench_intra_main(argc, argv);
+    }
+    if (strcmp(command, "moe") == 0) {
+        return bench_moe_main(argc, argv);
+    }
+#else
+    if (strcmp(command, "intra") == 0 || strcmp(command, "moe") == 0) {
+        return tool_usage_error(BENCH_TOOL, "subcommand '%s' is not built in: this "
+                                "strata-bench was built without MPI", command);
+    }
+#endif
+    if (command[0] == '-') {
+        return tool_usage_error(BENCH_TOOL, "unknown option '%s' before the subcommand",
+                                command);
+    }
+    return tool_unknown_subcommand(BENCH_TOOL, command, usage);
 }

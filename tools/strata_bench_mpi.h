@@ -13,6 +13,14 @@
 #include <stdbool.h>
 
 #define INTRA_MAX_SIZES 8
+/* Bounds of the shared options; the MoE objects check the shapes further. */
+#define INTRA_MAX_TOKENS  (1 << 20)
+#define INTRA_MAX_HIDDEN  (1 << 16)
+#define INTRA_MAX_TOPK    1024
+#define INTRA_MAX_EXPERTS (1 << 16)
+#define INTRA_MAX_ITERS   1000000
+#define INTRA_TOOL        "strata-bench intra"
+#define MOE_TOOL          "strata-bench moe"
 
 typedef struct intra_bench {
     int                       rank, size;
@@ -65,8 +73,9 @@ void intra_print_header(void);
 int  intra_max_size(const int *sizes, int num_sizes);
 void intra_print_row(const char *what, int tokens, const intra_result_t *r,
                      const intra_result_t *base);
-/** "128,4096" into sizes (at most INTRA_MAX_SIZES); the count. */
-int  intra_parse_sizes(const char *text, int *sizes);
+/** "128,4096" into sizes (at most INTRA_MAX_SIZES) and their count into *num_p; false
+ *  after a usage error of tool naming the bad count. */
+bool intra_parse_sizes(const char *tool, const char *text, int *sizes, int *num_p);
 
 /* The options every MPI subcommand takes: a getopt_long table's first entries, and their
  * letters for its short string. */
@@ -112,8 +121,10 @@ typedef struct intra_bench_opts {
     int iters; /* steps per size; 0: the subcommand's default */
 } intra_bench_opts_t;
 
-/** One of the shared options into b and o (not --help); false for any other. */
-bool intra_bench_option(intra_bench_t *b, intra_bench_opts_t *o, int opt, const char *arg);
+/** One of the shared options into b and o (not --help); false after a usage error of tool
+ *  naming the option and its value. */
+bool intra_bench_option(const char *tool, intra_bench_t *b, intra_bench_opts_t *o, int opt,
+                        const char *arg);
 /** MPI_Init, this rank and the world's size, the log's rank, and 8 experts per rank
  *  unless --experts said otherwise. */
 void intra_bench_start(intra_bench_t *b, int *argc, char ***argv);
