@@ -23,6 +23,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,8 +38,10 @@
 #define RUN_EXIT_TIMEOUT  124
 
 typedef struct run_stream {
-    int    fd;        /* read end of the rank's pipe, -1 once closed */
+    int    fd;        /* read end of the rank's pipe (or terminal), -1 once closed */
     FILE  *out;       /* where its lines go */
+    bool   tty;       /* a terminal: a carriage return starts a line redrawn in place */
+    bool   redrawn;   /* the line being read began after a carriage return */
     char   line[RUN_LINE_MAX];
     size_t len;
 } run_stream_t;
@@ -63,6 +66,11 @@ typedef struct run_job {
 } run_job_t;
 
 static volatile sig_atomic_t run_signal;
+
+/* Characters of the line that rank 0, on a terminal, redraws in place (its progress) and
+ * that is shown on ours after its prefix until a whole line replaces it; 0: none shown.
+ * Only one rank is given a terminal, so there is one such line. */
+static int run_redrawn_width;
 
 static void run_on_signal(int sig)
 {
@@ -106,10 +114,14 @@ static void usage(FILE *out)
             "  -V, --version        strata-run's version (it links no libstrata: strata-info\n"
             "                       shows the library's build options)\n"
             "\n"
-            "Output lines are prefixed with [r<rank>]. When a rank fails, the others are stopped\n"
-            "(SIGTERM, then SIGKILL after %d s). Exit status: 0 when every rank succeeded, else\n"
-            "the first failure's (128+signal for a signal, 127 when CMD cannot be run), 124 on\n"
-            "timeout, 2 bad usage, 3 the job could not be set up (namespaces, links, a port).\n"
+            "Output lines are prefixed with [r<rank>]. Where strata-run's stderr is a terminal,\n"
+            "rank 0's is one too (a pseudo-terminal), so a line it redraws in place (a tool's\n"
+            "progress line) shows there after its prefix.\n"
+            "\n"
+            "When a rank fails, the others are stopped (SIGTERM, then SIGKILL after %d s).\n"
+            "Exit status: 0 when every rank succeeded, else the first failure's (128+signal\n"
+            "for a signal, 127 when CMD cannot be run), 124 on timeout, 2 bad usage, 3 the job\n"
+            "could not be set up (namespaces, links, a port).\n"
             "Shared-memory files the ranks left in /dev/shm (libfabric's shm, named after their\n"
             "pids) go too.\n"
             "\n"
@@ -215,16 +227,48 @@ static void run_child(const run_job_t *job, int rank, int out_pipe[2], int err_p
     _exit(127);
 }
 
+/*
+ * A pseudo-terminal for rank 0's stderr when ours is a terminal, so that a tool in it that
+ * draws a progress line on a terminal (tools/tool_cli.c) still does: fds[0] the side we
+ * read, fds[1] the rank's. Without output processing, so "\n" stays "\n". false (and no
+ * descriptor left open) where one cannot be had: the rank then gets a pipe.
+ */
+static bool run_open_tty(int fds[2])
+{
+    struct termios mode;
+    const char *name;
+
+    fds[0] = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (fds[0] < 0) {
+        return false;
+    }
+    name   = (grantpt(fds[0]) == 0 && unlockpt(fds[0]) == 0) ? ptsname(fds[0]) : NULL;
+    fds[1] = name != NULL ? open(name, O_RDWR | O_NOCTTY | O_CLOEXEC) : -1;
+    if (fds[1] >= 0 && tcgetattr(fds[1], &mode) == 0) {
+        mode.c_oflag &= ~(tcflag_t)OPOST;
+        if (tcsetattr(fds[1], TCSANOW, &mode) == 0) {
+            return true;
+        }
+    }
+    if (fds[1] >= 0) {
+        close(fds[1]);
+    }
+    close(fds[0]);
+    return false;
+}
+
 static bool run_start_rank(run_job_t *job, int rank)
 {
     run_rank_t *r = &job->ranks[rank];
     int out_pipe[2], err_pipe[2];
+    bool err_tty;
     pid_t launcher;
 
     if (pipe2(out_pipe, O_CLOEXEC) != 0) {
         return false;
     }
-    if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    err_tty = rank == 0 && isatty(STDERR_FILENO) && run_open_tty(err_pipe);
+    if (!err_tty && pipe2(err_pipe, O_CLOEXEC) != 0) {
         close(out_pipe[0]);
         close(out_pipe[1]);
         return false;
@@ -247,14 +291,48 @@ static bool run_start_rank(run_job_t *job, int rank)
     close(err_pipe[1]);
     r->running    = true;
     r->streams[0] = (run_stream_t){.fd = out_pipe[0], .out = stdout};
-    r->streams[1] = (run_stream_t){.fd = err_pipe[0], .out = stderr};
+    r->streams[1] = (run_stream_t){.fd = err_pipe[0], .out = stderr, .tty = err_tty};
     return true;
+}
+
+static void run_clear_redrawn(void)
+{
+    if (run_redrawn_width > 0) {
+        fprintf(stderr, "\r%*s\r", run_redrawn_width, "");
+        run_redrawn_width = 0;
+    }
 }
 
 static void run_emit(int rank, run_stream_t *s)
 {
+    run_clear_redrawn(); /* a whole line takes the place of a redrawn one */
     fprintf(s->out, "[r%d] %.*s\n", rank, (int)s->len, s->line);
-    s->len = 0;
+    s->len     = 0;
+    s->redrawn = false;
+}
+
+/* Show the line a rank on a terminal is redrawing, in place of the one shown before, or
+ * clear it when the rank blanked it. */
+static void run_show_redrawn(int rank, const run_stream_t *s)
+{
+    size_t blank = 0;
+    int width;
+
+    while (blank < s->len && s->line[blank] == ' ') {
+        ++blank;
+    }
+    if (s->len == 0) {
+        return;
+    }
+    if (blank == s->len) {
+        run_clear_redrawn();
+    } else {
+        width = snprintf(NULL, 0, "[r%d] ", rank) + (int)s->len;
+        fprintf(stderr, "\r[r%d] %.*s%*s", rank, (int)s->len, s->line,
+                run_redrawn_width > width ? run_redrawn_width - width : 0, "");
+        run_redrawn_width = width;
+    }
+    fflush(stderr);
 }
 
 /* Read what a stream has; print whole lines; flush the rest at end of file. */
@@ -275,6 +353,12 @@ static void run_drain(int rank, run_stream_t *s)
         return;
     }
     for (ssize_t i = 0; i < got; ++i) {
+        if (buf[i] == '\r' && s->tty) {
+            run_show_redrawn(rank, s);
+            s->len     = 0;
+            s->redrawn = true;
+            continue;
+        }
         if (buf[i] == '\n' || s->len == sizeof(s->line)) {
             run_emit(rank, s);
             if (buf[i] == '\n') {
@@ -282,6 +366,9 @@ static void run_drain(int rank, run_stream_t *s)
             }
         }
         s->line[s->len++] = buf[i];
+    }
+    if (s->redrawn) {
+        run_show_redrawn(rank, s);
     }
     fflush(s->out);
 }
@@ -407,20 +494,24 @@ static int run_wait(run_job_t *job)
         run_link_sample(&job->link, run_now());
         failed = run_reap(job);
         if (failed >= 0) {
+            run_clear_redrawn();
             fprintf(stderr, "strata-run: rank %d failed (status %d); stopping the job\n", failed,
                     job->ranks[failed].status);
             rc = job->ranks[failed].status;
             run_stop_all(job);
         } else if (run_signal) {
+            run_clear_redrawn();
             fprintf(stderr, "strata-run: signal %d; stopping the job\n", (int)run_signal);
             rc = 128 + run_signal;
             run_stop_all(job);
         } else if (run_now() > deadline) {
+            run_clear_redrawn();
             fprintf(stderr, "strata-run: timed out after %g s; stopping the job\n", job->timeout);
             rc = RUN_EXIT_TIMEOUT;
             run_stop_all(job);
         } else if (run_count_running(job) > 0 && run_only_may_fail_left(job)) {
             /* e.g. a rank a test stopped with SIGSTOP: the others are done without it */
+            run_clear_redrawn();
             fprintf(stderr, "strata-run: only ranks allowed to fail are left; stopping them\n");
             run_stop_all(job);
         }
@@ -433,6 +524,7 @@ static int run_wait(run_job_t *job)
             run_pump_output(job, 100);
         }
     }
+    run_clear_redrawn();
     return rc;
 }
 

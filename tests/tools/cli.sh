@@ -74,9 +74,10 @@ cli_have_pty() {
 # starting with TEXT, drawn in place (after a carriage return) and cleared at the end (blanks
 # over it, then a carriage return).
 cli_progress_drawn() {
-    local text=$1 file=$2
-    grep -q $'\r'"$text" "$file" || { echo "no progress line '$text' drawn in place"; return 1; }
-    grep -qE $'\r'"$text"$'[^\r]*\r +\r' "$file" ||
+    local text=$1 file=$2 pattern
+    pattern=$(sed 's/[][\.*^$(){}+?|/]/\\&/g' <<<"$text")
+    grep -qF $'\r'"$text" "$file" || { echo "no progress line '$text' drawn in place"; return 1; }
+    grep -qE $'\r'"$pattern"$'[^\r]*\r +\r' "$file" ||
         { echo "the progress line '$text' is not cleared"; return 1; }
 }
 
@@ -84,7 +85,7 @@ cli_progress_drawn() {
 # the progress line nor a carriage return.
 cli_progress_absent() {
     local text=$1 file=$2
-    ! grep -qF "$text" "$file" && ! grep -q $'\r' "$file" ||
+    ! grep -qF -- "$text" "$file" && ! grep -q $'\r' "$file" ||
         { echo "a progress line '$text' where stderr was no terminal"; return 1; }
 }
 

@@ -67,15 +67,18 @@ else
     check cli_usage_error "strata-bench: subcommand 'intra' is not built in: this strata-bench was built without MPI (see --help)" \
         "$bench" intra
 fi
-# Progress: rank 0 on a terminal (script(1) gives it one) draws it; with stderr a pipe, as
-# under strata-run alone, no rank does.
+# Progress: under strata-run on a terminal (script(1) gives it one), rank 0 gets a terminal
+# too and draws the line, which strata-run shows after its prefix; with strata-run's stderr
+# a file, no rank draws it.
 if cli_have_pty; then
     p2p=(p2p --min 8 --max 4k)
-    STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo timeout 120 "$run" -n 2 --timeout 100 -- \
-        sh -c 'if [ "$RANK" = 0 ]; then exec script -qec "$0" /dev/null </dev/null; else eval "exec $0"; fi' \
-        "$(printf '%q ' "$bench" "${p2p[@]}")" >"$cli_out" 2>&1 ||
-        { cli_show "p2p with rank 0 on a terminal exited $?"; cli_failed=$((cli_failed + 1)); }
-    check cli_progress_drawn "p2p 0/10 sizes" "$cli_out"
+    STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo timeout 120 \
+        script -qec "$(printf '%q ' "$run" -n 2 --timeout 100 -- "$bench" "${p2p[@]}")" /dev/null \
+        </dev/null >"$cli_out" 2>&1 ||
+        { cli_show "p2p under strata-run on a terminal exited $?"; cli_failed=$((cli_failed + 1)); }
+    check cli_progress_drawn "[r0] p2p 0/10 sizes" "$cli_out"
+    grep -qE '\[r0\] +4096 \|' "$cli_out" ||
+        { cli_show "p2p under strata-run on a terminal: no row for 4096 bytes"; cli_failed=$((cli_failed + 1)); }
     STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo timeout 120 "$run" -n 2 --timeout 100 -- \
         "$bench" "${p2p[@]}" >/dev/null 2>"$cli_err" ||
         { cli_show "p2p exited $?"; cli_failed=$((cli_failed + 1)); }

@@ -78,6 +78,25 @@ usage_error "strata-run: -n 3 is not a multiple of --nodes 2 (see --help)" -n 3 
 check cli_usage_error "strata-run: option '-n' needs a value (see --help)" "$run" -n
 check cli_usage_error "strata-run: option '--timeout' needs a value (see --help)" "$run" -n 2 --timeout
 check cli_usage_error "strata-run: no command: give it after -- (see --help)" "$run" -n 2
+
+# On a terminal (script(1) gives it one) rank 0's stderr is a terminal too, and the line it
+# redraws in place (a tool's progress line) shows after its prefix until it clears it;
+# rank 1's stderr stays a pipe.
+if cli_have_pty; then
+    progress='if [ -t 2 ]; then echo "rank $RANK: terminal"; else echo "rank $RANK: pipe"; fi
+              printf "\rwork 1/2" >&2; sleep 0.3; printf "\rwork 2/2" >&2; sleep 0.3
+              printf "\r        \r" >&2; echo "rank $RANK: done" >&2'
+    timeout 30 script -qec "$(printf '%q ' "$run" -n 2 -- sh -c "$progress")" /dev/null \
+        </dev/null >"$work/out" 2>&1 || fail "strata-run on a terminal exited $?"
+    grep -q '^\[r0\] rank 0: terminal' "$work/out" && grep -q '\[r1\] rank 1: pipe' "$work/out" &&
+        pass || fail "rank 0 alone on a terminal: $(cat -A "$work/out")"
+    check cli_progress_drawn "[r0] work 2/2" "$work/out"
+    # The rank's blanks clear the line at once; no bare prefix stays drawn.
+    ! grep -qE $'\r\\[r0\\] +\r' "$work/out" && pass || fail "a bare prefix drawn: $(cat -A "$work/out")"
+    grep -q '\[r0\] rank 0: done' "$work/out" && pass || fail "rank 0's last line: $(cat -A "$work/out")"
+else
+    echo "terminal forwarding not checked: script(1) from util-linux is not installed"
+fi
 expect 127 10 "$run" -n 1 -- /nonexistent/program
 
 # A rank that dies after joining: the others see the bootstrap fail and exit cleanly.
