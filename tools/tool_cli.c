@@ -93,15 +93,32 @@ static int tool_long_option_error(const char *tool, const char *arg,
     return tool_usage_error(tool, "unknown option '--%.*s'", (int)len, name);
 }
 
+/* Whether getopt_long's error is about the long option arg: it set optopt to 0 for an
+ * unknown one and to the option's value for one it refused; an unknown short option sets
+ * optopt to its letter, and one inside a cluster leaves optind behind it, so arg may be
+ * the argument before. */
+static bool tool_error_is_long(const char *arg, const struct option *options)
+{
+    const struct option *match;
+    const char *name;
+
+    if (arg == NULL || strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+        return false;
+    }
+    if (optopt == 0 || optopt > 255) {
+        return true;
+    }
+    name = arg + 2;
+    return tool_long_matches(options, name, strcspn(name, "="), &match) == 1 &&
+           match->flag == NULL && match->val == optopt;
+}
+
 int tool_option_error(const char *tool, char *const argv[], const struct option *options,
                       int opt)
 {
     const char *arg = optind > 0 ? argv[optind - 1] : NULL;
-    bool is_long = arg != NULL && strncmp(arg, "--", 2) == 0 && arg[2] != '\0';
 
-    /* An unknown short option sets optopt to its letter; a refused long one to its value,
-     * or to 0 when unknown. A short option inside a cluster may leave optind behind it. */
-    if (is_long && (optopt == 0 || optopt > 255 || opt == ':' || strchr(arg, '=') != NULL)) {
+    if (tool_error_is_long(arg, options)) {
         return tool_long_option_error(tool, arg, options, opt);
     }
     if (opt == ':') {
