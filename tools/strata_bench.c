@@ -263,7 +263,7 @@ static void usage(FILE *out)
 static void p2p_usage(FILE *out)
 {
     fprintf(out,
-            "Usage: strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]\n"
+            "Usage: strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES] [--progress]\n"
             "Write-with-immediate between two ranks, through the transfer engine and through\n"
             "raw calls of its library (libfabric, or UCX) on the same provider and interface\n"
             "(STRATA_INTER_PROVIDER, STRATA_INTER_IFACE): one-way latency from ping-pong\n"
@@ -272,6 +272,8 @@ static void p2p_usage(FILE *out)
             "\n"
             "  --min BYTES  smallest size, at least 8 (default 8); k, m and g suffixes\n"
             "  --max BYTES  largest size, at least --min, at most 1g (default 64m)\n"
+            "  --progress   rank 0's progress line on stderr even where it is no terminal\n"
+            "               (without it: only on a terminal, which strata-run on one gives)\n"
             "  -h, --help   this text\n");
 }
 
@@ -308,12 +310,14 @@ static void bench_raw_any_destroy(bench_raw_any_t *raw)
 #endif
 }
 
-/* p2p's options into *min_p and *max_p; -1 to go on, else the exit status. */
-static int p2p_parse(int argc, char **argv, uint64_t *min_p, uint64_t *max_p)
+/* p2p's options into *min_p, *max_p and *progress_p; -1 to go on, else the exit status. */
+static int p2p_parse(int argc, char **argv, uint64_t *min_p, uint64_t *max_p,
+                     bool *progress_p)
 {
     static const struct option options[] = {
         {"min", required_argument, NULL, 'm'},
         {"max", required_argument, NULL, 'M'},
+        {"progress", no_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -332,6 +336,7 @@ static int p2p_parse(int argc, char **argv, uint64_t *min_p, uint64_t *max_p)
                 return TOOL_EXIT_USAGE;
             }
             break;
+        case 'p': *progress_p = true; break;
         case 'h': p2p_usage(stdout); return 0;
         default:  return tool_option_error(BENCH_P2P, argv, options, opt);
         }
@@ -355,7 +360,8 @@ static int bench_p2p_main(int argc, char **argv)
     tool_progress_t progress;
     strata_bootstrap_t *bs;
     bench_raw_any_t raw;
-    int rc = p2p_parse(argc, argv, &min, &max), num_sizes = 0, done = 0;
+    bool progress_forced = false;
+    int rc = p2p_parse(argc, argv, &min, &max, &progress_forced), num_sizes = 0, done = 0;
 
     if (rc >= 0) {
         return rc;
@@ -384,7 +390,7 @@ static int bench_p2p_main(int argc, char **argv)
     for (uint64_t len = min; len <= max; len *= 2) {
         ++num_sizes;
     }
-    tool_progress_start(&progress, bs->rank == 0);
+    tool_progress_start(&progress, bs->rank == 0, progress_forced);
     for (size_t len = min; len <= max; len *= 2) {
         tool_progress_update(&progress, "p2p %d/%d sizes", done++, num_sizes);
         bench_measure(&raw_path, bs, len, &raw_res);

@@ -478,7 +478,7 @@ static void incast_run(incast_engine_t *engines, const incast_opts_t *o, strata_
     int warm = o->modes == 3 ? INCAST_MODES : 1, mode, p;
     tool_progress_t progress;
 
-    tool_progress_start(&progress, bs->rank == 0);
+    tool_progress_start(&progress, bs->rank == 0, o->progress);
     for (int r = 0; r < warm + o->phases; ++r) {
         tool_progress_update(&progress, "incast phase %d/%d (%d warm-up)", r, warm + o->phases,
                              warm);

@@ -32,6 +32,9 @@ void incast_usage(FILE *out)
             "  --inflight N      bulk writes each sender keeps in flight, 1..%d (default 4)\n"
             "  --small-size SIZE bytes of the timed write and of its echo (default 64)\n"
             "  --interval TIME   between two timed writes (default 1ms; at most %u in flight)\n"
+            "  --progress        rank 0's progress line on stderr even where it is no\n"
+            "                    terminal (without it: only on a terminal, which strata-run\n"
+            "                    on one gives)\n"
             "  -h, --help        this text\n",
             INCAST_MAX_PHASES, INCAST_MAX_INFLIGHT, INCAST_SLOTS);
 }
@@ -79,7 +82,8 @@ int incast_parse(int argc, char **argv, incast_opts_t *o, bool *help_p)
         {"seconds", required_argument, NULL, 'S'},    {"phases", required_argument, NULL, 'P'},
         {"bulk-size", required_argument, NULL, 'B'},  {"inflight", required_argument, NULL, 'I'},
         {"small-size", required_argument, NULL, 's'}, {"interval", required_argument, NULL, 'i'},
-        {"rate-control", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
+        {"rate-control", required_argument, NULL, 'r'}, {"progress", no_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     bool ok = true;
@@ -105,6 +109,7 @@ int incast_parse(int argc, char **argv, incast_opts_t *o, bool *help_p)
         case 'i': ok = incast_parse_unit("interval", optarg, UTIL_CONFIG_TIME,
                                          10 * UTIL_NSEC_PER_USEC, UTIL_NSEC_PER_SEC,
                                          &o->interval_ns); break;
+        case 'p': o->progress = true; break;
         case 'h': *help_p = true; return 0;
         default:  return tool_option_error(INCAST_TOOL, argv, options, opt);
         }

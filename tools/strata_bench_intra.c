@@ -327,6 +327,7 @@ bool intra_bench_option(const char *tool, intra_bench_t *b, intra_bench_opts_t *
     case 'k': return tool_parse_int(tool, "--topk", arg, 1, INTRA_MAX_TOPK, &b->topk);
     case 'e': return tool_parse_int(tool, "--experts", arg, 1, INTRA_MAX_EXPERTS, &b->experts);
     case 'i': return tool_parse_int(tool, "--iters", arg, 1, INTRA_MAX_ITERS, &o->iters);
+    case INTRA_OPT_PROGRESS: b->progress = true; return true;
     default:  return false; /* the callers pass only these */
     }
 }
@@ -346,7 +347,7 @@ static void intra_usage(FILE *out)
 {
     fprintf(out,
             "Usage: mpirun -n N strata-bench intra [--tokens N[,N...]] [--hidden H] [--topk K]\n"
-            "              [--experts E] [--iters N] [--device NAME]\n"
+            "              [--experts E] [--iters N] [--device NAME] [--progress]\n"
             "MoE dispatch+combine in one node (bf16, uniform routing) against memcpy of the\n"
             "same payload and MPI_Alltoallv moving the same tokens. Rank 0 prints a row per\n"
             "path and token count.\n"
@@ -357,6 +358,8 @@ static void intra_usage(FILE *out)
             "  --experts E        experts, a multiple of the ranks (default 8 per rank)\n"
             "  --iters N          steps per token count (default 200, 10 from 1024 tokens)\n"
             "  --device NAME      device backend (default host)\n"
+            "  --progress         rank 0's progress line on stderr even where it is no\n"
+            "                     terminal, as under mpirun, which gives ranks pipes\n"
             "  -h, --help         this text\n",
             INTRA_MAX_SIZES);
 }
@@ -440,7 +443,7 @@ int bench_intra_main(int argc, char **argv)
                b.size, device, b.hidden, b.topk, b.experts);
         intra_print_header();
     }
-    tool_progress_start(&progress, b.rank == 0);
+    tool_progress_start(&progress, b.rank == 0, b.progress);
     for (int i = 0; i < o.num_sizes; ++i) {
         tool_progress_update(&progress, "intra %d/%d token counts", i, o.num_sizes);
         b.tokens = o.sizes[i];

@@ -278,7 +278,7 @@ static void modes_measure(modes_bench_t *m)
     intra_bench_t *b = m->b;
     tool_progress_t progress;
 
-    tool_progress_start(&progress, b->rank == 0);
+    tool_progress_start(&progress, b->rank == 0, b->progress);
     for (int i = 0; i < m->warmup + b->iters; ++i) {
         tool_progress_update(&progress, "moe --modes step %d/%d", i, m->warmup + b->iters);
         BENCH_TRY(strata_trace_topk_idx(m->trace, i, b->rank, b->idx));

@@ -208,6 +208,7 @@ static void moe_usage(FILE *out)
 {
     fprintf(out, "Usage: mpirun -n N strata-bench moe [--ranks-per-node L] [--tokens N[,N...]]\n"
                  "              [--hidden H] [--topk K] [--experts E] [--iters N] [--breakdown]\n"
+                 "              [--progress]\n"
                  "       mpirun -n N strata-bench moe --modes push,pull,adaptive[,fixed:FILE]\n"
                  "              [--ranks-per-node L] [--tokens N] [--experts E] [--topk K]\n"
                  "              [--zipf S] [--seed N] [--trace FILE] [--route flat|hier] [--iters N]\n"
@@ -223,6 +224,8 @@ static void moe_usage(FILE *out)
                  "experts). Per mode: step p50/p99, the cost model's prediction, mode switches;\n"
                  "then adaptive's step over the better of push and pull. With\n"
                  "STRATA_ADAPTIVE_CALIBRATE=on the model is the one the adaptive object measured.\n"
+                 "--progress: rank 0's progress line on stderr even where it is no terminal, as\n"
+                 "under mpirun, which gives ranks pipes (without it: only on a terminal).\n"
                  "-h, --help: this text.\n");
 }
 
@@ -331,7 +334,7 @@ int bench_moe_main(int argc, char **argv)
                b.topk, b.experts);
         intra_print_header();
     }
-    tool_progress_start(&progress, b.rank == 0);
+    tool_progress_start(&progress, b.rank == 0, b.progress);
     for (int i = 0; i < o.num_sizes; ++i) {
         b.tokens = o.sizes[i];
         b.iters  = o.iters > 0 ? o.iters : o.sizes[i] >= 1024 ? 10 : 100;

@@ -25,6 +25,7 @@
 typedef struct intra_bench {
     int                       rank, size;
     int                       hidden, topk, experts, tokens, iters;
+    bool                      progress; /* --progress: rank 0's line even on a pipe */
     uint64_t                  pull_mask[INTRA_MOE_MASK_WORDS];
     const intra_device_ops_t *device;
     size_t                    row_bytes;
@@ -82,8 +83,10 @@ bool intra_parse_sizes(const char *tool, const char *text, int *sizes, int *num_
 #define INTRA_BENCH_OPTIONS \
     {"tokens", required_argument, NULL, 't'}, {"hidden", required_argument, NULL, 'H'}, \
     {"topk", required_argument, NULL, 'k'}, {"experts", required_argument, NULL, 'e'}, \
-    {"iters", required_argument, NULL, 'i'}, {"help", no_argument, NULL, 'h'}
+    {"iters", required_argument, NULL, 'i'}, {"help", no_argument, NULL, 'h'}, \
+    {"progress", no_argument, NULL, INTRA_OPT_PROGRESS}
 #define INTRA_BENCH_SHORT "t:H:k:e:i:h"
+#define INTRA_OPT_PROGRESS 256 /* long only */
 
 /* Where a step's time goes on rank 0: a layout made anew, then each phase strata times,
  * then the mean delay from a kernel's command to its posting (strata_bench_moe.c). */

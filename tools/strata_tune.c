@@ -49,6 +49,7 @@ typedef struct tune_replay_opts {
     bool        sweep;
     bool        sweep_small;
     bool        check;
+    bool        progress; /* --progress: the line even where stderr is no terminal */
     char      **traces;
     int         num_traces;
 } tune_replay_opts_t;
@@ -76,6 +77,8 @@ static void usage(FILE *out)
             "  --svg FILE        draw a trace's replay; --svg-trace N picks it (0)\n"
             "  --check           fail unless adaptive beats push and pull and is within\n"
             "                    10%% of the oracle at p50 and p99 on every trace\n"
+            "  --progress        the progress line on stderr (how far the traces and the\n"
+            "                    sweep are) even where stderr is no terminal\n"
             "\n"
             "  -h, --help     this text (also after a subcommand)\n"
             "  -V, --version  strata's version and build options\n"
@@ -106,7 +109,7 @@ enum {
     OPT_EXPERTS = 256, OPT_RANKS, OPT_RANKS_PER_NODE, OPT_TOKENS, OPT_TOPK, OPT_HIDDEN,
     OPT_ROW_BYTES, OPT_ZIPF, OPT_DRIFT_PERIOD, OPT_DRIFT_FRACTION, OPT_BURST_PROB, OPT_STEPS,
     OPT_SEED, OPT_SYNTHETIC, OPT_POLICY, OPT_SWEEP, OPT_SWEEP_SMALL, OPT_OUT_POLICY, OPT_SVG,
-    OPT_SVG_TRACE, OPT_CHECK
+    OPT_SVG_TRACE, OPT_CHECK, OPT_PROGRESS
 };
 
 /* One option of generate into params; false on a bad value. */
@@ -414,6 +417,7 @@ static bool replay_option(int opt, const char *arg, tune_replay_opts_t *opts)
     case OPT_SVG:         opts->svg = arg; return true;
     case OPT_SVG_TRACE:   return parse_int("--svg-trace", arg, 0, INT_MAX, &opts->svg_trace);
     case OPT_CHECK:       opts->check = true; return true;
+    case OPT_PROGRESS:    opts->progress = true; return true;
     default:              return false;
     }
 }
@@ -431,6 +435,7 @@ static int replay_parse(int argc, char **argv, tune_replay_opts_t *opts)
         {"svg", required_argument, NULL, OPT_SVG},
         {"svg-trace", required_argument, NULL, OPT_SVG_TRACE},
         {"check", no_argument, NULL, OPT_CHECK},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -521,7 +526,7 @@ static int replay_run(const tune_replay_opts_t *opts, adapt_policy_params_t *par
     tune_case_t **cases;
     int num_cases = 0, code = EXIT_TUNE_OK;
 
-    tool_progress_start(&progress, true);
+    tool_progress_start(&progress, true, opts->progress);
     status = build_cases(opts, &params->model, &progress, &cases, &num_cases);
     tool_progress_end(&progress);
     if (status == STRATA_ERR_NO_MEMORY) {

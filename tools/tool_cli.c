@@ -236,9 +236,10 @@ static double tool_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void tool_progress_start(tool_progress_t *progress, bool enabled)
+void tool_progress_start(tool_progress_t *progress, bool enabled, bool forced)
 {
-    *progress = (tool_progress_t){.on = enabled && isatty(STDERR_FILENO), .start = tool_now()};
+    *progress = (tool_progress_t){.on    = enabled && (forced || isatty(STDERR_FILENO)),
+                                  .start = tool_now()};
     progress->next = progress->start;
 }
 

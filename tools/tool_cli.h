@@ -60,8 +60,10 @@ typedef struct tool_progress {
     int    width;    /* characters of the line drawn last, to clear it */
 } tool_progress_t;
 
-/** Start timing; on only where stderr is a terminal and enabled (e.g. rank 0). */
-void tool_progress_start(tool_progress_t *progress, bool enabled);
+/** Start timing. The line is drawn where enabled (e.g. on rank 0) and stderr is a terminal,
+ *  or where forced (a --progress option: stderr is a pipe that ends at a terminal, as
+ *  mpirun gives its ranks). */
+void tool_progress_start(tool_progress_t *progress, bool enabled, bool forced);
 /** Redraw "MESSAGE, N s" if due; the message is printf-formatted. */
 void tool_progress_update(tool_progress_t *progress, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

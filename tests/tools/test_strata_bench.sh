@@ -20,6 +20,7 @@ fi
 
 # The command line every tool shares (tests/tools/cli.sh): each mistake its own message.
 . "$(dirname "$0")/cli.sh"
+trap cli_cleanup EXIT
 cli_failed=0
 check() { "$@" || cli_failed=$((cli_failed + 1)); }
 check cli_version strata-bench "$bench"
@@ -86,15 +87,19 @@ if cli_have_pty; then
 else
     echo "progress line not checked: script(1) from util-linux is not installed"
 fi
-cli_cleanup
 [ "$cli_failed" -eq 0 ] || { echo "2 passed, 1 failed ($cli_failed command-line checks)"; exit 1; }
 if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --help >/dev/null 2>&1; then
+    # --progress: rank 0 draws its line on the pipe mpirun gives it (stderr, kept apart).
     out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 \
-          mpirun --oversubscribe -n 2 "$bench" intra --tokens 8,64 --hidden 256 --iters 5 2>&1)
+          mpirun --oversubscribe -n 2 "$bench" intra --tokens 8,64 --hidden 256 --iters 5 \
+          --progress 2>"$cli_err")
     rc=$?
     rows=$(grep -cE '^ +(8|64) (memcpy|MPI_Alltoallv|strata push|strata pull) ' <<<"$out")
-    if [ $rc -ne 0 ] || [ "$rows" -ne 8 ]; then
+    progress=$(cli_progress_drawn "intra 0/2 token counts" "$cli_err")
+    if [ $rc -ne 0 ] || [ "$rows" -ne 8 ] || [ -n "$progress" ]; then
         echo "$out"
+        cat "$cli_err"
+        echo "$progress"
         echo "2 passed, 1 failed"
         exit 1
     fi
@@ -117,7 +122,7 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
     # moe --modes: the same drifting Zipf routing through push, pull, adaptive and a fixed
     # mask of 4 of 16 experts; each object's experts must have moved in its own modes.
     mask=$(mktemp /tmp/strata-test-bench-mask-XXXXXX)
-    trap 'rm -f "$mask"' EXIT
+    trap 'rm -f "$mask"; cli_cleanup' EXIT
     echo '{"format": "strata-modes", "version": 1, "num_experts": 16, "pull": [1, 4, 9, 14]}' >"$mask"
     out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
           mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \

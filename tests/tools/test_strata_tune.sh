@@ -190,8 +190,12 @@ cli_usage_error "strata-tune: --seed: '-1' is not an unsigned integer (see --hel
 if cli_have_pty; then
     cli_progress "sweep 0/16 configs" "$tune" replay --synthetic --steps 30 --sweep-small || fail "progress"
 else
-    echo "progress line not checked: script(1) from util-linux is not installed"
+    echo "progress line on a terminal not checked: script(1) from util-linux is not installed"
 fi
+# --progress draws it where stderr is no terminal too.
+"$tune" replay --synthetic --steps 30 --sweep-small --progress >/dev/null 2>"$dir/progress" ||
+    fail "replay --progress exited $?"
+cli_progress_drawn "sweep 0/16 configs" "$dir/progress" || fail "--progress"
 
 # --- the synthetic suite: sweep, policy file, check -----------------------------------------
 out=$("$tune" replay --synthetic --steps 60 --sweep --check --out-policy "$dir/chosen.json" 2>&1) ||
