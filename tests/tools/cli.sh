@@ -71,13 +71,14 @@ cli_have_pty() {
 }
 
 # cli_progress_drawn TEXT FILE: FILE, what a command wrote to a terminal, has a progress line
-# starting with TEXT, drawn in place (after a carriage return) and cleared at the end (blanks
-# over it, then a carriage return).
+# starting with TEXT, drawn in place (after a carriage return), and the last of its lines
+# (those that start as TEXT does, up to its first digit) is cleared at the end: blanks over
+# it, then a carriage return.
 cli_progress_drawn() {
-    local text=$1 file=$2 pattern
-    pattern=$(sed 's/[][\.*^$(){}+?|/]/\\&/g' <<<"$text")
+    local text=$1 file=$2 prefix
+    prefix=$(sed 's/[0-9].*//; s/[][\.*^$(){}+?|/]/\\&/g' <<<"$text")
     grep -qF $'\r'"$text" "$file" || { echo "no progress line '$text' drawn in place"; return 1; }
-    grep -qE $'\r'"$pattern"$'[^\r]*\r +\r' "$file" ||
+    grep -qE $'\r'"$prefix"$'[^\r]*\r +\r' "$file" ||
         { echo "the progress line '$text' is not cleared"; return 1; }
 }
 
