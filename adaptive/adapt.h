@@ -70,7 +70,7 @@ typedef struct adapt_link {
 } adapt_link_t;
 
 /**
- * An expert's time in one step (DESIGN.md "Adaptive Pull/Push"). Push: every source node
+ * An expert's time in one step (docs/adaptive.md "The policy"). Push: every source node
  * writes into the owner's slots and the owner waits on each one's flag, tokens or not:
  * sum over source nodes of alpha + bytes / beta. Pull: the owner fetches only from nodes
  * that have tokens for it, each fetch one extra round trip: sum over those nodes of

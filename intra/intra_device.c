@@ -1,6 +1,6 @@
 /*
- * The table of device backends compiled into this build (DESIGN.md: backends are chosen
- * from an explicit table, not registered by constructors).
+ * The table of device backends compiled into this build: an explicit table, as for the
+ * transports, not backends registering themselves from constructors.
  */
 #include "intra.h"
 #include "host/host_device.h"

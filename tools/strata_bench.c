@@ -15,6 +15,7 @@
  */
 #include "strata_bench.h"
 #include "inter/engine.h"
+#include "tool_cli.h"
 
 #include <getopt.h>
 #include <stdbool.h>
@@ -30,6 +31,14 @@
 #define BENCH_IMM_PONG   2
 #define BENCH_IMM_DATA   3
 #define BENCH_IMM_ACK    4
+#define BENCH_TOOL       "strata-bench"
+#define BENCH_P2P        "strata-bench p2p"
+#define BENCH_P2P_MAX    (1ull << 30) /* bytes: the buffer each path registers */
+#ifdef STRATA_BENCH_HAVE_MPI
+#define BENCH_MPI_NOTE ""
+#else
+#define BENCH_MPI_NOTE "\n          (not built in: this strata-bench was built without MPI)"
+#endif
 
 typedef struct bench_engine {
     inter_engine_t  *engine;
@@ -163,6 +172,7 @@ static strata_status_t bench_engine_setup(strata_bootstrap_t *bs, size_t buf_siz
     return status;
 }
 
+
 static void bench_engine_destroy(bench_engine_t *be)
 {
     if (be->engine == NULL) {
@@ -282,29 +292,54 @@ static void bench_measure(const bench_path_t *base, const bench_path_t *eng,
 
 static void usage(FILE *out)
 {
-    fprintf(out, "Usage: strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]\n"
-                 "                                  [--baseline raw|no-rate-control] [--reps N]\n"
-                 "       mpirun -n N strata-bench intra [--help]\n"
-                 "       mpirun -n N strata-bench moe [--help]\n"
-                 "       strata-run -n N --nodes N --link-rate RATE -- strata-bench incast "
-                 "[--help]\n"
-                 "Write-with-immediate latency (p50/p99) and bandwidth, engine against raw\n"
-                 "libfabric on the same provider (STRATA_INTER_PROVIDER, STRATA_INTER_IFACE);\n"
-                 "--baseline no-rate-control: an engine with rate control on against one with\n"
-                 "it off, in the same process.\n");
+    fprintf(out,
+            "Usage: strata-bench SUBCOMMAND [options]\n"
+            "       strata-bench -h | -V\n"
+            "Performance of strata against a baseline run in the same processes. Rank 0\n"
+            "prints; on a terminal it also keeps a progress line on stderr.\n"
+            "\n"
+            "Subcommands (SUBCOMMAND --help says more):\n"
+            "  p2p     strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES]\n"
+            "          write-with-immediate latency (p50/p99) and bandwidth, the engine against\n"
+            "          raw libfabric or UCX on the same provider (STRATA_INTER_PROVIDER,\n"
+            "          STRATA_INTER_IFACE), sizes from --min (8) to --max (64m) by doubling\n"
+            "  intra   mpirun -n N strata-bench intra [options]\n"
+            "          MoE dispatch+combine in one node against memcpy and MPI_Alltoallv%s\n"
+            "  moe     mpirun -n N strata-bench moe [options]\n"
+            "          two-tier MoE dispatch+combine against MPI_Alltoallv; --modes: Push,\n"
+            "          Pull and adaptive on the same routing%s\n"
+            "  incast  strata-run -n N --nodes N --link-rate RATE --\n"
+            "              strata-bench incast [options]\n"
+            "          an incast with and without rate control on shaped links\n"
+            "\n"
+            "  -h, --help     this text\n"
+            "  -V, --version  strata's version and build options\n"
+            "\n"
+            "Exit status: 0 done, 1 a run failed, 2 bad usage.\n",
+            BENCH_MPI_NOTE, BENCH_MPI_NOTE);
 }
 
-static size_t bench_parse_size(const char *text)
+static void p2p_usage(FILE *out)
 {
-    char *end;
-    double value = strtod(text, &end);
-
-    switch (*end) {
-    case 'k': case 'K': value *= 1024; break;
-    case 'm': case 'M': value *= 1024 * 1024; break;
-    default: break;
-    }
-    return (size_t)value;
+    fprintf(out,
+            "Usage: strata-run -n 2 -- strata-bench p2p [--min BYTES] [--max BYTES] [--progress]\n"
+            "                                  [--baseline raw|no-rate-control] [--reps N]\n"
+            "Write-with-immediate between two ranks, through the transfer engine and through\n"
+            "raw calls of its library (libfabric, or UCX) on the same provider and interface\n"
+            "(STRATA_INTER_PROVIDER, STRATA_INTER_IFACE): one-way latency from ping-pong\n"
+            "(p50/p99) and streaming bandwidth, with engine/raw ratios, for sizes from --min\n"
+            "to --max, doubling.\n"
+            "\n"
+            "  --min BYTES  smallest size, at least 8 (default 8); k, m and g suffixes\n"
+            "  --max BYTES  largest size, at least --min, at most 1g (default 64m)\n"
+            "  --baseline raw|no-rate-control\n"
+            "               what the engine is measured against: raw calls (default), or the\n"
+            "               same engine with rate control off, the measured one having it on\n"
+            "  --reps N     streaming repetitions per size and path, 1 to 101 (default 5);\n"
+            "               the ratio is the median of the ratios of back-to-back ones\n"
+            "  --progress   rank 0's progress line on stderr even where it is no terminal\n"
+            "               (without it: only on a terminal, which strata-run on one gives)\n"
+            "  -h, --help   this text\n");
 }
 
 /* The raw path on the engine's library and settings: "ofi tcp;ofi_rxm lo" (provider and
@@ -340,71 +375,83 @@ static void bench_raw_any_destroy(bench_raw_any_t *raw)
 #endif
 }
 
-int main(int argc, char **argv)
+typedef struct p2p_opts {
+    uint64_t min, max;
+    int      reps;
+    bool     progress;       /* the progress line even where stderr is no terminal */
+    bool     against_engine; /* --baseline no-rate-control */
+} p2p_opts_t;
+
+static bool p2p_parse_baseline(const char *text, p2p_opts_t *o)
+{
+    if (strcmp(text, "raw") == 0 || strcmp(text, "no-rate-control") == 0) {
+        o->against_engine = strcmp(text, "no-rate-control") == 0;
+        return true;
+    }
+    tool_usage_error(BENCH_P2P, "--baseline takes raw or no-rate-control, not '%s'", text);
+    return false;
+}
+
+/* p2p's options into *o; -1 to go on, else the exit status. */
+static int p2p_parse(int argc, char **argv, p2p_opts_t *o)
 {
     static const struct option options[] = {
         {"min", required_argument, NULL, 'm'},
         {"max", required_argument, NULL, 'M'},
         {"baseline", required_argument, NULL, 'b'},
         {"reps", required_argument, NULL, 'r'},
+        {"progress", no_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    size_t min = 8, max = 64u << 20;
-    bench_result_t raw_res, eng_res;
-    int reps = BENCH_BW_REPS;
-    double ratio;
-    bench_path_t eng_path, raw_path;
-    static bench_engine_t be, base_be;
-    bool against_engine = false;
-    strata_bootstrap_t *bs;
-    bench_raw_any_t raw;
     int opt;
+    bool ok = true;
 
-    if (argc >= 2 && strcmp(argv[1], "incast") == 0) {
-        return bench_incast_main(argc, argv);
-    }
-#ifdef STRATA_BENCH_HAVE_MPI
-    if (argc >= 2 && strcmp(argv[1], "intra") == 0) {
-        return bench_intra_main(argc, argv);
-    }
-    if (argc >= 2 && strcmp(argv[1], "moe") == 0) {
-        return bench_moe_main(argc, argv);
-    }
-#endif
-    if (argc < 2 || strcmp(argv[1], "p2p") != 0) {
-        usage(stderr);
-        return 2;
-    }
     optind = 2;
-    while ((opt = getopt_long(argc, argv, "m:M:b:r:h", options, NULL)) != -1) {
+    while (ok && (opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         switch (opt) {
-        case 'm': min = bench_parse_size(optarg); break;
-        case 'M': max = bench_parse_size(optarg); break;
+        case 'm':
+            ok = tool_parse_size(BENCH_P2P, "--min", optarg, 8, BENCH_P2P_MAX, &o->min);
+            break;
+        case 'M':
+            ok = tool_parse_size(BENCH_P2P, "--max", optarg, 8, BENCH_P2P_MAX, &o->max);
+            break;
+        case 'b': ok = p2p_parse_baseline(optarg, o); break;
         case 'r':
-            reps = atoi(optarg);
-            if (reps < 1 || reps > BENCH_MAX_REPS) {
-                fprintf(stderr, "strata-bench p2p: --reps takes 1 to %d, not '%s'\n",
-                        BENCH_MAX_REPS, optarg);
-                return 2;
-            }
+            ok = tool_parse_int(BENCH_P2P, "--reps", optarg, 1, BENCH_MAX_REPS, &o->reps);
             break;
-        case 'b':
-            if (strcmp(optarg, "no-rate-control") == 0) {
-                against_engine = true;
-            } else if (strcmp(optarg, "raw") != 0) {
-                fprintf(stderr, "strata-bench p2p: --baseline takes raw or no-rate-control, "
-                                "not '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'p': o->progress = true; break;
+        case 'h': p2p_usage(stdout); return 0;
+        default:  return tool_option_error(BENCH_P2P, argv, options, opt);
         }
     }
-    if (min < 8 || max < min) {
-        fprintf(stderr, "strata-bench: need 8 <= --min <= --max\n");
-        return 2;
+    if (!ok) {
+        return TOOL_EXIT_USAGE;
+    }
+    if (optind < argc) {
+        return tool_usage_error(BENCH_P2P, "unexpected argument '%s'", argv[optind]);
+    }
+    if (o->max < o->min) {
+        return tool_usage_error(BENCH_P2P, "--max %llu is below --min %llu",
+                                (unsigned long long)o->max, (unsigned long long)o->min);
+    }
+    return -1;
+}
+
+static int bench_p2p_main(int argc, char **argv)
+{
+    p2p_opts_t o = {.min = 8, .max = 64u << 20, .reps = BENCH_BW_REPS};
+    bench_result_t raw_res, eng_res;
+    bench_path_t eng_path, raw_path;
+    static bench_engine_t be, base_be;
+    tool_progress_t progress;
+    strata_bootstrap_t *bs;
+    bench_raw_any_t raw = {0};
+    double ratio;
+    int rc = p2p_parse(argc, argv, &o), num_sizes = 0, done = 0;
+
+    if (rc >= 0) {
+        return rc;
     }
     BENCH_TRY(strata_bootstrap_from_env(&bs));
     if (bs->world_size != 2) {
@@ -413,12 +460,11 @@ int main(int argc, char **argv)
         return 2;
     }
     util_log_set_rank(bs->rank);
-    BENCH_TRY(bench_engine_setup(bs, max, against_engine ? 1 : -1, &be, &eng_path));
-    memset(&raw, 0, sizeof(raw));
-    if (against_engine) {
-        BENCH_TRY(bench_engine_setup(bs, max, 0, &base_be, &raw_path));
+    BENCH_TRY(bench_engine_setup(bs, o.max, o.against_engine ? 1 : -1, &be, &eng_path));
+    if (o.against_engine) {
+        BENCH_TRY(bench_engine_setup(bs, o.max, 0, &base_be, &raw_path));
     } else {
-        BENCH_TRY(bench_raw_any_create(bs, inter_engine_transport_name(be.engine), max, &raw,
+        BENCH_TRY(bench_raw_any_create(bs, inter_engine_transport_name(be.engine), o.max, &raw,
                                        &raw_path));
     }
     if (bs->rank == 0) {
@@ -428,14 +474,21 @@ int main(int argc, char **argv)
                "# ratio: median of engine / base over repetitions run back to back\n"
                "# base: %s%s\n",
                inter_engine_transport_name(be.engine), inter_engine_num_rails(be.engine),
-               inter_engine_num_rails(be.engine) == 1 ? "" : "s", BENCH_WINDOW, reps, raw_path.name,
-               against_engine ? "; eng: the same engine with rate control on" : "");
+               inter_engine_num_rails(be.engine) == 1 ? "" : "s", BENCH_WINDOW, o.reps,
+               raw_path.name, o.against_engine ? "; eng: the same engine with rate control on" : "");
         printf("%10s | %9s %9s | %9s %9s | %8s | %8s %8s %6s\n", "bytes", "base p50",
                "base p99", "eng p50", "eng p99", "+p50", "baseGB/s", "eng GB/s", "ratio");
+        fflush(stdout);
     }
-    for (size_t len = min; len <= max; len *= 2) {
-        bench_measure(&raw_path, &eng_path, bs, len, reps, &raw_res, &eng_res, &ratio);
+    for (uint64_t len = o.min; len <= o.max; len *= 2) {
+        ++num_sizes;
+    }
+    tool_progress_start(&progress, bs->rank == 0, o.progress);
+    for (size_t len = o.min; len <= o.max; len *= 2) {
+        tool_progress_update(&progress, "p2p %d/%d sizes", done++, num_sizes);
+        bench_measure(&raw_path, &eng_path, bs, len, o.reps, &raw_res, &eng_res, &ratio);
         if (bs->rank == 0) {
+            tool_progress_end(&progress); /* the row starts on a clean line */
             printf("%10zu | %9.2f %9.2f | %9.2f %9.2f | %8.2f | %8.3f %8.3f %6.2f\n", len,
                    raw_res.latency.p50 / 1e3, raw_res.latency.p99 / 1e3,
                    eng_res.latency.p50 / 1e3, eng_res.latency.p99 / 1e3,
@@ -444,7 +497,8 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
-    if (against_engine && bs->rank == 0) {
+    tool_progress_end(&progress);
+    if (o.against_engine && bs->rank == 0) {
         bench_print_rate(&base_be, "off");
         bench_print_rate(&be, "on");
     }
@@ -454,4 +508,45 @@ int main(int argc, char **argv)
     bench_engine_destroy(&base_be);
     strata_bootstrap_destroy(bs);
     return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *command = argc > 1 ? argv[1] : NULL;
+
+    if (command == NULL) {
+        return tool_unknown_subcommand(BENCH_TOOL, NULL, usage);
+    }
+    if (strcmp(command, "-h") == 0 || strcmp(command, "--help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(command, "-V") == 0 || strcmp(command, "--version") == 0) {
+        tool_print_version(BENCH_TOOL, strata_get_version_string(), strata_get_build_options());
+        return 0;
+    }
+    if (strcmp(command, "p2p") == 0) {
+        return bench_p2p_main(argc, argv);
+    }
+    if (strcmp(command, "incast") == 0) {
+        return bench_incast_main(argc, argv);
+    }
+#ifdef STRATA_BENCH_HAVE_MPI
+    if (strcmp(command, "intra") == 0) {
+        return bench_intra_main(argc, argv);
+    }
+    if (strcmp(command, "moe") == 0) {
+        return bench_moe_main(argc, argv);
+    }
+#else
+    if (strcmp(command, "intra") == 0 || strcmp(command, "moe") == 0) {
+        return tool_usage_error(BENCH_TOOL, "subcommand '%s' is not built in: this "
+                                "strata-bench was built without MPI", command);
+    }
+#endif
+    if (command[0] == '-') {
+        return tool_usage_error(BENCH_TOOL, "unknown option '%s' before the subcommand",
+                                command);
+    }
+    return tool_unknown_subcommand(BENCH_TOOL, command, usage);
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "strata_bench_incast.h"
+#include "tool_cli.h"
 
 /* One engine and its registered buffer: [bulk_size bytes][INCAST_SLOTS small slots]. Every
  * sender writes its bulk into rank 0's bulk area (nobody reads it); small write n and its
@@ -475,8 +476,12 @@ static void incast_run(incast_engine_t *engines, const incast_opts_t *o, strata_
     static incast_result_t phase;
     incast_phase_t ph = {.o = o, .rank = bs->rank};
     int warm = o->modes == 3 ? INCAST_MODES : 1, mode, p;
+    tool_progress_t progress;
 
+    tool_progress_start(&progress, bs->rank == 0, o->progress);
     for (int r = 0; r < warm + o->phases; ++r) {
+        tool_progress_update(&progress, "incast phase %d/%d (%d warm-up)", r, warm + o->phases,
+                             warm);
         p    = r - warm;
         mode = incast_mode_of(o, r < warm ? r : p);
         ph.e     = &engines[mode];
@@ -493,6 +498,7 @@ static void incast_run(incast_engine_t *engines, const incast_opts_t *o, strata_
             incast_add(&results[mode], &phase, &mine->phase[p]);
         }
     }
+    tool_progress_end(&progress);
     for (int m = 0; m < INCAST_MODES; ++m) {
         incast_figures(&results[m], &mine->mode[m]);
         if (bs->rank != 0 && engines[m].engine != NULL) {
@@ -638,8 +644,10 @@ int bench_incast_main(int argc, char **argv)
     bool help;
 
     rc = incast_parse(argc, argv, &o, &help);
+    if (help) {
+        incast_usage(stdout);
+    }
     if (help || rc != 0) {
-        incast_usage(help ? stdout : stderr);
         return rc;
     }
     incast_check(strata_bootstrap_from_env(&bs), "bootstrap");

@@ -42,6 +42,7 @@ typedef struct incast_opts {
     int      inflight;
     uint64_t small_size;
     uint64_t interval_ns;
+    bool     progress;    /* --progress: the line even where stderr is no terminal */
 } incast_opts_t;
 
 /** --help's text. */

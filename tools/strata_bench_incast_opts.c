@@ -4,8 +4,11 @@
  */
 #include "strata_bench_incast.h"
 #include "util/util.h"
+#include "tool_cli.h"
 
 #include <getopt.h>
+
+#define INCAST_TOOL "strata-bench incast"
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +31,11 @@ void incast_usage(FILE *out)
             "  --bulk-size SIZE  bytes of a bulk write (default 1m)\n"
             "  --inflight N      bulk writes each sender keeps in flight, 1..%d (default 4)\n"
             "  --small-size SIZE bytes of the timed write and of its echo (default 64)\n"
-            "  --interval TIME   between two timed writes (default 1ms; at most %u in flight)\n",
+            "  --interval TIME   between two timed writes (default 1ms; at most %u in flight)\n"
+            "  --progress        rank 0's progress line on stderr even where it is no\n"
+            "                    terminal (without it: only on a terminal, which strata-run\n"
+            "                    on one gives)\n"
+            "  -h, --help        this text\n",
             INCAST_MAX_PHASES, INCAST_MAX_INFLIGHT, INCAST_SLOTS);
 }
 
@@ -41,42 +48,13 @@ static bool incast_parse_unit(const char *option, const char *text, util_config_
     uint64_t value;
 
     if (util_config_parse_value(&field, text, &value, err) != STRATA_OK) {
-        fprintf(stderr, "strata-bench incast: --%s: %s\n", option, err);
+        tool_usage_error(INCAST_TOOL, "--%s: %s", option, err);
         return false;
     }
     if (value < min || value > max) {
-        fprintf(stderr, "strata-bench incast: --%s %s is out of range (%llu..%llu %s)\n", option,
-                text, (unsigned long long)min, (unsigned long long)max,
-                type == UTIL_CONFIG_TIME ? "ns" : "bytes");
-        return false;
-    }
-    *value_p = value;
-    return true;
-}
-
-static bool incast_parse_int(const char *option, const char *text, int min, int max,
-                             int *value_p)
-{
-    char *end;
-    long value = strtol(text, &end, 10);
-
-    if (end == text || *end != '\0' || value < min || value > max) {
-        fprintf(stderr, "strata-bench incast: --%s %s is not an integer in %d..%d\n", option,
-                text, min, max);
-        return false;
-    }
-    *value_p = (int)value;
-    return true;
-}
-
-static bool incast_parse_seconds(const char *text, double *value_p)
-{
-    char *end;
-    double value = strtod(text, &end);
-
-    if (end == text || *end != '\0' || !(value >= 0.01 && value <= 3600)) {
-        fprintf(stderr, "strata-bench incast: --seconds %s is not a number in 0.01..3600\n",
-                text);
+        tool_usage_error(INCAST_TOOL, "--%s %s is out of range (%llu..%llu %s)", option, text,
+                         (unsigned long long)min, (unsigned long long)max,
+                         type == UTIL_CONFIG_TIME ? "ns" : "bytes");
         return false;
     }
     *value_p = value;
@@ -93,7 +71,7 @@ static bool incast_parse_modes(const char *text, unsigned *modes_p)
             return true;
         }
     }
-    fprintf(stderr, "strata-bench incast: --rate-control %s is not on, off or both\n", text);
+    tool_usage_error(INCAST_TOOL, "--rate-control '%s' is not on, off or both", text);
     return false;
 }
 
@@ -104,7 +82,8 @@ int incast_parse(int argc, char **argv, incast_opts_t *o, bool *help_p)
         {"seconds", required_argument, NULL, 'S'},    {"phases", required_argument, NULL, 'P'},
         {"bulk-size", required_argument, NULL, 'B'},  {"inflight", required_argument, NULL, 'I'},
         {"small-size", required_argument, NULL, 's'}, {"interval", required_argument, NULL, 'i'},
-        {"rate-control", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
+        {"rate-control", required_argument, NULL, 'r'}, {"progress", no_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     bool ok = true;
@@ -114,30 +93,37 @@ int incast_parse(int argc, char **argv, incast_opts_t *o, bool *help_p)
                          .inflight = 4, .small_size = 64, .interval_ns = UTIL_NSEC_PER_MSEC};
     *help_p = false;
     optind  = 2;
-    while (ok && (opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    while (ok && (opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         switch (opt) {
-        case 'S': ok = incast_parse_seconds(optarg, &o->seconds); break;
-        case 'P': ok = incast_parse_int("phases", optarg, 1, INCAST_MAX_PHASES, &o->phases); break;
+        case 'S': ok = tool_parse_double(INCAST_TOOL, "--seconds", optarg, 0.01, 3600,
+                                         &o->seconds); break;
+        case 'P': ok = tool_parse_int(INCAST_TOOL, "--phases", optarg, 1, INCAST_MAX_PHASES,
+                                      &o->phases); break;
         case 'r': ok = incast_parse_modes(optarg, &o->modes); break;
         case 'B': ok = incast_parse_unit("bulk-size", optarg, UTIL_CONFIG_SIZE, 1, 64u << 20,
                                          &o->bulk_size); break;
-        case 'I': ok = incast_parse_int("inflight", optarg, 1, INCAST_MAX_INFLIGHT,
-                                        &o->inflight); break;
+        case 'I': ok = tool_parse_int(INCAST_TOOL, "--inflight", optarg, 1, INCAST_MAX_INFLIGHT,
+                                      &o->inflight); break;
         case 's': ok = incast_parse_unit("small-size", optarg, UTIL_CONFIG_SIZE, 1, 64u << 10,
                                          &o->small_size); break;
         case 'i': ok = incast_parse_unit("interval", optarg, UTIL_CONFIG_TIME,
                                          10 * UTIL_NSEC_PER_USEC, UTIL_NSEC_PER_SEC,
                                          &o->interval_ns); break;
+        case 'p': o->progress = true; break;
         case 'h': *help_p = true; return 0;
-        default: ok = false; break;
+        default:  return tool_option_error(INCAST_TOOL, argv, options, opt);
         }
     }
-    if (ok && ((o->modes == 3 && o->phases % 2 != 0) || optind < argc)) {
-        fprintf(stderr, "strata-bench incast: %s\n",
-                optind < argc ? "unexpected arguments"
-                              : "--phases must be even to measure both modes alike");
-        ok = false;
+    if (!ok) {
+        return TOOL_EXIT_USAGE;
     }
-    return ok ? 0 : 2;
+    if (optind < argc) {
+        return tool_usage_error(INCAST_TOOL, "unexpected argument '%s'", argv[optind]);
+    }
+    if (o->modes == 3 && o->phases % 2 != 0) {
+        return tool_usage_error(INCAST_TOOL, "--phases %d is odd: phases must be even to "
+                                "measure both modes alike", o->phases);
+    }
+    return 0;
 }
 

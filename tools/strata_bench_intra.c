@@ -8,6 +8,7 @@
  *          [--experts E] [--iters N] [--device host]
  */
 #include "strata_bench_mpi.h"
+#include "tool_cli.h"
 
 #include <getopt.h>
 #include <mpi.h>
@@ -257,7 +258,7 @@ void intra_print_row(const char *what, int tokens, const intra_result_t *r,
 }
 
 /* One token count: strata Push and Pull, memcpy, MPI_Alltoallv. */
-static void intra_measure(intra_bench_t *b, intra_moe_t *moe)
+static void intra_measure(intra_bench_t *b, intra_moe_t *moe, tool_progress_t *progress)
 {
     intra_result_t push, pull, copy, mpi;
 
@@ -275,6 +276,7 @@ static void intra_measure(intra_bench_t *b, intra_moe_t *moe)
     intra_run_memcpy(b, &copy);
     intra_run_mpi(b, &mpi);
     if (b->rank == 0) {
+        tool_progress_end(progress); /* the rows start on a clean line */
         intra_print_row("memcpy", b->tokens, &copy, NULL);
         intra_print_row("MPI_Alltoallv", b->tokens, &mpi, &copy);
         intra_print_row("strata push", b->tokens, &push, &copy);
@@ -286,28 +288,47 @@ static void intra_measure(intra_bench_t *b, intra_moe_t *moe)
     }
 }
 
-int intra_parse_sizes(const char *text, int *sizes)
+bool intra_parse_sizes(const char *tool, const char *text, int *sizes, int *num_p)
 {
-    int n = 0;
     char *copy = strdup(text), *save = NULL;
+    bool ok = copy != NULL;
+    int n = 0;
 
-    for (char *tok = strtok_r(copy, ",", &save); tok && n < INTRA_MAX_SIZES;
+    if (copy == NULL) {
+        fprintf(stderr, "%s: out of memory\n", tool);
+    }
+    for (char *tok = ok ? strtok_r(copy, ",", &save) : NULL; ok && tok != NULL;
          tok = strtok_r(NULL, ",", &save)) {
-        sizes[n++] = atoi(tok);
+        if (n == INTRA_MAX_SIZES) {
+            tool_usage_error(tool, "--tokens %s: at most %d token counts", text,
+                             INTRA_MAX_SIZES);
+            ok = false;
+        } else {
+            ok = tool_parse_int(tool, "--tokens", tok, 1, INTRA_MAX_TOKENS, &sizes[n++]);
+        }
+    }
+    if (ok && n == 0) {
+        tool_usage_error(tool, "--tokens: '%s' holds no token count", text);
+        ok = false;
     }
     free(copy);
-    return n;
+    if (ok) {
+        *num_p = n;
+    }
+    return ok;
 }
 
-bool intra_bench_option(intra_bench_t *b, intra_bench_opts_t *o, int opt, const char *arg)
+bool intra_bench_option(const char *tool, intra_bench_t *b, intra_bench_opts_t *o, int opt,
+                        const char *arg)
 {
     switch (opt) {
-    case 't': o->num_sizes = intra_parse_sizes(arg, o->sizes); return true;
-    case 'H': b->hidden = atoi(arg); return true;
-    case 'k': b->topk = atoi(arg); return true;
-    case 'e': b->experts = atoi(arg); return true;
-    case 'i': o->iters = atoi(arg); return true;
-    default: return false;
+    case 't': return intra_parse_sizes(tool, arg, o->sizes, &o->num_sizes);
+    case 'H': return tool_parse_int(tool, "--hidden", arg, 1, INTRA_MAX_HIDDEN, &b->hidden);
+    case 'k': return tool_parse_int(tool, "--topk", arg, 1, INTRA_MAX_TOPK, &b->topk);
+    case 'e': return tool_parse_int(tool, "--experts", arg, 1, INTRA_MAX_EXPERTS, &b->experts);
+    case 'i': return tool_parse_int(tool, "--iters", arg, 1, INTRA_MAX_ITERS, &o->iters);
+    case INTRA_OPT_PROGRESS: b->progress = true; return true;
+    default:  return false; /* the callers pass only these */
     }
 }
 
@@ -324,14 +345,27 @@ void intra_bench_start(intra_bench_t *b, int *argc, char ***argv)
 
 static void intra_usage(FILE *out)
 {
-    fprintf(out, "Usage: mpirun -n N strata-bench intra [--tokens N[,N...]] [--hidden H] "
-                 "[--topk K]\n              [--experts E] [--iters N] [--device host]\n"
-                 "MoE dispatch+combine in one node (bf16, uniform routing) against memcpy of "
-                 "the same\npayload and MPI_Alltoallv moving the same tokens.\n");
+    fprintf(out,
+            "Usage: mpirun -n N strata-bench intra [--tokens N[,N...]] [--hidden H] [--topk K]\n"
+            "              [--experts E] [--iters N] [--device NAME] [--progress]\n"
+            "MoE dispatch+combine in one node (bf16, uniform routing) against memcpy of the\n"
+            "same payload and MPI_Alltoallv moving the same tokens. Rank 0 prints a row per\n"
+            "path and token count.\n"
+            "\n"
+            "  --tokens N[,N...]  tokens per rank, up to %d counts (default 128,4096)\n"
+            "  --hidden H         elements of a row (default 7168)\n"
+            "  --topk K           experts per token (default 8)\n"
+            "  --experts E        experts, a multiple of the ranks (default 8 per rank)\n"
+            "  --iters N          steps per token count (default 200, 10 from 1024 tokens)\n"
+            "  --device NAME      device backend (default host)\n"
+            "  --progress         rank 0's progress line on stderr even where it is no\n"
+            "                     terminal, as under mpirun, which gives ranks pipes\n"
+            "  -h, --help         this text\n",
+            INTRA_MAX_SIZES);
 }
 
 /* A fresh heap and object per token count, sized for it. */
-static void intra_bench_tokens(intra_bench_t *b, const char *key)
+static void intra_bench_tokens(intra_bench_t *b, const char *key, tool_progress_t *progress)
 {
     int avg = b->tokens * b->size * b->topk / b->experts;
     intra_moe_params_t p = {.num_experts = b->experts, .topk = b->topk, .hidden = b->hidden,
@@ -350,7 +384,7 @@ static void intra_bench_tokens(intra_bench_t *b, const char *key)
     }
     BENCH_TRY(intra_heap_create(&hp, &heap));
     BENCH_TRY(intra_moe_create(&p, heap, &moe));
-    intra_measure(b, moe);
+    intra_measure(b, moe, progress);
     MPI_TRY(MPI_Barrier(MPI_COMM_WORLD)); /* nobody unmaps while a peer still reads */
     intra_moe_destroy(moe);
     intra_heap_destroy(heap);
@@ -364,24 +398,37 @@ int bench_intra_main(int argc, char **argv)
     intra_bench_t b = {.hidden = 7168, .topk = 8};
     intra_bench_opts_t o = {.sizes = {128, 4096}, .num_sizes = 2};
     const char *device = "host";
+    tool_progress_t progress;
     char key[64];
     long job;
     int opt;
 
     optind = 2;
-    while ((opt = getopt_long(argc, argv, INTRA_BENCH_SHORT "d:", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "d:", options, NULL)) != -1) {
+        if (opt == 'h') {
+            intra_usage(stdout);
+            return 0;
+        }
+        if (opt == '?' || opt == ':') {
+            return tool_option_error(INTRA_TOOL, argv, options, opt);
+        }
         if (opt == 'd') {
             device = optarg;
-        } else if (opt == 'h' || !intra_bench_option(&b, &o, opt, optarg)) {
-            intra_usage(opt == 'h' ? stdout : stderr);
-            return opt == 'h' ? 0 : 2;
+        } else if (!intra_bench_option(INTRA_TOOL, &b, &o, opt, optarg)) {
+            return TOOL_EXIT_USAGE;
         }
+    }
+    if (optind < argc) {
+        return tool_usage_error(INTRA_TOOL, "unexpected argument '%s'", argv[optind]);
+    }
+    if (intra_device_find(device) == NULL) {
+        return tool_usage_error(INTRA_TOOL, "--device %s: no such device backend", device);
     }
     intra_bench_start(&b, &argc, &argv);
     b.device = intra_device_find(device);
-    if (b.device == NULL || o.num_sizes == 0 || b.experts % b.size != 0) {
-        fprintf(stderr, "strata-bench intra: unknown device %s, no token counts, or experts "
-                        "not a multiple of the %d ranks\n", device, b.size);
+    if (b.experts % b.size != 0) {
+        fprintf(stderr, "strata-bench intra: --experts %d is not a multiple of the %d ranks\n",
+                b.experts, b.size);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     b.row_bytes = (size_t)b.hidden * sizeof(uint16_t);
@@ -396,12 +443,15 @@ int bench_intra_main(int argc, char **argv)
                b.size, device, b.hidden, b.topk, b.experts);
         intra_print_header();
     }
+    tool_progress_start(&progress, b.rank == 0, b.progress);
     for (int i = 0; i < o.num_sizes; ++i) {
+        tool_progress_update(&progress, "intra %d/%d token counts", i, o.num_sizes);
         b.tokens = o.sizes[i];
         b.iters  = o.iters > 0 ? o.iters : o.sizes[i] >= 1024 ? 10 : 200;
         snprintf(key, sizeof(key), "bench-intra-%ld-%d", job, i);
-        intra_bench_tokens(&b, key);
+        intra_bench_tokens(&b, key, &progress);
     }
+    tool_progress_end(&progress);
     MPI_TRY(MPI_Finalize());
     return 0;
 }

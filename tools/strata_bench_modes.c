@@ -8,6 +8,7 @@
  */
 #include "strata_bench_mpi.h"
 #include "strata_trace.h"
+#include "tool_cli.h"
 #include "adaptive/adapt.h"
 
 #include <math.h>
@@ -275,14 +276,18 @@ static void modes_step(modes_bench_t *m, mode_run_t *run, bool record)
 static void modes_measure(modes_bench_t *m)
 {
     intra_bench_t *b = m->b;
+    tool_progress_t progress;
 
+    tool_progress_start(&progress, b->rank == 0, b->progress);
     for (int i = 0; i < m->warmup + b->iters; ++i) {
+        tool_progress_update(&progress, "moe --modes step %d/%d", i, m->warmup + b->iters);
         BENCH_TRY(strata_trace_topk_idx(m->trace, i, b->rank, b->idx));
         modes_tokens_by_node(m, i);
         for (int j = 0; j < m->num_modes; ++j) {
             modes_step(m, &m->runs[(i + j) % m->num_modes], i >= m->warmup);
         }
     }
+    tool_progress_end(&progress);
     for (int j = 0; j < m->num_modes; ++j) {
         util_histogram_summarize(m->runs[j].clock, &m->runs[j].clock_sum);
         util_histogram_summarize(m->runs[j].model, &m->runs[j].model_sum);

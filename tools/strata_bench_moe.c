@@ -9,8 +9,10 @@
  *       strata-bench moe --ranks-per-node 2
  */
 #include "strata_bench_mpi.h"
+#include "tool_cli.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,7 +167,8 @@ static void moe_print(const intra_bench_t *b, moe_route_t *flat, moe_route_t *hi
  * Both routes and MPI_Alltoallv, one step of each in turn (the order rotating), so that all
  * three see the same moments of a shared, noisy machine.
  */
-static void moe_measure(intra_bench_t *b, strata_comm_t *comm, bool breakdown)
+static void moe_measure(intra_bench_t *b, strata_comm_t *comm, bool breakdown,
+                        tool_progress_t *progress)
 {
     static moe_route_t flat, hier;
     static intra_samples_t mpi_samples;
@@ -180,6 +183,8 @@ static void moe_measure(intra_bench_t *b, strata_comm_t *comm, bool breakdown)
     moe_route_open(b, comm, &flat);
     moe_route_open(b, comm, &hier);
     for (int i = -2; i < b->iters; ++i) {
+        tool_progress_update(progress, "moe %d tokens: step %d/%d", b->tokens, i + 2,
+                             b->iters + 2);
         for (int j = 0; j < 3; ++j) {
             int which = (i + 3 + j) % 3;
 
@@ -194,6 +199,7 @@ static void moe_measure(intra_bench_t *b, strata_comm_t *comm, bool breakdown)
     moe_route_close(b, &flat);
     moe_route_close(b, &hier);
     if (b->rank == 0) {
+        tool_progress_end(progress); /* the rows start on a clean line */
         moe_print(b, &flat, &hier, &mpi, breakdown);
     }
 }
@@ -202,6 +208,7 @@ static void moe_usage(FILE *out)
 {
     fprintf(out, "Usage: mpirun -n N strata-bench moe [--ranks-per-node L] [--tokens N[,N...]]\n"
                  "              [--hidden H] [--topk K] [--experts E] [--iters N] [--breakdown]\n"
+                 "              [--progress]\n"
                  "       mpirun -n N strata-bench moe --modes push,pull,adaptive[,fixed:FILE]\n"
                  "              [--ranks-per-node L] [--tokens N] [--experts E] [--topk K]\n"
                  "              [--zipf S] [--seed N] [--trace FILE] [--route flat|hier] [--iters N]\n"
@@ -216,23 +223,39 @@ static void moe_usage(FILE *out)
                  "routing trace FILE (strata-tune generate; its shape sets tokens, top-k and\n"
                  "experts). Per mode: step p50/p99, the cost model's prediction, mode switches;\n"
                  "then adaptive's step over the better of push and pull. With\n"
-                 "STRATA_ADAPTIVE_CALIBRATE=on the model is the one the adaptive object measured.\n");
+                 "STRATA_ADAPTIVE_CALIBRATE=on the model is the one the adaptive object measured.\n"
+                 "--progress: rank 0's progress line on stderr even where it is no terminal, as\n"
+                 "under mpirun, which gives ranks pipes (without it: only on a terminal).\n"
+                 "-h, --help: this text.\n");
 }
 
-/* The options of --modes; false for any other. */
-static bool moe_modes_option(bench_modes_opts_t *m, int opt, const char *arg)
+static bool moe_parse_route(const char *text, strata_moe_route_t *route_p)
+{
+    if (strcmp(text, "flat") == 0) {
+        *route_p = STRATA_MOE_ROUTE_FLAT;
+    } else if (strcmp(text, "hier") == 0) {
+        *route_p = STRATA_MOE_ROUTE_HIERARCHICAL;
+    } else {
+        tool_usage_error(MOE_TOOL, "--route '%s' is not flat or hier", text);
+        return false;
+    }
+    return true;
+}
+
+/* The options of moe into m, *per_node_p and *breakdown_p, the shared ones into b and o;
+ * false after a usage error naming the option and its value. */
+static bool moe_option(intra_bench_t *b, intra_bench_opts_t *o, bench_modes_opts_t *m,
+                       int *per_node_p, bool *breakdown_p, int opt, const char *arg)
 {
     switch (opt) {
+    case 'L': return tool_parse_int(MOE_TOOL, "--ranks-per-node", arg, 1, INT_MAX, per_node_p);
+    case 'B': *breakdown_p = true; return true;
     case 'M': m->modes = arg; return true;
-    case 'Z': m->zipf = atof(arg); return m->zipf >= 0.0;
-    case 'S': m->seed = strtoull(arg, NULL, 10); return true;
+    case 'Z': return tool_parse_double(MOE_TOOL, "--zipf", arg, 0.0, 16.0, &m->zipf);
+    case 'S': return tool_parse_u64(MOE_TOOL, "--seed", arg, 0, UINT64_MAX, &m->seed);
     case 'T': m->trace = arg; return true;
-    case 'R':
-        m->route = strcmp(arg, "flat") == 0 ? STRATA_MOE_ROUTE_FLAT
-                   : strcmp(arg, "hier") == 0 ? STRATA_MOE_ROUTE_HIERARCHICAL
-                                              : (strata_moe_route_t)-1;
-        return m->route != (strata_moe_route_t)-1;
-    default: return false;
+    case 'R': return moe_parse_route(arg, &m->route);
+    default:  return intra_bench_option(MOE_TOOL, b, o, opt, arg);
     }
 }
 
@@ -253,27 +276,37 @@ int bench_moe_main(int argc, char **argv)
     char node_name[32];
     strata_config_t config = {.field_mask = STRATA_CONFIG_FIELD_NODE_NAME};
     strata_bootstrap_t bs = {.allgather = moe_mpi_allgather, .barrier = moe_mpi_barrier};
+    tool_progress_t progress;
     strata_comm_t *comm;
 
     optind = 2;
-    while ((opt = getopt_long(argc, argv, INTRA_BENCH_SHORT "L:BM:Z:S:T:R:", options, NULL)) !=
-           -1) {
-        if (opt == 'L') {
-            per_node = atoi(optarg);
-        } else if (opt == 'B') {
-            breakdown = true;
-        } else if (opt == 'h' || (!moe_modes_option(&modes, opt, optarg) &&
-                                  !intra_bench_option(&b, &o, opt, optarg))) {
-            moe_usage(opt == 'h' ? stdout : stderr);
-            return opt == 'h' ? 0 : 2;
+    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BM:Z:S:T:R:", options,
+                              NULL)) != -1) {
+        if (opt == 'h') {
+            moe_usage(stdout);
+            return 0;
         }
+        if (opt == '?' || opt == ':') {
+            return tool_option_error(MOE_TOOL, argv, options, opt);
+        }
+        if (!moe_option(&b, &o, &modes, &per_node, &breakdown, opt, optarg)) {
+            return TOOL_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        return tool_usage_error(MOE_TOOL, "unexpected argument '%s'", argv[optind]);
     }
     intra_bench_start(&b, &argc, &argv);
     b.device = intra_device_find("host");
     per_node = per_node > 0 ? per_node : b.size;
-    if (o.num_sizes == 0 || b.experts % b.size != 0 || b.size % per_node != 0) {
-        fprintf(stderr, "strata-bench moe: no token counts, experts not a multiple of the %d "
-                        "ranks, or ranks not a multiple of --ranks-per-node\n", b.size);
+    if (b.experts % b.size != 0) {
+        fprintf(stderr, "strata-bench moe: --experts %d is not a multiple of the %d ranks\n",
+                b.experts, b.size);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (b.size % per_node != 0) {
+        fprintf(stderr, "strata-bench moe: the %d ranks are not a multiple of "
+                "--ranks-per-node %d\n", b.size, per_node);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     snprintf(node_name, sizeof(node_name), "node%d", b.rank / per_node);
@@ -301,11 +334,13 @@ int bench_moe_main(int argc, char **argv)
                b.topk, b.experts);
         intra_print_header();
     }
+    tool_progress_start(&progress, b.rank == 0, b.progress);
     for (int i = 0; i < o.num_sizes; ++i) {
         b.tokens = o.sizes[i];
         b.iters  = o.iters > 0 ? o.iters : o.sizes[i] >= 1024 ? 10 : 100;
-        moe_measure(&b, comm, breakdown);
+        moe_measure(&b, comm, breakdown, &progress);
     }
+    tool_progress_end(&progress);
     strata_comm_destroy(comm);
     MPI_TRY(MPI_Finalize());
     return 0;

@@ -13,10 +13,19 @@
 #include <stdbool.h>
 
 #define INTRA_MAX_SIZES 8
+/* Bounds of the shared options; the MoE objects check the shapes further. */
+#define INTRA_MAX_TOKENS  (1 << 20)
+#define INTRA_MAX_HIDDEN  (1 << 16)
+#define INTRA_MAX_TOPK    1024
+#define INTRA_MAX_EXPERTS (1 << 16)
+#define INTRA_MAX_ITERS   1000000
+#define INTRA_TOOL        "strata-bench intra"
+#define MOE_TOOL          "strata-bench moe"
 
 typedef struct intra_bench {
     int                       rank, size;
     int                       hidden, topk, experts, tokens, iters;
+    bool                      progress; /* --progress: rank 0's line even on a pipe */
     uint64_t                  pull_mask[INTRA_MOE_MASK_WORDS];
     const intra_device_ops_t *device;
     size_t                    row_bytes;
@@ -65,16 +74,19 @@ void intra_print_header(void);
 int  intra_max_size(const int *sizes, int num_sizes);
 void intra_print_row(const char *what, int tokens, const intra_result_t *r,
                      const intra_result_t *base);
-/** "128,4096" into sizes (at most INTRA_MAX_SIZES); the count. */
-int  intra_parse_sizes(const char *text, int *sizes);
+/** "128,4096" into sizes (at most INTRA_MAX_SIZES) and their count into *num_p; false
+ *  after a usage error of tool naming the bad count. */
+bool intra_parse_sizes(const char *tool, const char *text, int *sizes, int *num_p);
 
 /* The options every MPI subcommand takes: a getopt_long table's first entries, and their
  * letters for its short string. */
 #define INTRA_BENCH_OPTIONS \
     {"tokens", required_argument, NULL, 't'}, {"hidden", required_argument, NULL, 'H'}, \
     {"topk", required_argument, NULL, 'k'}, {"experts", required_argument, NULL, 'e'}, \
-    {"iters", required_argument, NULL, 'i'}, {"help", no_argument, NULL, 'h'}
+    {"iters", required_argument, NULL, 'i'}, {"help", no_argument, NULL, 'h'}, \
+    {"progress", no_argument, NULL, INTRA_OPT_PROGRESS}
 #define INTRA_BENCH_SHORT "t:H:k:e:i:h"
+#define INTRA_OPT_PROGRESS 256 /* long only */
 
 /* Where a step's time goes on rank 0: a layout made anew, then each phase strata times,
  * then the mean delay from a kernel's command to its posting (strata_bench_moe.c). */
@@ -112,8 +124,10 @@ typedef struct intra_bench_opts {
     int iters; /* steps per size; 0: the subcommand's default */
 } intra_bench_opts_t;
 
-/** One of the shared options into b and o (not --help); false for any other. */
-bool intra_bench_option(intra_bench_t *b, intra_bench_opts_t *o, int opt, const char *arg);
+/** One of the shared options into b and o (not --help); false after a usage error of tool
+ *  naming the option and its value. */
+bool intra_bench_option(const char *tool, intra_bench_t *b, intra_bench_opts_t *o, int opt,
+                        const char *arg);
 /** MPI_Init, this rank and the world's size, the log's rank, and 8 experts per rank
  *  unless --experts said otherwise. */
 void intra_bench_start(intra_bench_t *b, int *argc, char ***argv);

@@ -9,6 +9,7 @@
 #include "inter/transport.h"
 #include "intra/intra.h"
 #include "topo/topo.h"
+#include "tool_cli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -21,14 +22,21 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "Usage: strata-info [-c | --check] [-h]\n"
-            "Print strata's version and build options.\n"
+            "Usage: strata-info [-c | --check]\n"
+            "       strata-info -h | -V\n"
+            "Print strata's version and build options, the device backends and transports\n"
+            "built in, and the transport a communicator would take here and why.\n"
+            "\n"
             "  -c, --config   also list every STRATA_* variable: default, type, meaning\n"
             "      --check    instead, what a communicator would choose on this machine, and\n"
             "                 why: topology, device backend and GPU (of LOCAL_RANK, else 0),\n"
             "                 transport, rails, progress. Creates none: no bootstrap, no peers.\n"
             "                 Exit 0 when one could be created, 1 with the reason when not\n"
-            "  -h, --help     this text\n");
+            "  -h, --help     this text\n"
+            "  -V, --version  strata's version and build options, on one line\n"
+            "\n"
+            "Exit status: 0 done, 1 --check found no communicator could be created,\n"
+            "2 bad usage.\n");
 }
 
 /* The transports strata knows: built or not, how each probes here, and what a
@@ -396,25 +404,28 @@ int main(int argc, char **argv)
         {"config", no_argument, NULL, 'c'},
         {"check", no_argument, NULL, OPT_CHECK},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     int opt, show_config = 0, check = 0;
 
-    while ((opt = getopt_long(argc, argv, "ch", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":chV", options, NULL)) != -1) {
         switch (opt) {
         case 'c': show_config = 1; break;
         case OPT_CHECK: check = 1; break;
         case 'h': usage(stdout); return 0;
-        default:  usage(stderr); return 2;
+        case 'V':
+            tool_print_version("strata-info", strata_get_version_string(),
+                               strata_get_build_options());
+            return 0;
+        default:  return tool_option_error("strata-info", argv, options, opt);
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "strata-info: unexpected argument '%s' (see --help)\n", argv[optind]);
-        return 2;
+        return tool_usage_error("strata-info", "unexpected argument '%s'", argv[optind]);
     }
     if (check && show_config) {
-        fprintf(stderr, "strata-info: --check and --config are separate runs (see --help)\n");
-        return 2;
+        return tool_usage_error("strata-info", "--check and --config are separate runs");
     }
     api_config_warn_unknown();
     if (check) {

@@ -7,6 +7,7 @@
  * Production jobs use Slurm, mpirun or torchrun.
  */
 #include "strata_run.h"
+#include "tool_cli.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,19 +23,25 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
 #define RUN_MAX_RANKS     256
 #define RUN_LINE_MAX      4096
 #define RUN_GRACE_SECONDS 3
-#define RUN_EXIT_USAGE    2
+#define RUN_TOOL            "strata-run"
+#define RUN_DEFAULT_TIMEOUT 300.0
+#define RUN_MIN_TIMEOUT     0.001
+#define RUN_MAX_TIMEOUT     1e7
 #define RUN_EXIT_SETUP    3
 #define RUN_EXIT_TIMEOUT  124
 
 typedef struct run_stream {
-    int    fd;        /* read end of the rank's pipe, -1 once closed */
+    int    fd;        /* read end of the rank's pipe (or terminal), -1 once closed */
     FILE  *out;       /* where its lines go */
+    bool   tty;       /* a terminal: a carriage return starts a line redrawn in place */
+    bool   redrawn;   /* the line being read began after a carriage return */
     char   line[RUN_LINE_MAX];
     size_t len;
 } run_stream_t;
@@ -60,6 +67,11 @@ typedef struct run_job {
 
 static volatile sig_atomic_t run_signal;
 
+/* Characters of the line that rank 0, on a terminal, redraws in place (its progress) and
+ * that is shown on ours after its prefix until a whole line replaces it; 0: none shown.
+ * Only one rank is given a terminal, so there is one such line. */
+static int run_redrawn_width;
+
 static void run_on_signal(int sig)
 {
     run_signal = sig;
@@ -78,13 +90,15 @@ static void usage(FILE *out)
     fprintf(out,
             "Usage: strata-run -n N [--nodes K [--link-rate R [--link-delay T]]]\n"
             "                  [--timeout SEC] [--allow-fail RANK]... -- CMD [ARG]...\n"
+            "       strata-run -h | -V\n"
             "Start N ranks of CMD on this machine with RANK, WORLD_SIZE, LOCAL_RANK,\n"
             "LOCAL_WORLD_SIZE, STRATA_BOOTSTRAP_ADDR and STRATA_BOOTSTRAP_PORT set.\n"
             "\n"
             "  -n, --ranks N        ranks to start (1..%d)\n"
-            "  -k, --nodes K        simulate K nodes as network namespaces joined by veth pairs\n"
-            "                       (198.18.0.0/15 addresses inside them; needs root); ranks are\n"
-            "                       spread in blocks, STRATA_NODE_NAME=node<k>\n"
+            "  -k, --nodes K        simulate K nodes (1..%d, dividing N) as network namespaces\n"
+            "                       joined by veth pairs (198.18.0.0/15 addresses inside them;\n"
+            "                       needs root); ranks are spread in blocks,\n"
+            "                       STRATA_NODE_NAME=node<k>\n"
             "      --link-rate R    shape both directions of every node's link with tc, R in\n"
             "                       tc's units (100mbit, 1gbit; 1mbit..100gbit): a token bucket\n"
             "                       (tbf) on eth0 in the node and on n<k> in the hub, burst 1 ms\n"
@@ -94,13 +108,22 @@ static void usage(FILE *out)
             "                       (500us, 2ms; up to 1s; the token bucket under it): a path\n"
             "                       between two nodes crosses two links, 2 T one way; needs\n"
             "                       --link-rate and a kernel with sch_netem\n"
-            "  -t, --timeout SEC    stop the job after SEC seconds (default 300), exit 124\n"
+            "  -t, --timeout SEC    stop the job after SEC seconds (default %g), exit 124\n"
             "  -a, --allow-fail R   rank R may fail (e.g. a test kills it) without stopping the job\n"
+            "  -h, --help           this text\n"
+            "  -V, --version        strata-run's version (it links no libstrata: strata-info\n"
+            "                       shows the library's build options)\n"
             "\n"
-            "Output lines are prefixed with [r<rank>]. When a rank fails, the others are stopped\n"
-            "(SIGTERM, then SIGKILL after %d s). Exit status: 0 when every rank succeeded, else\n"
-            "the first failure's (128+signal for a signal), 124 on timeout. Shared-memory\n"
-            "files the ranks left in /dev/shm (libfabric's shm, named after their pids) go too.\n"
+            "Output lines are prefixed with [r<rank>]. Where strata-run's stderr is a terminal,\n"
+            "rank 0's is one too (a pseudo-terminal), so a line it redraws in place (a tool's\n"
+            "progress line) shows there after its prefix.\n"
+            "\n"
+            "When a rank fails, the others are stopped (SIGTERM, then SIGKILL after %d s).\n"
+            "Exit status: 0 when every rank succeeded, else the first failure's (128+signal\n"
+            "for a signal, 127 when CMD cannot be run), 124 on timeout, 2 bad usage, 3 the job\n"
+            "could not be set up (namespaces, links, a port).\n"
+            "Shared-memory files the ranks left in /dev/shm (libfabric's shm, named after their\n"
+            "pids) go too.\n"
             "\n"
             "With --link-rate, the queue of every hub port (the traffic into a node, where an\n"
             "incast waits) is read every 10 ms while the job runs, and one line per node\n"
@@ -109,7 +132,7 @@ static void usage(FILE *out)
             "    (P packets), drops D\n"
             "M is the mean of the samples, B the largest, P the packets queued then, D the\n"
             "packets the queue dropped over the job.\n",
-            RUN_MAX_RANKS, RUN_GRACE_SECONDS);
+            RUN_MAX_RANKS, RUN_MAX_NODES, RUN_DEFAULT_TIMEOUT, RUN_GRACE_SECONDS);
 }
 
 /* A TCP port free on this machine now; inside fresh namespaces every port is free. */
@@ -204,16 +227,48 @@ static void run_child(const run_job_t *job, int rank, int out_pipe[2], int err_p
     _exit(127);
 }
 
+/*
+ * A pseudo-terminal for rank 0's stderr when ours is a terminal, so that a tool in it that
+ * draws a progress line on a terminal (tools/tool_cli.c) still does: fds[0] the side we
+ * read, fds[1] the rank's. Without output processing, so "\n" stays "\n". false (and no
+ * descriptor left open) where one cannot be had: the rank then gets a pipe.
+ */
+static bool run_open_tty(int fds[2])
+{
+    struct termios mode;
+    const char *name;
+
+    fds[0] = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (fds[0] < 0) {
+        return false;
+    }
+    name   = (grantpt(fds[0]) == 0 && unlockpt(fds[0]) == 0) ? ptsname(fds[0]) : NULL;
+    fds[1] = name != NULL ? open(name, O_RDWR | O_NOCTTY | O_CLOEXEC) : -1;
+    if (fds[1] >= 0 && tcgetattr(fds[1], &mode) == 0) {
+        mode.c_oflag &= ~(tcflag_t)OPOST;
+        if (tcsetattr(fds[1], TCSANOW, &mode) == 0) {
+            return true;
+        }
+    }
+    if (fds[1] >= 0) {
+        close(fds[1]);
+    }
+    close(fds[0]);
+    return false;
+}
+
 static bool run_start_rank(run_job_t *job, int rank)
 {
     run_rank_t *r = &job->ranks[rank];
     int out_pipe[2], err_pipe[2];
+    bool err_tty;
     pid_t launcher;
 
     if (pipe2(out_pipe, O_CLOEXEC) != 0) {
         return false;
     }
-    if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    err_tty = rank == 0 && isatty(STDERR_FILENO) && run_open_tty(err_pipe);
+    if (!err_tty && pipe2(err_pipe, O_CLOEXEC) != 0) {
         close(out_pipe[0]);
         close(out_pipe[1]);
         return false;
@@ -236,14 +291,48 @@ static bool run_start_rank(run_job_t *job, int rank)
     close(err_pipe[1]);
     r->running    = true;
     r->streams[0] = (run_stream_t){.fd = out_pipe[0], .out = stdout};
-    r->streams[1] = (run_stream_t){.fd = err_pipe[0], .out = stderr};
+    r->streams[1] = (run_stream_t){.fd = err_pipe[0], .out = stderr, .tty = err_tty};
     return true;
+}
+
+static void run_clear_redrawn(void)
+{
+    if (run_redrawn_width > 0) {
+        fprintf(stderr, "\r%*s\r", run_redrawn_width, "");
+        run_redrawn_width = 0;
+    }
 }
 
 static void run_emit(int rank, run_stream_t *s)
 {
+    run_clear_redrawn(); /* a whole line takes the place of a redrawn one */
     fprintf(s->out, "[r%d] %.*s\n", rank, (int)s->len, s->line);
-    s->len = 0;
+    s->len     = 0;
+    s->redrawn = false;
+}
+
+/* Show the line a rank on a terminal is redrawing, in place of the one shown before, or
+ * clear it when the rank blanked it. */
+static void run_show_redrawn(int rank, const run_stream_t *s)
+{
+    size_t blank = 0;
+    int width;
+
+    while (blank < s->len && s->line[blank] == ' ') {
+        ++blank;
+    }
+    if (s->len == 0) {
+        return;
+    }
+    if (blank == s->len) {
+        run_clear_redrawn();
+    } else {
+        width = snprintf(NULL, 0, "[r%d] ", rank) + (int)s->len;
+        fprintf(stderr, "\r[r%d] %.*s%*s", rank, (int)s->len, s->line,
+                run_redrawn_width > width ? run_redrawn_width - width : 0, "");
+        run_redrawn_width = width;
+    }
+    fflush(stderr);
 }
 
 /* Read what a stream has; print whole lines; flush the rest at end of file. */
@@ -264,6 +353,12 @@ static void run_drain(int rank, run_stream_t *s)
         return;
     }
     for (ssize_t i = 0; i < got; ++i) {
+        if (buf[i] == '\r' && s->tty) {
+            run_show_redrawn(rank, s);
+            s->len     = 0;
+            s->redrawn = true;
+            continue;
+        }
         if (buf[i] == '\n' || s->len == sizeof(s->line)) {
             run_emit(rank, s);
             if (buf[i] == '\n') {
@@ -271,6 +366,9 @@ static void run_drain(int rank, run_stream_t *s)
             }
         }
         s->line[s->len++] = buf[i];
+    }
+    if (s->redrawn) {
+        run_show_redrawn(rank, s);
     }
     fflush(s->out);
 }
@@ -396,20 +494,24 @@ static int run_wait(run_job_t *job)
         run_link_sample(&job->link, run_now());
         failed = run_reap(job);
         if (failed >= 0) {
+            run_clear_redrawn();
             fprintf(stderr, "strata-run: rank %d failed (status %d); stopping the job\n", failed,
                     job->ranks[failed].status);
             rc = job->ranks[failed].status;
             run_stop_all(job);
         } else if (run_signal) {
+            run_clear_redrawn();
             fprintf(stderr, "strata-run: signal %d; stopping the job\n", (int)run_signal);
             rc = 128 + run_signal;
             run_stop_all(job);
         } else if (run_now() > deadline) {
+            run_clear_redrawn();
             fprintf(stderr, "strata-run: timed out after %g s; stopping the job\n", job->timeout);
             rc = RUN_EXIT_TIMEOUT;
             run_stop_all(job);
         } else if (run_count_running(job) > 0 && run_only_may_fail_left(job)) {
             /* e.g. a rank a test stopped with SIGSTOP: the others are done without it */
+            run_clear_redrawn();
             fprintf(stderr, "strata-run: only ranks allowed to fail are left; stopping them\n");
             run_stop_all(job);
         }
@@ -422,6 +524,7 @@ static int run_wait(run_job_t *job)
             run_pump_output(job, 100);
         }
     }
+    run_clear_redrawn();
     return rc;
 }
 
@@ -455,7 +558,61 @@ static void run_remove_shm_leftovers(const run_job_t *job)
     closedir(dir);
 }
 
-static int run_parse(run_job_t *job, int argc, char **argv)
+/* One option into job; false after a message naming the mistake. */
+static bool run_option(run_job_t *job, int opt, const char *arg)
+{
+    int rank;
+
+    switch (opt) {
+    case 'n': return tool_parse_int(RUN_TOOL, "-n", arg, 1, RUN_MAX_RANKS, &job->num_ranks);
+    case 'k': return tool_parse_int(RUN_TOOL, "--nodes", arg, 1, RUN_MAX_NODES,
+                                    &job->num_nodes);
+    case 't': return tool_parse_double(RUN_TOOL, "--timeout", arg, RUN_MIN_TIMEOUT,
+                                       RUN_MAX_TIMEOUT, &job->timeout);
+    case 'a':
+        if (!tool_parse_int(RUN_TOOL, "--allow-fail", arg, 0, RUN_MAX_RANKS - 1, &rank)) {
+            return false;
+        }
+        job->ranks[rank].may_fail = true;
+        return true;
+    case 'R': return run_link_parse_rate(&job->link, arg);
+    case 'D': return run_link_parse_delay(&job->link, arg);
+    default:  return false;
+    }
+}
+
+/* What the options say together; the usage exit code after naming what does not fit. */
+static int run_check_options(const run_job_t *job, int argc, char **argv)
+{
+    if (job->num_ranks == 0) {
+        return tool_usage_error(RUN_TOOL, "no -n: give the number of ranks to start");
+    }
+    if (optind >= argc) {
+        return tool_usage_error(RUN_TOOL, "no command: give it after --");
+    }
+    if (job->num_nodes > 0 && job->num_ranks % job->num_nodes != 0) {
+        return tool_usage_error(RUN_TOOL, "-n %d is not a multiple of --nodes %d",
+                                job->num_ranks, job->num_nodes);
+    }
+    for (int r = job->num_ranks; r < RUN_MAX_RANKS; ++r) {
+        if (job->ranks[r].may_fail) {
+            return tool_usage_error(RUN_TOOL, "--allow-fail %d: the job has ranks 0..%d", r,
+                                    job->num_ranks - 1);
+        }
+    }
+    if (job->link.delay_text[0] != '\0' && job->link.rate_bps == 0) {
+        return tool_usage_error(RUN_TOOL, "--link-delay needs --link-rate");
+    }
+    if (job->link.rate_bps > 0 && job->num_nodes == 0) {
+        return tool_usage_error(RUN_TOOL, "--link-rate shapes the links of simulated nodes: "
+                                "it needs --nodes");
+    }
+    return 0;
+}
+
+/* The command line into job: 0, or the exit status (0 too after --help or --version,
+ * with *done_p set). */
+static int run_parse(run_job_t *job, int argc, char **argv, bool *done_p)
 {
     static const struct option options[] = {
         {"ranks", required_argument, NULL, 'n'},
@@ -465,68 +622,48 @@ static int run_parse(run_job_t *job, int argc, char **argv)
         {"link-rate", required_argument, NULL, 'R'},
         {"link-delay", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    int opt, rank;
+    int opt, rc;
 
-    job->timeout = 300;
-    while ((opt = getopt_long(argc, argv, "+n:k:t:a:h", options, NULL)) != -1) {
-        switch (opt) {
-        case 'n': job->num_ranks = atoi(optarg); break;
-        case 'k': job->num_nodes = atoi(optarg); break;
-        case 't': job->timeout = atof(optarg); break;
-        case 'a':
-            rank = atoi(optarg);
-            if (rank < 0 || rank >= RUN_MAX_RANKS) {
-                fprintf(stderr, "strata-run: --allow-fail %s is not a rank\n", optarg);
-                return RUN_EXIT_USAGE;
+    *done_p      = false;
+    job->timeout = RUN_DEFAULT_TIMEOUT;
+    /* '+': the options end at the command, whose own options are its business. */
+    while ((opt = getopt_long(argc, argv, "+:n:k:t:a:hV", options, NULL)) != -1) {
+        if (opt == 'h' || opt == 'V') {
+            if (opt == 'h') {
+                usage(stdout);
+            } else {
+                tool_print_version(RUN_TOOL, STRATA_RUN_VERSION, NULL);
             }
-            job->ranks[rank].may_fail = true;
-            break;
-        case 'R':
-            if (!run_link_parse_rate(&job->link, optarg)) {
-                return RUN_EXIT_USAGE;
-            }
-            break;
-        case 'D':
-            if (!run_link_parse_delay(&job->link, optarg)) {
-                return RUN_EXIT_USAGE;
-            }
-            break;
-        case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return RUN_EXIT_USAGE;
+            *done_p = true;
+            return 0;
+        }
+        if (opt == '?' || opt == ':') {
+            return tool_option_error(RUN_TOOL, argv, options, opt);
+        }
+        if (!run_option(job, opt, optarg)) {
+            return TOOL_EXIT_USAGE;
         }
     }
-    if (job->link.delay_text[0] != '\0' && job->link.rate_bps == 0) {
-        fprintf(stderr, "strata-run: --link-delay needs --link-rate\n");
-        return RUN_EXIT_USAGE;
+    rc = run_check_options(job, argc, argv);
+    if (rc == 0) {
+        job->argv = &argv[optind];
     }
-    if (job->link.rate_bps > 0 && job->num_nodes == 0) {
-        fprintf(stderr, "strata-run: --link-rate shapes the links of simulated nodes: it needs "
-                        "--nodes\n");
-        return RUN_EXIT_USAGE;
-    }
-    if (optind >= argc || job->num_ranks < 1 || job->num_ranks > RUN_MAX_RANKS ||
-        job->num_nodes < 0 || job->num_nodes > RUN_MAX_NODES || !(job->timeout > 0) ||
-        (job->num_nodes > 0 && job->num_ranks % job->num_nodes != 0)) {
-        fprintf(stderr, "strata-run: need -n 1..%d, --nodes dividing it (at most %d), a "
-                        "positive --timeout, and a command after --\n",
-                RUN_MAX_RANKS, RUN_MAX_NODES);
-        return RUN_EXIT_USAGE;
-    }
-    job->argv = &argv[optind];
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv)
 {
     static run_job_t job;
     struct sigaction sa = {.sa_handler = run_on_signal};
+    bool done;
     int rc;
 
     run_link_init(&job.link);
-    rc = run_parse(&job, argc, argv);
-    if (rc != 0) {
+    rc = run_parse(&job, argc, argv, &done);
+    if (rc != 0 || done) {
         return rc;
     }
     sigaction(SIGINT, &sa, NULL);

@@ -3,6 +3,7 @@
  * and which NICs each GPU will use. Live discovery, or a topology file with --file.
  */
 #include "strata_topo.h"
+#include "tool_cli.h"
 #include "api/api.h"
 
 #include <getopt.h>
@@ -31,7 +32,7 @@ static void usage(FILE *out)
             "                   STRATA_TOPO_OVERLAY does the same\n"
             "  -j, --json       print JSON (layout: docs/strata-topo.md)\n"
             "  -h, --help       this text\n"
-            "  -V, --version    strata's version\n"
+            "  -V, --version    strata's version and build options\n"
             "\n"
             "Exit status: 0 shown, 1 topology could not be read, 2 bad usage, 3 internal error.\n");
 }
@@ -54,19 +55,21 @@ int main(int argc, char **argv)
     topo_t *topo;
     int opt;
 
-    while ((opt = getopt_long(argc, argv, "f:o:jhV", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":f:o:jhV", options, NULL)) != -1) {
         switch (opt) {
         case 'f': file = optarg; break;
         case 'o': overlay = optarg; break;
         case 'j': json = true; break;
         case 'h': usage(stdout); return EXIT_TOPO_OK;
-        case 'V': printf("strata-topo %s\n", strata_get_version_string()); return EXIT_TOPO_OK;
-        default:  usage(stderr); return EXIT_TOPO_USAGE;
+        case 'V':
+            tool_print_version("strata-topo", strata_get_version_string(),
+                               strata_get_build_options());
+            return EXIT_TOPO_OK;
+        default:  return tool_option_error("strata-topo", argv, options, opt);
         }
     }
     if (optind < argc) {
-        fprintf(stderr, "strata-topo: unexpected argument '%s' (see --help)\n", argv[optind]);
-        return EXIT_TOPO_USAGE;
+        return tool_usage_error("strata-topo", "unexpected argument '%s'", argv[optind]);
     }
     api_config_warn_unknown();
 

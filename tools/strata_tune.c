@@ -7,12 +7,12 @@
  */
 #include "strata_tune.h"
 #include "util/util.h"
+#include "tool_cli.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +25,7 @@ enum {
     EXIT_TUNE_INTERNAL = 3  /* out of memory */
 };
 
+#define TUNE_TOOL         "strata-tune"
 #define TUNE_CHECK_SLACK  1e-9 /* relative, for float rounding */
 #define TUNE_BF16_BYTES   2
 
@@ -48,6 +49,7 @@ typedef struct tune_replay_opts {
     bool        sweep;
     bool        sweep_small;
     bool        check;
+    bool        progress; /* --progress: the line even where stderr is no terminal */
     char      **traces;
     int         num_traces;
 } tune_replay_opts_t;
@@ -75,75 +77,30 @@ static void usage(FILE *out)
             "  --svg FILE        draw a trace's replay; --svg-trace N picks it (0)\n"
             "  --check           fail unless adaptive beats push and pull and is within\n"
             "                    10%% of the oracle at p50 and p99 on every trace\n"
+            "  --progress        the progress line on stderr (how far the traces and the\n"
+            "                    sweep are) even where stderr is no terminal\n"
             "\n"
-            "  -h, --help  this text     -V, --version  strata's version\n"
+            "  -h, --help     this text (also after a subcommand)\n"
+            "  -V, --version  strata's version and build options\n"
             "Exit status: 0 done, 1 a file could not be read or written or --check failed,\n"
             "2 bad usage, 3 internal error.\n",
             TUNE_SUITE_STEPS);
 }
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* One line naming what is wrong; the usage exit code. */
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-
-    fputs("strata-tune: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs(" (see --help)\n", stderr);
-    return EXIT_TUNE_USAGE;
-}
-
-/* A whole decimal integer in [min, max]. */
 static bool parse_int(const char *option, const char *text, long min, long max, int *value_p)
 {
-    char *end;
-    long value;
-
-    errno = 0;
-    value = strtol(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || value < min || value > max) {
-        fprintf(stderr, "strata-tune: %s: expected an integer in %ld..%ld, found '%s'\n",
-                option, min, max, text);
-        return false;
-    }
-    *value_p = (int)value;
-    return true;
+    return tool_parse_int(TUNE_TOOL, option, text, min, max, value_p);
 }
 
 static bool parse_double(const char *option, const char *text, double min, double max,
                          double *value_p)
 {
-    char *end;
-    double value;
-
-    errno = 0;
-    value = strtod(text, &end);
-    if (errno != 0 || end == text || *end != '\0' || !(value >= min && value <= max)) {
-        fprintf(stderr, "strata-tune: %s: expected a number in %g..%g, found '%s'\n", option,
-                min, max, text);
-        return false;
-    }
-    *value_p = value;
-    return true;
+    return tool_parse_double(TUNE_TOOL, option, text, min, max, value_p);
 }
 
 static bool parse_seed(const char *text, uint64_t *seed_p)
 {
-    char *end;
-    unsigned long long value;
-
-    errno = 0;
-    value = strtoull(text, &end, 0);
-    if (errno != 0 || end == text || *end != '\0' || text[0] == '-') {
-        fprintf(stderr, "strata-tune: --seed: expected an unsigned integer, found '%s'\n", text);
-        return false;
-    }
-    *seed_p = value;
-    return true;
+    return tool_parse_u64(TUNE_TOOL, "--seed", text, 0, UINT64_MAX, seed_p);
 }
 
 /* --- generate ---------------------------------------------------------------------------- */
@@ -152,7 +109,7 @@ enum {
     OPT_EXPERTS = 256, OPT_RANKS, OPT_RANKS_PER_NODE, OPT_TOKENS, OPT_TOPK, OPT_HIDDEN,
     OPT_ROW_BYTES, OPT_ZIPF, OPT_DRIFT_PERIOD, OPT_DRIFT_FRACTION, OPT_BURST_PROB, OPT_STEPS,
     OPT_SEED, OPT_SYNTHETIC, OPT_POLICY, OPT_SWEEP, OPT_SWEEP_SMALL, OPT_OUT_POLICY, OPT_SVG,
-    OPT_SVG_TRACE, OPT_CHECK
+    OPT_SVG_TRACE, OPT_CHECK, OPT_PROGRESS
 };
 
 /* One option of generate into params; false on a bad value. */
@@ -211,25 +168,27 @@ static int generate_main(int argc, char **argv)
     int hidden = 0, opt;
 
     strata_trace_gen_defaults(&params);
-    while ((opt = getopt_long(argc, argv, "o:h", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":o:h", options, NULL)) != -1) {
         if (opt == 'o') {
             output = optarg;
         } else if (opt == 'h') {
             usage(stdout);
             return EXIT_TUNE_OK;
-        } else if (opt == '?' || !generate_option(opt, optarg, &params, &hidden, &row_bytes)) {
-            usage(stderr);
+        } else if (opt == '?' || opt == ':') {
+            return tool_option_error(TUNE_TOOL, argv, options, opt);
+        } else if (!generate_option(opt, optarg, &params, &hidden, &row_bytes)) {
             return EXIT_TUNE_USAGE;
         }
     }
     if (optind < argc) {
-        return usage_error("generate: unexpected argument '%s'", argv[optind]);
+        return tool_usage_error(TUNE_TOOL, "generate: unexpected argument '%s'",
+                                argv[optind]);
     }
     if (output == NULL) {
-        return usage_error("generate: no output file: give -o FILE");
+        return tool_usage_error(TUNE_TOOL, "generate: no output file: give -o FILE");
     }
     if (hidden > 0 && row_bytes > 0.0) {
-        return usage_error("generate: give --hidden or --row-bytes, not both");
+        return tool_usage_error(TUNE_TOOL, "generate: give --hidden or --row-bytes, not both");
     }
     if (hidden > 0 || row_bytes > 0.0) {
         params.shape.row_bytes = hidden > 0 ? (double)hidden * TUNE_BF16_BYTES : row_bytes;
@@ -238,7 +197,7 @@ static int generate_main(int argc, char **argv)
 
     status = strata_trace_generate(&params, &trace, err);
     if (status == STRATA_ERR_INVALID) {
-        return usage_error("generate: %s", err);
+        return tool_usage_error(TUNE_TOOL, "generate: %s", err);
     }
     if (status == STRATA_OK) {
         status = strata_trace_write(trace, output, err);
@@ -264,7 +223,7 @@ static void destroy_cases(tune_case_t **cases, int num_cases)
 /* One synthetic trace of the suite: 4 nodes, experts E, Zipf s. */
 static strata_status_t synthetic_case(int experts, double zipf, int tokens, int steps,
                                       uint64_t seed, const adapt_model_t *model,
-                                      tune_case_t **case_p)
+                                      tool_progress_t *progress, tune_case_t **case_p)
 {
     char err[STRATA_TRACE_ERR_LEN], name[TUNE_NAME_LEN];
     strata_trace_gen_params_t params;
@@ -287,6 +246,7 @@ static strata_status_t synthetic_case(int experts, double zipf, int tokens, int 
     params.seed          = seed;
     status = strata_trace_generate(&params, &trace, err);
     if (status != STRATA_OK) {
+        tool_progress_end(progress);
         fprintf(stderr, "strata-tune: synthetic trace E=%d s=%g: %s\n", experts, zipf, err);
         return status;
     }
@@ -297,16 +257,23 @@ static strata_status_t synthetic_case(int experts, double zipf, int tokens, int 
 }
 
 static strata_status_t synthetic_cases(int steps, const adapt_model_t *model,
-                                       tune_case_t **cases, int *num_cases_p)
+                                       tool_progress_t *progress, tune_case_t **cases,
+                                       int *num_cases_p)
 {
+    int total = (int)(UTIL_ARRAY_SIZE(tune_suite_tokens) * UTIL_ARRAY_SIZE(tune_suite_experts) *
+                      UTIL_ARRAY_SIZE(tune_suite_zipf));
     int n = 0;
 
     for (size_t t = 0; t < UTIL_ARRAY_SIZE(tune_suite_tokens); ++t) {
         for (size_t i = 0; i < UTIL_ARRAY_SIZE(tune_suite_experts); ++i) {
             for (size_t j = 0; j < UTIL_ARRAY_SIZE(tune_suite_zipf); ++j) {
-                strata_status_t status = synthetic_case(
-                    tune_suite_experts[i], tune_suite_zipf[j], tune_suite_tokens[t], steps,
-                    TUNE_SUITE_SEED + (uint64_t)n, model, &cases[n]);
+                strata_status_t status;
+
+                tool_progress_update(progress, "synthetic traces %d/%d", n, total);
+                status = synthetic_case(tune_suite_experts[i], tune_suite_zipf[j],
+                                        tune_suite_tokens[t], steps,
+                                        TUNE_SUITE_SEED + (uint64_t)n, model, progress,
+                                        &cases[n]);
 
                 if (status != STRATA_OK) {
                     *num_cases_p = n;
@@ -346,7 +313,8 @@ static strata_status_t file_cases(char **paths, int num_paths, const adapt_model
 
 /* The synthetic suite or the named files, priced with model; unreadable files are reported. */
 static strata_status_t build_cases(const tune_replay_opts_t *opts, const adapt_model_t *model,
-                                   tune_case_t ***cases_p, int *num_cases_p)
+                                   tool_progress_t *progress, tune_case_t ***cases_p,
+                                   int *num_cases_p)
 {
     int capacity = opts->synthetic ? (int)(UTIL_ARRAY_SIZE(tune_suite_experts) *
                                            UTIL_ARRAY_SIZE(tune_suite_zipf) *
@@ -359,7 +327,7 @@ static strata_status_t build_cases(const tune_replay_opts_t *opts, const adapt_m
     if (cases == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    status = opts->synthetic ? synthetic_cases(opts->steps, model, cases, &n)
+    status = opts->synthetic ? synthetic_cases(opts->steps, model, progress, cases, &n)
                              : file_cases(opts->traces, opts->num_traces, model, cases, &n);
     if (status != STRATA_OK) {
         destroy_cases(cases, n);
@@ -449,6 +417,7 @@ static bool replay_option(int opt, const char *arg, tune_replay_opts_t *opts)
     case OPT_SVG:         opts->svg = arg; return true;
     case OPT_SVG_TRACE:   return parse_int("--svg-trace", arg, 0, INT_MAX, &opts->svg_trace);
     case OPT_CHECK:       opts->check = true; return true;
+    case OPT_PROGRESS:    opts->progress = true; return true;
     default:              return false;
     }
 }
@@ -466,6 +435,7 @@ static int replay_parse(int argc, char **argv, tune_replay_opts_t *opts)
         {"svg", required_argument, NULL, OPT_SVG},
         {"svg-trace", required_argument, NULL, OPT_SVG_TRACE},
         {"check", no_argument, NULL, OPT_CHECK},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -473,13 +443,15 @@ static int replay_parse(int argc, char **argv, tune_replay_opts_t *opts)
     int opt;
 
     *opts = (tune_replay_opts_t){.steps = TUNE_SUITE_STEPS};
-    while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         if (opt == 'h') {
             usage(stdout);
             return EXIT_TUNE_OK;
         }
-        if (opt == '?' || !replay_option(opt, optarg, opts)) {
-            usage(stderr);
+        if (opt == '?' || opt == ':') {
+            return tool_option_error(TUNE_TOOL, argv, options, opt);
+        }
+        if (!replay_option(opt, optarg, opts)) {
             return EXIT_TUNE_USAGE;
         }
         steps_given |= opt == OPT_STEPS;
@@ -487,18 +459,20 @@ static int replay_parse(int argc, char **argv, tune_replay_opts_t *opts)
     opts->traces     = argv + optind;
     opts->num_traces = argc - optind;
     if (opts->synthetic == (opts->num_traces > 0)) {
-        return usage_error("replay: give trace files or --synthetic%s", opts->synthetic ?
-                           ", not both" : "");
+        return tool_usage_error(TUNE_TOOL, "replay: give trace files or --synthetic%s",
+                                opts->synthetic ? ", not both" : "");
     }
     if (steps_given && !opts->synthetic) {
-        return usage_error("replay: --steps sets the length of the --synthetic traces");
+        return tool_usage_error(TUNE_TOOL, "replay: --steps sets the length of the "
+                                "--synthetic traces");
     }
     return -1;
 }
 
 /* Sweep if asked (printing the choice), then replay every case with the final params. */
 static strata_status_t replay_cases(const tune_replay_opts_t *opts, tune_case_t **cases,
-                                    int num_cases, adapt_policy_params_t *params)
+                                    int num_cases, tool_progress_t *progress,
+                                    adapt_policy_params_t *params)
 {
     strata_status_t status;
     double objective;
@@ -506,7 +480,8 @@ static strata_status_t replay_cases(const tune_replay_opts_t *opts, tune_case_t 
     if (opts->sweep) {
         status = tune_sweep(cases, num_cases, opts->sweep_small ? &tune_grid_small
                                                                 : &tune_grid_full,
-                            params, &objective);
+                            progress, params, &objective);
+        tool_progress_end(progress);
         if (status != STRATA_OK) {
             return status;
         }
@@ -547,10 +522,13 @@ static bool replay_outputs(const tune_replay_opts_t *opts, tune_case_t *const *c
 static int replay_run(const tune_replay_opts_t *opts, adapt_policy_params_t *params)
 {
     strata_status_t status;
+    tool_progress_t progress;
     tune_case_t **cases;
     int num_cases = 0, code = EXIT_TUNE_OK;
 
-    status = build_cases(opts, &params->model, &cases, &num_cases);
+    tool_progress_start(&progress, true, opts->progress);
+    status = build_cases(opts, &params->model, &progress, &cases, &num_cases);
+    tool_progress_end(&progress);
     if (status == STRATA_ERR_NO_MEMORY) {
         fprintf(stderr, "strata-tune: out of memory building the traces\n");
         return EXIT_TUNE_INTERNAL;
@@ -564,7 +542,7 @@ static int replay_run(const tune_replay_opts_t *opts, adapt_policy_params_t *par
                 opts->svg_trace, num_cases, num_cases - 1);
         return EXIT_TUNE_USAGE;
     }
-    status = replay_cases(opts, cases, num_cases, params);
+    status = replay_cases(opts, cases, num_cases, &progress, params);
     if (status != STRATA_OK) {
         destroy_cases(cases, num_cases);
         fprintf(stderr, "strata-tune: replay: %s\n", strata_status_string(status));
@@ -621,9 +599,11 @@ int main(int argc, char **argv)
         return EXIT_TUNE_OK;
     }
     if (strcmp(command, "-V") == 0 || strcmp(command, "--version") == 0) {
-        printf("strata-tune %s\n", strata_get_version_string());
+        tool_print_version(TUNE_TOOL, strata_get_version_string(), strata_get_build_options());
         return EXIT_TUNE_OK;
     }
-    usage(stderr);
-    return EXIT_TUNE_USAGE;
+    if (command[0] == '-') {
+        return tool_usage_error(TUNE_TOOL, "unknown option '%s' before the subcommand", command);
+    }
+    return tool_unknown_subcommand(TUNE_TOOL, argc > 1 ? command : NULL, usage);
 }

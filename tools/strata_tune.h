@@ -7,6 +7,7 @@
 #define STRATA_TOOLS_STRATA_TUNE_H
 
 #include "strata_trace.h"
+#include "tool_cli.h"
 #include "adaptive/adapt.h"
 
 #include <stdbool.h>
@@ -99,10 +100,11 @@ extern const tune_grid_t tune_grid_small;
  * Try every point of grid over params' other fields (model, initial mode); the winner has
  * the least worst-case tune_case_score over the cases (ties: the earlier point) and goes to
  * *params, its objective to *objective_p. The cases are left replayed with some candidate:
- * replay them again with the winner.
+ * replay them again with the winner. Each point tried updates progress (the caller ends it).
  */
 strata_status_t tune_sweep(tune_case_t *const *cases, int num_cases, const tune_grid_t *grid,
-                           adapt_policy_params_t *params, double *objective_p);
+                           tool_progress_t *progress, adapt_policy_params_t *params,
+                           double *objective_p);
 
 /**
  * Draw the replay of tc (replayed with keep_modes) as an SVG file: step latencies of the four

@@ -308,10 +308,13 @@ static strata_status_t tune_worst_score(tune_case_t *const *cases, int num_cases
 }
 
 strata_status_t tune_sweep(tune_case_t *const *cases, int num_cases, const tune_grid_t *grid,
-                           adapt_policy_params_t *params, double *objective_p)
+                           tool_progress_t *progress, adapt_policy_params_t *params,
+                           double *objective_p)
 {
     adapt_policy_params_t best = *params, candidate = *params;
     double best_objective = INFINITY, objective;
+    int total = grid->num_alpha * grid->num_margin * grid->num_noise_k * grid->num_dwell;
+    int done = 0;
     strata_status_t status;
 
     for (int a = 0; a < grid->num_alpha; ++a) {
@@ -322,6 +325,7 @@ strata_status_t tune_sweep(tune_case_t *const *cases, int num_cases, const tune_
                     candidate.margin  = grid->margin[m];
                     candidate.noise_k = grid->noise_k[k];
                     candidate.dwell   = grid->dwell[d];
+                    tool_progress_update(progress, "sweep %d/%d configs", done++, total);
                     status = tune_worst_score(cases, num_cases, &candidate, best_objective,
                                               &objective);
                     if (status != STRATA_OK) {

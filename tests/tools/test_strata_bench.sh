@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# strata-bench p2p runs end to end on a small size range and prints a row per size; where
+# strata-bench p2p runs end to end on a small size range and prints a row per size; its
+# command line (version, help, each usage error's message; progress on a terminal); where
 # strata-bench has its intra subcommand (built with MPI) and the build is not sanitized
 # (third argument), intra and moe run on small shapes and print every path, moe also its
 # host-copied bytes and the breakdown of a step, and moe --modes its table of modes.
@@ -16,13 +17,89 @@ if [ $rc -ne 0 ] || [ "$rows" -ne 14 ]; then
 fi
 "$run" -n 1 -- "$bench" p2p >/dev/null 2>&1
 [ $? -eq 2 ] || { echo "one rank should be refused (exit 2)"; echo "1 passed, 1 failed"; exit 1; }
+
+# The command line every tool shares (tests/tools/cli.sh): each mistake its own message.
+. "$(dirname "$0")/cli.sh"
+trap cli_cleanup EXIT
+cli_failed=0
+check() { "$@" || cli_failed=$((cli_failed + 1)); }
+check cli_version strata-bench "$bench"
+check cli_help "$bench" --help
+check cli_help "$bench" -h
+for sub in p2p incast intra moe; do
+    check cli_help "$bench" $sub --help
+done
+check cli_unknown_subcommand strata-bench "$bench"
+check cli_usage_error "strata-bench: unknown option '--bogus' before the subcommand (see --help)" \
+    "$bench" --bogus
+check cli_usage_error "strata-bench p2p: unknown option '--bogus' (see --help)" "$bench" p2p --bogus
+check cli_usage_error "strata-bench p2p: option '--min' needs a value (see --help)" "$bench" p2p --min
+check cli_usage_error "strata-bench p2p: --min: '8x' is not a size (bytes, or with k, m or g) (see --help)" \
+    "$bench" p2p --min 8x
+check cli_usage_error "strata-bench p2p: --min 4 is out of range (8..1073741824) (see --help)" \
+    "$bench" p2p --min 4
+check cli_usage_error "strata-bench p2p: --max 2g is out of range (8..1073741824) (see --help)" \
+    "$bench" p2p --max 2g
+check cli_usage_error "strata-bench p2p: --max 512 is below --min 1024 (see --help)" \
+    "$bench" p2p --min 1k --max 512
+check cli_usage_error "strata-bench p2p: unexpected argument 'extra' (see --help)" "$bench" p2p extra
+check cli_usage_error "strata-bench incast: option '--help' takes no value (found 'yes') (see --help)" \
+    "$bench" incast --help=yes
+check cli_usage_error "strata-bench incast: --phases: 'ten' is not an integer (see --help)" \
+    "$bench" incast --phases ten
+check cli_usage_error "strata-bench incast: --seconds 0 is out of range (0.01..3600) (see --help)" \
+    "$bench" incast --seconds 0
+check cli_usage_error "strata-bench incast: --rate-control 'maybe' is not on, off or both (see --help)" \
+    "$bench" incast --rate-control maybe
+if "$bench" intra --help >/dev/null 2>&1; then # built with MPI
+    check cli_usage_error "strata-bench intra: --tokens: 'x' is not an integer (see --help)" \
+        "$bench" intra --tokens 8,x
+    check cli_usage_error "strata-bench intra: --tokens 0 is out of range (1..1048576) (see --help)" \
+        "$bench" intra --tokens 0
+    check cli_usage_error "strata-bench intra: --device gpu9: no such device backend (see --help)" \
+        "$bench" intra --device gpu9
+    check cli_usage_error "strata-bench moe: --route 'diagonal' is not flat or hier (see --help)" \
+        "$bench" moe --route diagonal
+    check cli_usage_error "strata-bench moe: --zipf 20 is out of range (0..16) (see --help)" \
+        "$bench" moe --zipf 20
+    check cli_usage_error "strata-bench moe: option '--modes' needs a value (see --help)" \
+        "$bench" moe --modes
+else
+    check cli_usage_error "strata-bench: subcommand 'intra' is not built in: this strata-bench was built without MPI (see --help)" \
+        "$bench" intra
+fi
+# Progress: under strata-run on a terminal (script(1) gives it one), rank 0 gets a terminal
+# too and draws the line, which strata-run shows after its prefix; with strata-run's stderr
+# a file, no rank draws it.
+if cli_have_pty; then
+    p2p=(p2p --min 8 --max 4k)
+    STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo timeout 120 \
+        script -qec "$(printf '%q ' "$run" -n 2 --timeout 100 -- "$bench" "${p2p[@]}")" /dev/null \
+        </dev/null >"$cli_out" 2>&1 ||
+        { cli_show "p2p under strata-run on a terminal exited $?"; cli_failed=$((cli_failed + 1)); }
+    check cli_progress_drawn "[r0] p2p 0/10 sizes" "$cli_out"
+    grep -qE '\[r0\] +4096 \|' "$cli_out" ||
+        { cli_show "p2p under strata-run on a terminal: no row for 4096 bytes"; cli_failed=$((cli_failed + 1)); }
+    STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo timeout 120 "$run" -n 2 --timeout 100 -- \
+        "$bench" "${p2p[@]}" >/dev/null 2>"$cli_err" ||
+        { cli_show "p2p exited $?"; cli_failed=$((cli_failed + 1)); }
+    check cli_progress_absent "p2p 0/10 sizes" "$cli_err"
+else
+    echo "progress line not checked: script(1) from util-linux is not installed"
+fi
+[ "$cli_failed" -eq 0 ] || { echo "2 passed, 1 failed ($cli_failed command-line checks)"; exit 1; }
 if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --help >/dev/null 2>&1; then
+    # --progress: rank 0 draws its line on the pipe mpirun gives it (stderr, kept apart).
     out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 \
-          mpirun --oversubscribe -n 2 "$bench" intra --tokens 8,64 --hidden 256 --iters 5 2>&1)
+          mpirun --oversubscribe -n 2 "$bench" intra --tokens 8,64 --hidden 256 --iters 5 \
+          --progress 2>"$cli_err")
     rc=$?
     rows=$(grep -cE '^ +(8|64) (memcpy|MPI_Alltoallv|strata push|strata pull) ' <<<"$out")
-    if [ $rc -ne 0 ] || [ "$rows" -ne 8 ]; then
+    progress=$(cli_progress_drawn "intra 0/2 token counts" "$cli_err")
+    if [ $rc -ne 0 ] || [ "$rows" -ne 8 ] || [ -n "$progress" ]; then
         echo "$out"
+        cat "$cli_err"
+        echo "$progress"
         echo "2 passed, 1 failed"
         exit 1
     fi
@@ -45,7 +122,7 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
     # moe --modes: the same drifting Zipf routing through push, pull, adaptive and a fixed
     # mask of 4 of 16 experts; each object's experts must have moved in its own modes.
     mask=$(mktemp /tmp/strata-test-bench-mask-XXXXXX)
-    trap 'rm -f "$mask"' EXIT
+    trap 'rm -f "$mask"; cli_cleanup' EXIT
     echo '{"format": "strata-modes", "version": 1, "num_experts": 16, "pull": [1, 4, 9, 14]}' >"$mask"
     out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
           mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \

@@ -5,6 +5,7 @@ info=$1
 fail() { echo "FAIL: $*"; exit 1; }
 
 out=$("$info") || fail "strata-info exited $?"
+out_plain=$out
 grep -q '^strata [0-9]*\.[0-9]*\.[0-9]*$' <<<"$out" || fail "no version line: $out"
 grep -q '^build: cuda=\(on\|off\) hip=\(on\|off\) verbs=\(on\|off\) ucx=\(on\|off\) sanitize=' <<<"$out" ||
     fail "no build line: $out"
@@ -25,6 +26,22 @@ err=$(STRATA_LOG_LEVEL=verbose STRATA_NO_SUCH_VARIABLE=1 timeout 10 "$info" 2>&1
 [ $? -eq 0 ] || fail "strata-info with a bad STRATA_LOG_LEVEL did not finish"
 grep -q "STRATA_LOG_LEVEL=verbose: 'verbose' is not one of" <<<"$err" || fail "bad level not reported: $err"
 
-"$info" --bogus >/dev/null 2>&1
-[ $? -eq 2 ] || fail "bad option should exit 2"
+# The command line every tool shares (tests/tools/cli.sh): each mistake its own message.
+. "$(dirname "$0")/cli.sh"
+trap cli_cleanup EXIT
+cli_version strata-info "$info" || fail "version"
+# The same build line as the full output's.
+[ "$(sed 's/^strata-info /strata /; s/ (/\nbuild: /; s/)$//' <<<"$("$info" -V)")" = \
+  "$(grep -E '^(strata |build: )' <<<"$out_plain")" ] || fail "-V differs from the version and build lines"
+cli_help "$info" --help || fail "--help"
+cli_help "$info" -h || fail "-h"
+cli_usage_error "strata-info: unknown option '--bogus' (see --help)" "$info" --bogus ||
+    fail "unknown option"
+cli_usage_error "strata-info: unknown option '-x' (see --help)" "$info" -x || fail "unknown short option"
+cli_usage_error "strata-info: option '--config' takes no value (found 'all') (see --help)" \
+    "$info" --config=all || fail "value to a flag"
+cli_usage_error "strata-info: unexpected argument 'extra' (see --help)" "$info" extra ||
+    fail "unexpected argument"
+cli_usage_error "strata-info: --check and --config are separate runs (see --help)" \
+    "$info" --check -c || fail "--check with --config"
 echo "1 passed, 0 failed"

@@ -12,7 +12,8 @@ passed=0 failed=0 skipped=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 pass() { passed=$((passed + 1)); }
 work=$(mktemp -d /tmp/strata-test-run-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/cli.sh"
+trap 'rm -rf "$work"; cli_cleanup' EXIT
 
 expect() { # expect CODE MAX_SECONDS CMD...: exit code and a bound on the time it took
     local want=$1 limit=$2; shift 2
@@ -46,6 +47,56 @@ expect 0 10 "$run" -n 2 --allow-fail 1 -- sh -c '[ "$RANK" = 1 ] && exit 5; exit
 expect 124 10 "$run" -n 2 --timeout 1 -- sleep 60
 expect 2 5 "$run" -n 3 --nodes 2 -- true
 expect 2 5 "$run" -n 2
+
+# The command line every tool shares (tests/tools/cli.sh): each mistake its own message,
+# none of them starting a rank.
+check() { "$@" && pass || fail "${*:1:2}"; }
+check cli_version strata-run "$run" plain
+check cli_help "$run" --help
+check cli_help "$run" -h
+usage_error() { # LINE ARGS...: refused with LINE, and the command after -- never ran
+    local line=$1
+    shift
+    check cli_usage_error "$line" "$run" "$@" -- touch "$work/ran"
+    [ ! -e "$work/ran" ] || { fail "'strata-run $*' ran its command"; rm -f "$work/ran"; }
+}
+usage_error "strata-run: unknown option '--bogus' (see --help)" -n 2 --bogus
+usage_error "strata-run: unknown option '-x' (see --help)" -x -n 2
+usage_error "strata-run: ambiguous option '--link' (see --help)" -n 2 --link 1gbit
+usage_error "strata-run: option '--help' takes no value (found 'yes') (see --help)" --help=yes
+usage_error "strata-run: -n: 'x' is not an integer (see --help)" -n x
+usage_error "strata-run: -n: '2.5' is not an integer (see --help)" -n 2.5
+usage_error "strata-run: -n 0 is out of range (1..256) (see --help)" -n 0
+usage_error "strata-run: -n 257 is out of range (1..256) (see --help)" -n 257
+usage_error "strata-run: --nodes 65 is out of range (1..64) (see --help)" -n 65 --nodes 65
+usage_error "strata-run: --timeout: '5s' is not a number (see --help)" -n 2 --timeout 5s
+usage_error "strata-run: --timeout 0 is out of range (0.001..1e+07) (see --help)" -n 2 --timeout 0
+usage_error "strata-run: --allow-fail: 'one' is not an integer (see --help)" -n 2 --allow-fail one
+usage_error "strata-run: --allow-fail 2: the job has ranks 0..1 (see --help)" -n 2 --allow-fail 2
+usage_error "strata-run: no -n: give the number of ranks to start (see --help)" --timeout 5
+usage_error "strata-run: -n 3 is not a multiple of --nodes 2 (see --help)" -n 3 --nodes 2
+check cli_usage_error "strata-run: option '-n' needs a value (see --help)" "$run" -n
+check cli_usage_error "strata-run: option '--timeout' needs a value (see --help)" "$run" -n 2 --timeout
+check cli_usage_error "strata-run: no command: give it after -- (see --help)" "$run" -n 2
+
+# On a terminal (script(1) gives it one) rank 0's stderr is a terminal too, and the line it
+# redraws in place (a tool's progress line) shows after its prefix until it clears it;
+# rank 1's stderr stays a pipe.
+if cli_have_pty; then
+    progress='if [ -t 2 ]; then echo "rank $RANK: terminal"; else echo "rank $RANK: pipe"; fi
+              printf "\rwork 1/2" >&2; sleep 0.3; printf "\rwork 2/2" >&2; sleep 0.3
+              printf "\r        \r" >&2; echo "rank $RANK: done" >&2'
+    timeout 30 script -qec "$(printf '%q ' "$run" -n 2 -- sh -c "$progress")" /dev/null \
+        </dev/null >"$work/out" 2>&1 || fail "strata-run on a terminal exited $?"
+    grep -q '^\[r0\] rank 0: terminal' "$work/out" && grep -q '\[r1\] rank 1: pipe' "$work/out" &&
+        pass || fail "rank 0 alone on a terminal: $(cat -A "$work/out")"
+    check cli_progress_drawn "[r0] work 2/2" "$work/out"
+    # The rank's blanks clear the line at once; no bare prefix stays drawn.
+    ! grep -qE $'\r\\[r0\\] +\r' "$work/out" && pass || fail "a bare prefix drawn: $(cat -A "$work/out")"
+    grep -q '\[r0\] rank 0: done' "$work/out" && pass || fail "rank 0's last line: $(cat -A "$work/out")"
+else
+    echo "terminal forwarding not checked: script(1) from util-linux is not installed"
+fi
 expect 127 10 "$run" -n 1 -- /nonexistent/program
 
 # A rank that dies after joining: the others see the bootstrap fail and exit cleanly.

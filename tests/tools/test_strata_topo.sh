@@ -7,7 +7,8 @@ passed=0 failed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 pass() { passed=$((passed + 1)); }
 work=$(mktemp -d /tmp/strata-test-topo-XXXXXX)
-trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/cli.sh"
+trap 'rm -rf "$work"; cli_cleanup' EXIT
 
 # Golden JSON; run from the fixture folder so the recorded description is the bare name.
 for f in "$fixtures"/*.xml; do
@@ -118,6 +119,20 @@ grep -q "more than 4096 PCI nodes: too large" "$work/err" && pass ||
 expect_exit 2 "$topo_bin" --bogus
 expect_exit 2 "$topo_bin" extra-argument
 expect_exit 0 "$topo_bin" --help
+
+# The command line every tool shares (tests/tools/cli.sh): each mistake its own message.
+check() { "$@" && pass || fail "${*:1:2}"; }
+check cli_version strata-topo "$topo_bin"
+check cli_help "$topo_bin" --help
+check cli_help "$topo_bin" -h
+check cli_usage_error "strata-topo: unknown option '--bogus' (see --help)" "$topo_bin" --bogus
+check cli_usage_error "strata-topo: unknown option '-x' (see --help)" "$topo_bin" -x
+check cli_usage_error "strata-topo: option '--file' needs a value (see --help)" "$topo_bin" --file
+check cli_usage_error "strata-topo: option '-f' needs a value (see --help)" "$topo_bin" -f
+check cli_usage_error "strata-topo: option '--json' takes no value (found 'yes') (see --help)" \
+    "$topo_bin" --json=yes
+check cli_usage_error "strata-topo: unexpected argument 'extra-argument' (see --help)" \
+    "$topo_bin" extra-argument
 
 # The machine the README points at, when the shared files are here.
 dir=${STRATA_TEST_TOPOLOGY_DIR:-}

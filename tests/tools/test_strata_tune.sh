@@ -9,7 +9,8 @@ tune=$1
 fail() { echo "FAIL: $*"; exit 1; }
 
 dir=$(mktemp -d) || fail "mktemp -d"
-trap 'rm -rf "$dir"' EXIT
+. "$(dirname "$0")/cli.sh"
+trap 'rm -rf "$dir"; cli_cleanup' EXIT
 
 # --- generate: the format, every rank's counts within bounds, the same file for a seed -----
 gen=(generate --experts 16 --ranks 8 --ranks-per-node 2 --tokens 32 --topk 4 --steps 30
@@ -153,7 +154,48 @@ usage2 replay --bogus "$dir/g.trace"
 usage2 replay --synthetic "$dir/g.trace"
 usage2 replay --steps 5 "$dir/g.trace"
 usage2 replay --svg "$dir/x.svg" --svg-trace 1 "$dir/g.trace"
-"$tune" --help >/dev/null || fail "--help exited $?"
+
+# --- the command line every tool shares (tests/tools/cli.sh): each mistake its own message ---
+cli_version strata-tune "$tune" || fail "version"
+for args in --help -h "generate --help" "replay --help"; do
+    cli_help "$tune" $args || fail "help"
+done
+cli_unknown_subcommand strata-tune "$tune" || fail "unknown subcommand"
+cli_usage_error "strata-tune: unknown option '--bogus' before the subcommand (see --help)" \
+    "$tune" --bogus || fail "option before the subcommand"
+cli_usage_error "strata-tune: unknown option '--bogus' (see --help)" \
+    "$tune" replay --bogus "$dir/g.trace" || fail "unknown option"
+cli_usage_error "strata-tune: unknown option '-x' (see --help)" \
+    "$tune" generate -x -o "$dir/x.trace" || fail "unknown short option"
+cli_usage_error "strata-tune: ambiguous option '--s' (see --help)" \
+    "$tune" replay --s 5 --synthetic || fail "ambiguous option"
+cli_usage_error "strata-tune: option '--policy' needs a value (see --help)" \
+    "$tune" replay --synthetic --policy || fail "missing value"
+cli_usage_error "strata-tune: option '-o' needs a value (see --help)" \
+    "$tune" generate -o || fail "missing value of a short option"
+cli_usage_error "strata-tune: option '--check' takes no value (found 'yes') (see --help)" \
+    "$tune" replay --synthetic --check=yes || fail "value to a flag"
+cli_usage_error "strata-tune: --steps: 'x' is not an integer (see --help)" \
+    "$tune" replay --synthetic --steps x || fail "unparsable integer"
+cli_usage_error "strata-tune: --steps 0 is out of range (1..1000000) (see --help)" \
+    "$tune" replay --synthetic --steps 0 || fail "integer out of range"
+cli_usage_error "strata-tune: --zipf: '1.2.3' is not a number (see --help)" \
+    "$tune" generate --zipf 1.2.3 -o "$dir/x.trace" || fail "unparsable number"
+cli_usage_error "strata-tune: --zipf 17 is out of range (0..16) (see --help)" \
+    "$tune" generate --zipf 17 -o "$dir/x.trace" || fail "number out of range"
+cli_usage_error "strata-tune: --seed: '-1' is not an unsigned integer (see --help)" \
+    "$tune" generate --seed -1 -o "$dir/x.trace" || fail "negative seed"
+[ ! -e "$dir/x.trace" ] || fail "a refused command line wrote its output file"
+# A sweep says how far it is on a terminal, and nothing of it reaches a file.
+if cli_have_pty; then
+    cli_progress "sweep 0/16 configs" "$tune" replay --synthetic --steps 30 --sweep-small || fail "progress"
+else
+    echo "progress line on a terminal not checked: script(1) from util-linux is not installed"
+fi
+# --progress draws it where stderr is no terminal too.
+"$tune" replay --synthetic --steps 30 --sweep-small --progress >/dev/null 2>"$dir/progress" ||
+    fail "replay --progress exited $?"
+cli_progress_drawn "sweep 0/16 configs" "$dir/progress" || fail "--progress"
 
 # --- the synthetic suite: sweep, policy file, check -----------------------------------------
 out=$("$tune" replay --synthetic --steps 60 --sweep --check --out-policy "$dir/chosen.json" 2>&1) ||
