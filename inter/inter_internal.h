@@ -75,8 +75,9 @@ typedef struct inter_op {
     bool                   paced;    /* held back by its peer's window at least once */
 } inter_op_t;
 
-/* Requests of one write or read of at most this many bytes take a peer's express lane:
- * they wait neither for its window nor behind its other operations (inter_queue.c). */
+/* Requests of one write or read of at most this many bytes, and work ring commands of at
+ * most this many, take a peer's express lane: they wait neither for its window nor behind
+ * its other operations (inter_queue.c). */
 #define INTER_EXPRESS_BYTES 4096
 
 typedef struct inter_op_lane {
@@ -158,7 +159,7 @@ struct inter_ring {
     uint32_t           mask;
     uint64_t           consumed;      /* proxy: next ticket to read */
     uint64_t           retired;       /* proxy: tickets completed, in order */
-    uint32_t           in_flight;
+    uint32_t           in_flight;     /* proxy: consumed, not completed (queued ones too) */
     bool               detached;      /* proxy: never touch mem again */
     bool               failed;
     int                num_regions;
@@ -364,8 +365,11 @@ void  inter_proxy_drain(inter_engine_t *engine); /* at destroy: fail and free ev
 /* inter_ring.c (proxy thread) */
 int  inter_ring_progress(inter_engine_t *engine);           /* post what producers published */
 void inter_ring_op_done(inter_engine_t *engine, inter_op_t *op, strata_status_t status);
+/* A command that waited in its peer's queue was posted from it: counted in the ring's stats
+ * (its slot still holds the command: credit comes back only once it completes). */
+void inter_ring_op_posted(inter_op_t *op);
 /* A command that waited in its peer's queue leaves it unposted (its ring failed or was
- * detached): its slot is free, nothing is counted. */
+ * detached, or its peer failed): its slot is free, nothing is counted. */
 void inter_ring_op_dropped(inter_op_t *op);
 bool inter_ring_imm(inter_engine_t *engine, uint32_t value); /* counted by a ring */
 void inter_ring_publish(inter_engine_t *engine);             /* after a round of polling */

@@ -1,8 +1,8 @@
 /*
  * The proxy thread: takes requests off the submission ring, posts their operations in
- * order per peer (requests of one small write or read first), peers taking turns (keeping
- * what the transport cannot take yet, and
- * under rate control what the peer's window cannot), polls every rail's completion queue,
+ * order per peer (requests of one small write or read, and small work ring commands, first),
+ * peers taking turns (keeping what the transport cannot take yet, and under rate control
+ * what the peer's window cannot, work ring commands among them), polls every rail's completion queue,
  * counts immediates, matches messages to receives, sends heartbeats and fails silent peers.
  * A round of it (inter_proxy_step) runs under the engine's progress lock: on the progress
  * thread (STRATA_INTER_PROGRESS=thread, or while work rings are attached), or on whichever
@@ -280,26 +280,43 @@ static void inter_pending_posted(inter_engine_t *engine, int peer, uint64_t now)
     inter_queues_pop(&engine->pending, peer);
     if (op->req != NULL) {
         op->req->ops_posted++;
+    } else {
+        inter_ring_op_posted(op);
     }
     inter_pace_posted(engine, op, inter_queues_head(&engine->pending, peer) != NULL, now);
 }
 
-/* The head of peer's queue leaves it unposted, finished with status. */
+/* The head of peer's queue leaves it unposted, as inter_pending_check found (its request
+ * cancelled, its ring failed or detached, its peer failed). */
 static void inter_pending_drop(inter_engine_t *engine, int peer, strata_status_t status)
 {
     inter_op_t *op = inter_queues_head(&engine->pending, peer);
 
     inter_queues_pop(&engine->pending, peer);
+    if (op->ring == NULL) {
+        inter_op_finished(op, status);
+    } else {
+        inter_ring_op_dropped(op); /* its ring has failed, or its owner took it back */
+    }
+}
+
+/* The head of peer's queue was refused by the transport with status (neither STRATA_OK nor
+ * STRATA_ERR_BUSY): the peer is failed, as a refused post always does, and so the ring of a
+ * work ring command; a request's operation finishes with the status. */
+static void inter_pending_refused(inter_engine_t *engine, int peer, strata_status_t status)
+{
+    inter_op_t *op = inter_queues_head(&engine->pending, peer);
+
+    inter_queues_pop(&engine->pending, peer);
+    if (op->ring != NULL) {
+        inter_proxy_fail_peer(engine, op->peer, "posting a work ring command failed");
+        inter_ring_op_done(engine, op, STRATA_ERR_PEER_FAILED);
+        return;
+    }
     if (status == STRATA_ERR_TRANSPORT) {
         inter_proxy_fail_peer(engine, op->peer, "posting to it failed");
     }
-    if (op->ring == NULL) {
-        inter_op_finished(op, status);
-    } else if (status == STRATA_ERR_CANCELLED) {
-        inter_ring_op_dropped(op); /* its ring failed or was detached already */
-    } else {
-        inter_ring_op_done(engine, op, status); /* fails the ring */
-    }
+    inter_op_finished(op, status);
 }
 
 /* The run of writes and reads at the head of peer's queue that can go on the head's rail in
@@ -366,7 +383,7 @@ static strata_status_t inter_post_peer(inter_engine_t *engine, int peer, int *wo
             return status;
         }
         if (status != STRATA_OK && posted < count) {
-            inter_pending_drop(engine, peer, status); /* the one the transport refused */
+            inter_pending_refused(engine, peer, status);
             ++*work_p;
         }
     }

@@ -2,9 +2,9 @@
  * The operations waiting to be posted: one queue per peer, and the turns the peers with
  * waiting operations take. A peer whose window is full keeps its queue while the others
  * take their turns, so that one slow receiver holds back nothing sent to the rest. Within
- * a peer's queue, requests of one small write or read go first, in an express lane that
- * the window does not hold: in an incast they would otherwise wait behind their own
- * sender's bulk. Nothing orders one write or read against another, so only sends, whose
+ * a peer's queue, requests of one small write or read, and small work ring commands, go
+ * first, in an express lane that the window does not hold: in an incast they would
+ * otherwise wait behind their own sender's bulk. Nothing orders one write or read against another, so only sends, whose
  * receives match in order, never overtake. Proxy-owned (inter_queues_t in
  * inter_internal.h).
  */

@@ -315,13 +315,16 @@ static void inter_ring_note_delay(inter_ring_t *ring, const util_work_cmd_t *cmd
     }
 }
 
-/* Whether the command after ticket is published already: the producer has more behind
- * this one, so rate control does not count its samples as the application's pace. */
-static bool inter_ring_has_more(inter_ring_t *ring, uint64_t ticket)
+/* Whether the command after ticket is published already and goes to the same peer: the
+ * producer has more for that peer behind this one, so rate control does not count its
+ * samples as the application's pace. */
+static bool inter_ring_has_more(inter_ring_t *ring, uint64_t ticket, int peer)
 {
     util_work_cmd_t *next = &util_work_ring_cmds(ring->mem)[(ticket + 1) & ring->mask];
 
-    return atomic_load_explicit(inter_ring_word(&next->seq), memory_order_acquire) == ticket + 2;
+    /* Acquire: the command's fields after its sequence number, as in inter_ring_drain. */
+    return atomic_load_explicit(inter_ring_word(&next->seq), memory_order_acquire) == ticket + 2 &&
+           next->peer == peer;
 }
 
 /*
@@ -357,6 +360,14 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
         if (atomic_load_explicit(inter_ring_word(&slot->seq), memory_order_acquire) != ticket + 1) {
             break;
         }
+        if (ticket - ring->retired > ring->mask) {
+            /* Published without credit: its slot's op may still wait in a peer's queue. */
+            UTIL_LOG_ERROR("engine: work ring command %llu published past the credit given "
+                           "(%llu); the ring is failed", (unsigned long long)ticket,
+                           (unsigned long long)(ring->retired + ring->mask + 1));
+            inter_ring_set_failure(ring, STRATA_ERR_INVALID);
+            break;
+        }
         cmd = *slot;
         if (!inter_ring_cmd_valid(engine, ring, &cmd)) {
             UTIL_LOG_ERROR("engine: work ring command %llu (op %u to rank %d, region %u, %llu "
@@ -388,9 +399,9 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
                 inter_proxy_fail_peer(engine, cmd.peer, "posting a work ring command failed");
                 break;
             }
-            inter_pace_posted(engine, op, inter_ring_has_more(ring, ticket), now);
+            inter_ring_note_delay(ring, &cmd);
+            inter_pace_posted(engine, op, inter_ring_has_more(ring, ticket, cmd.peer), now);
         }
-        inter_ring_note_delay(ring, &cmd);
         ring->done[ticket & ring->mask] = false;
         ring->in_flight++;
         ring->consumed++;
@@ -448,6 +459,11 @@ void inter_ring_op_done(inter_engine_t *engine, inter_op_t *op, strata_status_t 
         inter_ring_count(ring, op->counter);
     }
     inter_ring_retire(ring);
+}
+
+void inter_ring_op_posted(inter_op_t *op)
+{
+    inter_ring_note_delay(op->ring, &util_work_ring_cmds(op->ring->mem)[op->slot]);
 }
 
 void inter_ring_op_dropped(inter_op_t *op)

@@ -188,12 +188,15 @@ static void bench_engine_destroy(bench_engine_t *be)
 static void bench_print_rate(bench_engine_t *be, const char *mode)
 {
     inter_peer_rate_t rate;
+    char window[32] = "none";
 
     BENCH_TRY(inter_engine_peer_rate(be->engine, be->peer, &rate));
-    printf("# rate control %-3s: rate %.1f MB/s, base RTT %.1f us, window %.0f KiB, "
+    if (rate.window_bytes != UINT64_MAX) {
+        snprintf(window, sizeof(window), "%.0f KiB", (double)rate.window_bytes / 1024);
+    }
+    printf("# rate control %-3s: rate %.1f MB/s, base RTT %.1f us, window %s, "
            "%llu writes held by the window\n",
-           mode, rate.rate_Bps / 1e6, (double)rate.rtt_ns / 1e3,
-           rate.window_bytes == UINT64_MAX ? -1.0 : (double)rate.window_bytes / 1024,
+           mode, rate.rate_Bps / 1e6, (double)rate.rtt_ns / 1e3, window,
            (unsigned long long)rate.paced);
 }
 

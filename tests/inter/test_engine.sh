@@ -123,7 +123,7 @@ check_case "shm, shared memory forbidden (refused)" 2 "$forbid" -- STRATA_INTER_
 check_case "tcp, rank 2 of 3 killed" 2 "$dead" -- $quick $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 check_case "tcp, rank 2 of 3 killed, progress thread" 2 "$dead" -- $quick STRATA_INTER_PROGRESS=thread $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 shm_before=$(ls /dev/shm 2>/dev/null | wc -l)
-check_case "tcp, rank 1 of 3 killed under a work ring" 2 "$dead" -- $quick $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 1 -- --kill-ring 1
+check_case "tcp, rank 1 of 3 killed under a work ring, rate control on" 2 "$dead" -- $quick $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RATE_CONTROL=on STRATA_INTER_STRIPE_MIN=16k -- -n 3 --allow-fail 1 -- --kill-ring 1
 check_case "shm, rank 1 of 3 killed" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=shm -- -n 3 --allow-fail 1 -- --kill 1
 # The killed rank's shared memory (and the survivors', whose stuck transport stays open)
 # must not outlive the job: strata-run removes what its ranks left in /dev/shm.

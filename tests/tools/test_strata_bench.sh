@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# strata-bench p2p runs end to end on a small size range and prints a row per size; its
+# strata-bench p2p runs end to end on a small size range and prints a row per size, also
+# against the same engine without rate control (each engine's rate figures); its
 # command line (version, help, each usage error's message; progress on a terminal); where
 # strata-bench has its intra subcommand (built with MPI) and the build is not sanitized
 # (third argument), intra and moe run on small shapes and print every path, moe also its
@@ -17,6 +18,20 @@ if [ $rc -ne 0 ] || [ "$rows" -ne 14 ]; then
 fi
 "$run" -n 1 -- "$bench" p2p >/dev/null 2>&1
 [ $? -eq 2 ] || { echo "one rank should be refused (exit 2)"; echo "1 passed, 1 failed"; exit 1; }
+# Against the same engine without rate control: a row per size, then each engine's figures,
+# the paced one with a window (16 KiB chunks: the window binds) and writes held.
+out=$(STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_STRIPE_MIN=16k \
+      "$run" -n 2 --timeout 120 -- "$bench" p2p --min 64k --max 256k --reps 3 \
+      --baseline no-rate-control 2>&1)
+rc=$?
+rows=$(grep -cE '^\[r0\] +[0-9]+ \|' <<<"$out")
+if [ $rc -ne 0 ] || [ "$rows" -ne 3 ] ||
+   ! grep -qE '^\[r0\] # rate control off: rate [0-9.]+ MB/s, base RTT [0-9.]+ us, window none, 0 writes held' <<<"$out" ||
+   ! grep -qE '^\[r0\] # rate control on : rate [0-9.]+ MB/s, base RTT [0-9.]+ us, window [0-9]+ KiB, [1-9][0-9]* writes held' <<<"$out"; then
+    echo "$out"
+    echo "2 passed, 1 failed"
+    exit 1
+fi
 
 # The command line every tool shares (tests/tools/cli.sh): each mistake its own message.
 . "$(dirname "$0")/cli.sh"
@@ -43,6 +58,10 @@ check cli_usage_error "strata-bench p2p: --max 2g is out of range (8..1073741824
 check cli_usage_error "strata-bench p2p: --max 512 is below --min 1024 (see --help)" \
     "$bench" p2p --min 1k --max 512
 check cli_usage_error "strata-bench p2p: unexpected argument 'extra' (see --help)" "$bench" p2p extra
+check cli_usage_error "strata-bench p2p: --baseline takes raw or no-rate-control, not 'mpi' (see --help)" \
+    "$bench" p2p --baseline mpi
+check cli_usage_error "strata-bench p2p: --reps 0 is out of range (1..101) (see --help)" \
+    "$bench" p2p --reps 0
 check cli_usage_error "strata-bench incast: option '--help' takes no value (found 'yes') (see --help)" \
     "$bench" incast --help=yes
 check cli_usage_error "strata-bench incast: --phases: 'ten' is not an integer (see --help)" \
