@@ -49,6 +49,25 @@ elseif(STRATA_WITH_UCX)
                             "or -DSTRATA_WITH_UCX=OFF)")
     endif()
 endif()
+# The MPI subcommands of strata-bench (intra and moe compare with MPI_Alltoallv): built
+# wherever MPI is found unless STRATA_WITH_MPI_BENCH is set; ON without MPI is an error.
+if(NOT DEFINED STRATA_WITH_MPI_BENCH)
+    find_package(MPI QUIET COMPONENTS C)
+    if(MPI_C_FOUND)
+        set(STRATA_WITH_MPI_BENCH ON)
+    else()
+        set(STRATA_WITH_MPI_BENCH OFF)
+        message(STATUS "MPI not found: strata-bench is built without its intra and moe "
+                       "subcommands (apt-get install libopenmpi-dev)")
+    endif()
+elseif(STRATA_WITH_MPI_BENCH)
+    find_package(MPI QUIET COMPONENTS C)
+    if(NOT MPI_C_FOUND)
+        message(FATAL_ERROR "STRATA_WITH_MPI_BENCH=ON, but no MPI C library was found "
+                            "(apt-get install libopenmpi-dev, set MPI_HOME or MPI_C_COMPILER, "
+                            "or -DSTRATA_WITH_MPI_BENCH=OFF)")
+    endif()
+endif()
 if(STRATA_WITH_CUDA)
     if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
         set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)

@@ -305,6 +305,13 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "moe") == 0) {
         return bench_moe_main(argc, argv);
     }
+#else
+    if (argc >= 2 && (strcmp(argv[1], "intra") == 0 || strcmp(argv[1], "moe") == 0)) {
+        fprintf(stderr, "strata-bench: this build has no '%s' subcommand: intra and moe need MPI, "
+                        "and strata was configured without it (STRATA_WITH_MPI_BENCH=OFF)\n",
+                argv[1]);
+        return 2;
+    }
 #endif
     if (argc < 2 || strcmp(argv[1], "p2p") != 0) {
         usage(stderr);
