@@ -8,7 +8,7 @@
  *
  * Allocations are counted by wrapping malloc, calloc, realloc, posix_memalign and
  * aligned_alloc at link time (tests/CMakeLists.txt): the wrap binds the calls of the
- * objects linked into this executable, strata_static's among them, and not those inside
+ * objects linked into this executable, strata_internal's among them, and not those inside
  * shared libraries, so what libfabric allocates inside its own calls is not counted and
  * everything strata itself allocates, on any thread, is.
  */
