@@ -66,6 +66,13 @@ def address(obj, name, dtype, shape, names=None, writable=False, aligned=False):
         raise ValueError(f"{name} is a read-only array: strata writes it in place")
     if _dtype_name(obj) != dtype:
         raise ValueError(f"{name} has dtype {_dtype_name(obj)}, expected {dtype}")
+    if isinstance(obj, np.ndarray) and not obj.dtype.isnative:
+        raise ValueError(f"{name} is in {'big' if obj.dtype.byteorder == '>' else 'little'}-"
+                         f"endian byte order, not this machine's: pass obj.astype(obj.dtype."
+                         f"newbyteorder('='))")
+    if isinstance(obj, np.ndarray) and not obj.flags.aligned:
+        raise ValueError(f"{name} is not aligned to its elements' size: pass a copy "
+                         f"(numpy.ascontiguousarray allocates an aligned one)")
     if tuple(obj.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(obj.shape)}, expected "
                          f"{_shape_text(shape, names)}")
@@ -94,10 +101,12 @@ def rows_of(obj, name):
     return int(obj.shape[0])
 
 
-def view(addr, dtype, shape, torch_like, strides=None):
+def view(addr, dtype, shape, torch_like, strides=None, owner=None):
     """An array over library memory at addr (no copy): numpy, or torch where torch_like.
 
-    strides in bytes (None: C-contiguous). Valid as long as the library keeps that memory.
+    strides in bytes (None: C-contiguous). owner: the object whose memory it is, kept alive
+    as long as the array (garbage collection must not unmap memory under a live view); an
+    explicit close of the owner still ends the view's validity.
     """
     # bf16 bits as int16: numpy has no bfloat16, torch 1.13 no uint16 to view them from
     numpy_dtype = np.dtype(np.int16 if dtype == "bfloat16" else dtype)
@@ -112,6 +121,7 @@ def view(addr, dtype, shape, torch_like, strides=None):
     else:
         nbytes = sum((s - 1) * st for s, st in zip(shape, strides)) + numpy_dtype.itemsize
         memory = (ctypes.c_uint8 * nbytes).from_address(addr)
+        memory._strata_owner = owner
         array = np.ndarray(shape, dtype=numpy_dtype, buffer=memory, strides=tuple(strides))
     if not torch_like:
         return array

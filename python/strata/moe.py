@@ -21,14 +21,15 @@ def _dtype(value, name):
 class Recv:
     """What a dispatch delivered to this rank's experts (strata_moe_recv_t), as arrays.
 
-    Views of the library's memory, valid until the next dispatch (or the Moe's close):
+    Views of the library's memory, valid until the next dispatch or the Moe's close (they
+    keep the Moe from being garbage-collected; reading one after close() is a crash):
     local expert e (global id first_expert + e) has count[e] rows in x[e, :count[e]], in no
     particular order; src[e, row] is (rank, token, slot) of each. Writing the experts'
     outputs into expert_y[e, :count[e]] saves combine a copy. Numpy arrays, or torch
     tensors where the dispatch was given tensors.
     """
 
-    def __init__(self, raw, hidden, dtype, combine_dtype, torch_like):
+    def __init__(self, raw, hidden, dtype, combine_dtype, torch_like, owner):
         e, cap = raw.num_local_experts, raw.capacity
         self.num_local_experts = e
         self.first_expert = raw.first_expert
@@ -36,20 +37,21 @@ class Recv:
         self.row_bytes = raw.row_bytes
         self.y_row_bytes = raw.y_row_bytes
         self.count = b.view(ctypes.cast(raw.count, ctypes.c_void_p).value, "int32", (e,),
-                            torch_like)
+                            torch_like, owner=owner)
         self.x = b.view(raw.x, b.DTYPE_NAMES[dtype], (e, cap, hidden), torch_like,
-                        strides=(cap * raw.row_bytes, raw.row_bytes, dtype.itemsize))
+                        strides=(cap * raw.row_bytes, raw.row_bytes, dtype.itemsize),
+                        owner=owner)
         self.src = b.view(ctypes.cast(raw.src, ctypes.c_void_p).value, "int32", (e, cap, 3),
-                          torch_like)
+                          torch_like, owner=owner)
         self.expert_y = b.view(raw.expert_y, b.DTYPE_NAMES[combine_dtype], (e, cap, hidden),
                                torch_like, strides=(cap * raw.y_row_bytes, raw.y_row_bytes,
-                                                    combine_dtype.itemsize))
+                                                    combine_dtype.itemsize), owner=owner)
         self.x_scales = None
         if dtype is t.Dtype.FP8_E4M3:
             stride = raw.scale_stride
             self.x_scales = b.view(ctypes.cast(raw.x_scales, ctypes.c_void_p).value, "float32",
                                    (e, cap, hidden // 128), torch_like,
-                                   strides=(cap * stride, stride, 4))
+                                   strides=(cap * stride, stride, 4), owner=owner)
 
     def __repr__(self):
         return (f"<strata.Recv experts {self.first_expert}.."
@@ -206,8 +208,8 @@ class Moe:
     # --- the step --------------------------------------------------------------------------
 
     def _receive(self, status, raw, call):
-        self._recv = Recv(raw, self.hidden, self.dtype, self.combine_dtype, self._torch_like) \
-            if raw.num_local_experts > 0 else None
+        self._recv = Recv(raw, self.hidden, self.dtype, self.combine_dtype, self._torch_like,
+                          self) if raw.num_local_experts > 0 else None
         if status < 0:
             err = StrataError(status, call, status_string(status))
             err.recv = self._recv
@@ -258,7 +260,10 @@ class Moe:
         """First half of combine: return the experts' outputs (expert_y, shaped like the
         recv's; None: recv.expert_y) to their tokens' ranks (strata_moe_combine_send)."""
         ys = self._expert_y(expert_y)
-        check(self._lib.strata_moe_combine_send(self.handle, ys), "strata_moe_combine_send")
+        status = self._lib.strata_moe_combine_send(self.handle, ys)
+        # The library may read expert_y until combine_recv returns (on one node it does).
+        self._step_inputs = expert_y
+        check(status, "strata_moe_combine_send")
 
     def combine_recv(self, topk_weights, out):
         """Second half: out[t] = sum over k of topk_weights[t, k] * y(t, k), written in place
@@ -279,7 +284,7 @@ class Moe:
         return out
 
     def _end_step(self):
-        self._step_layout, self._step_tokens = None, None
+        self._step_layout, self._step_tokens, self._step_inputs = None, None, None
 
     # --- modes and statistics ------------------------------------------------------------
 
@@ -332,6 +337,7 @@ class Moe:
             self._lib.strata_moe_destroy(self._moe)
             self._moe = None
             self._recv = None
+            self._end_step()
 
     def __enter__(self):
         return self

@@ -1,6 +1,7 @@
 """MoE dispatch and combine on one rank with numpy arrays: the whole step and its halves
 against a plain reference, the recv's views (rows, counts, sources), the statistics, and
 every buffer check's ValueError (after which the call can be made again)."""
+import gc
 import unittest
 
 import numpy as np
@@ -138,6 +139,37 @@ class TestRoundTrip(MoeTest):
             moe.combine(weights, np.empty_like(x))
             layout.close()
 
+    def test_combine_send_keeps_expert_y(self):
+        # On one node the library reads expert_y only in combine_recv: a temporary given to
+        # combine_send must outlive the call.
+        with self.moe() as moe:
+            x, idx, weights = self.batch(num_tokens=5)
+            layout = moe.layout(idx)
+            moe.dispatch_send(layout, x)
+            recv = moe.dispatch_recv()
+            moe.combine_send(np.full(recv.expert_y.shape, 2.0, dtype=np.float32))
+            np.full(recv.expert_y.shape, -7.0, dtype=np.float32)  # reuses freed memory
+            out = moe.combine_recv(weights, np.empty_like(x))
+            routed = np.where(idx >= 0, weights, 0.0)  # slot -1: no expert
+            expected = 2.0 * np.sum(routed, axis=1, keepdims=True) * np.ones_like(x)
+            self.assert_close(out, expected, 1e-6)
+            layout.close()
+
+    def test_views_keep_their_moe(self):
+        # A Recv returned from a function whose Moe went out of scope: the views keep the
+        # Moe, and so its memory, alive.
+        def dispatch_alone():
+            moe = self.moe()
+            x, idx, _ = self.batch(num_tokens=4)
+            return moe.dispatch(x, idx), x, idx
+
+        recv, x, idx = dispatch_alone()
+        gc.collect()
+        token, slot = (int(v) for v in np.argwhere(idx >= 0)[0])
+        e = int(idx[token, slot])
+        rows = [r for r in range(int(recv.count[e])) if int(recv.src[e, r, 1]) == token]
+        np.testing.assert_array_equal(recv.x[e, rows[0]], x[token])
+
 
 class TestBufferChecks(MoeTest):
     """Each bad buffer raises ValueError naming it before the library is called; the same
@@ -156,6 +188,8 @@ class TestBufferChecks(MoeTest):
                         moe.dispatch, x[:, :32].copy(), idx)
             wide = np.zeros((8, 2 * HIDDEN), dtype=np.float32)
             self.expect(r"^x is not C-contiguous", moe.dispatch, wide[:, ::2], idx)
+            self.expect(r"^x is in big-endian byte order, not this machine's",
+                        moe.dispatch, x.astype(">f4"), idx)
             unaligned = np.zeros(8 * HIDDEN + 1, dtype=np.float32)[1:].reshape(8, HIDDEN)
             self.expect(r"^x starts at 0x[0-9a-f]+, not on a 16-byte boundary",
                         moe.dispatch, unaligned, idx)
