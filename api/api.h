@@ -38,10 +38,12 @@ bool api_hostlist_first(const char *list, char *host, size_t size);
  * The local rank the launcher that strata_bootstrap_from_env reads gave this process:
  * OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), MPI_LOCALRANKID (MPICH/Hydra), LOCAL_RANK
  * (torchrun), SLURM_LOCALID (Slurm), each read only beside its launcher's rank and size.
- * false where that launcher gives none, or gives a value that is not a local rank (a
- * warning names it). var_p: the variable it came from.
+ * false where that launcher gives none, where its rank and size are not rank and world
+ * (the communicator's ranks are not the launcher's processes: a caller's own bootstrap),
+ * or where it gives a value that is not a local rank (a warning names it). var_p: the
+ * variable it came from.
  */
-bool api_env_local_rank(int *local_rank_p, const char **var_p);
+bool api_env_local_rank(int rank, int world, int *local_rank_p, const char **var_p);
 
 /** Warn, once per process, about STRATA_* variables no table knows (naming the closest). */
 void api_config_warn_unknown(void);

@@ -124,14 +124,28 @@ static bool api_env_rank(int *rank_p, int *world_p, const char **source_p)
     return true;
 }
 
-bool api_env_local_rank(int *local_rank_p, const char **var_p)
+/* Whether the launcher's rank and size variables say rank of world: the communicator's
+ * ranks are the launcher's processes (not, say, threads of one process a caller's own
+ * bootstrap made ranks of). */
+static bool api_env_is_launcher_rank(const api_launcher_t *launcher, int rank, int world)
+{
+    const char *r = util_config_foreign(launcher->rank);
+    const char *w = util_config_foreign(launcher->size);
+    char *end1, *end2;
+    long r_value = strtol(r, &end1, 10), w_value = strtol(w, &end2, 10);
+
+    return r[0] != '\0' && w[0] != '\0' && *end1 == '\0' && *end2 == '\0' &&
+           r_value == rank && w_value == world;
+}
+
+bool api_env_local_rank(int rank, int world, int *local_rank_p, const char **var_p)
 {
     const api_launcher_t *launcher = api_env_launcher();
     const char *value = launcher ? util_config_foreign(launcher->local_rank) : NULL;
     char *end;
     long local;
 
-    if (value == NULL) {
+    if (value == NULL || !api_env_is_launcher_rank(launcher, rank, world)) {
         return false;
     }
     local = strtol(value, &end, 10);

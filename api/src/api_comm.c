@@ -212,7 +212,7 @@ static int api_comm_gpu_local_rank(const strata_comm_t *comm)
     int grouped = strata_comm_local_rank(comm), launcher;
     const char *var;
 
-    if (!api_env_local_rank(&launcher, &var)) {
+    if (!api_env_local_rank(comm->rank, comm->size, &launcher, &var)) {
         return grouped;
     }
     if (launcher != grouped) {

@@ -607,8 +607,9 @@ static int gpu_of_one_rank_comm(void)
     return gpu;
 }
 
-/* Each launcher's local rank picks the GPU, read only beside that launcher's rank and size
- * (the first launcher found wins, as for the rank); the grouping (local rank 0 of 1) gives
+/* Each launcher's local rank picks the GPU, read only beside that launcher's rank and size,
+ * and only where those are the communicator's (the first launcher found wins, as for the
+ * rank); the grouping (local rank 0 of 1) gives
  * way with a warning naming both; a value that is no local rank is ignored, with a warning. */
 static void test_launcher_local_rank_picks_gpu(void **state)
 {
@@ -634,6 +635,10 @@ static void test_launcher_local_rank_picks_gpu(void **state)
         {{"RANK", "0", "WORLD_SIZE", "1", "SLURM_LOCALID", "4"}, 0, NULL},
         /* a local rank without its launcher's rank and size is not read */
         {{"LOCAL_RANK", "3", NULL}, 0, NULL},
+        /* nor where the communicator's ranks are not the launcher's processes (a caller's
+         * own bootstrap, here rank 0 of 1 under torchrun's rank 0 of 4) */
+        {{"RANK", "0", "WORLD_SIZE", "4", "LOCAL_RANK", "3"}, 0, NULL},
+        {{"RANK", "2", "WORLD_SIZE", "4", "LOCAL_RANK", "3"}, 0, NULL},
     };
 
     (void)state;
