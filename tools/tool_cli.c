@@ -4,6 +4,7 @@
  */
 #include "tool_cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -142,6 +143,16 @@ static bool tool_value_error(const char *tool, const char *option, const char *t
     return false;
 }
 
+/* Whether text starts as a number written plainly does: a digit, or '-' where negatives
+ * are allowed and a digit or '.' follows (strto* would also take spaces and a '+'). */
+static bool tool_plain_start(const char *text, bool negative_ok)
+{
+    if (negative_ok && text[0] == '-') {
+        ++text;
+    }
+    return isdigit((unsigned char)text[0]) || (text[0] == '.' && isdigit((unsigned char)text[1]));
+}
+
 bool tool_parse_int(const char *tool, const char *option, const char *text, long min,
                     long max, int *value_p)
 {
@@ -150,7 +161,7 @@ bool tool_parse_int(const char *tool, const char *option, const char *text, long
 
     errno = 0;
     value = strtol(text, &end, 10);
-    if (end == text || *end != '\0') {
+    if (!tool_plain_start(text, true) || text[0] == '.' || end == text || *end != '\0') {
         return tool_value_error(tool, option, text, false, "an integer", NULL);
     }
     if (errno == ERANGE || value < min || value > max) {
@@ -169,7 +180,7 @@ bool tool_parse_double(const char *tool, const char *option, const char *text, d
 
     errno = 0;
     value = strtod(text, &end);
-    if (end == text || *end != '\0' || isnan(value)) {
+    if (!tool_plain_start(text, true) || end == text || *end != '\0' || isnan(value)) {
         return tool_value_error(tool, option, text, false, "a number", NULL);
     }
     if (errno == ERANGE || !(value >= min && value <= max)) {
@@ -190,7 +201,11 @@ static bool tool_parse_unsigned(const char *tool, const char *option, const char
     char *end, range[64];
 
     errno = 0;
-    value = strtoull(text, &end, suffix ? 10 : 0);
+    value = strtoull(text, &end,
+                     !suffix && text[0] == '0' && (text[1] == 'x' || text[1] == 'X') ? 16 : 10);
+    if (!tool_plain_start(text, false) || text[0] == '.') {
+        end = (char *)text; /* not a number: a sign, a space or a point first */
+    }
     if (suffix && end != text) {
         switch (*end) {
         case 'k': case 'K': scale = 1ull << 10; ++end; break;

@@ -8,6 +8,7 @@
 
 #include <libxml/tree.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,8 @@ static strata_status_t topo_overlay_fail(topo_overlay_ctx_t *ctx, const xmlNode 
     return STRATA_ERR_PARSE;
 }
 
-/* Optional unsigned attribute: absent leaves *value_p as it was. */
+/* Optional unsigned decimal attribute (NCCL writes speed and numaid so): absent leaves
+ * *value_p as it was; a sign, a space or a leading "0x" is malformed. */
 static strata_status_t topo_overlay_uint(topo_overlay_ctx_t *ctx, const xmlNode *node,
                                          const char *attr, unsigned long *value_p)
 {
@@ -57,8 +59,8 @@ static strata_status_t topo_overlay_uint(topo_overlay_ctx_t *ctx, const xmlNode 
         return STRATA_OK;
     }
     errno = 0;
-    value = strtoul(text, &end, 0);
-    if (end == text || *end != '\0' || errno != 0 || text[0] == '-') {
+    value = strtoul(text, &end, 10);
+    if (!isdigit((unsigned char)text[0]) || *end != '\0' || errno != 0) {
         snprintf(what, sizeof(what), "has a malformed %s '%.40s'", attr, text);
         status = topo_overlay_fail(ctx, node, what);
     } else {

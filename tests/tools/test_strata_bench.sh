@@ -62,6 +62,13 @@ check cli_usage_error "strata-bench p2p: --baseline takes raw or no-rate-control
     "$bench" p2p --baseline mpi
 check cli_usage_error "strata-bench p2p: --reps 0 is out of range (1..101) (see --help)" \
     "$bench" p2p --reps 0
+# A number is written plainly: strto* alone would take a space or a '+' first.
+check cli_usage_error "strata-bench p2p: --reps: ' 5' is not an integer (see --help)" \
+    "$bench" p2p --reps " 5"
+check cli_usage_error "strata-bench p2p: --reps: '+5' is not an integer (see --help)" \
+    "$bench" p2p --reps +5
+check cli_usage_error "strata-bench p2p: --min: '+8' is not a size (bytes, or with k, m or g) (see --help)" \
+    "$bench" p2p --min +8
 check cli_usage_error "strata-bench incast: option '--help' takes no value (found 'yes') (see --help)" \
     "$bench" incast --help=yes
 check cli_usage_error "strata-bench incast: --phases: 'ten' is not an integer (see --help)" \

@@ -28,6 +28,10 @@ bad=$(awk 'NR > 2 && $1 == "step" { if ($2 != steps) print "step " $2; steps++; 
 [ -z "$bad" ] || fail "generated trace out of bounds: $bad"
 "$tune" "${gen[@]}" -o "$dir/g2.trace" || fail "generate (again) exited $?"
 cmp -s "$dir/g.trace" "$dir/g2.trace" || fail "the same seed gave a different trace"
+# A leading zero is decimal, not octal: --seed 010 is --seed 10 (not 8).
+"$tune" "${gen[@]:0:${#gen[@]}-1}" 010 -o "$dir/g3.trace" || fail "generate --seed 010 exited $?"
+"$tune" "${gen[@]:0:${#gen[@]}-1}" 10 -o "$dir/g4.trace" || fail "generate --seed 10 exited $?"
+cmp -s "$dir/g3.trace" "$dir/g4.trace" || fail "--seed 010 did not give --seed 10's trace"
 
 out=$("$tune" replay "$dir/g.trace") || fail "replay exited $?: $out"
 for s in push pull adaptive oracle; do

@@ -500,6 +500,12 @@ static void test_overlay_errors(void **state)
     expect_overlay_error("<system><cpu numaid=\"0\"><pci busid=\"0000:61:00.0\"><nic>"
                          "<net speed=\"fast\"/></nic></pci></cpu></system>",
                          STRATA_ERR_PARSE, "<net> has a malformed speed 'fast'");
+    /* strtoul alone would take " -1" as 2^64 - 1 and "0x10" as 16 */
+    expect_overlay_error("<system><cpu numaid=\"0\"><pci busid=\"0000:61:00.0\"><nic>"
+                         "<net speed=\" -1\"/></nic></pci></cpu></system>",
+                         STRATA_ERR_PARSE, "<net> has a malformed speed ' -1'");
+    expect_overlay_error("<system><cpu numaid=\"0x1\"><pci busid=\"0000:4f:00.0\"/></cpu>"
+                         "</system>", STRATA_ERR_PARSE, "<cpu> has a malformed numaid '0x1'");
     expect_overlay_error("<system><cpu", STRATA_ERR_PARSE, "malformed or truncated XML");
 }
 
