@@ -113,6 +113,7 @@ cmake_consumer() { # cmake_consumer BUILD_DIR [-D...]
           -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF \
           -DCMAKE_C_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="$flags" "$@" 2>&1) ||
         fail "configuring the CMake consumer ($*): $out"
+    printf '%s\n' "$out" >"$dir/configure.log"
     out=$(timeout $step_timeout "$cmake" --build "$dir" 2>&1) ||
         fail "building the CMake consumer ($*): $out"
 }
@@ -121,6 +122,22 @@ check_consumer "find_package strata::strata" "$tmp/cmake/consumer_shared" shared
 check_consumer "find_package strata::strata_static" "$tmp/cmake/consumer_static" static
 cmake_consumer "$tmp/cmake-shared" -DCONSUMER_COMPONENTS=shared
 check_consumer "find_package COMPONENTS shared" "$tmp/cmake-shared/consumer_shared" shared
+# libstrata.a's dependencies out of pkg-config's sight: find_package(strata) still gives
+# strata::strata, and says why the archive is left out; COMPONENTS static fails.
+mkdir -p "$tmp/no-modules"
+PKG_CONFIG_LIBDIR=$tmp/no-modules PKG_CONFIG_PATH= \
+    cmake_consumer "$tmp/cmake-nodeps" -DCONSUMER_WITHOUT_STATIC=ON
+grep -q 'strata::strata_static needs .*not found' "$tmp/cmake-nodeps/configure.log" ||
+    fail "no STATUS line on the left-out archive: $(cat "$tmp/cmake-nodeps/configure.log")"
+check_consumer "find_package, archive's dependencies missing" \
+    "$tmp/cmake-nodeps/consumer_shared" shared
+if PKG_CONFIG_LIBDIR=$tmp/no-modules PKG_CONFIG_PATH= timeout $step_timeout "$cmake" \
+       -S "$consumer" -B "$tmp/cmake-nodeps-static" -DCMAKE_C_COMPILER="$cc" \
+       -DCMAKE_PREFIX_PATH="$prefix" -DCONSUMER_COMPONENTS=static >/dev/null 2>&1; then
+    fail "find_package(strata COMPONENTS static) succeeded without the archive's dependencies"
+else
+    pass "find_package(strata COMPONENTS static) fails without the archive's dependencies"
+fi
 
 # --- pkg-config ---------------------------------------------------------------------------
 export PKG_CONFIG_PATH=$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
