@@ -246,7 +246,6 @@ strata_status_t strata_topo_print_json(const topo_t *topo, const topo_rail_plan_
     put(doc, "source", json_string(topo_source_name(topo_source(topo))), &ok);
     put(doc, "description", json_string(topo_description(topo)), &ok);
     put(doc, "unclassified_pci_devices", json_integer(topo_num_unclassified_pci(topo)), &ok);
-    put(doc, "is_overlay", json_boolean(topo_is_overlay(topo)), &ok);
     put(doc, "overlay", overlay_json(topo, &ok), &ok);
     put(doc, "numa", numa_json(topo, &ok), &ok);
     put(doc, "gpus", gpus_json(topo, &ok), &ok);

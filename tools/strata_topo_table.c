@@ -42,18 +42,12 @@ static void print_numa_cell(FILE *out, const topo_t *topo, int numa)
     }
 }
 
-/* An overlay merged in, or a file that is only an overlay, said plainly. */
+/* An overlay merged in, said plainly. (A file that is only an overlay never reaches here
+ * as the topology: topo_open_with_overlay applies it onto discovery.) */
 static void print_overlay(const topo_t *topo, FILE *out)
 {
     const topo_overlay_report_t *report = topo_overlay(topo);
 
-    int unclassified = topo_num_unclassified_pci(topo);
-
-    if (topo_is_overlay(topo)) {
-        fprintf(out, "  This file is an NCCL topology overlay: %d PCI device%s without a class,\n"
-                     "  no GPU. It is meant to be merged with live discovery (--overlay).\n",
-                unclassified, unclassified == 1 ? "" : "s");
-    }
     if (report == NULL) {
         return;
     }
