@@ -359,6 +359,13 @@ static void run_drain(int rank, run_stream_t *s)
             s->redrawn = true;
             continue;
         }
+        if (buf[i] == '\n' && s->len == 0 && s->redrawn && run_redrawn_width > 0) {
+            /* "\r\n": the line the carriage return showed ends there, as on a terminal */
+            fputc('\n', stderr);
+            run_redrawn_width = 0;
+            s->redrawn        = false;
+            continue;
+        }
         if (buf[i] == '\n' || s->len == sizeof(s->line)) {
             run_emit(rank, s);
             if (buf[i] == '\n') {

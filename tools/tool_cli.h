@@ -51,7 +51,8 @@ bool tool_parse_size(const char *tool, const char *option, const char *text, uin
 /**
  * One line on stderr that says how far a long run is ("sweep 12/48 configs, 25 s"),
  * redrawn in place (carriage return) at most a few times a second and cleared at the end.
- * Shown only when stderr is a terminal, so logs and pipes never see it.
+ * Shown only when stderr is a terminal, so logs and pipes never see it, unless forced
+ * (--progress).
  */
 typedef struct tool_progress {
     bool   on;

@@ -94,6 +94,11 @@ if cli_have_pty; then
     # The rank's blanks clear the line at once; no bare prefix stays drawn.
     ! grep -qE $'\r\\[r0\\] +\r' "$work/out" && pass || fail "a bare prefix drawn: $(cat -A "$work/out")"
     grep -q '\[r0\] rank 0: done' "$work/out" && pass || fail "rank 0's last line: $(cat -A "$work/out")"
+    # A line ended "\r\n" stays shown, as on a terminal, not replaced by a bare prefix.
+    timeout 30 script -qec "$(printf '%q ' "$run" -n 1 -- sh -c 'printf "crlf line\r\n" >&2')" \
+        /dev/null </dev/null >"$work/out" 2>&1 || fail "strata-run on a terminal exited $?"
+    tr -d '\r' <"$work/out" | grep -q '^\[r0\] crlf line *$' && pass ||
+        fail "a line ended \\r\\n was not kept: $(cat -A "$work/out")"
 else
     echo "terminal forwarding not checked: script(1) from util-linux is not installed"
 fi
