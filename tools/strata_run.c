@@ -183,10 +183,12 @@ static void run_set_env(const run_job_t *job, int rank)
     }
 }
 
-/* Variables of other launchers that strata_bootstrap_from_env would read before ours. */
+/* Variables of other launchers that strata_bootstrap_from_env would read before ours (or
+ * instead of them: Slurm's local id where torchrun's rank is ours). */
 static const char *const run_foreign_vars[] = {
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-    "SLURM_PROCID", "SLURM_NTASKS", "PMIX_RANK",
+    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "PMIX_RANK",
 };
 
 /* In the child: join the node, wire the pipes, become a process group, exec. */

@@ -30,6 +30,12 @@ expect() { # expect CODE MAX_SECONDS CMD...: exit code and a bound on the time i
 
 expect 0 30 "$run" -n 2 -- sh -c 'echo rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE'
 grep -qx '\[r1\] rank=1 world=2 local=1/2' "$work/out" && pass || fail "environment: $(cat "$work/out")"
+# Another launcher's variables (an MPICH job's here) do not reach the ranks, whose
+# bootstrap would read them before strata-run's.
+expect 0 30 env PMI_RANK=5 PMI_SIZE=9 MPI_LOCALRANKID=3 OMPI_COMM_WORLD_RANK=4 \
+    "$run" -n 2 -- sh -c 'echo foreign=${PMI_RANK-}${PMI_SIZE-}${MPI_LOCALRANKID-}${OMPI_COMM_WORLD_RANK-}.'
+[ "$(grep -cx '\[r[01]\] foreign=\.' "$work/out")" -eq 2 ] && pass ||
+    fail "another launcher's variables reached the ranks: $(cat "$work/out")"
 # Hang guards, not timings: under ThreadSanitizer every rank reads pci.ids through hwloc.
 expect 0 90 "$run" -n 4 -- "$check"
 [ "$(grep -c '^\[r[0-3]\] rank [0-3] of 4' "$work/out")" -eq 4 ] && pass || fail "4 ranks: $(cat "$work/out")"
