@@ -96,9 +96,9 @@ static const util_config_field_t inter_config_fields[] = {
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(inter_config_t, same_node),
      .enum_names = inter_same_node_names},
     {.name = "INTER_RATE_CONTROL", .default_value = "off",
-     .doc = "Pace writes, reads and sends to each peer so that the bytes in flight stay near "
-            "twice its estimated delivery rate times its base round trip (on); off only "
-            "estimates them.",
+     .doc = "Pace writes, reads, sends and work ring commands to each peer so that the bytes "
+            "in flight stay near twice its estimated delivery rate times its base round trip, "
+            "plus one chunk per rail (on); off only estimates them.",
      .type = UTIL_CONFIG_BOOL, .offset = offsetof(inter_config_t, rate_control)},
 };
 
