@@ -361,6 +361,18 @@ int   inter_proxy_step(inter_engine_t *engine);
 void  inter_proxy_stop(inter_engine_t *engine);
 void  inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why);
 void  inter_proxy_drain(inter_engine_t *engine); /* at destroy: fail and free everything */
+/* An operation is over (done, failed or never posted); finish its request after the last. */
+void  inter_op_finished(inter_op_t *op, strata_status_t status);
+
+/* inter_post.c (proxy thread) */
+/* One operation on its rail's transport. */
+strata_status_t inter_post_one(inter_engine_t *engine, const inter_post_t *post);
+/* A write or read (of a request or a work ring command) as the transport's descriptor. */
+inter_post_t    inter_rma_post(const inter_engine_t *engine, inter_op_t *op);
+/* Post what waits in the per-peer queues, the peers in turn, until the transport pushes
+ * back. A peer whose window is full keeps its operations, in order, and the others go on.
+ * Returns the operations that left the queues. */
+int             inter_post_pending(inter_engine_t *engine);
 
 /* inter_ring.c (proxy thread) */
 int  inter_ring_progress(inter_engine_t *engine);           /* post what producers published */

@@ -285,19 +285,6 @@ static void inter_ring_fill_op(const inter_engine_t *engine, inter_ring_t *ring,
     };
 }
 
-/* A filled command's write or read on its rail. */
-static strata_status_t inter_ring_post(inter_engine_t *engine, inter_op_t *op)
-{
-    inter_rail_t *rail = &engine->rails[op->rail];
-    inter_post_t post = {.kind = op->kind == INTER_OP_READ ? INTER_POST_READ : INTER_POST_WRITE,
-                         .peer = rail->peers[op->peer], .buf = op->lbuf, .len = op->len,
-                         .desc = op->desc, .raddr = op->raddr, .rkey = op->rkey,
-                         .with_imm = op->with_imm, .imm = op->imm, .context = op};
-    int posted;
-
-    return engine->ops->post(rail->tp, &post, 1, &posted);
-}
-
 static void inter_ring_note_delay(inter_ring_t *ring, const util_work_cmd_t *cmd)
 {
     uint64_t now = util_clock_now_ns(), delay, max;
@@ -354,6 +341,7 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
         util_work_cmd_t cmd;
         inter_op_t *op = &ring->ops[ticket & ring->mask];
         strata_status_t status;
+        inter_post_t post;
         uint64_t now;
 
         /* Acquire: pairs with the producer's release of seq after the command. */
@@ -390,7 +378,8 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
         } else {
             atomic_store_explicit(&engine->proxy_target, cmd.peer, memory_order_relaxed);
             now    = util_clock_now_ns();
-            status = inter_ring_post(engine, op);
+            post   = inter_rma_post(engine, op);
+            status = inter_post_one(engine, &post);
             atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
             if (status == STRATA_ERR_BUSY) {
                 break; /* the transport's queue is full: the same ticket next loop */
