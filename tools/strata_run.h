@@ -102,4 +102,30 @@ void run_link_sample(run_link_t *link, double now);
  *  link that was never shaped. */
 void run_link_report(run_link_t *link, FILE *out);
 
+/* --- The ranks' output (strata_run_output.c) ------------------------------------------ */
+
+#define RUN_LINE_MAX 4096
+
+typedef struct run_stream {
+    int    fd;        /* read end of the rank's pipe (or terminal), -1 once closed */
+    FILE  *out;       /* where its lines go */
+    bool   tty;       /* a terminal: a carriage return starts a line redrawn in place */
+    bool   redrawn;   /* the line being read began after a carriage return */
+    char   line[RUN_LINE_MAX];
+    size_t len;
+} run_stream_t;
+
+/**
+ * A pseudo-terminal for rank 0's stderr, output processing off (fds[0]: ours, fds[1]: the
+ * rank's); false (nothing left open) where one cannot be had.
+ */
+bool run_open_tty(int fds[2]);
+
+/** Read what a rank's stream has; print its whole lines after "[r<rank>] ", redraw a line
+ *  a terminal rank rewrites in place; at end of file flush the rest and close it. */
+void run_stream_drain(int rank, run_stream_t *s);
+
+/** Clear the line a terminal rank redraws, if one is shown, before a message of ours. */
+void run_clear_redrawn(void);
+
 #endif
