@@ -1,5 +1,6 @@
 """A communicator of one rank for the tests: no launcher variables, so a world of one."""
 import os
+import unittest
 
 import strata
 
@@ -13,3 +14,15 @@ def communicator():
     os.environ.setdefault("STRATA_INTER_PROVIDER", "tcp")
     os.environ.setdefault("STRATA_INTER_IFACE", "lo")
     return strata.Communicator()
+
+
+class CommTestCase(unittest.TestCase):
+    """Tests sharing one such communicator, cls.comm, closed after the class's tests."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.comm = communicator()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.comm.close()

@@ -23,15 +23,7 @@ def run_experts(recv):
         recv.expert_y[e, :n] = ref.expert(recv.first_expert + e, rows)
 
 
-class MoeTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.comm = one_rank.communicator()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.comm.close()
-
+class MoeTest(one_rank.CommTestCase):
     def setUp(self):
         self.seed = 1234 + len(self.id())
         self.rng = np.random.default_rng(self.seed)

@@ -14,15 +14,7 @@ import one_rank
 EXPERTS, TOPK, HIDDEN, TOKENS = 4, 2, 64, 12
 
 
-class TestTorch(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.comm = one_rank.communicator()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.comm.close()
-
+class TestTorch(one_rank.CommTestCase):
     def step(self, dtype, torch_dtype, tolerance, seed):
         rng = np.random.default_rng(seed)
         x = torch.from_numpy(rng.standard_normal((TOKENS, HIDDEN)).astype(np.float32))
