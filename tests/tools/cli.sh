@@ -70,6 +70,16 @@ cli_have_pty() {
     command -v script >/dev/null 2>&1 && script -qec true /dev/null </dev/null >/dev/null 2>&1
 }
 
+# cli_on_terminal SECONDS CMD...: runs CMD on a pseudo-terminal for at most SECONDS, its
+# output to stdout. script(1) hands its command to $SHELL (/bin/sh when unset), and printf %q
+# quotes for bash (a newline becomes $'\n', which dash reads as a '$' and a quoted string), so
+# bash is named here.
+cli_on_terminal() {
+    local seconds=$1
+    shift
+    SHELL=$BASH timeout "$seconds" script -qec "$(printf '%q ' "$@")" /dev/null </dev/null
+}
+
 # cli_progress_drawn TEXT FILE: FILE, what a command wrote to a terminal, has a progress line
 # starting with TEXT, drawn in place (after a carriage return), and the last of its lines
 # (those that start as TEXT does, up to its first digit) is cleared at the end: blanks over
@@ -95,7 +105,7 @@ cli_progress_absent() {
 cli_progress() {
     local text=$1
     shift
-    timeout 120 script -qec "$(printf '%q ' "$@")" /dev/null </dev/null >"$cli_out" 2>&1 ||
+    cli_on_terminal 120 "$@" >"$cli_out" 2>&1 ||
         { cli_show "'$*' on a terminal exited $?"; return 1; }
     cli_progress_drawn "$text" "$cli_out" || { cli_show "'$*' on a terminal"; return 1; }
     timeout 120 "$@" >/dev/null 2>"$cli_err" || { cli_show "'$*' exited $?"; return 1; }

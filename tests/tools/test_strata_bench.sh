@@ -99,9 +99,8 @@ fi
 # a file, no rank draws it.
 if cli_have_pty; then
     p2p=(p2p --min 8 --max 4k)
-    STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo timeout 120 \
-        script -qec "$(printf '%q ' "$run" -n 2 --timeout 100 -- "$bench" "${p2p[@]}")" /dev/null \
-        </dev/null >"$cli_out" 2>&1 ||
+    STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo \
+        cli_on_terminal 120 "$run" -n 2 --timeout 100 -- "$bench" "${p2p[@]}" >"$cli_out" 2>&1 ||
         { cli_show "p2p under strata-run on a terminal exited $?"; cli_failed=$((cli_failed + 1)); }
     check cli_progress_drawn "[r0] p2p 0/10 sizes" "$cli_out"
     grep -qE '\[r0\] +4096 \|' "$cli_out" ||

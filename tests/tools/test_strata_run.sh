@@ -92,8 +92,8 @@ if cli_have_pty; then
     progress='if [ -t 2 ]; then echo "rank $RANK: terminal"; else echo "rank $RANK: pipe"; fi
               printf "\rwork 1/2" >&2; sleep 0.3; printf "\rwork 2/2" >&2; sleep 0.3
               printf "\r        \r" >&2; echo "rank $RANK: done" >&2'
-    timeout 30 script -qec "$(printf '%q ' "$run" -n 2 -- sh -c "$progress")" /dev/null \
-        </dev/null >"$work/out" 2>&1 || fail "strata-run on a terminal exited $?"
+    cli_on_terminal 30 "$run" -n 2 -- sh -c "$progress" >"$work/out" 2>&1 ||
+        fail "strata-run on a terminal exited $?"
     grep -q '^\[r0\] rank 0: terminal' "$work/out" && grep -q '\[r1\] rank 1: pipe' "$work/out" &&
         pass || fail "rank 0 alone on a terminal: $(cat -A "$work/out")"
     check cli_progress_drawn "[r0] work 2/2" "$work/out"
@@ -101,8 +101,8 @@ if cli_have_pty; then
     ! grep -qE $'\r\\[r0\\] +\r' "$work/out" && pass || fail "a bare prefix drawn: $(cat -A "$work/out")"
     grep -q '\[r0\] rank 0: done' "$work/out" && pass || fail "rank 0's last line: $(cat -A "$work/out")"
     # A line ended "\r\n" stays shown, as on a terminal, not replaced by a bare prefix.
-    timeout 30 script -qec "$(printf '%q ' "$run" -n 1 -- sh -c 'printf "crlf line\r\n" >&2')" \
-        /dev/null </dev/null >"$work/out" 2>&1 || fail "strata-run on a terminal exited $?"
+    cli_on_terminal 30 "$run" -n 1 -- sh -c 'printf "crlf line\r\n" >&2' >"$work/out" 2>&1 ||
+        fail "strata-run on a terminal exited $?"
     tr -d '\r' <"$work/out" | grep -q '^\[r0\] crlf line *$' && pass ||
         fail "a line ended \\r\\n was not kept: $(cat -A "$work/out")"
 else
