@@ -9,49 +9,8 @@
 # tcp between the nodes), a kill among them.
 set -u
 run=$1 check=$2 tune=$3
-passed=0 failed=0
-seed=${STRATA_TEST_SEED:-$(( $(date +%s) % 100000 ))}
-export STRATA_TEST_SEED=$seed
-dir=$(mktemp -d /tmp/strata-test-moe-XXXXXX)
-log=$dir/log
-trap 'rm -rf "$dir"' EXIT
+. "$(dirname "$0")/moe_cases.sh"
 
-if ! "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
-    echo "SKIP: network namespaces cannot be made here (need root and iproute2)"
-    exit 0
-fi
-
-# Every rank of every case would discover the machine (seconds each under the sanitizers);
-# the tests of topo/ do that. Here a small fixed topology does: the links between the
-# simulated nodes are named by STRATA_INTER_IFACE, not found in it. STRATA_TEST_NET_IFACE
-# replaces that name (scripts/rdma-check.sh sets it empty: the verbs transport picks the
-# RDMA device itself).
-topology=$(cd "$(dirname "$0")/../topo/fixtures" && pwd)/no-gpu-no-nic.hwloc.xml
-
-case_run() { # case_run NAME EXPECTED_COUNT PATTERN -- env... -- run options... -- args...
-    local name=$1 count=$2 pattern=$3; shift 3; shift
-    local envs=() opts=()
-    while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
-    while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
-    local start=$SECONDS
-    env STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE="${STRATA_TEST_NET_IFACE-eth0}" STRATA_TOPO_FILE="$topology" "${envs[@]}" \
-        "$run" --timeout 400 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1
-    local rc=$? got over=$count
-    got=$(grep -c "$pattern" "$log")
-    # Where a case names its transport's line (over=...), every rank must have logged it.
-    if [ -n "${over_line:-}" ]; then over=$(grep -c "$over_line" "$log"); fi
-    if [ $rc -eq 0 ] && [ "$got" -eq "$count" ] && [ "$over" -ge "$count" ]; then
-        passed=$((passed + 1)); echo "ok: $name ($((SECONDS - start)) s)"
-    else
-        failed=$((failed + 1)); echo "FAIL: $name (exit $rc, $got of $count ranks reported, $over transport lines; seed $seed)"
-        tail -40 "$log"
-    fi
-}
-
-ok='steps passed'
-# Sanitizer builds (STRATA_TEST_QUICK=1, set by CMake), where a step costs over ten times
-# as much, run a third of the steps, at least 20: every path and both parities still run.
-steps() { if [ "${STRATA_TEST_QUICK:-0}" = 1 ]; then echo $(( $1 / 3 > 20 ? $1 / 3 : 20 )); else echo "$1"; fi; }
 calm=STRATA_INTER_PEER_TIMEOUT=30s
 case_run "2x2 flat, bf16, round one of 3 tokens, 3 blocks" 4 "$ok" -- $calm STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=flat STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 60)
 case_run "2x2 hierarchical, fp8 -> bf16" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=8 -- -n 4 --nodes 2 -- --steps $(steps 60) --dtype fp8 --hidden 256

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Two-tier MoE end to end at 16 ranks on 8 simulated nodes (2 ranks each), small shapes:
+# both routes, in Push, in Pull (by read and by request), with pull masks changing by step,
+# and adaptive on a drifting routing trace; every rank checks its data exactly. On 2 cores
+# the whole file takes about a minute; the sanitizer builds run 6 steps in the fixed modes
+# (adaptive keeps its 30: it must see an expert change mode).
+set -u
+run=$1 check=$2 tune=$3
+. "$(dirname "$0")/moe_cases.sh"
+
+calm=STRATA_INTER_PEER_TIMEOUT=30s
+world=(-n 16 --nodes 8)
+shape=(--experts 32 --topk 4 --hidden 64 --tokens 8)
+for route in flat hierarchical; do
+    at="STRATA_MOE_ROUTE=$route"
+    case_run "16x8 $route, push" 16 "$ok" -- $calm $at STRATA_MOE_MODE=push -- "${world[@]}" -- \
+        --steps $(steps 20 6) "${shape[@]}" --mode env
+    case_run "16x8 $route, pull by read" 16 "$ok" -- $calm $at STRATA_MOE_MODE=pull -- \
+        "${world[@]}" -- --steps $(steps 20 6) "${shape[@]}" --mode env
+    case_run "16x8 $route, pull masks by step, pull by request" 16 "$ok" -- $calm $at \
+        STRATA_MOE_PULL_READ=off -- "${world[@]}" -- --steps $(steps 20 6) "${shape[@]}"
+done
+# Hot experts that move every 5 steps: the owners switch experts between Push and Pull.
+"$tune" generate --experts 32 --ranks 16 --ranks-per-node 2 --tokens 8 --topk 4 --hidden 64 \
+    --zipf 1.6 --drift-period 5 --drift-fraction 1 --steps 30 --seed "$seed" -o "$dir/drift.trace" ||
+    { echo "FAIL: strata-tune generate"; exit 1; }
+for route in flat hierarchical; do
+    case_run "16x8 $route, adaptive on a drifting trace" 16 "$ok" -- $calm STRATA_MOE_ROUTE=$route \
+        -- "${world[@]}" -- --steps 30 "${shape[@]}" --trace "$dir/drift.trace" --mode adaptive
+done
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
