@@ -30,6 +30,15 @@ static strata_status_t moe_mpi_barrier(void *ctx)
     return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? STRATA_OK : STRATA_ERR_BOOTSTRAP;
 }
 
+/* The slowest rank's time since t0, in ms, on rank 0 (collective). */
+static double moe_slowest_ms(uint64_t t0)
+{
+    double ms = (double)(util_clock_now_ns() - t0) / 1e6, slowest = 0;
+
+    MPI_TRY(MPI_Reduce(&ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
+    return slowest;
+}
+
 static const char *const moe_bd_names[MOE_BD_N] = {
     "layout", "pack+post", "disp wait", "intra disp", "comb kernel", "comb wait", "reduce",
     "post delay",
@@ -74,6 +83,7 @@ typedef struct moe_route {
     intra_result_t       result;
     strata_moe_stats_t   stats;
     moe_breakdown_t      bd;
+    double               create_ms; /* the object and its layout, slowest rank */
 } moe_route_t;
 
 static void moe_route_open(intra_bench_t *b, strata_comm_t *comm, moe_route_t *r)
@@ -82,9 +92,13 @@ static void moe_route_open(intra_bench_t *b, strata_comm_t *comm, moe_route_t *r
                              .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
                              .max_tokens = b->tokens, .route = r->route,
                              .mode = STRATA_MOE_MODE_PUSH};
+    uint64_t t0;
 
+    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+    t0 = util_clock_now_ns();
     BENCH_TRY(strata_moe_create(comm, &p, &r->moe));
     BENCH_TRY(strata_moe_layout_create(r->moe, b->idx, b->tokens, &r->layout));
+    r->create_ms = moe_slowest_ms(t0);
 }
 
 /* One step: the reused layout, dispatch and combine halves, timed; with a breakdown, what a
@@ -146,6 +160,8 @@ static void moe_print(const intra_bench_t *b, moe_route_t *flat, moe_route_t *hi
            (unsigned long long)hier->stats.tokens_to_nodes,
            (unsigned long long)flat->stats.bytes_to_nodes,
            (unsigned long long)hier->stats.bytes_to_nodes);
+    printf("%6d object and layout created in (slowest rank) | flat %.1f ms, hierarchical "
+           "%.1f ms\n", b->tokens, flat->create_ms, hier->create_ms);
     for (moe_route_t *r = flat; r != NULL; r = r == flat ? hier : NULL) {
         printf("%6d strata %s: host-copied bytes per step: %llu (network area in %s)\n",
                b->tokens, r == flat ? "flat" : "hier",
@@ -278,6 +294,8 @@ int bench_moe_main(int argc, char **argv)
     strata_bootstrap_t bs = {.allgather = moe_mpi_allgather, .barrier = moe_mpi_barrier};
     tool_progress_t progress;
     strata_comm_t *comm;
+    uint64_t t0;
+    double comm_ms;
 
     optind = 2;
     while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BM:Z:S:T:R:", options,
@@ -313,7 +331,10 @@ int bench_moe_main(int argc, char **argv)
     config.node_name = node_name;
     bs.rank          = b.rank;
     bs.world_size    = b.size;
+    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+    t0 = util_clock_now_ns();
     BENCH_TRY(strata_comm_create(&config, &bs, &comm));
+    comm_ms = moe_slowest_ms(t0);
     if (modes.modes != NULL) {
         modes.breakdown = breakdown;
         b.tokens = o.sizes[0];
@@ -329,9 +350,10 @@ int bench_moe_main(int argc, char **argv)
         printf("# strata-bench moe: %d ranks on %d nodes, transport %s, hidden %d, top-%d of %d "
                "experts, bf16\n# payload per rank and step: dispatched rows + combined rows; "
                "times in us (rank 0), GB/s = payload / step p50\n"
-               "# ratio: GB/s against MPI_Alltoallv in the same processes\n",
+               "# ratio: GB/s against MPI_Alltoallv in the same processes\n"
+               "# communicator created in %.1f ms (slowest rank)\n",
                b.size, strata_comm_num_nodes(comm), strata_comm_transport(comm), b.hidden,
-               b.topk, b.experts);
+               b.topk, b.experts, comm_ms);
         intra_print_header();
     }
     tool_progress_start(&progress, b.rank == 0, b.progress);
