@@ -86,6 +86,8 @@ typedef struct options {
     int        kill_step;
     uint64_t   kill_bound_ms; /* survivors must see the failure within this */
     strata_moe_combine_t combine; /* params.combine */
+    int        odd_combine; /* rank that asks for node-reduce while the others do not, or -1 */
+    const char *refused;  /* creation must fail on every rank with this status's name */
 } options_t;
 
 static strata_dtype_t parse_dtype(const char *s)
@@ -115,6 +117,7 @@ static void parse(int argc, char **argv, options_t *o)
                            .max_tokens = 24, .steps = 50, .dtype = STRATA_DTYPE_BF16,
                            .combine_dtype = STRATA_DTYPE_BF16},
                      .kill = -1, .disagree = -1, .odd_config = -1, .stall = -1, .overflow = -1,
+                     .odd_combine = -1,
                      .kill_bound_ms = 15000};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -140,6 +143,9 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--mode") && !strcmp(v, "env")) o->masks = MASKS_ENV;
         else if (!strcmp(k, "--combine") && !strcmp(v, "node-reduce")) o->combine = STRATA_MOE_COMBINE_NODE_REDUCE;
         else if (!strcmp(k, "--combine") && !strcmp(v, "exact")) o->combine = STRATA_MOE_COMBINE_EXACT;
+        else if (!strcmp(k, "--combine") && !strcmp(v, "bogus")) o->combine = (strata_moe_combine_t)7;
+        else if (!strcmp(k, "--odd-combine")) o->odd_combine = atoi(v);
+        else if (!strcmp(k, "--refused")) o->refused = v;
         else CHECK(0, "unknown option %s", k);
     }
     o->c.seed = seed ? (unsigned)strtoul(seed, NULL, 10) : 12345u;
@@ -578,7 +584,23 @@ int main(int argc, char **argv)
         if (g_rank == o.odd_config) {
             setenv("STRATA_MOE_SPEC_TOKENS", "5", 1);
         }
+        if (g_rank == o.odd_combine) {
+            p.combine = STRATA_MOE_COMBINE_NODE_REDUCE;
+        }
         status = strata_moe_create(comm, &p, &objects[0]);
+        if (o.refused != NULL) {
+            CHECK(status != STRATA_OK && strstr(strata_status_string(status), o.refused),
+                  "creation must be refused with %s; it gave %s", o.refused,
+                  strata_status_string(status));
+            printf("rank %d: creation refused: %s\n", g_rank, strata_status_string(status));
+            strata_moe_destroy(objects[0]);
+            strata_comm_destroy(comm);
+            strata_bootstrap_destroy(bs);
+            free_state(&r);
+            free(r.rank_node);
+            free(routes);
+            return 0;
+        }
         if (o.odd_config >= 0) {
             CHECK(status == STRATA_ERR_CONFIG, "rank %d's round one differs; creation gave %s",
                   o.odd_config, strata_status_string(status));
