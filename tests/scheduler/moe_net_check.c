@@ -35,6 +35,7 @@
 #include "util/util.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,6 +168,10 @@ typedef struct rank_state {
     bool              node_reduce; /* the object sums each node's terms there */
     int               node, num_nodes;
     int              *rank_node; /* [world] */
+    /* Node-reduce against exact, over every value checked: how many differ, and the
+     * largest difference relative to the sum of the magnitudes of the value's terms. */
+    uint64_t          nr_values, nr_differ;
+    double            nr_worst; /* in units of the combine dtype's rounding unit */
 } rank_state_t;
 
 /* Whether rank s refuses its input this step: a bad count, or tokens without x, on two
@@ -283,13 +288,15 @@ static void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv)
 
 /* Column h of token t's terms on node (-1: every node), weighted, summed in fp32 in k order;
  * *any_p: whether the token has a term there. */
-static float ref_node_sum(const rank_state_t *r, int t, int h, int node, bool *any_p)
+static float ref_node_sum(const rank_state_t *r, int t, int h, int node, bool *any_p,
+                          double *magnitude_p)
 {
     const moe_case_t *c = r->c;
     unsigned char yrow[16];
     float acc = 0.0f;
 
-    *any_p = false;
+    *any_p       = false;
+    *magnitude_p = 0.0;
     for (int k = 0; k < c->topk; ++k) {
         int64_t e = ref_route(c, g_step, r->rank, t, k);
 
@@ -299,27 +306,59 @@ static float ref_node_sum(const rank_state_t *r, int t, int h, int node, bool *a
         ref_store(yrow, 0, c->combine_dtype, gen_y(c, g_step, (int)e, r->rank, t, h));
         acc = acc + r->weights[(size_t)t * (size_t)c->topk + (size_t)k] *
                         ref_load(yrow, 0, c->combine_dtype);
+        *magnitude_p += fabs((double)r->weights[(size_t)t * (size_t)c->topk + (size_t)k] *
+                             (double)ref_load(yrow, 0, c->combine_dtype));
         *any_p = true;
     }
     return acc;
 }
 
+/* The combine dtype's unit roundoff: half the distance from 1 to the next value. */
+static double ref_unit(strata_dtype_t dtype)
+{
+    return dtype == STRATA_DTYPE_BF16 ? 0x1p-8 : dtype == STRATA_DTYPE_FP16 ? 0x1p-11 : 0x1p-24;
+}
+
+/* Node-reduce's value against the exact one, within the bound docs/moe.md derives: three
+ * roundings to the combine dtype (this result, the exact one, the other nodes' partial
+ * rows), and fp32 reassociation, of the sum of the terms' magnitudes. */
+static void ref_against_exact(rank_state_t *r, int t, int h, const unsigned char *ref)
+{
+    strata_dtype_t dtype = r->c->combine_dtype;
+    unsigned char exact[16];
+    double magnitude, diff, unit = ref_unit(dtype);
+    double bound = 3.0 + 2.0 * (r->c->topk + r->num_nodes) * 0x1p-24 / unit;
+    bool any;
+
+    ref_store(exact, 0, dtype, ref_node_sum(r, t, h, -1, &any, &magnitude));
+    diff = fabs((double)ref_load(exact, 0, dtype) - (double)ref_load(ref, h, dtype));
+    r->nr_values += 1;
+    r->nr_differ += diff != 0.0;
+    if (magnitude > 0.0) {
+        r->nr_worst = fmax(r->nr_worst, diff / magnitude / unit);
+    }
+    CHECK(diff <= bound * unit * magnitude, "token %d column %d: node-reduce %g, exact %g: "
+          "more than %.2f units of %g apart", t, h, (double)ref_load(ref, h, dtype),
+          (double)ref_load(exact, 0, dtype), bound, magnitude);
+}
+
 /* Column h of token t's result. Exact: every term in fp32 in k order. Node-reduce: each
  * node's terms so, this node's kept in fp32, another's rounded to the combine dtype (the
  * row that node returns), the partials added in node order; rounded once. */
-static void ref_column(const rank_state_t *r, int t, int h, unsigned char *ref)
+static void ref_column(rank_state_t *r, int t, int h, unsigned char *ref)
 {
     strata_dtype_t dtype = r->c->combine_dtype;
     unsigned char part[16];
+    double magnitude;
     float acc = 0.0f;
     bool any;
 
     if (!r->node_reduce) {
-        ref_store(ref, h, dtype, ref_node_sum(r, t, h, -1, &any));
+        ref_store(ref, h, dtype, ref_node_sum(r, t, h, -1, &any, &magnitude));
         return;
     }
     for (int node = 0; node < r->num_nodes; ++node) {
-        float sum = ref_node_sum(r, t, h, node, &any);
+        float sum = ref_node_sum(r, t, h, node, &any, &magnitude);
 
         if (node == r->node) {
             acc = acc + sum;
@@ -329,6 +368,7 @@ static void ref_column(const rank_state_t *r, int t, int h, unsigned char *ref)
         }
     }
     ref_store(ref, h, dtype, acc);
+    ref_against_exact(r, t, h, ref);
 }
 
 static void check_combine(rank_state_t *r, strata_status_t combined)
@@ -676,6 +716,12 @@ int main(int argc, char **argv)
                stats.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
                r.node_reduce ? "node-reduce" : "exact",
                stats.tokens_to_nodes, stats.tokens_round_two, mode_changes);
+    }
+    if (r.node_reduce && r.nr_values > 0) {
+        printf("rank %d: node-reduce against exact: %" PRIu64 " of %" PRIu64 " values differ, "
+               "the largest by %.3f units (2^-%d) of the sum of its terms' magnitudes\n",
+               g_rank, r.nr_differ, r.nr_values, r.nr_worst,
+               (int)-log2(ref_unit(o.c.combine_dtype)));
     }
     strata_moe_destroy(objects[0]);
     strata_moe_destroy(objects[1]);
