@@ -629,7 +629,8 @@ KERNEL_FN int net_send_weights(const intra_moe_args_t *a, int p, kernel_grid_t g
     for (int e = n->peer_first[p] + (int)g.thread; e < n->peer_first[p + 1];
          e += (int)g.num_threads) {
         for (size_t k = 0; k < topk; ++k) {
-            out[(size_t)n->slot_of[e] * topk + k] = n->topk_weights[(size_t)n->tokens[e] * topk + k];
+            out[(size_t)n->slot_of[e] * topk + k] =
+                n->topk_weights[(size_t)n->tokens[e] * topk + k];
         }
     }
     kernel_fence_system(); /* each thread's weights, before the post */

@@ -507,10 +507,11 @@ STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void
  * in the combine dtype; topk_weights [num_tokens][topk] fp32), accumulated in fp32 in k
  * order and rounded once. With STRATA_MOE_COMBINE_NODE_REDUCE each node's terms are summed
  * so on that node, other nodes' sums rounded to the combine dtype, and the sums added in
- * node order (docs/moe.md); the weights then go to those nodes from here. STRATA_ERR_CAPACITY: a term of one of this rank's tokens was
- * dropped, on this node or another, and its row lacks it; the rank that gathered a node's
- * terms for tokens of another node gets it too when one of those was dropped. (Dispatch
- * returns STRATA_ERR_CAPACITY to the owner of the expert whose capacity overflowed.)
+ * node order (docs/moe.md); the weights then go to those nodes from here.
+ * STRATA_ERR_CAPACITY: a term of one of this rank's tokens was dropped, on this node or
+ * another, and its row lacks it; the rank that gathered a node's terms for tokens of
+ * another node gets it too when one of those was dropped. (Dispatch returns
+ * STRATA_ERR_CAPACITY to the owner of the expert whose capacity overflowed.)
  */
 STRATA_API strata_status_t strata_moe_combine_recv(strata_moe_t *moe, const float *topk_weights,
                                                    void *out);
