@@ -163,6 +163,7 @@ static strata_status_t sched_net_tables(sched_moe_t *moe)
     size_t ranks  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
     size_t nodes  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
     intra_net_peer_t *init = calloc((size_t)geo->num_peers, sizeof(*init));
+    /* the host copy of node_ranks, followed by that of rank_node */
     int32_t *node_ranks = malloc(2 * (size_t)geo->world_size * sizeof(int32_t));
     strata_status_t status = init && node_ranks ? d->mem_alloc(cursor, &net->device_mem)
                                                 : STRATA_ERR_NO_MEMORY;
