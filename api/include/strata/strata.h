@@ -360,6 +360,7 @@ typedef struct strata_moe_params {
     strata_moe_mode_t  mode;
     /** FIXED: the mask file; ADAPTIVE: a policy file or NULL. Read by strata_moe_create. */
     const char        *mode_file;
+    /** how combine sums a token's terms across nodes: exact (the default) or node-reduce */
     strata_moe_combine_t combine;
 } strata_moe_params_t;
 
