@@ -145,6 +145,7 @@ case_run "2x2 hierarchical, node-reduce, fp32, 3 blocks" 4 "$nr" -- $calm STRATA
 case_run "3x2 hierarchical, node-reduce, fp16, bounce buffer, pull by request, 16 KiB chunks" 6 "$nr" -- $calm STRATA_INTER_STRIPE_MIN=16k STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=hierarchical STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 30) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6 --combine node-reduce
 case_run "4x1 hierarchical, node-reduce, fp8 -> bf16" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 4 -- --steps $(steps 20) --experts 8 --topk 4 --dtype fp8 --hidden 256
 case_run "2x2 hierarchical, node-reduce, all tokens to expert 12, capacity 12" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10
+case_run "2x2 hierarchical, node-reduce, adaptive on the drifting trace" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
 case_run "2x2 hierarchical, node-reduce, rank 2 passes max_tokens + 1 tokens" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over
 # Where node-reduce cannot run, creation is refused on every rank: the flat route; ranks that
 # differ in the combine mode; a value outside strata_moe_combine_t.
