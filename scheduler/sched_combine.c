@@ -50,9 +50,14 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
     if (status != STRATA_OK) {
         return status; /* INVALID: refused before this rank took part, it may retry */
     }
-    status = sched_settle(moe, intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_RETURN,
-                                                     &moe->net.args),
-                          "returning terms to other nodes");
+    /* Node-reduce sums the terms with their tokens' weights, which come with combine_recv:
+     * the terms leave from there. */
+    status = moe->geo.node_reduce
+                 ? sched_synchronize(moe, "gathering terms in the node")
+                 : sched_settle(moe, intra_moe_enqueue_net(moe->intra,
+                                                           INTRA_MOE_KERNEL_NET_RETURN,
+                                                           &moe->net.args),
+                                "returning terms to other nodes");
     if (status != STRATA_OK) {
         return status;
     }
@@ -65,11 +70,21 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
 static strata_status_t sched_reduce_terms(sched_moe_t *moe, const float *topk_weights, void *out)
 {
     const sched_plan_t *plan = moe->cur.plan;
-    strata_status_t status;
+    strata_status_t status = STRATA_OK;
 
-    status = sched_settle(moe, intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_TERMS,
-                                                     &moe->net.args),
-                          "returning terms between nodes");
+    if (moe->geo.node_reduce) { /* the weights out, the partial rows of the peers' tokens back */
+        moe->net.args.topk_weights = topk_weights;
+        status = sched_settle(moe, intra_moe_enqueue_net(moe->intra,
+                                                         INTRA_MOE_KERNEL_NET_RETURN,
+                                                         &moe->net.args),
+                              "summing terms for other nodes");
+    }
+    if (status == STRATA_OK) {
+        status = sched_settle(moe, intra_moe_enqueue_net(moe->intra,
+                                                         INTRA_MOE_KERNEL_NET_TERMS,
+                                                         &moe->net.args),
+                              "returning terms between nodes");
+    }
     if (status != STRATA_OK) {
         return status;
     }

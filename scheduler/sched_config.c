@@ -15,10 +15,12 @@ typedef struct sched_moe_config {
     bool     pull_read;
     uint64_t timeout_ns;
     int      net_memory;
+    int      combine;
 } sched_moe_config_t;
 
 static const char *const sched_route_names[] = {"auto", "flat", "hierarchical", NULL};
 static const char *const sched_net_memory_names[] = {"auto", "heap", "bounce", NULL};
+static const char *const sched_combine_names[] = {"exact", "node-reduce", NULL};
 
 static const util_config_field_t sched_moe_config_fields[] = {
     {.name = "MOE_ROUTE", .default_value = "auto",
@@ -52,6 +54,12 @@ static const util_config_field_t sched_moe_config_fields[] = {
             "write through), or auto (heap where the transport can register it).",
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, net_memory),
      .enum_names = sched_net_memory_names},
+    {.name = "MOE_COMBINE", .default_value = "exact",
+     .doc = "How combine sums a token's terms across nodes: exact (every term returns to the "
+            "token's rank, summed in fp32 in k order) or node-reduce (hierarchical route: "
+            "each node sums its terms and returns one row per token, fewer bytes).",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, combine),
+     .enum_names = sched_combine_names},
 };
 
 const util_config_table_t sched_moe_config_table = {
@@ -128,9 +136,37 @@ strata_status_t sched_resolve_config(sched_moe_t *moe, strata_moe_route_t *route
                    : moe->params.max_tokens <= config.flat_tokens ? STRATA_MOE_ROUTE_FLAT
                                                                   : STRATA_MOE_ROUTE_HIERARCHICAL;
     }
+    if (moe->params.combine == STRATA_MOE_COMBINE_DEFAULT) {
+        moe->params.combine = config.combine == 1 ? STRATA_MOE_COMBINE_NODE_REDUCE
+                                                  : STRATA_MOE_COMBINE_EXACT;
+    }
     *spec_p         = (int)UTIL_MIN(config.spec_tokens, (int64_t)moe->params.max_tokens);
     *net_memory_p   = config.net_memory;
     moe->pull_read  = config.pull_read && inter_engine_has_read(moe->world.engine);
     moe->timeout_ns = config.timeout_ns;
+    return STRATA_OK;
+}
+
+strata_status_t sched_resolve_combine(sched_moe_t *moe)
+{
+    sched_geometry_t *geo = &moe->geo;
+
+    geo->node_reduce = false;
+    if (moe->params.combine != STRATA_MOE_COMBINE_NODE_REDUCE || geo->num_peers == 0) {
+        return STRATA_OK; /* on one node every term is summed where its token is */
+    }
+    if (geo->route != STRATA_MOE_ROUTE_HIERARCHICAL) {
+        UTIL_LOG_ERROR("moe: node-reduce combine needs the hierarchical route, and this "
+                       "object's is flat (max_tokens %d): set STRATA_MOE_ROUTE=hierarchical "
+                       "or params.route, or STRATA_MOE_COMBINE=exact", moe->params.max_tokens);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    if (moe->world.device->memory != INTRA_MEMORY_HOST) {
+        UTIL_LOG_ERROR("moe: node-reduce combine runs on the host backend only in this "
+                       "version, not on %s: set STRATA_MOE_COMBINE=exact",
+                       moe->world.device->name);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    geo->node_reduce = true;
     return STRATA_OK;
 }

@@ -188,7 +188,7 @@ static strata_status_t sched_dispatch_stats(sched_moe_t *moe)
 {
     int peers = moe->geo.num_peers;
     intra_net_peer_t ps[64];
-    uint64_t rows = 0, second = 0, terms = 0;
+    uint64_t rows = 0, second = 0, terms = 0, weights = 0;
 
     for (int first = 0; first < peers; first += 64) {
         int n = UTIL_MIN(64, peers - first);
@@ -202,14 +202,20 @@ static strata_status_t sched_dispatch_stats(sched_moe_t *moe)
             int spec = UTIL_MIN(ps[i].send_push, moe->geo.spec_tokens);
 
             rows   += (uint64_t)(ps[i].send_push + ps[i].send_pull);
-            terms  += (uint64_t)ps[i].num_terms;
+            /* node-reduce: one partial row per token received, and our tokens' weights */
+            terms  += moe->geo.node_reduce ? (uint64_t)(ps[i].recv_push + ps[i].recv_pull)
+                                           : (uint64_t)ps[i].num_terms;
+            weights += moe->geo.node_reduce ? (uint64_t)(ps[i].send_push + ps[i].send_pull) *
+                                                  (uint64_t)moe->geo.topk * sizeof(float)
+                                            : 0;
             second += (uint64_t)(ps[i].send_push - spec) +
                       (moe->pull_read ? 0 : (uint64_t)ps[i].send_pull);
         }
     }
     moe->stats.tokens_to_nodes  = rows;
     moe->stats.tokens_round_two = second;
-    moe->stats.bytes_to_nodes   = rows * moe->geo.entry_bytes + terms * moe->geo.y_row_bytes;
+    moe->stats.bytes_to_nodes   = rows * moe->geo.entry_bytes + terms * moe->geo.y_row_bytes +
+                                  weights;
     return STRATA_OK;
 }
 

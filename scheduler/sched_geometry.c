@@ -51,6 +51,11 @@ bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w
                (int)p->route > STRATA_MOE_ROUTE_HIERARCHICAL) {
         UTIL_LOG_ERROR("moe: route %d is not a strata_moe_route_t (%d..%d)", (int)p->route,
                        STRATA_MOE_ROUTE_DEFAULT, STRATA_MOE_ROUTE_HIERARCHICAL);
+    } else if ((int)p->combine < STRATA_MOE_COMBINE_DEFAULT ||
+               (int)p->combine > STRATA_MOE_COMBINE_NODE_REDUCE) {
+        UTIL_LOG_ERROR("moe: combine %d is not a strata_moe_combine_t (%d..%d)",
+                       (int)p->combine, STRATA_MOE_COMBINE_DEFAULT,
+                       STRATA_MOE_COMBINE_NODE_REDUCE);
     } else {
         return true;
     }

@@ -24,6 +24,7 @@ typedef struct sched_geometry {
     const int         *rank_node;   /* [world_size] */
     const int         *rank_local;  /* [world_size] */
     strata_moe_route_t route;
+    bool               node_reduce; /* combine: one partial row per token and node */
     int                num_experts, topk, max_tokens, capacity;
     int                local_size;
     int                experts_per_rank;
@@ -51,6 +52,7 @@ void            sched_geometry_cleanup(sched_geometry_t *geo);
 /* Offsets in the network area, the same on every rank. */
 typedef struct sched_net_layout {
     size_t headers, grants, out_headers, out_grants, spec, overflow, staging, ret_out, ret_in;
+    size_t w_out, w_in; /* node-reduce only: the weights of the tokens sent, and received */
     size_t total;
 } sched_net_layout_t;
 
@@ -85,6 +87,7 @@ typedef struct sched_net {
     int32_t           *num_aug;
     uint64_t          *mask;        /* [mask_words] */
     int32_t           *node_ranks;  /* [world] */
+    int32_t           *rank_node;   /* [world] */
     intra_net_args_t   args;        /* the launches' arguments; per-step fields set each step */
 } sched_net_t;
 
@@ -246,6 +249,9 @@ static inline size_t sched_mask_bytes(const sched_moe_t *moe)
  * *net_memory_p: 0 auto, 1 heap, 2 bounce. */
 strata_status_t sched_resolve_config(sched_moe_t *moe, strata_moe_route_t *route_p,
                                      int *spec_p, int *net_memory_p);
+/* sched_config.c: node-reduce combine where it applies (across nodes, hierarchical route,
+ * host backend); UNSUPPORTED, logged, where it was asked for elsewhere. */
+strata_status_t sched_resolve_combine(sched_moe_t *moe);
 /* sched_geometry.c: what the intra tier does not check itself, the world's shape. */
 bool            sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w);
 

@@ -224,7 +224,8 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
 
     if ((status = sched_resolve_config(moe, &route, &spec, &net_memory)) != STRATA_OK ||
         (status = sched_geometry_init(&moe->geo, &moe->params, &moe->world, route, spec)) !=
-            STRATA_OK) {
+            STRATA_OK ||
+        (status = sched_resolve_combine(moe)) != STRATA_OK) {
         return status;
     }
     moe->params.capacity = moe->geo.capacity;
@@ -275,10 +276,11 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
     moe->stats.route             = moe->geo.route;
     moe->stats.num_local_experts = moe->geo.experts_per_rank;
     moe->stats.net_bounce        = moe->net.bounce;
-    UTIL_LOG_INFO("moe: %d experts, top-%d, hidden %d, %s route, %d peers, round one %d "
-                  "tokens, capacity %d, network area %zu bytes in %s, pull across nodes by %s",
-                  params->num_experts, params->topk, params->hidden,
+    UTIL_LOG_INFO("moe: %d experts, top-%d, hidden %d, %s route, %s combine, %d peers, round "
+                  "one %d tokens, capacity %d, network area %zu bytes in %s, pull across "
+                  "nodes by %s", params->num_experts, params->topk, params->hidden,
                   moe->geo.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
+                  moe->geo.node_reduce ? "node-reduce" : "exact",
                   moe->geo.num_peers, moe->geo.spec_tokens, moe->geo.capacity,
                   moe->net.layout.total, moe->net.bounce ? "a host bounce buffer" : "the heap",
                   moe->pull_read ? "read" : "request");

@@ -33,6 +33,10 @@ strata_status_t sched_net_layout(sched_moe_t *moe)
                                                                     geo->y_row_bytes));
     l->ret_in      = sched_place(&cursor, peers * INTRA_NET_RET_BLOCK(max_tokens, topk,
                                                                     geo->y_row_bytes));
+    if (geo->node_reduce) {
+        l->w_out = sched_place(&cursor, peers * max_tokens * topk * sizeof(float));
+        l->w_in  = sched_place(&cursor, peers * max_tokens * topk * sizeof(float));
+    }
     l->total       = cursor;
     return STRATA_OK;
 }
@@ -157,8 +161,10 @@ static strata_status_t sched_net_tables(sched_moe_t *moe)
     size_t naug   = sched_place(&cursor, sizeof(int32_t));
     size_t mask   = sched_place(&cursor, (size_t)geo->mask_words * sizeof(uint64_t));
     size_t ranks  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
+    size_t nodes  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
     intra_net_peer_t *init = calloc((size_t)geo->num_peers, sizeof(*init));
-    int32_t *node_ranks = malloc((size_t)geo->world_size * sizeof(int32_t));
+    /* the host copy of node_ranks, followed by that of rank_node */
+    int32_t *node_ranks = malloc(2 * (size_t)geo->world_size * sizeof(int32_t));
     strata_status_t status = init && node_ranks ? d->mem_alloc(cursor, &net->device_mem)
                                                 : STRATA_ERR_NO_MEMORY;
     char *base = net->device_mem;
@@ -174,6 +180,7 @@ static strata_status_t sched_net_tables(sched_moe_t *moe)
         net->num_aug    = (int32_t *)(base + naug);
         net->mask       = (uint64_t *)(base + mask);
         net->node_ranks = (int32_t *)(base + ranks);
+        net->rank_node  = (int32_t *)(base + nodes);
         status = d->mem_set(base, 0, cursor);
     }
     for (int p = 0; p < geo->num_peers && status == STRATA_OK; ++p) {
@@ -181,14 +188,19 @@ static strata_status_t sched_net_tables(sched_moe_t *moe)
         init[p].node      = geo->rank_node[geo->peers[p]];
         init[p].ret_block = sched_ret_block(geo, geo->peers[p]);
     }
-    for (int r = 0; r < geo->world_size; ++r) {
-        node_ranks[r] = geo->node_ranks[r];
+    for (int r = 0; node_ranks != NULL && r < geo->world_size; ++r) {
+        node_ranks[r]                   = geo->node_ranks[r];
+        node_ranks[geo->world_size + r] = geo->rank_node[r];
     }
     if (status == STRATA_OK) {
         status = d->mem_copy(net->peers, init, (size_t)geo->num_peers * sizeof(*init));
     }
     if (status == STRATA_OK) {
         status = d->mem_copy(net->node_ranks, node_ranks,
+                             (size_t)geo->world_size * sizeof(int32_t));
+    }
+    if (status == STRATA_OK) {
+        status = d->mem_copy(net->rank_node, node_ranks + geo->world_size,
                              (size_t)geo->world_size * sizeof(int32_t));
     }
     free(init);
@@ -228,7 +240,10 @@ static void sched_net_args(sched_moe_t *moe)
         .out_headers = net->layout.out_headers, .out_grants = net->layout.out_grants,
         .spec = net->layout.spec, .overflow = net->layout.overflow,
         .staging = net->layout.staging, .ret_out = net->layout.ret_out,
-        .ret_in = net->layout.ret_in, .ret_stage = (int64_t)moe->stage_offset,
+        .ret_in = net->layout.ret_in, .w_out = net->layout.w_out, .w_in = net->layout.w_in,
+        .ret_stage = (int64_t)moe->stage_offset,
+        .rank_node = net->rank_node, .node_reduce = geo->node_reduce, .node = geo->node,
+        .num_nodes = geo->num_nodes,
         .terms = (int64_t)moe->terms_offset, .node_ranks = net->node_ranks, .mask = net->mask,
         .slot_of = net->slot_of, .term_src = net->term_src, .aug_entry = net->aug_entry,
         .aug_topk = net->aug_topk, .num_aug = net->num_aug,
@@ -245,6 +260,8 @@ typedef struct sched_net_card {
     int32_t  spec_tokens;
     int32_t  pull_read;
     uint64_t chunk_bytes;
+    int32_t  node_reduce;
+    int32_t  pad;
 } sched_net_card_t;
 
 /* Every rank's card, before anything is sized from them; a rank that differs fails the
@@ -252,14 +269,16 @@ typedef struct sched_net_card {
 strata_status_t sched_net_agree(sched_moe_t *moe)
 {
     sched_net_card_t mine = {.spec_tokens = moe->geo.spec_tokens, .pull_read = moe->pull_read,
-                             .chunk_bytes = inter_engine_chunk_bytes(moe->world.engine)};
+                             .chunk_bytes = inter_engine_chunk_bytes(moe->world.engine),
+                             .node_reduce = moe->geo.node_reduce};
     sched_net_card_t *all = calloc((size_t)moe->geo.world_size, sizeof(*all));
     strata_status_t status = all ? moe->world.allgather(moe->world.allgather_ctx, &mine, all,
                                                         sizeof(mine))
                                  : STRATA_ERR_NO_MEMORY;
 
     for (int r = 0; r < moe->geo.world_size && status == STRATA_OK; ++r) {
-        if (memcmp(&all[r], &mine, sizeof(mine)) != 0) {
+        if (all[r].spec_tokens != mine.spec_tokens || all[r].pull_read != mine.pull_read ||
+            all[r].chunk_bytes != mine.chunk_bytes) {
             UTIL_LOG_ERROR("moe: rank %d sends %d tokens in round one, pulls by %s, cuts "
                            "transfers at %llu bytes; this rank %d, %s, %llu: "
                            "STRATA_MOE_SPEC_TOKENS, STRATA_MOE_PULL_READ and "
@@ -268,6 +287,12 @@ strata_status_t sched_net_agree(sched_moe_t *moe)
                            (unsigned long long)all[r].chunk_bytes, mine.spec_tokens,
                            mine.pull_read ? "read" : "request",
                            (unsigned long long)mine.chunk_bytes);
+            status = STRATA_ERR_CONFIG;
+        } else if (all[r].node_reduce != mine.node_reduce) {
+            UTIL_LOG_ERROR("moe: rank %d combines %s, this rank %d %s: STRATA_MOE_COMBINE (or "
+                           "params.combine) must match on every rank", r,
+                           all[r].node_reduce ? "node-reduce" : "exact", moe->geo.rank,
+                           mine.node_reduce ? "node-reduce" : "exact");
             status = STRATA_ERR_CONFIG;
         }
     }

@@ -77,6 +77,7 @@ void moe_breakdown_print(const char *row, moe_breakdown_t *bd, uint64_t step_p50
 /* One route's object, its reused layout, and what its steps measured. */
 typedef struct moe_route {
     strata_moe_route_t   route;
+    strata_moe_combine_t combine;
     strata_moe_t        *moe;
     strata_moe_layout_t *layout;
     intra_samples_t      samples;
@@ -91,7 +92,7 @@ static void moe_route_open(intra_bench_t *b, strata_comm_t *comm, moe_route_t *r
     strata_moe_params_t p = {.num_experts = b->experts, .topk = b->topk, .hidden = b->hidden,
                              .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
                              .max_tokens = b->tokens, .route = r->route,
-                             .mode = STRATA_MOE_MODE_PUSH};
+                             .mode = STRATA_MOE_MODE_PUSH, .combine = r->combine};
     uint64_t t0;
 
     MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
@@ -220,11 +221,81 @@ static void moe_measure(intra_bench_t *b, strata_comm_t *comm, bool breakdown,
     }
 }
 
+/* --combine: the modes to compare, in the order given. */
+typedef struct moe_combine_opts {
+    strata_moe_combine_t modes[2];
+    int                  count;
+} moe_combine_opts_t;
+
+static const char *moe_combine_name(strata_moe_combine_t combine)
+{
+    return combine == STRATA_MOE_COMBINE_NODE_REDUCE ? "node-reduce" : "exact";
+}
+
+static void moe_print_combine(const intra_bench_t *b, moe_route_t *objs, int count,
+                              bool breakdown)
+{
+    for (int i = 0; i < count; ++i) {
+        char row[32];
+
+        snprintf(row, sizeof(row), "hier %s", moe_combine_name(objs[i].combine));
+        intra_print_row(row, b->tokens, &objs[i].result, &objs[0].result);
+    }
+    for (int i = 0; i < count; ++i) {
+        printf("%6d combine %s: rank 0 to other nodes per step: %llu rows, %llu payload bytes "
+               "with combine; step p50 %.1f us, p99 %.1f us\n", b->tokens,
+               moe_combine_name(objs[i].combine),
+               (unsigned long long)objs[i].stats.tokens_to_nodes,
+               (unsigned long long)objs[i].stats.bytes_to_nodes,
+               (double)objs[i].result.step.p50 / 1e3, (double)objs[i].result.step.p99 / 1e3);
+    }
+    for (int i = 0; breakdown && i < count; ++i) {
+        char row[32];
+
+        snprintf(row, sizeof(row), "%6d %s ", b->tokens, moe_combine_name(objs[i].combine));
+        moe_breakdown_print(row, &objs[i].bd, objs[i].result.step.p50);
+    }
+    fflush(stdout);
+}
+
+/*
+ * --combine: one hierarchical object per combine mode, one step of each in turn (the order
+ * rotating), so that the modes see the same moments of a shared machine.
+ */
+static void moe_measure_combine(intra_bench_t *b, strata_comm_t *comm,
+                                const moe_combine_opts_t *c, bool breakdown,
+                                tool_progress_t *progress)
+{
+    static moe_route_t objs[2];
+
+    intra_route(b);
+    for (int i = 0; i < c->count; ++i) {
+        memset(&objs[i], 0, sizeof(objs[i]));
+        objs[i].route   = STRATA_MOE_ROUTE_HIERARCHICAL;
+        objs[i].combine = c->modes[i];
+        moe_route_open(b, comm, &objs[i]);
+    }
+    for (int i = -2; i < b->iters; ++i) {
+        tool_progress_update(progress, "moe %d tokens: step %d/%d", b->tokens, i + 2,
+                             b->iters + 2);
+        for (int j = 0; j < c->count; ++j) {
+            moe_route_step(b, &objs[(i + 2 + j) % c->count], i >= 0, breakdown);
+        }
+    }
+    for (int i = 0; i < c->count; ++i) {
+        moe_route_close(b, &objs[i]);
+    }
+    if (b->rank == 0) {
+        tool_progress_end(progress);
+        moe_print_combine(b, objs, c->count, breakdown);
+    }
+}
+
 static void moe_usage(FILE *out)
 {
     fprintf(out, "Usage: mpirun -n N strata-bench moe [--ranks-per-node L] [--tokens N[,N...]]\n"
                  "              [--hidden H] [--topk K] [--experts E] [--iters N] [--breakdown]\n"
-                 "              [--progress]\n"
+                 "              [--progress] [--combine exact,node-reduce]\n"
                  "       mpirun -n N strata-bench moe --modes push,pull,adaptive[,fixed:FILE]\n"
                  "              [--ranks-per-node L] [--tokens N] [--experts E] [--topk K]\n"
                  "              [--zipf S] [--seed N] [--trace FILE] [--route flat|hier] [--iters N]\n"
@@ -234,6 +305,9 @@ static void moe_usage(FILE *out)
                  "--breakdown: per route and size, rank 0's median time of each phase of a step\n"
                  "(a layout made anew, pack and post, waits, kernels, reduce) and its share of the\n"
                  "step's median; post delay: mean time from a kernel's command to its posting.\n"
+                 "--combine: instead of the routes and MPI, one hierarchical object per combine\n"
+                 "mode (exact, node-reduce: docs/moe.md), one step of each in turn; per mode its\n"
+                 "times, and rank 0's rows and payload bytes to other nodes per step.\n"
                  "--modes: one MoE object per Push/Pull mode, one step of each in turn, on routing\n"
                  "that changes by step: Zipf S (1.4) with a drifting hot set (--seed), or the\n"
                  "routing trace FILE (strata-tune generate; its shape sets tokens, top-k and\n"
@@ -258,12 +332,43 @@ static bool moe_parse_route(const char *text, strata_moe_route_t *route_p)
     return true;
 }
 
-/* The options of moe into m, *per_node_p and *breakdown_p, the shared ones into b and o;
+/* "exact,node-reduce": one or two modes, each once. */
+static bool moe_parse_combine(const char *text, moe_combine_opts_t *c)
+{
+    char copy[64], *save = NULL;
+
+    c->count = 0;
+    snprintf(copy, sizeof(copy), "%s", text);
+    for (char *name = strtok_r(copy, ",", &save); name != NULL;
+         name = strtok_r(NULL, ",", &save)) {
+        strata_moe_combine_t mode = strcmp(name, "exact") == 0 ? STRATA_MOE_COMBINE_EXACT
+                                    : strcmp(name, "node-reduce") == 0
+                                        ? STRATA_MOE_COMBINE_NODE_REDUCE
+                                        : STRATA_MOE_COMBINE_DEFAULT;
+
+        if (mode == STRATA_MOE_COMBINE_DEFAULT || c->count == 2 ||
+            (c->count == 1 && c->modes[0] == mode)) {
+            tool_usage_error(MOE_TOOL, "--combine '%s' is not exact, node-reduce or both, "
+                             "each once", text);
+            return false;
+        }
+        c->modes[c->count++] = mode;
+    }
+    if (c->count == 0) {
+        tool_usage_error(MOE_TOOL, "--combine '%s' names no mode", text);
+        return false;
+    }
+    return true;
+}
+
+/* The options of moe into m, c, *per_node_p and *breakdown_p, the shared ones into b and o;
  * false after a usage error naming the option and its value. */
 static bool moe_option(intra_bench_t *b, intra_bench_opts_t *o, bench_modes_opts_t *m,
-                       int *per_node_p, bool *breakdown_p, int opt, const char *arg)
+                       moe_combine_opts_t *c, int *per_node_p, bool *breakdown_p, int opt,
+                       const char *arg)
 {
     switch (opt) {
+    case 'C': return moe_parse_combine(arg, c);
     case 'L': return tool_parse_int(MOE_TOOL, "--ranks-per-node", arg, 1, INT_MAX, per_node_p);
     case 'B': *breakdown_p = true; return true;
     case 'M': m->modes = arg; return true;
@@ -282,11 +387,12 @@ int bench_moe_main(int argc, char **argv)
         {"breakdown", no_argument, NULL, 'B'}, {"modes", required_argument, NULL, 'M'},
         {"zipf", required_argument, NULL, 'Z'}, {"seed", required_argument, NULL, 'S'},
         {"trace", required_argument, NULL, 'T'}, {"route", required_argument, NULL, 'R'},
-        {NULL, 0, NULL, 0},
+        {"combine", required_argument, NULL, 'C'}, {NULL, 0, NULL, 0},
     };
     bench_modes_opts_t modes = {.zipf = 1.4, .seed = 1, .route = STRATA_MOE_ROUTE_DEFAULT};
     intra_bench_t b = {.hidden = 2048, .topk = 8};
     intra_bench_opts_t o = {.sizes = {128, 2048}, .num_sizes = 2};
+    moe_combine_opts_t combine = {.count = 0};
     int per_node = 0, opt;
     bool breakdown = false;
     char node_name[32];
@@ -298,7 +404,7 @@ int bench_moe_main(int argc, char **argv)
     double comm_ms;
 
     optind = 2;
-    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BM:Z:S:T:R:", options,
+    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BM:Z:S:T:R:C:", options,
                               NULL)) != -1) {
         if (opt == 'h') {
             moe_usage(stdout);
@@ -307,7 +413,7 @@ int bench_moe_main(int argc, char **argv)
         if (opt == '?' || opt == ':') {
             return tool_option_error(MOE_TOOL, argv, options, opt);
         }
-        if (!moe_option(&b, &o, &modes, &per_node, &breakdown, opt, optarg)) {
+        if (!moe_option(&b, &o, &modes, &combine, &per_node, &breakdown, opt, optarg)) {
             return TOOL_EXIT_USAGE;
         }
     }
@@ -350,17 +456,24 @@ int bench_moe_main(int argc, char **argv)
         printf("# strata-bench moe: %d ranks on %d nodes, transport %s, hidden %d, top-%d of %d "
                "experts, bf16\n# payload per rank and step: dispatched rows + combined rows; "
                "times in us (rank 0), GB/s = payload / step p50\n"
-               "# ratio: GB/s against MPI_Alltoallv in the same processes\n"
+               "# ratio: GB/s against %s\n"
                "# communicator created in %.1f ms (slowest rank)\n",
                b.size, strata_comm_num_nodes(comm), strata_comm_transport(comm), b.hidden,
-               b.topk, b.experts, comm_ms);
+               b.topk, b.experts,
+               combine.count > 0 ? "the first --combine mode" : "MPI_Alltoallv in the same "
+                                                                "processes",
+               comm_ms);
         intra_print_header();
     }
     tool_progress_start(&progress, b.rank == 0, b.progress);
     for (int i = 0; i < o.num_sizes; ++i) {
         b.tokens = o.sizes[i];
         b.iters  = o.iters > 0 ? o.iters : o.sizes[i] >= 1024 ? 10 : 100;
-        moe_measure(&b, comm, breakdown, &progress);
+        if (combine.count > 0) {
+            moe_measure_combine(&b, comm, &combine, breakdown, &progress);
+        } else {
+            moe_measure(&b, comm, breakdown, &progress);
+        }
     }
     tool_progress_end(&progress);
     strata_comm_destroy(comm);

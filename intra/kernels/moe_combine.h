@@ -220,9 +220,55 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
     }
 }
 
+/*
+ * Node-reduce: out[t] = sum over the nodes in order of each node's partial, in fp32,
+ * rounded once. This node's partial is the sum over its slots k, in order, of
+ * topk_weights[t][k] * y(t, k) in fp32; another node's is the row it returned (summed
+ * there the same way, then rounded to the combine dtype), at term_src of the token's first
+ * slot on that node (its other slots there: 0).
+ */
+KERNEL_FN void moe_reduce_nodes(const intra_moe_args_t *a, int t, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    size_t base = (size_t)t * (size_t)a->topk;
+    char *out = (char *)a->out + (size_t)t * (size_t)a->y_row_bytes;
+
+    for (int h0 = (int)g.thread * MOE_COMBINE_TILE; h0 < a->hidden;
+         h0 += (int)g.num_threads * MOE_COMBINE_TILE) {
+        int len = a->hidden - h0 < MOE_COMBINE_TILE ? a->hidden - h0 : MOE_COMBINE_TILE;
+        float acc[MOE_COMBINE_TILE], part[MOE_COMBINE_TILE];
+
+        for (int j = 0; j < len; ++j) {
+            acc[j]  = 0.0f;
+            part[j] = 0.0f;
+        }
+        for (int node = 0; node < n->num_nodes; ++node) {
+            for (int k = 0; k < a->topk; ++k) {
+                const char *row = (const char *)(uintptr_t)a->term_src[base + (size_t)k];
+                int64_t expert = n->clean_idx[base + (size_t)k];
+
+                if (row == 0 || expert < 0 ||
+                    n->rank_node[expert / n->experts_per_rank] != node) {
+                    continue;
+                }
+                if (node == n->node) {
+                    moe_accumulate(part, row, h0, len, a->topk_weights[base + (size_t)k],
+                                   a->y_elem);
+                } else {
+                    moe_accumulate(acc, row, h0, len, 1.0f, a->y_elem); /* 1 x row: exact */
+                }
+            }
+            for (int j = 0; node == n->node && j < len; ++j) {
+                acc[j] = kernel_add_f32(acc[j], part[j]);
+            }
+        }
+        moe_store_tile(out, h0, len, a->y_elem, acc);
+    }
+}
+
 /* out[t] = sum over k of topk_weights[t][k] * y(t, k), with y(t, k) at term_src[t][k] (0:
  * no term), in fp32, k in order: the last stage of a combine whose terms came from several
- * places, read where they landed. */
+ * places, read where they landed. Node-reduce: moe_reduce_nodes. */
 KERNEL_FN void intra_moe_reduce_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const char *rows[INTRA_MOE_MAX_TOPK];
@@ -231,7 +277,11 @@ KERNEL_FN void intra_moe_reduce_body(const intra_moe_args_t *a, kernel_grid_t g)
     if (moe_net_failed(a)) {
         return;
     }
-    for (int t = (int)g.block; t < a->num_tokens; t += (int)g.num_blocks) {
+    for (int t = (int)g.block; a->net.node_reduce && t < a->num_tokens; t += (int)g.num_blocks) {
+        moe_reduce_nodes(a, t, g);
+    }
+    for (int t = (int)g.block; !a->net.node_reduce && t < a->num_tokens;
+         t += (int)g.num_blocks) {
         int n = 0;
 
         for (int k = 0; k < a->topk; ++k) {

@@ -31,7 +31,8 @@ enum {
     INTRA_NET_IMM_SPEC,     /* round one: the first tokens, into the source's private slot */
     INTRA_NET_IMM_GRANT,    /* where round two goes, from the receiver */
     INTRA_NET_IMM_OVERFLOW, /* round two: the rest, at the granted place */
-    INTRA_NET_IMM_COMBINE,  /* terms returned */
+    INTRA_NET_IMM_COMBINE,  /* terms returned (node-reduce: one partial row per token) */
+    INTRA_NET_IMM_WEIGHTS,  /* node-reduce: a token's weights, to the node holding its terms */
     INTRA_NET_IMM_KINDS
 };
 
@@ -53,6 +54,7 @@ enum {
     INTRA_NET_WAIT_TERMS,
     INTRA_NET_WAIT_SENDS,
     INTRA_NET_BAD_ENTRY, /* protocol: a record with a token or expert out of range */
+    INTRA_NET_WAIT_WEIGHTS,
 };
 
 /* What a source writes to each peer first, every step, even with no tokens; followed by
@@ -94,7 +96,7 @@ typedef struct intra_net_peer {
     int64_t  recv_offset; /* overflow entry given to the peer */
     int32_t  aug_first;   /* our first token index of its entries */
     int32_t  node;
-    uint64_t spec_seen, overflow_seen, grant_seen, combine_seen;
+    uint64_t spec_seen, overflow_seen, grant_seen, combine_seen, weights_seen;
 } intra_net_peer_t;
 
 /* Per object, in device memory; every field only grows. */
@@ -133,6 +135,8 @@ typedef struct intra_net_args {
     uint64_t staging;     /* [world][max_tokens] entries, by destination */
     uint64_t ret_out;     /* [num_peers][max_tokens * topk] terms being returned */
     uint64_t ret_in;      /* [num_peers][max_tokens * topk] terms returned to us */
+    uint64_t w_out;       /* node-reduce: [num_peers][max_tokens][topk] fp32 weights sent */
+    uint64_t w_in;        /* node-reduce: [num_peers][max_tokens][topk] weights received */
     /* Offsets in this rank's heap part: where owners on the node write terms. */
     int64_t  ret_stage;   /* the terms returned to peers (ret_out itself when the area is
                              in the heap; else copied there before they leave) */
@@ -147,6 +151,11 @@ typedef struct intra_net_args {
     const int64_t *peer_terms;  /* [num_peers] terms each peer returns */
     const int32_t *node_ranks;  /* [nodes][local_size] global rank */
     const uint64_t *mask;       /* the step's global dispatch mask (bit: Pull) */
+    const int32_t  *rank_node;  /* [world] node of each rank */
+    /* Node-reduce combine: the node holding a token's terms sums them, weighted, and
+     * returns one row per token; the token's rank adds those rows in node order. */
+    int32_t  node_reduce, node, num_nodes;
+    const float *topk_weights;  /* [num_own][topk] of combine_recv (node-reduce) */
     /* The step's scratch. */
     int32_t  *slot_of;    /* [entries] place of each entry in its peer's staging */
     uint64_t *term_src;   /* [max_tokens][topk] address of each own token's term */

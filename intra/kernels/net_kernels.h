@@ -16,7 +16,9 @@
  *               send our own round two when granted, wait for all the data;
  *   NET_INDEX   per peer: check every received record, and tell the node's kernels where
  *               each token is, which experts it has, and where its terms go;
- *   NET_RETURN  per peer: post the terms of its tokens back in one write;
+ *   NET_RETURN  per peer: post the terms of its tokens back in one write (node-reduce,
+ *               from combine_recv: post our tokens' weights, then once the peer's are in,
+ *               one weighted partial row per token of its, in one write);
  *   NET_TERMS   one thread: wait for our tokens' terms and for our own transfers.
  * Every counter it waits on only grows: a wait is for a running total, nothing is reset.
  */
@@ -170,6 +172,23 @@ KERNEL_FN int net_entry_pulls(const intra_moe_args_t *a, int node, const int32_t
     return any;
 }
 
+/* Node-reduce: the partial row of entry e comes back at row; its token's first slot on
+ * that node points at it, the token's other slots there at nothing. */
+KERNEL_FN void net_partial_src(const intra_moe_args_t *a, int e, const char *row)
+{
+    const intra_net_args_t *n = &a->net;
+    const int32_t *experts = &n->experts[(size_t)e * (size_t)a->topk];
+    uint64_t *src = &n->term_src[(size_t)n->tokens[e] * (size_t)a->topk];
+    int first = 1;
+
+    for (int k = 0; k < a->topk; ++k) {
+        if (experts[k] >= 0) {
+            src[k] = first ? (uint64_t)(uintptr_t)row : 0;
+            first  = 0;
+        }
+    }
+}
+
 /*
  * One thread: the peer's entries in staging order (Push ones first, then Pull), and where
  * each of their terms will come back: the peer returns them in that order, packed, into our
@@ -192,6 +211,10 @@ KERNEL_FN void net_order_peer(const intra_moe_args_t *a, int p)
             }
             n->slot_of[e] = slot++;
             count[pass] += 1;
+            if (n->node_reduce) { /* one partial row per entry, in staging order */
+                net_partial_src(a, e, back + (size_t)(slot - 1) * (size_t)a->y_row_bytes);
+                continue;
+            }
             for (int k = 0; k < a->topk; ++k) {
                 if (experts[k] >= 0) {
                     n->term_src[(size_t)n->tokens[e] * (size_t)a->topk + (size_t)k] =
@@ -582,6 +605,145 @@ KERNEL_FN int64_t net_dropped_terms(const intra_moe_args_t *a, const intra_net_p
     return dropped;
 }
 
+/* --- Node-reduce combine (NET_RETURN launched from combine_recv) ----------------------- */
+
+KERNEL_FN size_t net_weights_block(const intra_moe_args_t *a)
+{
+    return (size_t)a->net.max_tokens * (size_t)a->topk * sizeof(float);
+}
+
+/* The whole block: the weights of the tokens we sent peer p, in its staging order, to the
+ * node that holds their terms. */
+KERNEL_FN int net_send_weights(const intra_moe_args_t *a, int p, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    const intra_net_peer_t *peer = &n->peers[p];
+    size_t topk = (size_t)a->topk, block = net_weights_block(a);
+    float *out = (float *)(n->area + n->w_out + (size_t)p * block);
+    int entries = peer->send_push + peer->send_pull;
+    KERNEL_SHARED int ok;
+
+    if (entries == 0) {
+        return 1;
+    }
+    for (int e = n->peer_first[p] + (int)g.thread; e < n->peer_first[p + 1];
+         e += (int)g.num_threads) {
+        for (size_t k = 0; k < topk; ++k) {
+            out[(size_t)n->slot_of[e] * topk + k] =
+                n->topk_weights[(size_t)n->tokens[e] * topk + k];
+        }
+    }
+    kernel_fence_system(); /* each thread's weights, before the post */
+    kernel_block_sync();
+    if (g.thread == 0) {
+        int64_t posted = net_post_chunks(
+            a, UTIL_WORK_WRITE_IMM, peer->rank, n->w_out + (uint64_t)p * block,
+            n->w_in + (uint64_t)peer->ret_block * block, (uint64_t)entries * topk * sizeof(float),
+            n->imm_base + net_imm_index(n, INTRA_NET_IMM_WEIGHTS, n->rank),
+            INTRA_NET_COUNTER_SEND);
+
+        ok = posted >= 0;
+        if (ok) {
+            net_count_posted(a, posted);
+        }
+    }
+    kernel_block_sync();
+    return ok;
+}
+
+/* One thread: peer p's weights for the tokens it sent us have landed. */
+KERNEL_FN int net_wait_weights(const intra_moe_args_t *a, int p, int entries)
+{
+    const intra_net_args_t *n = &a->net;
+    intra_net_peer_t *peer = &n->peers[p];
+
+    peer->weights_seen += net_chunks(n, (uint64_t)entries * (uint64_t)a->topk * sizeof(float));
+    return net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_WEIGHTS, peer->rank)],
+                    peer->weights_seen, peer->rank, INTRA_NET_WAIT_WEIGHTS);
+}
+
+/*
+ * The whole block: for each token peer p sent us, in that order, the sum over its terms on
+ * this node of weight x term in fp32 in k order, as one row in the combine dtype; then the
+ * count of terms dropped here; all in one transfer. In the heap the partial rows overwrite
+ * the terms they come from, safely: entry q's terms start at row q or later, so row q is
+ * read only by entries up to q, and each thread writes only the columns it reads.
+ */
+KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    intra_net_peer_t *peer = &n->peers[p];
+    size_t topk = (size_t)a->topk, y = (size_t)a->y_row_bytes;
+    size_t block = INTRA_NET_RET_BLOCK(n->max_tokens, a->topk, a->y_row_bytes);
+    const char *terms = a->heap[a->rank] + n->ret_stage + (size_t)p * block;
+    char *out = n->area + n->ret_out + (size_t)p * block;
+    const float *w = (const float *)(n->area + n->w_in + (size_t)p * net_weights_block(a));
+    int entries = peer->recv_push + peer->recv_pull, term = 0;
+    KERNEL_SHARED int ok;
+
+    if (entries == 0) {
+        return 1;
+    }
+    if (g.thread == 0) {
+        ok = net_wait_weights(a, p, entries);
+    }
+    kernel_block_sync();
+    if (!ok) {
+        return 0;
+    }
+    for (int q = 0; q < entries; ++q) {
+        const int64_t *experts = &n->aug_topk[(size_t)(peer->aug_first + q) * topk];
+        const char *rows[INTRA_MOE_MAX_TOPK];
+        float weights[INTRA_MOE_MAX_TOPK];
+        int m = 0;
+
+        for (size_t k = 0; k < topk; ++k) {
+            if (experts[k] >= 0) {
+                rows[m]      = terms + (size_t)term++ * y;
+                weights[m++] = w[(size_t)q * topk + k];
+            }
+        }
+        moe_sum_rows(a, rows, weights, m, out + (size_t)q * y, g);
+    }
+    kernel_block_sync(); /* every partial is out before the count lands past them */
+    if (g.thread == 0) {
+        *(int64_t *)(out + (size_t)entries * y) = net_dropped_terms(a, peer);
+    }
+    kernel_fence_system();
+    kernel_block_sync();
+    if (g.thread == 0) {
+        int64_t posted = net_post_chunks(
+            a, UTIL_WORK_WRITE_IMM, peer->rank, n->ret_out + (uint64_t)p * block,
+            n->ret_in + (uint64_t)peer->ret_block * block,
+            (uint64_t)entries * y + INTRA_NET_DROPS_BYTES,
+            n->imm_base + net_imm_index(n, INTRA_NET_IMM_COMBINE, n->rank),
+            INTRA_NET_COUNTER_SEND);
+
+        ok = posted >= 0;
+        if (ok) {
+            net_count_posted(a, posted);
+        }
+    }
+    kernel_block_sync();
+    return ok;
+}
+
+/* Every peer's weights go out before any block waits for one, so no rank waits on a rank
+ * that waits on it; then each peer's partial rows, once its weights are in. */
+KERNEL_FN void net_node_reduce(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    for (int p = (int)g.block; p < a->net.num_peers; p += (int)g.num_blocks) {
+        if (!net_send_weights(a, p, g)) {
+            return;
+        }
+    }
+    for (int p = (int)g.block; p < a->net.num_peers; p += (int)g.num_blocks) {
+        if (!net_send_partials(a, p, g)) {
+            return;
+        }
+    }
+}
+
 /* Each peer's terms, with the count of those dropped here after them, in one transfer. */
 KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
@@ -589,6 +751,10 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
     size_t block = INTRA_NET_RET_BLOCK(n->max_tokens, a->topk, a->y_row_bytes);
 
     if (net_block_stopped(a, g)) {
+        return;
+    }
+    if (n->node_reduce) {
+        net_node_reduce(a, g);
         return;
     }
     for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {
@@ -642,7 +808,10 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
     }
     for (int p = 0; p < n->num_peers; ++p) {
         intra_net_peer_t *peer = &n->peers[p];
-        uint64_t terms = (uint64_t)n->peer_terms[p] * (uint64_t)a->y_row_bytes;
+        /* node-reduce: one partial row per token we sent the peer */
+        int64_t rows = n->node_reduce ? (int64_t)(n->peer_first[p + 1] - n->peer_first[p])
+                                      : n->peer_terms[p];
+        uint64_t terms = (uint64_t)rows * (uint64_t)a->y_row_bytes;
         const uint64_t *dropped;
 
         if (terms == 0) {

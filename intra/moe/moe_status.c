@@ -17,6 +17,7 @@ static const char *const moe_net_waits[] = {
     [INTRA_NET_WAIT_ROUND_TWO] = "round two",            [INTRA_NET_WAIT_READS] = "reads",
     [INTRA_NET_WAIT_TERMS] = "combine terms",            [INTRA_NET_WAIT_SENDS] = "our transfers",
     [INTRA_NET_BAD_ENTRY] = "a token entry",
+    [INTRA_NET_WAIT_WEIGHTS] = "combine weights",
 };
 
 static const char *moe_net_what(int32_t what)

@@ -5,16 +5,16 @@ directory holding libstrata.so*, else the dynamic loader's path) on first use. B
 numpy arrays or CPU torch tensors, read and written in place. See docs/python.md.
 """
 from ._library import LIBRARY_ENV, library, library_path, open_library, status_string
-from ._types import ConfigField, Dtype, LogLevel, Mode, Phase, Route, Status
+from ._types import Combine, ConfigField, Dtype, LogLevel, Mode, Phase, Route, Status
 from .comm import Communicator
 from .errors import LibraryNotFoundError, LibraryVersionError, StrataError
 from .moe import Layout, Moe, Recv, Stats
 
 __all__ = [
-    "Communicator", "ConfigField", "Dtype", "Layout", "LIBRARY_ENV", "LibraryNotFoundError",
-    "LibraryVersionError", "LogLevel", "Mode", "Moe", "Phase", "Recv", "Route", "Stats",
-    "Status", "StrataError", "build_options", "library", "library_path", "open_library",
-    "status_string", "version",
+    "Combine", "Communicator", "ConfigField", "Dtype", "Layout", "LIBRARY_ENV",
+    "LibraryNotFoundError", "LibraryVersionError", "LogLevel", "Mode", "Moe", "Phase", "Recv",
+    "Route", "Stats", "Status", "StrataError", "build_options", "library", "library_path",
+    "open_library", "status_string", "version",
 ]
 
 

@@ -80,6 +80,14 @@ class Mode(enum.IntEnum):
     FIXED = 4
 
 
+class Combine(enum.IntEnum):
+    """strata_moe_combine_t: how combine sums a token's terms across nodes."""
+
+    DEFAULT = 0
+    EXACT = 1
+    NODE_REDUCE = 2
+
+
 class Phase(enum.IntEnum):
     """strata_moe_phase_t: the phases of a step that the statistics time."""
 
@@ -123,6 +131,7 @@ class MoeParams(ctypes.Structure):
         ("route", _enum),
         ("mode", _enum),
         ("mode_file", ctypes.c_char_p),
+        ("combine", _enum),
     ]
 
 

@@ -129,7 +129,7 @@ class Moe:
 
     def __init__(self, comm, num_experts, topk, hidden, max_tokens, dtype="fp32",
                  combine_dtype=None, capacity=0, expert_alignment=0, route=t.Route.DEFAULT,
-                 mode=t.Mode.DEFAULT, mode_file=None):
+                 mode=t.Mode.DEFAULT, mode_file=None, combine=t.Combine.DEFAULT):
         self._lib = None
         self._moe = None
         if comm.device_backend != "host":
@@ -148,7 +148,8 @@ class Moe:
                              max_tokens=max_tokens, capacity=capacity,
                              expert_alignment=expert_alignment, route=int(t.Route(route)),
                              mode=int(t.Mode(mode)),
-                             mode_file=None if mode_file is None else str(mode_file).encode())
+                             mode_file=None if mode_file is None else str(mode_file).encode(),
+                             combine=int(t.Combine(combine)))
         lib = library()
         handle = ctypes.c_void_p()
         check(lib.strata_moe_create(comm.handle, ctypes.byref(params), ctypes.byref(handle)),

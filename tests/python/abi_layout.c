@@ -34,6 +34,7 @@ static void print_structs(void)
     FIELD(strata_moe_params_t, route);
     FIELD(strata_moe_params_t, mode);
     FIELD(strata_moe_params_t, mode_file);
+    FIELD(strata_moe_params_t, combine);
 
     STRUCT(strata_moe_source_t);
     FIELD(strata_moe_source_t, rank);

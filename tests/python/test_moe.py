@@ -93,6 +93,23 @@ class TestRoundTrip(MoeTest):
                 self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
             layout.close()
 
+    def test_node_reduce_on_one_node_is_exact(self):
+        # With one node no term crosses nodes: node-reduce sums every term where its token
+        # is, in k order, as exact mode does, bit for bit.
+        x, idx, weights = self.batch()
+        outs = []
+        for combine in (strata.Combine.EXACT, strata.Combine.NODE_REDUCE):
+            with strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                            max_tokens=MAX_TOKENS, combine=combine) as moe:
+                recv = moe.dispatch(x, idx)
+                run_experts(recv)
+                outs.append(moe.combine(weights, np.empty_like(x)))
+        self.assertTrue(np.array_equal(outs[0], outs[1]), f"seed {self.seed}")
+        self.assert_close(outs[1], ref.moe_step(x, idx, weights), 1e-6)
+        with self.assertRaises(ValueError):
+            strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                       max_tokens=MAX_TOKENS, combine=7)
+
     def test_fp16(self):
         with self.moe(dtype="fp16") as moe:
             x, idx, weights = self.batch(dtype=np.float16)

@@ -35,6 +35,7 @@
 #include "util/util.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,9 @@ typedef struct options {
     unsigned   stall_ms;
     int        kill_step;
     uint64_t   kill_bound_ms; /* survivors must see the failure within this */
+    strata_moe_combine_t combine; /* params.combine */
+    int        odd_combine; /* rank that asks for node-reduce while the others do not, or -1 */
+    const char *refused;  /* creation must fail on every rank with this status's name */
 } options_t;
 
 static strata_dtype_t parse_dtype(const char *s)
@@ -114,6 +118,7 @@ static void parse(int argc, char **argv, options_t *o)
                            .max_tokens = 24, .steps = 50, .dtype = STRATA_DTYPE_BF16,
                            .combine_dtype = STRATA_DTYPE_BF16},
                      .kill = -1, .disagree = -1, .odd_config = -1, .stall = -1, .overflow = -1,
+                     .odd_combine = -1,
                      .kill_bound_ms = 15000};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -137,6 +142,11 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--trace")) o->trace = v;
         else if (!strcmp(k, "--mode") && !strcmp(v, "adaptive")) o->masks = MASKS_ADAPTIVE;
         else if (!strcmp(k, "--mode") && !strcmp(v, "env")) o->masks = MASKS_ENV;
+        else if (!strcmp(k, "--combine") && !strcmp(v, "node-reduce")) o->combine = STRATA_MOE_COMBINE_NODE_REDUCE;
+        else if (!strcmp(k, "--combine") && !strcmp(v, "exact")) o->combine = STRATA_MOE_COMBINE_EXACT;
+        else if (!strcmp(k, "--combine") && !strcmp(v, "bogus")) o->combine = (strata_moe_combine_t)7;
+        else if (!strcmp(k, "--odd-combine")) o->odd_combine = atoi(v);
+        else if (!strcmp(k, "--refused")) o->refused = v;
         else CHECK(0, "unknown option %s", k);
     }
     o->c.seed = seed ? (unsigned)strtoul(seed, NULL, 10) : 12345u;
@@ -155,6 +165,13 @@ typedef struct rank_state {
     float            *x_scales, *weights;
     int64_t          *idx;
     unsigned char    *seen; /* [world][max_tokens][topk] */
+    bool              node_reduce; /* the object sums each node's terms there */
+    int               node, num_nodes;
+    int              *rank_node; /* [world] */
+    /* Node-reduce against exact, over every value checked: how many differ, and the
+     * largest difference relative to the sum of the magnitudes of the value's terms. */
+    uint64_t          nr_values, nr_differ;
+    double            nr_worst; /* in units of the combine dtype's rounding unit */
 } rank_state_t;
 
 /* Whether rank s refuses its input this step: a bad count, or tokens without x, on two
@@ -269,29 +286,101 @@ static void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv)
     }
 }
 
-static void check_combine(rank_state_t *r, strata_status_t combined)
+/* Column h of token t's terms on node (-1: every node), weighted, summed in fp32 in k order;
+ * *any_p: whether the token has a term there. */
+static float ref_node_sum(const rank_state_t *r, int t, int h, int node, bool *any_p,
+                          double *magnitude_p)
 {
     const moe_case_t *c = r->c;
     unsigned char yrow[16];
+    float acc = 0.0f;
+
+    *any_p       = false;
+    *magnitude_p = 0.0;
+    for (int k = 0; k < c->topk; ++k) {
+        int64_t e = ref_route(c, g_step, r->rank, t, k);
+
+        if (e < 0 || (node >= 0 && r->rank_node[e / (c->experts / r->world)] != node)) {
+            continue;
+        }
+        ref_store(yrow, 0, c->combine_dtype, gen_y(c, g_step, (int)e, r->rank, t, h));
+        acc = acc + r->weights[(size_t)t * (size_t)c->topk + (size_t)k] *
+                        ref_load(yrow, 0, c->combine_dtype);
+        *magnitude_p += fabs((double)r->weights[(size_t)t * (size_t)c->topk + (size_t)k] *
+                             (double)ref_load(yrow, 0, c->combine_dtype));
+        *any_p = true;
+    }
+    return acc;
+}
+
+/* The combine dtype's unit roundoff: half the distance from 1 to the next value. */
+static double ref_unit(strata_dtype_t dtype)
+{
+    return dtype == STRATA_DTYPE_BF16 ? 0x1p-8 : dtype == STRATA_DTYPE_FP16 ? 0x1p-11 : 0x1p-24;
+}
+
+/* Node-reduce's value against the exact one, within the bound docs/moe.md derives: three
+ * roundings to the combine dtype (this result, the exact one, the other nodes' partial
+ * rows), and fp32 reassociation, of the sum of the terms' magnitudes. */
+static void ref_against_exact(rank_state_t *r, int t, int h, const unsigned char *ref)
+{
+    strata_dtype_t dtype = r->c->combine_dtype;
+    unsigned char exact[16];
+    double magnitude, diff, unit = ref_unit(dtype);
+    double bound = 3.0 + 2.0 * (r->c->topk + r->num_nodes) * 0x1p-24 / unit;
+    bool any;
+
+    ref_store(exact, 0, dtype, ref_node_sum(r, t, h, -1, &any, &magnitude));
+    diff = fabs((double)ref_load(exact, 0, dtype) - (double)ref_load(ref, h, dtype));
+    r->nr_values += 1;
+    r->nr_differ += diff != 0.0;
+    if (magnitude > 0.0) {
+        r->nr_worst = fmax(r->nr_worst, diff / magnitude / unit);
+    }
+    CHECK(diff <= bound * unit * magnitude, "token %d column %d: node-reduce %g, exact %g: "
+          "more than %.2f units of %g apart", t, h, (double)ref_load(ref, h, dtype),
+          (double)ref_load(exact, 0, dtype), bound, magnitude);
+}
+
+/* Column h of token t's result. Exact: every term in fp32 in k order. Node-reduce: each
+ * node's terms so, this node's kept in fp32, another's rounded to the combine dtype (the
+ * row that node returns), the partials added in node order; rounded once. */
+static void ref_column(rank_state_t *r, int t, int h, unsigned char *ref)
+{
+    strata_dtype_t dtype = r->c->combine_dtype;
+    unsigned char part[16];
+    double magnitude;
+    float acc = 0.0f;
+    bool any;
+
+    if (!r->node_reduce) {
+        ref_store(ref, h, dtype, ref_node_sum(r, t, h, -1, &any, &magnitude));
+        return;
+    }
+    for (int node = 0; node < r->num_nodes; ++node) {
+        float sum = ref_node_sum(r, t, h, node, &any, &magnitude);
+
+        if (node == r->node) {
+            acc = acc + sum;
+        } else if (any) {
+            ref_store(part, 0, dtype, sum);
+            acc = acc + ref_load(part, 0, dtype);
+        }
+    }
+    ref_store(ref, h, dtype, acc);
+    ref_against_exact(r, t, h, ref);
+}
+
+static void check_combine(rank_state_t *r, strata_status_t combined)
+{
+    const moe_case_t *c = r->c;
 
     for (int t = 0; t < r->n; ++t) {
         unsigned char *ref = r->ref + (size_t)t * r->y_row_bytes;
         const unsigned char *got = r->out + (size_t)t * r->y_row_bytes;
 
         for (int h = 0; h < c->hidden; ++h) {
-            float acc = 0.0f;
-
-            for (int k = 0; k < c->topk; ++k) {
-                int64_t e = ref_route(c, g_step, r->rank, t, k);
-
-                if (e < 0) {
-                    continue;
-                }
-                ref_store(yrow, 0, c->combine_dtype, gen_y(c, g_step, (int)e, r->rank, t, h));
-                acc = acc + r->weights[(size_t)t * (size_t)c->topk + (size_t)k] *
-                                ref_load(yrow, 0, c->combine_dtype);
-            }
-            ref_store(ref, h, c->combine_dtype, acc);
+            ref_column(r, t, h, ref);
         }
         if (r->c->capacity > 0 && memcmp(ref, got, r->y_row_bytes) != 0) {
             /* its one term was dropped: the result is zeros, and the rank must be told */
@@ -502,6 +591,15 @@ int main(int argc, char **argv)
     r.world = strata_comm_size(comm);
     r.c     = &o.c;
     o.c.ranks = r.world;
+    r.node      = strata_comm_node(comm);
+    r.num_nodes = strata_comm_num_nodes(comm);
+    r.rank_node = calloc((size_t)r.world, sizeof(int));
+    CHECK(r.rank_node != NULL, "memory");
+    for (int node = 0; node < r.num_nodes; ++node) {
+        for (int local = 0; local < r.world / r.num_nodes; ++local) {
+            r.rank_node[strata_comm_node_rank(comm, node, local)] = node;
+        }
+    }
     r.masks   = o.masks;
     if (o.trace != NULL) {
         routes = load_trace(o.trace, &o.c);
@@ -519,12 +617,30 @@ int main(int argc, char **argv)
                                  .max_tokens = o.c.max_tokens, .expert_alignment = 4,
                                  .capacity = o.c.capacity,
                                  .mode = o.masks == MASKS_ADAPTIVE ? STRATA_MOE_MODE_ADAPTIVE
-                                                                   : STRATA_MOE_MODE_DEFAULT};
+                                                                   : STRATA_MOE_MODE_DEFAULT,
+                                 .combine = o.combine};
+        const char *env = getenv("STRATA_MOE_COMBINE");
 
         if (g_rank == o.odd_config) {
             setenv("STRATA_MOE_SPEC_TOKENS", "5", 1);
         }
+        if (g_rank == o.odd_combine) {
+            p.combine = STRATA_MOE_COMBINE_NODE_REDUCE;
+        }
         status = strata_moe_create(comm, &p, &objects[0]);
+        if (o.refused != NULL) {
+            CHECK(status != STRATA_OK && strstr(strata_status_string(status), o.refused),
+                  "creation must be refused with %s; it gave %s", o.refused,
+                  strata_status_string(status));
+            printf("rank %d: creation refused: %s\n", g_rank, strata_status_string(status));
+            strata_moe_destroy(objects[0]);
+            strata_comm_destroy(comm);
+            strata_bootstrap_destroy(bs);
+            free_state(&r);
+            free(r.rank_node);
+            free(routes);
+            return 0;
+        }
         if (o.odd_config >= 0) {
             CHECK(status == STRATA_ERR_CONFIG, "rank %d's round one differs; creation gave %s",
                   o.odd_config, strata_status_string(status));
@@ -537,6 +653,10 @@ int main(int argc, char **argv)
             return 0;
         }
         CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
+        r.node_reduce = r.num_nodes > 1 &&
+                        (o.combine == STRATA_MOE_COMBINE_NODE_REDUCE ||
+                         (o.combine == STRATA_MOE_COMBINE_DEFAULT && env != NULL &&
+                          strcmp(env, "node-reduce") == 0));
         if (o.two) {
             CHECK(strata_moe_get_stats(objects[0], &stats) == STRATA_OK, "stats");
             p.route = stats.route == STRATA_MOE_ROUTE_FLAT ? STRATA_MOE_ROUTE_HIERARCHICAL
@@ -590,16 +710,25 @@ int main(int argc, char **argv)
             CHECK(strata_moe_get_stats(objects[i], &stats) == STRATA_OK && stats.steps == want,
                   "stats of object %d: %" PRIu64 " steps, not %" PRIu64, i, stats.steps, want);
         }
-        printf("rank %d: %d steps passed (%s route, last step %" PRIu64 " tokens to other nodes, "
-               "%" PRIu64 " in round two; %d mode changes, every rank agreeing)\n", g_rank,
-               o.c.steps, stats.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
+        printf("rank %d: %d steps passed (%s route, %s combine, last step %" PRIu64 " tokens "
+               "to other nodes, %" PRIu64 " in round two; %d mode changes, every rank "
+               "agreeing)\n", g_rank, o.c.steps,
+               stats.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
+               r.node_reduce ? "node-reduce" : "exact",
                stats.tokens_to_nodes, stats.tokens_round_two, mode_changes);
+    }
+    if (r.node_reduce && r.nr_values > 0) {
+        printf("rank %d: node-reduce against exact: %" PRIu64 " of %" PRIu64 " values differ, "
+               "the largest by %.3f units (2^-%d) of the sum of its terms' magnitudes\n",
+               g_rank, r.nr_differ, r.nr_values, r.nr_worst,
+               (int)-log2(ref_unit(o.c.combine_dtype)));
     }
     strata_moe_destroy(objects[0]);
     strata_moe_destroy(objects[1]);
     strata_comm_destroy(comm);
     strata_bootstrap_destroy(bs);
     free_state(&r);
+    free(r.rank_node);
     free(routes);
     return 0;
 }

@@ -4,9 +4,10 @@
 # every dtype, pull masks changing by step, round two exercised by a small round one, Pull
 # across nodes by read and by request; rate control pacing the work ring's commands; adaptive
 # modes on a drifting routing trace (made by strata-tune) and a fixed mode file; bad inputs on
-# one rank; a rank killed, and one stopped, mid-step; and the network area in a pinned host
-# bounce buffer. Where strata has ucx, a few cases again over it (STRATA_INTER_TRANSPORT=ucx,
-# tcp between the nodes), a kill among them.
+# one rank; a rank killed, and one stopped, mid-step; the network area in a pinned host
+# bounce buffer; and node-reduce combine, and where it is refused. Where strata has ucx, a
+# few cases again over it (STRATA_INTER_TRANSPORT=ucx, tcp between the nodes), a kill among
+# them.
 set -u
 run=$1 check=$2 tune=$3
 . "$(dirname "$0")/moe_cases.sh"
@@ -93,6 +94,23 @@ case_run "2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- 
 # fallback for transports that cannot register device memory), both routes.
 case_run "2x2 flat, bounce buffer, round one of 3 tokens, 2 blocks" 4 "$ok" -- $calm STRATA_INTRA_BLOCKS=2 STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=flat STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 40)
 case_run "3x2 hierarchical, bounce buffer, pull by request" 6 "$ok" -- $calm STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=hierarchical STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 30) --experts 24 --topk 6
+# Node-reduce combine: each node sums a token's terms there (fp32, k order) and returns one
+# row in the combine dtype; the token's rank adds the rows in node order. Checked bit for bit
+# against a reference that sums in that order (the exact reference fails these cases), through
+# STRATA_MOE_COMBINE and through params.combine (--combine).
+nr='steps passed (hierarchical route, node-reduce combine'
+case_run "2x2 hierarchical, node-reduce, bf16, round one of 3 tokens" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 40)
+case_run "2x2 hierarchical, node-reduce, fp32, 3 blocks" 4 "$nr" -- $calm STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 40) --dtype fp32 --combine-dtype fp32 --hidden 64 --combine node-reduce
+case_run "3x2 hierarchical, node-reduce, fp16, bounce buffer, pull by request, 16 KiB chunks" 6 "$nr" -- $calm STRATA_INTER_STRIPE_MIN=16k STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=hierarchical STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 30) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6 --combine node-reduce
+case_run "4x1 hierarchical, node-reduce, fp8 -> bf16" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 4 -- --steps $(steps 20) --experts 8 --topk 4 --dtype fp8 --hidden 256
+case_run "2x2 hierarchical, node-reduce, all tokens to expert 12, capacity 12" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10
+case_run "2x2 hierarchical, node-reduce, adaptive on the drifting trace" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
+case_run "2x2 hierarchical, node-reduce, rank 2 passes max_tokens + 1 tokens" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over
+# Where node-reduce cannot run, creation is refused on every rank: the flat route; ranks that
+# differ in the combine mode; a value outside strata_moe_combine_t.
+case_run "2x2 flat, node-reduce refused" 4 "creation refused: operation not supported" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --refused "not supported"
+case_run "2x2 hierarchical, rank 1 alone asks for node-reduce" 4 "creation refused: invalid configuration" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --odd-combine 1 --refused "invalid configuration"
+case_run "2x2 hierarchical, params.combine 7" 4 "creation refused: invalid argument" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --combine bogus --refused "invalid argument"
 
 # Over the UCX transport (where built): tcp between the simulated nodes, as real nodes would
 # talk (they share this host's memory, so UCX's shared-memory transports are forbidden).

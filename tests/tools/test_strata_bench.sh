@@ -4,7 +4,8 @@
 # command line (version, help, each usage error's message; progress on a terminal); where
 # strata-bench has its intra subcommand (built with MPI) and the build is not sanitized
 # (third argument), intra and moe run on small shapes and print every path, moe also its
-# host-copied bytes and the breakdown of a step, and moe --modes its table of modes.
+# host-copied bytes and the breakdown of a step, moe --combine its two combine modes' times
+# and bytes, and moe --modes its table of modes.
 set -u
 run=$1 bench=$2 sanitize=${3:-}
 out=$(STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo "$run" -n 2 --timeout 120 -- \
@@ -90,6 +91,8 @@ if "$bench" intra --help >/dev/null 2>&1; then # built with MPI
         "$bench" moe --zipf 20
     check cli_usage_error "strata-bench moe: option '--modes' needs a value (see --help)" \
         "$bench" moe --modes
+    check cli_usage_error "strata-bench moe: --combine 'exact,exact' is not exact, node-reduce or both, each once (see --help)" \
+        "$bench" moe --combine exact,exact
 else
     check cli_usage_error "strata-bench: subcommand 'intra' is not built in: this strata-bench was built without MPI (see --help)" \
         "$bench" intra
@@ -144,6 +147,25 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
         echo "3 passed, 1 failed"
         exit 1
     fi
+    # moe --combine: exact and node-reduce on the hierarchical route, one step of each in
+    # turn; the same rows cross nodes, and node-reduce's combine sends fewer bytes (top-8 of
+    # 32 experts: a token has about four experts on the other node, whose terms go as one).
+    out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
+          mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \
+          -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo \
+          "$bench" moe --ranks-per-node 2 --tokens 32 --hidden 256 --iters 3 \
+          --combine exact,node-reduce 2>&1)
+    rc=$?
+    rows=$(grep -cE '^ +32 hier (exact|node-reduce) +\|' <<<"$out")
+    bytes() { sed -nE "s/^ +32 combine $1: rank 0 to other nodes per step: ([0-9]+) rows, ([0-9]+) payload bytes with combine; step p50 [0-9.]+ us, p99 [0-9.]+ us\$/\1 \2/p" <<<"$out"; }
+    read -r exact_rows exact_bytes <<<"$(bytes exact)"
+    read -r nr_rows nr_bytes <<<"$(bytes node-reduce)"
+    if [ $rc -ne 0 ] || [ "$rows" -ne 2 ] || [ -z "${exact_bytes:-}" ] || [ -z "${nr_bytes:-}" ] ||
+       [ "$exact_rows" != "$nr_rows" ] || [ "$nr_bytes" -ge "$exact_bytes" ]; then
+        echo "$out"
+        echo "4 passed, 1 failed"
+        exit 1
+    fi
     # moe --modes: the same drifting Zipf routing through push, pull, adaptive and a fixed
     # mask of 4 of 16 experts; each object's experts must have moved in its own modes.
     mask=$(mktemp /tmp/strata-test-bench-mask-XXXXXX)
@@ -163,10 +185,10 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
        ! grep -qE '^model against clock: [0-6] of [0-6] mode pairs in the same order \(by p50\); [0-6] pairs the model prices alike$' <<<"$out" ||
        ! grep -qE '^adaptive/best fixed mode: step p50 [0-9.]+, p99 [0-9.]+ \(best fixed: (push|pull)\)$' <<<"$out"; then
         echo "$out"
-        echo "4 passed, 1 failed"
+        echo "5 passed, 1 failed"
         exit 1
     fi
-    echo "5 passed, 0 failed"
+    echo "6 passed, 0 failed"
     exit 0
 fi
 echo "2 passed, 0 failed"

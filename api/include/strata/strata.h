@@ -304,7 +304,7 @@ STRATA_API strata_status_t strata_barrier(strata_comm_t *comm, uint64_t timeout_
  * STRATA_ERR_PEER_FAILED on every surviving rank within the heartbeat bound
  * (STRATA_INTER_PEER_TIMEOUT); the object can then only be destroyed. One object is used
  * by one thread at a time. Objects use immediates from STRATA_MOE_IMM_BASE up (each its own
- * range of 5 x world size, taken in turn; so (65536 - STRATA_MOE_IMM_BASE) / (5 x world
+ * range of 6 x world size, taken in turn; so (65536 - STRATA_MOE_IMM_BASE) / (6 x world
  * size) objects can exist at once); do not wait on those with strata_imm_wait.
  */
 
@@ -332,6 +332,18 @@ typedef enum strata_moe_mode {
     STRATA_MOE_MODE_FIXED    = 4, /**< a per-expert mask read from mode_file */
 } strata_moe_mode_t;
 
+/** How combine sums a token's terms across nodes (docs/moe.md "Node-reduce combine"). */
+typedef enum strata_moe_combine {
+    STRATA_MOE_COMBINE_DEFAULT     = 0, /**< STRATA_MOE_COMBINE: exact or node-reduce */
+    /** every term returns to the token's rank, which sums them in fp32 in k order: the
+     *  result is the same bit for bit on every route */
+    STRATA_MOE_COMBINE_EXACT       = 1,
+    /** hierarchical route: the node holding a token's terms sums them (fp32, k order) and
+     *  returns one row per token in the combine dtype; the token's rank adds those rows in
+     *  node order. Fewer bytes cross nodes; the result may differ in the last bits. */
+    STRATA_MOE_COMBINE_NODE_REDUCE = 2,
+} strata_moe_combine_t;
+
 typedef struct strata_moe_params {
     int                num_experts;      /**< over all ranks; a multiple of the world size */
     int                topk;             /**< experts per token, 1..min(num_experts, 32) */
@@ -348,6 +360,8 @@ typedef struct strata_moe_params {
     strata_moe_mode_t  mode;
     /** FIXED: the mask file; ADAPTIVE: a policy file or NULL. Read by strata_moe_create. */
     const char        *mode_file;
+    /** how combine sums a token's terms across nodes: exact (the default) or node-reduce */
+    strata_moe_combine_t combine;
 } strata_moe_params_t;
 
 /** Where a received row came from: its rank, token index there, and top-k slot. */
@@ -492,10 +506,13 @@ STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void
 /**
  * Second half: out[t] = sum over k of topk_weights[t][k] * y(t, k) ([num_tokens][hidden]
  * in the combine dtype; topk_weights [num_tokens][topk] fp32), accumulated in fp32 in k
- * order and rounded once. STRATA_ERR_CAPACITY: a term of one of this rank's tokens was
- * dropped, on this node or another, and its row lacks it; the rank that gathered a node's
- * terms for tokens of another node gets it too when one of those was dropped. (Dispatch
- * returns STRATA_ERR_CAPACITY to the owner of the expert whose capacity overflowed.)
+ * order and rounded once. With STRATA_MOE_COMBINE_NODE_REDUCE each node's terms are summed
+ * so on that node, other nodes' sums rounded to the combine dtype, and the sums added in
+ * node order (docs/moe.md); the weights then go to those nodes from here.
+ * STRATA_ERR_CAPACITY: a term of one of this rank's tokens was dropped, on this node or
+ * another, and its row lacks it; the rank that gathered a node's terms for tokens of
+ * another node gets it too when one of those was dropped. (Dispatch returns
+ * STRATA_ERR_CAPACITY to the owner of the expert whose capacity overflowed.)
  */
 STRATA_API strata_status_t strata_moe_combine_recv(strata_moe_t *moe, const float *topk_weights,
                                                    void *out);
