@@ -1,6 +1,6 @@
 /*
  * strata-tune scale: the modelled dispatch and combine of one MoE step for a list of job
- * sizes and token counts, per route and combine mode (docs/adaptive.md "Scale model").
+ * sizes and token counts, per route and combine mode (docs/adaptive.md, "scale").
  */
 #include "strata_tune_scale.h"
 #include "tool_cli.h"
@@ -51,7 +51,7 @@ static void scale_usage(FILE *out)
             "Usage: strata-tune scale [options]\n"
             "The modelled dispatch and combine of one MoE step, per route and combine mode,\n"
             "for each job size and token count: uniform routing, expected counts, alpha-beta\n"
-            "links (docs/adaptive.md \"Scale model\"). Modelled, not measured.\n"
+            "links (docs/adaptive.md, \"scale\"). Modelled, not measured.\n"
             "  --topology FILE|live  ranks (GPUs) per node and the rail plan from a topology\n"
             "                     file or this machine\n"
             "  --ranks-per-node L (8)  --nics-per-node N (L)  without --topology\n"
@@ -196,6 +196,7 @@ static bool scale_from_topology(const char *name, int *ranks_p, double *load_p)
     char err[TOPO_ERR_LEN];
     topo_rail_plan_t *plan = NULL;
     strata_status_t status;
+    const char *what = strcmp(name, "live") == 0 ? "this machine" : name;
     topo_t *topo;
     bool ok = false;
 
@@ -207,12 +208,14 @@ static bool scale_from_topology(const char *name, int *ranks_p, double *load_p)
     }
     if (topo_num_gpus(topo) == 0) {
         fprintf(stderr, "strata-tune: scale: %s has no GPU: give --ranks-per-node and "
-                "--nics-per-node instead\n", name);
+                "--nics-per-node instead\n", what);
     } else if (topo_rail_plan_create(topo, &plan) != STRATA_OK) {
         fprintf(stderr, "strata-tune: scale: %s: no rail plan (out of memory)\n", name);
-    } else if ((*load_p = tune_scale_nic_load(plan, topo_num_nics(topo))) <= 0.0) {
+    } else if (tune_scale_nic_load(plan, topo_num_nics(topo), load_p) != STRATA_OK) {
+        fprintf(stderr, "strata-tune: scale: %s: out of memory\n", name);
+    } else if (*load_p <= 0.0) {
         fprintf(stderr, "strata-tune: scale: %s has no NIC on any GPU's rails: give "
-                "--ranks-per-node and --nics-per-node instead\n", name);
+                "--ranks-per-node and --nics-per-node instead\n", what);
     } else {
         *ranks_p = topo_num_gpus(topo);
         ok = true;

@@ -85,9 +85,10 @@ void tune_scale_fabric_from_model(const adapt_model_t *model, double nic_load,
 
 /**
  * The busiest NIC's load in ranks' worth of traffic, each GPU striping over its rails
- * evenly; 0 when no GPU has a rail.
+ * evenly, into *load_p: 0 when no GPU has a rail. STRATA_ERR_NO_MEMORY.
  */
-double tune_scale_nic_load(const topo_rail_plan_t *plan, int num_nics);
+strata_status_t tune_scale_nic_load(const topo_rail_plan_t *plan, int num_nics,
+                                    double *load_p);
 
 /** Model one route for a shape tune_scale_check accepted. */
 void tune_scale_model(const tune_scale_shape_t *shape, const tune_scale_fabric_t *fabric,

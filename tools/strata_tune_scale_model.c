@@ -1,5 +1,5 @@
 /*
- * The scale model of strata-tune scale (docs/adaptive.md "Scale model"): expected entries,
+ * The scale model of strata-tune scale (docs/adaptive.md, "scale"): expected entries,
  * terms and bytes of one rank's step under uniform routing, and their alpha-beta time.
  */
 #include "strata_tune_scale.h"
@@ -104,13 +104,14 @@ void tune_scale_fabric_from_model(const adapt_model_t *model, double nic_load,
     };
 }
 
-double tune_scale_nic_load(const topo_rail_plan_t *plan, int num_nics)
+strata_status_t tune_scale_nic_load(const topo_rail_plan_t *plan, int num_nics,
+                                    double *load_p)
 {
     double *load = calloc((size_t)(num_nics > 0 ? num_nics : 1), sizeof(double));
     double busiest = 0.0;
 
     if (load == NULL) {
-        return 0.0;
+        return STRATA_ERR_NO_MEMORY;
     }
     for (int g = 0; g < plan->num_gpus; ++g) {
         const topo_rail_t *rail = &plan->rails[g];
@@ -125,7 +126,8 @@ double tune_scale_nic_load(const topo_rail_plan_t *plan, int num_nics)
         }
     }
     free(load);
-    return busiest;
+    *load_p = busiest;
+    return STRATA_OK;
 }
 
 /* Entries: the route's peers and the tokens each of them gets. */

@@ -176,19 +176,23 @@ static void test_rail_plan_load(void **state)
     int pairs[8][1] = {{0}, {0}, {1}, {1}, {2}, {2}, {3}, {3}};
     int both[2] = {0, 1}, one[1] = {1};
     topo_rail_t rails[8];
+    double load = -1.0;
     topo_rail_plan_t plan = {.num_gpus = 8, .rails = rails};
 
     (void)state;
     for (int g = 0; g < 8; ++g) {
         rails[g] = (topo_rail_t){.gpu = g, .num_rails = 1, .num_nics = 1, .nics = pairs[g]};
     }
-    assert_close(tune_scale_nic_load(&plan, 4), 2.0, "two GPUs per NIC");
+    assert_int_equal(tune_scale_nic_load(&plan, 4, &load), STRATA_OK);
+    assert_close(load, 2.0, "two GPUs per NIC");
     rails[0] = (topo_rail_t){.gpu = 0, .num_rails = 2, .num_nics = 2, .nics = both};
     rails[1] = (topo_rail_t){.gpu = 1, .num_rails = 1, .num_nics = 1, .nics = one};
     plan.num_gpus = 2;
-    assert_close(tune_scale_nic_load(&plan, 4), 1.5, "a GPU on two rails");
+    assert_int_equal(tune_scale_nic_load(&plan, 4, &load), STRATA_OK);
+    assert_close(load, 1.5, "a GPU on two rails");
     plan.num_gpus = 0;
-    assert_close(tune_scale_nic_load(&plan, 4), 0.0, "no GPU");
+    assert_int_equal(tune_scale_nic_load(&plan, 4, &load), STRATA_OK);
+    assert_close(load, 0.0, "no GPU");
 }
 
 static void test_fabric_from_defaults(void **state)
