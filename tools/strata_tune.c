@@ -4,8 +4,11 @@
  *   strata-tune generate [options] -o FILE       a synthetic routing trace
  *   strata-tune replay [TRACE...] [options]      push, pull, adaptive and oracle through the
  *                                                cost model; sweep, check, SVG
+ *   strata-tune scale [options]                  modelled dispatch and combine at EP8..EP256
+ *                                                (strata_tune_scale.c)
  */
 #include "strata_tune.h"
+#include "strata_tune_scale.h"
 #include "util/util.h"
 #include "tool_cli.h"
 
@@ -59,6 +62,7 @@ static void usage(FILE *out)
     fprintf(out,
             "Usage: strata-tune generate [options] -o FILE\n"
             "       strata-tune replay [TRACE...] [options]\n"
+            "       strata-tune scale [options]   (strata-tune scale --help)\n"
             "Routing traces through the adaptive layer's cost model (docs/adaptive.md).\n"
             "\n"
             "generate: write a synthetic routing trace\n"
@@ -593,6 +597,9 @@ int main(int argc, char **argv)
     }
     if (strcmp(command, "replay") == 0) {
         return replay_main(argc - 1, argv + 1);
+    }
+    if (strcmp(command, "scale") == 0) {
+        return tune_scale_main(argc - 1, argv + 1);
     }
     if (strcmp(command, "-h") == 0 || strcmp(command, "--help") == 0) {
         usage(stdout);
