@@ -224,13 +224,15 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
 
     if ((status = sched_resolve_config(moe, &route, &spec, &net_memory)) != STRATA_OK ||
         (status = sched_geometry_init(&moe->geo, &moe->params, &moe->world, route, spec)) !=
-            STRATA_OK ||
-        (status = sched_resolve_combine(moe)) != STRATA_OK) {
+            STRATA_OK) {
         return status;
     }
     moe->params.capacity = moe->geo.capacity;
+    /* The combine mode asked for is agreed before it is refused anywhere: a rank that
+     * returned early would leave the others waiting in the agreement's allgather. */
     if (moe->geo.num_peers > 0 &&
         ((status = sched_net_agree(moe)) != STRATA_OK ||
+         (status = sched_resolve_combine(moe)) != STRATA_OK ||
          (status = sched_choose_area(moe, net_memory, &in_heap)) != STRATA_OK)) {
         return status;
     }

@@ -270,7 +270,8 @@ strata_status_t sched_net_agree(sched_moe_t *moe)
 {
     sched_net_card_t mine = {.spec_tokens = moe->geo.spec_tokens, .pull_read = moe->pull_read,
                              .chunk_bytes = inter_engine_chunk_bytes(moe->world.engine),
-                             .node_reduce = moe->geo.node_reduce};
+                             .node_reduce = moe->params.combine ==
+                                            STRATA_MOE_COMBINE_NODE_REDUCE};
     sched_net_card_t *all = calloc((size_t)moe->geo.world_size, sizeof(*all));
     strata_status_t status = all ? moe->world.allgather(moe->world.allgather_ctx, &mine, all,
                                                         sizeof(mine))

@@ -110,6 +110,9 @@ case_run "2x2 hierarchical, node-reduce, rank 2 passes max_tokens + 1 tokens" 4 
 # differ in the combine mode; a value outside strata_moe_combine_t.
 case_run "2x2 flat, node-reduce refused" 4 "creation refused: operation not supported" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --refused "not supported"
 case_run "2x2 hierarchical, rank 1 alone asks for node-reduce" 4 "creation refused: invalid configuration" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --odd-combine 1 --refused "invalid configuration"
+# On the flat route, where node-reduce is refused: the ranks still agree first, so none
+# waits for the one that asked.
+case_run "2x2 flat, rank 1 alone asks for node-reduce" 4 "creation refused: invalid configuration" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_BOOTSTRAP_TIMEOUT=20s STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --odd-combine 1 --refused "invalid configuration"
 case_run "2x2 hierarchical, params.combine 7" 4 "creation refused: invalid argument" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --combine bogus --refused "invalid argument"
 
 # Over the UCX transport (where built): tcp between the simulated nodes, as real nodes would
