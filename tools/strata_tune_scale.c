@@ -94,6 +94,10 @@ static bool scale_parse_list(const char *option, const char *text, long min, lon
         }
         list.values[list.count++] = value;
     }
+    if (list.count == 0) {
+        tool_usage_error(SCALE_TOOL, "scale: %s '%s': give a comma-separated list", option, text);
+        return false;
+    }
     *list_p = list;
     return true;
 }
@@ -131,7 +135,7 @@ static bool scale_option(int opt, const char *arg, scale_opts_t *o)
     case OPT_COMBINE_DTYPE:  return scale_parse_combine_dtype(arg, &o->combine_bytes);
     case OPT_HIDDEN:         return tool_parse_int(SCALE_TOOL, "--hidden", arg, 1, 1 << 20,
                                                    &o->hidden);
-    case OPT_TOPK:           return tool_parse_int(SCALE_TOOL, "--topk", arg, 1, 1024, &o->topk);
+    case OPT_TOPK:           return tool_parse_int(SCALE_TOOL, "--topk", arg, 1, 32, &o->topk);
     case OPT_EXPERTS:        return tool_parse_int(SCALE_TOOL, "--experts", arg, 1, 1 << 20,
                                                    &o->experts);
     case OPT_SPEC:           return tool_parse_int(SCALE_TOOL, "--spec-tokens", arg, 0, 1 << 24,

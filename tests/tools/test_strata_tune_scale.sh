@@ -97,6 +97,8 @@ expect 2 "256 experts do not divide among EP 512 ranks" scale --ep 512
 expect 2 "--dtype 'fp4' is not bf16 or fp8" scale --dtype bf16,fp4
 expect 2 "--tokens 0 is out of range" scale --tokens 128,0
 expect 2 "--combine-dtype 'int8'" scale --combine-dtype int8
+expect 2 "--ep ',': give a comma-separated list" scale --ep ,
+expect 2 "--topk 33 is out of range" scale --topk 33
 expect 2 "--topology gives the ranks and NICs per node" scale --topology live --ranks-per-node 4
 expect 2 "unexpected argument 'extra'" scale extra
 expect 1 "cannot use the policy file $dir/none.json" scale --policy "$dir/none.json"
