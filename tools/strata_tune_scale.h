@@ -70,6 +70,12 @@ typedef struct tune_scale_result {
  *  1 - C(E - e, k) / C(E, k). */
 double tune_scale_p_any(int experts, int e, int k);
 
+/**
+ * The chance that at least one of peers needs round two: that of tokens, each sent to a
+ * given peer with chance p, more than spec go to it (a binomial tail), for any of them.
+ */
+double tune_scale_round_two_chance(int tokens, double p, int spec, double peers);
+
 /** Bytes of one dispatched entry: the record, the row, fp8's scales (scheduler's sizes). */
 double tune_scale_entry_bytes(const tune_scale_shape_t *shape);
 

@@ -24,6 +24,23 @@ const char *const tune_combine_names[TUNE_COMBINES] = {
     [TUNE_COMBINE_NODE_REDUCE] = "node-reduce",
 };
 
+double tune_scale_round_two_chance(int tokens, double p, int spec, double peers)
+{
+    double over = 0.0;
+
+    if (p <= 0.0 || spec >= tokens) {
+        return 0.0;
+    }
+    if (p >= 1.0) {
+        return 1.0;
+    }
+    for (int n = spec + 1; n <= tokens; ++n) { /* P(X = n), through logs: tokens reach 4096 */
+        over += exp(lgamma(tokens + 1.0) - lgamma(n + 1.0) - lgamma(tokens - n + 1.0) +
+                    n * log(p) + (tokens - n) * log1p(-p));
+    }
+    return 1.0 - pow(1.0 - fmin(over, 1.0), peers);
+}
+
 static double tune_scale_round16(double bytes)
 {
     return ceil(bytes / TUNE_SCALE_ALIGN) * TUNE_SCALE_ALIGN;
@@ -142,7 +159,13 @@ static void tune_scale_entries(const tune_scale_shape_t *s, tune_route_t route, 
         r->nodes == 1 ? 0.0 : s->tokens * tune_scale_p_any(s->experts, own, s->topk);
     r->entries          = r->peers * r->entries_per_peer;
     r->remote_terms     = (double)s->tokens * s->topk * (r->nodes - 1) / r->nodes;
-    r->dispatch_trips   = r->nodes == 1 ? 0 : r->entries_per_peer > s->spec_tokens ? 3 : 1;
+    /* The step waits for every peer, and any peer with more than round one's entries
+     * takes round two (a grant back, then the rest): its two trips count when that is more
+     * likely than not for some peer, not only when the mean exceeds round one. */
+    r->dispatch_trips =
+        r->nodes == 1 ? 0
+        : tune_scale_round_two_chance(s->tokens, r->entries_per_peer / s->tokens, s->spec_tokens,
+                                      r->peers) > 0.5 ? 3 : 1;
 }
 
 void tune_scale_model(const tune_scale_shape_t *s, const tune_scale_fabric_t *f,

@@ -155,10 +155,27 @@ static void test_nic_load_and_round_one(void **state)
     assert_close(r.combine_s[TUNE_COMBINE_NODE_REDUCE],
                  0.5e-6 + 20 * 256 / 2e9 + 2e-6 + 2 * 10.0 * 22 / 28 * 264 / 1e9,
                  "node-reduce on a shared NIC");
-    /* When a peer's tokens fit round one, one trip. */
+    /* When a peer's tokens fit round one more often than not, one trip: 10 tokens, each
+     * to the peer with chance 22/28, more than 8 with chance 10 p^9 q + p^10 = 0.3342. */
     s.spec_tokens = 8;
+    assert_close(tune_scale_round_two_chance(10, 22.0 / 28, 8, 1), 0.33422402601963785,
+                 "one peer over 8");
     tune_scale_model(&s, &test_fabric, TUNE_ROUTE_HIER, &r);
     assert_int_equal(r.dispatch_trips, 1);
+    assert_close(tune_scale_round_two_chance(10, 22.0 / 28, 8, 2), 0.5567423524705002,
+                 "two peers");
+    /* 4 nodes of 2 experts: 3 peers, each token to one with chance 13/28, 4.64 on average,
+     * within round one's 5; but more than 5 with chance 0.2928 each, for one of the three
+     * 1 - (1 - 0.2928)^3 = 0.6463: three trips. */
+    s.world       = 8;
+    s.spec_tokens = 5;
+    assert_close(tune_scale_round_two_chance(10, 13.0 / 28, 5, 3), 0.6462538567951148,
+                 "three peers");
+    tune_scale_model(&s, &test_fabric, TUNE_ROUTE_HIER, &r);
+    assert_close(r.peers, 3, "four nodes' peers");
+    assert_close(r.entries_per_peer, 10.0 * 13 / 28, "four nodes' entries");
+    assert_int_equal(r.dispatch_trips, 3);
+    s.world = 4;
     /* One node: nothing crosses, both routes the intra part only. */
     s.world = 2;
     tune_scale_model(&s, &test_fabric, TUNE_ROUTE_FLAT, &r);
