@@ -649,6 +649,7 @@ int main(int argc, char **argv)
             strata_comm_destroy(comm);
             strata_bootstrap_destroy(bs);
             free_state(&r);
+            free(r.rank_node);
             free(routes);
             return 0;
         }
