@@ -563,6 +563,20 @@ static int check_agreement(strata_bootstrap_t *bs, const rank_state_t *r, uint64
     return changed;
 }
 
+/* A run whose object was refused, as it expected: everything it made goes (moe may be
+ * NULL), and it succeeded. */
+static int end_refused(strata_moe_t *moe, strata_comm_t *comm, strata_bootstrap_t *bs,
+                       rank_state_t *r, int64_t *routes)
+{
+    strata_moe_destroy(moe);
+    strata_comm_destroy(comm);
+    strata_bootstrap_destroy(bs);
+    free_state(r);
+    free(r->rank_node);
+    free(routes);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     uint64_t last_mask[INTRA_MOE_MASK_WORDS] = {0};
@@ -633,25 +647,14 @@ int main(int argc, char **argv)
                   "creation must be refused with %s; it gave %s", o.refused,
                   strata_status_string(status));
             printf("rank %d: creation refused: %s\n", g_rank, strata_status_string(status));
-            strata_moe_destroy(objects[0]);
-            strata_comm_destroy(comm);
-            strata_bootstrap_destroy(bs);
-            free_state(&r);
-            free(r.rank_node);
-            free(routes);
-            return 0;
+            return end_refused(objects[0], comm, bs, &r, routes);
         }
         if (o.odd_config >= 0) {
             CHECK(status == STRATA_ERR_CONFIG, "rank %d's round one differs; creation gave %s",
                   o.odd_config, strata_status_string(status));
             printf("rank %d: creation refused, rank %d's configuration differs\n", g_rank,
                    o.odd_config);
-            strata_comm_destroy(comm);
-            strata_bootstrap_destroy(bs);
-            free_state(&r);
-            free(r.rank_node);
-            free(routes);
-            return 0;
+            return end_refused(objects[0], comm, bs, &r, routes);
         }
         CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
         r.node_reduce = r.num_nodes > 1 &&
