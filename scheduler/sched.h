@@ -53,6 +53,9 @@ extern const util_config_table_t sched_moe_config_table;
 /** Collective over all ranks (see strata_moe_create). */
 strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_moe_world_t *world,
                                  sched_moe_t **moe_p);
+/** See strata_moe_memory_estimate: local, allocates nothing of the object's. */
+strata_status_t sched_moe_estimate(const strata_moe_params_t *params, int world_size,
+                                   int num_nodes, strata_moe_memory_t *memory_p);
 /** After a failed step the network area goes to the engine to release at its destroy. */
 void            sched_moe_destroy(sched_moe_t *moe);
 

@@ -108,10 +108,49 @@ static strata_status_t sched_resolve_mode(sched_moe_t *moe, const char *text)
     return STRATA_OK;
 }
 
-/* The route, round one's size and the other STRATA_MOE_* choices; *net_memory_p: 0 auto,
- * 1 heap, 2 bounce. */
-strata_status_t sched_resolve_config(sched_moe_t *moe, strata_moe_route_t *route_p,
-                                            int *spec_p, int *net_memory_p)
+/* The choices the variables make for params: route, round one, combine, network memory. */
+static strata_status_t sched_choose(const sched_moe_config_t *config,
+                                    const strata_moe_params_t *params, sched_choices_t *c)
+{
+    if (config->spec_tokens < 0 || config->spec_tokens > INT32_MAX / 2 ||
+        config->flat_tokens < 0) {
+        UTIL_LOG_ERROR("moe: STRATA_MOE_SPEC_TOKENS=%" PRId64 " and STRATA_MOE_FLAT_TOKENS=%"
+                       PRId64 " must not be negative", config->spec_tokens,
+                       config->flat_tokens);
+        return STRATA_ERR_CONFIG;
+    }
+    c->route = params->route;
+    if (c->route == STRATA_MOE_ROUTE_DEFAULT) {
+        c->route = config->route == 1 ? STRATA_MOE_ROUTE_FLAT
+                   : config->route == 2 ? STRATA_MOE_ROUTE_HIERARCHICAL
+                   : params->max_tokens <= config->flat_tokens ? STRATA_MOE_ROUTE_FLAT
+                                                               : STRATA_MOE_ROUTE_HIERARCHICAL;
+    }
+    c->combine = params->combine;
+    if (c->combine == STRATA_MOE_COMBINE_DEFAULT) {
+        c->combine = config->combine == 1 ? STRATA_MOE_COMBINE_NODE_REDUCE
+                                          : STRATA_MOE_COMBINE_EXACT;
+    }
+    c->spec_tokens = (int)UTIL_MIN(config->spec_tokens, (int64_t)params->max_tokens);
+    c->net_memory  = config->net_memory;
+    return STRATA_OK;
+}
+
+strata_status_t sched_read_choices(const strata_moe_params_t *params, sched_choices_t *c)
+{
+    sched_moe_config_t config;
+    strata_status_t status = util_config_read(&sched_moe_config_table, &config);
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    status = sched_choose(&config, params, c);
+    util_config_release(&sched_moe_config_table, &config);
+    return status;
+}
+
+/* The mode, the route, round one's size and the other STRATA_MOE_* choices. */
+strata_status_t sched_resolve_config(sched_moe_t *moe, sched_choices_t *c)
 {
     sched_moe_config_t config;
     strata_status_t status = util_config_read(&sched_moe_config_table, &config);
@@ -120,53 +159,47 @@ strata_status_t sched_resolve_config(sched_moe_t *moe, strata_moe_route_t *route
         return status;
     }
     status = sched_resolve_mode(moe, config.mode);
+    if (status == STRATA_OK) {
+        status = sched_choose(&config, &moe->params, c);
+    }
     util_config_release(&sched_moe_config_table, &config);
     if (status != STRATA_OK) {
         return status;
     }
-    if (config.spec_tokens < 0 || config.spec_tokens > INT32_MAX / 2 || config.flat_tokens < 0) {
-        UTIL_LOG_ERROR("moe: STRATA_MOE_SPEC_TOKENS=%" PRId64 " and STRATA_MOE_FLAT_TOKENS=%"
-                       PRId64 " must not be negative", config.spec_tokens, config.flat_tokens);
-        return STRATA_ERR_CONFIG;
+    moe->params.combine = c->combine;
+    moe->pull_read      = config.pull_read && inter_engine_has_read(moe->world.engine);
+    moe->timeout_ns     = config.timeout_ns;
+    return STRATA_OK;
+}
+
+/* Whether node-reduce combine can run where it was asked for; logs why not. */
+strata_status_t sched_combine_supported(const sched_geometry_t *geo, strata_moe_combine_t combine,
+                                        const intra_device_ops_t *device)
+{
+    if (combine != STRATA_MOE_COMBINE_NODE_REDUCE || geo->num_peers == 0) {
+        return STRATA_OK; /* on one node every term is summed where its token is */
     }
-    *route_p = moe->params.route;
-    if (*route_p == STRATA_MOE_ROUTE_DEFAULT) {
-        *route_p = config.route == 1 ? STRATA_MOE_ROUTE_FLAT
-                   : config.route == 2 ? STRATA_MOE_ROUTE_HIERARCHICAL
-                   : moe->params.max_tokens <= config.flat_tokens ? STRATA_MOE_ROUTE_FLAT
-                                                                  : STRATA_MOE_ROUTE_HIERARCHICAL;
+    if (geo->route != STRATA_MOE_ROUTE_HIERARCHICAL) {
+        UTIL_LOG_ERROR("moe: node-reduce combine needs the hierarchical route, and this "
+                       "object's is flat (max_tokens %d): set STRATA_MOE_ROUTE=hierarchical "
+                       "or params.route, or STRATA_MOE_COMBINE=exact", geo->max_tokens);
+        return STRATA_ERR_UNSUPPORTED;
     }
-    if (moe->params.combine == STRATA_MOE_COMBINE_DEFAULT) {
-        moe->params.combine = config.combine == 1 ? STRATA_MOE_COMBINE_NODE_REDUCE
-                                                  : STRATA_MOE_COMBINE_EXACT;
+    if (device != NULL && device->memory != INTRA_MEMORY_HOST) {
+        UTIL_LOG_ERROR("moe: node-reduce combine runs on the host backend only in this "
+                       "version, not on %s: set STRATA_MOE_COMBINE=exact", device->name);
+        return STRATA_ERR_UNSUPPORTED;
     }
-    *spec_p         = (int)UTIL_MIN(config.spec_tokens, (int64_t)moe->params.max_tokens);
-    *net_memory_p   = config.net_memory;
-    moe->pull_read  = config.pull_read && inter_engine_has_read(moe->world.engine);
-    moe->timeout_ns = config.timeout_ns;
     return STRATA_OK;
 }
 
 strata_status_t sched_resolve_combine(sched_moe_t *moe)
 {
     sched_geometry_t *geo = &moe->geo;
+    strata_status_t status = sched_combine_supported(geo, moe->params.combine, moe->world.device);
 
-    geo->node_reduce = false;
-    if (moe->params.combine != STRATA_MOE_COMBINE_NODE_REDUCE || geo->num_peers == 0) {
-        return STRATA_OK; /* on one node every term is summed where its token is */
-    }
-    if (geo->route != STRATA_MOE_ROUTE_HIERARCHICAL) {
-        UTIL_LOG_ERROR("moe: node-reduce combine needs the hierarchical route, and this "
-                       "object's is flat (max_tokens %d): set STRATA_MOE_ROUTE=hierarchical "
-                       "or params.route, or STRATA_MOE_COMBINE=exact", moe->params.max_tokens);
-        return STRATA_ERR_UNSUPPORTED;
-    }
-    if (moe->world.device->memory != INTRA_MEMORY_HOST) {
-        UTIL_LOG_ERROR("moe: node-reduce combine runs on the host backend only in this "
-                       "version, not on %s: set STRATA_MOE_COMBINE=exact",
-                       moe->world.device->name);
-        return STRATA_ERR_UNSUPPORTED;
-    }
-    geo->node_reduce = true;
-    return STRATA_OK;
+    geo->node_reduce = status == STRATA_OK &&
+                       moe->params.combine == STRATA_MOE_COMBINE_NODE_REDUCE &&
+                       geo->num_peers > 0;
+    return status;
 }

@@ -43,6 +43,14 @@ typedef struct sched_geometry {
     int                own_words;   /* of this rank's experts' bits */
 } sched_geometry_t;
 
+/* What the STRATA_MOE_* variables choose for an object's params. */
+typedef struct sched_choices {
+    strata_moe_route_t   route;
+    strata_moe_combine_t combine;
+    int                  spec_tokens; /* round one's tokens per destination */
+    int                  net_memory;  /* 0 auto, 1 heap, 2 bounce */
+} sched_choices_t;
+
 /** rank_node and rank_local are the caller's and must outlive the geometry. */
 strata_status_t sched_geometry_init(sched_geometry_t *geo, const strata_moe_params_t *params,
                                     const sched_moe_world_t *world, strata_moe_route_t route,
@@ -53,6 +61,8 @@ void            sched_geometry_cleanup(sched_geometry_t *geo);
 typedef struct sched_net_layout {
     size_t headers, grants, out_headers, out_grants, spec, overflow, staging, ret_out, ret_in;
     size_t w_out, w_in; /* node-reduce only: the weights of the tokens sent, and received */
+    size_t ret_out_block, ret_in_block; /* one peer's block in ret_out and in ret_in */
+    int    entry_terms; /* the most terms an entry has at its receiver */
     size_t total;
 } sched_net_layout_t;
 
@@ -245,15 +255,32 @@ static inline size_t sched_mask_bytes(const sched_moe_t *moe)
     return sizeof(uint64_t) * (size_t)moe->geo.mask_words;
 }
 
-/* sched_config.c: the route, round one's size and the other STRATA_MOE_* choices;
- * *net_memory_p: 0 auto, 1 heap, 2 bounce. */
-strata_status_t sched_resolve_config(sched_moe_t *moe, strata_moe_route_t *route_p,
-                                     int *spec_p, int *net_memory_p);
+/* sched_config.c: the mode, and the choices above, for the object (its params.combine set
+ * from them); the pull and timeout settings. */
+strata_status_t sched_resolve_config(sched_moe_t *moe, sched_choices_t *choices);
+/* sched_config.c: the same choices for params alone (strata_moe_memory_estimate). */
+strata_status_t sched_read_choices(const strata_moe_params_t *params, sched_choices_t *choices);
+/* sched_config.c: STRATA_ERR_UNSUPPORTED, logged, where node-reduce cannot run (device
+ * NULL: not asked). */
+strata_status_t sched_combine_supported(const sched_geometry_t *geo,
+                                        strata_moe_combine_t combine,
+                                        const intra_device_ops_t *device);
 /* sched_config.c: node-reduce combine where it applies (across nodes, hierarchical route,
  * host backend); UNSUPPORTED, logged, where it was asked for elsewhere. */
 strata_status_t sched_resolve_combine(sched_moe_t *moe);
 /* sched_geometry.c: what the intra tier does not check itself, the world's shape. */
 bool            sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w);
+
+/* sched_memory.c: the intra tier's params for the object's geometry; the heap's bytes per
+ * rank (area_in_heap: the network area is part of it); every part the object allocates. */
+void            sched_intra_params(const sched_moe_t *moe, intra_moe_params_t *ip);
+size_t          sched_heap_bytes(sched_moe_t *moe, bool area_in_heap);
+strata_status_t sched_memory_of(sched_moe_t *moe, bool area_in_heap,
+                                strata_moe_memory_t *memory);
+/* sched_moe.c: the scheduler's parts of the heap, beside the intra tier's. */
+size_t          sched_heap_extra(sched_moe_t *moe, bool area_in_heap);
+/* sched_plan.c: a plan's device arrays for max_tokens tokens and entries entries. */
+size_t          sched_plan_device_bytes(const sched_geometry_t *geo, int max_tokens, int entries);
 
 /* sched_net.c: the area, its registration, the ring and the kernels' tables. */
 inter_mem_kind_t sched_mem_kind(const intra_device_ops_t *device);
@@ -261,6 +288,8 @@ strata_status_t sched_net_layout(sched_moe_t *moe);
 /* Collective: every rank computes transfers alike (round one, Pull by read, chunks). */
 strata_status_t sched_net_agree(sched_moe_t *moe);
 strata_status_t sched_net_open(sched_moe_t *moe);
+/* The network kernels' device tables (0 on one node). */
+size_t          sched_net_tables_bytes(const sched_geometry_t *geo);
 void            sched_net_close(sched_moe_t *moe);
 /* Where, in peer's area, the terms this rank returns to it land. */
 size_t          sched_ret_in_at(const sched_moe_t *moe, int peer);

@@ -41,14 +41,14 @@ static int sched_heap_parts(sched_moe_t *moe, bool area_in_heap, sched_heap_part
                                                &moe->net.area_heap}
                          : (sched_heap_part_t){"sched-stage",
                                                (size_t)geo->num_peers *
-                                                   INTRA_NET_RET_BLOCK(geo->max_tokens, topk,
-                                                                       geo->y_row_bytes),
+                                                   moe->net.layout.ret_out_block,
                                                &moe->stage_offset};
     }
     return n;
 }
 
-static size_t sched_heap_extra(sched_moe_t *moe, bool area_in_heap)
+/* Their bytes (sched_memory.c sizes the heap with it). */
+size_t sched_heap_extra(sched_moe_t *moe, bool area_in_heap)
 {
     sched_heap_part_t parts[SCHED_HEAP_PARTS];
     int n = sched_heap_parts(moe, area_in_heap, parts);
@@ -120,26 +120,14 @@ static strata_status_t sched_watch_failures(sched_moe_t *moe)
 static strata_status_t sched_open_intra(sched_moe_t *moe, const sched_moe_world_t *world,
                                         bool area_in_heap)
 {
-    const strata_moe_params_t *p = &moe->params;
     const sched_geometry_t *geo = &moe->geo;
-    intra_moe_params_t ip = {
-        .num_experts   = geo->experts_per_node,
-        .topk          = p->topk,
-        .hidden        = p->hidden,
-        .dtype         = p->dtype,
-        .combine_dtype = p->combine_dtype,
-        .max_tokens    = geo->max_aug,
-        .capacity      = geo->capacity,
-        .timeout_ns    = moe->timeout_ns,
-        .failure       = moe->failure_dev,
-    };
-    size_t intra_bytes = intra_moe_heap_size(&ip, geo->local_size);
+    intra_moe_params_t ip;
     char key[128];
     intra_heap_params_t hp = {
         .device     = moe->world.device,
         .local_rank = geo->rank_local[geo->rank],
         .local_size = geo->local_size,
-        .size       = intra_bytes + sched_heap_extra(moe, area_in_heap),
+        .size       = sched_heap_bytes(moe, area_in_heap),
         .job_key    = key,
         .timeout_ns = moe->timeout_ns,
     };
@@ -148,9 +136,10 @@ static strata_status_t sched_open_intra(sched_moe_t *moe, const sched_moe_world_
 
     /* Per node: nodes may share a network namespace, and so the socket's name space. */
     snprintf(key, sizeof(key), "%s-node%d", world->job_key, geo->node);
-    if (intra_bytes == 0) {
+    if (hp.size == 0) {
         return STRATA_ERR_INVALID; /* intra_moe_heap_size named the parameter */
     }
+    sched_intra_params(moe, &ip);
     memcpy(hp.secret, world->heap_secret, sizeof(hp.secret));
     status = intra_heap_create(&hp, &moe->heap);
     util_crypto_wipe(hp.secret, sizeof(hp.secret));
@@ -217,14 +206,13 @@ static strata_status_t sched_choose_area(sched_moe_t *moe, int net_memory, bool 
 
 static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t *world)
 {
-    strata_moe_route_t route;
-    int spec, net_memory;
+    sched_choices_t choices;
     bool in_heap = false;
     strata_status_t status;
 
-    if ((status = sched_resolve_config(moe, &route, &spec, &net_memory)) != STRATA_OK ||
-        (status = sched_geometry_init(&moe->geo, &moe->params, &moe->world, route, spec)) !=
-            STRATA_OK) {
+    if ((status = sched_resolve_config(moe, &choices)) != STRATA_OK ||
+        (status = sched_geometry_init(&moe->geo, &moe->params, &moe->world, choices.route,
+                                      choices.spec_tokens)) != STRATA_OK) {
         return status;
     }
     moe->params.capacity = moe->geo.capacity;
@@ -233,7 +221,7 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
     if (moe->geo.num_peers > 0 &&
         ((status = sched_net_agree(moe)) != STRATA_OK ||
          (status = sched_resolve_combine(moe)) != STRATA_OK ||
-         (status = sched_choose_area(moe, net_memory, &in_heap)) != STRATA_OK)) {
+         (status = sched_choose_area(moe, choices.net_memory, &in_heap)) != STRATA_OK)) {
         return status;
     }
     moe->net.bounce = moe->geo.num_peers > 0 && !in_heap;
@@ -241,10 +229,11 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
         (status = sched_watch_failures(moe)) != STRATA_OK ||
         (status = sched_open_intra(moe, world, in_heap)) != STRATA_OK ||
         (status = sched_net_open(moe)) != STRATA_OK ||
-        (status = sched_modes_open(moe)) != STRATA_OK) {
+        (status = sched_modes_open(moe)) != STRATA_OK ||
+        (status = sched_open_own_plan(moe)) != STRATA_OK) {
         return status;
     }
-    return sched_open_own_plan(moe);
+    return sched_memory_of(moe, in_heap, &moe->stats.memory);
 }
 
 strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_moe_world_t *world,

@@ -22,17 +22,21 @@ strata_status_t sched_net_layout(sched_moe_t *moe)
     if (peers == 0) {
         return STRATA_OK;
     }
+    /* an entry's terms are on one rank (flat) or one node (hierarchical) of the receiver */
+    l->entry_terms   = UTIL_MIN(geo->topk, geo->route == STRATA_MOE_ROUTE_FLAT
+                                               ? geo->experts_per_rank : geo->experts_per_node);
+    l->ret_out_block = INTRA_NET_RET_BLOCK(max_tokens, l->entry_terms, geo->y_row_bytes);
+    l->ret_in_block  = INTRA_NET_RET_BLOCK(max_tokens, geo->node_reduce ? 1 : l->entry_terms,
+                                           geo->y_row_bytes);
     l->headers     = sched_place(&cursor, 2 * world * geo->header_bytes);
     l->grants      = sched_place(&cursor, world * INTRA_NET_CTRL_BYTES);
     l->out_headers = sched_place(&cursor, world * geo->header_bytes);
     l->out_grants  = sched_place(&cursor, world * INTRA_NET_CTRL_BYTES);
-    l->spec        = sched_place(&cursor, world * (size_t)geo->spec_tokens * geo->entry_bytes);
+    l->spec        = sched_place(&cursor, peers * (size_t)geo->spec_tokens * geo->entry_bytes);
     l->overflow    = sched_place(&cursor, peers * max_tokens * geo->entry_bytes);
-    l->staging     = sched_place(&cursor, world * max_tokens * geo->entry_bytes);
-    l->ret_out     = sched_place(&cursor, peers * INTRA_NET_RET_BLOCK(max_tokens, topk,
-                                                                    geo->y_row_bytes));
-    l->ret_in      = sched_place(&cursor, peers * INTRA_NET_RET_BLOCK(max_tokens, topk,
-                                                                    geo->y_row_bytes));
+    l->staging     = sched_place(&cursor, peers * max_tokens * geo->entry_bytes);
+    l->ret_out     = sched_place(&cursor, peers * l->ret_out_block);
+    l->ret_in      = sched_place(&cursor, peers * l->ret_in_block);
     if (geo->node_reduce) {
         l->w_out = sched_place(&cursor, peers * max_tokens * topk * sizeof(float));
         l->w_in  = sched_place(&cursor, peers * max_tokens * topk * sizeof(float));
@@ -41,9 +45,9 @@ strata_status_t sched_net_layout(sched_moe_t *moe)
     return STRATA_OK;
 }
 
-/* Our index among peer's peers: the block of its ret_in that is ours (peers are kept in
- * rank order on every rank). */
-static int sched_ret_block(const sched_geometry_t *geo, int peer)
+/* Our index among peer's peers: the block of its spec, staging and ret_in areas that is
+ * ours (peers are kept in rank order on every rank). */
+static int sched_index_there(const sched_geometry_t *geo, int peer)
 {
     int index = 0;
 
@@ -58,8 +62,7 @@ static int sched_ret_block(const sched_geometry_t *geo, int peer)
 size_t sched_ret_in_at(const sched_moe_t *moe, int peer)
 {
     return moe->net.layout.ret_in +
-           (size_t)sched_ret_block(&moe->geo, peer) *
-               INTRA_NET_RET_BLOCK(moe->geo.max_tokens, moe->geo.topk, moe->geo.y_row_bytes);
+           (size_t)sched_index_there(&moe->geo, peer) * moe->net.layout.ret_in_block;
 }
 
 inter_mem_kind_t sched_mem_kind(const intra_device_ops_t *device)
@@ -144,49 +147,74 @@ static strata_status_t sched_net_ring(sched_moe_t *moe)
     return status;
 }
 
+/* Offsets of the network kernels' tables in their one device allocation. */
+typedef struct sched_net_tables_place {
+    size_t state, peers, ticket, slots, tsrc, entry, atopk, naug, mask, ranks, nodes, total;
+} sched_net_tables_place_t;
+
+static void sched_net_tables_place(const sched_geometry_t *geo, sched_net_tables_place_t *t)
+{
+    size_t cursor = 0, aug = (size_t)geo->max_aug, topk = (size_t)geo->topk;
+
+    t->state  = sched_place(&cursor, sizeof(intra_net_state_t));
+    t->peers  = sched_place(&cursor, (size_t)geo->num_peers * sizeof(intra_net_peer_t));
+    t->ticket = sched_place(&cursor, sizeof(uint64_t));
+    t->slots  = sched_place(&cursor, (size_t)geo->max_entries * sizeof(int32_t));
+    t->tsrc   = sched_place(&cursor, (size_t)geo->max_tokens * topk * sizeof(uint64_t));
+    t->entry  = sched_place(&cursor, aug * sizeof(int64_t));
+    t->atopk  = sched_place(&cursor, aug * topk * sizeof(int64_t));
+    t->naug   = sched_place(&cursor, sizeof(int32_t));
+    t->mask   = sched_place(&cursor, (size_t)geo->mask_words * sizeof(uint64_t));
+    t->ranks  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
+    t->nodes  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
+    t->total  = cursor;
+}
+
+size_t sched_net_tables_bytes(const sched_geometry_t *geo)
+{
+    sched_net_tables_place_t t;
+
+    if (geo->num_peers == 0) {
+        return 0;
+    }
+    sched_net_tables_place(geo, &t);
+    return t.total;
+}
+
 /* The network kernels' tables in device memory, in one allocation. */
 static strata_status_t sched_net_tables(sched_moe_t *moe)
 {
     sched_net_t *net = &moe->net;
     const sched_geometry_t *geo = &moe->geo;
     const intra_device_ops_t *d = moe->world.device;
-    size_t cursor = 0, aug = (size_t)geo->max_aug, topk = (size_t)geo->topk;
-    size_t state  = sched_place(&cursor, sizeof(intra_net_state_t));
-    size_t peers  = sched_place(&cursor, (size_t)geo->num_peers * sizeof(intra_net_peer_t));
-    size_t ticket = sched_place(&cursor, sizeof(uint64_t));
-    size_t slots  = sched_place(&cursor, (size_t)geo->max_entries * sizeof(int32_t));
-    size_t tsrc   = sched_place(&cursor, (size_t)geo->max_tokens * topk * sizeof(uint64_t));
-    size_t entry  = sched_place(&cursor, aug * sizeof(int64_t));
-    size_t atopk  = sched_place(&cursor, aug * topk * sizeof(int64_t));
-    size_t naug   = sched_place(&cursor, sizeof(int32_t));
-    size_t mask   = sched_place(&cursor, (size_t)geo->mask_words * sizeof(uint64_t));
-    size_t ranks  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
-    size_t nodes  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
+    sched_net_tables_place_t t;
     intra_net_peer_t *init = calloc((size_t)geo->num_peers, sizeof(*init));
     /* the host copy of node_ranks, followed by that of rank_node */
     int32_t *node_ranks = malloc(2 * (size_t)geo->world_size * sizeof(int32_t));
-    strata_status_t status = init && node_ranks ? d->mem_alloc(cursor, &net->device_mem)
-                                                : STRATA_ERR_NO_MEMORY;
-    char *base = net->device_mem;
+    strata_status_t status;
+    char *base;
 
+    sched_net_tables_place(geo, &t);
+    status = init && node_ranks ? d->mem_alloc(t.total, &net->device_mem) : STRATA_ERR_NO_MEMORY;
+    base   = net->device_mem;
     if (status == STRATA_OK) {
-        net->state      = (intra_net_state_t *)(base + state);
-        net->peers      = (intra_net_peer_t *)(base + peers);
-        net->ticket     = (uint64_t *)(base + ticket);
-        net->slot_of    = (int32_t *)(base + slots);
-        net->term_src   = (uint64_t *)(base + tsrc);
-        net->aug_entry  = (int64_t *)(base + entry);
-        net->aug_topk   = (int64_t *)(base + atopk);
-        net->num_aug    = (int32_t *)(base + naug);
-        net->mask       = (uint64_t *)(base + mask);
-        net->node_ranks = (int32_t *)(base + ranks);
-        net->rank_node  = (int32_t *)(base + nodes);
-        status = d->mem_set(base, 0, cursor);
+        net->state      = (intra_net_state_t *)(base + t.state);
+        net->peers      = (intra_net_peer_t *)(base + t.peers);
+        net->ticket     = (uint64_t *)(base + t.ticket);
+        net->slot_of    = (int32_t *)(base + t.slots);
+        net->term_src   = (uint64_t *)(base + t.tsrc);
+        net->aug_entry  = (int64_t *)(base + t.entry);
+        net->aug_topk   = (int64_t *)(base + t.atopk);
+        net->num_aug    = (int32_t *)(base + t.naug);
+        net->mask       = (uint64_t *)(base + t.mask);
+        net->node_ranks = (int32_t *)(base + t.ranks);
+        net->rank_node  = (int32_t *)(base + t.nodes);
+        status = d->mem_set(base, 0, t.total);
     }
     for (int p = 0; p < geo->num_peers && status == STRATA_OK; ++p) {
-        init[p].rank      = geo->peers[p];
-        init[p].node      = geo->rank_node[geo->peers[p]];
-        init[p].ret_block = sched_ret_block(geo, geo->peers[p]);
+        init[p].rank        = geo->peers[p];
+        init[p].node        = geo->rank_node[geo->peers[p]];
+        init[p].index_there = sched_index_there(geo, geo->peers[p]);
     }
     for (int r = 0; node_ranks != NULL && r < geo->world_size; ++r) {
         node_ranks[r]                   = geo->node_ranks[r];
@@ -241,6 +269,8 @@ static void sched_net_args(sched_moe_t *moe)
         .spec = net->layout.spec, .overflow = net->layout.overflow,
         .staging = net->layout.staging, .ret_out = net->layout.ret_out,
         .ret_in = net->layout.ret_in, .w_out = net->layout.w_out, .w_in = net->layout.w_in,
+        .ret_out_block = net->layout.ret_out_block, .ret_in_block = net->layout.ret_in_block,
+        .entry_terms = net->layout.entry_terms,
         .ret_stage = (int64_t)moe->stage_offset,
         .rank_node = net->rank_node, .node_reduce = geo->node_reduce, .node = geo->node,
         .num_nodes = geo->num_nodes,

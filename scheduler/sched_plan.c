@@ -260,32 +260,54 @@ void sched_plan_release(sched_plan_t *plan)
 
 /* --- The device copy ----------------------------------------------------------------------- */
 
-/* Device arrays for up to max_tokens tokens and capacity entries, in one allocation. */
-strata_status_t sched_plan_device_alloc(const sched_moe_t *moe, sched_plan_t *plan, int max_tokens)
+/* Offsets of a plan's device arrays (up to max_tokens tokens and entries entries) in their
+ * one allocation. */
+typedef struct sched_plan_place {
+    size_t clean, node, terms, first, toks, exps, total;
+} sched_plan_place_t;
+
+static void sched_plan_place(const sched_geometry_t *geo, int max_tokens, int entries,
+                             sched_plan_place_t *p)
 {
-    const sched_geometry_t *geo = &moe->geo;
     size_t slots = (size_t)UTIL_MAX(max_tokens, 1) * (size_t)geo->topk, cursor = 0;
     size_t peers = (size_t)geo->num_peers;
-    size_t clean = sched_place(&cursor, slots * sizeof(int64_t));
-    size_t node  = sched_place(&cursor, slots * sizeof(int64_t));
-    size_t terms = sched_place(&cursor, UTIL_MAX(peers, 1) * sizeof(int64_t));
-    size_t first = sched_place(&cursor, (peers + 1) * sizeof(int32_t));
-    size_t toks  = sched_place(&cursor, (size_t)plan->capacity * sizeof(int32_t));
-    size_t exps  = sched_place(&cursor, (size_t)plan->capacity * (size_t)geo->topk *
-                                                 sizeof(int32_t));
-    char *base;
-    strata_status_t status = moe->world.device->mem_alloc(cursor, &plan->device_mem);
 
+    p->clean = sched_place(&cursor, slots * sizeof(int64_t));
+    p->node  = sched_place(&cursor, slots * sizeof(int64_t));
+    p->terms = sched_place(&cursor, UTIL_MAX(peers, 1) * sizeof(int64_t));
+    p->first = sched_place(&cursor, (peers + 1) * sizeof(int32_t));
+    p->toks  = sched_place(&cursor, (size_t)entries * sizeof(int32_t));
+    p->exps  = sched_place(&cursor, (size_t)entries * (size_t)geo->topk * sizeof(int32_t));
+    p->total = cursor;
+}
+
+size_t sched_plan_device_bytes(const sched_geometry_t *geo, int max_tokens, int entries)
+{
+    sched_plan_place_t p;
+
+    sched_plan_place(geo, max_tokens, UTIL_MAX(entries, 1), &p);
+    return p.total;
+}
+
+/* Device arrays for up to max_tokens tokens and the plan's capacity of entries. */
+strata_status_t sched_plan_device_alloc(const sched_moe_t *moe, sched_plan_t *plan, int max_tokens)
+{
+    sched_plan_place_t p;
+    char *base;
+    strata_status_t status;
+
+    sched_plan_place(&moe->geo, max_tokens, plan->capacity, &p);
+    status = moe->world.device->mem_alloc(p.total, &plan->device_mem);
     if (status != STRATA_OK) {
         return status;
     }
     base = plan->device_mem;
-    plan->d_clean_idx  = (int64_t *)(base + clean);
-    plan->d_node_idx   = (int64_t *)(base + node);
-    plan->d_peer_terms = (int64_t *)(base + terms);
-    plan->d_peer_first = (int32_t *)(base + first);
-    plan->d_tokens     = (int32_t *)(base + toks);
-    plan->d_experts    = (int32_t *)(base + exps);
+    plan->d_clean_idx  = (int64_t *)(base + p.clean);
+    plan->d_node_idx   = (int64_t *)(base + p.node);
+    plan->d_peer_terms = (int64_t *)(base + p.terms);
+    plan->d_peer_first = (int32_t *)(base + p.first);
+    plan->d_tokens     = (int32_t *)(base + p.toks);
+    plan->d_experts    = (int32_t *)(base + p.exps);
     return STRATA_OK;
 }
 

@@ -6,9 +6,10 @@
  */
 #include "sched_internal.h"
 
+/* This rank's block of returned rows at the peer (the smaller of its two blocks). */
 static size_t sched_probe_block(const sched_moe_t *moe)
 {
-    return (size_t)moe->geo.max_tokens * (size_t)moe->geo.topk * moe->geo.y_row_bytes;
+    return moe->net.layout.ret_in_block - INTRA_NET_DROPS_BYTES;
 }
 
 /* Half the experts' input rows: the copy goes from one half to the other. */

@@ -4,6 +4,7 @@
  * variable with its default and meaning. --check says what a communicator would choose on
  * this machine, step by step, without creating one.
  */
+#include "strata_info.h"
 #include "api/api.h"
 #include "api/src/api_gpu.h"
 #include "inter/transport.h"
@@ -23,7 +24,9 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "Usage: strata-info [-c | --check]\n"
-            "       strata-info -h | -V\n"
+            "       strata-info -h | -V\n");
+    info_moe_memory_usage(out);
+    fprintf(out,
             "Print strata's version and build options, the device backends and transports\n"
             "built in, and the transport a communicator would take here and why.\n"
             "\n"
@@ -35,8 +38,8 @@ static void usage(FILE *out)
             "  -h, --help     this text\n"
             "  -V, --version  strata's version and build options, on one line\n"
             "\n"
-            "Exit status: 0 done, 1 --check found no communicator could be created,\n"
-            "2 bad usage.\n");
+            "Exit status: 0 done, 1 --check found no communicator could be created (or\n"
+            "--moe-memory no object of that shape), 2 bad usage.\n");
 }
 
 /* The transports strata knows: built or not, how each probes here, and what a
@@ -408,6 +411,10 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     int opt, show_config = 0, check = 0;
+
+    if (argc > 1 && strcmp(argv[1], "--moe-memory") == 0) {
+        return info_moe_memory(argc - 1, argv + 1);
+    }
 
     while ((opt = getopt_long(argc, argv, ":chV", options, NULL)) != -1) {
         switch (opt) {

@@ -279,6 +279,13 @@ STRATA_API strata_status_t strata_moe_synchronize(strata_moe_t *moe)
     return sched_moe_synchronize(moe->sched);
 }
 
+STRATA_API strata_status_t strata_moe_memory_estimate(const strata_moe_params_t *params,
+                                                      int world_size, int num_nodes,
+                                                      strata_moe_memory_t *memory_p)
+{
+    return sched_moe_estimate(params, world_size, num_nodes, memory_p);
+}
+
 STRATA_API strata_status_t strata_moe_get_stats(const strata_moe_t *moe,
                                                 strata_moe_stats_t *stats_p)
 {

@@ -16,13 +16,16 @@
 #define INTRA_NET_GRANT_MAGIC   0x53544752u /* "STGR" */
 #define INTRA_NET_CTRL_BYTES    64          /* one grant slot */
 /*
- * One peer's block of returned terms: up to max_tokens * topk terms, packed, then this many
- * bytes whose first int64 counts the terms that were dropped for capacity on the returning
- * node (a zero term stands in for each): the tokens' rank learns of it from there.
+ * One peer's block of returned rows: up to max_tokens entries of up to rows_per_entry rows
+ * each (an entry's terms on the returning side, or with node-reduce, in ret_in, its one
+ * partial row), packed, then this many bytes whose first int64 counts the terms that were
+ * dropped for capacity on the returning node (a zero term stands in for each): the tokens'
+ * rank learns of it from there.
  */
 #define INTRA_NET_DROPS_BYTES   16
-#define INTRA_NET_RET_BLOCK(max_tokens, topk, y_row_bytes) \
-    ((size_t)(max_tokens) * (size_t)(topk) * (size_t)(y_row_bytes) + INTRA_NET_DROPS_BYTES)
+#define INTRA_NET_RET_BLOCK(max_tokens, rows_per_entry, y_row_bytes) \
+    ((size_t)(max_tokens) * (size_t)(rows_per_entry) * (size_t)(y_row_bytes) + \
+     INTRA_NET_DROPS_BYTES)
 #define INTRA_NET_MAX_OWN_WORDS 16          /* words of one rank's expert bits */
 
 /* Immediates: imm_base + kind * world + the writing rank. */
@@ -84,11 +87,12 @@ typedef struct intra_net_grant {
  * top-k slot the node-local expert id at the destination, or -1.
  */
 
-/* Per peer, in device memory. rank and ret_block are set at creation; the running totals
+/* Per peer, in device memory. rank and index_there are set at creation; the running totals
  * only grow (what the kernels have waited for so far); the rest is the step's. */
 typedef struct intra_net_peer {
     int32_t  rank;
-    int32_t  ret_block;   /* our block in the peer's ret_in (our index among its peers) */
+    int32_t  index_there; /* our index among the peer's peers: our block in its spec,
+                           * staging and ret_in areas */
     int32_t  send_push, send_pull;
     int32_t  recv_push, recv_pull;
     int32_t  granted;     /* entries the peer writes into our overflow area */
@@ -130,11 +134,14 @@ typedef struct intra_net_args {
     uint64_t grants;      /* [world] received, by receiver */
     uint64_t out_headers; /* [world] being sent, by peer */
     uint64_t out_grants;  /* [world] being sent, by peer */
-    uint64_t spec;        /* [world][spec_tokens] entries, by source */
+    uint64_t spec;        /* [num_peers][spec_tokens] entries, by source's peer index */
     uint64_t overflow;    /* [num_peers * max_tokens] entries, handed out by grants */
-    uint64_t staging;     /* [world][max_tokens] entries, by destination */
-    uint64_t ret_out;     /* [num_peers][max_tokens * topk] terms being returned */
-    uint64_t ret_in;      /* [num_peers][max_tokens * topk] terms returned to us */
+    uint64_t staging;     /* [num_peers][max_tokens] entries, by destination's peer index */
+    uint64_t ret_out;     /* [num_peers] blocks of ret_out_block: terms being returned */
+    uint64_t ret_in;      /* [num_peers] blocks of ret_in_block: terms returned to us */
+    uint64_t ret_out_block, ret_in_block; /* INTRA_NET_RET_BLOCK of each */
+    int32_t  entry_terms; /* the most terms an entry has at its receiver: min(topk, the
+                           * experts of a peer rank (flat route) or node) */
     uint64_t w_out;       /* node-reduce: [num_peers][max_tokens][topk] fp32 weights sent */
     uint64_t w_in;        /* node-reduce: [num_peers][max_tokens][topk] weights received */
     /* Offsets in this rank's heap part: where owners on the node write terms. */

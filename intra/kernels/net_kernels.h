@@ -198,8 +198,7 @@ KERNEL_FN void net_order_peer(const intra_moe_args_t *a, int p)
 {
     const intra_net_args_t *n = &a->net;
     intra_net_peer_t *peer = &n->peers[p];
-    char *back = n->area + n->ret_in +
-                 (size_t)p * INTRA_NET_RET_BLOCK(n->max_tokens, a->topk, a->y_row_bytes);
+    char *back = n->area + n->ret_in + (size_t)p * (size_t)n->ret_in_block;
     int slot = 0, term = 0, count[2] = {0, 0};
 
     for (int pass = 0; pass < 2; ++pass) {
@@ -257,7 +256,7 @@ KERNEL_FN int net_send_round_one(const intra_moe_args_t *a, int p, uint64_t step
     int dest = peer->rank, first = peer->send_push < n->spec_tokens ? peer->send_push
                                                                      : n->spec_tokens;
     uint64_t out = n->out_headers + (uint64_t)dest * (uint64_t)n->header_bytes;
-    uint64_t staging = n->staging + (uint64_t)dest * (uint64_t)n->max_tokens *
+    uint64_t staging = n->staging + (uint64_t)p * (uint64_t)n->max_tokens *
                                         (uint64_t)n->entry_bytes;
     intra_net_header_t *h = (intra_net_header_t *)(n->area + out);
     uint64_t *next = (uint64_t *)(h + 1);
@@ -279,7 +278,8 @@ KERNEL_FN int net_send_round_one(const intra_moe_args_t *a, int p, uint64_t step
                       INTRA_NET_COUNTER_SEND);
     if (posted && first > 0) {
         spec = net_post_chunks(a, UTIL_WORK_WRITE_IMM, dest, staging,
-                               n->spec + (uint64_t)n->rank * (uint64_t)n->spec_tokens *
+                               n->spec + (uint64_t)peer->index_there *
+                                             (uint64_t)n->spec_tokens *
                                              (uint64_t)n->entry_bytes,
                                (uint64_t)first * (uint64_t)n->entry_bytes,
                                n->imm_base + net_imm_index(n, INTRA_NET_IMM_SPEC, n->rank),
@@ -320,8 +320,8 @@ KERNEL_FN void intra_net_send_body(const intra_moe_args_t *a, kernel_grid_t g)
     }
     net_local_terms(a, g);
     for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {
-        char *staging = n->area + n->staging + (size_t)n->peers[p].rank *
-                                                   (size_t)n->max_tokens * (size_t)n->entry_bytes;
+        char *staging = n->area + n->staging +
+                        (size_t)p * (size_t)n->max_tokens * (size_t)n->entry_bytes;
         KERNEL_SHARED int ok;
 
         if (g.thread == 0) {
@@ -418,7 +418,7 @@ KERNEL_FN int net_grant_round_two(const intra_moe_args_t *a, uint64_t step)
             int64_t c = net_post_chunks(
                 a, UTIL_WORK_READ, peer->rank,
                 n->overflow + (uint64_t)(peer->recv_offset + rest) * (uint64_t)n->entry_bytes,
-                n->staging + ((uint64_t)n->rank * (uint64_t)n->max_tokens +
+                n->staging + ((uint64_t)peer->index_there * (uint64_t)n->max_tokens +
                               (uint64_t)peer->recv_push) * (uint64_t)n->entry_bytes,
                 (uint64_t)peer->recv_pull * (uint64_t)n->entry_bytes, 0, INTRA_NET_COUNTER_READ);
 
@@ -464,7 +464,7 @@ KERNEL_FN int net_send_round_two(const intra_moe_args_t *a, uint64_t step)
         }
         posted = net_post_chunks(
             a, UTIL_WORK_WRITE_IMM, peer->rank,
-            n->staging + ((uint64_t)peer->rank * (uint64_t)n->max_tokens + (uint64_t)first) *
+            n->staging + ((uint64_t)p * (uint64_t)n->max_tokens + (uint64_t)first) *
                              (uint64_t)n->entry_bytes,
             n->overflow + (uint64_t)grant->offset * (uint64_t)n->entry_bytes,
             (uint64_t)grant->count * (uint64_t)n->entry_bytes,
@@ -522,19 +522,28 @@ KERNEL_FN void intra_net_recv_body(const intra_moe_args_t *a, kernel_grid_t g)
 
 /* --- NET_INDEX ------------------------------------------------------------------------ */
 
+/* Whether an entry's terms fit the rows its returned block has for it. */
+KERNEL_FN int net_entry_terms_fit(const intra_moe_args_t *a, const int32_t *record)
+{
+    int terms = 0;
+
+    for (int k = 0; k < a->topk; ++k) {
+        terms += record[1 + k] >= 0;
+    }
+    return terms <= a->net.entry_terms;
+}
+
 /* One thread: the peer's received entries checked and indexed for the node's kernels. */
 KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
 {
     const intra_net_args_t *n = &a->net;
     intra_net_peer_t *peer = &n->peers[p];
     int first = peer->recv_push < n->spec_tokens ? peer->recv_push : n->spec_tokens;
-    int64_t stage = n->ret_stage +
-                    (int64_t)p * (int64_t)INTRA_NET_RET_BLOCK(n->max_tokens, a->topk,
-                                                              a->y_row_bytes);
+    int64_t stage = n->ret_stage + (int64_t)p * (int64_t)n->ret_out_block;
     int terms = 0;
 
     for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
-        uint64_t at = q < first ? n->spec + ((uint64_t)peer->rank * (uint64_t)n->spec_tokens +
+        uint64_t at = q < first ? n->spec + ((uint64_t)p * (uint64_t)n->spec_tokens +
                                              (uint64_t)q) * (uint64_t)n->entry_bytes
                                 : n->overflow + (uint64_t)(peer->recv_offset + q - first) *
                                                     (uint64_t)n->entry_bytes;
@@ -548,6 +557,10 @@ KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
         n->aug_entry[aug]      = (int64_t)at;
         n->origin[2 * aug]     = peer->rank;
         n->origin[2 * aug + 1] = record[0];
+        if (!net_entry_terms_fit(a, record)) { /* more than its block leaves room for */
+            net_protocol_error(a, peer->rank, INTRA_NET_BAD_ENTRY, step);
+            return 0;
+        }
         for (int k = 0; k < a->topk; ++k) {
             int32_t expert = record[1 + k];
             size_t slot = aug * (size_t)a->topk + (size_t)k;
@@ -638,7 +651,7 @@ KERNEL_FN int net_send_weights(const intra_moe_args_t *a, int p, kernel_grid_t g
     if (g.thread == 0) {
         int64_t posted = net_post_chunks(
             a, UTIL_WORK_WRITE_IMM, peer->rank, n->w_out + (uint64_t)p * block,
-            n->w_in + (uint64_t)peer->ret_block * block, (uint64_t)entries * topk * sizeof(float),
+            n->w_in + (uint64_t)peer->index_there * block, (uint64_t)entries * topk * sizeof(float),
             n->imm_base + net_imm_index(n, INTRA_NET_IMM_WEIGHTS, n->rank),
             INTRA_NET_COUNTER_SEND);
 
@@ -674,7 +687,7 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
     const intra_net_args_t *n = &a->net;
     intra_net_peer_t *peer = &n->peers[p];
     size_t topk = (size_t)a->topk, y = (size_t)a->y_row_bytes;
-    size_t block = INTRA_NET_RET_BLOCK(n->max_tokens, a->topk, a->y_row_bytes);
+    size_t block = (size_t)n->ret_out_block;
     const char *terms = a->heap[a->rank] + n->ret_stage + (size_t)p * block;
     char *out = n->area + n->ret_out + (size_t)p * block;
     const float *w = (const float *)(n->area + n->w_in + (size_t)p * net_weights_block(a));
@@ -714,7 +727,7 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
     if (g.thread == 0) {
         int64_t posted = net_post_chunks(
             a, UTIL_WORK_WRITE_IMM, peer->rank, n->ret_out + (uint64_t)p * block,
-            n->ret_in + (uint64_t)peer->ret_block * block,
+            n->ret_in + (uint64_t)peer->index_there * n->ret_in_block,
             (uint64_t)entries * y + INTRA_NET_DROPS_BYTES,
             n->imm_base + net_imm_index(n, INTRA_NET_IMM_COMBINE, n->rank),
             INTRA_NET_COUNTER_SEND);
@@ -748,7 +761,7 @@ KERNEL_FN void net_node_reduce(const intra_moe_args_t *a, kernel_grid_t g)
 KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
-    size_t block = INTRA_NET_RET_BLOCK(n->max_tokens, a->topk, a->y_row_bytes);
+    size_t block = (size_t)n->ret_out_block;
 
     if (net_block_stopped(a, g)) {
         return;
@@ -780,7 +793,8 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
         if (g.thread == 0) {
             int64_t posted = net_post_chunks(
                 a, UTIL_WORK_WRITE_IMM, peer->rank, n->ret_out + (uint64_t)p * block,
-                n->ret_in + (uint64_t)peer->ret_block * block, terms + INTRA_NET_DROPS_BYTES,
+                n->ret_in + (uint64_t)peer->index_there * n->ret_in_block,
+                terms + INTRA_NET_DROPS_BYTES,
                 n->imm_base + net_imm_index(n, INTRA_NET_IMM_COMBINE, n->rank),
                 INTRA_NET_COUNTER_SEND);
 
@@ -822,9 +836,7 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
                       peer->combine_seen, peer->rank, INTRA_NET_WAIT_TERMS)) {
             return;
         }
-        dropped = (const uint64_t *)(n->area + n->ret_in +
-                                     (size_t)p * INTRA_NET_RET_BLOCK(n->max_tokens, a->topk,
-                                                                     a->y_row_bytes) +
+        dropped = (const uint64_t *)(n->area + n->ret_in + (size_t)p * n->ret_in_block +
                                      terms);
         if (kernel_load_acquire_u64(dropped) > 0) { /* the step's input, not a failure */
             moe_report(&moe_control(a, a->rank)->combine_status,

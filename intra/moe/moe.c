@@ -99,7 +99,8 @@ static size_t moe_place(size_t *cursor, size_t bytes)
 }
 
 /* The buffers of one rank's part, from offset 0; the shape fields of args must be set. */
-static void moe_layout(const intra_moe_args_t *a, size_t max_tokens, intra_moe_layout_t *l)
+static void moe_layout(const intra_moe_args_t *a, size_t max_tokens, bool terms_direct,
+                       intra_moe_layout_t *l)
 {
     size_t cursor = 0, entries = max_tokens * (size_t)a->topk;
     size_t rows = (size_t)a->experts_per_rank * (size_t)a->capacity;
@@ -118,7 +119,7 @@ static void moe_layout(const intra_moe_args_t *a, size_t max_tokens, intra_moe_l
     l->recv_scales  = moe_place(&cursor, rows * (size_t)a->scale_stride);
     l->recv_src     = moe_place(&cursor, rows * sizeof(intra_moe_source_t));
     l->expert_y     = moe_place(&cursor, rows * (size_t)a->y_row_bytes);
-    l->combine_recv = moe_place(&cursor, entries * (size_t)a->y_row_bytes);
+    l->combine_recv = moe_place(&cursor, terms_direct ? 0 : entries * (size_t)a->y_row_bytes);
     l->total        = moe_place(&cursor, 0);
 }
 
@@ -144,7 +145,7 @@ static bool moe_shape(const intra_moe_params_t *p, int local_size, intra_moe_arg
     a->scale_stride     = (int32_t)((scales * sizeof(float) + 15) / 16 * 16);
     a->y_elem           = moe_y_elem(p->combine_dtype);
     a->y_row_bytes      = (int32_t)((size_t)p->hidden * moe_elem_size(p->combine_dtype));
-    moe_layout(a, (size_t)p->max_tokens, &a->layout);
+    moe_layout(a, (size_t)p->max_tokens, p->terms_direct, &a->layout);
     return a->layout.total < SIZE_MAX / 2;
 }
 
@@ -157,6 +158,18 @@ size_t intra_moe_heap_size(const intra_moe_params_t *params, int local_size)
         return 0;
     }
     return args.layout.total + INTRA_DEVICE_ALIGNMENT;
+}
+
+size_t intra_moe_expert_bytes(const intra_moe_params_t *params, int local_size)
+{
+    intra_moe_args_t args;
+
+    if (params == NULL || !moe_params_valid(params, local_size) ||
+        !moe_shape(params, local_size, &args)) {
+        return 0;
+    }
+    /* recv_x, recv_scales, recv_src and expert_y lie in that order, before combine_recv */
+    return args.layout.combine_recv - args.layout.recv_x;
 }
 
 /* The host backend's blocks are threads: more of them than the rank's share of the cores
@@ -299,6 +312,7 @@ strata_status_t intra_moe_create(const intra_moe_params_t *params, intra_heap_t 
         goto err_free;
     }
     moe->max_tokens           = params->max_tokens;
+    moe->terms_direct         = params->terms_direct;
     moe->args.rank            = intra_heap_local_rank(heap);
     moe->args.origin_offset   = -1;
     moe->args.term_dst_offset = -1;
@@ -345,6 +359,11 @@ strata_status_t intra_moe_set_tables(intra_moe_t *moe, const intra_moe_tables_t 
     if (moe == NULL || tables == NULL || tables->origin_offset < 0 ||
         tables->public_src == NULL || tables->public_count == NULL) {
         UTIL_LOG_ERROR("intra moe: tables need an origin table and the public sources");
+        return STRATA_ERR_INVALID;
+    }
+    if (moe->terms_direct && tables->term_dst_offset < 0) {
+        UTIL_LOG_ERROR("intra moe: an object made for direct terms has no combine_recv "
+                       "area: its tables need a term_dst table");
         return STRATA_ERR_INVALID;
     }
     moe->args.origin_offset   = tables->origin_offset;

@@ -33,6 +33,10 @@ typedef struct intra_moe_params {
     /** Device address of a word that turns nonzero once any rank failed (the engine's
      *  failure watch): waits end then. NULL: only timeout_ns bounds them. */
     const int32_t *failure;
+    /** Combine leaves every term where the term_dst table of intra_moe_set_tables says
+     *  (the scheduler's, across nodes): no combine_recv area is allocated, and the tables
+     *  must then give one. */
+    bool           terms_direct;
 } intra_moe_params_t;
 
 /** What a dispatch delivered to this rank's experts; valid until the next combine. */
@@ -60,6 +64,9 @@ unsigned intra_moe_fit_blocks(unsigned requested, unsigned resident, int sharers
 
 /** Heap bytes each rank needs for these parameters; 0 if they are invalid. */
 size_t intra_moe_heap_size(const intra_moe_params_t *params, int local_size);
+/** Of that, the local experts' blocks: input rows, their scales and sources, output rows
+ *  (capacity rows each); 0 where the params are invalid. */
+size_t intra_moe_expert_bytes(const intra_moe_params_t *params, int local_size);
 
 /**
  * Place the buffers in the heap (a symmetric allocation: every local rank calls it with the

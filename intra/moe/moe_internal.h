@@ -19,6 +19,7 @@ struct intra_moe {
     intra_moe_args_t          args;      /* shape, heap bases and layout; per-call fields vary */
     moe_state_t               state;
     int                       max_tokens;
+    bool                      terms_direct; /* no combine_recv: term_dst must be set */
     int                       num_tokens; /* of the step's dispatch, where the host knows it */
     uint64_t                  step;       /* dispatches enqueued, for messages */
     int32_t                  *counts;    /* [experts_per_rank], host copy */

@@ -154,6 +154,11 @@ strata_status_t intra_moe_enqueue_combine(intra_moe_t *moe, const void *expert_y
     if (status != STRATA_OK) {
         return status;
     }
+    if (moe->terms_direct && !direct) {
+        UTIL_LOG_ERROR("intra moe: combine of an object made for direct terms needs its "
+                       "term_dst table (intra_moe_set_tables)");
+        return STRATA_ERR_INVALID;
+    }
     if (expert_y == NULL || moe_misaligned(expert_y) ||
         (!direct && moe->num_tokens > 0 &&
          (topk_weights == NULL || out == NULL || moe_misaligned(out)))) {

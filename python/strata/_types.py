@@ -163,6 +163,23 @@ class MoeRecv(ctypes.Structure):
     ]
 
 
+class MoeMemory(ctypes.Structure):
+    """strata_moe_memory_t: the bytes one rank of a MoE object holds, by part."""
+
+    _fields_ = [
+        ("expert_rows", ctypes.c_uint64),
+        ("node_rows", ctypes.c_uint64),
+        ("net_headers", ctypes.c_uint64),
+        ("net_round_one", ctypes.c_uint64),
+        ("net_round_two", ctypes.c_uint64),
+        ("net_staging", ctypes.c_uint64),
+        ("net_returns", ctypes.c_uint64),
+        ("work_ring", ctypes.c_uint64),
+        ("tables", ctypes.c_uint64),
+        ("total", ctypes.c_uint64),
+    ]
+
+
 class MoeStats(ctypes.Structure):
     """strata_moe_stats_t: what the last step did on this rank."""
 
@@ -182,6 +199,7 @@ class MoeStats(ctypes.Structure):
         ("net_bounce", ctypes.c_int),
         ("commands_posted", ctypes.c_uint64),
         ("post_delay_ns", ctypes.c_uint64),
+        ("memory", MoeMemory),
     ]
 
 
@@ -192,4 +210,5 @@ STRUCTS = {
     "strata_moe_source_t": MoeSource,
     "strata_moe_recv_t": MoeRecv,
     "strata_moe_stats_t": MoeStats,
+    "strata_moe_memory_t": MoeMemory,
 }

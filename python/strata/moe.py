@@ -78,6 +78,7 @@ class Stats:
     net_bounce: bool
     commands_posted: int
     post_delay_ns: int
+    memory: dict  # strata_moe_memory_t's parts -> bytes this rank holds (fixed at creation)
 
 
 class Layout:
@@ -321,7 +322,9 @@ class Moe:
                      dispatch_ns=raw.dispatch_ns, combine_ns=raw.combine_ns,
                      phase_ns={p: raw.phase_ns[p] for p in t.Phase},
                      host_copied_bytes=raw.host_copied_bytes, net_bounce=bool(raw.net_bounce),
-                     commands_posted=raw.commands_posted, post_delay_ns=raw.post_delay_ns)
+                     commands_posted=raw.commands_posted, post_delay_ns=raw.post_delay_ns,
+                     memory={name: getattr(raw.memory, name)
+                             for name, _ in t.MoeMemory._fields_})
 
     # --- lifetime --------------------------------------------------------------------------
 

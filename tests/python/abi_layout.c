@@ -70,6 +70,19 @@ static void print_structs(void)
     FIELD(strata_moe_stats_t, net_bounce);
     FIELD(strata_moe_stats_t, commands_posted);
     FIELD(strata_moe_stats_t, post_delay_ns);
+    FIELD(strata_moe_stats_t, memory);
+
+    STRUCT(strata_moe_memory_t);
+    FIELD(strata_moe_memory_t, expert_rows);
+    FIELD(strata_moe_memory_t, node_rows);
+    FIELD(strata_moe_memory_t, net_headers);
+    FIELD(strata_moe_memory_t, net_round_one);
+    FIELD(strata_moe_memory_t, net_round_two);
+    FIELD(strata_moe_memory_t, net_staging);
+    FIELD(strata_moe_memory_t, net_returns);
+    FIELD(strata_moe_memory_t, work_ring);
+    FIELD(strata_moe_memory_t, tables);
+    FIELD(strata_moe_memory_t, total);
 }
 
 static void print_statuses(void)

@@ -75,6 +75,11 @@ class TestRoundTrip(MoeTest):
             self.assertEqual(stats.tokens_per_expert, expected)
             self.assertEqual(stats.num_local_experts, EXPERTS)
             self.assertEqual(stats.host_copied_bytes, 0)
+            memory = stats.memory
+            self.assertEqual(memory["total"], sum(v for k, v in memory.items() if k != "total"))
+            # the experts' blocks: capacity rows of input, output and source, per expert
+            self.assertGreaterEqual(memory["expert_rows"],
+                                    EXPERTS * recv.capacity * (2 * x[0].nbytes + 12))
 
     def test_halves_with_a_reused_layout(self):
         with self.moe() as moe:

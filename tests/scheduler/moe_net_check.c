@@ -565,6 +565,28 @@ static int check_agreement(strata_bootstrap_t *bs, const rank_state_t *r, uint64
 
 /* A run whose object was refused, as it expected: everything it made goes (moe may be
  * NULL), and it succeeded. */
+/* The object holds what strata_moe_memory_estimate says for its params and world, part by
+ * part (the estimate counts the network area in the heap unless asked for bounce). */
+static void check_memory(const strata_moe_params_t *p, const rank_state_t *r,
+                         const strata_moe_t *moe)
+{
+    const char *where = getenv("STRATA_MOE_NET_MEMORY");
+    strata_moe_memory_t want;
+    strata_moe_stats_t stats;
+
+    CHECK(strata_moe_get_stats(moe, &stats) == STRATA_OK &&
+              strata_moe_memory_estimate(p, r->world, r->num_nodes, &want) == STRATA_OK,
+          "stats and memory estimate");
+    if (stats.net_bounce && (where == NULL || strcmp(where, "bounce") != 0)) {
+        return; /* the transport could not register the heap: not what was estimated */
+    }
+    CHECK(memcmp(&want, &stats.memory, sizeof(want)) == 0,
+          "the object holds %" PRIu64 " bytes (expert rows %" PRIu64 ", returns %" PRIu64
+          "); the estimate says %" PRIu64 " (%" PRIu64 ", %" PRIu64 ")", stats.memory.total,
+          stats.memory.expert_rows, stats.memory.net_returns, want.total, want.expert_rows,
+          want.net_returns);
+}
+
 static int end_refused(strata_moe_t *moe, strata_comm_t *comm, strata_bootstrap_t *bs,
                        rank_state_t *r, int64_t *routes)
 {
@@ -657,6 +679,7 @@ int main(int argc, char **argv)
             return end_refused(objects[0], comm, bs, &r, routes);
         }
         CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
+        check_memory(&p, &r, objects[0]);
         r.node_reduce = r.num_nodes > 1 &&
                         (o.combine == STRATA_MOE_COMBINE_NODE_REDUCE ||
                          (o.combine == STRATA_MOE_COMBINE_DEFAULT && env != NULL &&

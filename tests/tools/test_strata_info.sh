@@ -44,4 +44,27 @@ cli_usage_error "strata-info: unexpected argument 'extra' (see --help)" "$info" 
     fail "unexpected argument"
 cli_usage_error "strata-info: --check and --config are separate runs (see --help)" \
     "$info" --check -c || fail "--check with --config"
+
+# --moe-memory: the estimate's parts, their sum last, on a shape whose expert blocks are
+# simple to count (2 nodes x 2 ranks, 8 experts, capacity 16, hidden 64, bf16: each rank's
+# 2 experts hold 32 input rows of 128 bytes, 32 sources of 12 and 32 output rows of 128,
+# each array rounded up to 256 bytes: 4096 + 512 + 4096).
+mem=(--moe-memory --world 4 --nodes 2 --max-tokens 8 --hidden 64 --topk 2 --experts 8
+     --capacity 16 --route hierarchical)
+out=$("$info" "${mem[@]}") || fail "--moe-memory exited $?"
+grep -q '^total: [0-9]* bytes$' <<<"$(tail -1 <<<"$out")" || fail "no total line last: $out"
+grep -q '^  expert rows *8704 bytes' <<<"$out" || fail "expert rows of 2 x 16 rows: $out"
+parts=$(awk '/^  / && !/^  other/ {sum += $(NF - 3)} END {print sum}' <<<"$out")
+[ "$parts" = "$(awk '/^total:/ {print $2}' <<<"$out")" ] || fail "the parts do not add up: $out"
+grep -q '^  net returns *0 bytes' <<<"$("$info" --moe-memory --world 4 --nodes 1 --max-tokens 8 \
+    --hidden 64 --topk 2 --experts 8)" || fail "one node has network returns"
+cli_run "$info" "${mem[@]}" --combine node-reduce --route flat
+[ $? -eq 1 ] && grep -q 'node-reduce combine needs the hierarchical route' "$cli_err" ||
+    { cli_show "node-reduce on the flat route: expected exit 1 and the reason"; fail "refusal"; }
+cli_usage_error "strata-info: --moe-memory needs --world, --nodes, --max-tokens, --hidden, --topk and --experts (see --help)" \
+    "$info" --moe-memory --world 4 || fail "--moe-memory without a shape"
+cli_usage_error "strata-info: --dtype: 'bf17' is not one of the names it takes (see --help)" \
+    "$info" "${mem[@]}" --dtype bf17 || fail "bad dtype"
+cli_usage_error "strata-info: --topk 33 is out of range (1..32) (see --help)" \
+    "$info" "${mem[@]}" --topk 33 || fail "topk out of range"
 echo "1 passed, 0 failed"

@@ -405,6 +405,30 @@ typedef enum strata_moe_phase {
     STRATA_MOE_PHASES
 } strata_moe_phase_t;
 
+/**
+ * The bytes one rank of a MoE object holds, by part (docs/moe.md "Memory"). The heap parts
+ * are in the device backend's memory; the network parts too, unless the area is a pinned
+ * host bounce buffer (stats.net_bounce); the work ring is pinned host memory. Across nodes
+ * only: the net_ parts, the work ring and the network kernels' tables (0 on one node).
+ */
+typedef struct strata_moe_memory {
+    uint64_t expert_rows;   /**< heap: the local experts' input and output blocks (capacity
+                                 rows each, with scales and sources) */
+    uint64_t node_rows;     /**< heap: the rest of the node's exchange (rows published for
+                                 Pull, routes, the own tokens' terms, offsets, mode boards) */
+    uint64_t net_headers;   /**< network area: headers and grants */
+    uint64_t net_round_one; /**< entries other nodes send before the counts are known */
+    uint64_t net_round_two; /**< entries they send (or this rank reads) after */
+    uint64_t net_staging;   /**< this rank's entries packed for each peer */
+    uint64_t net_returns;   /**< combine: the terms (or partial rows and weights) this rank
+                                 returns to peers, and those returned to it */
+    uint64_t work_ring;     /**< the ring through which the kernels hand transfers to the
+                                 host proxy */
+    uint64_t tables;        /**< the network kernels' and the plan's device tables, and the
+                                 public outputs (sources, counts) */
+    uint64_t total;         /**< the sum of the above */
+} strata_moe_memory_t;
+
 /** What the last step did, on this rank. */
 typedef struct strata_moe_stats {
     uint64_t           steps;            /**< steps completed by this object */
@@ -428,6 +452,9 @@ typedef struct strata_moe_stats {
      *  the sum of the times from a command's publishing to the proxy's posting of it. */
     uint64_t           commands_posted;
     uint64_t           post_delay_ns;
+    /** What this object allocated on this rank, by part (fixed at creation; the same as
+     *  strata_moe_memory_estimate returns for its params and world). */
+    strata_moe_memory_t memory;
 } strata_moe_stats_t;
 
 /**
@@ -439,6 +466,17 @@ typedef struct strata_moe_stats {
  */
 STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
                                              strata_moe_t **moe_p);
+/**
+ * Local; creates nothing and needs no communicator: what strata_moe_create would allocate
+ * on each rank for params on world_size ranks spread evenly over num_nodes nodes, with the
+ * STRATA_MOE_* variables as they are set now (route, round one, combine; the network area
+ * is counted in the heap unless STRATA_MOE_NET_MEMORY=bounce). STRATA_ERR_INVALID names a
+ * bad parameter, as strata_moe_create would; STRATA_ERR_UNSUPPORTED where create refuses
+ * the combine mode on the route.
+ */
+STRATA_API strata_status_t strata_moe_memory_estimate(const strata_moe_params_t *params,
+                                                      int world_size, int num_nodes,
+                                                      strata_moe_memory_t *memory_p);
 /** Local; tolerates NULL. After a failed step the network buffers stay registered until
  *  the communicator is destroyed (a dead peer's operations may still be in flight). */
 STRATA_API void strata_moe_destroy(strata_moe_t *moe);

@@ -1,0 +1,221 @@
+/*
+ * strata_moe_memory_estimate on EP8 to EP256 shapes (8 ranks per node, hidden 7168, bf16,
+ * top-8 of 256 experts, decode and prefill token counts), each part checked against a
+ * computation written out here from the formula of docs/moe.md "Memory": every array
+ * rounded up to 256 bytes, in the heap, the network area and the tables. The object's own
+ * figures (stats.memory) are checked against the estimate by the multi-rank test
+ * (moe_net_check).
+ */
+#include "intra/intra.h"
+#include "intra/kernels/moe_format.h"
+#include "intra/kernels/net_format.h"
+#include "util/util_work_ring.h"
+
+#include <strata/strata.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <cmocka.h>
+
+#define ALIGN     256u
+#define LOCAL     8
+#define HIDDEN    7168
+#define EXPERTS   256
+#define TOPK      8
+#define SPEC      32 /* STRATA_MOE_SPEC_TOKENS' default */
+#define RING      1024
+#define IMM_KINDS 6
+
+typedef struct shape {
+    int world, tokens, capacity;
+    strata_moe_route_t route;
+    strata_moe_combine_t combine;
+} shape_t;
+
+static uint64_t up(uint64_t n, uint64_t unit)
+{
+    return (n + unit - 1) / unit * unit;
+}
+
+/* One array of n bytes (at least 1), rounded up to the alignment. */
+static uint64_t arr(uint64_t n)
+{
+    return up(n ? n : 1, ALIGN);
+}
+
+/* What the formula gives, part by part. */
+static strata_moe_memory_t hand(const shape_t *s)
+{
+    uint64_t W = (uint64_t)s->world, N = W / LOCAL, T = (uint64_t)s->tokens, K = TOPK;
+    uint64_t C = (uint64_t)s->capacity, epr = EXPERTS / W, epn = epr * LOCAL;
+    uint64_t row = 2 * HIDDEN, y = 2 * HIDDEN, rows = epr * C;
+    bool flat = s->route == STRATA_MOE_ROUTE_FLAT;
+    bool reduce = s->combine == STRATA_MOE_COMBINE_NODE_REDUCE && N > 1;
+    uint64_t P = N == 1 ? 0 : flat ? W - LOCAL : N - 1;
+    uint64_t entry = up(4 * (1 + K), 16) + row, aug = T * (1 + P);
+    uint64_t entries = T * (P < K ? (P > 0 ? P : 1) : K), mask_words = (EXPERTS + 63) / 64;
+    uint64_t header = up(sizeof(intra_net_header_t) + 8 * ((epr + 63) / 64), 64);
+    uint64_t board = up(8 * (8 + mask_words), 64), net = 0, heap;
+    strata_moe_memory_t m = {0};
+
+    m.expert_rows = up(rows * row, ALIGN) + up(rows * sizeof(intra_moe_source_t), ALIGN) +
+                    up(rows * y, ALIGN);
+    if (P > 0) {
+        uint64_t terms = K < (flat ? epr : epn) ? K : (flat ? epr : epn);
+
+        m.net_headers   = arr(2 * W * header) + arr(W * 64) + arr(W * header) + arr(W * 64);
+        m.net_round_one = arr(P * (T < SPEC ? T : SPEC) * entry);
+        m.net_round_two = arr(P * T * entry);
+        m.net_staging   = arr(P * T * entry);
+        m.net_returns   = arr(P * (T * terms * y + 16)) +
+                          arr(P * (T * (reduce ? 1 : terms) * y + 16)) +
+                          (reduce ? 2 * arr(P * T * K * 4) : 0);
+        m.work_ring     = util_work_ring_bytes(RING, 2, (uint32_t)(IMM_KINDS * W));
+        net = m.net_headers + m.net_round_one + m.net_round_two + m.net_staging +
+              m.net_returns;
+        m.tables = arr(sizeof(intra_net_state_t)) + arr(P * sizeof(intra_net_peer_t)) + arr(8) +
+                   arr(4 * entries) + arr(8 * T * K) + arr(8 * aug) + arr(8 * aug * K) +
+                   arr(4) + arr(8 * mask_words) + 2 * arr(4 * W);
+    }
+    /* the intra tier's object for the node's experts, with aug tokens per rank */
+    heap = up(up(sizeof(intra_moe_control_t), ALIGN) + up(4 * epr, ALIGN) * 2 +
+              up(4 * (epn + 1), ALIGN) + up(4 * epn, ALIGN) + 3 * up(4 * aug * K, ALIGN) +
+              up(aug * row, ALIGN) + m.expert_rows + (P > 0 ? 0 : aug * K * y), ALIGN) + ALIGN;
+    /* the scheduler's parts beside it */
+    heap += ALIGN + arr(8 * aug) + arr(8 * aug * K) + arr(2 * board) +
+            (P > 0 ? arr(T * K * y) + arr(net) : 0);
+    m.node_rows = heap - m.expert_rows - net;
+    m.tables += 2 * arr(8 * T * K) + arr(8 * (P > 0 ? P : 1)) + arr(4 * (P + 1)) +
+                arr(4 * entries) + arr(4 * entries * K) + (rows ? rows : 1) * 12 + 4 * epr + 4;
+    m.total = heap + m.work_ring + m.tables;
+    return m;
+}
+
+static void check_shape(const shape_t *s)
+{
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
+                             .max_tokens = s->tokens, .capacity = s->capacity,
+                             .route = s->route, .combine = s->combine};
+    strata_moe_memory_t want = hand(s), got;
+
+    print_message("EP%d, %d tokens, capacity %d, %s, %s: %.2f GiB\n", s->world, s->tokens,
+                  s->capacity, s->route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
+                  s->combine == STRATA_MOE_COMBINE_NODE_REDUCE ? "node-reduce" : "exact",
+                  (double)want.total / (1 << 30));
+    assert_int_equal(strata_moe_memory_estimate(&p, s->world, s->world / LOCAL, &got),
+                     STRATA_OK);
+    assert_int_equal(got.expert_rows, want.expert_rows);
+    assert_int_equal(got.net_headers, want.net_headers);
+    assert_int_equal(got.net_round_one, want.net_round_one);
+    assert_int_equal(got.net_round_two, want.net_round_two);
+    assert_int_equal(got.net_staging, want.net_staging);
+    assert_int_equal(got.net_returns, want.net_returns);
+    assert_int_equal(got.work_ring, want.work_ring);
+    assert_int_equal(got.node_rows, want.node_rows);
+    assert_int_equal(got.tables, want.tables);
+    assert_int_equal(got.total, want.total);
+    assert_int_equal(got.total, got.expert_rows + got.node_rows + got.net_headers +
+                                    got.net_round_one + got.net_round_two + got.net_staging +
+                                    got.net_returns + got.work_ring + got.tables);
+}
+
+/* Capacity twice the mean load of an expert: tokens x world x topk / experts x 2. */
+static int mean_x2(int world, int tokens)
+{
+    return (int)((int64_t)tokens * world * TOPK / EXPERTS * 2);
+}
+
+static void test_ep_sizes_hierarchical_exact(void **state)
+{
+    static const int worlds[] = {8, 16, 32, 64, 256};
+    static const int tokens[] = {128, 4096};
+
+    (void)state;
+    for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); ++w) {
+        for (size_t t = 0; t < sizeof(tokens) / sizeof(tokens[0]); ++t) {
+            shape_t s = {worlds[w], tokens[t], mean_x2(worlds[w], tokens[t]),
+                         STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT};
+            check_shape(&s);
+        }
+    }
+}
+
+static void test_flat_and_node_reduce(void **state)
+{
+    shape_t flat = {16, 128, mean_x2(16, 128), STRATA_MOE_ROUTE_FLAT, STRATA_MOE_COMBINE_EXACT};
+    shape_t reduce = {64, 4096, 16384, STRATA_MOE_ROUTE_HIERARCHICAL,
+                      STRATA_MOE_COMBINE_NODE_REDUCE};
+    shape_t flat256 = {256, 128, mean_x2(256, 128), STRATA_MOE_ROUTE_FLAT,
+                       STRATA_MOE_COMBINE_EXACT};
+
+    (void)state;
+    check_shape(&flat);
+    check_shape(&reduce);
+    check_shape(&flat256);
+}
+
+/* The target shape of docs/moe.md: the expert blocks are 1.75 GiB per rank. */
+static void test_target_expert_blocks(void **state)
+{
+    shape_t s = {64, 4096, 16384, STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT};
+    strata_moe_memory_t m = hand(&s);
+
+    (void)state;
+    check_shape(&s);
+    assert_int_equal(m.expert_rows, 4ull * 16384 * (2 * 2 * HIDDEN + 12));
+}
+
+/* The capacity left at 0 is the most an expert can receive: max_tokens x world. */
+static void test_default_capacity(void **state)
+{
+    shape_t explicit = {16, 128, 128 * 16, STRATA_MOE_ROUTE_HIERARCHICAL,
+                        STRATA_MOE_COMBINE_EXACT};
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .max_tokens = 128, .route = STRATA_MOE_ROUTE_HIERARCHICAL,
+                             .combine = STRATA_MOE_COMBINE_EXACT};
+    strata_moe_memory_t got;
+
+    (void)state;
+    assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &got), STRATA_OK);
+    assert_int_equal(got.total, hand(&explicit).total);
+}
+
+static void test_refusals(void **state)
+{
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .max_tokens = 128, .route = STRATA_MOE_ROUTE_FLAT,
+                             .combine = STRATA_MOE_COMBINE_EXACT};
+    strata_moe_memory_t m;
+
+    (void)state;
+    assert_int_equal(strata_moe_memory_estimate(NULL, 16, 2, &m), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, NULL), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_memory_estimate(&p, 16, 0, &m), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_memory_estimate(&p, 16, 3, &m), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_memory_estimate(&p, 2, 4, &m), STRATA_ERR_INVALID);
+    p.num_experts = 100; /* not a multiple of 16 ranks */
+    assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &m), STRATA_ERR_INVALID);
+    p.num_experts = EXPERTS;
+    p.combine = STRATA_MOE_COMBINE_NODE_REDUCE; /* needs the hierarchical route */
+    assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &m), STRATA_ERR_UNSUPPORTED);
+    p.combine = STRATA_MOE_COMBINE_EXACT;
+    p.combine_dtype = STRATA_DTYPE_FP8_E4M3; /* outputs are never fp8 */
+    assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &m), STRATA_ERR_INVALID);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ep_sizes_hierarchical_exact),
+        cmocka_unit_test(test_flat_and_node_reduce),
+        cmocka_unit_test(test_target_expert_blocks),
+        cmocka_unit_test(test_default_capacity),
+        cmocka_unit_test(test_refusals),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,171 @@
+/*
+ * strata-info --moe-memory: what a MoE object of a given shape would allocate on each rank,
+ * part by part, from strata_moe_memory_estimate (the function the object's creation sizes
+ * itself with). Creates nothing and needs no peers.
+ */
+#include "strata_info.h"
+#include "tool_cli.h"
+
+#include <strata/strata.h>
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#define INFO_TOOL "strata-info"
+
+enum {
+    OPT_WORLD = 256, OPT_NODES, OPT_MAX_TOKENS, OPT_HIDDEN, OPT_TOPK, OPT_EXPERTS, OPT_CAPACITY,
+    OPT_ALIGNMENT, OPT_DTYPE, OPT_COMBINE_DTYPE, OPT_ROUTE, OPT_COMBINE
+};
+
+static const char *const info_dtype_names[] = {"bf16", "fp16", "fp32", "fp8", NULL};
+static const char *const info_route_names[] = {"auto", "flat", "hierarchical", NULL};
+static const char *const info_combine_names[] = {"auto", "exact", "node-reduce", NULL};
+
+void info_moe_memory_usage(FILE *out)
+{
+    fprintf(out,
+            "       strata-info --moe-memory --world W --nodes N --max-tokens T --hidden H\n"
+            "                   --topk K --experts E [--capacity C] [--alignment A]\n"
+            "                   [--dtype D] [--combine-dtype D] [--route R] [--combine M]\n"
+            "  --moe-memory   (first) the bytes each rank of a MoE object of this shape would\n"
+            "                 allocate, by part, and 'total: N bytes' last. W ranks spread evenly\n"
+            "                 over N nodes; capacity 0 (the default): the most one expert can\n"
+            "                 receive; D: bf16 (default), fp16, fp32, fp8 (tokens only);\n"
+            "                 R: auto (default: STRATA_MOE_ROUTE), flat, hierarchical;\n"
+            "                 M: auto (default: STRATA_MOE_COMBINE), exact, node-reduce\n");
+}
+
+/* The index of text in names, or a usage error. */
+static bool info_parse_name(const char *option, const char *text, const char *const *names,
+                            int *value_p)
+{
+    for (int i = 0; names[i] != NULL; ++i) {
+        if (strcmp(text, names[i]) == 0) {
+            *value_p = i;
+            return true;
+        }
+    }
+    tool_usage_error(INFO_TOOL, "%s: '%s' is not one of the names it takes", option, text);
+    return false;
+}
+
+/* One option's value into the params; false after a usage error. */
+static bool info_moe_option(int opt, const char *arg, strata_moe_params_t *p, int *world_p,
+                            int *nodes_p)
+{
+    int value = 0;
+
+    switch (opt) {
+    case OPT_WORLD: return tool_parse_int(INFO_TOOL, "--world", arg, 1, INT_MAX, world_p);
+    case OPT_NODES: return tool_parse_int(INFO_TOOL, "--nodes", arg, 1, INT_MAX, nodes_p);
+    case OPT_MAX_TOKENS:
+        return tool_parse_int(INFO_TOOL, "--max-tokens", arg, 1, INT_MAX, &p->max_tokens);
+    case OPT_HIDDEN: return tool_parse_int(INFO_TOOL, "--hidden", arg, 1, INT_MAX, &p->hidden);
+    case OPT_TOPK: return tool_parse_int(INFO_TOOL, "--topk", arg, 1, 32, &p->topk);
+    case OPT_EXPERTS:
+        return tool_parse_int(INFO_TOOL, "--experts", arg, 1, INT_MAX, &p->num_experts);
+    case OPT_CAPACITY:
+        return tool_parse_int(INFO_TOOL, "--capacity", arg, 0, INT_MAX, &p->capacity);
+    case OPT_ALIGNMENT:
+        return tool_parse_int(INFO_TOOL, "--alignment", arg, 0, INT_MAX, &p->expert_alignment);
+    case OPT_DTYPE:
+    case OPT_COMBINE_DTYPE:
+        if (!info_parse_name(opt == OPT_DTYPE ? "--dtype" : "--combine-dtype", arg,
+                             info_dtype_names, &value)) {
+            return false;
+        }
+        *(opt == OPT_DTYPE ? &p->dtype : &p->combine_dtype) = (strata_dtype_t)value;
+        return true;
+    case OPT_ROUTE:
+        if (!info_parse_name("--route", arg, info_route_names, &value)) {
+            return false;
+        }
+        p->route = (strata_moe_route_t)value;
+        return true;
+    default: /* OPT_COMBINE */
+        if (!info_parse_name("--combine", arg, info_combine_names, &value)) {
+            return false;
+        }
+        p->combine = (strata_moe_combine_t)value;
+        return true;
+    }
+}
+
+static void info_moe_line(const char *name, uint64_t bytes)
+{
+    printf("  %-14s %15" PRIu64 " bytes  %10.1f MiB\n", name, bytes,
+           (double)bytes / (1024.0 * 1024.0));
+}
+
+static void info_moe_print(const strata_moe_params_t *p, int world, int nodes,
+                           const strata_moe_memory_t *m)
+{
+    printf("moe memory per rank: %d ranks on %d nodes, %d tokens, hidden %d, %s -> %s, "
+           "top-%d of %d experts, capacity %d%s, route %s, combine %s\n",
+           world, nodes, p->max_tokens, p->hidden, info_dtype_names[p->dtype],
+           info_dtype_names[p->combine_dtype], p->topk, p->num_experts, p->capacity,
+           p->capacity == 0 ? " (the most an expert can receive)" : "",
+           info_route_names[p->route], info_combine_names[p->combine]);
+    info_moe_line("expert rows", m->expert_rows);
+    info_moe_line("node rows", m->node_rows);
+    info_moe_line("net headers", m->net_headers);
+    info_moe_line("net round one", m->net_round_one);
+    info_moe_line("net round two", m->net_round_two);
+    info_moe_line("net staging", m->net_staging);
+    info_moe_line("net returns", m->net_returns);
+    info_moe_line("work ring", m->work_ring);
+    info_moe_line("tables", m->tables);
+    printf("  %-14s %15" PRIu64 " bytes  %10.1f MiB outside the expert rows\n", "other",
+           m->total - m->expert_rows, (double)(m->total - m->expert_rows) / (1024.0 * 1024.0));
+    printf("total: %" PRIu64 " bytes\n", m->total);
+}
+
+int info_moe_memory(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"world", required_argument, NULL, OPT_WORLD},
+        {"nodes", required_argument, NULL, OPT_NODES},
+        {"max-tokens", required_argument, NULL, OPT_MAX_TOKENS},
+        {"hidden", required_argument, NULL, OPT_HIDDEN},
+        {"topk", required_argument, NULL, OPT_TOPK},
+        {"experts", required_argument, NULL, OPT_EXPERTS},
+        {"capacity", required_argument, NULL, OPT_CAPACITY},
+        {"alignment", required_argument, NULL, OPT_ALIGNMENT},
+        {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"combine-dtype", required_argument, NULL, OPT_COMBINE_DTYPE},
+        {"route", required_argument, NULL, OPT_ROUTE},
+        {"combine", required_argument, NULL, OPT_COMBINE},
+        {NULL, 0, NULL, 0},
+    };
+    strata_moe_params_t p = {.dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16};
+    strata_moe_memory_t m;
+    int opt, world = 0, nodes = 0;
+
+    optind = 1; /* argv[0] is --moe-memory */
+    while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
+        if (opt == '?' || opt == ':') {
+            return tool_option_error(INFO_TOOL, argv, options, opt);
+        }
+        if (!info_moe_option(opt, optarg, &p, &world, &nodes)) {
+            return TOOL_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        return tool_usage_error(INFO_TOOL, "unexpected argument '%s'", argv[optind]);
+    }
+    if (world == 0 || nodes == 0 || p.max_tokens == 0 || p.hidden == 0 || p.topk == 0 ||
+        p.num_experts == 0) {
+        return tool_usage_error(INFO_TOOL, "--moe-memory needs --world, --nodes, --max-tokens, "
+                                "--hidden, --topk and --experts");
+    }
+    if (strata_moe_memory_estimate(&p, world, nodes, &m) != STRATA_OK) {
+        fprintf(stderr, "strata-info: no MoE object of this shape can be made (see above)\n");
+        return 1;
+    }
+    info_moe_print(&p, world, nodes, &m);
+    return 0;
+}
