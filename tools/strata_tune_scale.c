@@ -5,8 +5,11 @@
 #include "strata_tune_scale.h"
 #include "tool_cli.h"
 
+#include <strata/strata.h>
+
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +34,7 @@ typedef struct scale_opts {
     double       nic_gbps; /* 0: the policy's inter bandwidth */
     scale_list_t ep, tokens, dtypes;
     int          hidden, topk, experts, combine_bytes, spec_tokens;
+    double       capacity_factor; /* capacity: this times an expert's mean load; 0: the most */
 } scale_opts_t;
 
 /* What the table is printed from. */
@@ -42,7 +46,8 @@ typedef struct scale_setup {
 
 enum {
     OPT_TOPOLOGY = 256, OPT_POLICY, OPT_RANKS_PER_NODE, OPT_NICS_PER_NODE, OPT_NIC_GBPS, OPT_EP,
-    OPT_TOKENS, OPT_DTYPE, OPT_COMBINE_DTYPE, OPT_HIDDEN, OPT_TOPK, OPT_EXPERTS, OPT_SPEC
+    OPT_TOKENS, OPT_DTYPE, OPT_COMBINE_DTYPE, OPT_HIDDEN, OPT_TOPK, OPT_EXPERTS, OPT_SPEC,
+    OPT_CAPACITY_FACTOR
 };
 
 static void scale_usage(FILE *out)
@@ -60,6 +65,8 @@ static void scale_usage(FILE *out)
             "  --ep LIST (8,16,32,64,256)  --tokens LIST (128,4096)  per rank\n"
             "  --dtype LIST (bf16)  dispatch rows: bf16, fp8  --combine-dtype bf16|fp16|fp32\n"
             "  --hidden H (7168)  --topk K (8)  --experts E (256)  --spec-tokens N (32)\n"
+            "  --capacity-factor F (2)  the memory columns' capacity: F x an expert's mean\n"
+            "                     load (tokens x EP x topk / experts); 0: the most it can get\n"
             "Exit status: 0 printed, 1 a file could not be read or has no GPU or NIC,\n"
             "2 bad usage.\n");
 }
@@ -140,6 +147,9 @@ static bool scale_option(int opt, const char *arg, scale_opts_t *o)
                                                    &o->experts);
     case OPT_SPEC:           return tool_parse_int(SCALE_TOOL, "--spec-tokens", arg, 0, 1 << 24,
                                                    &o->spec_tokens);
+    case OPT_CAPACITY_FACTOR:
+        return tool_parse_double(SCALE_TOOL, "--capacity-factor", arg, 0.0, 1e6,
+                                 &o->capacity_factor);
     default:                 return false;
     }
 }
@@ -161,6 +171,7 @@ static int scale_parse(int argc, char **argv, scale_opts_t *o)
         {"topk", required_argument, NULL, OPT_TOPK},
         {"experts", required_argument, NULL, OPT_EXPERTS},
         {"spec-tokens", required_argument, NULL, OPT_SPEC},
+        {"capacity-factor", required_argument, NULL, OPT_CAPACITY_FACTOR},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -171,6 +182,7 @@ static int scale_parse(int argc, char **argv, scale_opts_t *o)
         .tokens = {.values = {128, 4096}, .count = 2},
         .dtypes = {.values = {2}, .count = 1},
         .hidden = 7168, .topk = 8, .experts = 256, .combine_bytes = 2, .spec_tokens = 32,
+        .capacity_factor = 2.0,
     };
     while ((opt = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         if (opt == 'h') {
@@ -275,11 +287,50 @@ static void scale_print_header(const scale_opts_t *o, const scale_setup_t *setup
     printf("# shape: hidden %d, top-%d of %d experts, combine rows %d bytes per element, "
            "round one %d entries per peer\n", o->hidden, o->topk, o->experts, o->combine_bytes,
            o->spec_tokens);
-    printf("# memory per rank: not modelled here. MB: 10^6 bytes per NIC per step, one way.\n");
+    printf("# MB: 10^6 bytes per NIC per step, one way. GiB: memory per rank, from the "
+           "library's sizing function\n# (strata_moe_memory_estimate; not modelled), capacity "
+           "%g x an expert's mean load%s.\n", o->capacity_factor,
+           o->capacity_factor > 0.0 ? "" : " (0: the most it can receive)");
 }
 
-static void scale_print_row(const tune_scale_shape_t *shape, tune_route_t route,
-                            const tune_scale_result_t *r)
+/* The memory columns' objects take round one as the model does: the library reads it from
+ * STRATA_MOE_SPEC_TOKENS. */
+static void scale_set_round_one(int spec_tokens)
+{
+    char text[16];
+
+    snprintf(text, sizeof(text), "%d", spec_tokens);
+    setenv("STRATA_MOE_SPEC_TOKENS", text, 1);
+}
+
+/* The bytes per rank an object of this shape allocates, in GiB; -1 where it cannot be made
+ * (node-reduce on the flat route, a capacity past the library's range). */
+static double scale_memory(const scale_opts_t *o, const tune_scale_shape_t *shape,
+                           tune_route_t route, int combine)
+{
+    double capacity = o->capacity_factor * shape->tokens * (double)shape->world * shape->topk /
+                      shape->experts;
+    strata_moe_params_t p = {
+        .num_experts = shape->experts, .topk = shape->topk, .hidden = shape->hidden,
+        .dtype = shape->dispatch_bytes == 1 ? STRATA_DTYPE_FP8_E4M3 : STRATA_DTYPE_BF16,
+        .combine_dtype = shape->combine_bytes == 4 ? STRATA_DTYPE_FP32 : STRATA_DTYPE_BF16,
+        .max_tokens = shape->tokens, .capacity = (int)ceil(capacity),
+        .route = route == TUNE_ROUTE_FLAT ? STRATA_MOE_ROUTE_FLAT : STRATA_MOE_ROUTE_HIERARCHICAL,
+        .combine = combine == TUNE_COMBINE_EXACT ? STRATA_MOE_COMBINE_EXACT
+                                                 : STRATA_MOE_COMBINE_NODE_REDUCE,
+    };
+    strata_moe_memory_t m;
+
+    if (capacity > INT_MAX ||
+        strata_moe_memory_estimate(&p, shape->world, shape->world / shape->ranks_per_node,
+                                   &m) != STRATA_OK) {
+        return -1.0;
+    }
+    return (double)m.total / (1024.0 * 1024.0 * 1024.0);
+}
+
+static void scale_print_row(const scale_opts_t *o, const tune_scale_shape_t *shape,
+                            tune_route_t route, const tune_scale_result_t *r)
 {
     printf("| %d | %d | %s | %.1f | %.1f | %.2f", shape->world, r->nodes, tune_route_names[route],
            r->entries_per_peer, r->dispatch_s * 1e6, r->dispatch_nic_bytes / 1e6);
@@ -288,6 +339,15 @@ static void scale_print_row(const tune_scale_shape_t *shape, tune_route_t route,
             printf(" | %.1f | %.2f", r->combine_s[c] * 1e6, r->combine_nic_bytes[c] / 1e6);
         } else {
             printf(" | - | -");
+        }
+    }
+    for (int c = 0; c < TUNE_COMBINES; ++c) {
+        double gib = r->combine_ok[c] ? scale_memory(o, shape, route, c) : -1.0;
+
+        if (gib >= 0.0) {
+            printf(" | %.2f", gib);
+        } else {
+            printf(" | -");
         }
     }
     printf(" |\n");
@@ -306,15 +366,15 @@ static void scale_print_table(const scale_opts_t *o, const scale_setup_t *setup,
     printf("\n## %d tokens per rank, dispatch %s (entry %.0f bytes)\n\n", tokens,
            dispatch_bytes == 1 ? "fp8" : "bf16", tune_scale_entry_bytes(&shape));
     printf("| EP | nodes | route | entries/peer | dispatch us | dispatch MB/NIC | exact us | "
-           "exact MB/NIC | node-reduce us | node-reduce MB/NIC |\n");
-    printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+           "exact MB/NIC | node-reduce us | node-reduce MB/NIC | exact GiB | node-reduce GiB |\n");
+    printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < o->ep.count; ++i) {
         shape.world = o->ep.values[i];
         for (int route = 0; route < TUNE_ROUTES; ++route) {
             tune_scale_result_t r;
 
             tune_scale_model(&shape, &setup->fabric, (tune_route_t)route, &r);
-            scale_print_row(&shape, (tune_route_t)route, &r);
+            scale_print_row(o, &shape, (tune_route_t)route, &r);
         }
     }
 }
@@ -357,6 +417,7 @@ int tune_scale_main(int argc, char **argv)
     if (!scale_check_all(&opts, setup.ranks_per_node)) {
         return SCALE_EXIT_USAGE;
     }
+    scale_set_round_one(opts.spec_tokens);
     scale_print_header(&opts, &setup);
     for (int d = 0; d < opts.dtypes.count; ++d) {
         for (int t = 0; t < opts.tokens.count; ++t) {
