@@ -57,7 +57,8 @@ static const util_config_field_t sched_moe_config_fields[] = {
     {.name = "MOE_COMBINE", .default_value = "exact",
      .doc = "How combine sums a token's terms across nodes: exact (every term returns to the "
             "token's rank, summed in fp32 in k order) or node-reduce (hierarchical route: "
-            "each node sums its terms and returns one row per token, fewer bytes).",
+            "each node sums its terms and returns one row per token, fewer bytes; an object "
+            "on the flat route or a GPU backend combines exactly).",
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, combine),
      .enum_names = sched_combine_names},
 };
@@ -126,7 +127,8 @@ static strata_status_t sched_choose(const sched_moe_config_t *config,
                    : params->max_tokens <= config->flat_tokens ? STRATA_MOE_ROUTE_FLAT
                                                                : STRATA_MOE_ROUTE_HIERARCHICAL;
     }
-    c->combine = params->combine;
+    c->combine          = params->combine;
+    c->combine_from_env = params->combine == STRATA_MOE_COMBINE_DEFAULT;
     if (c->combine == STRATA_MOE_COMBINE_DEFAULT) {
         c->combine = config->combine == 1 ? STRATA_MOE_COMBINE_NODE_REDUCE
                                           : STRATA_MOE_COMBINE_EXACT;
@@ -166,10 +168,24 @@ strata_status_t sched_resolve_config(sched_moe_t *moe, sched_choices_t *c)
     if (status != STRATA_OK) {
         return status;
     }
-    moe->params.combine = c->combine;
-    moe->pull_read      = config.pull_read && inter_engine_has_read(moe->world.engine);
-    moe->timeout_ns     = config.timeout_ns;
+    moe->pull_read  = config.pull_read && inter_engine_has_read(moe->world.engine);
+    moe->timeout_ns = config.timeout_ns;
     return STRATA_OK;
+}
+
+void sched_combine_fallback(sched_choices_t *c, const sched_geometry_t *geo,
+                            const intra_device_ops_t *device)
+{
+    bool flat = geo->route != STRATA_MOE_ROUTE_HIERARCHICAL;
+    bool host = device == NULL || device->memory == INTRA_MEMORY_HOST;
+
+    if (!c->combine_from_env || c->combine != STRATA_MOE_COMBINE_NODE_REDUCE ||
+        geo->num_peers == 0 || (!flat && host)) {
+        return;
+    }
+    UTIL_LOG_INFO("moe: STRATA_MOE_COMBINE=node-reduce does not apply to this object (%s): it "
+                  "combines exactly", flat ? "flat route" : device->name);
+    c->combine = STRATA_MOE_COMBINE_EXACT;
 }
 
 /* Whether node-reduce combine can run where it was asked for; logs why not. */

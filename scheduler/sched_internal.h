@@ -47,6 +47,7 @@ typedef struct sched_geometry {
 typedef struct sched_choices {
     strata_moe_route_t   route;
     strata_moe_combine_t combine;
+    bool                 combine_from_env; /* params.combine left it to STRATA_MOE_COMBINE */
     int                  spec_tokens; /* round one's tokens per destination */
     int                  net_memory;  /* 0 auto, 1 heap, 2 bounce */
 } sched_choices_t;
@@ -61,7 +62,8 @@ void            sched_geometry_cleanup(sched_geometry_t *geo);
 typedef struct sched_net_layout {
     size_t headers, grants, out_headers, out_grants, spec, overflow, staging, ret_out, ret_in;
     size_t w_out, w_in; /* node-reduce only: the weights of the tokens sent, and received */
-    size_t ret_out_block, ret_in_block; /* one peer's block in ret_out and in ret_in */
+    size_t ret_out_block; /* one peer's block in ret_out */
+    size_t ret_in_bytes;  /* ret_in: the blocks of every peer, one after the other */
     int    entry_terms; /* the most terms an entry has at its receiver */
     size_t total;
 } sched_net_layout_t;
@@ -255,11 +257,16 @@ static inline size_t sched_mask_bytes(const sched_moe_t *moe)
     return sizeof(uint64_t) * (size_t)moe->geo.mask_words;
 }
 
-/* sched_config.c: the mode, and the choices above, for the object (its params.combine set
- * from them); the pull and timeout settings. */
+/* sched_config.c: the mode, and the choices above, for the object; the pull and timeout
+ * settings. */
 strata_status_t sched_resolve_config(sched_moe_t *moe, sched_choices_t *choices);
 /* sched_config.c: the same choices for params alone (strata_moe_memory_estimate). */
 strata_status_t sched_read_choices(const strata_moe_params_t *params, sched_choices_t *choices);
+/* sched_config.c: STRATA_MOE_COMBINE=node-reduce is a preference for every object of the
+ * process: one whose route or backend cannot run it (device NULL: not asked) combines
+ * exactly instead, and says so. */
+void            sched_combine_fallback(sched_choices_t *choices, const sched_geometry_t *geo,
+                                       const intra_device_ops_t *device);
 /* sched_config.c: STRATA_ERR_UNSUPPORTED, logged, where node-reduce cannot run (device
  * NULL: not asked). */
 strata_status_t sched_combine_supported(const sched_geometry_t *geo,
@@ -291,8 +298,10 @@ strata_status_t sched_net_open(sched_moe_t *moe);
 /* The network kernels' device tables (0 on one node). */
 size_t          sched_net_tables_bytes(const sched_geometry_t *geo);
 void            sched_net_close(sched_moe_t *moe);
-/* Where, in peer's area, the terms this rank returns to it land. */
-size_t          sched_ret_in_at(const sched_moe_t *moe, int peer);
+/* Before the first step, this rank's own part of every peer's ret_in (each peer's share,
+ * by our index among its peers), for probes: its bytes, and where it is in peer's area. */
+size_t          sched_probe_slot_bytes(const sched_moe_t *moe);
+size_t          sched_probe_slot_at(const sched_moe_t *moe, int peer);
 /* The network kernels' arguments for this step's plan and inputs. */
 strata_status_t sched_net_prepare(sched_moe_t *moe);
 

@@ -112,6 +112,7 @@ static strata_status_t sched_estimate_on(const strata_moe_params_t *params,
         status = sched_geometry_init(&moe.geo, params, world, choices.route, choices.spec_tokens);
     }
     if (status == STRATA_OK) {
+        sched_combine_fallback(&choices, &moe.geo, NULL);
         status = sched_combine_supported(&moe.geo, choices.combine, NULL);
     }
     if (status == STRATA_OK) {

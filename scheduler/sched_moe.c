@@ -215,6 +215,8 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
                                       choices.spec_tokens)) != STRATA_OK) {
         return status;
     }
+    sched_combine_fallback(&choices, &moe->geo, moe->world.device);
+    moe->params.combine = choices.combine;
     moe->params.capacity = moe->geo.capacity;
     /* The combine mode asked for is agreed before it is refused anywhere: a rank that
      * returned early would leave the others waiting in the agreement's allgather. */

@@ -26,8 +26,11 @@ strata_status_t sched_net_layout(sched_moe_t *moe)
     l->entry_terms   = UTIL_MIN(geo->topk, geo->route == STRATA_MOE_ROUTE_FLAT
                                                ? geo->experts_per_rank : geo->experts_per_node);
     l->ret_out_block = INTRA_NET_RET_BLOCK(max_tokens, l->entry_terms, geo->y_row_bytes);
-    l->ret_in_block  = INTRA_NET_RET_BLOCK(max_tokens, geo->node_reduce ? 1 : l->entry_terms,
-                                           geo->y_row_bytes);
+    /* what comes back to this rank's tokens, from all peers: at most one term per token
+     * and slot, or with node-reduce one partial row per entry; and each peer's drop count */
+    l->ret_in_bytes  = (geo->node_reduce ? (size_t)geo->max_entries : max_tokens * topk) *
+                           geo->y_row_bytes +
+                       peers * INTRA_NET_DROPS_BYTES;
     l->headers     = sched_place(&cursor, 2 * world * geo->header_bytes);
     l->grants      = sched_place(&cursor, world * INTRA_NET_CTRL_BYTES);
     l->out_headers = sched_place(&cursor, world * geo->header_bytes);
@@ -36,7 +39,7 @@ strata_status_t sched_net_layout(sched_moe_t *moe)
     l->overflow    = sched_place(&cursor, peers * max_tokens * geo->entry_bytes);
     l->staging     = sched_place(&cursor, peers * max_tokens * geo->entry_bytes);
     l->ret_out     = sched_place(&cursor, peers * l->ret_out_block);
-    l->ret_in      = sched_place(&cursor, peers * l->ret_in_block);
+    l->ret_in      = sched_place(&cursor, l->ret_in_bytes);
     if (geo->node_reduce) {
         l->w_out = sched_place(&cursor, peers * max_tokens * topk * sizeof(float));
         l->w_in  = sched_place(&cursor, peers * max_tokens * topk * sizeof(float));
@@ -59,10 +62,17 @@ static int sched_index_there(const sched_geometry_t *geo, int peer)
     return index;
 }
 
-size_t sched_ret_in_at(const sched_moe_t *moe, int peer)
+size_t sched_probe_slot_bytes(const sched_moe_t *moe)
+{
+    return moe->geo.num_peers > 0
+               ? moe->net.layout.ret_in_bytes / (size_t)moe->geo.num_peers / 16 * 16
+               : 0;
+}
+
+size_t sched_probe_slot_at(const sched_moe_t *moe, int peer)
 {
     return moe->net.layout.ret_in +
-           (size_t)sched_index_there(&moe->geo, peer) * moe->net.layout.ret_in_block;
+           (size_t)sched_index_there(&moe->geo, peer) * sched_probe_slot_bytes(moe);
 }
 
 inter_mem_kind_t sched_mem_kind(const intra_device_ops_t *device)
@@ -269,7 +279,7 @@ static void sched_net_args(sched_moe_t *moe)
         .spec = net->layout.spec, .overflow = net->layout.overflow,
         .staging = net->layout.staging, .ret_out = net->layout.ret_out,
         .ret_in = net->layout.ret_in, .w_out = net->layout.w_out, .w_in = net->layout.w_in,
-        .ret_out_block = net->layout.ret_out_block, .ret_in_block = net->layout.ret_in_block,
+        .ret_out_block = net->layout.ret_out_block, .ret_in_bytes = net->layout.ret_in_bytes,
         .entry_terms = net->layout.entry_terms,
         .ret_stage = (int64_t)moe->stage_offset,
         .rank_node = net->rank_node, .node_reduce = geo->node_reduce, .node = geo->node,

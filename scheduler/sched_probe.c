@@ -1,15 +1,15 @@
 /*
  * Probes for calibrating a cost model, before the object's first step: one timed copy in
  * the device backend's memory, or one RDMA write or read between this rank and a peer on
- * another node, through the MoE object's own buffers (this rank's returned-terms block at
- * the peer, which only this rank writes, and this rank's outgoing terms area).
+ * another node, through the MoE object's own buffers (this rank's share of the peer's
+ * returned-terms area, which no step has used yet, and this rank's outgoing terms area).
  */
 #include "sched_internal.h"
 
-/* This rank's block of returned rows at the peer (the smaller of its two blocks). */
+/* This rank's share of the peer's returned rows (no step has used them yet). */
 static size_t sched_probe_block(const sched_moe_t *moe)
 {
-    return moe->net.layout.ret_in_block - INTRA_NET_DROPS_BYTES;
+    return sched_probe_slot_bytes(moe);
 }
 
 /* Half the experts' input rows: the copy goes from one half to the other. */
@@ -58,12 +58,12 @@ static strata_status_t sched_probe_net(sched_moe_t *moe, bool read, size_t bytes
     for (;;) {
         if (read) {
             status = inter_engine_read(moe->world.engine, peer, moe->net.mr, local,
-                                       &moe->net.desc[peer], sched_ret_in_at(moe, peer), bytes,
-                                       &req);
+                                       &moe->net.desc[peer], sched_probe_slot_at(moe, peer),
+                                       bytes, &req);
         } else {
             status = inter_engine_write(moe->world.engine, peer, moe->net.mr, local,
-                                        &moe->net.desc[peer], sched_ret_in_at(moe, peer), bytes,
-                                        false, 0, &req);
+                                        &moe->net.desc[peer], sched_probe_slot_at(moe, peer),
+                                        bytes, false, 0, &req);
         }
         if (status != STRATA_ERR_BUSY || util_clock_now_ns() > deadline) {
             break;

@@ -16,11 +16,11 @@
 #define INTRA_NET_GRANT_MAGIC   0x53544752u /* "STGR" */
 #define INTRA_NET_CTRL_BYTES    64          /* one grant slot */
 /*
- * One peer's block of returned rows: up to max_tokens entries of up to rows_per_entry rows
- * each (an entry's terms on the returning side, or with node-reduce, in ret_in, its one
- * partial row), packed, then this many bytes whose first int64 counts the terms that were
- * dropped for capacity on the returning node (a zero term stands in for each): the tokens'
- * rank learns of it from there.
+ * One peer's block of rows being returned: up to max_tokens entries of up to rows_per_entry
+ * rows each (an entry's terms on the returning side), packed, then this many bytes whose
+ * first int64 counts the terms that were dropped for capacity on the returning node (a zero
+ * term stands in for each): the tokens' rank learns of it from there. Blocks land in the
+ * tokens' rank's ret_in one after the other, each where that rank's header said.
  */
 #define INTRA_NET_DROPS_BYTES   16
 #define INTRA_NET_RET_BLOCK(max_tokens, rows_per_entry, y_row_bytes) \
@@ -69,6 +69,7 @@ typedef struct intra_net_header {
     int32_t  num_push;    /* entries the source writes: round one, then round two */
     int32_t  num_pull;    /* entries after those, for the receiver to fetch */
     uint64_t mask_digest; /* of the modes the source moves this step's experts in */
+    int64_t  ret_at;      /* where in the source's ret_in the receiver's returns go */
 } intra_net_header_t;
 
 /* The receiver's answer when round two is needed. */
@@ -92,11 +93,12 @@ typedef struct intra_net_grant {
 typedef struct intra_net_peer {
     int32_t  rank;
     int32_t  index_there; /* our index among the peer's peers: our block in its spec,
-                           * staging and ret_in areas */
+                           * staging and w_in areas */
     int32_t  send_push, send_pull;
     int32_t  recv_push, recv_pull;
     int32_t  granted;     /* entries the peer writes into our overflow area */
     int32_t  num_terms;   /* terms we return to it */
+    int64_t  ret_at;      /* where in its ret_in they go (from its header) */
     int64_t  recv_offset; /* overflow entry given to the peer */
     int32_t  aug_first;   /* our first token index of its entries */
     int32_t  node;
@@ -138,8 +140,8 @@ typedef struct intra_net_args {
     uint64_t overflow;    /* [num_peers * max_tokens] entries, handed out by grants */
     uint64_t staging;     /* [num_peers][max_tokens] entries, by destination's peer index */
     uint64_t ret_out;     /* [num_peers] blocks of ret_out_block: terms being returned */
-    uint64_t ret_in;      /* [num_peers] blocks of ret_in_block: terms returned to us */
-    uint64_t ret_out_block, ret_in_block; /* INTRA_NET_RET_BLOCK of each */
+    uint64_t ret_in;      /* ret_in_bytes: the peers' returns to us, block after block */
+    uint64_t ret_out_block, ret_in_bytes;
     int32_t  entry_terms; /* the most terms an entry has at its receiver: min(topk, the
                            * experts of a peer rank (flat route) or node) */
     uint64_t w_out;       /* node-reduce: [num_peers][max_tokens][topk] fp32 weights sent */

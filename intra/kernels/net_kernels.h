@@ -189,6 +189,26 @@ KERNEL_FN void net_partial_src(const intra_moe_args_t *a, int e, const char *row
     }
 }
 
+/* Rows peer p returns for our tokens: their terms there, or with node-reduce, one partial
+ * row per entry. */
+KERNEL_FN uint64_t net_ret_rows(const intra_net_args_t *n, int p)
+{
+    return n->node_reduce ? (uint64_t)(n->peer_first[p + 1] - n->peer_first[p])
+                          : (uint64_t)n->peer_terms[p];
+}
+
+/* Where peer p's returns start in our ret_in: after the blocks of the peers before it,
+ * each its rows and the count of drops (every row and count 16-byte aligned). */
+KERNEL_FN uint64_t net_ret_at(const intra_moe_args_t *a, int p)
+{
+    uint64_t at = 0;
+
+    for (int q = 0; q < p; ++q) {
+        at += net_ret_rows(&a->net, q) * (uint64_t)a->y_row_bytes + INTRA_NET_DROPS_BYTES;
+    }
+    return at;
+}
+
 /*
  * One thread: the peer's entries in staging order (Push ones first, then Pull), and where
  * each of their terms will come back: the peer returns them in that order, packed, into our
@@ -198,7 +218,7 @@ KERNEL_FN void net_order_peer(const intra_moe_args_t *a, int p)
 {
     const intra_net_args_t *n = &a->net;
     intra_net_peer_t *peer = &n->peers[p];
-    char *back = n->area + n->ret_in + (size_t)p * (size_t)n->ret_in_block;
+    char *back = n->area + n->ret_in + net_ret_at(a, p);
     int slot = 0, term = 0, count[2] = {0, 0};
 
     for (int pass = 0; pass < 2; ++pass) {
@@ -268,6 +288,7 @@ KERNEL_FN int net_send_round_one(const intra_moe_args_t *a, int p, uint64_t step
     h->num_push    = peer->send_push;
     h->num_pull    = peer->send_pull;
     h->mask_digest = n->digest;
+    h->ret_at      = (int64_t)net_ret_at(a, p);
     for (int w = 0; w < n->own_words; ++w) {
         next[w] = n->next[w];
     }
@@ -374,6 +395,7 @@ KERNEL_FN int net_read_headers(const intra_moe_args_t *a, uint64_t step)
         }
         peer->recv_push = h->num_push;
         peer->recv_pull = h->num_pull;
+        peer->ret_at    = h->ret_at; /* checked against what we return, once indexed */
     }
     return 1;
 }
@@ -522,6 +544,18 @@ KERNEL_FN void intra_net_recv_body(const intra_moe_args_t *a, kernel_grid_t g)
 
 /* --- NET_INDEX ------------------------------------------------------------------------ */
 
+/* Whether what we return to the peer lies inside its ret_in where its header put it. */
+KERNEL_FN int net_returns_fit(const intra_moe_args_t *a, const intra_net_peer_t *peer)
+{
+    uint64_t rows = a->net.node_reduce ? (uint64_t)(peer->recv_push + peer->recv_pull)
+                                       : (uint64_t)peer->num_terms;
+
+    return peer->ret_at >= 0 && (uint64_t)peer->ret_at % INTRA_NET_DROPS_BYTES == 0 &&
+           (uint64_t)peer->ret_at <= a->net.ret_in_bytes &&
+           rows * (uint64_t)a->y_row_bytes + INTRA_NET_DROPS_BYTES <=
+               a->net.ret_in_bytes - (uint64_t)peer->ret_at;
+}
+
 /* Whether an entry's terms fit the rows its returned block has for it. */
 KERNEL_FN int net_entry_terms_fit(const intra_moe_args_t *a, const int32_t *record)
 {
@@ -574,6 +608,10 @@ KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
         }
     }
     peer->num_terms = terms;
+    if (!net_returns_fit(a, peer)) {
+        net_protocol_error(a, peer->rank, INTRA_NET_BAD_ENTRY, step);
+        return 0;
+    }
     return 1;
 }
 
@@ -727,8 +765,7 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
     if (g.thread == 0) {
         int64_t posted = net_post_chunks(
             a, UTIL_WORK_WRITE_IMM, peer->rank, n->ret_out + (uint64_t)p * block,
-            n->ret_in + (uint64_t)peer->index_there * n->ret_in_block,
-            (uint64_t)entries * y + INTRA_NET_DROPS_BYTES,
+            n->ret_in + (uint64_t)peer->ret_at, (uint64_t)entries * y + INTRA_NET_DROPS_BYTES,
             n->imm_base + net_imm_index(n, INTRA_NET_IMM_COMBINE, n->rank),
             INTRA_NET_COUNTER_SEND);
 
@@ -793,8 +830,7 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
         if (g.thread == 0) {
             int64_t posted = net_post_chunks(
                 a, UTIL_WORK_WRITE_IMM, peer->rank, n->ret_out + (uint64_t)p * block,
-                n->ret_in + (uint64_t)peer->index_there * n->ret_in_block,
-                terms + INTRA_NET_DROPS_BYTES,
+                n->ret_in + (uint64_t)peer->ret_at, terms + INTRA_NET_DROPS_BYTES,
                 n->imm_base + net_imm_index(n, INTRA_NET_IMM_COMBINE, n->rank),
                 INTRA_NET_COUNTER_SEND);
 
@@ -822,10 +858,7 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
     }
     for (int p = 0; p < n->num_peers; ++p) {
         intra_net_peer_t *peer = &n->peers[p];
-        /* node-reduce: one partial row per token we sent the peer */
-        int64_t rows = n->node_reduce ? (int64_t)(n->peer_first[p + 1] - n->peer_first[p])
-                                      : n->peer_terms[p];
-        uint64_t terms = (uint64_t)rows * (uint64_t)a->y_row_bytes;
+        uint64_t terms = net_ret_rows(n, p) * (uint64_t)a->y_row_bytes;
         const uint64_t *dropped;
 
         if (terms == 0) {
@@ -836,8 +869,7 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
                       peer->combine_seen, peer->rank, INTRA_NET_WAIT_TERMS)) {
             return;
         }
-        dropped = (const uint64_t *)(n->area + n->ret_in + (size_t)p * n->ret_in_block +
-                                     terms);
+        dropped = (const uint64_t *)(n->area + n->ret_in + net_ret_at(a, p) + terms);
         if (kernel_load_acquire_u64(dropped) > 0) { /* the step's input, not a failure */
             moe_report(&moe_control(a, a->rank)->combine_status,
                        INTRA_MOE_KERNEL_TERMS_DROPPED, peer->rank, -1, -1,

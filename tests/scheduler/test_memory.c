@@ -70,8 +70,10 @@ static strata_moe_memory_t hand(const shape_t *s)
         m.net_round_one = arr(P * (T < SPEC ? T : SPEC) * entry);
         m.net_round_two = arr(P * T * entry);
         m.net_staging   = arr(P * T * entry);
+        /* out: per peer, T entries of `terms` rows; in: what comes back to the own tokens,
+         * one row per token and slot (node-reduce: per entry), and each peer's drop count */
         m.net_returns   = arr(P * (T * terms * y + 16)) +
-                          arr(P * (T * (reduce ? 1 : terms) * y + 16)) +
+                          arr((reduce ? entries : T * K) * y + P * 16) +
                           (reduce ? 2 * arr(P * T * K * 4) : 0);
         m.work_ring     = util_work_ring_bytes(RING, 2, (uint32_t)(IMM_KINDS * W));
         net = m.net_headers + m.net_round_one + m.net_round_two + m.net_staging +

@@ -106,9 +106,12 @@ case_run "4x1 hierarchical, node-reduce, fp8 -> bf16" 4 "$nr" -- $calm STRATA_MO
 case_run "2x2 hierarchical, node-reduce, all tokens to expert 12, capacity 12" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10
 case_run "2x2 hierarchical, node-reduce, adaptive on the drifting trace" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
 case_run "2x2 hierarchical, node-reduce, rank 2 passes max_tokens + 1 tokens" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over
-# Where node-reduce cannot run, creation is refused on every rank: the flat route; ranks that
-# differ in the combine mode; a value outside strata_moe_combine_t.
-case_run "2x2 flat, node-reduce refused" 4 "creation refused: operation not supported" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --refused "not supported"
+# Where node-reduce cannot run and params.combine asks for it, creation is refused on every
+# rank: the flat route; ranks that differ in the combine mode; a value outside
+# strata_moe_combine_t. STRATA_MOE_COMBINE=node-reduce, a preference for every object of the
+# process, leaves a flat one exact instead (decode-sized objects take the flat route).
+case_run "2x2 flat, node-reduce refused" 4 "creation refused: operation not supported" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --combine node-reduce --refused "not supported"
+case_run "2x2 flat, STRATA_MOE_COMBINE=node-reduce combines exactly" 4 "steps passed (flat route, exact combine" -- $calm STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 10)
 case_run "2x2 hierarchical, rank 1 alone asks for node-reduce" 4 "creation refused: invalid configuration" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --odd-combine 1 --refused "invalid configuration"
 # On the flat route, where node-reduce is refused: the ranks still agree first, so none
 # waits for the one that asked.

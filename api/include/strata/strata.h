@@ -334,7 +334,9 @@ typedef enum strata_moe_mode {
 
 /** How combine sums a token's terms across nodes (docs/moe.md "Node-reduce combine"). */
 typedef enum strata_moe_combine {
-    STRATA_MOE_COMBINE_DEFAULT     = 0, /**< STRATA_MOE_COMBINE: exact or node-reduce */
+    /** STRATA_MOE_COMBINE: exact or node-reduce; node-reduce where the object cannot run it
+     *  (flat route, GPU backend) means exact, where params asking for it is refused */
+    STRATA_MOE_COMBINE_DEFAULT     = 0,
     /** every term returns to the token's rank, which sums them in fp32 in k order: the
      *  result is the same bit for bit on every route */
     STRATA_MOE_COMBINE_EXACT       = 1,
