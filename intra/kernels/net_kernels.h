@@ -556,7 +556,8 @@ KERNEL_FN int net_returns_fit(const intra_moe_args_t *a, const intra_net_peer_t 
                a->net.ret_in_bytes - (uint64_t)peer->ret_at;
 }
 
-/* Whether an entry's terms fit the rows its returned block has for it. */
+/* Whether an entry has terms here (a token is sent only where it has one: node-reduce's
+ * sums in place rely on it) and no more than the rows its returned block has for it. */
 KERNEL_FN int net_entry_terms_fit(const intra_moe_args_t *a, const int32_t *record)
 {
     int terms = 0;
@@ -564,7 +565,7 @@ KERNEL_FN int net_entry_terms_fit(const intra_moe_args_t *a, const int32_t *reco
     for (int k = 0; k < a->topk; ++k) {
         terms += record[1 + k] >= 0;
     }
-    return terms <= a->net.entry_terms;
+    return terms >= 1 && terms <= a->net.entry_terms;
 }
 
 /* One thread: the peer's received entries checked and indexed for the node's kernels. */
@@ -591,7 +592,7 @@ KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
         n->aug_entry[aug]      = (int64_t)at;
         n->origin[2 * aug]     = peer->rank;
         n->origin[2 * aug + 1] = record[0];
-        if (!net_entry_terms_fit(a, record)) { /* more than its block leaves room for */
+        if (!net_entry_terms_fit(a, record)) {
             net_protocol_error(a, peer->rank, INTRA_NET_BAD_ENTRY, step);
             return 0;
         }

@@ -2,7 +2,8 @@
  * The network kernels' checks of what a peer sent (intra/kernels/net_kernels.h, compiled as
  * host C here as in the host backend): a peer's header says where in its returned-terms
  * area this rank's returns go, and an entry says how many terms it has; a hostile or broken
- * peer must not make this rank write outside that area or past its block for the peer.
+ * peer must not make this rank write outside that area or past its block for the peer, nor
+ * send an entry with no term here.
  */
 #include "intra/kernels/moe_kernels.h"
 
@@ -71,7 +72,7 @@ static void test_entry_terms(void **state)
     (void)state;
     assert_true(net_entry_terms_fit(&a, two));
     assert_false(net_entry_terms_fit(&a, three)); /* more than the block has rows for */
-    assert_true(net_entry_terms_fit(&a, none));
+    assert_false(net_entry_terms_fit(&a, none));  /* nothing for this node: never sent */
 }
 
 int main(void)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two-tier MoE end to end at 16 ranks on 8 simulated nodes (2 ranks each), small shapes:
 # both routes, in Push, in Pull (by read and by request), with pull masks changing by step,
-# and adaptive on a drifting routing trace; every rank checks its data exactly. On 2 cores
+# node-reduce combine, and adaptive on a drifting routing trace; every rank checks its data
+# exactly (node-reduce against a reference that sums in its order). On 2 cores
 # the whole file takes about a minute; the sanitizer builds run 6 steps in the fixed modes
 # (adaptive keeps its 30: it must see an expert change mode).
 set -u
@@ -20,6 +21,10 @@ for route in flat hierarchical; do
     case_run "16x8 $route, pull masks by step, pull by request" 16 "$ok" -- $calm $at \
         STRATA_MOE_PULL_READ=off -- "${world[@]}" -- --steps $(steps 20 6) "${shape[@]}"
 done
+# Node-reduce combine across 8 nodes: 7 peers' partial rows in one area, in node order.
+case_run "16x8 hierarchical, node-reduce" 16 "steps passed (hierarchical route, node-reduce combine" \
+    -- $calm STRATA_MOE_ROUTE=hierarchical -- "${world[@]}" -- --steps $(steps 20 6) "${shape[@]}" \
+    --combine node-reduce
 # Hot experts that move every 5 steps: the owners switch experts between Push and Pull.
 "$tune" generate --experts 32 --ranks 16 --ranks-per-node 2 --tokens 8 --topk 4 --hidden 64 \
     --zipf 1.6 --drift-period 5 --drift-fraction 1 --steps 30 --seed "$seed" -o "$dir/drift.trace" ||
