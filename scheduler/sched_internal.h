@@ -298,10 +298,6 @@ strata_status_t sched_net_open(sched_moe_t *moe);
 /* The network kernels' device tables (0 on one node). */
 size_t          sched_net_tables_bytes(const sched_geometry_t *geo);
 void            sched_net_close(sched_moe_t *moe);
-/* Before the first step, this rank's own part of every peer's ret_in (each peer's share,
- * by our index among its peers), for probes: its bytes, and where it is in peer's area. */
-size_t          sched_probe_slot_bytes(const sched_moe_t *moe);
-size_t          sched_probe_slot_at(const sched_moe_t *moe, int peer);
 /* The network kernels' arguments for this step's plan and inputs. */
 strata_status_t sched_net_prepare(sched_moe_t *moe);
 

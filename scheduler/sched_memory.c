@@ -65,6 +65,13 @@ strata_status_t sched_memory_of(sched_moe_t *moe, bool area_in_heap, strata_moe_
     sched_memory_net(&moe->net.layout, m);
     m->expert_rows = intra_moe_expert_bytes(&ip, geo->local_size);
     m->node_rows   = heap - m->expert_rows - (area_in_heap ? net : 0);
+    if (!area_in_heap && geo->num_peers > 0) { /* the returned terms' stage in the heap */
+        size_t stage = sched_round_up((size_t)geo->num_peers * moe->net.layout.ret_out_block,
+                                      INTRA_DEVICE_ALIGNMENT);
+
+        m->node_rows   -= stage;
+        m->net_returns += stage;
+    }
     if (geo->num_peers > 0) {
         m->work_ring = util_work_ring_bytes(SCHED_RING_SLOTS, INTRA_NET_COUNTERS,
                                             sched_moe_imm_count(geo->world_size));

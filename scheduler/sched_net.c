@@ -62,19 +62,6 @@ static int sched_index_there(const sched_geometry_t *geo, int peer)
     return index;
 }
 
-size_t sched_probe_slot_bytes(const sched_moe_t *moe)
-{
-    return moe->geo.num_peers > 0
-               ? moe->net.layout.ret_in_bytes / (size_t)moe->geo.num_peers / 16 * 16
-               : 0;
-}
-
-size_t sched_probe_slot_at(const sched_moe_t *moe, int peer)
-{
-    return moe->net.layout.ret_in +
-           (size_t)sched_index_there(&moe->geo, peer) * sched_probe_slot_bytes(moe);
-}
-
 inter_mem_kind_t sched_mem_kind(const intra_device_ops_t *device)
 {
     return device->memory == INTRA_MEMORY_CUDA ? INTER_MEM_CUDA
@@ -295,47 +282,81 @@ static void sched_net_args(sched_moe_t *moe)
     a->cmds     = sched_ring_device(net, util_work_ring_cmds(net->ring_host));
 }
 
-/* What both sides of a transfer must compute alike. */
+/* What both sides of a transfer must compute alike: the route and the shape size and
+ * address every area; round one, Pull by read and the chunks cut the transfers. */
 typedef struct sched_net_card {
     int32_t  spec_tokens;
     int32_t  pull_read;
     uint64_t chunk_bytes;
     int32_t  node_reduce;
+    int32_t  route;
+    int32_t  shape[7]; /* experts, topk, hidden, dtype, combine dtype, max_tokens, capacity */
     int32_t  pad;
 } sched_net_card_t;
+
+static sched_net_card_t sched_net_card(const sched_moe_t *moe)
+{
+    const strata_moe_params_t *p = &moe->params;
+
+    return (sched_net_card_t){
+        .spec_tokens = moe->geo.spec_tokens, .pull_read = moe->pull_read,
+        .chunk_bytes = inter_engine_chunk_bytes(moe->world.engine),
+        .node_reduce = p->combine == STRATA_MOE_COMBINE_NODE_REDUCE,
+        .route       = (int32_t)moe->geo.route,
+        .shape       = {p->num_experts, p->topk, p->hidden, (int32_t)p->dtype,
+                        (int32_t)p->combine_dtype, p->max_tokens, moe->geo.capacity},
+    };
+}
+
+/* STRATA_ERR_CONFIG, logged, where rank r's card differs from ours. */
+static strata_status_t sched_card_compare(const sched_net_card_t *theirs,
+                                          const sched_net_card_t *mine, int r, int me)
+{
+    if (theirs->route != mine->route ||
+        memcmp(theirs->shape, mine->shape, sizeof(mine->shape)) != 0) {
+        UTIL_LOG_ERROR("moe: rank %d made its object for the %s route, %d experts, top-%d, "
+                       "hidden %d, %d tokens, capacity %d; this rank %d for the %s route, %d, "
+                       "%d, %d, %d, %d: every rank must pass the same params, and the same "
+                       "STRATA_MOE_ROUTE and STRATA_MOE_FLAT_TOKENS", r,
+                       theirs->route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
+                       theirs->shape[0], theirs->shape[1], theirs->shape[2], theirs->shape[5],
+                       theirs->shape[6], me,
+                       mine->route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
+                       mine->shape[0], mine->shape[1], mine->shape[2], mine->shape[5],
+                       mine->shape[6]);
+    } else if (theirs->spec_tokens != mine->spec_tokens ||
+               theirs->pull_read != mine->pull_read || theirs->chunk_bytes != mine->chunk_bytes) {
+        UTIL_LOG_ERROR("moe: rank %d sends %d tokens in round one, pulls by %s, cuts "
+                       "transfers at %llu bytes; this rank %d, %s, %llu: "
+                       "STRATA_MOE_SPEC_TOKENS, STRATA_MOE_PULL_READ and "
+                       "STRATA_INTER_STRIPE_MIN must match on every rank", r,
+                       theirs->spec_tokens, theirs->pull_read ? "read" : "request",
+                       (unsigned long long)theirs->chunk_bytes, mine->spec_tokens,
+                       mine->pull_read ? "read" : "request",
+                       (unsigned long long)mine->chunk_bytes);
+    } else if (theirs->node_reduce != mine->node_reduce) {
+        UTIL_LOG_ERROR("moe: rank %d combines %s, this rank %d %s: STRATA_MOE_COMBINE (or "
+                       "params.combine) must match on every rank", r,
+                       theirs->node_reduce ? "node-reduce" : "exact", me,
+                       mine->node_reduce ? "node-reduce" : "exact");
+    } else {
+        return STRATA_OK;
+    }
+    return STRATA_ERR_CONFIG;
+}
 
 /* Every rank's card, before anything is sized from them; a rank that differs fails the
  * object on every rank. Collective. */
 strata_status_t sched_net_agree(sched_moe_t *moe)
 {
-    sched_net_card_t mine = {.spec_tokens = moe->geo.spec_tokens, .pull_read = moe->pull_read,
-                             .chunk_bytes = inter_engine_chunk_bytes(moe->world.engine),
-                             .node_reduce = moe->params.combine ==
-                                            STRATA_MOE_COMBINE_NODE_REDUCE};
+    sched_net_card_t mine = sched_net_card(moe);
     sched_net_card_t *all = calloc((size_t)moe->geo.world_size, sizeof(*all));
     strata_status_t status = all ? moe->world.allgather(moe->world.allgather_ctx, &mine, all,
                                                         sizeof(mine))
                                  : STRATA_ERR_NO_MEMORY;
 
     for (int r = 0; r < moe->geo.world_size && status == STRATA_OK; ++r) {
-        if (all[r].spec_tokens != mine.spec_tokens || all[r].pull_read != mine.pull_read ||
-            all[r].chunk_bytes != mine.chunk_bytes) {
-            UTIL_LOG_ERROR("moe: rank %d sends %d tokens in round one, pulls by %s, cuts "
-                           "transfers at %llu bytes; this rank %d, %s, %llu: "
-                           "STRATA_MOE_SPEC_TOKENS, STRATA_MOE_PULL_READ and "
-                           "STRATA_INTER_STRIPE_MIN must match on every rank", r,
-                           all[r].spec_tokens, all[r].pull_read ? "read" : "request",
-                           (unsigned long long)all[r].chunk_bytes, mine.spec_tokens,
-                           mine.pull_read ? "read" : "request",
-                           (unsigned long long)mine.chunk_bytes);
-            status = STRATA_ERR_CONFIG;
-        } else if (all[r].node_reduce != mine.node_reduce) {
-            UTIL_LOG_ERROR("moe: rank %d combines %s, this rank %d %s: STRATA_MOE_COMBINE (or "
-                           "params.combine) must match on every rank", r,
-                           all[r].node_reduce ? "node-reduce" : "exact", moe->geo.rank,
-                           mine.node_reduce ? "node-reduce" : "exact");
-            status = STRATA_ERR_CONFIG;
-        }
+        status = sched_card_compare(&all[r], &mine, r, moe->geo.rank);
     }
     free(all);
     return status;

@@ -1,15 +1,18 @@
 /*
  * Probes for calibrating a cost model, before the object's first step: one timed copy in
  * the device backend's memory, or one RDMA write or read between this rank and a peer on
- * another node, through the MoE object's own buffers (this rank's share of the peer's
- * returned-terms area, which no step has used yet, and this rank's outgoing terms area).
+ * another node, through the MoE object's own buffers: the peer's returned-terms area (no
+ * step has used it yet, and no other rank probes this peer: see sched_probe_peer), and this
+ * rank's area of terms being returned.
  */
 #include "sched_internal.h"
 
-/* This rank's share of the peer's returned rows (no step has used them yet). */
+/* The most both areas hold. */
 static size_t sched_probe_block(const sched_moe_t *moe)
 {
-    return sched_probe_slot_bytes(moe);
+    const sched_net_layout_t *l = &moe->net.layout;
+
+    return UTIL_MIN(l->ret_in_bytes, (size_t)moe->geo.num_peers * l->ret_out_block);
 }
 
 /* Half the experts' input rows: the copy goes from one half to the other. */
@@ -31,7 +34,8 @@ size_t sched_moe_probe_max(const sched_moe_t *moe, sched_probe_t kind)
     return 0;
 }
 
-/* The rank with this local index on the next node, so that no rank is probed by all. */
+/* The rank with this local index on the next node: every rank probes one peer and is
+ * probed by one. */
 static int sched_probe_peer(const sched_moe_t *moe)
 {
     const sched_geometry_t *geo = &moe->geo;
@@ -58,12 +62,12 @@ static strata_status_t sched_probe_net(sched_moe_t *moe, bool read, size_t bytes
     for (;;) {
         if (read) {
             status = inter_engine_read(moe->world.engine, peer, moe->net.mr, local,
-                                       &moe->net.desc[peer], sched_probe_slot_at(moe, peer),
-                                       bytes, &req);
+                                       &moe->net.desc[peer], moe->net.layout.ret_in, bytes,
+                                       &req);
         } else {
             status = inter_engine_write(moe->world.engine, peer, moe->net.mr, local,
-                                        &moe->net.desc[peer], sched_probe_slot_at(moe, peer),
-                                        bytes, false, 0, &req);
+                                        &moe->net.desc[peer], moe->net.layout.ret_in, bytes,
+                                        false, 0, &req);
         }
         if (status != STRATA_ERR_BUSY || util_clock_now_ns() > deadline) {
             break;

@@ -857,11 +857,13 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
     if (g.block != 0 || g.thread != 0 || net_stopped(a)) {
         return;
     }
-    for (int p = 0; p < n->num_peers; ++p) {
+    /* at: where peer p's block starts in ret_in (net_ret_at, kept as the loop goes) */
+    for (uint64_t p = 0, at = 0, terms = 0; p < (uint64_t)n->num_peers;
+         ++p, at += terms + INTRA_NET_DROPS_BYTES) {
         intra_net_peer_t *peer = &n->peers[p];
-        uint64_t terms = net_ret_rows(n, p) * (uint64_t)a->y_row_bytes;
         const uint64_t *dropped;
 
+        terms = net_ret_rows(n, (int)p) * (uint64_t)a->y_row_bytes;
         if (terms == 0) {
             continue;
         }
@@ -870,7 +872,7 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
                       peer->combine_seen, peer->rank, INTRA_NET_WAIT_TERMS)) {
             return;
         }
-        dropped = (const uint64_t *)(n->area + n->ret_in + net_ret_at(a, p) + terms);
+        dropped = (const uint64_t *)(n->area + n->ret_in + at + terms);
         if (kernel_load_acquire_u64(dropped) > 0) { /* the step's input, not a failure */
             moe_report(&moe_control(a, a->rank)->combine_status,
                        INTRA_MOE_KERNEL_TERMS_DROPPED, peer->rank, -1, -1,

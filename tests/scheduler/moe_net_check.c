@@ -15,7 +15,8 @@
  * and every rank must see that step fail (INTERNAL where the masks are compared, or
  * PEER_FAILED / TIMEOUT where it then waits on a rank that gave up).
  * With --odd-config RANK that rank sends another number of tokens in round one: creation
- * must fail on every rank with STRATA_ERR_CONFIG. With --bad-input RANK:KIND that rank
+ * must fail on every rank with STRATA_ERR_CONFIG (--odd-route RANK: that rank takes the flat
+ * route, with --refused). With --bad-input RANK:KIND that rank
  * passes a bad input in the middle of the run (KIND: over, max_tokens + 1 tokens; negative,
  * -1 tokens; null-x, no x) on two steps in a row: it must get STRATA_ERR_INVALID from its dispatch and its
  * combine_recv while its experts still get every other rank's rows, the others must get OK
@@ -88,6 +89,7 @@ typedef struct options {
     uint64_t   kill_bound_ms; /* survivors must see the failure within this */
     strata_moe_combine_t combine; /* params.combine */
     int        odd_combine; /* rank that asks for node-reduce while the others do not, or -1 */
+    int        odd_route;   /* rank that takes the flat route whatever the others do, or -1 */
     const char *refused;  /* creation must fail on every rank with this status's name */
 } options_t;
 
@@ -118,7 +120,7 @@ static void parse(int argc, char **argv, options_t *o)
                            .max_tokens = 24, .steps = 50, .dtype = STRATA_DTYPE_BF16,
                            .combine_dtype = STRATA_DTYPE_BF16},
                      .kill = -1, .disagree = -1, .odd_config = -1, .stall = -1, .overflow = -1,
-                     .odd_combine = -1,
+                     .odd_combine = -1, .odd_route = -1,
                      .kill_bound_ms = 15000};
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *k = argv[i], *v = argv[i + 1];
@@ -146,6 +148,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--combine") && !strcmp(v, "exact")) o->combine = STRATA_MOE_COMBINE_EXACT;
         else if (!strcmp(k, "--combine") && !strcmp(v, "bogus")) o->combine = (strata_moe_combine_t)7;
         else if (!strcmp(k, "--odd-combine")) o->odd_combine = atoi(v);
+        else if (!strcmp(k, "--odd-route")) o->odd_route = atoi(v);
         else if (!strcmp(k, "--refused")) o->refused = v;
         else CHECK(0, "unknown option %s", k);
     }
@@ -563,8 +566,6 @@ static int check_agreement(strata_bootstrap_t *bs, const rank_state_t *r, uint64
     return changed;
 }
 
-/* A run whose object was refused, as it expected: everything it made goes (moe may be
- * NULL), and it succeeded. */
 /* The object holds what strata_moe_memory_estimate says for its params and world, part by
  * part (the estimate counts the network area in the heap unless asked for bounce). */
 static void check_memory(const strata_moe_params_t *p, const rank_state_t *r,
@@ -587,6 +588,8 @@ static void check_memory(const strata_moe_params_t *p, const rank_state_t *r,
           want.net_returns);
 }
 
+/* A run whose object was refused, as it expected: everything it made goes (moe may be
+ * NULL), and it succeeded. */
 static int end_refused(strata_moe_t *moe, strata_comm_t *comm, strata_bootstrap_t *bs,
                        rank_state_t *r, int64_t *routes)
 {
@@ -662,6 +665,9 @@ int main(int argc, char **argv)
         }
         if (g_rank == o.odd_combine) {
             p.combine = STRATA_MOE_COMBINE_NODE_REDUCE;
+        }
+        if (g_rank == o.odd_route) {
+            setenv("STRATA_MOE_ROUTE", "flat", 1);
         }
         status = strata_moe_create(comm, &p, &objects[0]);
         if (o.refused != NULL) {

@@ -171,6 +171,29 @@ static void test_target_expert_blocks(void **state)
     assert_int_equal(m.expert_rows, 4ull * 16384 * (2 * 2 * HIDDEN + 12));
 }
 
+/* STRATA_MOE_NET_MEMORY=bounce: the network area is a pinned host buffer, not in the heap,
+ * and the heap holds a stage for the terms being returned (P blocks of T x t rows), counted
+ * with the returns. */
+static void test_bounce_buffer(void **state)
+{
+    shape_t s = {64, 4096, 16384, STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT};
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .max_tokens = s.tokens, .capacity = s.capacity, .route = s.route,
+                             .combine = s.combine};
+    strata_moe_memory_t heap = hand(&s), got;
+    uint64_t stage = arr(7 * (4096ull * TOPK * 2 * HIDDEN + 16)), net;
+
+    (void)state;
+    net = heap.net_headers + heap.net_round_one + heap.net_round_two + heap.net_staging +
+          heap.net_returns;
+    setenv("STRATA_MOE_NET_MEMORY", "bounce", 1);
+    assert_int_equal(strata_moe_memory_estimate(&p, 64, 8, &got), STRATA_OK);
+    unsetenv("STRATA_MOE_NET_MEMORY");
+    assert_int_equal(got.net_returns, heap.net_returns + stage);
+    assert_int_equal(got.node_rows, heap.node_rows);
+    assert_int_equal(got.total, heap.total - arr(net) + stage + net);
+}
+
 /* The capacity left at 0 is the most an expert can receive: max_tokens x world. */
 static void test_default_capacity(void **state)
 {
@@ -209,15 +232,30 @@ static void test_refusals(void **state)
     assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &m), STRATA_ERR_INVALID);
 }
 
+/* The estimate reads the STRATA_MOE_* variables; the hand computation assumes defaults. */
+static int clear_variables(void **state)
+{
+    static const char *const names[] = {"STRATA_MOE_ROUTE", "STRATA_MOE_FLAT_TOKENS",
+                                        "STRATA_MOE_SPEC_TOKENS", "STRATA_MOE_NET_MEMORY",
+                                        "STRATA_MOE_COMBINE"};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
+        unsetenv(names[i]);
+    }
+    return 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ep_sizes_hierarchical_exact),
         cmocka_unit_test(test_flat_and_node_reduce),
         cmocka_unit_test(test_target_expert_blocks),
+        cmocka_unit_test(test_bounce_buffer),
         cmocka_unit_test(test_default_capacity),
         cmocka_unit_test(test_refusals),
     };
 
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, clear_variables, NULL);
 }

@@ -116,6 +116,7 @@ case_run "2x2 hierarchical, rank 1 alone asks for node-reduce" 4 "creation refus
 # On the flat route, where node-reduce is refused: the ranks still agree first, so none
 # waits for the one that asked.
 case_run "2x2 flat, rank 1 alone asks for node-reduce" 4 "creation refused: invalid configuration" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_BOOTSTRAP_TIMEOUT=20s STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --odd-combine 1 --refused "invalid configuration"
+case_run "2x2 hierarchical, rank 1 alone takes the flat route" 4 "creation refused: invalid configuration" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --odd-route 1 --refused "invalid configuration"
 case_run "2x2 hierarchical, params.combine 7" 4 "creation refused: invalid argument" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --combine bogus --refused "invalid argument"
 
 # Over the UCX transport (where built): tcp between the simulated nodes, as real nodes would

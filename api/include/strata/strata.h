@@ -334,8 +334,9 @@ typedef enum strata_moe_mode {
 
 /** How combine sums a token's terms across nodes (docs/moe.md "Node-reduce combine"). */
 typedef enum strata_moe_combine {
-    /** STRATA_MOE_COMBINE: exact or node-reduce; node-reduce where the object cannot run it
-     *  (flat route, GPU backend) means exact, where params asking for it is refused */
+    /** STRATA_MOE_COMBINE: exact or node-reduce. Where the object cannot run node-reduce
+     *  (flat route, GPU backend) the variable's node-reduce means exact, while
+     *  params.combine asking for it is refused */
     STRATA_MOE_COMBINE_DEFAULT     = 0,
     /** every term returns to the token's rank, which sums them in fp32 in k order: the
      *  result is the same bit for bit on every route */
@@ -454,8 +455,9 @@ typedef struct strata_moe_stats {
      *  the sum of the times from a command's publishing to the proxy's posting of it. */
     uint64_t           commands_posted;
     uint64_t           post_delay_ns;
-    /** What this object allocated on this rank, by part (fixed at creation; the same as
-     *  strata_moe_memory_estimate returns for its params and world). */
+    /** What this object allocated on this rank, by part (fixed at creation). The same as
+     *  strata_moe_memory_estimate returns for its params and world where the estimate's
+     *  assumptions hold (where the area is: see there). */
     strata_moe_memory_t memory;
 } strata_moe_stats_t;
 
@@ -471,10 +473,13 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
 /**
  * Local; creates nothing and needs no communicator: what strata_moe_create would allocate
  * on each rank for params on world_size ranks spread evenly over num_nodes nodes, with the
- * STRATA_MOE_* variables as they are set now (route, round one, combine; the network area
- * is counted in the heap unless STRATA_MOE_NET_MEMORY=bounce). STRATA_ERR_INVALID names a
- * bad parameter, as strata_moe_create would; STRATA_ERR_UNSUPPORTED where create refuses
- * the combine mode on the route.
+ * STRATA_MOE_* variables as they are set now (route, round one, combine), as on the host
+ * backend. It knows no transport: the network area is counted in the heap (registered)
+ * unless STRATA_MOE_NET_MEMORY=bounce, whereas auto takes the bounce buffer where the
+ * transport cannot register the device's memory; and node-reduce is counted where the
+ * route allows it, whereas GPU backends run exact. The heap is rounded up to whole pages
+ * after this. STRATA_ERR_INVALID names a bad parameter, as strata_moe_create would;
+ * STRATA_ERR_UNSUPPORTED where create refuses the combine mode on the route.
  */
 STRATA_API strata_status_t strata_moe_memory_estimate(const strata_moe_params_t *params,
                                                       int world_size, int num_nodes,
