@@ -7,6 +7,8 @@
 
 #include "util/util.h"
 
+#include <strata/strata.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 

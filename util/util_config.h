@@ -6,7 +6,7 @@
 #ifndef STRATA_UTIL_CONFIG_H
 #define STRATA_UTIL_CONFIG_H
 
-#include <strata/strata.h>
+#include <strata/types.h>
 
 #include <stdbool.h>
 #include <stdint.h>

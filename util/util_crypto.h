@@ -6,7 +6,7 @@
 #ifndef STRATA_UTIL_CRYPTO_H
 #define STRATA_UTIL_CRYPTO_H
 
-#include <strata/strata.h>
+#include <strata/types.h>
 
 #include <stdbool.h>
 #include <stddef.h>

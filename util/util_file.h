@@ -5,7 +5,7 @@
 #ifndef STRATA_UTIL_FILE_H
 #define STRATA_UTIL_FILE_H
 
-#include <strata/strata.h>
+#include <strata/types.h>
 
 #include <stddef.h>
 

@@ -4,7 +4,7 @@
 #ifndef STRATA_UTIL_LOG_H
 #define STRATA_UTIL_LOG_H
 
-#include <strata/strata.h>
+#include <strata/types.h>
 
 #include "util_compiler.h"
 

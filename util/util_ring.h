@@ -5,7 +5,7 @@
 #ifndef STRATA_UTIL_RING_H
 #define STRATA_UTIL_RING_H
 
-#include <strata/strata.h>
+#include <strata/types.h>
 
 #include <stdatomic.h>
 #include <stdbool.h>

@@ -5,7 +5,7 @@
 #ifndef STRATA_UTIL_SOCK_H
 #define STRATA_UTIL_SOCK_H
 
-#include <strata/strata.h>
+#include <strata/types.h>
 
 #include "util_clock.h"
 

@@ -1,7 +1,7 @@
 /*
  * strata_status_string: the one table of status names.
  */
-#include <strata/strata.h>
+#include <strata/types.h>
 
 STRATA_API const char *strata_status_string(strata_status_t status)
 {
