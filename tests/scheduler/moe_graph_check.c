@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,7 @@ typedef struct bench {
     int64_t              idx[TOKENS * TOPK];
     float                w[TOKENS * TOPK];
     cudaStream_t         stream;
+    bool                 on_stream; /* the object launches on stream (set_stream) */
 } bench_t;
 
 static float bf16_to_f32(uint16_t v)
@@ -116,6 +118,12 @@ static void enqueue_step(bench_t *b)
     CHECK(strata_moe_dispatch_recv(b->moe, &recv) == STRATA_OK, "recv");
     block = (size_t)recv.num_local_experts * (size_t)recv.capacity * recv.row_bytes;
     CUDA_OK(cudaMemcpyAsync(recv.expert_y, recv.x, block, cudaMemcpyDeviceToDevice, b->stream));
+    if (!b->on_stream) {
+        /* The object's own stream is not ordered after ours (non-blocking): the outputs
+         * must be there before a synchronous combine reads them. Without this, step 0 read
+         * what expert_y held before (later steps hid it: the same data every step). */
+        CUDA_OK(cudaStreamSynchronize(b->stream));
+    }
     CHECK(strata_moe_combine_send(b->moe, NULL) == STRATA_OK, "combine_send");
     CHECK(strata_moe_combine_recv(b->moe, b->d_w, b->d_out) == STRATA_OK, "combine_recv");
 }
@@ -146,6 +154,7 @@ static void run(bench_t *b)
         check_out(b, "synchronous step", s);
     }
     CHECK(strata_moe_set_stream(b->moe, b->stream) == STRATA_OK, "set_stream");
+    b->on_stream = true;
     for (int s = 0; s < STEPS; ++s) { /* enqueued, waited for only here */
         enqueue_step(b);
         check_out(b, "stream step", s);

@@ -493,7 +493,9 @@ STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
  * [num_local_experts][capacity][hidden] in the combine dtype, as laid out in the recv; NULL:
  * recv.expert_y) to their tokens' ranks. With node-reduce combine, terms for other nodes
  * wait here for their tokens' weights: combine_recv sends them, and this rank's
- * combine_recv also waits for its peers' combine_recv.
+ * combine_recv also waits for its peers' combine_recv. GPU backends without a stream
+ * (strata_moe_set_stream): the outputs must be complete when it is called, since the
+ * object's kernels are not ordered after work the caller enqueued on a stream of its own.
  */
 STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void *expert_y);
 /**
