@@ -1,7 +1,8 @@
 /*
  * Rate control towards one peer (inter_rate.h): delivery rate samples as BBR takes them
  * (draft-cheng-iccrg-delivery-rate-estimation), averaged; the base round trip as the least
- * RTT seen, measured again when it expires; the window as a multiple of their product.
+ * RTT seen, measured again when it expires; the window as a multiple of their product plus
+ * an allowance for completions that come in bursts.
  * docs/engine.md, "Rate control", says why.
  */
 #include "inter_rate.h"
@@ -20,9 +21,17 @@ static uint64_t inter_rate_lifetime(const inter_rate_t *rate)
                                             : INTER_RATE_MIN_RTT_LIFETIME_NS;
 }
 
+/* The aggregation allowance: the most bytes seen delivered in a burst beyond what the rate
+ * explains, over the last INTER_RATE_AGGREGATION_ROUNDS round trips. */
+static uint64_t inter_rate_aggregation(const inter_rate_t *rate)
+{
+    return rate->aggregation[0] > rate->aggregation[1] ? rate->aggregation[0]
+                                                       : rate->aggregation[1];
+}
+
 /* The window the estimates give: gain x rate x base RTT plus the floor (one operation in
- * transfer: the base RTT is that of the smallest operations, a chunk's own takes longer);
- * the floor alone while the base RTT is measured again. */
+ * transfer: the base RTT is that of the smallest operations, a chunk's own takes longer)
+ * plus the aggregation allowance; the floor alone while the base RTT is measured again. */
 static uint64_t inter_rate_target(const inter_rate_t *rate)
 {
     uint64_t floor_bytes = rate->params.floor_bytes;
@@ -39,7 +48,7 @@ static uint64_t inter_rate_target(const inter_rate_t *rate)
     }
     bytes = INTER_RATE_WINDOW_GAIN * rate->rate_Bps * (double)rate->min_rtt_ns /
                 INTER_RATE_NS_PER_SEC +
-            (double)floor_bytes;
+            (double)floor_bytes + (double)inter_rate_aggregation(rate);
     if (bytes >= (double)(UINT64_MAX / 2)) {
         return UINT64_MAX / 2;
     }
@@ -75,6 +84,7 @@ void inter_rate_posted(inter_rate_t *rate, uint64_t bytes, uint64_t now_ns, bool
          * delivery before the pause. */
         rate->delivered_ns    = now_ns;
         rate->first_posted_ns = now_ns;
+        rate->epoch_ns        = 0;
     }
     rate->in_flight += bytes;
     if ((!more_queued && rate->in_flight < rate->window) || rate->probing) {
@@ -131,10 +141,76 @@ static void inter_rate_take_sample(inter_rate_t *rate, const inter_rate_stamp_t 
     }
     sample = (double)(rate->delivered - stamp->delivered) * INTER_RATE_NS_PER_SEC /
              (double)interval;
+    if (sample > rate->peak_Bps[0]) {
+        rate->peak_Bps[0] = sample;
+    }
     if (rate->rate_Bps <= 0) {
         rate->rate_Bps = sample;
     } else if (!stamp->app_limited || sample > rate->rate_Bps) {
         rate->rate_Bps += INTER_RATE_SAMPLE_WEIGHT * (sample - rate->rate_Bps);
+    }
+}
+
+/* The completion of an operation posted after the round began (when the delivered count
+ * was round_end) ends the round; every INTER_RATE_AGGREGATION_ROUNDS / 2 rounds the older
+ * half of the aggregation's and the peak rate's windows is dropped. */
+static void inter_rate_count_round(inter_rate_t *rate, const inter_rate_stamp_t *stamp)
+{
+    if (stamp->delivered < rate->round_end) {
+        return;
+    }
+    rate->rounds++;
+    rate->round_end = rate->delivered;
+    if (rate->rounds - rate->aggregation_round >= INTER_RATE_AGGREGATION_ROUNDS / 2) {
+        rate->aggregation[1]    = rate->aggregation[0];
+        rate->aggregation[0]    = 0;
+        rate->peak_Bps[1]       = rate->peak_Bps[0];
+        rate->peak_Bps[0]       = 0;
+        rate->aggregation_round = rate->rounds;
+    }
+}
+
+/*
+ * How bunched completions arrive (BBR's extra_acked): an epoch starts at a completion, and
+ * the bytes completed after it, beyond what the highest recent rate sample delivers in the
+ * time since, are extra (the average would count its own dips as extra);
+ * an epoch in which no more arrived than that rate explains ends there. A path whose
+ * completions come in bursts (a receiver or a proxy that runs in slices, a NIC that
+ * coalesces) delivers nothing for a while and then much at once; a window of rate x base
+ * RTT would hold operations through the silence that the burst then shows the path could
+ * take. The first completion of an epoch counts no extra: the floor already covers one
+ * operation. An epoch also ends once it has seen a window delivered: with a rate estimate
+ * a little below the path's, an endless epoch would count the difference as extra for
+ * ever. Each measure is capped at the window it was taken under, so the allowance at most
+ * doubles the window per round trip.
+ */
+static void inter_rate_take_aggregation(inter_rate_t *rate, uint64_t bytes, uint64_t now_ns)
+{
+    double peak = rate->peak_Bps[0] > rate->peak_Bps[1] ? rate->peak_Bps[0] : rate->peak_Bps[1];
+    double expected = peak * (double)inter_rate_elapsed(rate->epoch_ns, now_ns) /
+                      INTER_RATE_NS_PER_SEC;
+    uint64_t extra;
+
+    if (rate->epoch_ns == 0 || peak <= 0 || rate->epoch_delivered >= rate->window ||
+        (double)(rate->epoch_delivered + bytes) <= expected) {
+        rate->epoch_ns        = now_ns;
+        rate->epoch_delivered = 0;
+        return;
+    }
+    rate->epoch_delivered += bytes;
+    extra = (double)rate->epoch_delivered > expected
+                ? (uint64_t)((double)rate->epoch_delivered - expected)
+                : 0;
+    if (extra > rate->window) {
+        extra = rate->window;
+    }
+    if ((double)extra > rate->rate_Bps * (double)INTER_RATE_AGGREGATION_MAX_NS /
+                           INTER_RATE_NS_PER_SEC) {
+        extra = (uint64_t)(rate->rate_Bps * (double)INTER_RATE_AGGREGATION_MAX_NS /
+                           INTER_RATE_NS_PER_SEC);
+    }
+    if (extra > rate->aggregation[0]) {
+        rate->aggregation[0] = extra;
     }
 }
 
@@ -151,7 +227,9 @@ void inter_rate_completed(inter_rate_t *rate, uint64_t bytes, const inter_rate_s
     if (rate->app_limited_until != 0 && rate->delivered > rate->app_limited_until) {
         rate->app_limited_until = 0;
     }
+    inter_rate_count_round(rate, stamp);
     inter_rate_take_rtt(rate, stamp, now_ns);
     inter_rate_take_sample(rate, stamp, now_ns);
+    inter_rate_take_aggregation(rate, bytes, now_ns);
     rate->window = inter_rate_target(rate);
 }

@@ -21,6 +21,12 @@
 #define INTER_RATE_INITIAL_FLOORS 4
 /* A base RTT not seen again for this long is measured again (BBR's ProbeRTT interval). */
 #define INTER_RATE_MIN_RTT_LIFETIME_NS 10000000000ull
+/* The aggregation allowance is the most seen over this many round trips, kept as two halves
+ * (BBR's extra_acked filter: 10 round trips). */
+#define INTER_RATE_AGGREGATION_ROUNDS 10
+/* ... and at most what the estimated rate delivers in this time: about a scheduler's time
+ * slice, the longest a busy host holds completions back. */
+#define INTER_RATE_AGGREGATION_MAX_NS 1000000ull
 
 typedef struct inter_rate_params {
     bool     pace;                /* hold operations past the window; else only estimate */
@@ -53,6 +59,16 @@ typedef struct inter_rate {
     uint64_t min_rtt_at_ns;     /* when min_rtt_ns was last seen */
     bool     probing;           /* min_rtt_ns expired: the window is the floor until an
                                    operation posted under it measures the RTT again */
+    /* Round trips: one ends when an operation posted after the last one ended completes. */
+    uint64_t rounds;            /* round trips counted so far */
+    uint64_t round_end;         /* delivered count whose passing ends the current round */
+    /* Aggregation: bytes delivered in an epoch beyond what the rate explains, i.e. how
+     * bunched completions come; its recent maximum is added to the window. */
+    uint64_t epoch_ns;          /* when the current epoch started; 0: none */
+    uint64_t epoch_delivered;   /* bytes delivered since then */
+    uint64_t aggregation[2];    /* most seen in the current and the previous half-window */
+    double   peak_Bps[2];       /* highest rate sample in the same half-windows */
+    uint64_t aggregation_round; /* round in which the current half-window started */
     uint64_t window;            /* bytes allowed in flight; UINT64_MAX when not pacing */
     uint64_t paced;             /* operations held back by the window, ever */
 } inter_rate_t;

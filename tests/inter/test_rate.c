@@ -5,7 +5,8 @@
  * near gain x rate x base RTT, a rate that halves, the weight of one sample, samples of a
  * quiet application, the floor, operations as large as the floor on a path whose base RTT
  * small operations set, operations larger than the window, a base RTT that grows,
- * a path used after a pause, failed operations, and the estimator without pacing.
+ * completions reported in batches, a path used after a pause, failed operations, and the
+ * estimator without pacing.
  */
 #include "inter/inter_rate.h"
 
@@ -34,6 +35,7 @@ typedef struct sim {
     inter_rate_t rate;
     double       capacity_Bps;
     uint64_t     base_rtt_ns;
+    uint64_t     hold_ns;         /* completions are reported at multiples of this (0: at once) */
     double       free_ns;         /* when the bottleneck is done with what it holds */
     uint64_t     now;
     flight_t     flights[MAX_FLIGHT];
@@ -68,6 +70,9 @@ static void sim_post(sim_t *s, uint64_t bytes, bool more_queued)
     s->free_ns = start + (double)bytes * 1e9 / s->capacity_Bps;
     f->bytes   = bytes;
     f->done_ns = (uint64_t)llround(s->free_ns) + s->base_rtt_ns;
+    if (s->hold_ns != 0) { /* a receiver that reports completions in batches */
+        f->done_ns = (f->done_ns + s->hold_ns - 1) / s->hold_ns * s->hold_ns;
+    }
     inter_rate_posted(&s->rate, bytes, s->now, more_queued, &f->stamp);
 }
 
@@ -351,6 +356,45 @@ static void test_base_rtt_grows(void **state)
                 "window for the new base RTT");
 }
 
+/*
+ * Completions reported in batches every 200 us (a proxy or receiver that runs in time
+ * slices), on a path whose base RTT is 25 us: a window of 2 x rate x base RTT (550 kB)
+ * would carry 550 kB per batch, 28% of the path; the aggregation allowance must let the
+ * path run within 10% of its capacity, stay within the rate times
+ * INTER_RATE_AGGREGATION_MAX_NS, and fade once completions come smoothly again.
+ */
+static void test_bunched_completions(void **state)
+{
+    uint64_t start, delivered, allowance;
+    double cap;
+    sim_t s;
+
+    (void)state;
+    sim_init(&s, LINK_BPS, LINK_RTT, true, FLOOR, 0);
+    for (int i = 0; i < 10; ++i) { /* the base RTT, on an idle path */
+        sim_post(&s, OP_BYTES, false);
+        sim_complete_next(&s);
+        s.now += 1 * MS;
+    }
+    s.hold_ns = 200 * US;
+    sim_saturate(&s, OP_BYTES, s.now + 20 * MS);
+    start     = s.now;
+    delivered = s.rate.delivered;
+    sim_saturate(&s, OP_BYTES, s.now + 50 * MS);
+    assert_near((double)(s.rate.delivered - delivered) * 1e9 / (double)(s.now - start), LINK_BPS,
+                0.10, "throughput with completions in batches of 200 us");
+    allowance = s.rate.window - (uint64_t)window_for(s.rate.rate_Bps, s.rate.min_rtt_ns);
+    cap = s.rate.rate_Bps * (double)INTER_RATE_AGGREGATION_MAX_NS / 1e9;
+    if ((double)allowance > cap + 1.0) {
+        fail_msg("allowance %llu bytes above rate x %llu ns (%.0f)", (unsigned long long)allowance,
+                 (unsigned long long)INTER_RATE_AGGREGATION_MAX_NS, cap);
+    }
+    s.hold_ns = 0; /* smooth again: within 10 rounds (some ms here) the allowance is gone */
+    sim_saturate(&s, OP_BYTES, s.now + 20 * MS);
+    assert_near((double)s.rate.window, window_for(s.rate.rate_Bps, s.rate.min_rtt_ns), 0.01,
+                "window once completions are smooth again");
+}
+
 /* A path first used a second in: the first sample's interval starts at its post, not at
  * the estimator's creation (nor, later, at the last delivery before a pause). */
 static void test_idle_path_sample(void **state)
@@ -437,6 +481,7 @@ int main(void)
         cmocka_unit_test(test_floor_sized_operations),
         cmocka_unit_test(test_larger_than_window),
         cmocka_unit_test(test_base_rtt_grows),
+        cmocka_unit_test(test_bunched_completions),
         cmocka_unit_test(test_idle_path_sample),
         cmocka_unit_test(test_failed_operation),
         cmocka_unit_test(test_estimate_only),
