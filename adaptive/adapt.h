@@ -1,19 +1,19 @@
 /*
  * adaptive: per-expert Push/Pull decisions from routing statistics. The statistics (EWMA
  * of each expert's tokens from each source node), the cost model of each mode on each tier,
- * the policy with its hysteresis, policy and mask files, calibration of the model, and the
- * owner-side decider the scheduler runs every step. Other layers include only this header.
+ * the policy with its hysteresis, and policy and mask files: pure computation over util,
+ * which strata-tune replays traces through. The decider a MoE object runs, with the model's
+ * calibration, is the glue in adapt_moe.h, a layer of its own above the scheduler.
  */
 #ifndef STRATA_ADAPTIVE_ADAPT_H
 #define STRATA_ADAPTIVE_ADAPT_H
 
-#include <strata/strata.h>
+#include <strata/types.h>
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "scheduler/sched.h"
 
 /* --- Statistics --------------------------------------------------------------------------- */
 
@@ -163,18 +163,5 @@ strata_status_t adapt_policy_save(const char *path, const adapt_policy_params_t 
 /** A fixed mode file: bit e of mask (words of 64) set where expert e moves in Pull form.
  *  Read as adapt_policy_load reads a policy file. */
 strata_status_t adapt_mask_load(const char *path, int num_experts, uint64_t *mask);
-
-/* --- The owner's decider, driven by the scheduler ----------------------------------------- */
-
-/** The STRATA_ADAPTIVE_* variables. */
-extern const util_config_table_t adapt_config_table;
-
-/**
- * Give moe an adaptive policy for its rank's experts (STRATA_MOE_MODE=adaptive): the policy
- * file named by policy_file, else STRATA_ADAPTIVE_POLICY, else the defaults, with the model
- * measured on this machine when STRATA_ADAPTIVE_CALIBRATE is on. Collective over the
- * object's ranks when calibrating.
- */
-strata_status_t adapt_moe_attach(sched_moe_t *moe, const char *policy_file);
 
 #endif

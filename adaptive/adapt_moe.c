@@ -3,8 +3,7 @@
  * fed each step with the rows they received from each node, its model from a policy file
  * or the defaults, optionally measured on this machine (STRATA_ADAPTIVE_CALIBRATE).
  */
-#include "adapt.h"
-#include "util/util.h"
+#include "adapt_moe.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /*
  * The registry of configuration tables, one per layer that has settings.
  */
-#include "adaptive/adapt.h"
+#include "adaptive/adapt_moe.h"
 #include "api/api.h"
 #include "intra/intra.h"
 #include "inter/engine.h"

@@ -4,7 +4,7 @@
  */
 #include "api/api.h"
 #include "api_comm.h"
-#include "adaptive/adapt.h"
+#include "adaptive/adapt_moe.h"
 #include "scheduler/sched.h"
 
 #include <stdatomic.h>

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The layer rule (cmake/StrataCompile.cmake) as the compiler sees it: probe files compiled
+# as files of a layer. The allowed probe must build; each other probe must fail to build,
+# and fail because the header it names is not found, not for another reason.
+# An include by a relative path would go around the rule: none may climb out of its folder.
+# Usage: test_layers.sh BUILD_DIR SOURCE_DIR
+set -u
+build=$1
+source=$2
+failed=0
+log=$(mktemp /tmp/strata-layers-XXXXXX)
+trap 'rm -f "$log"' EXIT
+
+# probe NAME: build the probe's object; returns the build's exit status, output in $log.
+probe() {
+    timeout 300 cmake --build "$build" --target "layer_probe_$1" >"$log" 2>&1
+}
+
+if probe scheduler_allowed; then
+    echo "ok: a scheduler file builds with both tiers', util's and the public headers"
+else
+    echo "FAIL: the allowed probe did not build:"; tail -20 "$log"; failed=1
+fi
+# NAME and the header whose absence must stop it.
+for refusal in "util_upward scheduler/sched.h" "util_public strata/strata.h" \
+               "intra_sibling inter/engine.h" "adaptive_upward scheduler/sched.h"; do
+    set -- $refusal
+    if probe "$1"; then
+        echo "FAIL: probe $1 built: the layer rule let it include $2"; failed=1
+    elif grep -q "$2: No such file or directory" "$log"; then
+        echo "ok: probe $1 refused: $2 not found"
+    else
+        echo "FAIL: probe $1 failed to build, but not for $2:"; tail -20 "$log"; failed=1
+    fi
+done
+# Kernel bodies: only the three kernel translation units (and the kernels' own headers)
+# include them; everyone else sees intra/kernels/moe_format.h's limits and structs.
+bodies='#[[:space:]]*include[[:space:]]*"[^"]*(moe_kernels|net_kernels|moe_dispatch|moe_combine|moe_common)\.h"'
+includers=$(cd "$source" && grep -rlE "$bodies" util topo inter intra scheduler adaptive api tools |
+            grep -vxE 'intra/kernels/[a-z_]+\.h|intra/host/host_kernels\.c|intra/cuda/cuda_kernels\.cu|intra/hip/hip_kernels\.hip')
+if [ -z "$includers" ]; then
+    echo "ok: only the three kernel translation units include the kernel bodies"
+else
+    echo "FAIL: kernel bodies included outside the kernel translation units:"; echo "$includers"
+    failed=1
+fi
+climbing=$(cd "$source" && grep -rnE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"\.\./' \
+               util topo inter intra scheduler adaptive api)
+if [ -z "$climbing" ]; then
+    echo "ok: no layer file includes by a path that climbs out of its folder"
+else
+    echo "FAIL: includes by a relative path around the layer rule:"; echo "$climbing"; failed=1
+fi
+exit $failed
