@@ -473,7 +473,7 @@ void            inter_pace_posted(inter_engine_t *engine, inter_op_t *op, bool m
 void            inter_pace_completed(inter_engine_t *engine, const inter_op_t *op,
                                      strata_status_t status, uint64_t now);
 
-/* inter_request.c */
+/* inter_ops.c */
 strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req);
 void             inter_request_finish(inter_request_t *req, strata_status_t status);
 

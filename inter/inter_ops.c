@@ -1,7 +1,8 @@
 /*
- * Request submission from any thread: validation, expansion into transport operations
- * (chunks striped over rails, pages, scatter targets), and the waits on requests,
- * immediates and barriers.
+ * The engine's operations, from any thread: write (plain, paged, scattered), read, send,
+ * recv, immediates and barriers; their validation, their expansion into transport
+ * operations (chunks striped over rails, pages, scatter targets), and the requests they
+ * return, with the waits on them.
  */
 #include "inter_internal.h"
 
