@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 /* Distinct uniform experts per token, seeded by rank. */
-void intra_route(intra_bench_t *b)
+void bench_intra_route(bench_intra_t *b)
 {
     uint64_t state = 0x9e3779b97f4a7c15ull * (uint64_t)(b->rank + 1);
 
@@ -44,35 +44,35 @@ void intra_route(intra_bench_t *b)
 }
 
 /* Dispatch rows plus combined result rows: what each rank moves per step. */
-static double intra_payload(const intra_bench_t *b)
+static double bench_intra_payload(const bench_intra_t *b)
 {
     return 2.0 * (double)b->tokens * b->topk * (double)b->row_bytes;
 }
 
-static void intra_summary(util_histogram_t *h, util_histogram_summary_t *s)
+static void bench_intra_summary(util_histogram_t *h, util_histogram_summary_t *s)
 {
     util_histogram_summarize(h, s);
     util_histogram_reset(h);
 }
 
-void intra_record(intra_samples_t *s, uint64_t t0, uint64_t t1, uint64_t t2)
+void bench_intra_record(bench_intra_samples_t *s, uint64_t t0, uint64_t t1, uint64_t t2)
 {
     util_histogram_record(&s->dispatch, t1 - t0);
     util_histogram_record(&s->combine, t2 - t1);
     util_histogram_record(&s->step, t2 - t0);
 }
 
-void intra_finish(intra_bench_t *b, intra_samples_t *s, intra_result_t *r)
+void bench_intra_finish(bench_intra_t *b, bench_intra_samples_t *s, bench_intra_result_t *r)
 {
-    intra_summary(&s->dispatch, &r->dispatch);
-    intra_summary(&s->combine, &r->combine);
-    intra_summary(&s->step, &r->step);
-    r->gbps = intra_payload(b) / (double)r->step.p50;
+    bench_intra_summary(&s->dispatch, &r->dispatch);
+    bench_intra_summary(&s->combine, &r->combine);
+    bench_intra_summary(&s->step, &r->step);
+    r->gbps = bench_intra_payload(b) / (double)r->step.p50;
 }
 
-static void intra_run_strata(intra_bench_t *b, intra_moe_t *moe, intra_result_t *r)
+static void bench_intra_run_strata(bench_intra_t *b, intra_moe_t *moe, bench_intra_result_t *r)
 {
-    static intra_samples_t samples;
+    static bench_intra_samples_t samples;
     intra_moe_recv_t recv;
 
     for (int i = -2; i < b->iters; ++i) {
@@ -86,16 +86,16 @@ static void intra_run_strata(intra_bench_t *b, intra_moe_t *moe, intra_result_t 
         BENCH_TRY(intra_moe_combine(moe, recv.expert_y, b->d_weights, b->pull_mask, b->d_out));
         t2 = util_clock_now_ns();
         if (i >= 0) {
-            intra_record(&samples, t0, t1, t2);
+            bench_intra_record(&samples, t0, t1, t2);
         }
     }
-    intra_finish(b, &samples, r);
+    bench_intra_finish(b, &samples, r);
 }
 
-static void intra_run_memcpy(intra_bench_t *b, intra_result_t *r)
+static void bench_intra_run_memcpy(bench_intra_t *b, bench_intra_result_t *r)
 {
     static util_histogram_t hs;
-    size_t bytes = (size_t)intra_payload(b);
+    size_t bytes = (size_t)bench_intra_payload(b);
     char *src = malloc(bytes), *dst = malloc(bytes);
 
     if (src == NULL || dst == NULL) {
@@ -115,14 +115,14 @@ static void intra_run_memcpy(intra_bench_t *b, intra_result_t *r)
         }
     }
     memset(r, 0, sizeof(*r));
-    intra_summary(&hs, &r->step);
-    r->gbps = intra_payload(b) / (double)r->step.p50;
+    bench_intra_summary(&hs, &r->step);
+    r->gbps = bench_intra_payload(b) / (double)r->step.p50;
     free(src);
     free(dst);
 }
 
 /* Counts and order of the rows each rank sends: (token, k) grouped by owner rank. */
-void intra_mpi_layout(intra_bench_t *b)
+void bench_intra_mpi_layout(bench_intra_t *b)
 {
     int per_rank = b->experts / b->size, n = 0;
 
@@ -145,7 +145,7 @@ void intra_mpi_layout(intra_bench_t *b)
 }
 
 /* out[t] = sum_k w * y, fp32 in k order, from rows back in packed order. */
-static void intra_mpi_reduce(intra_bench_t *b)
+static void bench_intra_mpi_reduce(bench_intra_t *b)
 {
     float *acc = calloc((size_t)b->tokens * (size_t)b->hidden, sizeof(float));
 
@@ -172,7 +172,7 @@ static void intra_mpi_reduce(intra_bench_t *b)
     free(acc);
 }
 
-void intra_mpi_step(intra_bench_t *b, intra_samples_t *samples)
+void bench_intra_mpi_step(bench_intra_t *b, bench_intra_samples_t *samples)
 {
     uint64_t t0, t1, t2;
 
@@ -189,24 +189,24 @@ void intra_mpi_step(intra_bench_t *b, intra_samples_t *samples)
     MPI_TRY(MPI_Alltoallv(b->received, b->recv_counts, b->recv_displs, MPI_UINT16_T,
                           b->packed, b->send_counts, b->send_displs, MPI_UINT16_T,
                           MPI_COMM_WORLD));
-    intra_mpi_reduce(b);
+    bench_intra_mpi_reduce(b);
     t2 = util_clock_now_ns();
     if (samples != NULL) {
-        intra_record(samples, t0, t1, t2);
+        bench_intra_record(samples, t0, t1, t2);
     }
 }
 
-void intra_run_mpi(intra_bench_t *b, intra_result_t *r)
+void bench_intra_run_mpi(bench_intra_t *b, bench_intra_result_t *r)
 {
-    static intra_samples_t samples;
+    static bench_intra_samples_t samples;
 
     for (int i = -2; i < b->iters; ++i) {
-        intra_mpi_step(b, i >= 0 ? &samples : NULL);
+        bench_intra_mpi_step(b, i >= 0 ? &samples : NULL);
     }
-    intra_finish(b, &samples, r);
+    bench_intra_finish(b, &samples, r);
 }
 
-void intra_alloc(intra_bench_t *b, int max_tokens)
+void bench_intra_alloc(bench_intra_t *b, int max_tokens)
 {
     size_t rows = (size_t)max_tokens * (size_t)b->topk;
 
@@ -232,13 +232,13 @@ void intra_alloc(intra_bench_t *b, int max_tokens)
     b->recv_displs = b->send_counts + 3 * b->size;
 }
 
-void intra_print_header(void)
+void bench_intra_print_header(void)
 {
     printf("%6s %-16s | %9s %9s | %9s %9s | %9s %9s | %7s | %6s\n", "tokens", "path", "disp p50",
            "disp p99", "comb p50", "comb p99", "step p50", "step p99", "GB/s", "ratio");
 }
 
-int intra_max_size(const int *sizes, int num_sizes)
+int bench_intra_max_size(const int *sizes, int num_sizes)
 {
     int max = 0;
 
@@ -248,8 +248,8 @@ int intra_max_size(const int *sizes, int num_sizes)
     return max;
 }
 
-void intra_print_row(const char *what, int tokens, const intra_result_t *r,
-                     const intra_result_t *base)
+void bench_intra_print_row(const char *what, int tokens, const bench_intra_result_t *r,
+                     const bench_intra_result_t *base)
 {
     printf("%6d %-16s | %9.1f %9.1f | %9.1f %9.1f | %9.1f %9.1f | %7.2f | %6.2f\n", tokens, what,
            r->dispatch.p50 / 1e3, r->dispatch.p99 / 1e3, r->combine.p50 / 1e3,
@@ -258,29 +258,29 @@ void intra_print_row(const char *what, int tokens, const intra_result_t *r,
 }
 
 /* One token count: strata Push and Pull, memcpy, MPI_Alltoallv. */
-static void intra_measure(intra_bench_t *b, intra_moe_t *moe, tool_progress_t *progress)
+static void bench_intra_measure(bench_intra_t *b, intra_moe_t *moe, tool_progress_t *progress)
 {
-    intra_result_t push, pull, copy, mpi;
+    bench_intra_result_t push, pull, copy, mpi;
 
-    intra_route(b);
+    bench_intra_route(b);
     BENCH_TRY(b->device->mem_copy(b->d_x, b->x, (size_t)b->tokens * b->row_bytes));
     BENCH_TRY(b->device->mem_copy(b->d_idx, b->idx,
                                   (size_t)b->tokens * (size_t)b->topk * sizeof(int64_t)));
     BENCH_TRY(b->device->mem_copy(b->d_weights, b->weights,
                                   (size_t)b->tokens * (size_t)b->topk * sizeof(float)));
-    intra_mpi_layout(b);
+    bench_intra_mpi_layout(b);
     memset(b->pull_mask, 0, sizeof(b->pull_mask));
-    intra_run_strata(b, moe, &push);
+    bench_intra_run_strata(b, moe, &push);
     memset(b->pull_mask, 0xff, sizeof(b->pull_mask));
-    intra_run_strata(b, moe, &pull);
-    intra_run_memcpy(b, &copy);
-    intra_run_mpi(b, &mpi);
+    bench_intra_run_strata(b, moe, &pull);
+    bench_intra_run_memcpy(b, &copy);
+    bench_intra_run_mpi(b, &mpi);
     if (b->rank == 0) {
         tool_progress_end(progress); /* the rows start on a clean line */
-        intra_print_row("memcpy", b->tokens, &copy, NULL);
-        intra_print_row("MPI_Alltoallv", b->tokens, &mpi, &copy);
-        intra_print_row("strata push", b->tokens, &push, &copy);
-        intra_print_row("strata pull", b->tokens, &pull, &copy);
+        bench_intra_print_row("memcpy", b->tokens, &copy, NULL);
+        bench_intra_print_row("MPI_Alltoallv", b->tokens, &mpi, &copy);
+        bench_intra_print_row("strata push", b->tokens, &push, &copy);
+        bench_intra_print_row("strata pull", b->tokens, &pull, &copy);
         printf("%6d strata/alltoallv | push %.2fx   pull %.2fx (step p50 speed-up)\n", b->tokens,
                (double)mpi.step.p50 / (double)push.step.p50,
                (double)mpi.step.p50 / (double)pull.step.p50);
@@ -288,7 +288,7 @@ static void intra_measure(intra_bench_t *b, intra_moe_t *moe, tool_progress_t *p
     }
 }
 
-bool intra_parse_sizes(const char *tool, const char *text, int *sizes, int *num_p)
+bool bench_intra_parse_sizes(const char *tool, const char *text, int *sizes, int *num_p)
 {
     char *copy = strdup(text), *save = NULL;
     bool ok = copy != NULL;
@@ -318,11 +318,11 @@ bool intra_parse_sizes(const char *tool, const char *text, int *sizes, int *num_
     return ok;
 }
 
-bool intra_bench_option(const char *tool, intra_bench_t *b, intra_bench_opts_t *o, int opt,
+bool bench_intra_option(const char *tool, bench_intra_t *b, bench_intra_opts_t *o, int opt,
                         const char *arg)
 {
     switch (opt) {
-    case 't': return intra_parse_sizes(tool, arg, o->sizes, &o->num_sizes);
+    case 't': return bench_intra_parse_sizes(tool, arg, o->sizes, &o->num_sizes);
     case 'H': return tool_parse_int(tool, "--hidden", arg, 1, INTRA_MAX_HIDDEN, &b->hidden);
     case 'k': return tool_parse_int(tool, "--topk", arg, 1, INTRA_MAX_TOPK, &b->topk);
     case 'e': return tool_parse_int(tool, "--experts", arg, 1, INTRA_MAX_EXPERTS, &b->experts);
@@ -332,7 +332,7 @@ bool intra_bench_option(const char *tool, intra_bench_t *b, intra_bench_opts_t *
     }
 }
 
-void intra_bench_start(intra_bench_t *b, int *argc, char ***argv)
+void bench_intra_start(bench_intra_t *b, int *argc, char ***argv)
 {
     MPI_TRY(MPI_Init(argc, argv));
     MPI_TRY(MPI_Comm_rank(MPI_COMM_WORLD, &b->rank));
@@ -343,7 +343,7 @@ void intra_bench_start(intra_bench_t *b, int *argc, char ***argv)
     }
 }
 
-static void intra_usage(FILE *out)
+static void bench_intra_usage(FILE *out)
 {
     fprintf(out,
             "Usage: mpirun -n N strata-bench intra [--tokens N[,N...]] [--hidden H] [--topk K]\n"
@@ -365,7 +365,7 @@ static void intra_usage(FILE *out)
 }
 
 /* A fresh heap and object per token count, sized for it. */
-static void intra_bench_tokens(intra_bench_t *b, const char *key, tool_progress_t *progress)
+static void bench_intra_tokens(bench_intra_t *b, const char *key, tool_progress_t *progress)
 {
     int avg = b->tokens * b->size * b->topk / b->experts;
     intra_moe_params_t p = {.num_experts = b->experts, .topk = b->topk, .hidden = b->hidden,
@@ -384,7 +384,7 @@ static void intra_bench_tokens(intra_bench_t *b, const char *key, tool_progress_
     }
     BENCH_TRY(intra_heap_create(&hp, &heap));
     BENCH_TRY(intra_moe_create(&p, heap, &moe));
-    intra_measure(b, moe, progress);
+    bench_intra_measure(b, moe, progress);
     MPI_TRY(MPI_Barrier(MPI_COMM_WORLD)); /* nobody unmaps while a peer still reads */
     intra_moe_destroy(moe);
     intra_heap_destroy(heap);
@@ -395,8 +395,8 @@ int bench_intra_main(int argc, char **argv)
     static const struct option options[] = {
         INTRA_BENCH_OPTIONS, {"device", required_argument, NULL, 'd'}, {NULL, 0, NULL, 0},
     };
-    intra_bench_t b = {.hidden = 7168, .topk = 8};
-    intra_bench_opts_t o = {.sizes = {128, 4096}, .num_sizes = 2};
+    bench_intra_t b = {.hidden = 7168, .topk = 8};
+    bench_intra_opts_t o = {.sizes = {128, 4096}, .num_sizes = 2};
     const char *device = "host";
     tool_progress_t progress;
     char key[64];
@@ -406,7 +406,7 @@ int bench_intra_main(int argc, char **argv)
     optind = 2;
     while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "d:", options, NULL)) != -1) {
         if (opt == 'h') {
-            intra_usage(stdout);
+            bench_intra_usage(stdout);
             return 0;
         }
         if (opt == '?' || opt == ':') {
@@ -414,7 +414,7 @@ int bench_intra_main(int argc, char **argv)
         }
         if (opt == 'd') {
             device = optarg;
-        } else if (!intra_bench_option(INTRA_TOOL, &b, &o, opt, optarg)) {
+        } else if (!bench_intra_option(INTRA_TOOL, &b, &o, opt, optarg)) {
             return TOOL_EXIT_USAGE;
         }
     }
@@ -424,7 +424,7 @@ int bench_intra_main(int argc, char **argv)
     if (intra_device_find(device) == NULL) {
         return tool_usage_error(INTRA_TOOL, "--device %s: no such device backend", device);
     }
-    intra_bench_start(&b, &argc, &argv);
+    bench_intra_start(&b, &argc, &argv);
     b.device = intra_device_find(device);
     if (b.experts % b.size != 0) {
         fprintf(stderr, "strata-bench intra: --experts %d is not a multiple of the %d ranks\n",
@@ -432,7 +432,7 @@ int bench_intra_main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     b.row_bytes = (size_t)b.hidden * sizeof(uint16_t);
-    intra_alloc(&b, intra_max_size(o.sizes, o.num_sizes));
+    bench_intra_alloc(&b, bench_intra_max_size(o.sizes, o.num_sizes));
     job = (long)getpid();
     MPI_TRY(MPI_Bcast(&job, 1, MPI_LONG, 0, MPI_COMM_WORLD));
     if (b.rank == 0) {
@@ -441,7 +441,7 @@ int bench_intra_main(int argc, char **argv)
                "times in us (rank 0), GB/s = payload / step p50\n"
                "# ratio: GB/s against memcpy of the same bytes in the same processes\n",
                b.size, device, b.hidden, b.topk, b.experts);
-        intra_print_header();
+        bench_intra_print_header();
     }
     tool_progress_start(&progress, b.rank == 0, b.progress);
     for (int i = 0; i < o.num_sizes; ++i) {
@@ -449,7 +449,7 @@ int bench_intra_main(int argc, char **argv)
         b.tokens = o.sizes[i];
         b.iters  = o.iters > 0 ? o.iters : o.sizes[i] >= 1024 ? 10 : 200;
         snprintf(key, sizeof(key), "bench-intra-%ld-%d", job, i);
-        intra_bench_tokens(&b, key, &progress);
+        bench_intra_tokens(&b, key, &progress);
     }
     tool_progress_end(&progress);
     MPI_TRY(MPI_Finalize());

@@ -35,7 +35,7 @@ typedef struct mode_run {
 } mode_run_t;
 
 typedef struct modes_bench {
-    intra_bench_t      *b;
+    bench_intra_t      *b;
     int                 per_node, num_nodes, num_modes, warmup;
     bool                breakdown;
     strata_moe_route_t  route;
@@ -105,7 +105,7 @@ static mode_run_t *modes_find(modes_bench_t *m, strata_moe_mode_t mode)
 /* The routing: the trace given, or Zipf with a drifting hot set over the bench's shape. */
 static void modes_trace(modes_bench_t *m, const char *path, double zipf, uint64_t seed)
 {
-    intra_bench_t *b = m->b;
+    bench_intra_t *b = m->b;
     char err[STRATA_TRACE_ERR_LEN];
     strata_trace_gen_params_t gen;
 
@@ -142,7 +142,7 @@ static void modes_trace(modes_bench_t *m, const char *path, double zipf, uint64_
  * built-in one. */
 static void modes_open(modes_bench_t *m, strata_comm_t *comm)
 {
-    intra_bench_t *b = m->b;
+    bench_intra_t *b = m->b;
     char saved[] = "/tmp/strata-bench-policy-XXXXXX";
     bool own_file = false;
     adapt_policy_params_t policy;
@@ -243,7 +243,7 @@ static void modes_track(modes_bench_t *m, mode_run_t *run, const strata_moe_stat
 /* One step of one mode: a layout for the step's routing, dispatch and combine. */
 static void modes_step(modes_bench_t *m, mode_run_t *run, bool record)
 {
-    intra_bench_t *b = m->b;
+    bench_intra_t *b = m->b;
     strata_moe_layout_t *layout;
     strata_moe_recv_t recv;
     strata_moe_stats_t stats;
@@ -275,7 +275,7 @@ static void modes_step(modes_bench_t *m, mode_run_t *run, bool record)
 
 static void modes_measure(modes_bench_t *m)
 {
-    intra_bench_t *b = m->b;
+    bench_intra_t *b = m->b;
     tool_progress_t progress;
 
     tool_progress_start(&progress, b->rank == 0, b->progress);
@@ -378,7 +378,7 @@ static void modes_close(modes_bench_t *m)
     free(m->by_node);
 }
 
-int bench_moe_modes(intra_bench_t *b, strata_comm_t *comm, int per_node,
+int bench_moe_modes(bench_intra_t *b, strata_comm_t *comm, int per_node,
                     const bench_modes_opts_t *o)
 {
     static modes_bench_t m;
@@ -393,8 +393,8 @@ int bench_moe_modes(intra_bench_t *b, strata_comm_t *comm, int per_node,
                         "most %d\n", b->experts, b->size, 64 * INTRA_MOE_MASK_WORDS);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    intra_alloc(b, b->tokens);
-    intra_route(b); /* rows and weights; the trace gives the routing step by step */
+    bench_intra_alloc(b, b->tokens);
+    bench_intra_route(b); /* rows and weights; the trace gives the routing step by step */
     m.by_node = calloc((size_t)b->experts * (size_t)m.num_nodes, sizeof(int32_t));
     if (m.by_node == NULL) {
         modes_fail("out of memory%s", "");

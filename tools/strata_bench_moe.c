@@ -80,14 +80,14 @@ typedef struct moe_route {
     strata_moe_combine_t combine;
     strata_moe_t        *moe;
     strata_moe_layout_t *layout;
-    intra_samples_t      samples;
-    intra_result_t       result;
+    bench_intra_samples_t      samples;
+    bench_intra_result_t       result;
     strata_moe_stats_t   stats;
     moe_breakdown_t      bd;
     double               create_ms; /* the object and its layout, slowest rank */
 } moe_route_t;
 
-static void moe_route_open(intra_bench_t *b, strata_comm_t *comm, moe_route_t *r)
+static void moe_route_open(bench_intra_t *b, strata_comm_t *comm, moe_route_t *r)
 {
     strata_moe_params_t p = {.num_experts = b->experts, .topk = b->topk, .hidden = b->hidden,
                              .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
@@ -104,7 +104,7 @@ static void moe_route_open(intra_bench_t *b, strata_comm_t *comm, moe_route_t *r
 
 /* One step: the reused layout, dispatch and combine halves, timed; with a breakdown, what a
  * layout made for the step would cost, and each phase. */
-static void moe_route_step(intra_bench_t *b, moe_route_t *r, bool record, bool breakdown)
+static void moe_route_step(bench_intra_t *b, moe_route_t *r, bool record, bool breakdown)
 {
     strata_moe_recv_t recv;
     uint64_t t0, t1, t2;
@@ -128,27 +128,27 @@ static void moe_route_step(intra_bench_t *b, moe_route_t *r, bool record, bool b
     t2 = util_clock_now_ns();
     BENCH_TRY(strata_moe_get_stats(r->moe, &r->stats));
     if (record) {
-        intra_record(&r->samples, t0, t1, t2);
+        bench_intra_record(&r->samples, t0, t1, t2);
     }
     if (breakdown) {
         moe_breakdown_record(&r->bd, &r->stats, record);
     }
 }
 
-static void moe_route_close(intra_bench_t *b, moe_route_t *r)
+static void moe_route_close(bench_intra_t *b, moe_route_t *r)
 {
-    intra_finish(b, &r->samples, &r->result);
+    bench_intra_finish(b, &r->samples, &r->result);
     MPI_TRY(MPI_Barrier(MPI_COMM_WORLD)); /* nobody unmaps while a peer still reads */
     strata_moe_layout_destroy(r->layout);
     strata_moe_destroy(r->moe);
 }
 
-static void moe_print(const intra_bench_t *b, moe_route_t *flat, moe_route_t *hier,
-                      const intra_result_t *mpi, bool breakdown)
+static void moe_print(const bench_intra_t *b, moe_route_t *flat, moe_route_t *hier,
+                      const bench_intra_result_t *mpi, bool breakdown)
 {
-    intra_print_row("MPI_Alltoallv", b->tokens, mpi, NULL);
-    intra_print_row("strata flat", b->tokens, &flat->result, mpi);
-    intra_print_row("strata hier", b->tokens, &hier->result, mpi);
+    bench_intra_print_row("MPI_Alltoallv", b->tokens, mpi, NULL);
+    bench_intra_print_row("strata flat", b->tokens, &flat->result, mpi);
+    bench_intra_print_row("strata hier", b->tokens, &hier->result, mpi);
     printf("%6d strata/alltoallv | step p50 speed-up: flat %.2fx, hierarchical %.2fx; "
            "step p99: flat %.2fx, hierarchical %.2fx\n", b->tokens,
            (double)mpi->step.p50 / (double)flat->result.step.p50,
@@ -184,15 +184,15 @@ static void moe_print(const intra_bench_t *b, moe_route_t *flat, moe_route_t *hi
  * Both routes and MPI_Alltoallv, one step of each in turn (the order rotating), so that all
  * three see the same moments of a shared, noisy machine.
  */
-static void moe_measure(intra_bench_t *b, strata_comm_t *comm, bool breakdown,
+static void moe_measure(bench_intra_t *b, strata_comm_t *comm, bool breakdown,
                         tool_progress_t *progress)
 {
     static moe_route_t flat, hier;
-    static intra_samples_t mpi_samples;
-    intra_result_t mpi;
+    static bench_intra_samples_t mpi_samples;
+    bench_intra_result_t mpi;
 
-    intra_route(b);
-    intra_mpi_layout(b);
+    bench_intra_route(b);
+    bench_intra_mpi_layout(b);
     memset(&flat, 0, sizeof(flat));
     memset(&hier, 0, sizeof(hier));
     flat.route = STRATA_MOE_ROUTE_FLAT;
@@ -206,13 +206,13 @@ static void moe_measure(intra_bench_t *b, strata_comm_t *comm, bool breakdown,
             int which = (i + 3 + j) % 3;
 
             if (which == 0) {
-                intra_mpi_step(b, i >= 0 ? &mpi_samples : NULL);
+                bench_intra_mpi_step(b, i >= 0 ? &mpi_samples : NULL);
             } else {
                 moe_route_step(b, which == 1 ? &flat : &hier, i >= 0, breakdown);
             }
         }
     }
-    intra_finish(b, &mpi_samples, &mpi);
+    bench_intra_finish(b, &mpi_samples, &mpi);
     moe_route_close(b, &flat);
     moe_route_close(b, &hier);
     if (b->rank == 0) {
@@ -232,14 +232,14 @@ static const char *moe_combine_name(strata_moe_combine_t combine)
     return combine == STRATA_MOE_COMBINE_NODE_REDUCE ? "node-reduce" : "exact";
 }
 
-static void moe_print_combine(const intra_bench_t *b, moe_route_t *objs, int count,
+static void moe_print_combine(const bench_intra_t *b, moe_route_t *objs, int count,
                               bool breakdown)
 {
     for (int i = 0; i < count; ++i) {
         char row[32];
 
         snprintf(row, sizeof(row), "hier %s", moe_combine_name(objs[i].combine));
-        intra_print_row(row, b->tokens, &objs[i].result, &objs[0].result);
+        bench_intra_print_row(row, b->tokens, &objs[i].result, &objs[0].result);
     }
     for (int i = 0; i < count; ++i) {
         printf("%6d combine %s: rank 0 to other nodes per step: %llu rows, %llu payload bytes "
@@ -262,13 +262,13 @@ static void moe_print_combine(const intra_bench_t *b, moe_route_t *objs, int cou
  * --combine: one hierarchical object per combine mode, one step of each in turn (the order
  * rotating), so that the modes see the same moments of a shared machine.
  */
-static void moe_measure_combine(intra_bench_t *b, strata_comm_t *comm,
+static void moe_measure_combine(bench_intra_t *b, strata_comm_t *comm,
                                 const moe_combine_opts_t *c, bool breakdown,
                                 tool_progress_t *progress)
 {
     static moe_route_t objs[2];
 
-    intra_route(b);
+    bench_intra_route(b);
     for (int i = 0; i < c->count; ++i) {
         memset(&objs[i], 0, sizeof(objs[i]));
         objs[i].route   = STRATA_MOE_ROUTE_HIERARCHICAL;
@@ -363,7 +363,7 @@ static bool moe_parse_combine(const char *text, moe_combine_opts_t *c)
 
 /* The options of moe into m, c, *per_node_p and *breakdown_p, the shared ones into b and o;
  * false after a usage error naming the option and its value. */
-static bool moe_option(intra_bench_t *b, intra_bench_opts_t *o, bench_modes_opts_t *m,
+static bool moe_option(bench_intra_t *b, bench_intra_opts_t *o, bench_modes_opts_t *m,
                        moe_combine_opts_t *c, int *per_node_p, bool *breakdown_p, int opt,
                        const char *arg)
 {
@@ -376,7 +376,7 @@ static bool moe_option(intra_bench_t *b, intra_bench_opts_t *o, bench_modes_opts
     case 'S': return tool_parse_u64(MOE_TOOL, "--seed", arg, 0, UINT64_MAX, &m->seed);
     case 'T': m->trace = arg; return true;
     case 'R': return moe_parse_route(arg, &m->route);
-    default:  return intra_bench_option(MOE_TOOL, b, o, opt, arg);
+    default:  return bench_intra_option(MOE_TOOL, b, o, opt, arg);
     }
 }
 
@@ -390,8 +390,8 @@ int bench_moe_main(int argc, char **argv)
         {"combine", required_argument, NULL, 'C'}, {NULL, 0, NULL, 0},
     };
     bench_modes_opts_t modes = {.zipf = 1.4, .seed = 1, .route = STRATA_MOE_ROUTE_DEFAULT};
-    intra_bench_t b = {.hidden = 2048, .topk = 8};
-    intra_bench_opts_t o = {.sizes = {128, 2048}, .num_sizes = 2};
+    bench_intra_t b = {.hidden = 2048, .topk = 8};
+    bench_intra_opts_t o = {.sizes = {128, 2048}, .num_sizes = 2};
     moe_combine_opts_t combine = {.count = 0};
     int per_node = 0, opt;
     bool breakdown = false;
@@ -420,7 +420,7 @@ int bench_moe_main(int argc, char **argv)
     if (optind < argc) {
         return tool_usage_error(MOE_TOOL, "unexpected argument '%s'", argv[optind]);
     }
-    intra_bench_start(&b, &argc, &argv);
+    bench_intra_start(&b, &argc, &argv);
     b.device = intra_device_find("host");
     per_node = per_node > 0 ? per_node : b.size;
     if (b.experts % b.size != 0) {
@@ -451,7 +451,7 @@ int bench_moe_main(int argc, char **argv)
         return 0;
     }
     b.row_bytes = (size_t)b.hidden * sizeof(uint16_t);
-    intra_alloc(&b, intra_max_size(o.sizes, o.num_sizes));
+    bench_intra_alloc(&b, bench_intra_max_size(o.sizes, o.num_sizes));
     if (b.rank == 0) {
         printf("# strata-bench moe: %d ranks on %d nodes, transport %s, hidden %d, top-%d of %d "
                "experts, bf16\n# payload per rank and step: dispatched rows + combined rows; "
@@ -463,7 +463,7 @@ int bench_moe_main(int argc, char **argv)
                combine.count > 0 ? "the first --combine mode" : "MPI_Alltoallv in the same "
                                                                 "processes",
                comm_ms);
-        intra_print_header();
+        bench_intra_print_header();
     }
     tool_progress_start(&progress, b.rank == 0, b.progress);
     for (int i = 0; i < o.num_sizes; ++i) {

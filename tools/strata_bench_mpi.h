@@ -22,7 +22,7 @@
 #define INTRA_TOOL        "strata-bench intra"
 #define MOE_TOOL          "strata-bench moe"
 
-typedef struct intra_bench {
+typedef struct bench_intra {
     int                       rank, size;
     int                       hidden, topk, experts, tokens, iters;
     bool                      progress; /* --progress: rank 0's line even on a pipe */
@@ -38,12 +38,12 @@ typedef struct intra_bench {
     int                      *order; /* packed row -> token * topk + k */
     /* the same inputs in the device's memory, for strata */
     void                     *d_x, *d_out, *d_idx, *d_weights;
-} intra_bench_t;
+} bench_intra_t;
 
-typedef struct intra_result {
+typedef struct bench_intra_result {
     util_histogram_summary_t dispatch, combine, step; /* ns, rank 0's samples */
     double                   gbps;                    /* payload / median step time */
-} intra_result_t;
+} bench_intra_result_t;
 
 #define MPI_TRY(expr) \
     do { \
@@ -54,29 +54,29 @@ typedef struct intra_result {
     } while (0)
 
 /* Per-step samples of one path: dispatch, combine, and the two together. */
-typedef struct intra_samples {
+typedef struct bench_intra_samples {
     util_histogram_t dispatch, combine, step;
-} intra_samples_t;
+} bench_intra_samples_t;
 
 /** Distinct uniform experts per token (seeded by rank), equal weights, fixed rows. */
-void intra_route(intra_bench_t *b);
-void intra_alloc(intra_bench_t *b, int max_tokens);
-void intra_record(intra_samples_t *s, uint64_t t0, uint64_t t1, uint64_t t2);
-void intra_finish(intra_bench_t *b, intra_samples_t *s, intra_result_t *r);
+void bench_intra_route(bench_intra_t *b);
+void bench_intra_alloc(bench_intra_t *b, int max_tokens);
+void bench_intra_record(bench_intra_samples_t *s, uint64_t t0, uint64_t t1, uint64_t t2);
+void bench_intra_finish(bench_intra_t *b, bench_intra_samples_t *s, bench_intra_result_t *r);
 /** Counts and order of the rows each rank sends to each rank (collective). */
-void intra_mpi_layout(intra_bench_t *b);
+void bench_intra_mpi_layout(bench_intra_t *b);
 /** The baseline over b->iters steps (collective). */
-void intra_run_mpi(intra_bench_t *b, intra_result_t *r);
+void bench_intra_run_mpi(bench_intra_t *b, bench_intra_result_t *r);
 /** One step of the baseline (collective), recorded in samples unless NULL. */
-void intra_mpi_step(intra_bench_t *b, intra_samples_t *samples);
-/** The column titles of intra_print_row. */
-void intra_print_header(void);
-int  intra_max_size(const int *sizes, int num_sizes);
-void intra_print_row(const char *what, int tokens, const intra_result_t *r,
-                     const intra_result_t *base);
+void bench_intra_mpi_step(bench_intra_t *b, bench_intra_samples_t *samples);
+/** The column titles of bench_intra_print_row. */
+void bench_intra_print_header(void);
+int  bench_intra_max_size(const int *sizes, int num_sizes);
+void bench_intra_print_row(const char *what, int tokens, const bench_intra_result_t *r,
+                     const bench_intra_result_t *base);
 /** "128,4096" into sizes (at most INTRA_MAX_SIZES) and their count into *num_p; false
  *  after a usage error of tool naming the bad count. */
-bool intra_parse_sizes(const char *tool, const char *text, int *sizes, int *num_p);
+bool bench_intra_parse_sizes(const char *tool, const char *text, int *sizes, int *num_p);
 
 /* The options every MPI subcommand takes: a getopt_long table's first entries, and their
  * letters for its short string. */
@@ -114,22 +114,22 @@ typedef struct bench_modes_opts {
 } bench_modes_opts_t;
 
 /** The modes one step each in turn on routing that changes by step; rank 0 prints. */
-int bench_moe_modes(intra_bench_t *b, strata_comm_t *comm, int per_node,
+int bench_moe_modes(bench_intra_t *b, strata_comm_t *comm, int per_node,
                     const bench_modes_opts_t *o);
 
 /** What the shared options give besides the bench state. */
-typedef struct intra_bench_opts {
+typedef struct bench_intra_opts {
     int sizes[INTRA_MAX_SIZES];
     int num_sizes;
     int iters; /* steps per size; 0: the subcommand's default */
-} intra_bench_opts_t;
+} bench_intra_opts_t;
 
 /** One of the shared options into b and o (not --help); false after a usage error of tool
  *  naming the option and its value. */
-bool intra_bench_option(const char *tool, intra_bench_t *b, intra_bench_opts_t *o, int opt,
+bool bench_intra_option(const char *tool, bench_intra_t *b, bench_intra_opts_t *o, int opt,
                         const char *arg);
 /** MPI_Init, this rank and the world's size, the log's rank, and 8 experts per rank
  *  unless --experts said otherwise. */
-void intra_bench_start(intra_bench_t *b, int *argc, char ***argv);
+void bench_intra_start(bench_intra_t *b, int *argc, char ***argv);
 
 #endif
