@@ -116,6 +116,29 @@ static void sim_saturate(sim_t *s, uint64_t op_bytes, uint64_t until_ns)
     }
 }
 
+/* Ten operations of bytes on an idle path, 1 ms apart: they set the base RTT. */
+static void sim_idle_base_rtt(sim_t *s, uint64_t bytes)
+{
+    for (int i = 0; i < 10; ++i) {
+        sim_post(s, bytes, false);
+        sim_complete_next(s);
+        s->now += 1 * MS;
+    }
+}
+
+/* Bytes per second delivered by a saturated stream of op_bytes operations over 50 ms,
+ * after 20 ms to settle. */
+static double sim_throughput(sim_t *s, uint64_t op_bytes)
+{
+    uint64_t start, delivered;
+
+    sim_saturate(s, op_bytes, s->now + 20 * MS);
+    start     = s->now;
+    delivered = s->rate.delivered;
+    sim_saturate(s, op_bytes, s->now + 50 * MS);
+    return (double)(s->rate.delivered - delivered) * 1e9 / (double)(s->now - start);
+}
+
 static void assert_near(double got, double want, double tolerance, const char *what)
 {
     if (fabs(got - want) > tolerance * fabs(want)) {
@@ -287,23 +310,14 @@ static void test_window_floor(void **state)
  */
 static void test_floor_sized_operations(void **state)
 {
-    uint64_t op = 1000000, start, delivered;
+    uint64_t op = 1000000;
     sim_t s;
 
     (void)state;
     sim_init(&s, LINK_BPS, LINK_RTT, true, op, 0);
-    for (int i = 0; i < 10; ++i) { /* the base RTT, from 8-byte operations on an idle path */
-        sim_post(&s, 8, false);
-        sim_complete_next(&s);
-        s.now += 1 * MS;
-    }
+    sim_idle_base_rtt(&s, 8); /* from 8-byte operations */
     assert_int_equal(s.rate.min_rtt_ns, LINK_RTT + 1); /* 8 bytes take 0.8 ns on the wire */
-    sim_saturate(&s, op, s.now + 20 * MS);
-    start     = s.now;
-    delivered = s.rate.delivered;
-    sim_saturate(&s, op, s.now + 50 * MS);
-    assert_near((double)(s.rate.delivered - delivered) * 1e9 / (double)(s.now - start), LINK_BPS,
-                0.05, "throughput of floor-sized operations");
+    assert_near(sim_throughput(&s, op), LINK_BPS, 0.05, "throughput of floor-sized operations");
 }
 
 /* Small operations make the base RTT small and the window about the floor; operations ten times
@@ -365,24 +379,16 @@ static void test_base_rtt_grows(void **state)
  */
 static void test_bunched_completions(void **state)
 {
-    uint64_t start, delivered, allowance;
+    uint64_t allowance;
     double cap;
     sim_t s;
 
     (void)state;
     sim_init(&s, LINK_BPS, LINK_RTT, true, FLOOR, 0);
-    for (int i = 0; i < 10; ++i) { /* the base RTT, on an idle path */
-        sim_post(&s, OP_BYTES, false);
-        sim_complete_next(&s);
-        s.now += 1 * MS;
-    }
+    sim_idle_base_rtt(&s, OP_BYTES);
     s.hold_ns = 200 * US;
-    sim_saturate(&s, OP_BYTES, s.now + 20 * MS);
-    start     = s.now;
-    delivered = s.rate.delivered;
-    sim_saturate(&s, OP_BYTES, s.now + 50 * MS);
-    assert_near((double)(s.rate.delivered - delivered) * 1e9 / (double)(s.now - start), LINK_BPS,
-                0.10, "throughput with completions in batches of 200 us");
+    assert_near(sim_throughput(&s, OP_BYTES), LINK_BPS, 0.10,
+                "throughput with completions in batches of 200 us");
     allowance = s.rate.window - (uint64_t)window_for(s.rate.rate_Bps, s.rate.min_rtt_ns);
     cap = s.rate.rate_Bps * (double)INTER_RATE_AGGREGATION_MAX_NS / 1e9;
     if ((double)allowance > cap + 1.0) {
