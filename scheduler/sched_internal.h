@@ -59,14 +59,14 @@ strata_status_t sched_geometry_init(sched_geometry_t *geo, const strata_moe_para
 void            sched_geometry_cleanup(sched_geometry_t *geo);
 
 /* Offsets in the network area, the same on every rank. */
-typedef struct sched_net_layout {
+typedef struct sched_net_offsets {
     size_t headers, grants, out_headers, out_grants, spec, overflow, staging, ret_out, ret_in;
     size_t w_out, w_in; /* node-reduce only: the weights of the tokens sent, and received */
     size_t ret_out_block; /* one peer's block in ret_out */
     size_t ret_in_bytes;  /* ret_in: the blocks of every peer, one after the other */
     int    entry_terms; /* the most terms an entry has at its receiver */
     size_t total;
-} sched_net_layout_t;
+} sched_net_offsets_t;
 
 /*
  * The network area, registered with the engine, and the work ring the kernels feed. The
@@ -74,7 +74,7 @@ typedef struct sched_net_layout {
  * whole heap region is registered); otherwise in a pinned host bounce buffer.
  */
 typedef struct sched_net {
-    sched_net_layout_t layout;
+    sched_net_offsets_t offsets;
     bool               bounce;
     char              *area;        /* device address */
     size_t             area_heap;   /* its offset in the heap (not bounce) */
@@ -291,7 +291,7 @@ size_t          sched_plan_device_bytes(const sched_geometry_t *geo, int max_tok
 
 /* sched_net.c: the area, its registration, the ring and the kernels' tables. */
 inter_mem_kind_t sched_mem_kind(const intra_device_ops_t *device);
-strata_status_t sched_net_layout(sched_moe_t *moe);
+strata_status_t sched_net_place(sched_moe_t *moe);
 /* Collective: every rank computes transfers alike (round one, Pull by read, chunks). */
 strata_status_t sched_net_agree(sched_moe_t *moe);
 strata_status_t sched_net_open(sched_moe_t *moe);

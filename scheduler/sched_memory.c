@@ -38,7 +38,7 @@ size_t sched_heap_bytes(sched_moe_t *moe, bool area_in_heap)
 }
 
 /* The network area's parts, from its offsets (alignment included). */
-static void sched_memory_net(const sched_net_layout_t *l, strata_moe_memory_t *m)
+static void sched_memory_net(const sched_net_offsets_t *l, strata_moe_memory_t *m)
 {
     if (l->total == 0) {
         return;
@@ -54,7 +54,7 @@ strata_status_t sched_memory_of(sched_moe_t *moe, bool area_in_heap, strata_moe_
 {
     const sched_geometry_t *geo = &moe->geo;
     size_t rows = (size_t)geo->experts_per_rank * (size_t)geo->capacity;
-    size_t heap = sched_heap_bytes(moe, area_in_heap), net = moe->net.layout.total;
+    size_t heap = sched_heap_bytes(moe, area_in_heap), net = moe->net.offsets.total;
     intra_moe_params_t ip;
 
     memset(m, 0, sizeof(*m));
@@ -62,11 +62,11 @@ strata_status_t sched_memory_of(sched_moe_t *moe, bool area_in_heap, strata_moe_
         return STRATA_ERR_INVALID; /* intra_moe_heap_size named the parameter */
     }
     sched_intra_params(moe, &ip);
-    sched_memory_net(&moe->net.layout, m);
+    sched_memory_net(&moe->net.offsets, m);
     m->expert_rows = intra_moe_expert_bytes(&ip, geo->local_size);
     m->node_rows   = heap - m->expert_rows - (area_in_heap ? net : 0);
     if (!area_in_heap && geo->num_peers > 0) { /* the returned terms' stage in the heap */
-        size_t stage = sched_round_up((size_t)geo->num_peers * moe->net.layout.ret_out_block,
+        size_t stage = sched_round_up((size_t)geo->num_peers * moe->net.offsets.ret_out_block,
                                       INTRA_DEVICE_ALIGNMENT);
 
         m->node_rows   -= stage;
@@ -125,7 +125,7 @@ static strata_status_t sched_estimate_on(const strata_moe_params_t *params,
     if (status == STRATA_OK) {
         moe.geo.node_reduce = choices.combine == STRATA_MOE_COMBINE_NODE_REDUCE &&
                               moe.geo.num_peers > 0;
-        status = sched_net_layout(&moe);
+        status = sched_net_place(&moe);
     }
     if (status == STRATA_OK) {
         status = sched_memory_of(&moe, choices.net_memory != 2, m);

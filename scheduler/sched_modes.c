@@ -205,7 +205,7 @@ static void sched_copy_bits(uint64_t *mask, int first, const uint64_t *bits, int
 /* The bits a peer's header of this step carries, read from the network area. */
 static strata_status_t sched_header_bits(sched_moe_t *moe, int source, uint64_t *bits)
 {
-    size_t at = moe->net.layout.headers +
+    size_t at = moe->net.offsets.headers +
                 ((size_t)source * 2 + (size_t)(moe->cur.step & 1)) * moe->geo.header_bytes;
 
     return moe->world.device->mem_copy(bits, moe->net.area + at + sizeof(intra_net_header_t),

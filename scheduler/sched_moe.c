@@ -37,11 +37,11 @@ static int sched_heap_parts(sched_moe_t *moe, bool area_in_heap, sched_heap_part
     if (geo->num_peers > 0) {
         parts[n++] = (sched_heap_part_t){"sched-terms", rows, &moe->terms_offset};
         parts[n++] = area_in_heap
-                         ? (sched_heap_part_t){"sched-net", moe->net.layout.total,
+                         ? (sched_heap_part_t){"sched-net", moe->net.offsets.total,
                                                &moe->net.area_heap}
                          : (sched_heap_part_t){"sched-stage",
                                                (size_t)geo->num_peers *
-                                                   moe->net.layout.ret_out_block,
+                                                   moe->net.offsets.ret_out_block,
                                                &moe->stage_offset};
     }
     return n;
@@ -71,7 +71,7 @@ static strata_status_t sched_place_tables(sched_moe_t *moe, bool area_in_heap)
                                   INTRA_DEVICE_ALIGNMENT, parts[i].offset_p);
     }
     if (status == STRATA_OK && area_in_heap && moe->geo.num_peers > 0) {
-        moe->stage_offset = moe->net.area_heap + moe->net.layout.ret_out; /* ret_out itself */
+        moe->stage_offset = moe->net.area_heap + moe->net.offsets.ret_out; /* ret_out itself */
     }
     return status;
 }
@@ -227,7 +227,7 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
         return status;
     }
     moe->net.bounce = moe->geo.num_peers > 0 && !in_heap;
-    if ((status = sched_net_layout(moe)) != STRATA_OK ||
+    if ((status = sched_net_place(moe)) != STRATA_OK ||
         (status = sched_watch_failures(moe)) != STRATA_OK ||
         (status = sched_open_intra(moe, world, in_heap)) != STRATA_OK ||
         (status = sched_net_open(moe)) != STRATA_OK ||
@@ -275,7 +275,7 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
                   moe->geo.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
                   moe->geo.node_reduce ? "node-reduce" : "exact",
                   moe->geo.num_peers, moe->geo.spec_tokens, moe->geo.capacity,
-                  moe->net.layout.total, moe->net.bounce ? "a host bounce buffer" : "the heap",
+                  moe->net.offsets.total, moe->net.bounce ? "a host bounce buffer" : "the heap",
                   moe->pull_read ? "read" : "request");
     *moe_p = moe;
     return STRATA_OK;

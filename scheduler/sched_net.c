@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-strata_status_t sched_net_layout(sched_moe_t *moe)
+strata_status_t sched_net_place(sched_moe_t *moe)
 {
     const sched_geometry_t *geo = &moe->geo;
-    sched_net_layout_t *l = &moe->net.layout;
+    sched_net_offsets_t *l = &moe->net.offsets;
     size_t world = (size_t)geo->world_size, cursor = 0, max_tokens = (size_t)geo->max_tokens;
     size_t peers = (size_t)geo->num_peers, topk = (size_t)geo->topk;
 
@@ -78,15 +78,15 @@ static strata_status_t sched_net_register(sched_moe_t *moe)
     strata_status_t status;
 
     if (net->bounce) {
-        status = d->host_alloc(net->layout.total, &net->bounce_host, (void **)&net->area);
+        status = d->host_alloc(net->offsets.total, &net->bounce_host, (void **)&net->area);
         if (status == STRATA_OK) {
             status = inter_engine_mem_register(moe->world.engine, net->bounce_host,
-                                               net->layout.total, &net->mr);
+                                               net->offsets.total, &net->mr);
         }
         net->mr_offset = 0;
         UTIL_LOG_INFO("moe: the network area is a pinned host buffer of %zu bytes that the "
                       "kernels write through (%s cannot register %s memory, or "
-                      "STRATA_MOE_NET_MEMORY=bounce)", net->layout.total,
+                      "STRATA_MOE_NET_MEMORY=bounce)", net->offsets.total,
                       inter_engine_transport_name(moe->world.engine), d->name);
         return status;
     }
@@ -261,13 +261,13 @@ static void sched_net_args(sched_moe_t *moe)
         .experts_per_rank = geo->experts_per_rank, .local_size = geo->local_size,
         .experts_per_node = geo->experts_per_node, .imm_base = moe->world.imm_base,
         .chunk_bytes = net->chunk_bytes,
-        .headers = net->layout.headers, .grants = net->layout.grants,
-        .out_headers = net->layout.out_headers, .out_grants = net->layout.out_grants,
-        .spec = net->layout.spec, .overflow = net->layout.overflow,
-        .staging = net->layout.staging, .ret_out = net->layout.ret_out,
-        .ret_in = net->layout.ret_in, .w_out = net->layout.w_out, .w_in = net->layout.w_in,
-        .ret_out_block = net->layout.ret_out_block, .ret_in_bytes = net->layout.ret_in_bytes,
-        .entry_terms = net->layout.entry_terms,
+        .headers = net->offsets.headers, .grants = net->offsets.grants,
+        .out_headers = net->offsets.out_headers, .out_grants = net->offsets.out_grants,
+        .spec = net->offsets.spec, .overflow = net->offsets.overflow,
+        .staging = net->offsets.staging, .ret_out = net->offsets.ret_out,
+        .ret_in = net->offsets.ret_in, .w_out = net->offsets.w_out, .w_in = net->offsets.w_in,
+        .ret_out_block = net->offsets.ret_out_block, .ret_in_bytes = net->offsets.ret_in_bytes,
+        .entry_terms = net->offsets.entry_terms,
         .ret_stage = (int64_t)moe->stage_offset,
         .rank_node = net->rank_node, .node_reduce = geo->node_reduce, .node = geo->node,
         .num_nodes = geo->num_nodes,
@@ -377,7 +377,7 @@ strata_status_t sched_net_open(sched_moe_t *moe)
     all_ready = calloc((size_t)moe->geo.world_size, sizeof(int32_t));
     status = net->desc && all_ready ? sched_net_register(moe) : STRATA_ERR_NO_MEMORY;
     if (status == STRATA_OK) {
-        inter_engine_mem_range(net->mr, net->mr_offset, net->layout.total, &mine);
+        inter_engine_mem_range(net->mr, net->mr_offset, net->offsets.total, &mine);
         status = moe->world.allgather(moe->world.allgather_ctx, &mine, net->desc, sizeof(mine));
     }
     if (status == STRATA_OK && (status = sched_net_tables(moe)) == STRATA_OK) {

@@ -10,7 +10,7 @@
 /* The most both areas hold. */
 static size_t sched_probe_block(const sched_moe_t *moe)
 {
-    const sched_net_layout_t *l = &moe->net.layout;
+    const sched_net_offsets_t *l = &moe->net.offsets;
 
     return UTIL_MIN(l->ret_in_bytes, (size_t)moe->geo.num_peers * l->ret_out_block);
 }
@@ -54,7 +54,7 @@ static int sched_probe_peer(const sched_moe_t *moe)
 static strata_status_t sched_probe_net(sched_moe_t *moe, bool read, size_t bytes)
 {
     int peer = sched_probe_peer(moe);
-    size_t local = moe->net.mr_offset + moe->net.layout.ret_out;
+    size_t local = moe->net.mr_offset + moe->net.offsets.ret_out;
     uint64_t deadline = util_clock_now_ns() + moe->timeout_ns;
     inter_request_t *req;
     strata_status_t status;
@@ -62,11 +62,11 @@ static strata_status_t sched_probe_net(sched_moe_t *moe, bool read, size_t bytes
     for (;;) {
         if (read) {
             status = inter_engine_read(moe->world.engine, peer, moe->net.mr, local,
-                                       &moe->net.desc[peer], moe->net.layout.ret_in, bytes,
+                                       &moe->net.desc[peer], moe->net.offsets.ret_in, bytes,
                                        &req);
         } else {
             status = inter_engine_write(moe->world.engine, peer, moe->net.mr, local,
-                                        &moe->net.desc[peer], moe->net.layout.ret_in, bytes,
+                                        &moe->net.desc[peer], moe->net.offsets.ret_in, bytes,
                                         false, 0, &req);
         }
         if (status != STRATA_ERR_BUSY || util_clock_now_ns() > deadline) {

@@ -9,7 +9,7 @@
 #include "kernel_port.h"
 #include "moe_format.h"
 
-#define MOE_AT(a, rank, field, type) ((type *)((a)->heap[rank] + (a)->layout.field))
+#define MOE_AT(a, rank, field, type) ((type *)((a)->heap[rank] + (a)->heap_offsets.field))
 
 KERNEL_FN intra_moe_control_t *moe_control(const intra_moe_args_t *a, int rank)
 {

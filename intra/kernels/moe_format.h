@@ -77,7 +77,7 @@ typedef struct intra_moe_source {
 } intra_moe_source_t;
 
 /** Offsets of the buffers inside each rank's heap part (the same on every rank). */
-typedef struct intra_moe_layout {
+typedef struct intra_moe_heap_offsets {
     size_t control;       /* intra_moe_control_t */
     size_t counter;       /* uint32[experts_per_rank]: push slots claimed, owner zeroes */
     size_t recv_count;    /* int32[experts_per_rank] */
@@ -94,7 +94,7 @@ typedef struct intra_moe_layout {
     size_t expert_y;      /* [experts_per_rank][capacity][y_row_bytes]: published for pull */
     size_t combine_recv;  /* [max_tokens][topk][y_row_bytes]: pushed by owners */
     size_t total;
-} intra_moe_layout_t;
+} intra_moe_heap_offsets_t;
 
 /** One launch's arguments, passed by value to GPU kernels. */
 typedef struct intra_moe_args {
@@ -118,7 +118,7 @@ typedef struct intra_moe_args {
     uint64_t digest;        /* of the step's modes: every local rank must pass the same */
     uint64_t pull_mask[INTRA_MOE_MASK_WORDS]; /* bit e set: expert e moves in Pull form */
     char    *heap[INTRA_MOE_MAX_RANKS];       /* each rank's heap part as mapped here */
-    intra_moe_layout_t layout;
+    intra_moe_heap_offsets_t heap_offsets;
     /* the caller's buffers */
     const void    *x;            /* [num_tokens][row_bytes] */
     const float   *x_scales;     /* [num_tokens][scale_count] or NULL */

@@ -99,8 +99,8 @@ static size_t moe_place(size_t *cursor, size_t bytes)
 }
 
 /* The buffers of one rank's part, from offset 0; the shape fields of args must be set. */
-static void moe_layout(const intra_moe_args_t *a, size_t max_tokens, bool terms_direct,
-                       intra_moe_layout_t *l)
+static void moe_place_heap(const intra_moe_args_t *a, size_t max_tokens, bool terms_direct,
+                       intra_moe_heap_offsets_t *l)
 {
     size_t cursor = 0, entries = max_tokens * (size_t)a->topk;
     size_t rows = (size_t)a->experts_per_rank * (size_t)a->capacity;
@@ -145,8 +145,8 @@ static bool moe_shape(const intra_moe_params_t *p, int local_size, intra_moe_arg
     a->scale_stride     = (int32_t)((scales * sizeof(float) + 15) / 16 * 16);
     a->y_elem           = moe_y_elem(p->combine_dtype);
     a->y_row_bytes      = (int32_t)((size_t)p->hidden * moe_elem_size(p->combine_dtype));
-    moe_layout(a, (size_t)p->max_tokens, p->terms_direct, &a->layout);
-    return a->layout.total < SIZE_MAX / 2;
+    moe_place_heap(a, (size_t)p->max_tokens, p->terms_direct, &a->heap_offsets);
+    return a->heap_offsets.total < SIZE_MAX / 2;
 }
 
 size_t intra_moe_heap_size(const intra_moe_params_t *params, int local_size)
@@ -157,7 +157,7 @@ size_t intra_moe_heap_size(const intra_moe_params_t *params, int local_size)
         !moe_shape(params, local_size, &args)) {
         return 0;
     }
-    return args.layout.total + INTRA_DEVICE_ALIGNMENT;
+    return args.heap_offsets.total + INTRA_DEVICE_ALIGNMENT;
 }
 
 size_t intra_moe_expert_bytes(const intra_moe_params_t *params, int local_size)
@@ -169,7 +169,7 @@ size_t intra_moe_expert_bytes(const intra_moe_params_t *params, int local_size)
         return 0;
     }
     /* recv_x, recv_scales, recv_src and expert_y lie in that order, before combine_recv */
-    return args.layout.combine_recv - args.layout.recv_x;
+    return args.heap_offsets.combine_recv - args.heap_offsets.recv_x;
 }
 
 /* The host backend's blocks are threads: more of them than the rank's share of the cores
@@ -240,10 +240,10 @@ static strata_status_t moe_fit_grid(const intra_device_ops_t *dev, const intra_h
     return STRATA_OK;
 }
 
-/* Rebase the layout on the heap allocation and fill in every rank's base. */
+/* Rebase the heap offsets on the heap allocation and fill in every rank's base. */
 static void moe_bind_heap(intra_moe_t *moe, intra_heap_t *heap, size_t base)
 {
-    intra_moe_layout_t *l = &moe->args.layout;
+    intra_moe_heap_offsets_t *l = &moe->args.heap_offsets;
     size_t *fields[] = {&l->control,   &l->counter,     &l->recv_count, &l->pull_offset,
                         &l->pull_cursor, &l->pull_entry, &l->route,     &l->row_slot,
                         &l->send_x,    &l->send_scales, &l->recv_x,     &l->recv_scales,
@@ -267,11 +267,11 @@ static void moe_fill_recv(intra_moe_t *moe)
         .capacity         = a->capacity,
         .row_bytes        = (size_t)a->row_bytes,
         .scale_stride     = (size_t)a->scale_stride,
-        .x                = own + a->layout.recv_x,
-        .scales           = a->scale_count > 0 ? (float *)(own + a->layout.recv_scales) : NULL,
-        .src              = (const intra_moe_source_t *)(own + a->layout.recv_src),
+        .x                = own + a->heap_offsets.recv_x,
+        .scales           = a->scale_count > 0 ? (float *)(own + a->heap_offsets.recv_scales) : NULL,
+        .src              = (const intra_moe_source_t *)(own + a->heap_offsets.recv_src),
         .count            = moe->counts,
-        .expert_y         = own + a->layout.expert_y,
+        .expert_y         = own + a->heap_offsets.expert_y,
     };
 }
 
@@ -324,7 +324,7 @@ strata_status_t intra_moe_create(const intra_moe_params_t *params, intra_heap_t 
         goto err_free;
     }
     /* A fresh heap allocation is zero on every rank: flags and counters start at 0. */
-    status = intra_heap_alloc(heap, "intra-moe", moe->args.layout.total, INTRA_DEVICE_ALIGNMENT,
+    status = intra_heap_alloc(heap, "intra-moe", moe->args.heap_offsets.total, INTRA_DEVICE_ALIGNMENT,
                               &base);
     if (status != STRATA_OK) {
         goto err_free;

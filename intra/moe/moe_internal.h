@@ -16,7 +16,7 @@ typedef enum moe_state {
 struct intra_moe {
     const intra_device_ops_t *device;
     intra_queue_t            *queue;
-    intra_moe_args_t          args;      /* shape, heap bases and layout; per-call fields vary */
+    intra_moe_args_t          args;      /* shape, heap bases and offsets; per-call fields vary */
     moe_state_t               state;
     int                       max_tokens;
     bool                      terms_direct; /* no combine_recv: term_dst must be set */
