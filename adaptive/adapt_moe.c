@@ -1,7 +1,8 @@
 /*
  * The owner's decider for a MoE object in adaptive mode: a policy over this rank's experts,
  * fed each step with the rows they received from each node, its model from a policy file
- * or the defaults, optionally measured on this machine (STRATA_ADAPTIVE_CALIBRATE).
+ * or the defaults, optionally measured on this machine (STRATA_ADAPTIVE_CALIBRATE); and
+ * the modes every MoE object starts with (adapt_moe_start), whatever its mode.
  */
 #include "adapt_moe.h"
 
@@ -231,4 +232,33 @@ strata_status_t adapt_moe_attach(sched_moe_t *moe, const char *policy_file)
     }
     return sched_moe_set_decider(moe, &adapt_decider_ops, decider,
                                  params.initial == ADAPT_MODE_PULL);
+}
+
+/* A fixed mode file's mask, set as both the dispatch and the combine mask. */
+static strata_status_t adapt_moe_fix(sched_moe_t *moe, const char *mode_file, int num_experts)
+{
+    uint64_t *mask = calloc((size_t)(num_experts + 63) / 64, sizeof(uint64_t));
+    strata_status_t status;
+
+    if (mask == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    status = adapt_mask_load(mode_file, num_experts, mask);
+    if (status == STRATA_OK) {
+        status = sched_moe_set_pull_mask(moe, mask, mask);
+    }
+    free(mask);
+    return status;
+}
+
+strata_status_t adapt_moe_start(sched_moe_t *moe, int num_experts)
+{
+    sched_moe_shape_t shape;
+
+    sched_moe_shape(moe, &shape);
+    switch (shape.mode) {
+    case STRATA_MOE_MODE_ADAPTIVE: return adapt_moe_attach(moe, shape.mode_file);
+    case STRATA_MOE_MODE_FIXED:    return adapt_moe_fix(moe, shape.mode_file, num_experts);
+    default:                       return STRATA_OK; /* push or pull: the masks are set */
+    }
 }

@@ -64,33 +64,6 @@ static strata_status_t api_moe_job_key(strata_comm_t *comm, char *key, size_t si
     return status;
 }
 
-/* The modes the object starts with: a fixed mask read from its file, or the adaptive
- * layer's decider for this rank's experts. */
-static strata_status_t api_moe_apply_mode(sched_moe_t *sched, int num_experts)
-{
-    sched_moe_shape_t shape;
-    uint64_t *mask;
-    strata_status_t status;
-
-    sched_moe_shape(sched, &shape);
-    if (shape.mode == STRATA_MOE_MODE_ADAPTIVE) {
-        return adapt_moe_attach(sched, shape.mode_file);
-    }
-    if (shape.mode != STRATA_MOE_MODE_FIXED) {
-        return STRATA_OK;
-    }
-    mask = calloc((size_t)(num_experts + 63) / 64, sizeof(uint64_t));
-    if (mask == NULL) {
-        return STRATA_ERR_NO_MEMORY;
-    }
-    status = adapt_mask_load(shape.mode_file, num_experts, mask);
-    if (status == STRATA_OK) {
-        status = sched_moe_set_pull_mask(sched, mask, mask);
-    }
-    free(mask);
-    return status;
-}
-
 STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
                                              strata_moe_t **moe_p)
 {
@@ -138,7 +111,7 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
     util_crypto_wipe(heap_secret, sizeof(heap_secret));
     if (status == STRATA_OK) {
         /* A mode or policy file can be missing on one node only. */
-        status = api_comm_agree(comm, api_moe_apply_mode(moe->sched, params->num_experts),
+        status = api_comm_agree(comm, adapt_moe_start(moe->sched, params->num_experts),
                                 "strata_moe_create");
     }
     if (status != STRATA_OK) {
