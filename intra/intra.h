@@ -9,12 +9,13 @@
 
 #include <strata/strata.h>
 
+#include "util/util_reason.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
 /** Alignment of every device allocation: what GPU allocators give and vector loads want. */
 #define INTRA_DEVICE_ALIGNMENT  256
-#define INTRA_REASON_LEN        256
 #define INTRA_REGION_HANDLE_LEN 64
 /** A GPU's PCI address, "dddd:bb:dd.f", as the runtimes print it. */
 #define INTRA_BUS_ID_LEN        32
@@ -54,7 +55,7 @@ typedef struct intra_device_ops {
     intra_memory_t memory;
     /**
      * Whether this machine can run the backend (a driver and a device). On failure, reason
-     * (INTRA_REASON_LEN) says why in a few words; nothing is logged.
+     * (UTIL_REASON_LEN) says why in a few words; nothing is logged.
      */
     strata_status_t (*probe)(char *reason);
     /** size > 0; *ptr_p aligned to INTRA_DEVICE_ALIGNMENT, set only on success. */
@@ -71,7 +72,7 @@ typedef struct intra_device_ops {
     strata_status_t (*device_count)(int *count_p);
     /**
      * Make GPU ordinal (0..device_count) this thread's, and check that the library carries
-     * kernels for it; on failure reason (INTRA_REASON_LEN) says why. NULL on the host.
+     * kernels for it; on failure reason (UTIL_REASON_LEN) says why. NULL on the host.
      */
     strata_status_t (*device_select)(int ordinal, char *reason);
     /** PCI address (INTRA_BUS_ID_LEN) of this thread's GPU; NULL on the host. */

@@ -44,7 +44,7 @@ static bool incast_parse_unit(const char *option, const char *text, util_config_
                               uint64_t min, uint64_t max, uint64_t *value_p)
 {
     util_config_field_t field = {.name = option, .type = type};
-    char err[UTIL_CONFIG_ERR_MAX];
+    char err[UTIL_REASON_LEN];
     uint64_t value;
 
     if (util_config_parse_value(&field, text, &value, err) != STRATA_OK) {

@@ -2,12 +2,12 @@
  * strata-bench moe --modes: the same routing through one MoE object per Push/Pull mode
  * (push, pull, adaptive, fixed mask files), one step of each in turn so that every mode
  * sees the same moments of a shared machine, on routing that changes by step: Zipf with a
- * drifting hot set (strata_trace_gen.c) or a replayed trace. Per mode: step p50/p99, the
+ * drifting hot set (adapt_trace_gen.c) or a replayed trace. Per mode: step p50/p99, the
  * experts' mode switches, and the adaptive layer's cost model's prediction of the step beside
  * the clock; then adaptive against the better fixed mode.
  */
 #include "strata_bench_mpi.h"
-#include "strata_trace.h"
+#include "adaptive/adapt_trace.h"
 #include "tool_cli.h"
 #include "adaptive/adapt.h"
 
@@ -39,7 +39,7 @@ typedef struct modes_bench {
     int                 per_node, num_nodes, num_modes, warmup;
     bool                breakdown;
     strata_moe_route_t  route;
-    strata_trace_t     *trace;
+    adapt_trace_t     *trace;
     adapt_model_t       model;
     const char         *model_source;
     int32_t            *by_node; /* [experts][num_nodes] tokens of the step */
@@ -106,11 +106,11 @@ static mode_run_t *modes_find(modes_bench_t *m, strata_moe_mode_t mode)
 static void modes_trace(modes_bench_t *m, const char *path, double zipf, uint64_t seed)
 {
     bench_intra_t *b = m->b;
-    char err[STRATA_TRACE_ERR_LEN];
-    strata_trace_gen_params_t gen;
+    char err[UTIL_REASON_LEN];
+    adapt_trace_gen_params_t gen;
 
     if (path != NULL) {
-        if (strata_trace_read(path, &m->trace, err) != STRATA_OK) {
+        if (adapt_trace_read(path, &m->trace, err) != STRATA_OK) {
             modes_fail("%s", err);
         }
         if (m->trace->shape.ranks != b->size || m->trace->shape.ranks_per_node != m->per_node) {
@@ -124,15 +124,15 @@ static void modes_trace(modes_bench_t *m, const char *path, double zipf, uint64_
                                   : m->trace->steps - m->warmup;
         return;
     }
-    strata_trace_gen_defaults(&gen);
-    gen.shape = (strata_trace_shape_t){.experts = b->experts, .ranks = b->size,
+    adapt_trace_gen_defaults(&gen);
+    gen.shape = (adapt_trace_shape_t){.experts = b->experts, .ranks = b->size,
                                        .ranks_per_node = m->per_node, .tokens = b->tokens,
                                        .topk = b->topk, .row_bytes = (double)b->row_bytes};
     m->warmup  = MODES_WARMUP;
     gen.steps  = m->warmup + b->iters;
     gen.zipf_s = zipf;
     gen.seed   = seed;
-    if (strata_trace_generate(&gen, &m->trace, err) != STRATA_OK) {
+    if (adapt_trace_generate(&gen, &m->trace, err) != STRATA_OK) {
         modes_fail("%s", err);
     }
 }
@@ -193,7 +193,7 @@ static void modes_tokens_by_node(modes_bench_t *m, int step)
 
     memset(m->by_node, 0, (size_t)experts * (size_t)m->num_nodes * sizeof(int32_t));
     for (int r = 0; r < m->b->size; ++r) {
-        const int32_t *counts = strata_trace_counts(m->trace, step, r);
+        const int32_t *counts = adapt_trace_counts(m->trace, step, r);
 
         for (int e = 0; e < experts; ++e) {
             m->by_node[e * m->num_nodes + r / m->per_node] += counts[e];
@@ -281,7 +281,7 @@ static void modes_measure(modes_bench_t *m)
     tool_progress_start(&progress, b->rank == 0, b->progress);
     for (int i = 0; i < m->warmup + b->iters; ++i) {
         tool_progress_update(&progress, "moe --modes step %d/%d", i, m->warmup + b->iters);
-        BENCH_TRY(strata_trace_topk_idx(m->trace, i, b->rank, b->idx));
+        BENCH_TRY(adapt_trace_topk_idx(m->trace, i, b->rank, b->idx));
         modes_tokens_by_node(m, i);
         for (int j = 0; j < m->num_modes; ++j) {
             modes_step(m, &m->runs[(i + j) % m->num_modes], i >= m->warmup);
@@ -374,7 +374,7 @@ static void modes_close(modes_bench_t *m)
         free(m->runs[i].bd);
         free(m->runs[i].file);
     }
-    strata_trace_destroy(m->trace);
+    adapt_trace_destroy(m->trace);
     free(m->by_node);
 }
 

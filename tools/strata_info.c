@@ -199,7 +199,7 @@ static void check_print_overlay(const topo_t *topo)
 /* The topology a communicator opens (STRATA_TOPO_FILE, else discovery) and its rail plan. */
 static bool check_topology(info_check_t *check)
 {
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     strata_status_t status = topo_open(NULL, &check->topo, err);
 
     if (status != STRATA_OK) {
@@ -226,7 +226,7 @@ static bool check_topology(info_check_t *check)
 /* The backend (api_gpu_backend's choice) and the GPU of the local rank (api_gpu_pick). */
 static void check_device(info_check_t *check)
 {
-    char why[INTRA_REASON_LEN], reason[INTRA_REASON_LEN] = "";
+    char why[UTIL_REASON_LEN], reason[UTIL_REASON_LEN] = "";
     const topo_gpu_t *gpu;
 
     check->device = api_gpu_backend_explain(check->topo, why);
@@ -443,7 +443,7 @@ int main(int argc, char **argv)
     printf("device backends:");
     for (size_t i = 0; i < intra_device_count(); ++i) {
         const intra_device_ops_t *ops = intra_device_get(i);
-        char reason[INTRA_REASON_LEN] = "";
+        char reason[UTIL_REASON_LEN] = "";
 
         if (ops->probe(reason) == STRATA_OK) {
             printf(" %s", ops->name);

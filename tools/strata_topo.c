@@ -47,7 +47,7 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     const char *file = NULL, *overlay = NULL;
     topo_rail_plan_t *plan;
     strata_status_t status;

@@ -117,10 +117,10 @@ enum {
 };
 
 /* One option of generate into params; false on a bad value. */
-static bool generate_option(int opt, const char *arg, strata_trace_gen_params_t *p,
+static bool generate_option(int opt, const char *arg, adapt_trace_gen_params_t *p,
                             int *hidden_p, double *row_bytes_p)
 {
-    strata_trace_shape_t *s = &p->shape;
+    adapt_trace_shape_t *s = &p->shape;
 
     switch (opt) {
     case OPT_EXPERTS:        return parse_int("--experts", arg, 1, INT_MAX, &s->experts);
@@ -163,15 +163,15 @@ static int generate_main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    char err[STRATA_TRACE_ERR_LEN];
-    strata_trace_gen_params_t params;
+    char err[UTIL_REASON_LEN];
+    adapt_trace_gen_params_t params;
     double row_bytes = 0.0;
     const char *output = NULL;
-    strata_trace_t *trace;
+    adapt_trace_t *trace;
     strata_status_t status;
     int hidden = 0, opt;
 
-    strata_trace_gen_defaults(&params);
+    adapt_trace_gen_defaults(&params);
     while ((opt = getopt_long(argc, argv, ":o:h", options, NULL)) != -1) {
         if (opt == 'o') {
             output = optarg;
@@ -199,13 +199,13 @@ static int generate_main(int argc, char **argv)
     }
     params.burst_experts = params.shape.experts >= 16 ? params.shape.experts / 16 : 1;
 
-    status = strata_trace_generate(&params, &trace, err);
+    status = adapt_trace_generate(&params, &trace, err);
     if (status == STRATA_ERR_INVALID) {
         return tool_usage_error(TUNE_TOOL, "generate: %s", err);
     }
     if (status == STRATA_OK) {
-        status = strata_trace_write(trace, output, err);
-        strata_trace_destroy(trace);
+        status = adapt_trace_write(trace, output, err);
+        adapt_trace_destroy(trace);
     }
     if (status != STRATA_OK) {
         fprintf(stderr, "strata-tune: %s\n", err);
@@ -229,14 +229,14 @@ static strata_status_t synthetic_case(int experts, double zipf, int tokens, int 
                                       uint64_t seed, const adapt_model_t *model,
                                       tool_progress_t *progress, tune_case_t **case_p)
 {
-    char err[STRATA_TRACE_ERR_LEN], name[TUNE_NAME_LEN];
-    strata_trace_gen_params_t params;
-    strata_trace_t *trace;
+    char err[UTIL_REASON_LEN], name[TUNE_NAME_LEN];
+    adapt_trace_gen_params_t params;
+    adapt_trace_t *trace;
     strata_status_t status;
     int per_node = experts / 4 < 8 ? experts / 4 : 8;
 
-    strata_trace_gen_defaults(&params);
-    params.shape = (strata_trace_shape_t){
+    adapt_trace_gen_defaults(&params);
+    params.shape = (adapt_trace_shape_t){
         .experts        = experts,
         .ranks          = TUNE_SUITE_NODES * per_node,
         .ranks_per_node = per_node,
@@ -248,7 +248,7 @@ static strata_status_t synthetic_case(int experts, double zipf, int tokens, int 
     params.zipf_s        = zipf;
     params.burst_experts = experts >= 16 ? experts / 16 : 1;
     params.seed          = seed;
-    status = strata_trace_generate(&params, &trace, err);
+    status = adapt_trace_generate(&params, &trace, err);
     if (status != STRATA_OK) {
         tool_progress_end(progress);
         fprintf(stderr, "strata-tune: synthetic trace E=%d s=%g: %s\n", experts, zipf, err);
@@ -256,7 +256,7 @@ static strata_status_t synthetic_case(int experts, double zipf, int tokens, int 
     }
     snprintf(name, sizeof(name), "synthetic E=%d s=%.1f T=%d", experts, zipf, tokens);
     status = tune_case_create(trace, name, model, case_p);
-    strata_trace_destroy(trace);
+    adapt_trace_destroy(trace);
     return status;
 }
 
@@ -294,19 +294,19 @@ static strata_status_t synthetic_cases(int steps, const adapt_model_t *model,
 static strata_status_t file_cases(char **paths, int num_paths, const adapt_model_t *model,
                                   tune_case_t **cases, int *num_cases_p)
 {
-    char err[STRATA_TRACE_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     strata_status_t status = STRATA_OK;
-    strata_trace_t *trace;
+    adapt_trace_t *trace;
     int n;
 
     for (n = 0; n < num_paths && status == STRATA_OK; ++n) {
-        status = strata_trace_read(paths[n], &trace, err);
+        status = adapt_trace_read(paths[n], &trace, err);
         if (status != STRATA_OK) {
             fprintf(stderr, "strata-tune: %s\n", err);
             break;
         }
         status = tune_case_create(trace, paths[n], model, &cases[n]);
-        strata_trace_destroy(trace);
+        adapt_trace_destroy(trace);
         if (status != STRATA_OK) {
             break;
         }

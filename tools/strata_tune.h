@@ -6,7 +6,7 @@
 #ifndef STRATA_TOOLS_STRATA_TUNE_H
 #define STRATA_TOOLS_STRATA_TUNE_H
 
-#include "strata_trace.h"
+#include "adaptive/adapt_trace.h"
 #include "tool_cli.h"
 #include "adaptive/adapt.h"
 
@@ -54,7 +54,7 @@ typedef struct tune_case {
  * with model; push, pull and oracle are replayed here (they do not depend on the policy).
  * name is copied. The trace may be destroyed afterwards.
  */
-strata_status_t tune_case_create(const strata_trace_t *trace, const char *name,
+strata_status_t tune_case_create(const adapt_trace_t *trace, const char *name,
                                  const adapt_model_t *model, tune_case_t **case_p);
 void            tune_case_destroy(tune_case_t *tc);
 

@@ -92,7 +92,7 @@ static strata_status_t tune_case_alloc(tune_case_t *tc)
 }
 
 /* tokens[t][e][node] from the per-rank counts, and each mode's cost of each. */
-static void tune_case_price(tune_case_t *tc, const strata_trace_t *trace,
+static void tune_case_price(tune_case_t *tc, const adapt_trace_t *trace,
                             const adapt_model_t *model)
 {
     int rpn = trace->shape.ranks_per_node;
@@ -101,7 +101,7 @@ static void tune_case_price(tune_case_t *tc, const strata_trace_t *trace,
         int32_t *step_tokens = tc->tokens + (size_t)t * (size_t)tc->experts * (size_t)tc->nodes;
 
         for (int r = 0; r < trace->shape.ranks; ++r) {
-            const int32_t *counts = strata_trace_counts(trace, t, r);
+            const int32_t *counts = adapt_trace_counts(trace, t, r);
 
             for (int e = 0; e < tc->experts; ++e) {
                 step_tokens[e * tc->nodes + r / rpn] += counts[e];
@@ -169,7 +169,7 @@ static void tune_case_percentiles(tune_case_t *tc, tune_strategy_t strategy)
     tc->p99[strategy] = tc->sorted[(size_t)ceil(0.99 * (double)n) - 1];
 }
 
-strata_status_t tune_case_create(const strata_trace_t *trace, const char *name,
+strata_status_t tune_case_create(const adapt_trace_t *trace, const char *name,
                                  const adapt_model_t *model, tune_case_t **case_p)
 {
     static const tune_strategy_t fixed[] = {TUNE_PUSH, TUNE_PULL, TUNE_ORACLE};

@@ -209,7 +209,7 @@ static int scale_parse(int argc, char **argv, scale_opts_t *o)
 /* Ranks per node and the busiest NIC's load from the topology; false after saying why. */
 static bool scale_from_topology(const char *name, int *ranks_p, double *load_p)
 {
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     topo_rail_plan_t *plan = NULL;
     strata_status_t status;
     const char *what = strcmp(name, "live") == 0 ? "this machine" : name;

@@ -10,6 +10,7 @@
 #include <strata/strata.h>
 
 #include "util/util_config.h"
+#include "util/util_reason.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,7 +19,6 @@
 #define TOPO_BUSID_LEN   20  /* "dddd:bb:dd.f", domains up to 8 digits, + NUL */
 #define TOPO_NAME_LEN    64
 #define TOPO_CPUS_LEN    256 /* "0-23,48-71" list form */
-#define TOPO_ERR_LEN     512
 #define TOPO_MAX_DEVICES 4096
 #define TOPO_PATH_LEN    512
 
@@ -135,7 +135,7 @@ typedef struct topo_rail_plan {
 /**
  * Discover this machine. Never fails for lack of GPUs, NICs, NVML or ROCm: those give an
  * empty list. sysfs_root ("" or NULL for "/") lets tests point AMD KFD reading at a tree.
- * On error, err (TOPO_ERR_LEN) holds one line and *topo_p is untouched.
+ * On error, err (UTIL_REASON_LEN) holds one line and *topo_p is untouched.
  */
 strata_status_t topo_discover(const char *sysfs_root, topo_t **topo_p, char *err);
 

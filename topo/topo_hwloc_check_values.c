@@ -39,7 +39,7 @@ static const topo_check_type_t topo_check_types[] = {
 strata_status_t topo_check_fail(topo_check_t *ctx, const xmlNode *node, const char *fmt,
                                 ...)
 {
-    char reason[TOPO_ERR_LEN];
+    char reason[UTIL_REASON_LEN];
     va_list ap;
 
     va_start(ap, fmt);

@@ -97,7 +97,7 @@ static strata_status_t topo_xml_parse(const char *name, const char *data, size_t
 {
     const int options = XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING |
                         XML_PARSE_BIG_LINES; /* line numbers past 65535 in messages */
-    char message[TOPO_ERR_LEN];
+    char message[UTIL_REASON_LEN];
     const xmlError *error;
     xmlParserCtxtPtr ctxt;
     strata_status_t status = STRATA_OK;
@@ -299,7 +299,7 @@ static strata_status_t topo_open_base(const char *file, topo_t **topo_p, char *e
 strata_status_t topo_open_with_overlay(const char *file, const char *overlay, topo_t **topo_p,
                                        char *err)
 {
-    char reason[UTIL_CONFIG_ERR_MAX];
+    char reason[UTIL_REASON_LEN];
     strata_status_t status;
     topo_config_t config;
     topo_t *topo = NULL;
@@ -331,7 +331,7 @@ strata_status_t topo_open(const char *file, topo_t **topo_p, char *err)
 
 strata_status_t topo_create(topo_t **topo_p)
 {
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     strata_status_t status = topo_open(NULL, topo_p, err);
 
     if (status != STRATA_OK) {

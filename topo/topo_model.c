@@ -479,7 +479,7 @@ void topo_error(char *err, const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(err, TOPO_ERR_LEN, fmt, ap);
+    util_vreason(err, fmt, ap);
     va_end(ap);
     /* Errors quote the file's text, which may hold a newline (&#10;): keep them one line. */
     for (char *c = err; *c != '\0'; ++c) {

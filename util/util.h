@@ -14,5 +14,6 @@
 #include "util_ring.h"
 #include "util_freelist.h"
 #include "util_file.h"
+#include "util_reason.h"
 
 #endif

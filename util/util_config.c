@@ -43,7 +43,7 @@ static void util_config_error(char *err, const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(err, UTIL_CONFIG_ERR_MAX, fmt, ap);
+    util_vreason(err, fmt, ap);
     va_end(ap);
 }
 
@@ -151,9 +151,9 @@ static strata_status_t util_config_parse_enum(const util_config_field_t *field, 
             return STRATA_OK;
         }
     }
-    len += (size_t)snprintf(err, UTIL_CONFIG_ERR_MAX, "'%s' is not one of:", text);
-    for (int i = 0; field->enum_names[i] != NULL && len < UTIL_CONFIG_ERR_MAX; ++i) {
-        len += (size_t)snprintf(err + len, UTIL_CONFIG_ERR_MAX - len, " %s",
+    len += (size_t)snprintf(err, UTIL_REASON_LEN, "'%s' is not one of:", text);
+    for (int i = 0; field->enum_names[i] != NULL && len < UTIL_REASON_LEN; ++i) {
+        len += (size_t)snprintf(err + len, UTIL_REASON_LEN - len, " %s",
                                 field->enum_names[i]);
     }
     return STRATA_ERR_CONFIG;
@@ -256,7 +256,7 @@ void util_config_release(const util_config_table_t *table, void *config)
 
 strata_status_t util_config_read(const util_config_table_t *table, void *config)
 {
-    char err[UTIL_CONFIG_ERR_MAX];
+    char err[UTIL_REASON_LEN];
     strata_status_t status = util_config_read_quiet(table, config, err);
 
     if (status != STRATA_OK) {
@@ -267,7 +267,7 @@ strata_status_t util_config_read(const util_config_table_t *table, void *config)
 
 strata_status_t util_config_read_quiet(const util_config_table_t *table, void *config, char *err)
 {
-    char name[UTIL_CONFIG_NAME_MAX], reason[UTIL_CONFIG_ERR_MAX];
+    char name[UTIL_CONFIG_NAME_MAX], reason[UTIL_REASON_LEN];
     const util_config_field_t *field;
     strata_status_t status;
     const char *text;
@@ -282,7 +282,7 @@ strata_status_t util_config_read_quiet(const util_config_table_t *table, void *c
         }
         status = util_config_parse_value(field, text, (char *)config + field->offset, reason);
         if (status != STRATA_OK) {
-            snprintf(err, UTIL_CONFIG_ERR_MAX, "%.100s=%.100s: %.250s", name, text, reason);
+            util_reason(err, "%.100s=%.100s: %.250s", name, text, reason);
             util_config_one_line(err);
             util_config_release(table, config);
             return status;
@@ -294,7 +294,7 @@ strata_status_t util_config_read_quiet(const util_config_table_t *table, void *c
 strata_status_t util_config_set(const util_config_table_t *table, void *config,
                                 const char *name, const char *text)
 {
-    char err[UTIL_CONFIG_ERR_MAX];
+    char err[UTIL_REASON_LEN];
     const util_config_field_t *field;
     strata_status_t status;
     void *dst;
@@ -315,7 +315,7 @@ strata_status_t util_config_set(const util_config_table_t *table, void *config,
             status = util_config_parse_value(field, text, dst, err);
         }
         if (status != STRATA_OK) {
-            char message[UTIL_CONFIG_ERR_MAX];
+            char message[UTIL_REASON_LEN];
 
             snprintf(message, sizeof(message), "%s%.100s=%.100s: %.250s",
                      UTIL_CONFIG_ENV_PREFIX, name, text, err);

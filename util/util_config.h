@@ -8,6 +8,8 @@
 
 #include <strata/types.h>
 
+#include "util_reason.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,7 +17,6 @@
 #define UTIL_CONFIG_ENV_PREFIX "STRATA_"
 /** Variables under this prefix belong to strata's test suite and are never warned about. */
 #define UTIL_CONFIG_TEST_PREFIX "STRATA_TEST_"
-#define UTIL_CONFIG_ERR_MAX 512
 
 /** Field types and the C type each is stored as. */
 typedef enum util_config_type {
@@ -48,7 +49,7 @@ extern const util_config_table_t util_log_config_table;
 
 /**
  * Parse one value into dst (the field's storage). On error writes a one-line reason to
- * err (UTIL_CONFIG_ERR_MAX bytes) and leaves dst untouched.
+ * err (UTIL_REASON_LEN bytes) and leaves dst untouched.
  */
 strata_status_t util_config_parse_value(const util_config_field_t *field, const char *text,
                                         void *dst, char *err);
@@ -60,7 +61,7 @@ strata_status_t util_config_parse_value(const util_config_field_t *field, const 
  */
 strata_status_t util_config_read(const util_config_table_t *table, void *config);
 
-/** util_config_read that logs nothing: the reason goes to err (UTIL_CONFIG_ERR_MAX). */
+/** util_config_read that logs nothing: the reason goes to err (UTIL_REASON_LEN). */
 strata_status_t util_config_read_quiet(const util_config_table_t *table, void *config, char *err);
 
 /** Free what util_config_read allocated (strings). Tolerates a zeroed struct. */

@@ -50,7 +50,7 @@ static void *util_log_handler_arg;
 
 static void util_log_init(void)
 {
-    char err[UTIL_CONFIG_ERR_MAX];
+    char err[UTIL_REASON_LEN];
     util_log_config_t config;
 
     /* Logging cannot log while it starts: a bad STRATA_LOG_LEVEL goes straight to stderr. */

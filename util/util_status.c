@@ -1,7 +1,27 @@
 /*
- * strata_status_string: the one table of status names.
+ * strata_status_string: the one table of status names; util_reason, the one way to write
+ * the reason that goes with a status (util_reason.h).
  */
 #include <strata/types.h>
+
+#include "util_reason.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+void util_reason(char *reason, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    util_vreason(reason, fmt, ap);
+    va_end(ap);
+}
+
+void util_vreason(char *reason, const char *fmt, va_list ap)
+{
+    vsnprintf(reason, UTIL_REASON_LEN, fmt, ap);
+}
 
 STRATA_API const char *strata_status_string(strata_status_t status)
 {

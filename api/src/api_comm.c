@@ -64,7 +64,7 @@ static strata_status_t api_comm_open_topology(strata_comm_t *comm, const strata_
 {
     const topo_overlay_report_t *overlay;
     const char *file = NULL;
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     strata_status_t status;
 
     if (config && (config->field_mask & STRATA_CONFIG_FIELD_TOPO_FILE)) {
@@ -234,7 +234,7 @@ static int api_comm_gpu_local_rank(const strata_comm_t *comm)
  */
 static strata_status_t api_comm_pick_device(strata_comm_t *comm)
 {
-    char reason[INTRA_REASON_LEN] = "";
+    char reason[UTIL_REASON_LEN] = "";
     strata_status_t status;
 
     comm->device = api_gpu_backend(comm->topo);

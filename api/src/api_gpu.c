@@ -23,38 +23,38 @@ const intra_device_ops_t *api_gpu_backend_explain(const topo_t *topo, char *why)
 {
     const intra_device_ops_t *host = intra_device_find("host"), *gpu;
     const char *vendor, *name;
-    char reason[INTRA_REASON_LEN];
+    char reason[UTIL_REASON_LEN];
 
     if (topo_num_gpus(topo) == 0) {
-        snprintf(why, INTRA_REASON_LEN, "the topology has no GPU");
+        util_reason(why, "the topology has no GPU");
         return host;
     }
     vendor = topo_vendor_name(topo_gpu(topo, 0)->vendor);
     name   = api_gpu_backend_name(topo_gpu(topo, 0)->vendor);
     if (name == NULL) {
-        snprintf(why, INTRA_REASON_LEN, "the topology gives its GPUs no vendor strata drives "
+        util_reason(why, "the topology gives its GPUs no vendor strata drives "
                  "(PCI vendor 0x%04x)", topo_gpu(topo, 0)->vendor_id);
         return host;
     }
     gpu = intra_device_find(name);
     if (gpu == NULL) {
-        snprintf(why, INTRA_REASON_LEN, "the topology's GPUs are %s, but this build has no %s "
+        util_reason(why, "the topology's GPUs are %s, but this build has no %s "
                  "backend", vendor, name);
         return host;
     }
     if (gpu->probe(reason) != STRATA_OK) {
-        snprintf(why, INTRA_REASON_LEN, "the topology's GPUs are %s, but the %s backend cannot "
+        util_reason(why, "the topology's GPUs are %s, but the %s backend cannot "
                  "run here: %.160s", vendor, name, reason);
         return host;
     }
-    snprintf(why, INTRA_REASON_LEN, "the topology's GPUs are %s and the %s runtime found a "
+    util_reason(why, "the topology's GPUs are %s and the %s runtime found a "
              "device", vendor, name);
     return gpu;
 }
 
 const intra_device_ops_t *api_gpu_backend(const topo_t *topo)
 {
-    char why[INTRA_REASON_LEN];
+    char why[UTIL_REASON_LEN];
     const intra_device_ops_t *ops = api_gpu_backend_explain(topo, why);
 
     if (ops->memory == INTRA_MEMORY_HOST && topo_num_gpus(topo) > 0) {
@@ -76,7 +76,7 @@ strata_status_t api_gpu_select(const intra_device_ops_t *ops, const topo_t *topo
     strata_status_t status = ops->device_count(&count);
 
     if (status != STRATA_OK || count <= 0) {
-        snprintf(reason, INTRA_REASON_LEN, "the %s runtime shows this process no GPU", ops->name);
+        util_reason(reason, "the %s runtime shows this process no GPU", ops->name);
         return status != STRATA_OK ? status : STRATA_ERR_UNSUPPORTED;
     }
     ordinal = api_gpu_ordinal(local_rank, count);
@@ -86,7 +86,7 @@ strata_status_t api_gpu_select(const intra_device_ops_t *ops, const topo_t *topo
     }
     status = ops->device_bus_id(bus_id);
     if (status != STRATA_OK) {
-        snprintf(reason, INTRA_REASON_LEN, "no PCI address for %s GPU %d", ops->name, ordinal);
+        util_reason(reason, "no PCI address for %s GPU %d", ops->name, ordinal);
         return status;
     }
     index = topo_gpu_find(topo, bus_id);

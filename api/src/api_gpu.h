@@ -13,7 +13,7 @@
 /** cuda for NVIDIA GPUs, hip for AMD ones, when compiled in and runnable; else host. */
 const intra_device_ops_t *api_gpu_backend(const topo_t *topo);
 
-/** The same choice, logging nothing; why (INTRA_REASON_LEN) says what decided it. */
+/** The same choice, logging nothing; why (UTIL_REASON_LEN) says what decided it. */
 const intra_device_ops_t *api_gpu_backend_explain(const topo_t *topo, char *why);
 
 /** The GPU ordinal of a local rank among num_devices > 0: ranks take them in turn. */
@@ -22,7 +22,7 @@ int api_gpu_ordinal(int local_rank, int num_devices);
 /**
  * Make the local rank's GPU current on ops (which selects devices) and find it in the
  * topology: *topo_gpu_p becomes its index there, or stays as it was, with a warning, when the
- * topology does not list it. On failure reason (INTRA_REASON_LEN) says why.
+ * topology does not list it. On failure reason (UTIL_REASON_LEN) says why.
  */
 strata_status_t api_gpu_select(const intra_device_ops_t *ops, const topo_t *topo, int local_rank,
                                int *topo_gpu_p, char *reason);
@@ -30,7 +30,7 @@ strata_status_t api_gpu_select(const intra_device_ops_t *ops, const topo_t *topo
 /**
  * The topology GPU a local rank drives on ops: api_gpu_select's where ops selects devices,
  * else the topology's GPUs in turn (-1 when it has none, then the rails come from no GPU).
- * On failure reason (INTRA_REASON_LEN) says why and *topo_gpu_p is untouched.
+ * On failure reason (UTIL_REASON_LEN) says why and *topo_gpu_p is untouched.
  */
 strata_status_t api_gpu_pick(const intra_device_ops_t *ops, const topo_t *topo, int local_rank,
                              int *topo_gpu_p, char *reason);

@@ -99,6 +99,8 @@ static void ucx_put_for_imm(ucx_transport_t *ucx, ucx_op_t *op, ucp_rkey_h rkey)
                                            op->u.rma.raddr, rkey, &param);
 
     if (UCS_PTR_IS_ERR(request)) {
+        UTIL_LOG_DEBUG("ucx: %s: the put of a write with an immediate: %s", ucx->base.name,
+                       ucs_status_string(UCS_PTR_STATUS(request)));
         ucx_op_fail(ucx, op, ucx_cqe_status(UCS_PTR_STATUS(request)));
         return;
     }
@@ -175,6 +177,9 @@ static int ucx_flush_peers(ucx_transport_t *ucx)
         if (request == NULL) {
             ucx_op_list_append(&ucx->flushed, batch);
         } else if (UCS_PTR_IS_ERR(request)) {
+            UTIL_LOG_DEBUG("ucx: %s: flushing to peer %llu: %s", ucx->base.name,
+                           (unsigned long long)peer->handle,
+                           ucs_status_string(UCS_PTR_STATUS(request)));
             for (ucx_op_t *op = batch, *next; op != NULL; op = next) {
                 next = op->next;
                 ucx_op_fail(ucx, op, ucx_cqe_status(UCS_PTR_STATUS(request)));
@@ -338,6 +343,11 @@ static strata_status_t ucx_inject_locked(ucx_transport_t *ucx, uint64_t peer_han
     request = ucp_tag_send_nbx(peer->ep, slot->data, len, UCX_TAG, &param);
     if (request == NULL || UCS_PTR_IS_ERR(request)) {
         ucx->inject_free[ucx->num_inject_free++] = slot->index;
+        if (request != NULL) {
+            UTIL_LOG_ERROR("ucx: %s: inject to peer %llu: %s", ucx->base.name,
+                           (unsigned long long)peer_handle,
+                           ucs_status_string(UCS_PTR_STATUS(request)));
+        }
         return request == NULL ? STRATA_OK : STRATA_ERR_TRANSPORT;
     }
     ++ucx->in_flight;

@@ -336,7 +336,7 @@ static bool ucx_has_rdma_lane(const char *tls)
 
 static void ucx_probe(const inter_transport_params_t *params, inter_probe_t *probe)
 {
-    char err[UTIL_CONFIG_ERR_MAX], tls[64], devices[64], spaced[96] = "";
+    char err[UTIL_REASON_LEN], tls[64], devices[64], spaced[96] = "";
     inter_transport_params_t probe_params = *params;
     ucx_config_t config;
     ucp_context_h context;

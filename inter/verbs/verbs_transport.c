@@ -78,7 +78,7 @@ static strata_status_t verbs_config_check(const verbs_config_t *c)
 /* Whether the user set any STRATA_VERBS_* variable to other than its default. */
 static bool verbs_config_asked(const verbs_config_t *config)
 {
-    char err[UTIL_CONFIG_ERR_MAX];
+    char err[UTIL_REASON_LEN];
     verbs_config_t defaults;
 
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(verbs_config_fields); ++i) {
@@ -148,7 +148,7 @@ static void verbs_probe(const inter_transport_params_t *params, inter_probe_t *p
     verbs_dev_spec_t spec;
     int num, err, index, port;
     bool fallback;
-    char msg[UTIL_CONFIG_ERR_MAX];
+    char msg[UTIL_REASON_LEN];
 
     probe->score = INTER_PROBE_NONE;
     if (infos == NULL) {

@@ -51,11 +51,11 @@ static strata_status_t gpu_probe(char *reason)
     gpuError_t error = gpuGetDeviceCount(&count);
 
     if (error != gpuSuccess) {
-        snprintf(reason, INTRA_REASON_LEN, "%s", gpuGetErrorName(error));
+        util_reason(reason, "%s", gpuGetErrorName(error));
         return STRATA_ERR_UNSUPPORTED;
     }
     if (count == 0) {
-        snprintf(reason, INTRA_REASON_LEN, "no %s device", GPU_NAME);
+        util_reason(reason, "no %s device", GPU_NAME);
         return STRATA_ERR_UNSUPPORTED;
     }
     return STRATA_OK;
@@ -157,14 +157,14 @@ static strata_status_t gpu_device_select(int ordinal, char *reason)
     gpuError_t error = gpuSetDevice(ordinal);
 
     if (error != gpuSuccess) {
-        snprintf(reason, INTRA_REASON_LEN, "cannot select GPU %d: %s", ordinal,
+        util_reason(reason, "cannot select GPU %d: %s", ordinal,
                  gpuGetErrorName(error));
         return STRATA_ERR_UNSUPPORTED;
     }
     error = GPU_MOE_RESIDENT_BLOCKS(&blocks);
     if (error != gpuSuccess) {
         gpu_describe(ordinal, what, sizeof(what));
-        snprintf(reason, INTRA_REASON_LEN, "%s: no kernels for it in this library (built for "
+        util_reason(reason, "%s: no kernels for it in this library (built for "
                  "%s): %s", what, STRATA_GPU_TARGETS, gpuGetErrorName(error));
         return STRATA_ERR_UNSUPPORTED;
     }
@@ -190,7 +190,7 @@ static strata_status_t gpu_peer_atomics(const char *peer_bus_id, char *reason)
     strata_status_t status = gpu_current_device(&mine);
 
     if (status != STRATA_OK) {
-        snprintf(reason, INTRA_REASON_LEN, "no current GPU");
+        util_reason(reason, "no current GPU");
         return status;
     }
     if (gpuDeviceGetByPCIBusId(&peer, peer_bus_id) != gpuSuccess) {
@@ -205,7 +205,7 @@ static strata_status_t gpu_peer_atomics(const char *peer_bus_id, char *reason)
             gpuSuccess ||
         gpuDeviceGetP2PAttribute(&atomics, gpuDevP2PAttrNativeAtomicSupported, mine, peer) !=
             gpuSuccess || !access || !atomics) {
-        snprintf(reason, INTRA_REASON_LEN, "GPU %d cannot %s GPU %d (%s)", mine,
+        util_reason(reason, "GPU %d cannot %s GPU %d (%s)", mine,
                  access ? "use native atomics on the memory of" : "access", peer, peer_bus_id);
         return STRATA_ERR_UNSUPPORTED;
     }

@@ -449,7 +449,7 @@ static strata_status_t heap_open_peers(intra_heap_t *heap, const heap_card_t *ca
 static strata_status_t heap_check_gpus(intra_heap_t *heap, const heap_card_t *cards)
 {
     const heap_card_t *own = &cards[heap->local_rank];
-    char reason[INTRA_REASON_LEN];
+    char reason[UTIL_REASON_LEN];
 
     heap->gpu_sharers = 0;
     for (int r = 0; r < heap->local_size; ++r) {

@@ -32,7 +32,7 @@ static strata_status_t test_device_count(int *count_p)
 static strata_status_t test_device_select(int ordinal, char *reason)
 {
     if (ordinal < 0 || ordinal >= num_visible || ordinal == refused) {
-        snprintf(reason, INTRA_REASON_LEN, "GPU %d: no kernels for it", ordinal);
+        util_reason(reason, "GPU %d: no kernels for it", ordinal);
         return STRATA_ERR_UNSUPPORTED;
     }
     current = ordinal;
@@ -57,7 +57,7 @@ static intra_device_ops_t test_ops(void)
 
 static int setup(void **state)
 {
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     topo_t *topo = NULL;
 
     util_log_set_level(STRATA_LOG_LEVEL_ERROR);
@@ -79,7 +79,7 @@ static int teardown(void **state)
 static int topology_gpu_of(const topo_t *topo, int local_rank)
 {
     intra_device_ops_t ops = test_ops();
-    char reason[INTRA_REASON_LEN] = "";
+    char reason[UTIL_REASON_LEN] = "";
     int gpu = 99;
 
     current = -1;

@@ -57,7 +57,7 @@ static void fuzz_value_release(const util_config_field_t *field, fuzz_value_t *v
 
 static void fuzz_config_value(const util_config_field_t *field, const char *text)
 {
-    char err[UTIL_CONFIG_ERR_MAX], formatted[FUZZ_VALUE_MAX + 64];
+    char err[UTIL_REASON_LEN], formatted[FUZZ_VALUE_MAX + 64];
     fuzz_value_t value = {0}, again = {0};
 
     if (util_config_parse_value(field, text, &value, err) != STRATA_OK) {

@@ -61,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *text = fuzz_input_text(data, size), err[TOPO_ERR_LEN];
+    char *text = fuzz_input_text(data, size), err[UTIL_REASON_LEN];
     topo_t *topo = NULL;
 
     if (text == NULL) {

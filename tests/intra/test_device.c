@@ -36,7 +36,7 @@ static void test_host_memory(void **state)
     unsigned char *a = NULL, *b = NULL;
     void *untouched = (void *)(uintptr_t)0x1;
 
-    char reason[INTRA_REASON_LEN];
+    char reason[UTIL_REASON_LEN];
 
     (void)state;
     assert_int_equal(host->probe(reason), STRATA_OK);

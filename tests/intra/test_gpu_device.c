@@ -29,17 +29,17 @@ static bool probe_in_child(const intra_device_ops_t *ops, char *reason)
     pid_t pid;
 
     if (pipe(fds) != 0 || (pid = fork()) < 0) {
-        snprintf(reason, INTRA_REASON_LEN, "cannot start a probe process");
+        util_reason(reason, "cannot start a probe process");
         return false;
     }
     if (pid == 0) {
-        char why[INTRA_REASON_LEN] = "";
+        char why[UTIL_REASON_LEN] = "";
         bool ok = ops->probe(why) == STRATA_OK;
         (void)!write(fds[1], why, strlen(why));
         _exit(ok ? 0 : 1);
     }
     close(fds[1]);
-    got = read(fds[0], reason, INTRA_REASON_LEN - 1);
+    got = read(fds[0], reason, UTIL_REASON_LEN - 1);
     reason[got > 0 ? got : 0] = '\0';
     close(fds[0]);
     return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -52,7 +52,7 @@ static int usable_gpus(const intra_device_ops_t **found)
 
     for (size_t i = 0; i < intra_device_count(); ++i) {
         const intra_device_ops_t *ops = intra_device_get(i);
-        char reason[INTRA_REASON_LEN];
+        char reason[UTIL_REASON_LEN];
 
         if (strcmp(ops->name, "host") == 0) {
             continue;

@@ -8,7 +8,7 @@
  * dies in the middle of a step and the others must see STRATA_ERR_PEER_FAILED in time; with
  * --stop RANK that rank stops (SIGSTOP) instead, and the others must see PEER_FAILED or
  * TIMEOUT in time.
- * With --trace FILE the routing is a trace's (tools/strata_trace.h); with --mode adaptive
+ * With --trace FILE the routing is a trace's (adaptive/adapt_trace.h); with --mode adaptive
  * the experts' owners choose the modes, and every step every rank's modes must be the same
  * (gathered from all ranks) while they change; --mode env takes STRATA_MOE_MODE's. With
  * --disagree RANK that rank sets a pull mask unlike the others' in the middle of the run,
@@ -32,7 +32,7 @@
  */
 #include "common/moe_ref.h"
 #include "intra/intra.h"
-#include "tools/strata_trace.h"
+#include "adaptive/adapt_trace.h"
 #include "util/util.h"
 
 #include <inttypes.h>
@@ -499,12 +499,12 @@ static void free_state(rank_state_t *r)
 /* The routing of every step from the trace; the case takes the trace's shape. */
 static int64_t *load_trace(const char *path, moe_case_t *c)
 {
-    char err[STRATA_TRACE_ERR_LEN];
-    strata_trace_t *trace;
+    char err[UTIL_REASON_LEN];
+    adapt_trace_t *trace;
     int64_t *routes;
     size_t per_rank;
 
-    CHECK(strata_trace_read(path, &trace, err) == STRATA_OK, "%s", err);
+    CHECK(adapt_trace_read(path, &trace, err) == STRATA_OK, "%s", err);
     CHECK(trace->shape.ranks == c->ranks && trace->steps >= c->steps,
           "the trace has %d ranks and %d steps; the run %d and %d", trace->shape.ranks,
           trace->steps, c->ranks, c->steps);
@@ -516,13 +516,13 @@ static int64_t *load_trace(const char *path, moe_case_t *c)
     CHECK(routes != NULL, "memory");
     for (int step = 0; step < c->steps; ++step) {
         for (int rank = 0; rank < c->ranks; ++rank) {
-            CHECK(strata_trace_topk_idx(trace, step, rank,
+            CHECK(adapt_trace_topk_idx(trace, step, rank,
                                         routes + ((size_t)step * (size_t)c->ranks +
                                                   (size_t)rank) * per_rank) == STRATA_OK,
                   "trace step %d rank %d", step, rank);
         }
     }
-    strata_trace_destroy(trace);
+    adapt_trace_destroy(trace);
     return routes;
 }
 

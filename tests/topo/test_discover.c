@@ -15,7 +15,7 @@
 
 static void test_discover_this_machine(void **state)
 {
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     topo_rail_plan_t *plan;
     topo_t *topo;
 
@@ -45,7 +45,7 @@ static void test_discover_this_machine(void **state)
 
 static void test_env_file_override(void **state)
 {
-    char path[1024], err[TOPO_ERR_LEN];
+    char path[1024], err[UTIL_REASON_LEN];
     topo_t *topo;
 
     (void)state;

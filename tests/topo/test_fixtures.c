@@ -20,7 +20,7 @@
 
 static topo_t *load(const char *file)
 {
-    char path[1024], err[TOPO_ERR_LEN];
+    char path[1024], err[UTIL_REASON_LEN];
     topo_t *topo = NULL;
 
     snprintf(path, sizeof(path), "%s/%s", STRATA_TEST_FIXTURES, file);
@@ -223,7 +223,7 @@ static void test_several_rails_per_gpu(void **state)
         "  <pci busid=\"0000:26:00.0\" class=\"0x020000\" vendor=\"0x8086\" device=\"0x1572\"/>"
         "</pci></cpu></system>";
     static const int rails[2][TOPO_TEST_MAX_RAILS] = {{0, 1, 2, 3}, {4, 5, 6, 7}};
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     topo_rail_plan_t *plan;
     topo_t *topo;
 
@@ -294,7 +294,7 @@ static void test_rails_ordered_by_hops(void **state)
         "  </pci>"
         "</pci></cpu></system>";
     static const int rails[1][TOPO_TEST_MAX_RAILS] = {{1, 0, -1}};
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     topo_rail_plan_t *plan;
     topo_t *topo;
 
@@ -349,7 +349,7 @@ static void test_nccl_cpu_nvlink(void **state)
         "    <nvlink target=\"0035:00:00.0\" count=\"3\" tclass=\"0x068001\"/>"
         "  </gpu>"
         "</pci></cpu></system>";
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     const topo_gpu_t *gpu;
     topo_t *topo;
 
@@ -390,7 +390,7 @@ static void test_overlay_merge(void **state)
 {
     topo_t *topo = load("vm-2gpu-4efa.hwloc.xml");
     const topo_overlay_report_t *report;
-    char path[1024], err[TOPO_ERR_LEN];
+    char path[1024], err[UTIL_REASON_LEN];
 
     (void)state;
     assert_int_equal(topo_gpu_nic_path(topo, 0, 0), TOPO_PATH_PHB);
@@ -445,7 +445,7 @@ static void write_overlay(const char *text, char path[32])
 /* A <cpu> adds its NUMA node only when a device of the machine sits below it. */
 static void test_overlay_numa(void **state)
 {
-    char path[32], err[TOPO_ERR_LEN];
+    char path[32], err[UTIL_REASON_LEN];
     topo_t *topo = load("vm-2gpu-4efa.hwloc.xml");
 
     (void)state;
@@ -468,7 +468,7 @@ static void test_overlay_numa(void **state)
 static void expect_overlay_error(const char *overlay_text, strata_status_t want,
                                  const char *message)
 {
-    char path[32], err[TOPO_ERR_LEN] = "";
+    char path[32], err[UTIL_REASON_LEN] = "";
     topo_t *topo = load("vm-2gpu-4efa.hwloc.xml");
 
     write_overlay(overlay_text, path);
@@ -483,7 +483,7 @@ static void expect_overlay_error(const char *overlay_text, strata_status_t want,
 
 static void test_overlay_errors(void **state)
 {
-    char path[1024], err[TOPO_ERR_LEN];
+    char path[1024], err[UTIL_REASON_LEN];
     topo_t *topo = load("vm-2gpu-4efa.hwloc.xml");
 
     (void)state;

@@ -42,7 +42,7 @@ static void read_expectation(const char *path, char *expect, size_t size)
 
 static void check_hostile(const char *path)
 {
-    char expect[512], needle[1200], err[TOPO_ERR_LEN] = "";
+    char expect[512], needle[1200], err[UTIL_REASON_LEN] = "";
     const char *reason;
     topo_t *topo = NULL;
     strata_status_t status;
@@ -106,7 +106,7 @@ static void test_hostile_fixtures(void **state)
 /* A reproducer of a crash or leak inside hwloc: refused, with the file and a line. */
 static void check_bad_input(const char *path)
 {
-    char err[TOPO_ERR_LEN] = "", needle[1100];
+    char err[UTIL_REASON_LEN] = "", needle[1100];
     topo_t *topo = NULL;
     strata_status_t status = topo_load_file(path, &topo, err);
 

@@ -45,7 +45,7 @@ static void write_file(const char *path, const void *data, size_t size)
 /* Load path; expect status, an error naming the file that contains `needle`, one line. */
 static void expect_failure(const char *path, strata_status_t status, const char *needle)
 {
-    char err[TOPO_ERR_LEN] = "";
+    char err[UTIL_REASON_LEN] = "";
     topo_t *topo = (topo_t *)(uintptr_t)0x1;
 
     assert_int_equal(topo_load_file(path, &topo, err), status);
@@ -202,7 +202,7 @@ static void test_encoding_error_after_hwloc(void **state)
 {
     static const char utf7[] = "<?xml version=\"1.0\" encoding=\"UTF-7\"?>\n"
                                "<topology>\xff\xfe\x92\x90</topology>\n";
-    char path[512], err[TOPO_ERR_LEN];
+    char path[512], err[UTIL_REASON_LEN];
     topo_t *topo;
 
     (void)state;
@@ -241,7 +241,7 @@ static void test_hwloc_gpu_twice(void **state)
 
 static void test_buffer_and_arguments(void **state)
 {
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     topo_t *topo = NULL;
 
     (void)state;

@@ -28,7 +28,7 @@ static const char power9_pcie[] =
 static void test_power9_links(void **state)
 {
     static const int numa_os[] = {0, 0, 8, 8};
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     topo_t *topo;
 
     (void)state;

@@ -156,7 +156,7 @@ static check_fn_t find_check(const char *file)
 static void test_shared_topologies(void **state)
 {
     const char *dir = getenv("STRATA_TEST_TOPOLOGY_DIR");
-    char path[1024], err[TOPO_ERR_LEN];
+    char path[1024], err[UTIL_REASON_LEN];
     topo_rail_plan_t *plan;
     struct dirent *entry;
     int loaded = 0, checked = 0;

@@ -78,7 +78,7 @@ static void test_kfd_xgmi(void **state)
         "<pci busid=\"0000:c2:00.0\" class=\"0x038000\" vendor=\"0x1002\" device=\"0x74a1\"/>"
         "<pci busid=\"0000:c3:00.0\" class=\"0x038000\" vendor=\"0x1002\" device=\"0x74a1\"/>"
         "</cpu></system>";
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     topo_t *topo;
 
     (void)state;
@@ -138,7 +138,7 @@ static void test_down_port_avoided(void **state)
         "</pci>"
         "<pci busid=\"0000:20:00.0\" class=\"0x020700\" vendor=\"0x15b3\" device=\"0x1021\"/>"
         "</cpu></system>";
-    char err[TOPO_ERR_LEN];
+    char err[UTIL_REASON_LEN];
     topo_rail_plan_t *plan;
     topo_t *topo;
 
@@ -165,7 +165,7 @@ static void test_down_port_avoided(void **state)
 /* Where NUMA affinity is unknown, the PCIe tree still decides (VMs report numa_node -1). */
 static void test_unknown_numa(void **state)
 {
-    char path[512], err[TOPO_ERR_LEN];
+    char path[512], err[UTIL_REASON_LEN];
     topo_t *topo;
 
     (void)state;

@@ -44,7 +44,7 @@ static const util_config_table_t test_table = {
 
 static uint64_t parse_u64(int field, const char *text, strata_status_t expect)
 {
-    char err[UTIL_CONFIG_ERR_MAX] = "";
+    char err[UTIL_REASON_LEN] = "";
     uint64_t value = 0xdeadbeef;
 
     assert_int_equal(util_config_parse_value(&test_fields[field], text, &value, err), expect);
@@ -88,7 +88,7 @@ static void test_time_units(void **state)
 
 static void test_int_bool_enum(void **state)
 {
-    char err[UTIL_CONFIG_ERR_MAX];
+    char err[UTIL_REASON_LEN];
     int64_t i64;
     bool flag;
     int mode;
@@ -118,7 +118,7 @@ static void test_int_bool_enum(void **state)
 /* A value with a newline (found by fuzz_config) is refused in one line of message. */
 static void test_error_is_one_line(void **state)
 {
-    char err[UTIL_CONFIG_ERR_MAX] = "";
+    char err[UTIL_REASON_LEN] = "";
     test_config_t config;
     bool flag;
 

@@ -3,7 +3,7 @@
  * on random experts, a per-node perturbation; seeded with its own generator (xoshiro256**
  * seeded by splitmix64) so a seed gives the same trace everywhere.
  */
-#include "strata_trace.h"
+#include "adaptive/adapt_trace.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -22,7 +22,7 @@ typedef struct gen_rng {
 } gen_rng_t;
 
 typedef struct gen_state {
-    const strata_trace_gen_params_t *params;
+    const adapt_trace_gen_params_t *params;
     gen_rng_t rng;
     int      *ranking;     /* [experts]: the expert at each popularity rank */
     double   *rank_weight; /* [experts]: 1 / (rank + 1)^s */
@@ -102,11 +102,11 @@ static void gen_err(char *err, const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(err, STRATA_TRACE_ERR_LEN, fmt, ap);
+    util_vreason(err, fmt, ap);
     va_end(ap);
 }
 
-static strata_status_t gen_check(const strata_trace_gen_params_t *p, char *err)
+static strata_status_t gen_check(const adapt_trace_gen_params_t *p, char *err)
 {
     if (!(p->zipf_s >= 0.0 && p->zipf_s <= GEN_MAX_ZIPF)) {
         gen_err(err, "zipf exponent %g out of range (0..%g)", p->zipf_s, GEN_MAX_ZIPF);
@@ -130,9 +130,9 @@ static strata_status_t gen_check(const strata_trace_gen_params_t *p, char *err)
     return STRATA_ERR_INVALID;
 }
 
-void strata_trace_gen_defaults(strata_trace_gen_params_t *params)
+void adapt_trace_gen_defaults(adapt_trace_gen_params_t *params)
 {
-    *params = (strata_trace_gen_params_t){
+    *params = (adapt_trace_gen_params_t){
         .shape          = {.experts        = 64,
                            .ranks          = 32,
                            .ranks_per_node = 8,
@@ -165,7 +165,7 @@ static void gen_state_free(gen_state_t *g)
 }
 
 /* Arrays, a random first ranking, the Zipf weights and each node's perturbation. */
-static strata_status_t gen_state_init(gen_state_t *g, const strata_trace_gen_params_t *params)
+static strata_status_t gen_state_init(gen_state_t *g, const adapt_trace_gen_params_t *params)
 {
     int experts = params->shape.experts;
     int nodes = params->shape.ranks / params->shape.ranks_per_node;
@@ -205,7 +205,7 @@ static strata_status_t gen_state_init(gen_state_t *g, const strata_trace_gen_par
 /* Every drift_period steps, swap experts of the hotter half of the ranking with any. */
 static void gen_drift(gen_state_t *g, int step)
 {
-    const strata_trace_gen_params_t *p = g->params;
+    const adapt_trace_gen_params_t *p = g->params;
     int experts = p->shape.experts;
     long swaps = lround(p->drift_fraction * experts / 2.0);
 
@@ -227,7 +227,7 @@ static void gen_drift(gen_state_t *g, int step)
 
 static void gen_burst(gen_state_t *g)
 {
-    const strata_trace_gen_params_t *p = g->params;
+    const adapt_trace_gen_params_t *p = g->params;
 
     for (int e = 0; e < p->shape.experts; ++e) {
         g->burst[e] = 1.0;
@@ -348,7 +348,7 @@ static int gen_draw(gen_state_t *g)
 
 static void gen_rank_step(gen_state_t *g, int32_t *counts)
 {
-    const strata_trace_shape_t *shape = &g->params->shape;
+    const adapt_trace_shape_t *shape = &g->params->shape;
 
     for (int t = 0; t < shape->tokens; ++t) {
         g->token++;
@@ -361,20 +361,20 @@ static void gen_rank_step(gen_state_t *g, int32_t *counts)
     }
 }
 
-strata_status_t strata_trace_generate(const strata_trace_gen_params_t *params,
-                                      strata_trace_t **trace_p, char *err)
+strata_status_t adapt_trace_generate(const adapt_trace_gen_params_t *params,
+                                      adapt_trace_t **trace_p, char *err)
 {
-    const strata_trace_shape_t *shape = &params->shape;
-    strata_trace_t *trace;
+    const adapt_trace_shape_t *shape = &params->shape;
+    adapt_trace_t *trace;
     strata_status_t status;
     gen_state_t g;
 
     if ((status = gen_check(params, err)) != STRATA_OK ||
-        (status = strata_trace_create(shape, params->steps, &trace, err)) != STRATA_OK) {
+        (status = adapt_trace_create(shape, params->steps, &trace, err)) != STRATA_OK) {
         return status;
     }
     if (gen_state_init(&g, params) != STRATA_OK) {
-        strata_trace_destroy(trace);
+        adapt_trace_destroy(trace);
         gen_err(err, "out of memory generating a trace");
         return STRATA_ERR_NO_MEMORY;
     }
@@ -385,7 +385,7 @@ strata_status_t strata_trace_generate(const strata_trace_gen_params_t *params,
             if (r % shape->ranks_per_node == 0) {
                 gen_weights(&g, r / shape->ranks_per_node);
             }
-            gen_rank_step(&g, strata_trace_counts(trace, t, r));
+            gen_rank_step(&g, adapt_trace_counts(trace, t, r));
         }
     }
     gen_state_free(&g);

@@ -3,48 +3,49 @@
  * format (docs/adaptive.md "Routing traces"), its reader and writer, a seeded synthetic
  * generator, and the top-k routing a trace's counts stand for.
  */
-#ifndef STRATA_TOOLS_STRATA_TRACE_H
-#define STRATA_TOOLS_STRATA_TRACE_H
+#ifndef STRATA_ADAPTIVE_ADAPT_TRACE_H
+#define STRATA_ADAPTIVE_ADAPT_TRACE_H
 
 #include <strata/strata.h>
 
+#include "util/util_reason.h"
+
 #include <stdint.h>
 
-#define STRATA_TRACE_VERSION 1   /* the number on a trace's first line */
-#define STRATA_TRACE_ERR_LEN 512 /* size of the err buffers below */
+#define ADAPT_TRACE_VERSION 1   /* the number on a trace's first line */
 
 /** What a trace describes; every step has this shape. */
-typedef struct strata_trace_shape {
+typedef struct adapt_trace_shape {
     int    experts;        /**< global expert count, a multiple of ranks */
     int    ranks;          /**< source ranks, a multiple of ranks_per_node */
     int    ranks_per_node; /**< ranks of one node */
     int    tokens;         /**< tokens of one rank in one step */
     int    topk;           /**< experts per token, 1..experts */
     double row_bytes;      /**< bytes of one token row */
-} strata_trace_shape_t;
+} adapt_trace_shape_t;
 
-typedef struct strata_trace {
-    strata_trace_shape_t shape;
+typedef struct adapt_trace {
+    adapt_trace_shape_t shape;
     int                  steps;
     int32_t             *counts; /**< [steps][ranks][experts]: tokens of a rank to an expert */
-} strata_trace_t;
+} adapt_trace_t;
 
 /**
- * STRATA_OK, or STRATA_ERR_INVALID with err (STRATA_TRACE_ERR_LEN) naming the first bad
+ * STRATA_OK, or STRATA_ERR_INVALID with err (UTIL_REASON_LEN) naming the first bad
  * field: sizes out of range, experts not a multiple of ranks, topk above experts...
  */
-strata_status_t strata_trace_shape_check(const strata_trace_shape_t *shape, char *err);
+strata_status_t adapt_trace_shape_check(const adapt_trace_shape_t *shape, char *err);
 
 /**
- * A trace of steps (>= 1) steps with every count zero; free with strata_trace_destroy.
+ * A trace of steps (>= 1) steps with every count zero; free with adapt_trace_destroy.
  * STRATA_ERR_INVALID (err says why) or STRATA_ERR_NO_MEMORY.
  */
-strata_status_t strata_trace_create(const strata_trace_shape_t *shape, int steps,
-                                    strata_trace_t **trace_p, char *err);
-void            strata_trace_destroy(strata_trace_t *trace);
+strata_status_t adapt_trace_create(const adapt_trace_shape_t *shape, int steps,
+                                    adapt_trace_t **trace_p, char *err);
+void            adapt_trace_destroy(adapt_trace_t *trace);
 
 /** One rank's counts in one step: [experts]. No range check. */
-static inline int32_t *strata_trace_counts(const strata_trace_t *trace, int step, int rank)
+static inline int32_t *adapt_trace_counts(const adapt_trace_t *trace, int step, int rank)
 {
     return trace->counts +
            ((size_t)step * (size_t)trace->shape.ranks + (size_t)rank) *
@@ -59,10 +60,10 @@ static inline int32_t *strata_trace_counts(const strata_trace_t *trace, int step
  * refused without blocking), STRATA_ERR_NO_MEMORY. A NUL byte, a line above 4 MiB or a file
  * above 4 GiB is STRATA_ERR_PARSE.
  */
-strata_status_t strata_trace_read(const char *path, strata_trace_t **trace_p, char *err);
+strata_status_t adapt_trace_read(const char *path, adapt_trace_t **trace_p, char *err);
 
 /** Write a trace file; STRATA_ERR_IO (err names the file and the system's reason). */
-strata_status_t strata_trace_write(const strata_trace_t *trace, const char *path, char *err);
+strata_status_t adapt_trace_write(const adapt_trace_t *trace, const char *path, char *err);
 
 /**
  * A top-k routing with these counts: topk_idx[tokens][topk] (int64, -1 in unused slots) for
@@ -71,18 +72,18 @@ strata_status_t strata_trace_write(const strata_trace_t *trace, const char *path
  * gets an expert twice. STRATA_ERR_INVALID for a step or rank out of range or counts that
  * break the trace's bounds (possible only in a trace filled by hand).
  */
-strata_status_t strata_trace_topk_idx(const strata_trace_t *trace, int step, int rank,
+strata_status_t adapt_trace_topk_idx(const adapt_trace_t *trace, int step, int rank,
                                       int64_t *topk_idx);
 
-/* --- Synthetic traces (strata_trace_gen.c) ------------------------------------------------- */
+/* --- Synthetic traces (adapt_trace_gen.c) ------------------------------------------------- */
 
 /**
  * Each expert's popularity is Zipf over a ranking of the experts: the expert at rank i (from
  * 0) weighs 1 / (i + 1)^zipf_s. Each source rank's tokens each pick topk distinct experts by
  * weight (without replacement).
  */
-typedef struct strata_trace_gen_params {
-    strata_trace_shape_t shape;
+typedef struct adapt_trace_gen_params {
+    adapt_trace_shape_t shape;
     int      steps;
     double   zipf_s;         /**< Zipf exponent, >= 0 (0: uniform) */
     int      drift_period;   /**< every this many steps the ranking drifts; 0: never */
@@ -94,17 +95,17 @@ typedef struct strata_trace_gen_params {
     double   node_jitter;    /**< each source node multiplies each expert's weight by
                                   exp(node_jitter * N(0, 1)), fixed per trace, >= 0 */
     uint64_t seed;
-} strata_trace_gen_params_t;
+} adapt_trace_gen_params_t;
 
 /** Shape 4 nodes x 8 ranks, 64 experts, 128 tokens, top-8, hidden 7168 in bf16; 400 steps,
  *  Zipf 1.2, drift every 50 steps of a quarter, bursts on 5% of steps, node jitter 0.2. */
-void strata_trace_gen_defaults(strata_trace_gen_params_t *params);
+void adapt_trace_gen_defaults(adapt_trace_gen_params_t *params);
 
 /**
  * A synthetic trace, the same for the same parameters on every machine. STRATA_ERR_INVALID
  * with err naming the bad parameter, or STRATA_ERR_NO_MEMORY.
  */
-strata_status_t strata_trace_generate(const strata_trace_gen_params_t *params,
-                                      strata_trace_t **trace_p, char *err);
+strata_status_t adapt_trace_generate(const adapt_trace_gen_params_t *params,
+                                      adapt_trace_t **trace_p, char *err);
 
 #endif

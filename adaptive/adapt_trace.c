@@ -2,7 +2,7 @@
  * Routing traces: the in-memory form, the text format's reader and writer (docs/adaptive.md
  * "Routing traces"), and the top-k routing a rank's counts stand for.
  */
-#include "strata_trace.h"
+#include "adaptive/adapt_trace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,11 +35,11 @@ static void trace_err(char *err, const char *fmt, ...)
     va_list ap;
 
     va_start(ap, fmt);
-    vsnprintf(err, STRATA_TRACE_ERR_LEN, fmt, ap);
+    util_vreason(err, fmt, ap);
     va_end(ap);
 }
 
-strata_status_t strata_trace_shape_check(const strata_trace_shape_t *shape, char *err)
+strata_status_t adapt_trace_shape_check(const adapt_trace_shape_t *shape, char *err)
 {
     if (shape->experts < 1 || shape->experts > TRACE_MAX_EXPERTS) {
         trace_err(err, "experts %d out of range (1..%d)", shape->experts, TRACE_MAX_EXPERTS);
@@ -64,7 +64,7 @@ strata_status_t strata_trace_shape_check(const strata_trace_shape_t *shape, char
 }
 
 /* Counts of steps steps, or 0 when too many. */
-static size_t trace_cells(const strata_trace_shape_t *shape, int steps)
+static size_t trace_cells(const adapt_trace_shape_t *shape, int steps)
 {
     size_t per_step = (size_t)shape->ranks * (size_t)shape->experts;
 
@@ -74,11 +74,11 @@ static size_t trace_cells(const strata_trace_shape_t *shape, int steps)
     return (size_t)steps * per_step;
 }
 
-strata_status_t strata_trace_create(const strata_trace_shape_t *shape, int steps,
-                                    strata_trace_t **trace_p, char *err)
+strata_status_t adapt_trace_create(const adapt_trace_shape_t *shape, int steps,
+                                    adapt_trace_t **trace_p, char *err)
 {
-    strata_status_t status = strata_trace_shape_check(shape, err);
-    strata_trace_t *trace;
+    strata_status_t status = adapt_trace_shape_check(shape, err);
+    adapt_trace_t *trace;
     size_t cells;
 
     if (status != STRATA_OK) {
@@ -110,7 +110,7 @@ err_no_memory:
     return STRATA_ERR_NO_MEMORY;
 }
 
-void strata_trace_destroy(strata_trace_t *trace)
+void adapt_trace_destroy(adapt_trace_t *trace)
 {
     if (trace == NULL) {
         return;
@@ -119,10 +119,10 @@ void strata_trace_destroy(strata_trace_t *trace)
     free(trace);
 }
 
-strata_status_t strata_trace_topk_idx(const strata_trace_t *trace, int step, int rank,
+strata_status_t adapt_trace_topk_idx(const adapt_trace_t *trace, int step, int rank,
                                       int64_t *topk_idx)
 {
-    const strata_trace_shape_t *shape = &trace->shape;
+    const adapt_trace_shape_t *shape = &trace->shape;
     const int32_t *counts;
     int64_t total = 0;
     int pos = 0;
@@ -130,7 +130,7 @@ strata_status_t strata_trace_topk_idx(const strata_trace_t *trace, int step, int
     if (step < 0 || step >= trace->steps || rank < 0 || rank >= shape->ranks) {
         return STRATA_ERR_INVALID;
     }
-    counts = strata_trace_counts(trace, step, rank);
+    counts = adapt_trace_counts(trace, step, rank);
     for (int e = 0; e < shape->experts; ++e) {
         if (counts[e] < 0 || counts[e] > shape->tokens) {
             return STRATA_ERR_INVALID;
@@ -154,11 +154,11 @@ strata_status_t strata_trace_topk_idx(const strata_trace_t *trace, int step, int
 
 /* --- Writer ------------------------------------------------------------------------------ */
 
-static void trace_write_step(const strata_trace_t *trace, int step, FILE *file)
+static void trace_write_step(const adapt_trace_t *trace, int step, FILE *file)
 {
     fprintf(file, "step %d\n", step);
     for (int r = 0; r < trace->shape.ranks; ++r) {
-        const int32_t *counts = strata_trace_counts(trace, step, r);
+        const int32_t *counts = adapt_trace_counts(trace, step, r);
 
         fprintf(file, "%d", r);
         for (int e = 0; e < trace->shape.experts; ++e) {
@@ -170,9 +170,9 @@ static void trace_write_step(const strata_trace_t *trace, int step, FILE *file)
     }
 }
 
-strata_status_t strata_trace_write(const strata_trace_t *trace, const char *path, char *err)
+strata_status_t adapt_trace_write(const adapt_trace_t *trace, const char *path, char *err)
 {
-    const strata_trace_shape_t *shape = &trace->shape;
+    const adapt_trace_shape_t *shape = &trace->shape;
     FILE *file = fopen(path, "w");
     bool failed;
 
@@ -180,7 +180,7 @@ strata_status_t strata_trace_write(const strata_trace_t *trace, const char *path
         trace_err(err, "%s: %s", path, strerror(errno));
         return STRATA_ERR_IO;
     }
-    fprintf(file, "strata-trace %d\n", STRATA_TRACE_VERSION);
+    fprintf(file, "strata-trace %d\n", ADAPT_TRACE_VERSION);
     fprintf(file, "experts %d ranks %d ranks_per_node %d tokens %d topk %d row_bytes %.17g\n",
             shape->experts, shape->ranks, shape->ranks_per_node, shape->tokens, shape->topk,
             shape->row_bytes);
@@ -205,7 +205,7 @@ typedef struct trace_reader {
     uint64_t        bytes;       /* read so far */
     int             line_no;
     char           *err;
-    strata_trace_t *trace;       /* steps counts the steps begun so far */
+    adapt_trace_t *trace;       /* steps counts the steps begun so far */
     int             steps_cap;   /* steps trace->counts has room for */
     int             step_line;   /* line of the current step's 'step' line */
     int             ranks_seen;  /* ranks listed in the current step */
@@ -220,12 +220,12 @@ static strata_status_t trace_fail(trace_reader_t *rd, strata_status_t status, co
 static strata_status_t trace_fail(trace_reader_t *rd, strata_status_t status, const char *fmt,
                                   ...)
 {
-    int len = snprintf(rd->err, STRATA_TRACE_ERR_LEN, "%s:%d: ", rd->path, rd->line_no);
+    int len = snprintf(rd->err, UTIL_REASON_LEN, "%s:%d: ", rd->path, rd->line_no);
     va_list ap;
 
-    if (len >= 0 && len < STRATA_TRACE_ERR_LEN) {
+    if (len >= 0 && len < UTIL_REASON_LEN) {
         va_start(ap, fmt);
-        vsnprintf(rd->err + len, STRATA_TRACE_ERR_LEN - (size_t)len, fmt, ap);
+        vsnprintf(rd->err + len, UTIL_REASON_LEN - (size_t)len, fmt, ap);
         va_end(ap);
     }
     return status;
@@ -355,22 +355,22 @@ static strata_status_t trace_read_version(trace_reader_t *rd)
     if (strcmp(word, "strata-trace") != 0) {
         return trace_fail(rd, STRATA_ERR_PARSE,
                           "not a strata trace (the first line must be 'strata-trace %d')",
-                          STRATA_TRACE_VERSION);
+                          ADAPT_TRACE_VERSION);
     }
     word = trace_word(&text);
     if (word == NULL || !trace_parse_long(word, &version) || trace_word(&text) != NULL) {
         return trace_fail(rd, STRATA_ERR_PARSE, "expected 'strata-trace %d'",
-                          STRATA_TRACE_VERSION);
+                          ADAPT_TRACE_VERSION);
     }
-    if (version != STRATA_TRACE_VERSION) {
+    if (version != ADAPT_TRACE_VERSION) {
         return trace_fail(rd, STRATA_ERR_PARSE, "trace version %ld is not supported (only %d)",
-                          version, STRATA_TRACE_VERSION);
+                          version, ADAPT_TRACE_VERSION);
     }
     return STRATA_OK;
 }
 
 /* 'experts E ranks R ranks_per_node L tokens T topk K row_bytes B', in this order. */
-static strata_status_t trace_read_shape(trace_reader_t *rd, strata_trace_shape_t *shape)
+static strata_status_t trace_read_shape(trace_reader_t *rd, adapt_trace_shape_t *shape)
 {
     static const char *const names[] = {"experts", "ranks", "ranks_per_node", "tokens", "topk"};
     int *const fields[] = {&shape->experts, &shape->ranks, &shape->ranks_per_node,
@@ -418,7 +418,7 @@ static strata_status_t trace_read_shape(trace_reader_t *rd, strata_trace_shape_t
 /* The end of a step (or of the file): every rank must have had its line. */
 static strata_status_t trace_end_step(trace_reader_t *rd)
 {
-    const strata_trace_t *trace = rd->trace;
+    const adapt_trace_t *trace = rd->trace;
 
     if (trace->steps == 0 || rd->ranks_seen == trace->shape.ranks) {
         return STRATA_OK;
@@ -436,7 +436,7 @@ static strata_status_t trace_end_step(trace_reader_t *rd)
 /* Room for one more step, zeroed. */
 static strata_status_t trace_grow(trace_reader_t *rd)
 {
-    strata_trace_t *trace = rd->trace;
+    adapt_trace_t *trace = rd->trace;
     size_t per_step = (size_t)trace->shape.ranks * (size_t)trace->shape.experts;
     int32_t *counts;
     int cap;
@@ -457,14 +457,14 @@ static strata_status_t trace_grow(trace_reader_t *rd)
         trace->counts = counts;
         rd->steps_cap = cap;
     }
-    memset(strata_trace_counts(trace, trace->steps, 0), 0, per_step * sizeof(int32_t));
+    memset(adapt_trace_counts(trace, trace->steps, 0), 0, per_step * sizeof(int32_t));
     return STRATA_OK;
 }
 
 /* 'step t': t must be the next step. */
 static strata_status_t trace_read_step_line(trace_reader_t *rd, char *text)
 {
-    strata_trace_t *trace = rd->trace;
+    adapt_trace_t *trace = rd->trace;
     strata_status_t status;
     char *word = trace_word(&text);
     long step;
@@ -489,7 +489,7 @@ static strata_status_t trace_read_step_line(trace_reader_t *rd, char *text)
 /* The rank that begins a rank line, not yet listed in this step. */
 static strata_status_t trace_read_rank(trace_reader_t *rd, const char *word, int *rank_p)
 {
-    const strata_trace_t *trace = rd->trace;
+    const adapt_trace_t *trace = rd->trace;
     long rank;
 
     if (!trace_parse_long(word, &rank)) {
@@ -518,7 +518,7 @@ static strata_status_t trace_read_rank(trace_reader_t *rd, const char *word, int
 static strata_status_t trace_read_pair(trace_reader_t *rd, char *word, int32_t *counts,
                                        int64_t *total)
 {
-    const strata_trace_shape_t *shape = &rd->trace->shape;
+    const adapt_trace_shape_t *shape = &rd->trace->shape;
     char *colon = strchr(word, ':');
     long expert, count;
 
@@ -550,7 +550,7 @@ static strata_status_t trace_read_pair(trace_reader_t *rd, char *word, int32_t *
 /* '<rank> <expert>:<tokens> ...'. */
 static strata_status_t trace_read_rank_line(trace_reader_t *rd, char *text)
 {
-    const strata_trace_shape_t *shape = &rd->trace->shape;
+    const adapt_trace_shape_t *shape = &rd->trace->shape;
     strata_status_t status;
     int64_t total = 0;
     int32_t *counts;
@@ -561,7 +561,7 @@ static strata_status_t trace_read_rank_line(trace_reader_t *rd, char *text)
     if (status != STRATA_OK) {
         return status;
     }
-    counts = strata_trace_counts(rd->trace, rd->trace->steps - 1, rank);
+    counts = adapt_trace_counts(rd->trace, rd->trace->steps - 1, rank);
     while ((word = trace_word(&text)) != NULL) {
         if ((status = trace_read_pair(rd, word, counts, &total)) != STRATA_OK) {
             return status;
@@ -604,15 +604,15 @@ static strata_status_t trace_read_body(trace_reader_t *rd)
 /* Header, then the per-reader arrays sized by it, then the steps. */
 static strata_status_t trace_read_file(trace_reader_t *rd)
 {
-    strata_trace_shape_t shape;
+    adapt_trace_shape_t shape;
     strata_status_t status;
-    char why[STRATA_TRACE_ERR_LEN];
+    char why[UTIL_REASON_LEN];
 
     if ((status = trace_read_version(rd)) != STRATA_OK ||
         (status = trace_read_shape(rd, &shape)) != STRATA_OK) {
         return status;
     }
-    if ((status = strata_trace_shape_check(&shape, why)) != STRATA_OK) {
+    if ((status = adapt_trace_shape_check(&shape, why)) != STRATA_OK) {
         return trace_fail(rd, status, "%s", why);
     }
     rd->trace       = calloc(1, sizeof(*rd->trace));
@@ -666,7 +666,7 @@ static strata_status_t trace_open(const char *path, FILE **file_p, char *err)
     return STRATA_OK;
 }
 
-strata_status_t strata_trace_read(const char *path, strata_trace_t **trace_p, char *err)
+strata_status_t adapt_trace_read(const char *path, adapt_trace_t **trace_p, char *err)
 {
     trace_reader_t rd = {.path = path, .err = err};
     strata_status_t status;
@@ -679,7 +679,7 @@ strata_status_t strata_trace_read(const char *path, strata_trace_t **trace_p, ch
     if (status == STRATA_OK) {
         *trace_p = rd.trace;
     } else {
-        strata_trace_destroy(rd.trace);
+        adapt_trace_destroy(rd.trace);
     }
     free(rd.expert_line);
     free(rd.rank_line);
