@@ -28,34 +28,23 @@
 #define TRACE_MAX_LINE       ((size_t)4 << 20)
 #define TRACE_MAX_FILE_BYTES ((uint64_t)4 << 30)
 
-static void trace_err(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void trace_err(char *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    util_vreason(err, fmt, ap);
-    va_end(ap);
-}
-
 strata_status_t adapt_trace_shape_check(const adapt_trace_shape_t *shape, char *err)
 {
     if (shape->experts < 1 || shape->experts > TRACE_MAX_EXPERTS) {
-        trace_err(err, "experts %d out of range (1..%d)", shape->experts, TRACE_MAX_EXPERTS);
+        util_reason(err, "experts %d out of range (1..%d)", shape->experts, TRACE_MAX_EXPERTS);
     } else if (shape->ranks < 1 || shape->experts % shape->ranks != 0) {
-        trace_err(err, "ranks %d: need ranks >= 1 dividing experts (%d)", shape->ranks,
+        util_reason(err, "ranks %d: need ranks >= 1 dividing experts (%d)", shape->ranks,
                   shape->experts);
     } else if (shape->ranks_per_node < 1 || shape->ranks % shape->ranks_per_node != 0) {
-        trace_err(err, "ranks_per_node %d: need ranks_per_node >= 1 dividing ranks (%d)",
+        util_reason(err, "ranks_per_node %d: need ranks_per_node >= 1 dividing ranks (%d)",
                   shape->ranks_per_node, shape->ranks);
     } else if (shape->tokens < 1 || shape->tokens > TRACE_MAX_TOKENS) {
-        trace_err(err, "tokens %d out of range (1..%d)", shape->tokens, TRACE_MAX_TOKENS);
+        util_reason(err, "tokens %d out of range (1..%d)", shape->tokens, TRACE_MAX_TOKENS);
     } else if (shape->topk < 1 || shape->topk > shape->experts || shape->topk > TRACE_MAX_TOPK) {
-        trace_err(err, "topk %d out of range (1..%d)", shape->topk,
+        util_reason(err, "topk %d out of range (1..%d)", shape->topk,
                   shape->experts < TRACE_MAX_TOPK ? shape->experts : TRACE_MAX_TOPK);
     } else if (!(shape->row_bytes > 0.0 && shape->row_bytes <= TRACE_MAX_ROW_BYTES)) {
-        trace_err(err, "row_bytes %g out of range (above 0, at most %g)", shape->row_bytes,
+        util_reason(err, "row_bytes %g out of range (above 0, at most %g)", shape->row_bytes,
                   TRACE_MAX_ROW_BYTES);
     } else {
         return STRATA_OK;
@@ -86,7 +75,7 @@ strata_status_t adapt_trace_create(const adapt_trace_shape_t *shape, int steps,
     }
     cells = trace_cells(shape, steps);
     if (cells == 0) {
-        trace_err(err, "steps %d out of range (1.. with steps * ranks * experts <= %zu)", steps,
+        util_reason(err, "steps %d out of range (1.. with steps * ranks * experts <= %zu)", steps,
                   TRACE_MAX_CELLS);
         return STRATA_ERR_INVALID;
     }
@@ -106,7 +95,7 @@ strata_status_t adapt_trace_create(const adapt_trace_shape_t *shape, int steps,
 err_free_trace:
     free(trace);
 err_no_memory:
-    trace_err(err, "out of memory for a trace of %d steps", steps);
+    util_reason(err, "out of memory for a trace of %d steps", steps);
     return STRATA_ERR_NO_MEMORY;
 }
 
@@ -177,7 +166,7 @@ strata_status_t adapt_trace_write(const adapt_trace_t *trace, const char *path, 
     bool failed;
 
     if (file == NULL) {
-        trace_err(err, "%s: %s", path, strerror(errno));
+        util_reason(err, "%s: %s", path, strerror(errno));
         return STRATA_ERR_IO;
     }
     fprintf(file, "strata-trace %d\n", ADAPT_TRACE_VERSION);
@@ -189,7 +178,7 @@ strata_status_t adapt_trace_write(const adapt_trace_t *trace, const char *path, 
     }
     failed = ferror(file) != 0;
     if (fclose(file) != 0 || failed) {
-        trace_err(err, "%s: write failed: %s", path, strerror(errno));
+        util_reason(err, "%s: write failed: %s", path, strerror(errno));
         return STRATA_ERR_IO;
     }
     return STRATA_OK;
@@ -634,24 +623,24 @@ static strata_status_t trace_open(const char *path, FILE **file_p, char *err)
 
     if (fd < 0) {
         error = errno;
-        trace_err(err, "%s: %s", path, strerror(error));
+        util_reason(err, "%s: %s", path, strerror(error));
         return (error == ENOENT) ? STRATA_ERR_NOT_FOUND : STRATA_ERR_IO;
     }
     if (fstat(fd, &st) != 0) {
         error = errno;
-        trace_err(err, "%s: %s", path, strerror(error));
+        util_reason(err, "%s: %s", path, strerror(error));
         close(fd);
         return STRATA_ERR_IO;
     }
     if (!S_ISREG(st.st_mode)) {
-        trace_err(err, "%s: not a regular file (a trace is read from a file, not a %s)", path,
+        util_reason(err, "%s: not a regular file (a trace is read from a file, not a %s)", path,
                   S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
                   : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device" : "special file");
         close(fd);
         return STRATA_ERR_IO;
     }
     if ((uint64_t)st.st_size > TRACE_MAX_FILE_BYTES) {
-        trace_err(err, "%s: %lld bytes is larger than a strata trace can be (%llu)", path,
+        util_reason(err, "%s: %lld bytes is larger than a strata trace can be (%llu)", path,
                   (long long)st.st_size, (unsigned long long)TRACE_MAX_FILE_BYTES);
         close(fd);
         return STRATA_ERR_PARSE;
@@ -659,7 +648,7 @@ static strata_status_t trace_open(const char *path, FILE **file_p, char *err)
     *file_p = fdopen(fd, "r");
     if (*file_p == NULL) {
         error = errno;
-        trace_err(err, "%s: %s", path, strerror(error));
+        util_reason(err, "%s: %s", path, strerror(error));
         close(fd);
         return STRATA_ERR_NO_MEMORY;
     }

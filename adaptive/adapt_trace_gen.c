@@ -6,7 +6,6 @@
 #include "adaptive/adapt_trace.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,35 +94,24 @@ static double gen_normal(gen_rng_t *rng)
     return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * gen_uniform(rng));
 }
 
-static void gen_err(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void gen_err(char *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    util_vreason(err, fmt, ap);
-    va_end(ap);
-}
-
 static strata_status_t gen_check(const adapt_trace_gen_params_t *p, char *err)
 {
     if (!(p->zipf_s >= 0.0 && p->zipf_s <= GEN_MAX_ZIPF)) {
-        gen_err(err, "zipf exponent %g out of range (0..%g)", p->zipf_s, GEN_MAX_ZIPF);
+        util_reason(err, "zipf exponent %g out of range (0..%g)", p->zipf_s, GEN_MAX_ZIPF);
     } else if (p->drift_period < 0) {
-        gen_err(err, "drift period %d is negative (0: no drift)", p->drift_period);
+        util_reason(err, "drift period %d is negative (0: no drift)", p->drift_period);
     } else if (!(p->drift_fraction >= 0.0 && p->drift_fraction <= 1.0)) {
-        gen_err(err, "drift fraction %g out of range (0..1)", p->drift_fraction);
+        util_reason(err, "drift fraction %g out of range (0..1)", p->drift_fraction);
     } else if (!(p->burst_prob >= 0.0 && p->burst_prob <= 1.0)) {
-        gen_err(err, "burst probability %g out of range (0..1)", p->burst_prob);
+        util_reason(err, "burst probability %g out of range (0..1)", p->burst_prob);
     } else if (p->burst_experts < 0 || p->burst_experts > p->shape.experts) {
-        gen_err(err, "burst experts %d out of range (0..%d)", p->burst_experts,
+        util_reason(err, "burst experts %d out of range (0..%d)", p->burst_experts,
                 p->shape.experts);
     } else if (!(p->burst_factor >= 1.0 && p->burst_factor <= GEN_MAX_BURST_FACTOR)) {
-        gen_err(err, "burst factor %g out of range (1..%g)", p->burst_factor,
+        util_reason(err, "burst factor %g out of range (1..%g)", p->burst_factor,
                 GEN_MAX_BURST_FACTOR);
     } else if (!(p->node_jitter >= 0.0 && p->node_jitter <= GEN_MAX_NODE_JITTER)) {
-        gen_err(err, "node jitter %g out of range (0..%g)", p->node_jitter, GEN_MAX_NODE_JITTER);
+        util_reason(err, "node jitter %g out of range (0..%g)", p->node_jitter, GEN_MAX_NODE_JITTER);
     } else {
         return STRATA_OK;
     }
@@ -375,7 +363,7 @@ strata_status_t adapt_trace_generate(const adapt_trace_gen_params_t *params,
     }
     if (gen_state_init(&g, params) != STRATA_OK) {
         adapt_trace_destroy(trace);
-        gen_err(err, "out of memory generating a trace");
+        util_reason(err, "out of memory generating a trace");
         return STRATA_ERR_NO_MEMORY;
     }
     for (int t = 0; t < params->steps; ++t) {

@@ -9,7 +9,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -35,17 +34,6 @@ static const util_config_unit_t util_config_time_units[] = {
     {"ns", 1}, {"us", 1000ull}, {"ms", 1000000ull}, {"s", 1000000000ull},
     {"min", 60ull * 1000000000ull},
 };
-
-static void util_config_error(char *err, const char *fmt, ...) UTIL_PRINTF(2, 3);
-
-static void util_config_error(char *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    util_vreason(err, fmt, ap);
-    va_end(ap);
-}
 
 /* Messages quote the value as given: control characters (a newline in an environment
  * value) would split the one log line, so they show as '?'. */
@@ -80,22 +68,22 @@ static strata_status_t util_config_parse_scaled(const char *text, const util_con
     char *end;
 
     if (!isdigit((unsigned char)text[0])) {
-        util_config_error(err, "'%s' is not a %s (expected a number, e.g. %s)", text, what,
+        util_reason(err, "'%s' is not a %s (expected a number, e.g. %s)", text, what,
                           (units == util_config_time_units) ? "10ms" : "64k");
         return STRATA_ERR_CONFIG;
     }
     errno  = 0;
     number = strtoull(text, &end, 10);
     if (errno == ERANGE) {
-        util_config_error(err, "'%s' is too large for a %s", text, what);
+        util_reason(err, "'%s' is too large for a %s", text, what);
         return STRATA_ERR_CONFIG;
     }
     if (!util_config_lookup_unit(units, num_units, end, &multiplier)) {
-        util_config_error(err, "'%s' has an unknown %s unit '%s'", text, what, end);
+        util_reason(err, "'%s' has an unknown %s unit '%s'", text, what, end);
         return STRATA_ERR_CONFIG;
     }
     if (number > UINT64_MAX / multiplier) {
-        util_config_error(err, "'%s' is too large for a %s", text, what);
+        util_reason(err, "'%s' is too large for a %s", text, what);
         return STRATA_ERR_CONFIG;
     }
     *value_p = (uint64_t)number * multiplier;
@@ -110,11 +98,11 @@ static strata_status_t util_config_parse_int(const char *text, int64_t *value_p,
     errno  = 0;
     number = strtoll(text, &end, 10);
     if (end == text || *end != '\0') {
-        util_config_error(err, "'%s' is not an integer", text);
+        util_reason(err, "'%s' is not an integer", text);
         return STRATA_ERR_CONFIG;
     }
     if (errno == ERANGE) {
-        util_config_error(err, "'%s' is out of range for an integer", text);
+        util_reason(err, "'%s' is out of range for an integer", text);
         return STRATA_ERR_CONFIG;
     }
     *value_p = number;
@@ -136,7 +124,7 @@ static strata_status_t util_config_parse_bool(const char *text, bool *value_p, c
             return STRATA_OK;
         }
     }
-    util_config_error(err, "'%s' is not a boolean (use yes/no, on/off, true/false, 1/0)", text);
+    util_reason(err, "'%s' is not a boolean (use yes/no, on/off, true/false, 1/0)", text);
     return STRATA_ERR_CONFIG;
 }
 
@@ -207,13 +195,13 @@ static strata_status_t util_config_parse_typed(const util_config_field_t *field,
     case UTIL_CONFIG_STRING:
         copy = strdup(text);
         if (copy == NULL) {
-            util_config_error(err, "out of memory copying a string value");
+            util_reason(err, "out of memory copying a string value");
             return STRATA_ERR_NO_MEMORY;
         }
         memcpy(dst, &copy, sizeof(copy));
         return STRATA_OK;
     }
-    util_config_error(err, "field has an unknown type %d", (int)field->type);
+    util_reason(err, "field has an unknown type %d", (int)field->type);
     return STRATA_ERR_INTERNAL;
 }
 
