@@ -22,11 +22,16 @@ static uint64_t inter_rate_lifetime(const inter_rate_t *rate)
 }
 
 /* The aggregation allowance: the most bytes seen delivered in a burst beyond what the rate
- * explains, over the last INTER_RATE_AGGREGATION_ROUNDS round trips. */
-static uint64_t inter_rate_aggregation(const inter_rate_t *rate)
+ * explains, over the last INTER_RATE_AGGREGATION_ROUNDS round trips, and at most what the
+ * current rate delivers in INTER_RATE_AGGREGATION_MAX_NS (capped here, not when measured,
+ * so that a rate that falls takes the allowance down with it at once). */
+static double inter_rate_aggregation(const inter_rate_t *rate)
 {
-    return rate->aggregation[0] > rate->aggregation[1] ? rate->aggregation[0]
-                                                       : rate->aggregation[1];
+    uint64_t most = rate->aggregation[0] > rate->aggregation[1] ? rate->aggregation[0]
+                                                                : rate->aggregation[1];
+    double cap = rate->rate_Bps * (double)INTER_RATE_AGGREGATION_MAX_NS / INTER_RATE_NS_PER_SEC;
+
+    return (double)most < cap ? (double)most : cap;
 }
 
 /* The window the estimates give: gain x rate x base RTT plus the floor (one operation in
@@ -48,7 +53,7 @@ static uint64_t inter_rate_target(const inter_rate_t *rate)
     }
     bytes = INTER_RATE_WINDOW_GAIN * rate->rate_Bps * (double)rate->min_rtt_ns /
                 INTER_RATE_NS_PER_SEC +
-            (double)floor_bytes + (double)inter_rate_aggregation(rate);
+            (double)floor_bytes + inter_rate_aggregation(rate);
     if (bytes >= (double)(UINT64_MAX / 2)) {
         return UINT64_MAX / 2;
     }
@@ -203,11 +208,6 @@ static void inter_rate_take_aggregation(inter_rate_t *rate, uint64_t bytes, uint
                 : 0;
     if (extra > rate->window) {
         extra = rate->window;
-    }
-    if ((double)extra > rate->rate_Bps * (double)INTER_RATE_AGGREGATION_MAX_NS /
-                           INTER_RATE_NS_PER_SEC) {
-        extra = (uint64_t)(rate->rate_Bps * (double)INTER_RATE_AGGREGATION_MAX_NS /
-                           INTER_RATE_NS_PER_SEC);
     }
     if (extra > rate->aggregation[0]) {
         rate->aggregation[0] = extra;

@@ -50,7 +50,7 @@ static void test_status_strings(void **state)
 
 static void test_config_registry(void **state)
 {
-    char a[128], b[128];
+    char a[128], b[UTIL_REASON_LEN];
     bool log_level = false, topo_file = false;
 
     (void)state;
