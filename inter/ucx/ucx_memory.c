@@ -1,5 +1,5 @@
 /*
- * ucx transport: registrations and the exchange of their rkeys (docs/engine.md, "ucx").
+ * ucx transport: registrations and the exchange of their rkeys (docs/transports.md, "ucx").
  *
  * A registration is ucp_mem_map'd and its rkey packed at once; its key is a 64-bit id this
  * transport gives (the requested key when it is above every id given before), never

@@ -2,7 +2,7 @@
  * UCX transport (ucp): one context and worker per rail, an endpoint per peer with peer
  * error handling, writes and reads by ucp_put_nbx/ucp_get_nbx on rkeys fetched from their
  * owners (ucx_memory.c), messages by tagged sends, immediates as active messages after a
- * flush (ucx_post.c). This file opens, describes, connects and closes; see docs/engine.md.
+ * flush (ucx_post.c). This file opens, describes, connects and closes; see docs/transports.md.
  */
 #include "inter/ucx/ucx_internal.h"
 
