@@ -245,8 +245,26 @@ static inline ucx_op_t *ucx_op_list_take(ucx_op_list_t *list)
 /* ucx_transport.c */
 extern const inter_transport_ops_t ucx_transport_ops;
 
+/** The transport's settings (STRATA_UCX_*). */
+typedef struct ucx_config {
+    char    *tls;        /* UCX_TLS syntax; empty: UCX's choice */
+    uint64_t timeout_ns; /* longest wait for peers */
+} ucx_config_t;
+
 /** The completion status of a UCX status: OK, CANCELLED or TRANSPORT. */
 strata_status_t ucx_cqe_status(ucs_status_t status);
+
+/* ucx_context.c */
+/** Whether a UCX_TLS list names a shared-memory transport (an exclusion list never does). */
+bool ucx_names_shared_memory(const char *tls);
+/** A rail's UCP context, with the transports and devices the params and settings ask for. */
+strata_status_t ucx_context_create(const inter_transport_params_t *params,
+                                   const ucx_config_t *config, ucp_context_h *context_p);
+/** The transports and network devices a context uses, comma-separated. */
+void ucx_context_resources(ucp_context_h context, char *tls, size_t tls_size, char *devices,
+                           size_t devices_size);
+/** Add the transports and devices an endpoint's lanes use to the rail's name. */
+void ucx_name_from_lanes(ucx_transport_t *ucx, ucp_ep_h ep);
 
 /* ucx_post.c */
 /** Queue a completion (from UCX's callbacks or the proxy); a queue that cannot grow breaks. */
@@ -283,16 +301,28 @@ void ucx_mem_deregister(inter_transport_t *tp, inter_tmr_t *mr);
 void ucx_rma_start(ucx_transport_t *ucx, ucx_op_t *op);
 /** A peer's endpoint failed: what waits for its rkeys fails, revokes to it are over. */
 void ucx_memory_peer_failed(ucx_transport_t *ucx, ucx_peer_t *peer);
-/** Proxy side: send queued rkey replies, revokes and acks; returns how many went. */
-int  ucx_memory_progress(ucx_transport_t *ucx);
 /** Fail what waits for a peer's rkeys and destroy them (shutdown, before its endpoint
  *  closes). */
 void ucx_peer_rkeys_release(ucx_transport_t *ucx, ucx_peer_t *peer);
+/** Proxy side: destroy the rkeys their owners revoked once a flush says no operation of
+ *  this side uses them; returns how many peers' lists went. */
+int  ucx_rkeys_retire(ucx_transport_t *ucx);
 /** Free a peer's rkey entries (close, after the worker is gone). */
 void ucx_peer_rkeys_free(ucx_peer_t *peer);
-/** Give up every revoke (shutdown): deregistrations stop waiting. */
-void ucx_revokes_abandon(ucx_transport_t *ucx);
 /** The handlers of the rkey exchange's active messages. */
 strata_status_t ucx_memory_set_handlers(ucx_transport_t *ucx);
+
+/* ucx_memory_owner.c */
+/** Proxy side: send queued rkey replies, revokes and acks; returns how many went. */
+int  ucx_memory_progress(ucx_transport_t *ucx);
+/** Give up every revoke (shutdown): deregistrations stop waiting. */
+void ucx_revokes_abandon(ucx_transport_t *ucx);
+/** The owner's active message handlers: a peer asks for an rkey; a peer dropped a revoked
+ *  one. */
+ucs_status_t ucx_rkey_req_handler(void *arg, const void *header, size_t header_length,
+                                  void *data, size_t length, const ucp_am_recv_param_t *param);
+ucs_status_t ucx_revoke_ack_handler(void *arg, const void *header, size_t header_length,
+                                    void *data, size_t length,
+                                    const ucp_am_recv_param_t *param);
 
 #endif
