@@ -1,7 +1,8 @@
 /*
  * Inside the verbs transport: the address blob, the choice of device, port and GID, and
  * the mapping of work completions, as plain functions the unit test drives without a
- * device; and the transport object that verbs_transport.c and verbs_data.c share.
+ * device; and the transport object that verbs_transport.c, verbs_connect.c and
+ * verbs_data.c share.
  */
 #ifndef STRATA_INTER_VERBS_H
 #define STRATA_INTER_VERBS_H
@@ -150,7 +151,7 @@ strata_status_t verbs_wc_status(enum ibv_wc_status status);
 /** The completion the engine sees for wc, whose wr_id pointed at ctx. */
 void verbs_wc_to_cqe(const struct ibv_wc *wc, const verbs_ctx_t *ctx, inter_cqe_t *cqe);
 
-/* --- The transport object (verbs_transport.c, verbs_data.c) ------------------------------ */
+/* --- The transport object (verbs_transport.c, verbs_connect.c, verbs_data.c) -------------- */
 
 typedef struct verbs_peer {
     struct ibv_qp *qp;
@@ -212,8 +213,14 @@ static inline verbs_transport_t *verbs_of(inter_transport_t *tp)
     return util_container_of(tp, verbs_transport_t, base);
 }
 
+/* verbs_connect.c: addresses and connections. */
 /** The peer whose QP has number qp_num (the loopback pair's receiver: this rank); -1. */
 int verbs_peer_of_qpn(const verbs_transport_t *vt, uint32_t qp_num);
+strata_status_t verbs_address(inter_transport_t *tp, void *addr, size_t *len_p);
+/** Connect the QP set aside for the rank whose address this is (and, for this rank's own
+ *  address, the loopback pair). */
+strata_status_t verbs_insert_peer(inter_transport_t *tp, const void *addr, size_t len,
+                                  uint64_t *peer_p);
 
 /* verbs_data.c: the ops of the data path. */
 strata_status_t verbs_post(inter_transport_t *tp, const inter_post_t *posts, int count,
