@@ -36,7 +36,7 @@ for refusal in "util_upward scheduler/sched.h" "util_public strata/strata.h" \
 done
 # Kernel bodies: only the three kernel translation units (and the kernels' own headers)
 # include them; everyone else sees intra/kernels/moe_format.h's limits and structs.
-bodies='#[[:space:]]*include[[:space:]]*"[^"]*(moe_kernels|net_kernels|moe_dispatch|moe_combine|moe_common)\.h"'
+bodies='#[[:space:]]*include[[:space:]]*"[^"]*(moe_kernels|moe_dispatch|moe_combine|moe_common|net_kernels|net_dispatch|net_combine|net_common)\.h"'
 includers=$(cd "$source" && grep -rlE "$bodies" util topo inter intra scheduler adaptive api tools |
             grep -vxE 'intra/kernels/[a-z_]+\.h|intra/host/host_kernels\.c|intra/cuda/cuda_kernels\.cu|intra/hip/hip_kernels\.hip')
 if [ -z "$includers" ]; then

@@ -1,0 +1,262 @@
+/*
+ * The network kernels' combine half (net_kernels.h): NET_RETURN posts each peer's terms
+ * back (or, with node-reduce, weights and then one weighted partial row per token), and
+ * NET_TERMS waits for our tokens' terms and our own transfers.
+ */
+#ifndef STRATA_INTRA_NET_COMBINE_H
+#define STRATA_INTRA_NET_COMBINE_H
+
+#include "net_common.h"
+
+/* --- NET_RETURN and NET_TERMS --------------------------------------------------------- */
+
+/* Each peer's tokens' terms back to it, packed in the order it sent them, one transfer. */
+/* Of the terms this node returns to peer p, those dropped for capacity here (the owner
+ * had no row for them; the node's combine put zeros in their place). */
+KERNEL_FN int64_t net_dropped_terms(const intra_moe_args_t *a, const intra_net_peer_t *peer)
+{
+    const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
+    int64_t dropped = 0;
+
+    for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
+        int t = peer->aug_first + q;
+
+        for (int k = 0; k < a->topk; ++k) {
+            dropped += route[(size_t)t * (size_t)a->topk + (size_t)k] >= 0 &&
+                       moe_result_row(a, t, k) == 0;
+        }
+    }
+    return dropped;
+}
+
+/* --- Node-reduce combine (NET_RETURN launched from combine_recv) ----------------------- */
+
+KERNEL_FN size_t net_weights_block(const intra_moe_args_t *a)
+{
+    return (size_t)a->net.max_tokens * (size_t)a->topk * sizeof(float);
+}
+
+/* The whole block: the weights of the tokens we sent peer p, in its staging order, to the
+ * node that holds their terms. */
+KERNEL_FN int net_send_weights(const intra_moe_args_t *a, int p, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    const intra_net_peer_t *peer = &n->peers[p];
+    size_t topk = (size_t)a->topk, block = net_weights_block(a);
+    float *out = (float *)(n->area + n->w_out + (size_t)p * block);
+    int entries = peer->send_push + peer->send_pull;
+    KERNEL_SHARED int ok;
+
+    if (entries == 0) {
+        return 1;
+    }
+    for (int e = n->peer_first[p] + (int)g.thread; e < n->peer_first[p + 1];
+         e += (int)g.num_threads) {
+        for (size_t k = 0; k < topk; ++k) {
+            out[(size_t)n->slot_of[e] * topk + k] =
+                n->topk_weights[(size_t)n->tokens[e] * topk + k];
+        }
+    }
+    kernel_fence_system(); /* each thread's weights, before the post */
+    kernel_block_sync();
+    if (g.thread == 0) {
+        int64_t posted = net_post_chunks(
+            a, UTIL_WORK_WRITE_IMM, peer->rank, n->w_out + (uint64_t)p * block,
+            n->w_in + (uint64_t)peer->index_there * block, (uint64_t)entries * topk * sizeof(float),
+            n->imm_base + net_imm_index(n, INTRA_NET_IMM_WEIGHTS, n->rank),
+            INTRA_NET_COUNTER_SEND);
+
+        ok = posted >= 0;
+        if (ok) {
+            net_count_posted(a, posted);
+        }
+    }
+    kernel_block_sync();
+    return ok;
+}
+
+/* One thread: peer p's weights for the tokens it sent us have landed. */
+KERNEL_FN int net_wait_weights(const intra_moe_args_t *a, int p, int entries)
+{
+    const intra_net_args_t *n = &a->net;
+    intra_net_peer_t *peer = &n->peers[p];
+
+    peer->weights_seen += net_chunks(n, (uint64_t)entries * (uint64_t)a->topk * sizeof(float));
+    return net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_WEIGHTS, peer->rank)],
+                    peer->weights_seen, peer->rank, INTRA_NET_WAIT_WEIGHTS);
+}
+
+/*
+ * The whole block: for each token peer p sent us, in that order, the sum over its terms on
+ * this node of weight x term in fp32 in k order, as one row in the combine dtype; then the
+ * count of terms dropped here; all in one transfer. In the heap the partial rows overwrite
+ * the terms they come from, safely: entry q's terms start at row q or later, so row q is
+ * read only by entries up to q, and each thread writes only the columns it reads.
+ */
+KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    intra_net_peer_t *peer = &n->peers[p];
+    size_t topk = (size_t)a->topk, y = (size_t)a->y_row_bytes;
+    size_t block = (size_t)n->ret_out_block;
+    const char *terms = a->heap[a->rank] + n->ret_stage + (size_t)p * block;
+    char *out = n->area + n->ret_out + (size_t)p * block;
+    const float *w = (const float *)(n->area + n->w_in + (size_t)p * net_weights_block(a));
+    int entries = peer->recv_push + peer->recv_pull, term = 0;
+    KERNEL_SHARED int ok;
+
+    if (entries == 0) {
+        return 1;
+    }
+    if (g.thread == 0) {
+        ok = net_wait_weights(a, p, entries);
+    }
+    kernel_block_sync();
+    if (!ok) {
+        return 0;
+    }
+    for (int q = 0; q < entries; ++q) {
+        const int64_t *experts = &n->aug_topk[(size_t)(peer->aug_first + q) * topk];
+        const char *rows[INTRA_MOE_MAX_TOPK];
+        float weights[INTRA_MOE_MAX_TOPK];
+        int m = 0;
+
+        for (size_t k = 0; k < topk; ++k) {
+            if (experts[k] >= 0) {
+                rows[m]      = terms + (size_t)term++ * y;
+                weights[m++] = w[(size_t)q * topk + k];
+            }
+        }
+        moe_sum_rows(a, rows, weights, m, out + (size_t)q * y, g);
+    }
+    kernel_block_sync(); /* every partial is out before the count lands past them */
+    if (g.thread == 0) {
+        *(int64_t *)(out + (size_t)entries * y) = net_dropped_terms(a, peer);
+    }
+    kernel_fence_system();
+    kernel_block_sync();
+    if (g.thread == 0) {
+        int64_t posted = net_post_chunks(
+            a, UTIL_WORK_WRITE_IMM, peer->rank, n->ret_out + (uint64_t)p * block,
+            n->ret_in + (uint64_t)peer->ret_at, (uint64_t)entries * y + INTRA_NET_DROPS_BYTES,
+            n->imm_base + net_imm_index(n, INTRA_NET_IMM_COMBINE, n->rank),
+            INTRA_NET_COUNTER_SEND);
+
+        ok = posted >= 0;
+        if (ok) {
+            net_count_posted(a, posted);
+        }
+    }
+    kernel_block_sync();
+    return ok;
+}
+
+/* Every peer's weights go out before any block waits for one, so no rank waits on a rank
+ * that waits on it; then each peer's partial rows, once its weights are in. */
+KERNEL_FN void net_node_reduce(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    for (int p = (int)g.block; p < a->net.num_peers; p += (int)g.num_blocks) {
+        if (!net_send_weights(a, p, g)) {
+            return;
+        }
+    }
+    for (int p = (int)g.block; p < a->net.num_peers; p += (int)g.num_blocks) {
+        if (!net_send_partials(a, p, g)) {
+            return;
+        }
+    }
+}
+
+/* Each peer's terms, with the count of those dropped here after them, in one transfer. */
+KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    size_t block = (size_t)n->ret_out_block;
+
+    if (net_block_stopped(a, g)) {
+        return;
+    }
+    if (n->node_reduce) {
+        net_node_reduce(a, g);
+        return;
+    }
+    for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {
+        const intra_net_peer_t *peer = &n->peers[p];
+        size_t terms = (size_t)peer->num_terms * (size_t)a->y_row_bytes;
+        char *stage = a->heap[a->rank] + n->ret_stage + (size_t)p * block;
+        KERNEL_SHARED int ok;
+
+        if (terms == 0) {
+            continue;
+        }
+        if (g.thread == 0) {
+            *(int64_t *)(stage + terms) = net_dropped_terms(a, peer);
+            kernel_fence_system();
+        }
+        kernel_block_sync();
+        if (n->bounce) { /* the owners wrote them in the heap; they leave from the area */
+            kernel_copy_block(n->area + n->ret_out + (size_t)p * block, stage,
+                              terms + INTRA_NET_DROPS_BYTES, g);
+            kernel_fence_system();
+        }
+        kernel_block_sync();
+        if (g.thread == 0) {
+            int64_t posted = net_post_chunks(
+                a, UTIL_WORK_WRITE_IMM, peer->rank, n->ret_out + (uint64_t)p * block,
+                n->ret_in + (uint64_t)peer->ret_at, terms + INTRA_NET_DROPS_BYTES,
+                n->imm_base + net_imm_index(n, INTRA_NET_IMM_COMBINE, n->rank),
+                INTRA_NET_COUNTER_SEND);
+
+            ok = posted >= 0;
+            if (ok) {
+                net_count_posted(a, posted);
+            }
+        }
+        kernel_block_sync();
+        if (!ok) {
+            return;
+        }
+    }
+}
+
+/* Our tokens' terms from every peer, and every transfer of ours done: the step is over
+ * here, and its areas may be written again. */
+KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    uint64_t step = net_step(a, g);
+
+    if (g.block != 0 || g.thread != 0 || net_stopped(a)) {
+        return;
+    }
+    /* at: where peer p's block starts in ret_in (net_ret_at, kept as the loop goes) */
+    for (uint64_t p = 0, at = 0, terms = 0; p < (uint64_t)n->num_peers;
+         ++p, at += terms + INTRA_NET_DROPS_BYTES) {
+        intra_net_peer_t *peer = &n->peers[p];
+        const uint64_t *dropped;
+
+        terms = net_ret_rows(n, (int)p) * (uint64_t)a->y_row_bytes;
+        if (terms == 0) {
+            continue;
+        }
+        peer->combine_seen += net_chunks(n, terms + INTRA_NET_DROPS_BYTES);
+        if (!net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_COMBINE, peer->rank)],
+                      peer->combine_seen, peer->rank, INTRA_NET_WAIT_TERMS)) {
+            return;
+        }
+        dropped = (const uint64_t *)(n->area + n->ret_in + at + terms);
+        if (kernel_load_acquire_u64(dropped) > 0) { /* the step's input, not a failure */
+            moe_report(&moe_control(a, a->rank)->combine_status,
+                       INTRA_MOE_KERNEL_TERMS_DROPPED, peer->rank, -1, -1,
+                       (int64_t)kernel_load_acquire_u64(dropped));
+        }
+    }
+    if (net_wait(a, &n->counters[INTRA_NET_COUNTER_SEND], n->state->posted, -1,
+                 INTRA_NET_WAIT_SENDS) &&
+        net_wait(a, &n->counters[INTRA_NET_COUNTER_READ], n->state->reads, -1,
+                 INTRA_NET_WAIT_READS)) {
+        kernel_store_release_u64(&n->state->step, step);
+    }
+}
+
+#endif

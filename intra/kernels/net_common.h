@@ -1,0 +1,152 @@
+/*
+ * What the network kernels share (net_kernels.h): the step and stop words, waits bounded by
+ * the engine's counters and the peer's failure word, posting commands into the work ring,
+ * and where each peer's returns land in ret_in.
+ */
+#ifndef STRATA_INTRA_NET_COMMON_H
+#define STRATA_INTRA_NET_COMMON_H
+
+#include "moe_common.h"
+
+KERNEL_FN intra_moe_status_t *net_status(const intra_moe_args_t *a)
+{
+    return &moe_control(a, a->rank)->net_status;
+}
+
+/* The step is over for this rank: an earlier kernel reported a failure. */
+KERNEL_FN int net_stopped(const intra_moe_args_t *a)
+{
+    return kernel_load_i32(&net_status(a)->code) != 0;
+}
+
+KERNEL_FN uint64_t net_step(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    KERNEL_SHARED uint64_t step;
+
+    if (g.thread == 0) {
+        step = kernel_load_acquire_u64(&a->net.state->step) + 1;
+    }
+    kernel_block_sync();
+    return step;
+}
+
+/* net_stopped as the whole block sees it: another block may report a failure at any time,
+ * and the threads of one block must agree before they meet at a barrier. */
+KERNEL_FN int net_block_stopped(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    KERNEL_SHARED int stopped;
+
+    if (g.thread == 0) {
+        stopped = net_stopped(a);
+    }
+    kernel_block_sync();
+    return stopped;
+}
+
+KERNEL_FN uint32_t net_imm_index(const intra_net_args_t *n, int kind, int rank)
+{
+    return (uint32_t)kind * (uint32_t)n->world + (uint32_t)rank;
+}
+
+KERNEL_FN uint64_t net_chunks(const intra_net_args_t *n, uint64_t bytes)
+{
+    return (bytes + n->chunk_bytes - 1) / n->chunk_bytes;
+}
+
+/* One thread: wait until *word reaches want; 0 (and the status reported) if the ring failed
+ * or the bound passed first. */
+KERNEL_FN int net_wait(const intra_moe_args_t *a, uint64_t *word, uint64_t want, int peer,
+                       int what)
+{
+    uint64_t start = kernel_timer();
+    uint32_t spins = 0;
+
+    /* acquire: pairs with the proxy's release of a count after the data it stands for */
+    while (kernel_load_acquire_u64(word) < want) {
+        int64_t failure = (int64_t)kernel_load_acquire_u64((uint64_t *)&a->net.ring->failure);
+
+        if (failure != 0) {
+            moe_report(net_status(a), INTRA_MOE_KERNEL_NET_FAILED, peer, what, -1, failure);
+            return 0;
+        }
+        if (kernel_timer() - start > a->net.timeout_ticks) {
+            moe_report(net_status(a), INTRA_MOE_KERNEL_NET_TIMEOUT, peer, what, -1,
+                       (int64_t)want);
+            return 0;
+        }
+        kernel_spin_pause(spins++);
+    }
+    return 1;
+}
+
+/* One thread: one command into the work ring, once it has credit. */
+KERNEL_FN int net_post(const intra_moe_args_t *a, uint32_t op, int peer, uint64_t offset,
+                       uint64_t remote_offset, uint64_t length, uint32_t imm, uint32_t counter)
+{
+    const intra_net_args_t *n = &a->net;
+    uint64_t ticket = kernel_atomic_add_u64(n->ticket, 1);
+    util_work_cmd_t *cmd = &n->cmds[ticket & (uint64_t)(n->slots - 1)];
+
+    if (!net_wait(a, &n->ring->credit, ticket + 1, peer, INTRA_NET_WAIT_CREDIT)) {
+        return 0;
+    }
+    cmd->op            = op;
+    cmd->peer          = peer;
+    cmd->region        = 0;
+    cmd->imm           = imm;
+    cmd->counter       = counter;
+    cmd->reserved      = 0;
+    cmd->offset        = offset;
+    cmd->remote_offset = remote_offset;
+    cmd->length        = length;
+    cmd->stamp         = n->host_stamps ? kernel_timer() : 0;
+    /* release: the command (and the data it sends) before its sequence; the proxy acquires */
+    kernel_store_release_u64(&cmd->seq, ticket + 1);
+    return 1;
+}
+
+/* One thread: a transfer cut into commands of at most chunk_bytes, each counted by the
+ * target (WRITE_IMM) and by our counter; how many, or -1 after a failure. */
+KERNEL_FN int64_t net_post_chunks(const intra_moe_args_t *a, uint32_t op, int peer,
+                                  uint64_t offset, uint64_t remote_offset, uint64_t length,
+                                  uint32_t imm, uint32_t counter)
+{
+    const intra_net_args_t *n = &a->net;
+    int64_t posted = 0;
+
+    for (uint64_t at = 0; at < length; at += n->chunk_bytes, ++posted) {
+        uint64_t piece = length - at < n->chunk_bytes ? length - at : n->chunk_bytes;
+
+        if (!net_post(a, op, peer, offset + at, remote_offset + at, piece, imm, counter)) {
+            return -1;
+        }
+    }
+    return posted;
+}
+
+KERNEL_FN void net_count_posted(const intra_moe_args_t *a, int64_t commands)
+{
+    kernel_atomic_add_u64(&a->net.state->posted, (uint64_t)commands);
+}
+
+/* Rows peer p returns for our tokens: their terms there, or with node-reduce, one partial
+ * row per entry. */
+KERNEL_FN uint64_t net_ret_rows(const intra_net_args_t *n, int p)
+{
+    return n->node_reduce ? (uint64_t)(n->peer_first[p + 1] - n->peer_first[p])
+                          : (uint64_t)n->peer_terms[p];
+}
+
+/* Where peer p's returns start in our ret_in: after the blocks of the peers before it,
+ * each its rows and the count of drops (every row and count 16-byte aligned). */
+KERNEL_FN uint64_t net_ret_at(const intra_moe_args_t *a, int p)
+{
+    uint64_t at = 0;
+
+    for (int q = 0; q < p; ++q) {
+        at += net_ret_rows(&a->net, q) * (uint64_t)a->y_row_bytes + INTRA_NET_DROPS_BYTES;
+    }
+    return at;
+}
+
+#endif

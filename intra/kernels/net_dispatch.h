@@ -1,0 +1,479 @@
+/*
+ * The network kernels' dispatch half (net_kernels.h): NET_SEND packs and posts each peer's
+ * entries, NET_RECV exchanges headers and round two and waits for the data, NET_INDEX
+ * checks every received record and tells the node's kernels where each token is.
+ */
+#ifndef STRATA_INTRA_NET_DISPATCH_H
+#define STRATA_INTRA_NET_DISPATCH_H
+
+#include "net_common.h"
+
+/* --- NET_SEND ------------------------------------------------------------------------- */
+
+/* Whether every expert an entry has at the peer's node moves in Pull form. */
+KERNEL_FN int net_entry_pulls(const intra_moe_args_t *a, int node, const int32_t *experts)
+{
+    const intra_net_args_t *n = &a->net;
+    int any = 0;
+
+    for (int k = 0; k < a->topk; ++k) {
+        int j = experts[k];
+
+        if (j >= 0) {
+            int owner = n->node_ranks[node * n->local_size + j / n->experts_per_rank];
+            int global = owner * n->experts_per_rank + j % n->experts_per_rank;
+
+            if (!((n->mask[global >> 6] >> (global & 63)) & 1u)) {
+                return 0;
+            }
+            any = 1;
+        }
+    }
+    return any;
+}
+
+/* Node-reduce: the partial row of entry e comes back at row; its token's first slot on
+ * that node points at it, the token's other slots there at nothing. */
+KERNEL_FN void net_partial_src(const intra_moe_args_t *a, int e, const char *row)
+{
+    const intra_net_args_t *n = &a->net;
+    const int32_t *experts = &n->experts[(size_t)e * (size_t)a->topk];
+    uint64_t *src = &n->term_src[(size_t)n->tokens[e] * (size_t)a->topk];
+    int first = 1;
+
+    for (int k = 0; k < a->topk; ++k) {
+        if (experts[k] >= 0) {
+            src[k] = first ? (uint64_t)(uintptr_t)row : 0;
+            first  = 0;
+        }
+    }
+}
+
+/*
+ * One thread: the peer's entries in staging order (Push ones first, then Pull), and where
+ * each of their terms will come back: the peer returns them in that order, packed, into our
+ * ret_in block for it.
+ */
+KERNEL_FN void net_order_peer(const intra_moe_args_t *a, int p)
+{
+    const intra_net_args_t *n = &a->net;
+    intra_net_peer_t *peer = &n->peers[p];
+    char *back = n->area + n->ret_in + net_ret_at(a, p);
+    int slot = 0, term = 0, count[2] = {0, 0};
+
+    for (int pass = 0; pass < 2; ++pass) {
+        for (int e = n->peer_first[p]; e < n->peer_first[p + 1]; ++e) {
+            const int32_t *experts = &n->experts[(size_t)e * (size_t)a->topk];
+
+            if (net_entry_pulls(a, peer->node, experts) != pass) {
+                continue;
+            }
+            n->slot_of[e] = slot++;
+            count[pass] += 1;
+            if (n->node_reduce) { /* one partial row per entry, in staging order */
+                net_partial_src(a, e, back + (size_t)(slot - 1) * (size_t)a->y_row_bytes);
+                continue;
+            }
+            for (int k = 0; k < a->topk; ++k) {
+                if (experts[k] >= 0) {
+                    n->term_src[(size_t)n->tokens[e] * (size_t)a->topk + (size_t)k] =
+                        (uint64_t)(uintptr_t)(back + (size_t)term++ * (size_t)a->y_row_bytes);
+                }
+            }
+        }
+    }
+    peer->send_push = count[0];
+    peer->send_pull = count[1];
+}
+
+/* The whole block: every entry for the peer, [record][row][scales], into its staging. */
+KERNEL_FN void net_pack_peer(const intra_moe_args_t *a, int p, char *staging, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+
+    for (int e = n->peer_first[p]; e < n->peer_first[p + 1]; ++e) {
+        char *entry = staging + (size_t)n->slot_of[e] * (size_t)n->entry_bytes;
+        int32_t *record = (int32_t *)entry;
+        int token = n->tokens[e];
+
+        for (int k = (int)g.thread; k <= a->topk; k += (int)g.num_threads) {
+            record[k] = k == 0 ? token : n->experts[(size_t)e * (size_t)a->topk + (size_t)(k - 1)];
+        }
+        moe_copy_token(a, entry + n->record_bytes,
+                       (float *)(entry + n->record_bytes + a->row_bytes),
+                       (const char *)n->x + (size_t)token * (size_t)a->row_bytes,
+                       a->scale_count > 0 ? n->x_scales + (size_t)token * (size_t)a->scale_count
+                                          : 0,
+                       g);
+    }
+}
+
+/* One thread: the header, then round one (the first Push entries into our private slot). */
+KERNEL_FN int net_send_round_one(const intra_moe_args_t *a, int p, uint64_t step)
+{
+    const intra_net_args_t *n = &a->net;
+    const intra_net_peer_t *peer = &n->peers[p];
+    int dest = peer->rank, first = peer->send_push < n->spec_tokens ? peer->send_push
+                                                                     : n->spec_tokens;
+    uint64_t out = n->out_headers + (uint64_t)dest * (uint64_t)n->header_bytes;
+    uint64_t staging = n->staging + (uint64_t)p * (uint64_t)n->max_tokens *
+                                        (uint64_t)n->entry_bytes;
+    intra_net_header_t *h = (intra_net_header_t *)(n->area + out);
+    uint64_t *next = (uint64_t *)(h + 1);
+    int64_t posted, spec = 0;
+
+    h->magic       = INTRA_NET_HEADER_MAGIC;
+    h->pad         = 0;
+    h->step        = step;
+    h->num_push    = peer->send_push;
+    h->num_pull    = peer->send_pull;
+    h->mask_digest = n->digest;
+    h->ret_at      = (int64_t)net_ret_at(a, p);
+    for (int w = 0; w < n->own_words; ++w) {
+        next[w] = n->next[w];
+    }
+    posted = net_post(a, UTIL_WORK_WRITE_IMM, dest, out,
+                      n->headers + ((uint64_t)n->rank * 2 + (step & 1)) * (uint64_t)n->header_bytes,
+                      (uint64_t)n->header_bytes,
+                      n->imm_base + net_imm_index(n, INTRA_NET_IMM_HEADER, n->rank),
+                      INTRA_NET_COUNTER_SEND);
+    if (posted && first > 0) {
+        spec = net_post_chunks(a, UTIL_WORK_WRITE_IMM, dest, staging,
+                               n->spec + (uint64_t)peer->index_there *
+                                             (uint64_t)n->spec_tokens *
+                                             (uint64_t)n->entry_bytes,
+                               (uint64_t)first * (uint64_t)n->entry_bytes,
+                               n->imm_base + net_imm_index(n, INTRA_NET_IMM_SPEC, n->rank),
+                               INTRA_NET_COUNTER_SEND);
+    }
+    if (!posted || spec < 0) {
+        return 0;
+    }
+    net_count_posted(a, posted + spec);
+    return 1;
+}
+
+/* Own tokens' terms computed on this node: where reduce finds them. Those on other nodes
+ * are set by net_order_peer; slots routed nowhere have none. */
+KERNEL_FN void net_local_terms(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    size_t slots = (size_t)n->num_own * (size_t)a->topk;
+
+    for (size_t i = g.block * g.num_threads + g.thread; i < slots;
+         i += (size_t)g.num_blocks * g.num_threads) {
+        if (n->node_idx[i] >= 0) {
+            n->term_src[i] = (uint64_t)(uintptr_t)(a->heap[a->rank] + n->terms +
+                                                   i * (size_t)a->y_row_bytes);
+        } else if (n->clean_idx[i] < 0) {
+            n->term_src[i] = 0;
+        }
+    }
+}
+
+KERNEL_FN void intra_net_send_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    uint64_t step = net_step(a, g);
+
+    if (net_block_stopped(a, g)) {
+        return;
+    }
+    net_local_terms(a, g);
+    for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {
+        char *staging = n->area + n->staging +
+                        (size_t)p * (size_t)n->max_tokens * (size_t)n->entry_bytes;
+        KERNEL_SHARED int ok;
+
+        if (g.thread == 0) {
+            net_order_peer(a, p);
+        }
+        kernel_block_sync();
+        net_pack_peer(a, p, staging, g);
+        kernel_fence_system(); /* each thread's part of the entries, before the posts */
+        kernel_block_sync();
+        if (g.thread == 0) {
+            ok = net_send_round_one(a, p, step);
+        }
+        kernel_block_sync();
+        if (!ok) {
+            return;
+        }
+    }
+}
+
+/* --- NET_RECV ------------------------------------------------------------------------- */
+
+KERNEL_FN void net_protocol_error(const intra_moe_args_t *a, int peer, int what, uint64_t step)
+{
+    moe_report(net_status(a), INTRA_MOE_KERNEL_NET_PROTOCOL, peer, what, -1, (int64_t)step);
+}
+
+/* Every peer's header for this step: its counts, checked, and its modes agreeing. */
+KERNEL_FN int net_read_headers(const intra_moe_args_t *a, uint64_t step)
+{
+    const intra_net_args_t *n = &a->net;
+
+    for (int p = 0; p < n->num_peers; ++p) {
+        intra_net_peer_t *peer = &n->peers[p];
+        const volatile intra_net_header_t *h = (const volatile intra_net_header_t *)(
+            n->area + n->headers + ((uint64_t)peer->rank * 2 + (step & 1)) *
+                                       (uint64_t)n->header_bytes);
+
+        if (!net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_HEADER, peer->rank)], step,
+                      peer->rank, INTRA_NET_WAIT_HEADER)) {
+            return 0;
+        }
+        if (h->magic != INTRA_NET_HEADER_MAGIC || h->step != step || h->num_push < 0 ||
+            h->num_pull < 0 || h->num_push + h->num_pull > n->max_tokens) {
+            net_protocol_error(a, peer->rank, INTRA_NET_WAIT_HEADER, h->step);
+            return 0;
+        }
+        if (h->mask_digest != n->digest) {
+            moe_report(net_status(a), INTRA_MOE_KERNEL_MODES, peer->rank, -1, -1, 0);
+            return 0;
+        }
+        peer->recv_push = h->num_push;
+        peer->recv_pull = h->num_pull;
+        peer->ret_at    = h->ret_at; /* checked against what we return, once indexed */
+    }
+    return 1;
+}
+
+/* Places in our overflow area; grants where the source writes, reads where we fetch. Each
+ * source's rest lands contiguously: its round-two Push entries, then the Pull ones. */
+KERNEL_FN int net_grant_round_two(const intra_moe_args_t *a, uint64_t step)
+{
+    const intra_net_args_t *n = &a->net;
+    int64_t cursor = 0, posted = 0, reads = 0;
+    int aug = n->num_own;
+
+    for (int p = 0; p < n->num_peers; ++p) {
+        intra_net_peer_t *peer = &n->peers[p];
+        int first = peer->recv_push < n->spec_tokens ? peer->recv_push : n->spec_tokens;
+        int rest = peer->recv_push - first;
+
+        peer->recv_offset = cursor;
+        peer->granted     = rest + (n->pull_read ? 0 : peer->recv_pull);
+        peer->aug_first   = aug;
+        cursor += rest + peer->recv_pull;
+        aug    += peer->recv_push + peer->recv_pull;
+        if (peer->granted > 0) {
+            uint64_t out = n->out_grants + (uint64_t)peer->rank * INTRA_NET_CTRL_BYTES;
+            intra_net_grant_t *grant = (intra_net_grant_t *)(n->area + out);
+
+            grant->magic  = INTRA_NET_GRANT_MAGIC;
+            grant->pad    = 0;
+            grant->step   = step;
+            grant->offset = peer->recv_offset;
+            grant->first  = first;
+            grant->count  = peer->granted;
+            if (!net_post(a, UTIL_WORK_WRITE_IMM, peer->rank, out,
+                          n->grants + (uint64_t)n->rank * INTRA_NET_CTRL_BYTES, sizeof(*grant),
+                          n->imm_base + net_imm_index(n, INTRA_NET_IMM_GRANT, n->rank),
+                          INTRA_NET_COUNTER_SEND)) {
+                return 0;
+            }
+            posted += 1;
+        }
+        if (n->pull_read && peer->recv_pull > 0) {
+            int64_t c = net_post_chunks(
+                a, UTIL_WORK_READ, peer->rank,
+                n->overflow + (uint64_t)(peer->recv_offset + rest) * (uint64_t)n->entry_bytes,
+                n->staging + ((uint64_t)peer->index_there * (uint64_t)n->max_tokens +
+                              (uint64_t)peer->recv_push) * (uint64_t)n->entry_bytes,
+                (uint64_t)peer->recv_pull * (uint64_t)n->entry_bytes, 0, INTRA_NET_COUNTER_READ);
+
+            if (c < 0) {
+                return 0;
+            }
+            reads += c;
+        }
+    }
+    *a->net.num_aug = aug;
+    net_count_posted(a, posted);
+    n->state->reads += (uint64_t)reads;
+    return 1;
+}
+
+/* As a source: for each peer that needs round two from us, its grant, then the write. */
+KERNEL_FN int net_send_round_two(const intra_moe_args_t *a, uint64_t step)
+{
+    const intra_net_args_t *n = &a->net;
+
+    for (int p = 0; p < n->num_peers; ++p) {
+        intra_net_peer_t *peer = &n->peers[p];
+        int first = peer->send_push < n->spec_tokens ? peer->send_push : n->spec_tokens;
+        const volatile intra_net_grant_t *grant = (const volatile intra_net_grant_t *)(
+            n->area + n->grants + (uint64_t)peer->rank * INTRA_NET_CTRL_BYTES);
+        int64_t posted;
+
+        if (peer->send_push == first && (n->pull_read || peer->send_pull == 0)) {
+            continue;
+        }
+        peer->grant_seen += 1;
+        if (!net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_GRANT, peer->rank)],
+                      peer->grant_seen, peer->rank, INTRA_NET_WAIT_GRANT)) {
+            return 0;
+        }
+        if (grant->magic != INTRA_NET_GRANT_MAGIC || grant->step != step ||
+            grant->first != first || grant->count <= 0 ||
+            grant->first + grant->count > peer->send_push + peer->send_pull ||
+            grant->offset < 0 ||
+            grant->offset + grant->count > (int64_t)n->num_peers * (int64_t)n->max_tokens) {
+            net_protocol_error(a, peer->rank, INTRA_NET_WAIT_GRANT, grant->step);
+            return 0;
+        }
+        posted = net_post_chunks(
+            a, UTIL_WORK_WRITE_IMM, peer->rank,
+            n->staging + ((uint64_t)p * (uint64_t)n->max_tokens + (uint64_t)first) *
+                             (uint64_t)n->entry_bytes,
+            n->overflow + (uint64_t)grant->offset * (uint64_t)n->entry_bytes,
+            (uint64_t)grant->count * (uint64_t)n->entry_bytes,
+            n->imm_base + net_imm_index(n, INTRA_NET_IMM_OVERFLOW, n->rank),
+            INTRA_NET_COUNTER_SEND);
+        if (posted < 0) {
+            return 0;
+        }
+        net_count_posted(a, posted);
+    }
+    return 1;
+}
+
+/* Round one's and round two's data from every peer, and our reads. */
+KERNEL_FN int net_wait_entries(const intra_moe_args_t *a)
+{
+    const intra_net_args_t *n = &a->net;
+
+    for (int p = 0; p < n->num_peers; ++p) {
+        intra_net_peer_t *peer = &n->peers[p];
+        int first = peer->recv_push < n->spec_tokens ? peer->recv_push : n->spec_tokens;
+
+        if (first > 0) {
+            peer->spec_seen += net_chunks(n, (uint64_t)first * (uint64_t)n->entry_bytes);
+            if (!net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_SPEC, peer->rank)],
+                          peer->spec_seen, peer->rank, INTRA_NET_WAIT_ROUND_ONE)) {
+                return 0;
+            }
+        }
+        if (peer->granted > 0) {
+            peer->overflow_seen += net_chunks(n, (uint64_t)peer->granted *
+                                                     (uint64_t)n->entry_bytes);
+            if (!net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_OVERFLOW, peer->rank)],
+                          peer->overflow_seen, peer->rank, INTRA_NET_WAIT_ROUND_TWO)) {
+                return 0;
+            }
+        }
+    }
+    return net_wait(a, &n->counters[INTRA_NET_COUNTER_READ], n->state->reads, -1,
+                    INTRA_NET_WAIT_READS);
+}
+
+KERNEL_FN void intra_net_recv_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    uint64_t step = net_step(a, g);
+
+    if (g.block != 0 || g.thread != 0 || net_stopped(a)) {
+        return; /* one thread runs the exchange; it moves no payload */
+    }
+    if (net_read_headers(a, step) && net_grant_round_two(a, step) &&
+        net_send_round_two(a, step)) {
+        net_wait_entries(a);
+    }
+}
+
+/* --- NET_INDEX ------------------------------------------------------------------------ */
+
+/* Whether what we return to the peer lies inside its ret_in where its header put it. */
+KERNEL_FN int net_returns_fit(const intra_moe_args_t *a, const intra_net_peer_t *peer)
+{
+    uint64_t rows = a->net.node_reduce ? (uint64_t)(peer->recv_push + peer->recv_pull)
+                                       : (uint64_t)peer->num_terms;
+
+    return peer->ret_at >= 0 && (uint64_t)peer->ret_at % INTRA_NET_DROPS_BYTES == 0 &&
+           (uint64_t)peer->ret_at <= a->net.ret_in_bytes &&
+           rows * (uint64_t)a->y_row_bytes + INTRA_NET_DROPS_BYTES <=
+               a->net.ret_in_bytes - (uint64_t)peer->ret_at;
+}
+
+/* Whether an entry has terms here (a token is sent only where it has one: node-reduce's
+ * sums in place rely on it) and no more than the rows its returned block has for it. */
+KERNEL_FN int net_entry_terms_fit(const intra_moe_args_t *a, const int32_t *record)
+{
+    int terms = 0;
+
+    for (int k = 0; k < a->topk; ++k) {
+        terms += record[1 + k] >= 0;
+    }
+    return terms >= 1 && terms <= a->net.entry_terms;
+}
+
+/* One thread: the peer's received entries checked and indexed for the node's kernels. */
+KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
+{
+    const intra_net_args_t *n = &a->net;
+    intra_net_peer_t *peer = &n->peers[p];
+    int first = peer->recv_push < n->spec_tokens ? peer->recv_push : n->spec_tokens;
+    int64_t stage = n->ret_stage + (int64_t)p * (int64_t)n->ret_out_block;
+    int terms = 0;
+
+    for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
+        uint64_t at = q < first ? n->spec + ((uint64_t)p * (uint64_t)n->spec_tokens +
+                                             (uint64_t)q) * (uint64_t)n->entry_bytes
+                                : n->overflow + (uint64_t)(peer->recv_offset + q - first) *
+                                                    (uint64_t)n->entry_bytes;
+        const int32_t *record = (const int32_t *)(n->area + at);
+        size_t aug = (size_t)(peer->aug_first + q);
+
+        if (record[0] < 0 || record[0] >= n->max_tokens) {
+            net_protocol_error(a, peer->rank, INTRA_NET_BAD_ENTRY, step);
+            return 0;
+        }
+        n->aug_entry[aug]      = (int64_t)at;
+        n->origin[2 * aug]     = peer->rank;
+        n->origin[2 * aug + 1] = record[0];
+        if (!net_entry_terms_fit(a, record)) {
+            net_protocol_error(a, peer->rank, INTRA_NET_BAD_ENTRY, step);
+            return 0;
+        }
+        for (int k = 0; k < a->topk; ++k) {
+            int32_t expert = record[1 + k];
+            size_t slot = aug * (size_t)a->topk + (size_t)k;
+
+            if (expert < -1 || expert >= n->experts_per_node) {
+                net_protocol_error(a, peer->rank, INTRA_NET_BAD_ENTRY, step);
+                return 0;
+            }
+            n->aug_topk[slot] = expert;
+            n->term_dst[slot] = expert < 0 ? -1 : stage + (int64_t)terms++ * a->y_row_bytes;
+        }
+    }
+    peer->num_terms = terms;
+    if (!net_returns_fit(a, peer)) {
+        net_protocol_error(a, peer->rank, INTRA_NET_BAD_ENTRY, step);
+        return 0;
+    }
+    return 1;
+}
+
+KERNEL_FN void intra_net_index_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    uint64_t step = net_step(a, g);
+    size_t own = (size_t)n->num_own * (size_t)a->topk;
+
+    if (net_stopped(a)) {
+        return;
+    }
+    for (size_t i = g.block * g.num_threads + g.thread; i < own;
+         i += (size_t)g.num_blocks * g.num_threads) {
+        n->term_dst[i] = n->node_idx[i] >= 0 ? n->terms + (int64_t)i * a->y_row_bytes : -1;
+    }
+    for (int p = (int)g.block; g.thread == 0 && p < n->num_peers; p += (int)g.num_blocks) {
+        if (!net_index_peer(a, p, step)) {
+            return;
+        }
+    }
+}
+
+#endif
