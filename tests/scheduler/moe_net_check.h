@@ -1,0 +1,79 @@
+/*
+ * What the two-tier MoE check (moe_net_check.c) shares with its reference
+ * (moe_net_verify.c): a rank's state, the bad input a rank may be told to pass, and the
+ * checks of a step's dispatch and combine against the reference.
+ */
+#ifndef STRATA_TESTS_MOE_NET_CHECK_H
+#define STRATA_TESTS_MOE_NET_CHECK_H
+
+#include "common/moe_ref.h"
+#include "util/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CHECK(cond, ...) \
+    do { \
+        if (!(cond)) { \
+            fprintf(stderr, "moe_net_check r%d step %d (seed %u): ", g_rank, g_step, g_seed); \
+            fprintf(stderr, __VA_ARGS__); \
+            fprintf(stderr, "\n"); \
+            exit(1); \
+        } \
+    } while (0)
+
+/* The rank, the step it runs and the case's seed, for CHECK's messages and the reference. */
+extern int      g_rank, g_step;
+extern unsigned g_seed;
+
+typedef enum bad_input {
+    BAD_NONE,
+    BAD_OVER,     /* max_tokens + 1 tokens */
+    BAD_NEGATIVE, /* -1 tokens */
+    BAD_NULL_X,   /* tokens without x */
+} bad_input_t;
+
+/* The rank that passes a bad input, at which step, and which (moe_net_check.c sets them). */
+extern int         g_bad_rank, g_bad_step;
+extern bad_input_t g_bad_kind;
+
+typedef enum mask_mode {
+    MASKS_BY_STEP, /* the test sets pull masks, changing by step */
+    MASKS_ADAPTIVE, /* the owners decide: STRATA_MOE_MODE_ADAPTIVE */
+    MASKS_ENV,      /* STRATA_MOE_MODE decides */
+} mask_mode_t;
+
+typedef struct rank_state {
+    const moe_case_t *c;
+    mask_mode_t       masks;
+    strata_moe_t     *moe;
+    int               rank, world, n;
+    size_t            row_bytes, y_row_bytes, scales;
+    unsigned char    *x, *out, *ref;
+    float            *x_scales, *weights;
+    int64_t          *idx;
+    unsigned char    *seen; /* [world][max_tokens][topk] */
+    bool              node_reduce; /* the object sums each node's terms there */
+    int               node, num_nodes;
+    int              *rank_node; /* [world] */
+    /* Node-reduce against exact, over every value checked: how many differ, and the
+     * largest difference relative to the sum of the magnitudes of the value's terms. */
+    uint64_t          nr_values, nr_differ;
+    double            nr_worst; /* in units of the combine dtype's rounding unit */
+} rank_state_t;
+
+/** Whether rank s refuses its input this step (the bad input it was told to pass). */
+bool refuses(const moe_case_t *c, int s);
+/** This rank's inputs of this step, from the seed. */
+void make_inputs(rank_state_t *r);
+/** Every row this rank's experts received is the reference's, each seen once. */
+void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv);
+/** Every token's combined row is the reference's (or, where its term was dropped for
+ *  capacity, empty with combine_recv's CAPACITY). */
+void check_combine(rank_state_t *r, strata_status_t combined);
+/** The combine dtype's unit roundoff: half the distance from 1 to the next value. */
+double ref_unit(strata_dtype_t dtype);
+/** What this rank passes this step: its inputs, or the bad one it was told to pass. */
+void step_input(const rank_state_t *r, int *n_p, const void **x_p);
+
+#endif
