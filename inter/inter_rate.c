@@ -21,17 +21,35 @@ static uint64_t inter_rate_lifetime(const inter_rate_t *rate)
                                             : INTER_RATE_MIN_RTT_LIFETIME_NS;
 }
 
+static void inter_rate_max_take(inter_rate_max_t *max, double value)
+{
+    if (value > max->half[0]) {
+        max->half[0] = value;
+    }
+}
+
+static double inter_rate_max_get(const inter_rate_max_t *max)
+{
+    return max->half[0] > max->half[1] ? max->half[0] : max->half[1];
+}
+
+/* The current half becomes the previous one, the oldest is dropped. */
+static void inter_rate_max_rotate(inter_rate_max_t *max)
+{
+    max->half[1] = max->half[0];
+    max->half[0] = 0;
+}
+
 /* The aggregation allowance: the most bytes seen delivered in a burst beyond what the rate
  * explains, over the last INTER_RATE_AGGREGATION_ROUNDS round trips, and at most what the
  * current rate delivers in INTER_RATE_AGGREGATION_MAX_NS (capped here, not when measured,
  * so that a rate that falls takes the allowance down with it at once). */
 static double inter_rate_aggregation(const inter_rate_t *rate)
 {
-    uint64_t most = rate->aggregation[0] > rate->aggregation[1] ? rate->aggregation[0]
-                                                                : rate->aggregation[1];
+    double most = inter_rate_max_get(&rate->aggregation);
     double cap = rate->rate_Bps * (double)INTER_RATE_AGGREGATION_MAX_NS / INTER_RATE_NS_PER_SEC;
 
-    return (double)most < cap ? (double)most : cap;
+    return most < cap ? most : cap;
 }
 
 /* The window the estimates give: gain x rate x base RTT plus the floor (one operation in
@@ -146,9 +164,7 @@ static void inter_rate_take_sample(inter_rate_t *rate, const inter_rate_stamp_t 
     }
     sample = (double)(rate->delivered - stamp->delivered) * INTER_RATE_NS_PER_SEC /
              (double)interval;
-    if (sample > rate->peak_Bps[0]) {
-        rate->peak_Bps[0] = sample;
-    }
+    inter_rate_max_take(&rate->peak_Bps, sample);
     if (rate->rate_Bps <= 0) {
         rate->rate_Bps = sample;
     } else if (!stamp->app_limited || sample > rate->rate_Bps) {
@@ -167,10 +183,8 @@ static void inter_rate_count_round(inter_rate_t *rate, const inter_rate_stamp_t 
     rate->rounds++;
     rate->round_end = rate->delivered;
     if (rate->rounds - rate->aggregation_round >= INTER_RATE_AGGREGATION_ROUNDS / 2) {
-        rate->aggregation[1]    = rate->aggregation[0];
-        rate->aggregation[0]    = 0;
-        rate->peak_Bps[1]       = rate->peak_Bps[0];
-        rate->peak_Bps[0]       = 0;
+        inter_rate_max_rotate(&rate->aggregation);
+        inter_rate_max_rotate(&rate->peak_Bps);
         rate->aggregation_round = rate->rounds;
     }
 }
@@ -191,10 +205,10 @@ static void inter_rate_count_round(inter_rate_t *rate, const inter_rate_stamp_t 
  */
 static void inter_rate_take_aggregation(inter_rate_t *rate, uint64_t bytes, uint64_t now_ns)
 {
-    double peak = rate->peak_Bps[0] > rate->peak_Bps[1] ? rate->peak_Bps[0] : rate->peak_Bps[1];
+    double peak = inter_rate_max_get(&rate->peak_Bps);
     double expected = peak * (double)inter_rate_elapsed(rate->epoch_ns, now_ns) /
                       INTER_RATE_NS_PER_SEC;
-    uint64_t extra;
+    double extra;
 
     if (rate->epoch_ns == 0 || peak <= 0 || rate->epoch_delivered >= rate->window ||
         (double)(rate->epoch_delivered + bytes) <= expected) {
@@ -203,15 +217,9 @@ static void inter_rate_take_aggregation(inter_rate_t *rate, uint64_t bytes, uint
         return;
     }
     rate->epoch_delivered += bytes;
-    extra = (double)rate->epoch_delivered > expected
-                ? (uint64_t)((double)rate->epoch_delivered - expected)
-                : 0;
-    if (extra > rate->window) {
-        extra = rate->window;
-    }
-    if (extra > rate->aggregation[0]) {
-        rate->aggregation[0] = extra;
-    }
+    extra = (double)rate->epoch_delivered - expected; /* > 0: the epoch went on */
+    inter_rate_max_take(&rate->aggregation,
+                        extra < (double)rate->window ? extra : (double)rate->window);
 }
 
 void inter_rate_completed(inter_rate_t *rate, uint64_t bytes, const inter_rate_stamp_t *stamp,

@@ -45,6 +45,13 @@ typedef struct inter_rate_stamp {
     bool     probes_rtt;      /* posted during a probe, with less than the floor ahead */
 } inter_rate_stamp_t;
 
+/* The most of a measure seen over a window of round trips, kept as the most of each of its
+ * two halves: [0] the current half, [1] the one before (BBR's windowed max filter, in two
+ * buckets). */
+typedef struct inter_rate_max {
+    double half[2];
+} inter_rate_max_t;
+
 /* One peer's estimator and window. Owned by one thread (the proxy); not thread-safe. */
 typedef struct inter_rate {
     inter_rate_params_t params;
@@ -66,8 +73,8 @@ typedef struct inter_rate {
      * bunched completions come; its recent maximum is added to the window. */
     uint64_t epoch_ns;          /* when the current epoch started; 0: none */
     uint64_t epoch_delivered;   /* bytes delivered since then */
-    uint64_t aggregation[2];    /* most seen in the current and the previous half-window */
-    double   peak_Bps[2];       /* highest rate sample in the same half-windows */
+    inter_rate_max_t aggregation; /* bytes extra in an epoch, most over the window */
+    inter_rate_max_t peak_Bps;    /* highest rate sample over the same window */
     uint64_t aggregation_round; /* round in which the current half-window started */
     uint64_t window;            /* bytes allowed in flight; UINT64_MAX when not pacing */
     uint64_t paced;             /* operations held back by the window, ever */

@@ -401,6 +401,32 @@ static void test_bunched_completions(void **state)
                 "window once completions are smooth again");
 }
 
+/*
+ * The allowance is the most measured over the last INTER_RATE_AGGREGATION_ROUNDS round
+ * trips, kept in two halves, and every half-window the older half is dropped: the newer
+ * one must still hold it then. With completions in steady batches (16 such drops in the
+ * 20 ms checked here), the window must never fall back to what the rate alone asks for.
+ */
+static void test_aggregation_held_across_halves(void **state)
+{
+    double allowance, least_allowance;
+    sim_t s;
+
+    (void)state;
+    sim_init(&s, LINK_BPS, LINK_RTT, true, FLOOR, 0);
+    sim_idle_base_rtt(&s, OP_BYTES);
+    s.hold_ns = 200 * US;
+    sim_saturate(&s, OP_BYTES, s.now + 20 * MS);
+    allowance      = sim_allowance(&s);
+    s.least_window = UINT64_MAX;
+    sim_saturate(&s, OP_BYTES, s.now + 20 * MS);
+    least_allowance = (double)s.least_window - window_for(LINK_BPS, LINK_RTT);
+    if (allowance <= 0 || least_allowance < 0.5 * allowance) {
+        fail_msg("the allowance (%.0f bytes) fell to %.0f between batches", allowance,
+                 least_allowance);
+    }
+}
+
 /* Batches 5 ms apart, longer than INTER_RATE_AGGREGATION_MAX_NS: the bursts would grow the
  * allowance past what the rate delivers in that time, and the cap must hold it there. */
 static void test_aggregation_cap(void **state)
@@ -508,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_base_rtt_grows),
         cmocka_unit_test(test_bunched_completions),
         cmocka_unit_test(test_aggregation_cap),
+        cmocka_unit_test(test_aggregation_held_across_halves),
         cmocka_unit_test(test_idle_path_sample),
         cmocka_unit_test(test_failed_operation),
         cmocka_unit_test(test_estimate_only),
