@@ -199,7 +199,13 @@ static strata_status_t adapt_moe_params(sched_moe_t *moe, const char *policy_fil
     return status;
 }
 
-strata_status_t adapt_moe_attach(sched_moe_t *moe, const char *policy_file)
+/*
+ * Give moe an adaptive policy for its rank's experts (STRATA_MOE_MODE=adaptive): the policy
+ * file named by policy_file, else STRATA_ADAPTIVE_POLICY, else the defaults, with the model
+ * measured on this machine when STRATA_ADAPTIVE_CALIBRATE is on. Collective over the
+ * object's ranks when calibrating.
+ */
+static strata_status_t adapt_moe_attach(sched_moe_t *moe, const char *policy_file)
 {
     adapt_policy_params_t params;
     sched_moe_shape_t shape;

@@ -17,17 +17,10 @@ extern const util_config_table_t adapt_config_table;
 /**
  * The modes moe starts with, whatever its mode (resolved by the scheduler from the params
  * and STRATA_MOE_MODE): push and pull need nothing more; fixed reads the mask file and sets
- * it; adaptive attaches the policy (adapt_moe_attach). The one call the API makes about
- * modes. num_experts: the object's, for the mask. Collective when calibrating.
+ * it; adaptive attaches the policy (STRATA_ADAPTIVE_POLICY, calibrated where asked). The
+ * one call the API makes about modes. num_experts: the object's, for the mask. Collective
+ * when calibrating.
  */
 strata_status_t adapt_moe_start(sched_moe_t *moe, int num_experts);
-
-/**
- * Give moe an adaptive policy for its rank's experts (STRATA_MOE_MODE=adaptive): the policy
- * file named by policy_file, else STRATA_ADAPTIVE_POLICY, else the defaults, with the model
- * measured on this machine when STRATA_ADAPTIVE_CALIBRATE is on. Collective over the
- * object's ranks when calibrating.
- */
-strata_status_t adapt_moe_attach(sched_moe_t *moe, const char *policy_file);
 
 #endif

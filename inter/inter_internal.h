@@ -355,8 +355,6 @@ void inter_engine_announce_failure(inter_engine_t *engine);
 
 /* inter_proxy.c */
 void *inter_proxy_main(void *arg);
-/* One round of progress; the caller holds engine->progress_lock. Returns the work done. */
-int   inter_proxy_step(inter_engine_t *engine);
 /* Stop the progress thread's loop (it is joined after). */
 void  inter_proxy_stop(inter_engine_t *engine);
 void  inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why);

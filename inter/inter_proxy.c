@@ -536,7 +536,8 @@ static void inter_note_rings(inter_engine_t *engine)
     }
 }
 
-int inter_proxy_step(inter_engine_t *engine)
+/* One round of progress; the caller holds engine->progress_lock. Returns the work done. */
+static int inter_proxy_step(inter_engine_t *engine)
 {
     uint64_t now = util_clock_now_ns();
     int work, completions = 0, wedged;

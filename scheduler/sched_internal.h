@@ -181,8 +181,6 @@ strata_status_t sched_plan_alloc_entries(const sched_geometry_t *geo, sched_plan
 /* Device arrays for up to max_tokens tokens and plan->capacity entries. */
 strata_status_t sched_plan_device_alloc(const sched_moe_t *moe, sched_plan_t *plan,
                                         int max_tokens);
-/* The host arrays to the device, once the device is done with the last copy. */
-strata_status_t sched_plan_upload(const sched_moe_t *moe, const sched_plan_t *plan);
 /* A token's expert ids: distinct, each -1 or in 0..num_experts-1; or INVALID (logged). */
 strata_status_t sched_token_check(int num_experts, int topk, const int64_t *experts, int token);
 /* The same check, turning each bad slot into -1 (the first one is logged). */

@@ -312,7 +312,7 @@ strata_status_t sched_plan_device_alloc(const sched_moe_t *moe, sched_plan_t *pl
 }
 
 /* The host arrays to the device (a copy the device has finished with: see the callers). */
-strata_status_t sched_plan_upload(const sched_moe_t *moe, const sched_plan_t *plan)
+static strata_status_t sched_plan_upload(const sched_moe_t *moe, const sched_plan_t *plan)
 {
     const intra_device_ops_t *d = moe->world.device;
     size_t slots = (size_t)plan->num_tokens * (size_t)moe->geo.topk;

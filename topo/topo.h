@@ -221,7 +221,6 @@ int                topo_num_nvswitches(const topo_t *topo);
 const topo_numa_t *topo_numa(const topo_t *topo, int index);
 const topo_gpu_t  *topo_gpu(const topo_t *topo, int index);
 const topo_nic_t  *topo_nic(const topo_t *topo, int index);
-const topo_pci_node_t *topo_pci_node(const topo_t *topo, int index);
 
 /** Index of the GPU or NIC with this PCI bus id (case-insensitive), -1 if none. */
 int topo_gpu_find(const topo_t *topo, const char *busid);

@@ -241,11 +241,6 @@ const topo_nic_t *topo_nic(const topo_t *topo, int index)
     return (index >= 0 && index < topo->num_nics) ? &topo->nics[index] : NULL;
 }
 
-const topo_pci_node_t *topo_pci_node(const topo_t *topo, int index)
-{
-    return (index >= 0 && index < topo->num_pci) ? &topo->pci[index] : NULL;
-}
-
 int topo_gpu_find(const topo_t *topo, const char *busid)
 {
     for (int i = 0; i < topo->num_gpus; ++i) {

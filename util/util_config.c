@@ -471,6 +471,36 @@ void util_config_format_value(const util_config_field_t *field, const void *src,
     snprintf(buf, buf_size, "?");
 }
 
+/* Where the environment sets the field: the value it takes, as the library reads it (a
+ * size in bytes, a time in ns), or why it is refused. */
+static void util_config_print_set(const util_config_field_t *field, FILE *stream)
+{
+    char name[UTIL_CONFIG_NAME_MAX], reason[UTIL_REASON_LEN], text[256];
+    union {
+        int64_t  i64;
+        uint64_t u64;
+        bool     flag;
+        int      index;
+        char    *str;
+    } value = {0};
+    const char *set;
+
+    util_config_env_name(field, name, sizeof(name));
+    if ((set = getenv(name)) == NULL) {
+        return;
+    }
+    if (util_config_parse_value(field, set, &value, reason) != STRATA_OK) {
+        util_config_one_line(reason);
+        fprintf(stream, "    set: '%.100s', refused: %s\n", set, reason);
+        return;
+    }
+    util_config_format_value(field, &value, text, sizeof(text));
+    fprintf(stream, "    set: %s\n", text);
+    if (field->type == UTIL_CONFIG_STRING) {
+        free(value.str);
+    }
+}
+
 void util_config_print(const util_config_table_t *table, FILE *stream)
 {
     const util_config_field_t *field;
@@ -479,6 +509,7 @@ void util_config_print(const util_config_table_t *table, FILE *stream)
         field = &table->fields[i];
         fprintf(stream, "%s%s=%s\n    [%s] %s\n", UTIL_CONFIG_ENV_PREFIX, field->name,
                 field->default_value, util_config_type_name(field->type), field->doc);
+        util_config_print_set(field, stream);
         if (field->type == UTIL_CONFIG_ENUM) {
             fprintf(stream, "    values:");
             for (int v = 0; field->enum_names[v] != NULL; ++v) {

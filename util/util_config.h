@@ -88,10 +88,12 @@ const char *util_config_closest_name(const util_config_table_t *const *tables,
  */
 const char *util_config_foreign(const char *name);
 
-/** Print every variable of table: name, default, type, doc (and allowed enum values). */
+/** Print every variable of table: name, default, type, doc, and where the environment sets
+ *  it the value that takes (or why it is refused); the allowed values of an enum. */
 void util_config_print(const util_config_table_t *table, FILE *stream);
 
-/** Format a value of the field from its storage, e.g. for printing the effective config. */
+/** Format a value of the field from its storage as text that parses back to it (what
+ *  util_config_print shows a set variable taking). */
 void util_config_format_value(const util_config_field_t *field, const void *src,
                               char *buf, size_t buf_size);
 

@@ -86,7 +86,8 @@ void util_log_set_handler(util_log_handler_fn_t handler, void *arg)
     util_log_handler_arg = arg;
 }
 
-const char *util_log_level_name(strata_log_level_t level)
+/* The level as STRATA_LOG_LEVEL names it. */
+static const char *util_log_level_name(strata_log_level_t level)
 {
     if ((int)level < 0 || level > STRATA_LOG_LEVEL_TRACE) {
         return "?";

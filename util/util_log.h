@@ -28,8 +28,6 @@ void util_log_set_handler(util_log_handler_fn_t handler, void *arg);
 void util_log_write(strata_log_level_t level, const char *file, int line, const char *fmt, ...)
     UTIL_PRINTF(4, 5);
 
-const char *util_log_level_name(strata_log_level_t level);
-
 #define UTIL_LOG(level, ...) \
     do { \
         if ((level) <= util_log_level()) { \

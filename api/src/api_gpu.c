@@ -63,7 +63,8 @@ const intra_device_ops_t *api_gpu_backend(const topo_t *topo)
     return ops;
 }
 
-int api_gpu_ordinal(int local_rank, int num_devices)
+/* The GPU ordinal of a local rank among num_devices > 0: ranks take them in turn. */
+static int api_gpu_ordinal(int local_rank, int num_devices)
 {
     return local_rank % num_devices;
 }

@@ -16,9 +16,6 @@ const intra_device_ops_t *api_gpu_backend(const topo_t *topo);
 /** The same choice, logging nothing; why (UTIL_REASON_LEN) says what decided it. */
 const intra_device_ops_t *api_gpu_backend_explain(const topo_t *topo, char *why);
 
-/** The GPU ordinal of a local rank among num_devices > 0: ranks take them in turn. */
-int api_gpu_ordinal(int local_rank, int num_devices);
-
 /**
  * Make the local rank's GPU current on ops (which selects devices) and find it in the
  * topology: *topo_gpu_p becomes its index there, or stays as it was, with a warning, when the

@@ -35,7 +35,7 @@ strata_status_t ofi_status(ssize_t rc)
 
 /* The status of a posting call; a refusal other than "queue full, retry" is logged with
  * libfabric's own text, since the caller sees only the mapped status. */
-strata_status_t ofi_post_status(const char *call, ssize_t rc)
+static strata_status_t ofi_post_status(const char *call, ssize_t rc)
 {
     if (rc != 0 && rc != -FI_EAGAIN) {
         UTIL_LOG_ERROR("ofi: %s: %s", call, fi_strerror((int)-rc));

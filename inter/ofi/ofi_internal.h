@@ -32,10 +32,6 @@ ofi_transport_t *ofi_of(inter_transport_t *tp);
 /** libfabric's return code (0 or a negative FI_E*) as a status. */
 strata_status_t ofi_status(ssize_t rc);
 
-/** The same for a posting call, logging a refusal other than FI_EAGAIN with libfabric's
- *  text under the call's name. */
-strata_status_t ofi_post_status(const char *call, ssize_t rc);
-
 /* ofi_data.c: the operations table's post, inject, post_recv and poll. */
 strata_status_t ofi_post(inter_transport_t *tp, const inter_post_t *posts, int count,
                          int *posted_p);

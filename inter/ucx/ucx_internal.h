@@ -267,9 +267,6 @@ void ucx_context_resources(ucp_context_h context, char *tls, size_t tls_size, ch
 void ucx_name_from_lanes(ucx_transport_t *ucx, ucp_ep_h ep);
 
 /* ucx_post.c */
-/** Queue a completion (from UCX's callbacks or the proxy); a queue that cannot grow breaks. */
-void ucx_cq_push(ucx_transport_t *ucx, inter_cqe_kind_t kind, strata_status_t status,
-                 void *context, size_t length, uint32_t imm);
 /** Complete an operation that will not go (a failed peer, an unknown key). */
 void ucx_op_fail(ucx_transport_t *ucx, ucx_op_t *op, strata_status_t status);
 /** Post a write or read whose rkey is known; errors come back as its completion. */

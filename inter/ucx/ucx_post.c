@@ -32,8 +32,9 @@ static bool ucx_cq_grow(ucx_transport_t *ucx)
     return true;
 }
 
-void ucx_cq_push(ucx_transport_t *ucx, inter_cqe_kind_t kind, strata_status_t status,
-                 void *context, size_t length, uint32_t imm)
+/* Queue a completion (from UCX's callbacks or the proxy); a queue that cannot grow breaks. */
+static void ucx_cq_push(ucx_transport_t *ucx, inter_cqe_kind_t kind, strata_status_t status,
+                        void *context, size_t length, uint32_t imm)
 {
     if (ucx->cq_count == ucx->cq_size && !ucx_cq_grow(ucx)) {
         /* A lost completion would leave its request waiting forever: break the rail. */

@@ -89,9 +89,6 @@ strata_status_t verbs_spec_parse(const char *text, verbs_dev_spec_t *spec_p, cha
 
 verbs_dev_class_t verbs_dev_classify(const verbs_dev_info_t *dev);
 
-/** The first active port of dev, or 0. */
-int verbs_dev_first_active(const verbs_dev_info_t *dev);
-
 /** Score (INTER_PROBE_*) of one device for this transport, with a line saying why. */
 int verbs_dev_score(const verbs_dev_info_t *dev, char *why, size_t why_len);
 

@@ -66,7 +66,8 @@ verbs_dev_class_t verbs_dev_classify(const verbs_dev_info_t *dev)
     return VERBS_DEV_OTHER_RC;
 }
 
-int verbs_dev_first_active(const verbs_dev_info_t *dev)
+/* The first active port of dev, or 0. */
+static int verbs_dev_first_active(const verbs_dev_info_t *dev)
 {
     for (int i = 0; i < dev->num_ports && i < VERBS_MAX_PORTS; ++i) {
         if (dev->active[i]) {

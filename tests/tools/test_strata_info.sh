@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# strata-info: version line, build options, every config variable with -c, usage errors.
+# strata-info: version line, build options, every config variable with -c (and the value a
+# set one takes), usage errors.
 set -u
 info=$1
 fail() { echo "FAIL: $*"; exit 1; }
@@ -16,6 +17,20 @@ out=$("$info" -c) || fail "strata-info -c exited $?"
 for var in STRATA_LOG_LEVEL STRATA_TOPO_FILE STRATA_MOE_MODE STRATA_ADAPTIVE_POLICY STRATA_ADAPTIVE_CALIBRATE; do
     grep -q "^$var=" <<<"$out" || fail "-c does not list $var"
 done
+
+# A variable the environment sets shows the value it takes, in the form that parses back to
+# it; one that does not parse shows why it is refused; one not set shows no "set:" line.
+out=$(STRATA_INTER_MSG_SIZE=128k STRATA_INTER_HEARTBEAT=250ms STRATA_INTER_SHARED_MEMORY=off \
+      STRATA_INTRA_TIMEOUT=soon "$info" -c 2>/dev/null) || fail "strata-info -c with variables set exited $?"
+set_line() { grep -A3 "^$1=" <<<"$out" | grep -m1 '^    set: '; }
+[ "$(set_line STRATA_INTER_MSG_SIZE)" = "    set: 131072" ] || fail "size: $(set_line STRATA_INTER_MSG_SIZE)"
+[ "$(set_line STRATA_INTER_HEARTBEAT)" = "    set: 250000000ns" ] ||
+    fail "time: $(set_line STRATA_INTER_HEARTBEAT)"
+[ "$(set_line STRATA_INTER_SHARED_MEMORY)" = "    set: no" ] ||
+    fail "bool: $(set_line STRATA_INTER_SHARED_MEMORY)"
+grep -q "^    set: 'soon', refused: " <<<"$(set_line STRATA_INTRA_TIMEOUT)" ||
+    fail "a refused value: $(set_line STRATA_INTRA_TIMEOUT)"
+[ -z "$(set_line STRATA_INTER_PEER_TIMEOUT)" ] || fail "a variable not set shows a value"
 
 err=$(STRATA_TOPO_FIEL=x "$info" 2>&1 >/dev/null)
 grep -q 'unknown variable STRATA_TOPO_FIEL (did you mean STRATA_TOPO_FILE?)' <<<"$err" ||
