@@ -45,7 +45,6 @@ KERNEL_FN int net_send_weights(const intra_moe_args_t *a, int p, kernel_grid_t g
     size_t topk = (size_t)a->topk, block = net_weights_block(a);
     float *out = (float *)(n->area + n->w_out + (size_t)p * block);
     int entries = peer->send_push + peer->send_pull;
-    KERNEL_SHARED int ok;
 
     if (entries == 0) {
         return 1;
@@ -57,22 +56,9 @@ KERNEL_FN int net_send_weights(const intra_moe_args_t *a, int p, kernel_grid_t g
                 n->topk_weights[(size_t)n->tokens[e] * topk + k];
         }
     }
-    kernel_fence_system(); /* each thread's weights, before the post */
-    kernel_block_sync();
-    if (g.thread == 0) {
-        int64_t posted = net_post_chunks(
-            a, UTIL_WORK_WRITE_IMM, peer->rank, n->w_out + (uint64_t)p * block,
-            n->w_in + (uint64_t)peer->index_there * block, (uint64_t)entries * topk * sizeof(float),
-            n->imm_base + net_imm_index(n, INTRA_NET_IMM_WEIGHTS, n->rank),
-            INTRA_NET_COUNTER_SEND);
-
-        ok = posted >= 0;
-        if (ok) {
-            net_count_posted(a, posted);
-        }
-    }
-    kernel_block_sync();
-    return ok;
+    return net_post_block(a, g, peer->rank, n->w_out + (uint64_t)p * block,
+                          n->w_in + (uint64_t)peer->index_there * block,
+                          (uint64_t)entries * topk * sizeof(float), INTRA_NET_IMM_WEIGHTS);
 }
 
 /* One thread: peer p's weights for the tokens it sent us have landed. */
@@ -133,22 +119,9 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
     if (g.thread == 0) {
         *(int64_t *)(out + (size_t)entries * y) = net_dropped_terms(a, peer);
     }
-    kernel_fence_system();
-    kernel_block_sync();
-    if (g.thread == 0) {
-        int64_t posted = net_post_chunks(
-            a, UTIL_WORK_WRITE_IMM, peer->rank, n->ret_out + (uint64_t)p * block,
-            n->ret_in + (uint64_t)peer->ret_at, (uint64_t)entries * y + INTRA_NET_DROPS_BYTES,
-            n->imm_base + net_imm_index(n, INTRA_NET_IMM_COMBINE, n->rank),
-            INTRA_NET_COUNTER_SEND);
-
-        ok = posted >= 0;
-        if (ok) {
-            net_count_posted(a, posted);
-        }
-    }
-    kernel_block_sync();
-    return ok;
+    return net_post_block(a, g, peer->rank, n->ret_out + (uint64_t)p * block,
+                          n->ret_in + (uint64_t)peer->ret_at,
+                          (uint64_t)entries * y + INTRA_NET_DROPS_BYTES, INTRA_NET_IMM_COMBINE);
 }
 
 /* Every peer's weights go out before any block waits for one, so no rank waits on a rank
@@ -184,7 +157,6 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
         const intra_net_peer_t *peer = &n->peers[p];
         size_t terms = (size_t)peer->num_terms * (size_t)a->y_row_bytes;
         char *stage = a->heap[a->rank] + n->ret_stage + (size_t)p * block;
-        KERNEL_SHARED int ok;
 
         if (terms == 0) {
             continue;
@@ -197,23 +169,10 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
         if (n->bounce) { /* the owners wrote them in the heap; they leave from the area */
             kernel_copy_block(n->area + n->ret_out + (size_t)p * block, stage,
                               terms + INTRA_NET_DROPS_BYTES, g);
-            kernel_fence_system();
         }
-        kernel_block_sync();
-        if (g.thread == 0) {
-            int64_t posted = net_post_chunks(
-                a, UTIL_WORK_WRITE_IMM, peer->rank, n->ret_out + (uint64_t)p * block,
-                n->ret_in + (uint64_t)peer->ret_at, terms + INTRA_NET_DROPS_BYTES,
-                n->imm_base + net_imm_index(n, INTRA_NET_IMM_COMBINE, n->rank),
-                INTRA_NET_COUNTER_SEND);
-
-            ok = posted >= 0;
-            if (ok) {
-                net_count_posted(a, posted);
-            }
-        }
-        kernel_block_sync();
-        if (!ok) {
+        if (!net_post_block(a, g, peer->rank, n->ret_out + (uint64_t)p * block,
+                            n->ret_in + (uint64_t)peer->ret_at, terms + INTRA_NET_DROPS_BYTES,
+                            INTRA_NET_IMM_COMBINE)) {
             return;
         }
     }

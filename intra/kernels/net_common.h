@@ -129,6 +129,33 @@ KERNEL_FN void net_count_posted(const intra_moe_args_t *a, int64_t commands)
     kernel_atomic_add_u64(&a->net.state->posted, (uint64_t)commands);
 }
 
+/* Every thread of the block: once what each thread wrote into the area is visible, thread 0
+ * posts length bytes at offset to remote_offset at peer in one write (cut into chunks), each
+ * chunk with our immediate of kind imm_kind, and counts it; whether it could. */
+KERNEL_FN int net_post_block(const intra_moe_args_t *a, kernel_grid_t g, int peer,
+                             uint64_t offset, uint64_t remote_offset, uint64_t length,
+                             int imm_kind)
+{
+    const intra_net_args_t *n = &a->net;
+    KERNEL_SHARED int ok;
+
+    kernel_fence_system();
+    kernel_block_sync();
+    if (g.thread == 0 || !KERNEL_GPU) { /* the host's one thread is thread 0; said so that
+                                           the compiler sees ok set there */
+        int64_t posted = net_post_chunks(a, UTIL_WORK_WRITE_IMM, peer, offset, remote_offset,
+                                         length, n->imm_base + net_imm_index(n, imm_kind, n->rank),
+                                         INTRA_NET_COUNTER_SEND);
+
+        ok = posted >= 0;
+        if (ok) {
+            net_count_posted(a, posted);
+        }
+    }
+    kernel_block_sync();
+    return ok;
+}
+
 /* Rows peer p returns for our tokens: their terms there, or with node-reduce, one partial
  * row per entry. */
 KERNEL_FN uint64_t net_ret_rows(const intra_net_args_t *n, int p)
