@@ -376,6 +376,15 @@ static double sim_allowance(const sim_t *s)
     return (double)s->rate.window - window_for(s->rate.rate_Bps, s->rate.min_rtt_ns);
 }
 
+/* The link of these tests, its base RTT measured, with completions reported in batches
+ * every hold_ns from now on. */
+static void sim_init_batched(sim_t *s, uint64_t hold_ns)
+{
+    sim_init(s, LINK_BPS, LINK_RTT, true, FLOOR, 0);
+    sim_idle_base_rtt(s, OP_BYTES);
+    s->hold_ns = hold_ns;
+}
+
 /*
  * Completions reported in batches every 200 us (a proxy or receiver that runs in time
  * slices), on a path whose base RTT is 25 us: without the aggregation allowance the window
@@ -389,9 +398,7 @@ static void test_bunched_completions(void **state)
     sim_t s;
 
     (void)state;
-    sim_init(&s, LINK_BPS, LINK_RTT, true, FLOOR, 0);
-    sim_idle_base_rtt(&s, OP_BYTES);
-    s.hold_ns = 200 * US;
+    sim_init_batched(&s, 200 * US);
     assert_near(sim_throughput(&s, OP_BYTES), LINK_BPS, 0.10,
                 "throughput with completions in batches of 200 us");
     assert_true(sim_allowance(&s) > 0);
@@ -413,9 +420,7 @@ static void test_aggregation_held_across_halves(void **state)
     sim_t s;
 
     (void)state;
-    sim_init(&s, LINK_BPS, LINK_RTT, true, FLOOR, 0);
-    sim_idle_base_rtt(&s, OP_BYTES);
-    s.hold_ns = 200 * US;
+    sim_init_batched(&s, 200 * US);
     sim_saturate(&s, OP_BYTES, s.now + 20 * MS);
     allowance      = sim_allowance(&s);
     s.least_window = UINT64_MAX;
@@ -435,9 +440,7 @@ static void test_aggregation_cap(void **state)
     sim_t s;
 
     (void)state;
-    sim_init(&s, LINK_BPS, LINK_RTT, true, FLOOR, 0);
-    sim_idle_base_rtt(&s, OP_BYTES);
-    s.hold_ns = 5 * MS;
+    sim_init_batched(&s, 5 * MS);
     sim_saturate(&s, OP_BYTES, s.now + 100 * MS);
     cap = s.rate.rate_Bps * (double)INTER_RATE_AGGREGATION_MAX_NS / 1e9;
     if (sim_allowance(&s) > cap + 1.0 || sim_allowance(&s) < 0.9 * cap) {
