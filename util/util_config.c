@@ -490,11 +490,13 @@ static void util_config_print_set(const util_config_field_t *field, FILE *stream
         return;
     }
     if (util_config_parse_value(field, set, &value, reason) != STRATA_OK) {
-        util_config_one_line(reason);
-        fprintf(stream, "    set: '%.100s', refused: %s\n", set, reason);
+        snprintf(text, sizeof(text), "%.100s", set);
+        util_config_one_line(text);
+        fprintf(stream, "    set: '%s', refused: %s\n", text, reason);
         return;
     }
     util_config_format_value(field, &value, text, sizeof(text));
+    util_config_one_line(text);
     fprintf(stream, "    set: %s\n", text);
     if (field->type == UTIL_CONFIG_STRING) {
         free(value.str);

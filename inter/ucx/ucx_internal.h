@@ -1,8 +1,9 @@
 /*
  * Inside the ucx transport: the transport object, its peers, registrations and the rkeys
  * peers fetched from each other, and the state each posted operation keeps in its context.
- * ucx_transport.c opens and closes, ucx_memory.c registers and exchanges rkeys, ucx_post.c
- * posts and completes.
+ * ucx_transport.c opens and closes, ucx_context.c chooses what UCX runs over and names the
+ * rail, ucx_memory.c registers and asks peers for rkeys, ucx_memory_owner.c answers them
+ * and revokes, ucx_post.c posts and completes.
  */
 #ifndef STRATA_INTER_UCX_INTERNAL_H
 #define STRATA_INTER_UCX_INTERNAL_H

@@ -2,8 +2,8 @@
  * ucx transport: the owning side of the rkey exchange (docs/transports.md, "ucx"). The active
  * message handlers queue what a peer asked for, and the proxy's poll sends it: rkey replies
  * to the peers that asked, and revokes of deregistered keys to every peer that was given
- * one. The asking side (which the same poll has retire the keys peers revoked) and the
- * registrations are ucx_memory.c.
+ * one. The asking side and the registrations are ucx_memory.c (the same poll has it retire
+ * the keys peers revoked).
  */
 #include "inter/ucx/ucx_internal.h"
 

@@ -213,6 +213,7 @@ static inline verbs_transport_t *verbs_of(inter_transport_t *tp)
 /* verbs_connect.c: addresses and connections. */
 /** The peer whose QP has number qp_num (the loopback pair's receiver: this rank); -1. */
 int verbs_peer_of_qpn(const verbs_transport_t *vt, uint32_t qp_num);
+/** This rank's address: its port path and the QPN it set aside for each rank. */
 strata_status_t verbs_address(inter_transport_t *tp, void *addr, size_t *len_p);
 /** Connect the QP set aside for the rank whose address this is (and, for this rank's own
  *  address, the loopback pair). */

@@ -10,7 +10,6 @@
 
 /* --- NET_RETURN and NET_TERMS --------------------------------------------------------- */
 
-/* Each peer's tokens' terms back to it, packed in the order it sent them, one transfer. */
 /* Of the terms this node returns to peer p, those dropped for capacity here (the owner
  * had no row for them; the node's combine put zeros in their place). */
 KERNEL_FN int64_t net_dropped_terms(const intra_moe_args_t *a, const intra_net_peer_t *peer)
@@ -163,9 +162,8 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
         }
         if (g.thread == 0) {
             *(int64_t *)(stage + terms) = net_dropped_terms(a, peer);
-            kernel_fence_system();
         }
-        kernel_block_sync();
+        kernel_block_sync(); /* the count is in before the bounce copies it */
         if (n->bounce) { /* the owners wrote them in the heap; they leave from the area */
             kernel_copy_block(n->area + n->ret_out + (size_t)p * block, stage,
                               terms + INTRA_NET_DROPS_BYTES, g);
