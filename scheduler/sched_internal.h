@@ -63,6 +63,7 @@ typedef struct sched_net_offsets {
     size_t headers, grants, out_headers, out_grants, spec, overflow, staging, ret_out, ret_in;
     size_t w_out, w_in; /* node-reduce only: the weights of the tokens sent, and received */
     size_t ret_out_block; /* one peer's block in ret_out */
+    size_t ret_out_bytes; /* ret_out: every peer's block (also the heap's stage for them) */
     size_t ret_in_bytes;  /* ret_in: the blocks of every peer, one after the other */
     int    entry_terms; /* the most terms an entry has at its receiver */
     size_t total;

@@ -39,9 +39,7 @@ static int sched_heap_parts(sched_moe_t *moe, bool area_in_heap, sched_heap_part
         parts[n++] = area_in_heap
                          ? (sched_heap_part_t){"sched-net", moe->net.offsets.total,
                                                &moe->net.area_heap}
-                         : (sched_heap_part_t){"sched-stage",
-                                               (size_t)geo->num_peers *
-                                                   moe->net.offsets.ret_out_block,
+                         : (sched_heap_part_t){"sched-stage", moe->net.offsets.ret_out_bytes,
                                                &moe->stage_offset};
     }
     return n;

@@ -26,6 +26,7 @@ strata_status_t sched_net_place(sched_moe_t *moe)
     l->entry_terms   = UTIL_MIN(geo->topk, geo->route == STRATA_MOE_ROUTE_FLAT
                                                ? geo->experts_per_rank : geo->experts_per_node);
     l->ret_out_block = INTRA_NET_RET_BLOCK(max_tokens, l->entry_terms, geo->y_row_bytes);
+    l->ret_out_bytes = peers * l->ret_out_block;
     /* what comes back to this rank's tokens, from all peers: at most one term per token
      * and slot, or with node-reduce one partial row per entry; and each peer's drop count */
     l->ret_in_bytes  = (geo->node_reduce ? (size_t)geo->max_entries : max_tokens * topk) *
@@ -38,7 +39,7 @@ strata_status_t sched_net_place(sched_moe_t *moe)
     l->spec        = sched_place(&cursor, peers * (size_t)geo->spec_tokens * geo->entry_bytes);
     l->overflow    = sched_place(&cursor, peers * max_tokens * geo->entry_bytes);
     l->staging     = sched_place(&cursor, peers * max_tokens * geo->entry_bytes);
-    l->ret_out     = sched_place(&cursor, peers * l->ret_out_block);
+    l->ret_out     = sched_place(&cursor, l->ret_out_bytes);
     l->ret_in      = sched_place(&cursor, l->ret_in_bytes);
     if (geo->node_reduce) {
         l->w_out = sched_place(&cursor, peers * max_tokens * topk * sizeof(float));

@@ -12,7 +12,7 @@ static size_t sched_probe_block(const sched_moe_t *moe)
 {
     const sched_net_offsets_t *l = &moe->net.offsets;
 
-    return UTIL_MIN(l->ret_in_bytes, (size_t)moe->geo.num_peers * l->ret_out_block);
+    return UTIL_MIN(l->ret_in_bytes, l->ret_out_bytes);
 }
 
 /* Half the experts' input rows: the copy goes from one half to the other. */
