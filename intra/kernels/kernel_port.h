@@ -13,7 +13,8 @@
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define KERNEL_GPU 1
 #define KERNEL_FN  __device__ static inline
-/* Block-shared scratch; thread 0 fills it, the block reads it after kernel_block_sync. */
+/* Block-shared scratch; the leader (thread 0) fills it, the block reads it after
+ * kernel_block_sync. */
 #define KERNEL_SHARED __shared__
 #else
 #include <sched.h>
@@ -36,6 +37,18 @@ typedef struct kernel_grid {
     unsigned thread;
     unsigned num_threads;
 } kernel_grid_t;
+
+/*
+ * Whether the calling thread is its block's first, the one that fills KERNEL_SHARED
+ * scratch: thread 0. On the host a block is one thread, so it always is; the condition is
+ * then written so that compilers see it always true and the scratch filled before it is
+ * read.
+ */
+#if KERNEL_GPU
+#define KERNEL_LEADER(g) ((g).thread == 0)
+#else
+#define KERNEL_LEADER(g) ((g).thread == 0 || 1)
+#endif
 
 #if KERNEL_GPU
 

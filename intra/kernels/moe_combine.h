@@ -153,7 +153,7 @@ KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
             weights[n] = a->topk_weights[entry];
             if (rows[n] != NULL) {
                 ++n;
-            } else if (expert >= 0 && g.thread == 0) {
+            } else if (expert >= 0 && KERNEL_LEADER(g)) {
                 moe_report(&control->combine_status, INTRA_MOE_KERNEL_DROPPED, expert, t, k, 0);
             }
         }
@@ -186,7 +186,7 @@ KERNEL_FN void moe_combine_direct(const intra_moe_args_t *a, int num_tokens, ker
                 for (int j = (int)g.thread; j < a->y_row_bytes; j += (int)g.num_threads) {
                     out[j] = 0;
                 }
-                if (g.thread == 0) {
+                if (KERNEL_LEADER(g)) {
                     moe_report(&control->combine_status, INTRA_MOE_KERNEL_DROPPED, expert, t,
                                k, 0);
                 }

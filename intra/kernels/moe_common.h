@@ -43,14 +43,14 @@ KERNEL_FN int moe_last_block(uint64_t *done, uint64_t step, kernel_grid_t g)
 
     kernel_fence_system(); /* this thread's stores, before the block's count */
     kernel_block_sync();
-    if (g.thread == 0) {
+    if (KERNEL_LEADER(g)) {
         last = kernel_atomic_add_u64(done, 1) + 1 == step * g.num_blocks;
         if (last) {
             kernel_fence_system(); /* acquire: every other block's stores */
         }
     }
     kernel_block_sync();
-    return last && g.thread == 0;
+    return last && KERNEL_LEADER(g);
 }
 
 /* Wait until every rank's flag reaches this step; 0, and a report, if one never does (the
@@ -60,7 +60,7 @@ KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags, u
 {
     KERNEL_SHARED int ok;
 
-    if (g.thread == 0) {
+    if (KERNEL_LEADER(g)) {
         uint64_t start = kernel_timer();
         uint32_t spins = 0;
 
@@ -94,7 +94,7 @@ KERNEL_FN uint64_t moe_step(const intra_moe_args_t *a, int dispatch, kernel_grid
 {
     KERNEL_SHARED uint64_t step;
 
-    if (g.thread == 0) {
+    if (KERNEL_LEADER(g)) {
         step = kernel_load_acquire_u64(&moe_control(a, a->rank)->dispatched) + (dispatch ? 1 : 0);
     }
     kernel_block_sync();

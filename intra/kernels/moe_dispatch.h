@@ -17,7 +17,7 @@ KERNEL_FN void moe_push_row(const intra_moe_args_t *a, int token, int k, int exp
     int32_t *row_slot = MOE_AT(a, a->rank, row_slot, int32_t);
     size_t index = (size_t)local * (size_t)a->capacity;
 
-    if (g.thread == 0) {
+    if (KERNEL_LEADER(g)) {
         uint32_t claimed = kernel_atomic_add_u32(MOE_AT(a, owner, counter, uint32_t) + local, 1);
 
         row = claimed < (uint32_t)a->capacity ? (int32_t)claimed : -1;
@@ -47,7 +47,7 @@ KERNEL_FN int moe_route(const intra_moe_args_t *a, int token, int k, kernel_grid
     int64_t expert = moe_token_expert(a, token, k);
 
     if (expert < -1 || expert >= a->num_experts) {
-        if (g.thread == 0) {
+        if (KERNEL_LEADER(g)) {
             moe_report(&moe_control(a, a->rank)->dispatch_status, INTRA_MOE_KERNEL_BAD_EXPERT,
                        (int32_t)(expert < INT32_MIN ? INT32_MIN : expert > INT32_MAX ? INT32_MAX
                                                                                      : expert),
@@ -55,7 +55,7 @@ KERNEL_FN int moe_route(const intra_moe_args_t *a, int token, int k, kernel_grid
         }
         expert = -1;
     }
-    if (g.thread == 0) {
+    if (KERNEL_LEADER(g)) {
         MOE_AT(a, a->rank, route, int32_t)[token * a->topk + k] = (int32_t)expert;
         if (expert < 0) {
             MOE_AT(a, a->rank, row_slot, int32_t)[token * a->topk + k] = -1;
@@ -138,13 +138,13 @@ KERNEL_FN void moe_pull_row(const intra_moe_args_t *a, int source, int local, in
     int token = entry / a->topk, k = entry % a->topk;
     size_t slot = (size_t)local * (size_t)a->capacity + (size_t)row;
 
-    if (g.thread == 0) {
+    if (KERNEL_LEADER(g)) {
         MOE_AT(a, source, row_slot, int32_t)[entry] = row < a->capacity ? row : -1;
     }
     if (row >= a->capacity) {
         return; /* reported once per expert by the last block */
     }
-    if (g.thread == 0) {
+    if (KERNEL_LEADER(g)) {
         intra_moe_source_t src = {source, token, k};
         MOE_AT(a, a->rank, recv_src, intra_moe_source_t)[slot] = src;
     }
@@ -241,7 +241,7 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
     if (moe_net_failed(a)) {
         return;
     }
-    if (g.block == 0 && g.thread == 0) {
+    if (g.block == 0 && KERNEL_LEADER(g)) {
         control->digest = a->digest; /* published by the fence before our flags */
         moe_build_pull_lists(a, num_tokens);
     }
@@ -256,7 +256,7 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
         }
     }
     if (moe_wait_flags(a, control->dispatch_flag, step, &control->dispatch_status, g)) {
-        if (g.block == 0 && g.thread == 0) {
+        if (g.block == 0 && KERNEL_LEADER(g)) {
             moe_check_digests(a);
         }
         moe_dispatch_pull(a, g);

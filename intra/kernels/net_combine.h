@@ -93,7 +93,7 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
     if (entries == 0) {
         return 1;
     }
-    if (g.thread == 0) {
+    if (KERNEL_LEADER(g)) {
         ok = net_wait_weights(a, p, entries);
     }
     kernel_block_sync();
@@ -115,7 +115,7 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
         moe_sum_rows(a, rows, weights, m, out + (size_t)q * y, g);
     }
     kernel_block_sync(); /* every partial is out before the count lands past them */
-    if (g.thread == 0) {
+    if (KERNEL_LEADER(g)) {
         *(int64_t *)(out + (size_t)entries * y) = net_dropped_terms(a, peer);
     }
     return net_post_block(a, g, peer->rank, n->ret_out + (uint64_t)p * block,
@@ -160,7 +160,7 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
         if (terms == 0) {
             continue;
         }
-        if (g.thread == 0) {
+        if (KERNEL_LEADER(g)) {
             *(int64_t *)(stage + terms) = net_dropped_terms(a, peer);
         }
         kernel_block_sync(); /* the count is in before the bounce copies it */
@@ -183,7 +183,7 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
     const intra_net_args_t *n = &a->net;
     uint64_t step = net_step(a, g);
 
-    if (g.block != 0 || g.thread != 0 || net_stopped(a)) {
+    if (g.block != 0 || !KERNEL_LEADER(g) || net_stopped(a)) {
         return;
     }
     /* at: where peer p's block starts in ret_in (net_ret_at, kept as the loop goes) */

@@ -23,7 +23,7 @@ KERNEL_FN uint64_t net_step(const intra_moe_args_t *a, kernel_grid_t g)
 {
     KERNEL_SHARED uint64_t step;
 
-    if (g.thread == 0) {
+    if (KERNEL_LEADER(g)) {
         step = kernel_load_acquire_u64(&a->net.state->step) + 1;
     }
     kernel_block_sync();
@@ -36,7 +36,7 @@ KERNEL_FN int net_block_stopped(const intra_moe_args_t *a, kernel_grid_t g)
 {
     KERNEL_SHARED int stopped;
 
-    if (g.thread == 0) {
+    if (KERNEL_LEADER(g)) {
         stopped = net_stopped(a);
     }
     kernel_block_sync();
@@ -141,8 +141,7 @@ KERNEL_FN int net_post_block(const intra_moe_args_t *a, kernel_grid_t g, int pee
 
     kernel_fence_system();
     kernel_block_sync();
-    if (g.thread == 0 || !KERNEL_GPU) { /* the host's one thread is thread 0; said so that
-                                           the compiler sees ok set there */
+    if (KERNEL_LEADER(g)) {
         int64_t posted = net_post_chunks(a, UTIL_WORK_WRITE_IMM, peer, offset, remote_offset,
                                          length, n->imm_base + net_imm_index(n, imm_kind, n->rank),
                                          INTRA_NET_COUNTER_SEND);

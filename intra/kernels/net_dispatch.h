@@ -185,14 +185,14 @@ KERNEL_FN void intra_net_send_body(const intra_moe_args_t *a, kernel_grid_t g)
                         (size_t)p * (size_t)n->max_tokens * (size_t)n->entry_bytes;
         KERNEL_SHARED int ok;
 
-        if (g.thread == 0) {
+        if (KERNEL_LEADER(g)) {
             net_order_peer(a, p);
         }
         kernel_block_sync();
         net_pack_peer(a, p, staging, g);
         kernel_fence_system(); /* each thread's part of the entries, before the posts */
         kernel_block_sync();
-        if (g.thread == 0) {
+        if (KERNEL_LEADER(g)) {
             ok = net_send_round_one(a, p, step);
         }
         kernel_block_sync();
@@ -373,7 +373,7 @@ KERNEL_FN void intra_net_recv_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     uint64_t step = net_step(a, g);
 
-    if (g.block != 0 || g.thread != 0 || net_stopped(a)) {
+    if (g.block != 0 || !KERNEL_LEADER(g) || net_stopped(a)) {
         return; /* one thread runs the exchange; it moves no payload */
     }
     if (net_read_headers(a, step) && net_grant_round_two(a, step) &&
@@ -469,7 +469,7 @@ KERNEL_FN void intra_net_index_body(const intra_moe_args_t *a, kernel_grid_t g)
          i += (size_t)g.num_blocks * g.num_threads) {
         n->term_dst[i] = n->node_idx[i] >= 0 ? n->terms + (int64_t)i * a->y_row_bytes : -1;
     }
-    for (int p = (int)g.block; g.thread == 0 && p < n->num_peers; p += (int)g.num_blocks) {
+    for (int p = (int)g.block; KERNEL_LEADER(g) && p < n->num_peers; p += (int)g.num_blocks) {
         if (!net_index_peer(a, p, step)) {
             return;
         }
