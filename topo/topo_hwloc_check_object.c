@@ -14,13 +14,211 @@
 static const char *const topo_set_names[TOPO_SETS] = {"cpuset", "complete_cpuset", "nodeset",
                                                       "complete_nodeset"};
 
+/* The attribute no rule below knows. */
+static strata_status_t topo_check_unknown_attr(topo_check_t *ctx, const xmlNode *node,
+                                               const topo_check_obj_t *obj, const char *attr)
+{
+    return topo_check_fail(ctx, node, "unknown attribute %s on a %s object", attr,
+                           obj->type->name);
+}
+
+/* allowed_cpuset, allowed_nodeset: the root's alone. */
+static strata_status_t topo_check_allowed_attr(topo_check_t *ctx, const xmlNode *node,
+                                               bool root, const char *attr, const char *value)
+{
+    hwloc_bitmap_t allowed = NULL;
+    strata_status_t status;
+
+    if (!root) {
+        return topo_check_fail(ctx, node, "%s is only for the root object", attr);
+    }
+    status = topo_check_bitmap(ctx, node, attr, value, &allowed);
+    hwloc_bitmap_free(allowed);
+    return status;
+}
+
+/* os_index, gp_index and id (hwloc 3's "obj<gp_index>"). */
+static strata_status_t topo_check_index_attr(topo_check_t *ctx, const xmlNode *node,
+                                             topo_check_obj_t *obj, const char *attr,
+                                             const char *value)
+{
+    const char *digits = value;
+    uint64_t number;
+
+    if (strcmp(attr, "os_index") == 0) {
+        if (!topo_check_u64(value, UINT32_MAX, &number)) {
+            return topo_check_fail(ctx, node, "os_index '%.40s' is not a number below 2^32",
+                                   value);
+        }
+        obj->has_os_index = true;
+        obj->os_index     = (unsigned)number;
+        return STRATA_OK;
+    }
+    if (attr[0] == 'i' && strncmp(value, "obj", 3) == 0) {
+        digits = value + 3;
+    } else if (attr[0] == 'i') {
+        return topo_check_fail(ctx, node, "id '%.40s' is not obj<number>", value);
+    }
+    if (!topo_check_u64(digits, UINT64_MAX - 1, &number) || number == 0) {
+        return topo_check_fail(ctx, node, "%s '%.40s' is not a positive number", attr, value);
+    }
+    /* hwloc 3 writes both, with the same number: count the object once. */
+    if (attr[0] == 'i' && xmlHasProp(node, BAD_CAST "gp_index") != NULL) {
+        xmlChar *gp = xmlGetProp(node, BAD_CAST "gp_index");
+        bool same = gp != NULL && strcmp((const char *)gp, digits) == 0;
+
+        xmlFree(gp);
+        return same ? STRATA_OK
+                    : topo_check_fail(ctx, node, "id '%.40s' differs from gp_index", value);
+    }
+    return topo_check_gp_add(ctx, number, xmlGetLineNo(node));
+}
+
+/* depth and cache_*: a cache's (or a memory-side cache's). */
+static strata_status_t topo_check_cache_attr(topo_check_t *ctx, const xmlNode *node,
+                                             topo_check_obj_t *obj, const char *attr,
+                                             const char *value)
+{
+    const topo_check_type_t *type = obj->type;
+    bool cache = type->cache_level != 0 || type->type == HWLOC_OBJ_MEMCACHE;
+    uint64_t number;
+
+    if (strcmp(attr, "depth") == 0) {
+        if (!topo_check_u64(value, 255, &number)) {
+            return topo_check_fail(ctx, node, "depth '%.40s' is not a small number", value);
+        }
+        obj->has_cache_depth = true;
+        obj->cache_depth     = (unsigned)number;
+        return STRATA_OK;
+    }
+    if (!cache) {
+        return topo_check_fail(ctx, node, "%s on a %s, which is not a cache", attr,
+                               type->name);
+    }
+    if (strcmp(attr, "cache_size") == 0 || strcmp(attr, "cache_linesize") == 0) {
+        return topo_check_u64(value, strcmp(attr, "cache_size") ? UINT32_MAX : UINT64_MAX,
+                              &number)
+                   ? STRATA_OK
+                   : topo_check_fail(ctx, node, "%s '%.40s' is not a number", attr, value);
+    }
+    if (strcmp(attr, "cache_associativity") == 0) {
+        return topo_check_int(value, -1, INT32_MAX)
+                   ? STRATA_OK
+                   : topo_check_fail(ctx, node, "cache_associativity '%.40s' is not a number "
+                                     "from -1", value);
+    }
+    if (strcmp(attr, "cache_type") == 0) {
+        if (!topo_check_u64(value, HWLOC_OBJ_CACHE_INSTRUCTION, &number)) {
+            return topo_check_fail(ctx, node, "cache_type '%.40s' is not 0, 1 or 2", value);
+        }
+        obj->cache_type = (unsigned)number;
+        return STRATA_OK;
+    }
+    if (strcmp(attr, "cache_inclusive") == 0 && ctx->version >= 3) {
+        return topo_check_u64(value, 1, &number)
+                   ? STRATA_OK
+                   : topo_check_fail(ctx, node, "cache_inclusive '%.40s' is not 0 or 1",
+                                     value);
+    }
+    return topo_check_unknown_attr(ctx, node, obj, attr);
+}
+
+/* kind, subkind and dont_merge: a Group's. */
+static strata_status_t topo_check_group_attr(topo_check_t *ctx, const xmlNode *node,
+                                             const topo_check_obj_t *obj, const char *attr,
+                                             const char *value)
+{
+    uint64_t number;
+
+    if (obj->type->type != HWLOC_OBJ_GROUP) {
+        return topo_check_fail(ctx, node, "%s on a %s, which is not a Group", attr,
+                               obj->type->name);
+    }
+    return topo_check_u64(value, attr[0] == 'd' ? 1 : UINT32_MAX, &number)
+               ? STRATA_OK
+               : topo_check_fail(ctx, node, "Group %s '%.40s' is out of range", attr, value);
+}
+
+/* pci_*: a PCI device's or a bridge's. */
+static strata_status_t topo_check_pci_attr(topo_check_t *ctx, const xmlNode *node,
+                                           topo_check_obj_t *obj, const char *attr,
+                                           const char *value)
+{
+    const topo_check_type_t *type = obj->type;
+
+    if (type->type != HWLOC_OBJ_PCI_DEVICE && type->type != HWLOC_OBJ_BRIDGE) {
+        return topo_check_fail(ctx, node, "%s on a %s, which is not a PCI object", attr,
+                               type->name);
+    }
+    if (strcmp(attr, "pci_busid") == 0) {
+        obj->has_busid = true;
+        return topo_check_busid(value)
+                   ? STRATA_OK
+                   : topo_check_fail(ctx, node, "pci_busid '%.40s' is not dddd:bb:dd.f",
+                                     value);
+    }
+    if (strcmp(attr, "pci_type") == 0) {
+        return topo_check_pci_type(value)
+                   ? STRATA_OK
+                   : topo_check_fail(ctx, node, "pci_type '%.60s' is not "
+                                     "'class [vendor:device] [vendor:device] rev'", value);
+    }
+    if (strcmp(attr, "pci_link_speed") == 0) {
+        return topo_check_float(value)
+                   ? STRATA_OK
+                   : topo_check_fail(ctx, node, "pci_link_speed '%.40s' is not a number",
+                                     value);
+    }
+    return topo_check_unknown_attr(ctx, node, obj, attr);
+}
+
+/* bridge_type and bridge_pci: a bridge's. */
+static strata_status_t topo_check_bridge_attr(topo_check_t *ctx, const xmlNode *node,
+                                              topo_check_obj_t *obj, const char *attr,
+                                              const char *value)
+{
+    if (obj->type->type != HWLOC_OBJ_BRIDGE) {
+        return topo_check_fail(ctx, node, "%s on a %s", attr, obj->type->name);
+    }
+    if (attr[7] == 'p') {
+        obj->has_bridge_pci = true;
+        return topo_check_bridge_pci(value)
+                   ? STRATA_OK
+                   : topo_check_fail(ctx, node, "bridge_pci '%.40s' is not dddd:[bb-bb]",
+                                     value);
+    }
+    /* upstream host (0) or PCI (1), downstream PCI (1) */
+    if ((value[0] != '0' && value[0] != '1') || strcmp(value + 1, "-1") != 0) {
+        return topo_check_fail(ctx, node, "bridge_type '%.40s' is not 0-1 or 1-1", value);
+    }
+    obj->bridge_upstream = value[0] - '0';
+    return STRATA_OK;
+}
+
+/* osdev_type: an OS device's. */
+static strata_status_t topo_check_osdev_attr(topo_check_t *ctx, const xmlNode *node,
+                                             topo_check_obj_t *obj, const char *value)
+{
+    /* 2.x: a type from 0 (block) to 5 (coprocessor); 3.x: a mask of 7 bits */
+    uint64_t number, max = (ctx->version >= 3) ? 127 : HWLOC_OBJ_OSDEV_COPROC;
+
+    if (obj->type->type != HWLOC_OBJ_OS_DEVICE) {
+        return topo_check_fail(ctx, node, "osdev_type on a %s", obj->type->name);
+    }
+    if (!topo_check_u64(value, max, &number)) {
+        return topo_check_fail(ctx, node, "osdev_type '%.40s' is not a number up to %" PRIu64,
+                               value, max);
+    }
+    obj->has_osdev_type = true;
+    return STRATA_OK;
+}
+
 /* One attribute of an <object>; the type was read first. */
 static strata_status_t topo_check_object_attr(topo_check_t *ctx, const xmlNode *node,
                                               topo_check_obj_t *obj, bool root,
                                               const char *attr, const char *value)
 {
     const topo_check_type_t *type = obj->type;
-    bool cache = type->cache_level != 0 || type->type == HWLOC_OBJ_MEMCACHE;
     uint64_t number;
 
     for (int s = 0; s < TOPO_SETS; ++s) {
@@ -33,46 +231,11 @@ static strata_status_t topo_check_object_attr(topo_check_t *ctx, const xmlNode *
         }
     }
     if (strcmp(attr, "allowed_cpuset") == 0 || strcmp(attr, "allowed_nodeset") == 0) {
-        hwloc_bitmap_t allowed = NULL;
-        strata_status_t status;
-
-        if (!root) {
-            return topo_check_fail(ctx, node, "%s is only for the root object", attr);
-        }
-        status = topo_check_bitmap(ctx, node, attr, value, &allowed);
-        hwloc_bitmap_free(allowed);
-        return status;
+        return topo_check_allowed_attr(ctx, node, root, attr, value);
     }
-    if (strcmp(attr, "os_index") == 0) {
-        if (!topo_check_u64(value, UINT32_MAX, &number)) {
-            return topo_check_fail(ctx, node, "os_index '%.40s' is not a number below 2^32",
-                                   value);
-        }
-        obj->has_os_index = true;
-        obj->os_index     = (unsigned)number;
-        return STRATA_OK;
-    }
-    if (strcmp(attr, "gp_index") == 0 || strcmp(attr, "id") == 0) {
-        const char *digits = value;
-
-        if (attr[0] == 'i' && strncmp(value, "obj", 3) == 0) {
-            digits = value + 3;
-        } else if (attr[0] == 'i') {
-            return topo_check_fail(ctx, node, "id '%.40s' is not obj<number>", value);
-        }
-        if (!topo_check_u64(digits, UINT64_MAX - 1, &number) || number == 0) {
-            return topo_check_fail(ctx, node, "%s '%.40s' is not a positive number", attr, value);
-        }
-        /* hwloc 3 writes both, with the same number: count the object once. */
-        if (attr[0] == 'i' && xmlHasProp(node, BAD_CAST "gp_index") != NULL) {
-            xmlChar *gp = xmlGetProp(node, BAD_CAST "gp_index");
-            bool same = gp != NULL && strcmp((const char *)gp, digits) == 0;
-
-            xmlFree(gp);
-            return same ? STRATA_OK
-                        : topo_check_fail(ctx, node, "id '%.40s' differs from gp_index", value);
-        }
-        return topo_check_gp_add(ctx, number, xmlGetLineNo(node));
+    if (strcmp(attr, "os_index") == 0 || strcmp(attr, "gp_index") == 0 ||
+        strcmp(attr, "id") == 0) {
+        return topo_check_index_attr(ctx, node, obj, attr, value);
     }
     if (strcmp(attr, "name") == 0 || strcmp(attr, "subtype") == 0) {
         return STRATA_OK;
@@ -85,54 +248,12 @@ static strata_status_t topo_check_object_attr(topo_check_t *ctx, const xmlNode *
                    ? STRATA_OK
                    : topo_check_fail(ctx, node, "local_memory '%.40s' is not a number", value);
     }
-    if (strcmp(attr, "depth") == 0) {
-        if (!topo_check_u64(value, 255, &number)) {
-            return topo_check_fail(ctx, node, "depth '%.40s' is not a small number", value);
-        }
-        obj->has_cache_depth = true;
-        obj->cache_depth     = (unsigned)number;
-        return STRATA_OK;
-    }
-    if (strncmp(attr, "cache_", 6) == 0) {
-        if (!cache) {
-            return topo_check_fail(ctx, node, "%s on a %s, which is not a cache", attr,
-                                   type->name);
-        }
-        if (strcmp(attr, "cache_size") == 0 || strcmp(attr, "cache_linesize") == 0) {
-            return topo_check_u64(value, strcmp(attr, "cache_size") ? UINT32_MAX : UINT64_MAX,
-                                  &number)
-                       ? STRATA_OK
-                       : topo_check_fail(ctx, node, "%s '%.40s' is not a number", attr, value);
-        }
-        if (strcmp(attr, "cache_associativity") == 0) {
-            return topo_check_int(value, -1, INT32_MAX)
-                       ? STRATA_OK
-                       : topo_check_fail(ctx, node, "cache_associativity '%.40s' is not a number "
-                                         "from -1", value);
-        }
-        if (strcmp(attr, "cache_type") == 0) {
-            if (!topo_check_u64(value, HWLOC_OBJ_CACHE_INSTRUCTION, &number)) {
-                return topo_check_fail(ctx, node, "cache_type '%.40s' is not 0, 1 or 2", value);
-            }
-            obj->cache_type = (unsigned)number;
-            return STRATA_OK;
-        }
-        if (strcmp(attr, "cache_inclusive") == 0 && ctx->version >= 3) {
-            return topo_check_u64(value, 1, &number)
-                       ? STRATA_OK
-                       : topo_check_fail(ctx, node, "cache_inclusive '%.40s' is not 0 or 1",
-                                         value);
-        }
+    if (strcmp(attr, "depth") == 0 || strncmp(attr, "cache_", 6) == 0) {
+        return topo_check_cache_attr(ctx, node, obj, attr, value);
     }
     if (strcmp(attr, "kind") == 0 || strcmp(attr, "subkind") == 0 ||
         strcmp(attr, "dont_merge") == 0) {
-        if (type->type != HWLOC_OBJ_GROUP) {
-            return topo_check_fail(ctx, node, "%s on a %s, which is not a Group", attr,
-                                   type->name);
-        }
-        return topo_check_u64(value, attr[0] == 'd' ? 1 : UINT32_MAX, &number)
-                   ? STRATA_OK
-                   : topo_check_fail(ctx, node, "Group %s '%.40s' is out of range", attr, value);
+        return topo_check_group_attr(ctx, node, obj, attr, value);
     }
     if (strcmp(attr, "numanode_type") == 0 && ctx->version >= 3) {
         return type->type == HWLOC_OBJ_NUMANODE
@@ -140,63 +261,15 @@ static strata_status_t topo_check_object_attr(topo_check_t *ctx, const xmlNode *
                    : topo_check_fail(ctx, node, "numanode_type on a %s", type->name);
     }
     if (strncmp(attr, "pci_", 4) == 0) {
-        if (type->type != HWLOC_OBJ_PCI_DEVICE && type->type != HWLOC_OBJ_BRIDGE) {
-            return topo_check_fail(ctx, node, "%s on a %s, which is not a PCI object", attr,
-                                   type->name);
-        }
-        if (strcmp(attr, "pci_busid") == 0) {
-            obj->has_busid = true;
-            return topo_check_busid(value)
-                       ? STRATA_OK
-                       : topo_check_fail(ctx, node, "pci_busid '%.40s' is not dddd:bb:dd.f",
-                                         value);
-        }
-        if (strcmp(attr, "pci_type") == 0) {
-            return topo_check_pci_type(value)
-                       ? STRATA_OK
-                       : topo_check_fail(ctx, node, "pci_type '%.60s' is not "
-                                         "'class [vendor:device] [vendor:device] rev'", value);
-        }
-        if (strcmp(attr, "pci_link_speed") == 0) {
-            return topo_check_float(value)
-                       ? STRATA_OK
-                       : topo_check_fail(ctx, node, "pci_link_speed '%.40s' is not a number",
-                                         value);
-        }
+        return topo_check_pci_attr(ctx, node, obj, attr, value);
     }
     if (strcmp(attr, "bridge_type") == 0 || strcmp(attr, "bridge_pci") == 0) {
-        if (type->type != HWLOC_OBJ_BRIDGE) {
-            return topo_check_fail(ctx, node, "%s on a %s", attr, type->name);
-        }
-        if (attr[7] == 'p') {
-            obj->has_bridge_pci = true;
-            return topo_check_bridge_pci(value)
-                       ? STRATA_OK
-                       : topo_check_fail(ctx, node, "bridge_pci '%.40s' is not dddd:[bb-bb]",
-                                         value);
-        }
-        /* upstream host (0) or PCI (1), downstream PCI (1) */
-        if ((value[0] != '0' && value[0] != '1') || strcmp(value + 1, "-1") != 0) {
-            return topo_check_fail(ctx, node, "bridge_type '%.40s' is not 0-1 or 1-1", value);
-        }
-        obj->bridge_upstream = value[0] - '0';
-        return STRATA_OK;
+        return topo_check_bridge_attr(ctx, node, obj, attr, value);
     }
     if (strcmp(attr, "osdev_type") == 0) {
-        /* 2.x: a type from 0 (block) to 5 (coprocessor); 3.x: a mask of 7 bits */
-        uint64_t max = (ctx->version >= 3) ? 127 : HWLOC_OBJ_OSDEV_COPROC;
-
-        if (type->type != HWLOC_OBJ_OS_DEVICE) {
-            return topo_check_fail(ctx, node, "osdev_type on a %s", type->name);
-        }
-        if (!topo_check_u64(value, max, &number)) {
-            return topo_check_fail(ctx, node, "osdev_type '%.40s' is not a number up to %" PRIu64,
-                                   value, max);
-        }
-        obj->has_osdev_type = true;
-        return STRATA_OK;
+        return topo_check_osdev_attr(ctx, node, obj, value);
     }
-    return topo_check_fail(ctx, node, "unknown attribute %s on a %s object", attr, type->name);
+    return topo_check_unknown_attr(ctx, node, obj, attr);
 }
 
 static strata_status_t topo_check_object_attrs(topo_check_t *ctx, const xmlNode *node,
