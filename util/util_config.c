@@ -69,7 +69,7 @@ static strata_status_t util_config_parse_scaled(const char *text, const util_con
 
     if (!isdigit((unsigned char)text[0])) {
         util_reason(err, "'%s' is not a %s (expected a number, e.g. %s)", text, what,
-                          (units == util_config_time_units) ? "10ms" : "64k");
+                    (units == util_config_time_units) ? "10ms" : "64k");
         return STRATA_ERR_CONFIG;
     }
     errno  = 0;
@@ -230,6 +230,14 @@ static void util_config_release_field(const util_config_field_t *field, void *co
         free(*str);
         *str = NULL;
     }
+}
+
+void util_config_value_release(const util_config_field_t *field, util_config_value_t *value)
+{
+    if (field->type == UTIL_CONFIG_STRING) {
+        free(value->str);
+    }
+    *value = (util_config_value_t){0};
 }
 
 void util_config_release(const util_config_table_t *table, void *config)
@@ -476,13 +484,7 @@ void util_config_format_value(const util_config_field_t *field, const void *src,
 static void util_config_print_set(const util_config_field_t *field, FILE *stream)
 {
     char name[UTIL_CONFIG_NAME_MAX], reason[UTIL_REASON_LEN], text[256];
-    union {
-        int64_t  i64;
-        uint64_t u64;
-        bool     flag;
-        int      index;
-        char    *str;
-    } value = {0};
+    util_config_value_t value = {0};
     const char *set;
 
     util_config_env_name(field, name, sizeof(name));
@@ -498,9 +500,7 @@ static void util_config_print_set(const util_config_field_t *field, FILE *stream
     util_config_format_value(field, &value, text, sizeof(text));
     util_config_one_line(text);
     fprintf(stream, "    set: %s\n", text);
-    if (field->type == UTIL_CONFIG_STRING) {
-        free(value.str);
-    }
+    util_config_value_release(field, &value);
 }
 
 void util_config_print(const util_config_table_t *table, FILE *stream)

@@ -28,6 +28,16 @@ typedef enum util_config_type {
     UTIL_CONFIG_STRING  /**< char *, owned by the struct: free with util_config_release */
 } util_config_type_t;
 
+/** One value of any field type, held outside a table's struct (util_config_parse_value's
+ *  dst): the member the field's type names. */
+typedef union util_config_value {
+    int64_t  i64;   /* INT */
+    uint64_t u64;   /* SIZE, TIME */
+    bool     flag;  /* BOOL */
+    int      index; /* ENUM */
+    char    *str;   /* STRING: owned, free with util_config_value_release */
+} util_config_value_t;
+
 typedef struct util_config_field {
     const char         *name;          /**< without the STRATA_ prefix, e.g. "LOG_LEVEL" */
     const char         *default_value; /**< text parsed like an environment value */
@@ -63,6 +73,9 @@ strata_status_t util_config_read(const util_config_table_t *table, void *config)
 
 /** util_config_read that logs nothing: the reason goes to err (UTIL_REASON_LEN). */
 strata_status_t util_config_read_quiet(const util_config_table_t *table, void *config, char *err);
+
+/** Free what a parsed value holds (a string's copy); the value is zeroed. */
+void util_config_value_release(const util_config_field_t *field, util_config_value_t *value);
 
 /** Free what util_config_read allocated (strings). Tolerates a zeroed struct. */
 void util_config_release(const util_config_table_t *table, void *config);

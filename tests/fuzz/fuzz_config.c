@@ -11,14 +11,6 @@
 
 #define FUZZ_VALUE_MAX 4096
 
-typedef union fuzz_value {
-    int64_t  i64;
-    uint64_t u64;
-    bool     flag;
-    int      index;
-    char    *str;
-} fuzz_value_t;
-
 static const util_config_field_t *fuzz_field(const char *name)
 {
     for (size_t t = 0; t < api_num_config_tables; ++t) {
@@ -33,8 +25,8 @@ static const util_config_field_t *fuzz_field(const char *name)
     return NULL;
 }
 
-static bool fuzz_value_equal(const util_config_field_t *field, const fuzz_value_t *a,
-                             const fuzz_value_t *b)
+static bool fuzz_value_equal(const util_config_field_t *field, const util_config_value_t *a,
+                             const util_config_value_t *b)
 {
     switch (field->type) {
     case UTIL_CONFIG_INT:    return a->i64 == b->i64;
@@ -47,18 +39,10 @@ static bool fuzz_value_equal(const util_config_field_t *field, const fuzz_value_
     return false;
 }
 
-static void fuzz_value_release(const util_config_field_t *field, fuzz_value_t *value)
-{
-    if (field->type == UTIL_CONFIG_STRING) {
-        free(value->str);
-        value->str = NULL;
-    }
-}
-
 static void fuzz_config_value(const util_config_field_t *field, const char *text)
 {
     char err[UTIL_REASON_LEN], formatted[FUZZ_VALUE_MAX + 64];
-    fuzz_value_t value = {0}, again = {0};
+    util_config_value_t value = {0}, again = {0};
 
     if (util_config_parse_value(field, text, &value, err) != STRATA_OK) {
         FUZZ_CHECK(err[0] != '\0' && strchr(err, '\n') == NULL);
@@ -71,8 +55,8 @@ static void fuzz_config_value(const util_config_field_t *field, const char *text
         abort();
     }
     FUZZ_CHECK(fuzz_value_equal(field, &value, &again));
-    fuzz_value_release(field, &value);
-    fuzz_value_release(field, &again);
+    util_config_value_release(field, &value);
+    util_config_value_release(field, &again);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
