@@ -34,18 +34,18 @@ strata_status_t adapt_trace_shape_check(const adapt_trace_shape_t *shape, char *
         util_reason(err, "experts %d out of range (1..%d)", shape->experts, TRACE_MAX_EXPERTS);
     } else if (shape->ranks < 1 || shape->experts % shape->ranks != 0) {
         util_reason(err, "ranks %d: need ranks >= 1 dividing experts (%d)", shape->ranks,
-                  shape->experts);
+                    shape->experts);
     } else if (shape->ranks_per_node < 1 || shape->ranks % shape->ranks_per_node != 0) {
         util_reason(err, "ranks_per_node %d: need ranks_per_node >= 1 dividing ranks (%d)",
-                  shape->ranks_per_node, shape->ranks);
+                    shape->ranks_per_node, shape->ranks);
     } else if (shape->tokens < 1 || shape->tokens > TRACE_MAX_TOKENS) {
         util_reason(err, "tokens %d out of range (1..%d)", shape->tokens, TRACE_MAX_TOKENS);
     } else if (shape->topk < 1 || shape->topk > shape->experts || shape->topk > TRACE_MAX_TOPK) {
         util_reason(err, "topk %d out of range (1..%d)", shape->topk,
-                  shape->experts < TRACE_MAX_TOPK ? shape->experts : TRACE_MAX_TOPK);
+                    shape->experts < TRACE_MAX_TOPK ? shape->experts : TRACE_MAX_TOPK);
     } else if (!(shape->row_bytes > 0.0 && shape->row_bytes <= TRACE_MAX_ROW_BYTES)) {
         util_reason(err, "row_bytes %g out of range (above 0, at most %g)", shape->row_bytes,
-                  TRACE_MAX_ROW_BYTES);
+                    TRACE_MAX_ROW_BYTES);
     } else {
         return STRATA_OK;
     }
@@ -64,7 +64,7 @@ static size_t trace_cells(const adapt_trace_shape_t *shape, int steps)
 }
 
 strata_status_t adapt_trace_create(const adapt_trace_shape_t *shape, int steps,
-                                    adapt_trace_t **trace_p, char *err)
+                                   adapt_trace_t **trace_p, char *err)
 {
     strata_status_t status = adapt_trace_shape_check(shape, err);
     adapt_trace_t *trace;
@@ -76,7 +76,7 @@ strata_status_t adapt_trace_create(const adapt_trace_shape_t *shape, int steps,
     cells = trace_cells(shape, steps);
     if (cells == 0) {
         util_reason(err, "steps %d out of range (1.. with steps * ranks * experts <= %zu)", steps,
-                  TRACE_MAX_CELLS);
+                    TRACE_MAX_CELLS);
         return STRATA_ERR_INVALID;
     }
     trace = calloc(1, sizeof(*trace));
@@ -109,7 +109,7 @@ void adapt_trace_destroy(adapt_trace_t *trace)
 }
 
 strata_status_t adapt_trace_topk_idx(const adapt_trace_t *trace, int step, int rank,
-                                      int64_t *topk_idx)
+                                     int64_t *topk_idx)
 {
     const adapt_trace_shape_t *shape = &trace->shape;
     const int32_t *counts;
@@ -634,14 +634,14 @@ static strata_status_t trace_open(const char *path, FILE **file_p, char *err)
     }
     if (!S_ISREG(st.st_mode)) {
         util_reason(err, "%s: not a regular file (a trace is read from a file, not a %s)", path,
-                  S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
-                  : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device" : "special file");
+                    S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
+                    : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device" : "special file");
         close(fd);
         return STRATA_ERR_IO;
     }
     if ((uint64_t)st.st_size > TRACE_MAX_FILE_BYTES) {
         util_reason(err, "%s: %lld bytes is larger than a strata trace can be (%llu)", path,
-                  (long long)st.st_size, (unsigned long long)TRACE_MAX_FILE_BYTES);
+                    (long long)st.st_size, (unsigned long long)TRACE_MAX_FILE_BYTES);
         close(fd);
         return STRATA_ERR_PARSE;
     }

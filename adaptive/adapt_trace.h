@@ -41,7 +41,7 @@ strata_status_t adapt_trace_shape_check(const adapt_trace_shape_t *shape, char *
  * STRATA_ERR_INVALID (err says why) or STRATA_ERR_NO_MEMORY.
  */
 strata_status_t adapt_trace_create(const adapt_trace_shape_t *shape, int steps,
-                                    adapt_trace_t **trace_p, char *err);
+                                   adapt_trace_t **trace_p, char *err);
 void            adapt_trace_destroy(adapt_trace_t *trace);
 
 /** One rank's counts in one step: [experts]. No range check. */
@@ -73,7 +73,7 @@ strata_status_t adapt_trace_write(const adapt_trace_t *trace, const char *path, 
  * break the trace's bounds (possible only in a trace filled by hand).
  */
 strata_status_t adapt_trace_topk_idx(const adapt_trace_t *trace, int step, int rank,
-                                      int64_t *topk_idx);
+                                     int64_t *topk_idx);
 
 /* --- Synthetic traces (adapt_trace_gen.c) ------------------------------------------------- */
 
@@ -106,6 +106,6 @@ void adapt_trace_gen_defaults(adapt_trace_gen_params_t *params);
  * with err naming the bad parameter, or STRATA_ERR_NO_MEMORY.
  */
 strata_status_t adapt_trace_generate(const adapt_trace_gen_params_t *params,
-                                      adapt_trace_t **trace_p, char *err);
+                                     adapt_trace_t **trace_p, char *err);
 
 #endif

@@ -106,12 +106,13 @@ static strata_status_t gen_check(const adapt_trace_gen_params_t *p, char *err)
         util_reason(err, "burst probability %g out of range (0..1)", p->burst_prob);
     } else if (p->burst_experts < 0 || p->burst_experts > p->shape.experts) {
         util_reason(err, "burst experts %d out of range (0..%d)", p->burst_experts,
-                p->shape.experts);
+                    p->shape.experts);
     } else if (!(p->burst_factor >= 1.0 && p->burst_factor <= GEN_MAX_BURST_FACTOR)) {
         util_reason(err, "burst factor %g out of range (1..%g)", p->burst_factor,
-                GEN_MAX_BURST_FACTOR);
+                    GEN_MAX_BURST_FACTOR);
     } else if (!(p->node_jitter >= 0.0 && p->node_jitter <= GEN_MAX_NODE_JITTER)) {
-        util_reason(err, "node jitter %g out of range (0..%g)", p->node_jitter, GEN_MAX_NODE_JITTER);
+        util_reason(err, "node jitter %g out of range (0..%g)", p->node_jitter,
+                    GEN_MAX_NODE_JITTER);
     } else {
         return STRATA_OK;
     }
@@ -350,7 +351,7 @@ static void gen_rank_step(gen_state_t *g, int32_t *counts)
 }
 
 strata_status_t adapt_trace_generate(const adapt_trace_gen_params_t *params,
-                                      adapt_trace_t **trace_p, char *err)
+                                     adapt_trace_t **trace_p, char *err)
 {
     const adapt_trace_shape_t *shape = &params->shape;
     adapt_trace_t *trace;

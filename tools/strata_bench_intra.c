@@ -249,7 +249,7 @@ int bench_intra_max_size(const int *sizes, int num_sizes)
 }
 
 void bench_intra_print_row(const char *what, int tokens, const bench_intra_result_t *r,
-                     const bench_intra_result_t *base)
+                           const bench_intra_result_t *base)
 {
     printf("%6d %-16s | %9.1f %9.1f | %9.1f %9.1f | %9.1f %9.1f | %7.2f | %6.2f\n", tokens, what,
            r->dispatch.p50 / 1e3, r->dispatch.p99 / 1e3, r->combine.p50 / 1e3,

@@ -73,7 +73,7 @@ void bench_intra_mpi_step(bench_intra_t *b, bench_intra_samples_t *samples);
 void bench_intra_print_header(void);
 int  bench_intra_max_size(const int *sizes, int num_sizes);
 void bench_intra_print_row(const char *what, int tokens, const bench_intra_result_t *r,
-                     const bench_intra_result_t *base);
+                           const bench_intra_result_t *base);
 /** "128,4096" into sizes (at most INTRA_MAX_SIZES) and their count into *num_p; false
  *  after a usage error of tool naming the bad count. */
 bool bench_intra_parse_sizes(const char *tool, const char *text, int *sizes, int *num_p);

@@ -33,22 +33,22 @@ const intra_device_ops_t *api_gpu_backend_explain(const topo_t *topo, char *why)
     name   = api_gpu_backend_name(topo_gpu(topo, 0)->vendor);
     if (name == NULL) {
         util_reason(why, "the topology gives its GPUs no vendor strata drives "
-                 "(PCI vendor 0x%04x)", topo_gpu(topo, 0)->vendor_id);
+                    "(PCI vendor 0x%04x)", topo_gpu(topo, 0)->vendor_id);
         return host;
     }
     gpu = intra_device_find(name);
     if (gpu == NULL) {
         util_reason(why, "the topology's GPUs are %s, but this build has no %s "
-                 "backend", vendor, name);
+                    "backend", vendor, name);
         return host;
     }
     if (gpu->probe(reason) != STRATA_OK) {
         util_reason(why, "the topology's GPUs are %s, but the %s backend cannot "
-                 "run here: %.160s", vendor, name, reason);
+                    "run here: %.160s", vendor, name, reason);
         return host;
     }
     util_reason(why, "the topology's GPUs are %s and the %s runtime found a "
-             "device", vendor, name);
+                "device", vendor, name);
     return gpu;
 }
 

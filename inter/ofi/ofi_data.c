@@ -63,7 +63,7 @@ static ssize_t ofi_post_one(ofi_transport_t *ofi, const inter_post_t *post)
 
 /* libfabric has no list post: one call each, in order, until one is refused. */
 strata_status_t ofi_post(inter_transport_t *tp, const inter_post_t *posts, int count,
-                                int *posted_p)
+                         int *posted_p)
 {
     ofi_transport_t *ofi = ofi_of(tp);
     strata_status_t status = STRATA_OK;
@@ -77,13 +77,13 @@ strata_status_t ofi_post(inter_transport_t *tp, const inter_post_t *posts, int c
 }
 
 strata_status_t ofi_inject(inter_transport_t *tp, uint64_t peer, const void *buf,
-                                  size_t len)
+                           size_t len)
 {
     return ofi_post_status("fi_inject", fi_inject(ofi_of(tp)->ep, buf, len, peer));
 }
 
 strata_status_t ofi_post_recv(inter_transport_t *tp, void *buf, size_t len, void *desc,
-                                     void *context)
+                              void *context)
 {
     return ofi_post_status("fi_recv",
                            fi_recv(ofi_of(tp)->ep, buf, len, desc, FI_ADDR_UNSPEC, context));

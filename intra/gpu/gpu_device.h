@@ -158,14 +158,14 @@ static strata_status_t gpu_device_select(int ordinal, char *reason)
 
     if (error != gpuSuccess) {
         util_reason(reason, "cannot select GPU %d: %s", ordinal,
-                 gpuGetErrorName(error));
+                    gpuGetErrorName(error));
         return STRATA_ERR_UNSUPPORTED;
     }
     error = GPU_MOE_RESIDENT_BLOCKS(&blocks);
     if (error != gpuSuccess) {
         gpu_describe(ordinal, what, sizeof(what));
         util_reason(reason, "%s: no kernels for it in this library (built for "
-                 "%s): %s", what, STRATA_GPU_TARGETS, gpuGetErrorName(error));
+                    "%s): %s", what, STRATA_GPU_TARGETS, gpuGetErrorName(error));
         return STRATA_ERR_UNSUPPORTED;
     }
     return STRATA_OK;
@@ -206,7 +206,7 @@ static strata_status_t gpu_peer_atomics(const char *peer_bus_id, char *reason)
         gpuDeviceGetP2PAttribute(&atomics, gpuDevP2PAttrNativeAtomicSupported, mine, peer) !=
             gpuSuccess || !access || !atomics) {
         util_reason(reason, "GPU %d cannot %s GPU %d (%s)", mine,
-                 access ? "use native atomics on the memory of" : "access", peer, peer_bus_id);
+                    access ? "use native atomics on the memory of" : "access", peer, peer_bus_id);
         return STRATA_ERR_UNSUPPORTED;
     }
     return STRATA_OK;

@@ -100,7 +100,7 @@ static size_t moe_place(size_t *cursor, size_t bytes)
 
 /* The buffers of one rank's part, from offset 0; the shape fields of args must be set. */
 static void moe_place_heap(const intra_moe_args_t *a, size_t max_tokens, bool terms_direct,
-                       intra_moe_heap_offsets_t *l)
+                           intra_moe_heap_offsets_t *l)
 {
     size_t cursor = 0, entries = max_tokens * (size_t)a->topk;
     size_t rows = (size_t)a->experts_per_rank * (size_t)a->capacity;
@@ -268,7 +268,8 @@ static void moe_fill_recv(intra_moe_t *moe)
         .row_bytes        = (size_t)a->row_bytes,
         .scale_stride     = (size_t)a->scale_stride,
         .x                = own + a->heap_offsets.recv_x,
-        .scales           = a->scale_count > 0 ? (float *)(own + a->heap_offsets.recv_scales) : NULL,
+        .scales           = a->scale_count > 0 ? (float *)(own + a->heap_offsets.recv_scales)
+                                               : NULL,
         .src              = (const intra_moe_source_t *)(own + a->heap_offsets.recv_src),
         .count            = moe->counts,
         .expert_y         = own + a->heap_offsets.expert_y,
@@ -324,8 +325,8 @@ strata_status_t intra_moe_create(const intra_moe_params_t *params, intra_heap_t 
         goto err_free;
     }
     /* A fresh heap allocation is zero on every rank: flags and counters start at 0. */
-    status = intra_heap_alloc(heap, "intra-moe", moe->args.heap_offsets.total, INTRA_DEVICE_ALIGNMENT,
-                              &base);
+    status = intra_heap_alloc(heap, "intra-moe", moe->args.heap_offsets.total,
+                              INTRA_DEVICE_ALIGNMENT, &base);
     if (status != STRATA_OK) {
         goto err_free;
     }

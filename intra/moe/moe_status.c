@@ -8,7 +8,9 @@
 
 static intra_moe_control_t *moe_own_control(const intra_moe_t *moe)
 {
-    return (intra_moe_control_t *)(moe->args.heap[moe->args.rank] + moe->args.heap_offsets.control);
+    char *own = moe->args.heap[moe->args.rank];
+
+    return (intra_moe_control_t *)(own + moe->args.heap_offsets.control);
 }
 
 static const char *const moe_net_waits[] = {

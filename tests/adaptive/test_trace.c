@@ -17,7 +17,7 @@
 #define TEST_SEED 20240611u
 
 static adapt_trace_t *test_generate(int experts, int ranks, int per_node, int tokens, int topk,
-                                     int steps, uint64_t seed)
+                                    int steps, uint64_t seed)
 {
     char err[UTIL_REASON_LEN];
     adapt_trace_gen_params_t p;

@@ -208,7 +208,7 @@ static strata_status_t test_peer_atomics(const char *peer_bus_id, char *reason)
     if (strcmp(peer_bus_id, test_isolated_bus_id) == 0 ||
         strcmp(test_bus_id, test_isolated_bus_id) == 0) {
         util_reason(reason, "no NVLink between %s and %s", test_bus_id,
-                 peer_bus_id);
+                    peer_bus_id);
         return STRATA_ERR_UNSUPPORTED;
     }
     return STRATA_OK;

@@ -242,8 +242,8 @@ static int64_t *load_trace(const char *path, moe_case_t *c)
     for (int step = 0; step < c->steps; ++step) {
         for (int rank = 0; rank < c->ranks; ++rank) {
             CHECK(adapt_trace_topk_idx(trace, step, rank,
-                                        routes + ((size_t)step * (size_t)c->ranks +
-                                                  (size_t)rank) * per_rank) == STRATA_OK,
+                                       routes + ((size_t)step * (size_t)c->ranks +
+                                                 (size_t)rank) * per_rank) == STRATA_OK,
                   "trace step %d rank %d", step, rank);
         }
     }
