@@ -11,6 +11,7 @@
 
 #include "util/util_reason.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -75,6 +76,16 @@ typedef struct intra_device_ops {
      * kernels for it; on failure reason (UTIL_REASON_LEN) says why. NULL on the host.
      */
     strata_status_t (*device_select)(int ordinal, char *reason);
+    /**
+     * The GPU the calling thread chose before it called strata (*chosen_p false: it chose
+     * none, or the runtime cannot tell), as NCCL adopts the current device. NULL on the host.
+     */
+    strata_status_t (*device_chosen)(int *ordinal_p, bool *chosen_p);
+    /**
+     * Make GPU ordinal this thread's; *previous_p: the one that was, -1 where the thread had
+     * chosen none (nothing to give back). NULL on the host.
+     */
+    strata_status_t (*device_use)(int ordinal, int *previous_p);
     /** PCI address (INTRA_BUS_ID_LEN) of this thread's GPU; NULL on the host. */
     strata_status_t (*device_bus_id)(char *bus_id);
     /**
@@ -112,14 +123,49 @@ typedef struct intra_device_ops {
     /** Release this rank's region; tolerates a zeroed struct. */
     void (*region_destroy)(intra_region_t *region);
 
+    /**
+     * A stream of this backend for callers without one of their own: what is enqueued on it
+     * runs in order, after the call that enqueued it returned (CUDA, HIP: a non-blocking
+     * stream of this thread's GPU; host: a thread of its own). stream_destroy waits for its
+     * work and tolerates NULL.
+     */
+    strata_status_t (*stream_create)(void **stream_p);
+    void (*stream_destroy)(void *stream);
+    /** Wait for everything enqueued on stream. STRATA_ERR_INVALID: not this backend's. */
+    strata_status_t (*stream_synchronize)(void *stream);
+    /**
+     * Whether work enqueued on stream is being captured into a graph instead of run: then
+     * nothing may wait for it on the host. STRATA_ERR_INVALID: not this backend's stream.
+     */
+    strata_status_t (*stream_capturing)(void *stream, bool *capturing_p);
+
     /** A queue whose launches run num_blocks blocks (host: that many threads). */
     strata_status_t (*queue_create)(unsigned num_blocks, intra_queue_t **queue_p);
     void (*queue_destroy)(intra_queue_t *queue);
     /**
-     * Launch on the caller's stream (cudaStream_t or hipStream_t as void *) from now on;
-     * NULL: the queue's own. The host backend has no streams and takes only NULL.
+     * Launch on the caller's stream (cudaStream_t or hipStream_t as void *, a host stream
+     * of stream_create) from now on; NULL: the queue's own. What is enqueued later runs
+     * after what was enqueued before, on whichever stream (an event recorded on the old
+     * stream, waited for by the new one). STRATA_ERR_INVALID: a stream of another backend
+     * or another GPU.
      */
     strata_status_t (*queue_set_stream)(intra_queue_t *queue, void *stream);
+    /**
+     * Copy size bytes of host memory src into dst (this backend's memory) after the work
+     * enqueued on the queue so far, without waiting for it: src may change once this
+     * returns. Refused (STRATA_ERR_UNSUPPORTED) while the queue's stream is captured, where
+     * a replay would copy whatever src holds then.
+     */
+    strata_status_t (*queue_write)(intra_queue_t *queue, void *dst, const void *src,
+                                   size_t size);
+    /** Copy size bytes of src (this backend's memory) into host memory dst once the work
+     *  enqueued on the queue has run: complete on return, a host wait. */
+    strata_status_t (*queue_read)(intra_queue_t *queue, void *dst, const void *src,
+                                  size_t size);
+    /** Set size bytes at dst to value after the work enqueued on the queue so far. */
+    strata_status_t (*queue_fill)(intra_queue_t *queue, void *dst, int value, size_t size);
+    /** Whether the queue's stream is being captured (stream_capturing). */
+    strata_status_t (*queue_capturing)(const intra_queue_t *queue, bool *capturing_p);
     /** Start a MoE kernel; it has finished when queue_synchronize returns. */
     strata_status_t (*moe_launch)(intra_queue_t *queue, intra_moe_kernel_t kernel,
                                   const struct intra_moe_args *args);

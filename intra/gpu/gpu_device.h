@@ -14,10 +14,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * Uploads (queue_write) copy from pinned staging memory, so that they are asynchronous and
+ * their source may change once queue_write returns. The staging area has two halves used in
+ * turn: entering a half waits for the copies that last read it, enqueued a whole half ago,
+ * which have long run in practice. An upload larger than a half grows both.
+ */
+typedef struct gpu_staging {
+    char      *half[2];
+    size_t     half_size;
+    size_t     used;         /* of the current half */
+    int        current;
+    gpuEvent_t done[2];      /* recorded after the last copy from each half */
+    bool       recorded[2];
+} gpu_staging_t;
+
+#define GPU_STAGING_HALF (256 * 1024)
+
 struct intra_queue {
-    gpuStream_t own;    /* created with the queue */
-    gpuStream_t stream; /* where launches go: own, or the caller's */
-    unsigned    num_blocks;
+    gpuStream_t   own;    /* created with the queue, non-blocking */
+    gpuStream_t   stream; /* where launches go: own, or the caller's */
+    gpuEvent_t    order;  /* the old stream's work, which a new stream waits for */
+    int           device; /* the GPU the queue was made on */
+    unsigned      num_blocks;
+    gpu_staging_t staging;
 };
 
 /* Launch one MoE kernel on a stream: the .cu/.hip file of the backend. */
@@ -171,6 +191,45 @@ static strata_status_t gpu_device_select(int ordinal, char *reason)
     return STRATA_OK;
 }
 
+static strata_status_t gpu_device_chosen(int *ordinal_p, bool *chosen_p)
+{
+    *chosen_p = false;
+#ifdef GPU_THREAD_CHOSE_DEVICE
+    if (GPU_THREAD_CHOSE_DEVICE()) {
+        strata_status_t status = gpu_current_device(ordinal_p);
+
+        *chosen_p = status == STRATA_OK;
+        return status;
+    }
+#else
+    (void)ordinal_p;
+#endif
+    return STRATA_OK;
+}
+
+/* A thread that chose no GPU (no context current on CUDA) gets -1 as previous: setting
+ * "its" device back would open a context on a GPU it never used. */
+static strata_status_t gpu_device_use(int ordinal, int *previous_p)
+{
+    int previous = -1;
+    strata_status_t status = STRATA_OK;
+
+#ifdef GPU_THREAD_CHOSE_DEVICE
+    if (GPU_THREAD_CHOSE_DEVICE()) {
+        status = gpu_current_device(&previous);
+    }
+#else
+    status = gpu_current_device(&previous);
+#endif
+    if (status == STRATA_OK && previous != ordinal) {
+        status = gpu_status(gpuSetDevice(ordinal), "set device");
+    }
+    if (status == STRATA_OK) {
+        *previous_p = previous;
+    }
+    return status;
+}
+
 static strata_status_t gpu_device_bus_id(char *bus_id)
 {
     int device;
@@ -320,6 +379,55 @@ static void gpu_region_destroy(intra_region_t *region)
     region->base = NULL;
 }
 
+static void gpu_staging_release(gpu_staging_t *st)
+{
+    for (int h = 0; h < 2; ++h) {
+        gpu_host_free(st->half[h]);
+        st->half[h] = NULL;
+    }
+}
+
+/* Both halves of size bytes (pinned; the device address is not needed). */
+static strata_status_t gpu_staging_alloc(gpu_staging_t *st, size_t size)
+{
+    void *device;
+
+    for (int h = 0; h < 2; ++h) {
+        strata_status_t status = gpu_host_alloc(size, (void **)&st->half[h], &device);
+
+        if (status != STRATA_OK) {
+            gpu_staging_release(st);
+            return status;
+        }
+    }
+    st->half_size   = size;
+    st->used        = 0;
+    st->current     = 0;
+    st->recorded[0] = st->recorded[1] = false;
+    return STRATA_OK;
+}
+
+static void gpu_queue_destroy(intra_queue_t *queue)
+{
+    if (queue == NULL) {
+        return;
+    }
+    if (queue->own != NULL) {
+        gpu_status(gpuStreamSynchronize(queue->stream), "stream synchronize");
+        gpu_status(gpuStreamDestroy(queue->own), "stream destroy");
+    }
+    for (int h = 0; h < 2; ++h) {
+        if (queue->staging.done[h] != NULL) {
+            gpu_status(gpuEventDestroy(queue->staging.done[h]), "event destroy");
+        }
+    }
+    if (queue->order != NULL) {
+        gpu_status(gpuEventDestroy(queue->order), "event destroy");
+    }
+    gpu_staging_release(&queue->staging);
+    free(queue);
+}
+
 static strata_status_t gpu_queue_create(unsigned num_blocks, intra_queue_t **queue_p)
 {
     intra_queue_t *queue;
@@ -334,9 +442,26 @@ static strata_status_t gpu_queue_create(unsigned num_blocks, intra_queue_t **que
         return STRATA_ERR_NO_MEMORY;
     }
     queue->num_blocks = num_blocks;
-    status = gpu_status(gpuStreamCreate(&queue->own), "stream create");
+    /* Non-blocking: the legacy stream, where a framework's work often runs, does not
+     * serialise with ours. */
+    status = gpu_status(gpuStreamCreateWithFlags(&queue->own, gpuStreamNonBlocking),
+                        "stream create");
+    if (status == STRATA_OK) {
+        status = gpu_current_device(&queue->device);
+    }
+    if (status == STRATA_OK) {
+        status = gpu_status(gpuEventCreateWithFlags(&queue->order, gpuEventDisableTiming),
+                            "event create");
+    }
+    for (int h = 0; h < 2 && status == STRATA_OK; ++h) {
+        status = gpu_status(gpuEventCreateWithFlags(&queue->staging.done[h],
+                                                    gpuEventDisableTiming), "event create");
+    }
+    if (status == STRATA_OK) {
+        status = gpu_staging_alloc(&queue->staging, GPU_STAGING_HALF);
+    }
     if (status != STRATA_OK) {
-        free(queue);
+        gpu_queue_destroy(queue);
         return status;
     }
     queue->stream = queue->own;
@@ -344,18 +469,176 @@ static strata_status_t gpu_queue_create(unsigned num_blocks, intra_queue_t **que
     return STRATA_OK;
 }
 
-static void gpu_queue_destroy(intra_queue_t *queue)
+/* A caller's stream must belong to the queue's GPU: kernels launched on another GPU's
+ * stream would run there, on memory they cannot reach. */
+static strata_status_t gpu_stream_check_device(const intra_queue_t *queue, gpuStream_t stream)
 {
-    if (queue != NULL) {
-        gpu_status(gpuStreamDestroy(queue->own), "stream destroy");
-        free(queue);
+#ifdef GPU_STREAM_DEVICE
+    int device = -1;
+    gpuError_t error = GPU_STREAM_DEVICE(stream, &device);
+
+    if (error != gpuSuccess) {
+        UTIL_LOG_ERROR("%s device: %p is not a stream (%s)", GPU_NAME, (void *)stream,
+                       gpuGetErrorName(error));
+        return STRATA_ERR_INVALID;
     }
+    if (device != queue->device) {
+        UTIL_LOG_ERROR("%s device: the stream belongs to GPU %d; this object runs on GPU %d",
+                       GPU_NAME, device, queue->device);
+        return STRATA_ERR_INVALID;
+    }
+#else
+    (void)queue;
+    (void)stream;
+#endif
+    return STRATA_OK;
 }
 
 static strata_status_t gpu_queue_set_stream(intra_queue_t *queue, void *stream)
 {
-    queue->stream = stream != NULL ? (gpuStream_t)stream : queue->own;
+    gpuStream_t next = stream != NULL ? (gpuStream_t)stream : queue->own;
+    strata_status_t status = STRATA_OK;
+
+    if (next == queue->stream) {
+        return STRATA_OK;
+    }
+    if (stream != NULL) {
+        status = gpu_stream_check_device(queue, next);
+    }
+    /* The next step's kernels reuse step numbers and buffers the last step's may still be
+     * using on the old stream: the new stream starts after them. Captured too. */
+    if (status == STRATA_OK) {
+        status = gpu_status(gpuEventRecord(queue->order, queue->stream), "event record");
+    }
+    if (status == STRATA_OK) {
+        status = gpu_status(gpuStreamWaitEvent(next, queue->order, 0), "stream wait event");
+    }
+    if (status == STRATA_OK) {
+        queue->stream = next;
+    }
+    return status;
+}
+
+static strata_status_t gpu_stream_capturing(void *stream, bool *capturing_p)
+{
+    gpuStreamCaptureStatus capture = gpuStreamCaptureStatusNone;
+    gpuError_t error = gpuStreamIsCapturing((gpuStream_t)stream, &capture);
+
+    if (error != gpuSuccess) {
+        UTIL_LOG_ERROR("%s device: is the stream capturing: %s", GPU_NAME,
+                       gpuGetErrorName(error));
+        return STRATA_ERR_INVALID;
+    }
+    *capturing_p = capture != gpuStreamCaptureStatusNone;
     return STRATA_OK;
+}
+
+static strata_status_t gpu_queue_capturing(const intra_queue_t *queue, bool *capturing_p)
+{
+    return gpu_stream_capturing(queue->stream, capturing_p);
+}
+
+/* Room for size bytes in the staging area: the next half when the current one is full. */
+static strata_status_t gpu_staging_take(intra_queue_t *queue, size_t size, char **slot_p)
+{
+    gpu_staging_t *st = &queue->staging;
+    strata_status_t status = STRATA_OK;
+    size_t need = (size + 15) & ~(size_t)15;
+
+    if (need > st->half_size) { /* grow: once every copy from the old area has run */
+        status = gpu_status(gpuStreamSynchronize(queue->stream), "staging wait");
+        if (status == STRATA_OK) {
+            gpu_staging_release(st);
+            status = gpu_staging_alloc(st, need);
+        }
+    } else if (st->used + need > st->half_size) {
+        status = gpu_status(gpuEventRecord(st->done[st->current], queue->stream),
+                            "event record");
+        st->recorded[st->current] = status == STRATA_OK;
+        st->current ^= 1;
+        st->used = 0;
+        if (status == STRATA_OK && st->recorded[st->current]) {
+            status = gpu_status(gpuEventSynchronize(st->done[st->current]), "staging wait");
+        }
+    }
+    if (status == STRATA_OK) {
+        *slot_p = st->half[st->current] + st->used;
+        st->used += need;
+    }
+    return status;
+}
+
+static strata_status_t gpu_queue_write(intra_queue_t *queue, void *dst, const void *src,
+                                       size_t size)
+{
+    bool capturing = false;
+    strata_status_t status;
+    char *slot;
+
+    if (size == 0) {
+        return STRATA_OK;
+    }
+    status = gpu_queue_capturing(queue, &capturing);
+    if (status == STRATA_OK && capturing) {
+        UTIL_LOG_ERROR("%s device: a copy to the device inside a stream capture: a replay "
+                       "would copy stale data", GPU_NAME);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    if (status == STRATA_OK) {
+        status = gpu_staging_take(queue, size, &slot);
+    }
+    if (status == STRATA_OK) {
+        memcpy(slot, src, size);
+        status = gpu_status(gpuMemcpyAsync(dst, slot, size, gpuMemcpyHostToDevice,
+                                           queue->stream), "async copy to the device");
+    }
+    return status;
+}
+
+static strata_status_t gpu_queue_read(intra_queue_t *queue, void *dst, const void *src,
+                                      size_t size)
+{
+    strata_status_t status = STRATA_OK;
+
+    if (size > 0) {
+        status = gpu_status(gpuMemcpyAsync(dst, src, size, gpuMemcpyDeviceToHost,
+                                           queue->stream), "async copy from the device");
+    }
+    return status == STRATA_OK ? gpu_status(gpuStreamSynchronize(queue->stream),
+                                            "stream synchronize")
+                               : status;
+}
+
+static strata_status_t gpu_queue_fill(intra_queue_t *queue, void *dst, int value, size_t size)
+{
+    return size == 0 ? STRATA_OK
+                     : gpu_status(gpuMemsetAsync(dst, value, size, queue->stream),
+                                  "async memset");
+}
+
+static strata_status_t gpu_stream_create(void **stream_p)
+{
+    gpuStream_t stream;
+    strata_status_t status = gpu_status(gpuStreamCreateWithFlags(&stream, gpuStreamNonBlocking),
+                                        "stream create");
+
+    if (status == STRATA_OK) {
+        *stream_p = (void *)stream;
+    }
+    return status;
+}
+
+static void gpu_stream_destroy(void *stream)
+{
+    if (stream != NULL) {
+        gpu_status(gpuStreamSynchronize((gpuStream_t)stream), "stream synchronize");
+        gpu_status(gpuStreamDestroy((gpuStream_t)stream), "stream destroy");
+    }
+}
+
+static strata_status_t gpu_stream_synchronize(void *stream)
+{
+    return gpu_status(gpuStreamSynchronize((gpuStream_t)stream), "stream synchronize");
 }
 
 static strata_status_t gpu_moe_launch(intra_queue_t *queue, intra_moe_kernel_t kernel,
@@ -384,6 +667,8 @@ const intra_device_ops_t GPU_OPS = {
     .current_device     = gpu_current_device,
     .device_count       = gpu_device_count,
     .device_select      = gpu_device_select,
+    .device_chosen      = gpu_device_chosen,
+    .device_use         = gpu_device_use,
     .device_bus_id      = gpu_device_bus_id,
     .peer_atomics       = gpu_peer_atomics,
     .resident_blocks    = gpu_resident_blocks,
@@ -396,9 +681,17 @@ const intra_device_ops_t GPU_OPS = {
     .region_open        = gpu_region_open,
     .region_close       = gpu_region_close,
     .region_destroy     = gpu_region_destroy,
+    .stream_create      = gpu_stream_create,
+    .stream_destroy     = gpu_stream_destroy,
+    .stream_synchronize = gpu_stream_synchronize,
+    .stream_capturing   = gpu_stream_capturing,
     .queue_create       = gpu_queue_create,
     .queue_destroy      = gpu_queue_destroy,
     .queue_set_stream   = gpu_queue_set_stream,
+    .queue_write        = gpu_queue_write,
+    .queue_read         = gpu_queue_read,
+    .queue_fill         = gpu_queue_fill,
+    .queue_capturing    = gpu_queue_capturing,
     .moe_launch         = gpu_moe_launch,
     .queue_synchronize  = gpu_queue_synchronize,
     .default_blocks     = 32,

@@ -36,9 +36,29 @@
 #define gpuHostGetDevicePointer       hipHostGetDevicePointer
 #define gpuFreeHost                   hipHostFree
 #define gpuStream_t                   hipStream_t
-#define gpuStreamCreate               hipStreamCreate
+#define gpuStreamCreateWithFlags      hipStreamCreateWithFlags
+#define gpuStreamNonBlocking          hipStreamNonBlocking
+#define gpuStreamIsCapturing          hipStreamIsCapturing
+#define gpuStreamCaptureStatus        hipStreamCaptureStatus
+#define gpuStreamCaptureStatusNone    hipStreamCaptureStatusNone
+#define gpuStreamWaitEvent            hipStreamWaitEvent
+#define gpuEvent_t                    hipEvent_t
+#define gpuEventCreateWithFlags       hipEventCreateWithFlags
+#define gpuEventDisableTiming         hipEventDisableTiming
+#define gpuEventRecord                hipEventRecord
+#define gpuEventSynchronize           hipEventSynchronize
+#define gpuEventDestroy               hipEventDestroy
+#define gpuMemcpyAsync                hipMemcpyAsync
+#define gpuMemsetAsync                hipMemsetAsync
+#define gpuMemcpyHostToDevice         hipMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost         hipMemcpyDeviceToHost
 #define gpuStreamDestroy              hipStreamDestroy
 #define gpuStreamSynchronize          hipStreamSynchronize
+
+/* The GPU a stream belongs to (ROCm 6 on; older runtimes leave it unchecked). */
+#if HIP_VERSION >= 60000000
+#define GPU_STREAM_DEVICE(stream, device_p) hipStreamGetDevice(stream, device_p)
+#endif
 
 /* Fine-grained: coherent between GPUs while kernels run (see gpu_region_create). */
 #define GPU_REGION_MALLOC(ptr_p, size) hipExtMallocWithFlags(ptr_p, size, hipDeviceMallocFinegrained)

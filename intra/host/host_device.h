@@ -17,6 +17,34 @@ strata_status_t host_moe_launch(intra_queue_t *queue, intra_moe_kernel_t kernel,
                                 const struct intra_moe_args *args);
 strata_status_t host_queue_synchronize(intra_queue_t *queue);
 strata_status_t host_queue_set_stream(intra_queue_t *queue, void *stream);
+strata_status_t host_queue_write(intra_queue_t *queue, void *dst, const void *src, size_t size);
+strata_status_t host_queue_read(intra_queue_t *queue, void *dst, const void *src, size_t size);
+strata_status_t host_queue_fill(intra_queue_t *queue, void *dst, int value, size_t size);
+strata_status_t host_queue_capturing(const intra_queue_t *queue, bool *capturing_p);
+/* The blocks each launch of the queue runs. */
+unsigned        host_queue_blocks(const intra_queue_t *queue);
+
+/* host_stream.c: streams whose work runs on a thread of their own, in order, after the
+ * call that enqueued it returned. host_stream_of finds a live stream by its address (NULL:
+ * none). Copies take src as it is when they are enqueued. host_stream_wait makes s wait for
+ * what was enqueued on after so far. */
+typedef struct host_stream host_stream_t;
+strata_status_t host_stream_create(void **stream_p);
+void            host_stream_destroy(void *stream);
+strata_status_t host_stream_synchronize(void *stream);
+strata_status_t host_stream_capturing(void *stream, bool *capturing_p);
+host_stream_t  *host_stream_of(void *stream);
+strata_status_t host_stream_launch(host_stream_t *s, intra_moe_kernel_t kernel,
+                                   const struct intra_moe_args *args, unsigned num_blocks);
+strata_status_t host_stream_copy(host_stream_t *s, void *dst, const void *src, size_t size);
+strata_status_t host_stream_fill(host_stream_t *s, void *dst, int value, size_t size);
+strata_status_t host_stream_wait(host_stream_t *s, host_stream_t *after);
+/**
+ * Make the stream report that it is being captured, as a CUDA stream does between
+ * cudaStreamBeginCapture and cudaStreamEndCapture (its work still runs): how the library's
+ * refusals of host waits inside a capture are tested without a GPU.
+ */
+void            host_stream_set_capturing(void *stream, bool capturing);
 
 /* host_kernels.c: one block of a MoE kernel, the single-source body compiled as C. */
 void host_moe_run_block(intra_moe_kernel_t kernel, const struct intra_moe_args *args,

@@ -1,7 +1,9 @@
 /*
  * Host queues: a pool of worker threads, one per kernel block beyond the first (the
  * caller runs block 0). A launch hands every worker the kernel and its arguments and waits
- * for all of them, so a launch is complete when it returns.
+ * for all of them, so a launch is complete when it returns. Given a host stream
+ * (host_stream.c), the queue enqueues its launches and copies there instead, and they run
+ * after the call returns, in order.
  */
 #include "host_device.h"
 #include "intra/kernels/moe_format.h"
@@ -24,6 +26,7 @@ struct intra_queue {
     bool               stopping;
     intra_moe_kernel_t kernel;
     intra_moe_args_t   args;
+    host_stream_t     *stream;      /* the caller's, or NULL: launches complete on return */
 };
 
 typedef struct host_worker_arg {
@@ -115,6 +118,9 @@ void host_queue_destroy(intra_queue_t *queue)
     if (queue == NULL) {
         return;
     }
+    if (queue->stream != NULL) { /* what we enqueued there may still touch our memory */
+        (void)host_stream_synchronize(queue->stream);
+    }
     pthread_mutex_lock(&queue->lock);
     queue->stopping = true;
     pthread_cond_broadcast(&queue->start);
@@ -129,9 +135,17 @@ void host_queue_destroy(intra_queue_t *queue)
     free(queue);
 }
 
+unsigned host_queue_blocks(const intra_queue_t *queue)
+{
+    return queue->num_blocks;
+}
+
 strata_status_t host_moe_launch(intra_queue_t *queue, intra_moe_kernel_t kernel,
                                 const intra_moe_args_t *args)
 {
+    if (queue->stream != NULL) {
+        return host_stream_launch(queue->stream, kernel, args, queue->num_blocks);
+    }
     if (intra_moe_kernel_one_block(kernel)) {
         host_moe_run_block(kernel, args, 0, 1); /* on the caller; the workers sleep on */
         return STRATA_OK;
@@ -156,16 +170,85 @@ strata_status_t host_moe_launch(intra_queue_t *queue, intra_moe_kernel_t kernel,
 
 strata_status_t host_queue_synchronize(intra_queue_t *queue)
 {
-    (void)queue;
-    return STRATA_OK; /* launches return complete */
+    /* Without a stream, launches return complete. */
+    return queue->stream != NULL ? host_stream_synchronize(queue->stream) : STRATA_OK;
 }
 
+/*
+ * From now on the queue enqueues on stream (NULL: runs on the caller). What is enqueued
+ * there runs after what the queue enqueued before, wherever that was: the new stream waits
+ * for the old one as a GPU stream waits for an event recorded on the old one; leaving
+ * streams, the caller waits for the old one.
+ */
 strata_status_t host_queue_set_stream(intra_queue_t *queue, void *stream)
 {
-    (void)queue;
-    if (stream != NULL) {
-        UTIL_LOG_ERROR("host device: there are no streams; launches complete before they return");
+    host_stream_t *next = NULL;
+    strata_status_t status = STRATA_OK;
+
+    if (stream != NULL && (next = host_stream_of(stream)) == NULL) {
+        UTIL_LOG_ERROR("host device: %p is not a stream of the host backend (made by "
+                       "strata_comm_stream_create)", stream);
         return STRATA_ERR_INVALID;
     }
+    if (next == queue->stream) {
+        return STRATA_OK;
+    }
+    if (queue->stream != NULL) {
+        status = next != NULL ? host_stream_wait(next, queue->stream)
+                              : host_stream_synchronize(queue->stream);
+    }
+    if (status == STRATA_OK) {
+        queue->stream = next;
+    }
+    return status;
+}
+
+strata_status_t host_queue_write(intra_queue_t *queue, void *dst, const void *src, size_t size)
+{
+    if (size == 0) {
+        return STRATA_OK;
+    }
+    if (queue->stream != NULL) {
+        bool capturing = false;
+
+        if (host_stream_capturing(queue->stream, &capturing) == STRATA_OK && capturing) {
+            UTIL_LOG_ERROR("host device: a copy to the device inside a stream capture: a "
+                           "replay would copy stale data");
+            return STRATA_ERR_UNSUPPORTED;
+        }
+        return host_stream_copy(queue->stream, dst, src, size);
+    }
+    memmove(dst, src, size);
     return STRATA_OK;
+}
+
+strata_status_t host_queue_read(intra_queue_t *queue, void *dst, const void *src, size_t size)
+{
+    strata_status_t status = host_queue_synchronize(queue);
+
+    if (status == STRATA_OK && size > 0) {
+        memmove(dst, src, size);
+    }
+    return status;
+}
+
+strata_status_t host_queue_fill(intra_queue_t *queue, void *dst, int value, size_t size)
+{
+    if (size == 0) {
+        return STRATA_OK;
+    }
+    if (queue->stream != NULL) {
+        return host_stream_fill(queue->stream, dst, value, size);
+    }
+    memset(dst, value, size);
+    return STRATA_OK;
+}
+
+strata_status_t host_queue_capturing(const intra_queue_t *queue, bool *capturing_p)
+{
+    if (queue->stream == NULL) {
+        *capturing_p = false;
+        return STRATA_OK;
+    }
+    return host_stream_capturing(queue->stream, capturing_p);
 }

@@ -380,6 +380,23 @@ strata_status_t intra_moe_set_stream(intra_moe_t *moe, void *stream)
     return moe->device->queue_set_stream(moe->queue, stream);
 }
 
+strata_status_t intra_moe_write(intra_moe_t *moe, void *dst, const void *src, size_t size)
+{
+    return moe->device->queue_write(moe->queue, dst, src, size);
+}
+
+strata_status_t intra_moe_read(intra_moe_t *moe, void *dst, const void *src, size_t size)
+{
+    return moe->device->queue_read(moe->queue, dst, src, size);
+}
+
+bool intra_moe_capturing(const intra_moe_t *moe)
+{
+    bool capturing = false;
+
+    return moe->device->queue_capturing(moe->queue, &capturing) == STRATA_OK && capturing;
+}
+
 void intra_moe_buffers(const intra_moe_t *moe, intra_moe_recv_t *recv_p)
 {
     *recv_p = moe->recv;

@@ -135,8 +135,16 @@ typedef struct intra_moe_step {
 } intra_moe_step_t;
 
 strata_status_t intra_moe_set_tables(intra_moe_t *moe, const intra_moe_tables_t *tables);
-/** Launch on the caller's stream from now on (NULL: the object's own queue). */
+/** Launch on the caller's stream from now on (NULL: the object's own queue), after what
+ *  was launched before on the old one. */
 strata_status_t intra_moe_set_stream(intra_moe_t *moe, void *stream);
+/** Copy host src into device dst after the object's launches so far, without waiting;
+ *  src may change on return. STRATA_ERR_UNSUPPORTED while the stream is captured. */
+strata_status_t intra_moe_write(intra_moe_t *moe, void *dst, const void *src, size_t size);
+/** Copy device src into host dst once the object's launches have run (a host wait). */
+strata_status_t intra_moe_read(intra_moe_t *moe, void *dst, const void *src, size_t size);
+/** Whether the object's stream is being captured into a graph: nothing may wait for it. */
+bool            intra_moe_capturing(const intra_moe_t *moe);
 strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_step_t *step);
 /** After a dispatch: the public sources and counts (needs the tables). */
 strata_status_t intra_moe_enqueue_sources(intra_moe_t *moe);
@@ -159,8 +167,11 @@ strata_status_t intra_moe_enqueue_net(intra_moe_t *moe, intra_moe_kernel_t kerne
                                       const intra_net_args_t *net);
 /** The buffers a dispatch fills (counts aside): valid for the object's life. */
 void            intra_moe_buffers(const intra_moe_t *moe, intra_moe_recv_t *recv_p);
-/** Wait for everything launched; the first error found (and its one log line). */
+/** Wait for everything launched; the first error found (and its one log line). Resetting
+ *  the statuses for the next step is enqueued, not waited for: see intra_moe_idle. */
 strata_status_t intra_moe_synchronize(intra_moe_t *moe);
+/** Wait until nothing the object enqueued is pending (before its memory goes). */
+strata_status_t intra_moe_idle(intra_moe_t *moe);
 
 /** The config table of the intra layer (STRATA_INTRA_*). */
 extern const util_config_table_t intra_config_table;

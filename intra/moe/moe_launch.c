@@ -236,8 +236,8 @@ strata_status_t intra_moe_dispatch(intra_moe_t *moe, const void *x, const float 
     if (moe->state == MOE_FAILED) {
         return status;
     }
-    copied = moe->device->mem_copy(
-        moe->counts, moe->args.heap[moe->args.rank] + moe->args.heap_offsets.recv_count,
+    copied = moe->device->queue_read(
+        moe->queue, moe->counts, moe->args.heap[moe->args.rank] + moe->args.heap_offsets.recv_count,
         sizeof(int32_t) * (size_t)moe->args.experts_per_rank);
     if (copied != STRATA_OK) {
         return copied;

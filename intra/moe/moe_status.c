@@ -135,19 +135,28 @@ strata_status_t intra_moe_synchronize(intra_moe_t *moe)
 {
     intra_moe_control_t *control = moe_own_control(moe);
     intra_moe_status_t st[3]; /* net, dispatch, combine: the root cause first */
-    strata_status_t status = moe->device->queue_synchronize(moe->queue), found = STRATA_OK;
+    const intra_device_ops_t *d = moe->device;
+    strata_status_t status, found = STRATA_OK;
+    bool capturing = false;
 
+    status = d->queue_capturing(moe->queue, &capturing);
+    if (status == STRATA_OK && capturing) {
+        UTIL_LOG_ERROR("intra moe: waiting for the object's kernels while its stream is "
+                       "being captured; end the capture first");
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    /* On the object's stream, not the legacy one: a framework's work there is not waited for. */
     if (status == STRATA_OK) {
-        status = moe->device->mem_copy(&st[0], &control->net_status, sizeof(st[0]));
+        status = d->queue_read(moe->queue, &st[0], &control->net_status, sizeof(st[0]));
     }
     if (status == STRATA_OK) {
-        status = moe->device->mem_copy(&st[1], &control->dispatch_status, 2 * sizeof(st[1]));
+        status = d->queue_read(moe->queue, &st[1], &control->dispatch_status, 2 * sizeof(st[1]));
     }
     if (status == STRATA_OK) {
-        status = moe->device->mem_set(&control->net_status, 0, sizeof(st[0]));
+        status = d->queue_fill(moe->queue, &control->net_status, 0, sizeof(st[0]));
     }
     if (status == STRATA_OK) {
-        status = moe->device->mem_set(&control->dispatch_status, 0, 2 * sizeof(st[1]));
+        status = d->queue_fill(moe->queue, &control->dispatch_status, 0, 2 * sizeof(st[1]));
     }
     if (status != STRATA_OK) {
         moe->state = MOE_FAILED; /* peers may be waiting on a launch that never ran */
@@ -157,4 +166,9 @@ strata_status_t intra_moe_synchronize(intra_moe_t *moe)
         found = moe_worse(found, moe_kernel_status(moe, &st[i], i == 0));
     }
     return found;
+}
+
+strata_status_t intra_moe_idle(intra_moe_t *moe)
+{
+    return moe->device->queue_synchronize(moe->queue);
 }

@@ -1,0 +1,355 @@
+/*
+ * Streams of the host backend: what is enqueued on one (kernel launches, copies, fills,
+ * waits for another stream) runs in order on a thread of its own, after the call that
+ * enqueued it has returned, as on a GPU. Objects launched on them are stream-ordered the
+ * way they are on CUDA and HIP, so those paths run, and are tested, without a GPU.
+ */
+#include "host_device.h"
+#include "intra/kernels/moe_format.h"
+#include "util/util.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum host_task_kind {
+    HOST_TASK_LAUNCH,
+    HOST_TASK_COPY,
+    HOST_TASK_FILL,
+    HOST_TASK_WAIT,
+} host_task_kind_t;
+
+typedef struct host_task {
+    host_task_kind_t   kind;
+    struct host_task  *next;
+    /* launch */
+    intra_moe_kernel_t kernel;
+    intra_moe_args_t   args;
+    unsigned           num_blocks;
+    /* copy (from data, the source as it was when enqueued) and fill */
+    void              *dst;
+    void              *data;
+    size_t             size, capacity;
+    int                value;
+    /* wait: until after has completed mark tasks */
+    host_stream_t     *after;
+    uint64_t           mark;
+} host_task_t;
+
+struct host_stream {
+    host_stream_t  *next_live; /* in host_streams_live */
+    pthread_t       thread;
+    pthread_mutex_t lock;
+    pthread_cond_t  wake;      /* a task was added, or stopping */
+    pthread_cond_t  progress;  /* completed moved on */
+    host_task_t    *head, *tail;
+    host_task_t    *spare;     /* finished tasks, reused */
+    uint64_t        enqueued;  /* tasks so far */
+    uint64_t        completed; /* of those, finished */
+    bool            stopping;
+    bool            capturing;
+    intra_queue_t  *pool;      /* the workers of launches; sized by the last launch */
+};
+
+/* The streams that exist: a pointer a caller passes is used only once found here, so a
+ * stream of another backend, or a destroyed one, is refused rather than read. */
+static pthread_mutex_t host_streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static host_stream_t  *host_streams_live;
+
+host_stream_t *host_stream_of(void *stream)
+{
+    host_stream_t *s;
+
+    pthread_mutex_lock(&host_streams_lock);
+    for (s = host_streams_live; s != NULL && s != stream; s = s->next_live) {
+    }
+    pthread_mutex_unlock(&host_streams_lock);
+    return s;
+}
+
+static void host_stream_wait_for(host_stream_t *after, uint64_t mark)
+{
+    pthread_mutex_lock(&after->lock);
+    while (after->completed < mark) {
+        pthread_cond_wait(&after->progress, &after->lock);
+    }
+    pthread_mutex_unlock(&after->lock);
+}
+
+/* A launch on the stream's own workers, made for its number of blocks. */
+static void host_stream_run_launch(host_stream_t *s, const host_task_t *t)
+{
+    if (s->pool != NULL && host_queue_blocks(s->pool) != t->num_blocks) {
+        host_queue_destroy(s->pool);
+        s->pool = NULL;
+    }
+    if (s->pool == NULL && host_queue_create(t->num_blocks, &s->pool) != STRATA_OK) {
+        /* No threads for the other blocks: run every block here, one after another. */
+        for (unsigned b = 0; b < t->num_blocks; ++b) {
+            host_moe_run_block(t->kernel, &t->args, b, t->num_blocks);
+        }
+        return;
+    }
+    host_moe_launch(s->pool, t->kernel, &t->args);
+}
+
+static void host_stream_run(host_stream_t *s, const host_task_t *t)
+{
+    switch (t->kind) {
+    case HOST_TASK_LAUNCH:
+        host_stream_run_launch(s, t);
+        break;
+    case HOST_TASK_COPY:
+        memcpy(t->dst, t->data, t->size);
+        break;
+    case HOST_TASK_FILL:
+        memset(t->dst, t->value, t->size);
+        break;
+    case HOST_TASK_WAIT:
+        host_stream_wait_for(t->after, t->mark);
+        break;
+    }
+}
+
+static void *host_stream_main(void *arg)
+{
+    host_stream_t *s = arg;
+
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        host_task_t *t;
+
+        while (s->head == NULL && !s->stopping) {
+            pthread_cond_wait(&s->wake, &s->lock);
+        }
+        if (s->head == NULL) {
+            break; /* stopping, and nothing left */
+        }
+        t = s->head;
+        pthread_mutex_unlock(&s->lock);
+        host_stream_run(s, t); /* the task stays at the head until it has run */
+        /* Release: what the task wrote before what the next writes, as a GPU stream's
+         * copies land in order; another process may be reading them. */
+        atomic_thread_fence(memory_order_release);
+        pthread_mutex_lock(&s->lock);
+        s->head = t->next;
+        if (s->head == NULL) {
+            s->tail = NULL;
+        }
+        t->next  = s->spare;
+        s->spare = t;
+        ++s->completed;
+        pthread_cond_broadcast(&s->progress);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+strata_status_t host_stream_create(void **stream_p)
+{
+    host_stream_t *s = calloc(1, sizeof(*s));
+
+    if (s == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->progress, NULL);
+    if (pthread_create(&s->thread, NULL, host_stream_main, s) != 0) {
+        UTIL_LOG_ERROR("host device: cannot start a stream's thread");
+        pthread_cond_destroy(&s->progress);
+        pthread_cond_destroy(&s->wake);
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+        return STRATA_ERR_NO_MEMORY;
+    }
+    pthread_mutex_lock(&host_streams_lock);
+    s->next_live      = host_streams_live;
+    host_streams_live = s;
+    pthread_mutex_unlock(&host_streams_lock);
+    *stream_p = s;
+    return STRATA_OK;
+}
+
+/* Runs what was enqueued, then ends the thread. Another stream must not still wait for
+ * this one (as a CUDA event recorded on it must not be waited for once it is destroyed). */
+void host_stream_destroy(void *stream)
+{
+    host_stream_t *s = host_stream_of(stream);
+
+    if (s == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&host_streams_lock);
+    for (host_stream_t **p = &host_streams_live; *p != NULL; p = &(*p)->next_live) {
+        if (*p == s) {
+            *p = s->next_live;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&host_streams_lock);
+    pthread_mutex_lock(&s->lock);
+    s->stopping = true;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    while (s->spare != NULL) {
+        host_task_t *t = s->spare;
+
+        s->spare = t->next;
+        free(t->data);
+        free(t);
+    }
+    host_queue_destroy(s->pool);
+    pthread_cond_destroy(&s->progress);
+    pthread_cond_destroy(&s->wake);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+strata_status_t host_stream_synchronize(void *stream)
+{
+    host_stream_t *s = host_stream_of(stream);
+    uint64_t mark;
+
+    if (s == NULL) {
+        UTIL_LOG_ERROR("host device: %p is not a stream of the host backend", stream);
+        return STRATA_ERR_INVALID;
+    }
+    pthread_mutex_lock(&s->lock);
+    mark = s->enqueued;
+    pthread_mutex_unlock(&s->lock);
+    host_stream_wait_for(s, mark);
+    return STRATA_OK;
+}
+
+strata_status_t host_stream_capturing(void *stream, bool *capturing_p)
+{
+    host_stream_t *s = host_stream_of(stream);
+
+    if (s == NULL) {
+        return STRATA_ERR_INVALID;
+    }
+    pthread_mutex_lock(&s->lock);
+    *capturing_p = s->capturing;
+    pthread_mutex_unlock(&s->lock);
+    return STRATA_OK;
+}
+
+void host_stream_set_capturing(void *stream, bool capturing)
+{
+    host_stream_t *s = host_stream_of(stream);
+
+    if (s != NULL) {
+        pthread_mutex_lock(&s->lock);
+        s->capturing = capturing;
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+/* A task to fill in, with room for data bytes; NULL if memory ran out. */
+static host_task_t *host_stream_task(host_stream_t *s, host_task_kind_t kind, size_t data)
+{
+    host_task_t *t;
+
+    pthread_mutex_lock(&s->lock);
+    t = s->spare;
+    if (t != NULL) {
+        s->spare = t->next;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (t == NULL && (t = calloc(1, sizeof(*t))) == NULL) {
+        return NULL;
+    }
+    if (data > t->capacity) {
+        void *grown = realloc(t->data, data);
+
+        if (grown == NULL) {
+            free(t->data);
+            free(t);
+            return NULL;
+        }
+        t->data     = grown;
+        t->capacity = data;
+    }
+    t->kind = kind;
+    t->next = NULL;
+    return t;
+}
+
+static void host_stream_push(host_stream_t *s, host_task_t *t)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->tail != NULL) {
+        s->tail->next = t;
+    } else {
+        s->head = t;
+    }
+    s->tail = t;
+    ++s->enqueued;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+}
+
+strata_status_t host_stream_launch(host_stream_t *s, intra_moe_kernel_t kernel,
+                                   const intra_moe_args_t *args, unsigned num_blocks)
+{
+    host_task_t *t = host_stream_task(s, HOST_TASK_LAUNCH, 0);
+
+    if (t == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    t->kernel     = kernel;
+    t->args       = *args;
+    t->num_blocks = intra_moe_kernel_one_block(kernel) ? 1 : num_blocks;
+    host_stream_push(s, t);
+    return STRATA_OK;
+}
+
+strata_status_t host_stream_copy(host_stream_t *s, void *dst, const void *src, size_t size)
+{
+    host_task_t *t = host_stream_task(s, HOST_TASK_COPY, size);
+
+    if (t == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    memcpy(t->data, src, size); /* src may change once we return */
+    t->dst  = dst;
+    t->size = size;
+    host_stream_push(s, t);
+    return STRATA_OK;
+}
+
+strata_status_t host_stream_fill(host_stream_t *s, void *dst, int value, size_t size)
+{
+    host_task_t *t = host_stream_task(s, HOST_TASK_FILL, 0);
+
+    if (t == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    t->dst   = dst;
+    t->value = value;
+    t->size  = size;
+    host_stream_push(s, t);
+    return STRATA_OK;
+}
+
+strata_status_t host_stream_wait(host_stream_t *s, host_stream_t *after)
+{
+    host_task_t *t;
+
+    if (after == s) {
+        return STRATA_OK;
+    }
+    t = host_stream_task(s, HOST_TASK_WAIT, 0);
+    if (t == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    pthread_mutex_lock(&after->lock);
+    t->mark = after->enqueued; /* an event recorded on after, now */
+    pthread_mutex_unlock(&after->lock);
+    t->after = after;
+    host_stream_push(s, t);
+    return STRATA_OK;
+}
