@@ -29,6 +29,34 @@ static const char *sched_send_problem(const sched_moe_t *moe, const sched_plan_t
     return NULL;
 }
 
+/*
+ * Inside a stream capture nothing may wait on the host, and nothing may be copied from the
+ * host that a replay would need again: refuse what would, before the step starts, so that
+ * the object stays usable once the capture ends.
+ */
+static strata_status_t sched_capture_check(sched_moe_t *moe)
+{
+    const sched_modes_t *m = &moe->modes;
+
+    if (moe->stream == NULL || !intra_moe_capturing(moe->intra)) {
+        return STRATA_OK;
+    }
+    if (m->decider != NULL) {
+        UTIL_LOG_ERROR("moe: dispatch_send inside a stream capture: in adaptive mode the "
+                       "owners decide each step's modes on the host, which a graph cannot "
+                       "replay; use fixed modes (STRATA_MOE_MODE or pull masks) to capture");
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    if (moe->geo.num_peers > 0 &&
+        (!m->uploaded_valid || memcmp(m->uploaded, m->dispatch_mask, sched_mask_bytes(moe)))) {
+        UTIL_LOG_ERROR("moe: dispatch_send inside a stream capture with pull masks that "
+                       "changed since the last step: their copy to the device cannot be "
+                       "captured; run one step with them before capturing");
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    return STRATA_OK;
+}
+
 /* The step begins: its modes, and round one of the exchange between nodes. */
 static strata_status_t sched_start_step(sched_moe_t *moe, const sched_plan_t *plan,
                                         const void *x, const float *x_scales)
@@ -100,6 +128,10 @@ strata_status_t sched_moe_dispatch_send(sched_moe_t *moe, const sched_plan_t *pl
                                                     : "out of order: a step is dispatch_send, "
                                                       "dispatch_recv, combine_send, combine_recv");
         return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+    }
+    status = sched_capture_check(moe);
+    if (status != STRATA_OK) {
+        return status;
     }
     problem = sched_send_problem(moe, plan, x, x_scales);
     if (problem != NULL) {
@@ -192,8 +224,8 @@ static strata_status_t sched_dispatch_stats(sched_moe_t *moe)
 
     for (int first = 0; first < peers; first += 64) {
         int n = UTIL_MIN(64, peers - first);
-        strata_status_t status = moe->world.device->mem_copy(ps, moe->net.peers + first,
-                                                             (size_t)n * sizeof(ps[0]));
+        strata_status_t status = intra_moe_read(moe->intra, ps, moe->net.peers + first,
+                                                (size_t)n * sizeof(ps[0]));
 
         if (status != STRATA_OK) {
             return status;

@@ -134,13 +134,12 @@ strata_status_t sched_moe_set_decider(sched_moe_t *moe, const sched_mode_decider
 /* Wait until local rank l's board for this step is published, then read its bits. */
 static strata_status_t sched_read_board(sched_moe_t *moe, int l, uint64_t *mask)
 {
-    const intra_device_ops_t *d = moe->world.device;
     char *board = sched_board(moe, l, moe->cur.step);
     uint64_t deadline = util_clock_now_ns() + moe->timeout_ns, seen = 0;
     strata_status_t status;
 
     for (;;) {
-        status = d->mem_copy(&seen, board, sizeof(seen));
+        status = intra_moe_read(moe->intra, &seen, board, sizeof(seen));
         if (status != STRATA_OK || seen == moe->cur.step) {
             break;
         }
@@ -153,8 +152,9 @@ static strata_status_t sched_read_board(sched_moe_t *moe, int l, uint64_t *mask)
     }
     /* Acquire: the bits were copied before the step that was just seen. */
     atomic_thread_fence(memory_order_acquire);
-    return status == STRATA_OK ? d->mem_copy(mask, board + sizeof(sched_board_head_t),
-                                             sched_mask_bytes(moe))
+    return status == STRATA_OK ? intra_moe_read(moe->intra, mask,
+                                                board + sizeof(sched_board_head_t),
+                                                sched_mask_bytes(moe))
                                : status;
 }
 
@@ -208,8 +208,8 @@ static strata_status_t sched_header_bits(sched_moe_t *moe, int source, uint64_t 
     size_t at = moe->net.offsets.headers +
                 ((size_t)source * 2 + (size_t)(moe->cur.step & 1)) * moe->geo.header_bytes;
 
-    return moe->world.device->mem_copy(bits, moe->net.area + at + sizeof(intra_net_header_t),
-                                       sizeof(uint64_t) * (size_t)moe->geo.own_words);
+    return intra_moe_read(moe->intra, bits, moe->net.area + at + sizeof(intra_net_header_t),
+                          sizeof(uint64_t) * (size_t)moe->geo.own_words);
 }
 
 strata_status_t sched_modes_publish(sched_moe_t *moe)
@@ -235,13 +235,14 @@ strata_status_t sched_modes_publish(sched_moe_t *moe)
         }
     }
     if (status == STRATA_OK) {
-        status = moe->world.device->mem_copy(board + sizeof(sched_board_head_t), mask,
-                                             sched_mask_bytes(moe));
+        status = intra_moe_write(moe->intra, board + sizeof(sched_board_head_t), mask,
+                                 sched_mask_bytes(moe));
     }
-    /* Release: the bits above before the step; the node's ranks read them after it. */
+    /* Release: the bits above before the step (copies on one stream land in order); the
+     * node's ranks read them after it. */
     atomic_thread_fence(memory_order_release);
     if (status == STRATA_OK) {
-        status = moe->world.device->mem_copy(board, &step, sizeof(step));
+        status = intra_moe_write(moe->intra, board, &step, sizeof(step));
     }
     return status;
 }

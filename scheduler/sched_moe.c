@@ -288,7 +288,8 @@ void sched_moe_destroy(sched_moe_t *moe)
     }
     d = moe->world.device;
     if (moe->intra != NULL && moe->cur.state != SCHED_STEP_FAILED) {
-        (void)intra_moe_synchronize(moe->intra); /* nothing of ours runs after this */
+        (void)intra_moe_synchronize(moe->intra);
+        (void)intra_moe_idle(moe->intra); /* nothing of ours runs after this */
     }
     sched_net_close(moe);
     intra_moe_destroy(moe->intra);

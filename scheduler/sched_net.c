@@ -446,13 +446,8 @@ strata_status_t sched_net_prepare(sched_moe_t *moe)
     strata_status_t status = STRATA_OK;
 
     if (!m->uploaded_valid || memcmp(m->uploaded, m->step_mask, sched_mask_bytes(moe)) != 0) {
-        /* The kernels of the last step still read the old mask: only once they are done. */
-        if (moe->stream != NULL) {
-            status = sched_drain(moe, "before the step's modes changed");
-        }
-        if (status == STRATA_OK) {
-            status = moe->world.device->mem_copy(net->mask, m->step_mask, sched_mask_bytes(moe));
-        }
+        /* Stream-ordered: after the kernels of the last step, which read the old mask. */
+        status = intra_moe_write(moe->intra, net->mask, m->step_mask, sched_mask_bytes(moe));
         if (status != STRATA_OK) {
             return status;
         }

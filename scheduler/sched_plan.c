@@ -311,33 +311,34 @@ strata_status_t sched_plan_device_alloc(const sched_moe_t *moe, sched_plan_t *pl
     return STRATA_OK;
 }
 
-/* The host arrays to the device (a copy the device has finished with: see the callers). */
+/* The host arrays to the device, after the launches that still read the old ones. */
 static strata_status_t sched_plan_upload(const sched_moe_t *moe, const sched_plan_t *plan)
 {
-    const intra_device_ops_t *d = moe->world.device;
+    intra_moe_t *d = moe->intra;
     size_t slots = (size_t)plan->num_tokens * (size_t)moe->geo.topk;
     size_t peers = (size_t)moe->geo.num_peers;
     size_t entries = (size_t)plan->num_entries;
+    size_t experts = entries * (size_t)moe->geo.topk;
     strata_status_t status = STRATA_OK;
 
     if (slots > 0) {
-        status = d->mem_copy(plan->d_clean_idx, plan->clean_idx, slots * sizeof(int64_t));
+        status = intra_moe_write(d, plan->d_clean_idx, plan->clean_idx, slots * sizeof(int64_t));
         if (status == STRATA_OK) {
-            status = d->mem_copy(plan->d_node_idx, plan->node_idx, slots * sizeof(int64_t));
+            status = intra_moe_write(d, plan->d_node_idx, plan->node_idx, slots * sizeof(int64_t));
         }
     }
     if (status == STRATA_OK && peers > 0) {
-        status = d->mem_copy(plan->d_peer_terms, plan->peer_terms, peers * sizeof(int64_t));
+        status = intra_moe_write(d, plan->d_peer_terms, plan->peer_terms, peers * sizeof(int64_t));
     }
     if (status == STRATA_OK) {
-        status = d->mem_copy(plan->d_peer_first, plan->peer_first, (peers + 1) * sizeof(int32_t));
+        status = intra_moe_write(d, plan->d_peer_first, plan->peer_first,
+                                 (peers + 1) * sizeof(int32_t));
     }
     if (status == STRATA_OK && entries > 0) {
-        status = d->mem_copy(plan->d_tokens, plan->tokens, entries * sizeof(int32_t));
+        status = intra_moe_write(d, plan->d_tokens, plan->tokens, entries * sizeof(int32_t));
     }
     if (status == STRATA_OK && entries > 0) {
-        status = d->mem_copy(plan->d_experts, plan->experts,
-                             entries * (size_t)moe->geo.topk * sizeof(int32_t));
+        status = intra_moe_write(d, plan->d_experts, plan->experts, experts * sizeof(int32_t));
     }
     return status;
 }
@@ -399,12 +400,6 @@ strata_status_t sched_plan_refill(sched_moe_t *moe, const int64_t *topk_idx, int
     }
     if (!sched_plan_tokens_ok(&moe->geo, topk_idx, num_tokens, "dispatch")) {
         return STRATA_ERR_INVALID;
-    }
-    if (moe->stream != NULL) { /* the last step's kernels may still read the device copy */
-        status = sched_drain(moe, "before the layout was refilled");
-        if (status != STRATA_OK) {
-            return status;
-        }
     }
     /* Bad ids become -1 and the plan says so (had_bad_ids): the step reports INVALID. */
     built = sched_plan_build(&moe->geo, topk_idx, num_tokens, true, &moe->own_plan);

@@ -46,6 +46,11 @@ strata_status_t sched_moe_synchronize(sched_moe_t *moe)
     if (moe->cur.state == SCHED_STEP_FAILED) {
         return STRATA_ERR_PEER_FAILED;
     }
+    if (intra_moe_capturing(moe->intra)) {
+        UTIL_LOG_ERROR("moe: synchronize while the object's stream is being captured: "
+                       "nothing can wait for a capture; end it first");
+        return STRATA_ERR_UNSUPPORTED;
+    }
     status = sched_drain(moe, "in the device's work");
     if (status == STRATA_OK) {
         status        = moe->deferred;
