@@ -232,12 +232,15 @@ static void check_device(info_check_t *check)
 
     check->device = api_gpu_backend_explain(check->topo, why);
     printf("device backend: %s (%s)\n", check->device->name, why);
+    api_gpu_request_t request = {.local_rank = check->local_rank, .ordinal = -1};
+    api_gpu_t picked = {.topo_gpu = -1, .ordinal = -1};
+
     check->gpu = -1;
-    if (api_gpu_pick(check->device, check->topo, check->local_rank, &check->gpu, reason) !=
-        STRATA_OK) {
+    if (api_gpu_pick(check->device, check->topo, &request, &picked, reason) != STRATA_OK) {
         check_fail(check, "gpu", "%s", reason);
         return;
     }
+    check->gpu = picked.topo_gpu;
     if (check->gpu < 0) {
         printf("gpu: none (the topology has no GPU)\n");
         return;
@@ -249,7 +252,8 @@ static void check_device(info_check_t *check)
                topo_num_gpus(check->topo));
     } else {
         printf("gpu: %d (%s %s; local rank %d's turn among the GPUs the %s runtime shows, "
-               "found in the topology by PCI address)\n", check->gpu, gpu->busid,
+               "found in the topology by PCI address; STRATA_GPU, or a GPU the caller made "
+               "current, takes its place)\n", check->gpu, gpu->busid,
                check_gpu_model(gpu), check->local_rank, check->device->name);
     }
 }

@@ -17,7 +17,8 @@
 #define API_NODE_NAME_LEN 64
 
 typedef struct api_comm_config {
-    char *node_name;
+    char   *node_name;
+    int64_t gpu;
 } api_comm_config_t;
 
 static const util_config_field_t api_comm_config_fields[] = {
@@ -25,6 +26,11 @@ static const util_config_field_t api_comm_config_fields[] = {
      .doc = "Name of this rank's node: ranks with equal names share a node (default: the "
             "host name).",
      .type = UTIL_CONFIG_STRING, .offset = offsetof(api_comm_config_t, node_name)},
+    {.name = "GPU", .default_value = "-1",
+     .doc = "The GPU this rank drives, among those the runtime shows the process (-1: the "
+            "one current on the thread that creates the communicator, else the launcher's "
+            "local rank's turn).",
+     .type = UTIL_CONFIG_INT, .offset = offsetof(api_comm_config_t, gpu)},
 };
 
 const util_config_table_t api_comm_config_table = {
@@ -232,17 +238,65 @@ static int api_comm_gpu_local_rank(const strata_comm_t *comm)
  * that cannot use its GPU fails the communicator everywhere instead of leaving the others
  * waiting for it.
  */
-static strata_status_t api_comm_pick_device(strata_comm_t *comm)
+/* The GPU asked for: config->gpu where set, else STRATA_GPU; -1: none. */
+static strata_status_t api_comm_requested_gpu(const strata_config_t *config, int *gpu_p)
 {
-    char reason[UTIL_REASON_LEN] = "";
+    api_comm_config_t env;
     strata_status_t status;
 
-    comm->device = api_gpu_backend(comm->topo);
-    comm->gpu    = -1;
-    status = api_gpu_pick(comm->device, comm->topo, api_comm_gpu_local_rank(comm), &comm->gpu,
-                          reason);
+    if (config && (config->field_mask & STRATA_CONFIG_FIELD_GPU)) {
+        *gpu_p = config->gpu < 0 ? -1 : config->gpu;
+        return STRATA_OK;
+    }
+    status = util_config_read(&api_comm_config_table, &env);
     if (status != STRATA_OK) {
-        UTIL_LOG_ERROR("comm: rank %d cannot use its GPU: %s", comm->rank, reason);
+        return status;
+    }
+    *gpu_p = env.gpu < 0 || env.gpu > INT32_MAX ? -1 : (int)env.gpu;
+    util_config_release(&api_comm_config_table, &env);
+    return STRATA_OK;
+}
+
+/*
+ * The GPU current on the calling thread before the communicator picks its own: current
+ * again once creation is done (api_gpu_leave), where the thread had chosen one.
+ */
+static void api_comm_caller_gpu(const strata_comm_t *comm, api_gpu_scope_t *caller)
+{
+    const intra_device_ops_t *ops = comm->device;
+    bool chosen = false;
+    int current = -1;
+
+    *caller = (api_gpu_scope_t){.ops = ops, .ordinal = -1, .previous = -1};
+    if (ops->device_chosen != NULL && ops->device_chosen(&current, &chosen) == STRATA_OK &&
+        chosen) {
+        caller->previous = current;
+    }
+}
+
+static strata_status_t api_comm_pick_device(strata_comm_t *comm, const strata_config_t *config,
+                                            api_gpu_scope_t *caller)
+{
+    char reason[UTIL_REASON_LEN] = "";
+    api_gpu_request_t request = {.local_rank = api_comm_gpu_local_rank(comm)};
+    api_gpu_t gpu = {.topo_gpu = -1, .ordinal = -1};
+    strata_status_t status;
+
+    comm->device      = api_gpu_backend(comm->topo);
+    comm->gpu         = -1;
+    comm->gpu_ordinal = -1;
+    api_comm_caller_gpu(comm, caller);
+    status = api_comm_requested_gpu(config, &request.ordinal);
+    if (status == STRATA_OK) {
+        status = api_gpu_pick(comm->device, comm->topo, &request, &gpu, reason);
+        if (status != STRATA_OK) {
+            UTIL_LOG_ERROR("comm: rank %d cannot use its GPU: %s", comm->rank, reason);
+        }
+    }
+    if (status == STRATA_OK) {
+        comm->gpu         = gpu.topo_gpu;
+        comm->gpu_ordinal = gpu.ordinal;
+        caller->ordinal   = gpu.ordinal;
     }
     return api_comm_agree(comm, status, "comm: choosing GPUs");
 }
@@ -301,6 +355,7 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
 {
     char node_name[API_NODE_NAME_LEN];
     api_rank_info_t info, *infos = NULL;
+    api_gpu_scope_t caller;
     strata_status_t status;
     strata_comm_t *comm;
 
@@ -331,6 +386,8 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
         return STRATA_ERR_NO_MEMORY;
     }
     atomic_init(&comm->refs, 1); /* the caller's; each MoE object adds its own */
+    comm->gpu         = -1;
+    comm->gpu_ordinal = -1;
     comm->bootstrap = bootstrap;
     comm->rank      = bootstrap->rank;
     comm->size      = bootstrap->world_size;
@@ -356,10 +413,11 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
     if (status != STRATA_OK) {
         goto err_comm;
     }
-    status = api_comm_pick_device(comm);
+    status = api_comm_pick_device(comm, config, &caller);
     if (status == STRATA_OK) {
         status = api_comm_start_engine(comm);
     }
+    api_gpu_leave(&caller); /* the caller's GPU is current again */
     if (status != STRATA_OK) {
         goto err_comm;
     }
@@ -380,8 +438,12 @@ err_comm:
 /* The teardown proper, once neither the caller nor a MoE object holds the communicator. */
 static void api_comm_free(strata_comm_t *comm)
 {
+    api_gpu_scope_t scope;
+
     api_bootstrap_set_check(comm->bootstrap, NULL, comm);
+    api_gpu_enter(comm->device, comm->gpu_ordinal, &scope); /* registered GPU memory goes */
     inter_engine_destroy(comm->engine); /* before the topology its rail names come from */
+    api_gpu_leave(&scope);
     topo_rail_plan_destroy(comm->plan);
     topo_destroy(comm->topo);
     free(comm->rank_node);

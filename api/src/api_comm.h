@@ -20,7 +20,8 @@ struct strata_comm {
     int                      *node_size;  /* [num_nodes] ranks on each node */
     topo_t                   *topo;
     topo_rail_plan_t         *plan;
-    int                       gpu;
+    int                       gpu;         /* in the topology; -1: none */
+    int                       gpu_ordinal; /* among the runtime's GPUs; -1: host backend */
     const intra_device_ops_t *device;
     inter_engine_t           *engine;
     int                      *all_ranks;  /* [size] 0..size-1, the group of strata_barrier */

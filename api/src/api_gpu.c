@@ -63,14 +63,39 @@ const intra_device_ops_t *api_gpu_backend(const topo_t *topo)
     return ops;
 }
 
-/* The GPU ordinal of a local rank among num_devices > 0: ranks take them in turn. */
-static int api_gpu_ordinal(int local_rank, int num_devices)
+/*
+ * The runtime ordinal of the rank's GPU among count > 0: the one asked for (requested >= 0:
+ * config.gpu or STRATA_GPU), else the one the calling thread chose before (a framework
+ * owns the device, as NCCL assumes), else the local rank's turn.
+ */
+static strata_status_t api_gpu_ordinal(const intra_device_ops_t *ops, int local_rank,
+                                       int requested, int count, int *ordinal_p, char *reason)
 {
-    return local_rank % num_devices;
+    bool chosen = false;
+    int current = -1;
+
+    if (requested >= 0) {
+        if (requested >= count) {
+            util_reason(reason, "GPU %d was asked for (config.gpu or STRATA_GPU), but the %s "
+                        "runtime shows this process %d", requested, ops->name, count);
+            return STRATA_ERR_INVALID;
+        }
+        *ordinal_p = requested;
+        return STRATA_OK;
+    }
+    if (ops->device_chosen != NULL && ops->device_chosen(&current, &chosen) == STRATA_OK &&
+        chosen && current >= 0 && current < count) {
+        UTIL_LOG_DEBUG("comm: adopting %s GPU %d, current on the calling thread", ops->name,
+                       current);
+        *ordinal_p = current;
+        return STRATA_OK;
+    }
+    *ordinal_p = local_rank % count;
+    return STRATA_OK;
 }
 
-strata_status_t api_gpu_select(const intra_device_ops_t *ops, const topo_t *topo, int local_rank,
-                               int *topo_gpu_p, char *reason)
+strata_status_t api_gpu_select(const intra_device_ops_t *ops, const topo_t *topo,
+                               const api_gpu_request_t *request, api_gpu_t *gpu_p, char *reason)
 {
     char bus_id[INTRA_BUS_ID_LEN] = "";
     int count = 0, ordinal, index;
@@ -80,11 +105,14 @@ strata_status_t api_gpu_select(const intra_device_ops_t *ops, const topo_t *topo
         util_reason(reason, "the %s runtime shows this process no GPU", ops->name);
         return status != STRATA_OK ? status : STRATA_ERR_UNSUPPORTED;
     }
-    ordinal = api_gpu_ordinal(local_rank, count);
-    status  = ops->device_select(ordinal, reason);
+    status = api_gpu_ordinal(ops, request->local_rank, request->ordinal, count, &ordinal, reason);
+    if (status == STRATA_OK) {
+        status = ops->device_select(ordinal, reason);
+    }
     if (status != STRATA_OK) {
         return status;
     }
+    gpu_p->ordinal = ordinal;
     status = ops->device_bus_id(bus_id);
     if (status != STRATA_OK) {
         util_reason(reason, "no PCI address for %s GPU %d", ops->name, ordinal);
@@ -93,29 +121,50 @@ strata_status_t api_gpu_select(const intra_device_ops_t *ops, const topo_t *topo
     index = topo_gpu_find(topo, bus_id);
     if (index < 0) {
         UTIL_LOG_WARN("comm: %s GPU %d (%s) is not in the topology: its rails are those of "
-                      "topology GPU %d", ops->name, ordinal, bus_id, *topo_gpu_p);
+                      "topology GPU %d", ops->name, ordinal, bus_id, gpu_p->topo_gpu);
         return STRATA_OK;
     }
     UTIL_LOG_DEBUG("comm: local rank %d drives %s GPU %d of %d (%s), topology GPU %d",
-                   local_rank, ops->name, ordinal, count, bus_id, index);
-    *topo_gpu_p = index;
+                   request->local_rank, ops->name, ordinal, count, bus_id, index);
+    gpu_p->topo_gpu = index;
     return STRATA_OK;
 }
 
-strata_status_t api_gpu_pick(const intra_device_ops_t *ops, const topo_t *topo, int local_rank,
-                             int *topo_gpu_p, char *reason)
+strata_status_t api_gpu_pick(const intra_device_ops_t *ops, const topo_t *topo,
+                             const api_gpu_request_t *request, api_gpu_t *gpu_p, char *reason)
 {
     int num_gpus = topo_num_gpus(topo);
-    int gpu      = (num_gpus > 0) ? local_rank % num_gpus : -1;
+    api_gpu_t gpu = {.topo_gpu = (num_gpus > 0) ? request->local_rank % num_gpus : -1,
+                     .ordinal  = -1};
     strata_status_t status = STRATA_OK;
 
     if (ops->device_select != NULL) {
-        status = api_gpu_select(ops, topo, local_rank, &gpu, reason);
+        status = api_gpu_select(ops, topo, request, &gpu, reason);
     }
     if (status == STRATA_OK) {
-        *topo_gpu_p = gpu;
+        *gpu_p = gpu;
     }
     return status;
+}
+
+void api_gpu_enter(const intra_device_ops_t *ops, int ordinal, api_gpu_scope_t *scope)
+{
+    scope->ops      = ops;
+    scope->ordinal  = ordinal;
+    scope->previous = -1;
+    if (ordinal >= 0 && ops != NULL && ops->device_use != NULL &&
+        ops->device_use(ordinal, &scope->previous) != STRATA_OK) {
+        scope->previous = -1; /* logged by the backend; the calls that follow will fail */
+    }
+}
+
+void api_gpu_leave(const api_gpu_scope_t *scope)
+{
+    int ours;
+
+    if (scope->previous >= 0 && scope->previous != scope->ordinal) {
+        (void)scope->ops->device_use(scope->previous, &ours);
+    }
 }
 
 void api_gpu_engine_params(const intra_device_ops_t *ops, const topo_t *topo,

@@ -16,21 +16,51 @@ const intra_device_ops_t *api_gpu_backend(const topo_t *topo);
 /** The same choice, logging nothing; why (UTIL_REASON_LEN) says what decided it. */
 const intra_device_ops_t *api_gpu_backend_explain(const topo_t *topo, char *why);
 
-/**
- * Make the local rank's GPU current on ops (which selects devices) and find it in the
- * topology: *topo_gpu_p becomes its index there, or stays as it was, with a warning, when the
- * topology does not list it. On failure reason (UTIL_REASON_LEN) says why.
- */
-strata_status_t api_gpu_select(const intra_device_ops_t *ops, const topo_t *topo, int local_rank,
-                               int *topo_gpu_p, char *reason);
+/** What picks a rank's GPU: the GPU asked for, else the calling thread's, else the turn. */
+typedef struct api_gpu_request {
+    int local_rank; /**< the launcher's, or the node grouping's */
+    int ordinal;    /**< asked for (config.gpu, STRATA_GPU) among the runtime's; -1: none */
+} api_gpu_request_t;
+
+/** A rank's GPU. */
+typedef struct api_gpu {
+    int topo_gpu; /**< its index in the topology; -1: none */
+    int ordinal;  /**< its index among the GPUs the runtime shows; -1: no GPU backend */
+} api_gpu_t;
 
 /**
- * The topology GPU a local rank drives on ops: api_gpu_select's where ops selects devices,
- * else the topology's GPUs in turn (-1 when it has none, then the rails come from no GPU).
- * On failure reason (UTIL_REASON_LEN) says why and *topo_gpu_p is untouched.
+ * Make the rank's GPU current on ops (which selects devices): the one the request asks for,
+ * else the one current on the calling thread (device_chosen), else the local rank's turn;
+ * and find it in the topology: gpu_p->ordinal becomes its runtime index, gpu_p->topo_gpu its
+ * index there, or stays as it was, with a warning, when the topology does not list it. On
+ * failure reason (UTIL_REASON_LEN) says why.
  */
-strata_status_t api_gpu_pick(const intra_device_ops_t *ops, const topo_t *topo, int local_rank,
-                             int *topo_gpu_p, char *reason);
+strata_status_t api_gpu_select(const intra_device_ops_t *ops, const topo_t *topo,
+                               const api_gpu_request_t *request, api_gpu_t *gpu_p, char *reason);
+
+/**
+ * The GPU a rank drives on ops: api_gpu_select's where ops selects devices, else the
+ * topology's GPUs in turn by local rank (topo_gpu -1 when it has none, then the rails come
+ * from no GPU; ordinal -1). On failure reason (UTIL_REASON_LEN) says why and *gpu_p is
+ * untouched.
+ */
+strata_status_t api_gpu_pick(const intra_device_ops_t *ops, const topo_t *topo,
+                             const api_gpu_request_t *request, api_gpu_t *gpu_p, char *reason);
+
+/**
+ * An API entry's GPU calls run on the communicator's GPU, and the caller's current GPU is
+ * back when it returns, as NCCL does: enter before the first GPU call, leave before
+ * returning. Nothing is given back to a thread that had chosen no GPU (that would open a
+ * context on a GPU it never used). No-ops on the host backend and for ordinal -1.
+ */
+typedef struct api_gpu_scope {
+    const intra_device_ops_t *ops;
+    int                       ordinal;
+    int                       previous;
+} api_gpu_scope_t;
+
+void api_gpu_enter(const intra_device_ops_t *ops, int ordinal, api_gpu_scope_t *scope);
+void api_gpu_leave(const api_gpu_scope_t *scope);
 
 /**
  * What a rank's GPU gives its engine: the device memory of ops to register, and the rails

@@ -4,6 +4,7 @@
  */
 #include "api/api.h"
 #include "api_comm.h"
+#include "api_gpu.h"
 #include "adaptive/adapt_moe.h"
 #include "scheduler/sched.h"
 
@@ -17,6 +18,12 @@ struct strata_moe {
     strata_comm_t *comm;
     sched_moe_t   *sched;
 };
+
+/* The object's GPU current for an entry's GPU calls; the caller's again at api_gpu_leave. */
+static void api_moe_enter(const strata_moe_t *moe, api_gpu_scope_t *scope)
+{
+    api_gpu_enter(moe->comm->device, moe->comm->gpu_ordinal, scope);
+}
 
 /* What each rank gives to the object's first collective. */
 typedef struct api_moe_hello {
@@ -71,6 +78,7 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
     char key[96];
     unsigned slots;
     sched_moe_world_t world;
+    api_gpu_scope_t scope;
     strata_status_t status;
     strata_moe_t *moe;
 
@@ -107,7 +115,8 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
         return STRATA_ERR_NO_MEMORY;
     }
     moe->comm = comm;
-    status    = sched_moe_create(params, &world, &moe->sched);
+    api_moe_enter(moe, &scope);
+    status = sched_moe_create(params, &world, &moe->sched);
     util_crypto_wipe(heap_secret, sizeof(heap_secret));
     if (status == STRATA_OK) {
         /* A mode or policy file can be missing on one node only. */
@@ -116,6 +125,9 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
     }
     if (status != STRATA_OK) {
         sched_moe_destroy(moe->sched);
+    }
+    api_gpu_leave(&scope);
+    if (status != STRATA_OK) {
         free(moe);
         return status;
     }
@@ -126,10 +138,14 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
 
 STRATA_API void strata_moe_destroy(strata_moe_t *moe)
 {
+    api_gpu_scope_t scope;
+
     if (moe == NULL) {
         return;
     }
+    api_moe_enter(moe, &scope);
     sched_moe_destroy(moe->sched);
+    api_gpu_leave(&scope);
     api_comm_release(moe->comm); /* the last one out tears a destroyed communicator down */
     free(moe);
 }
@@ -138,11 +154,17 @@ STRATA_API strata_status_t strata_moe_layout_create(strata_moe_t *moe, const int
                                                     int num_tokens,
                                                     strata_moe_layout_t **layout_p)
 {
+    api_gpu_scope_t scope;
+    strata_status_t status;
+
     if (moe == NULL || layout_p == NULL) {
         UTIL_LOG_ERROR("strata_moe_layout_create: NULL object or result");
         return STRATA_ERR_INVALID;
     }
-    return sched_plan_create(moe->sched, topk_idx, num_tokens, false, layout_p);
+    api_moe_enter(moe, &scope);
+    status = sched_plan_create(moe->sched, topk_idx, num_tokens, false, layout_p);
+    api_gpu_leave(&scope);
+    return status;
 }
 
 STRATA_API void strata_moe_layout_destroy(strata_moe_layout_t *layout)
@@ -165,33 +187,42 @@ STRATA_API strata_status_t strata_moe_dispatch_send(strata_moe_t *moe,
                                                     const strata_moe_layout_t *layout,
                                                     const void *x, const float *x_scales)
 {
+    api_gpu_scope_t scope;
+    strata_status_t status;
+
     if (moe == NULL) {
         UTIL_LOG_ERROR("strata_moe_dispatch_send: NULL object");
         return STRATA_ERR_INVALID;
     }
-    return sched_moe_dispatch_send(moe->sched, layout, x, x_scales);
+    api_moe_enter(moe, &scope);
+    status = sched_moe_dispatch_send(moe->sched, layout, x, x_scales);
+    api_gpu_leave(&scope);
+    return status;
 }
 
 STRATA_API strata_status_t strata_moe_dispatch_recv(strata_moe_t *moe, strata_moe_recv_t *recv_p)
 {
+    api_gpu_scope_t scope;
+    strata_status_t status;
+
     if (moe == NULL) {
         UTIL_LOG_ERROR("strata_moe_dispatch_recv: NULL object");
         return STRATA_ERR_INVALID;
     }
-    return sched_moe_dispatch_recv(moe->sched, recv_p);
+    api_moe_enter(moe, &scope);
+    status = sched_moe_dispatch_recv(moe->sched, recv_p);
+    api_gpu_leave(&scope);
+    return status;
 }
 
-STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
-                                               const float *x_scales, const int64_t *topk_idx,
-                                               int num_tokens, strata_moe_recv_t *recv_p)
+/* Both halves of a dispatch with a layout made for this call. */
+static strata_status_t api_moe_dispatch(strata_moe_t *moe, const void *x, const float *x_scales,
+                                        const int64_t *topk_idx, int num_tokens,
+                                        strata_moe_recv_t *recv_p)
 {
     const strata_moe_layout_t *layout = NULL;
     strata_status_t status, sent;
 
-    if (moe == NULL || recv_p == NULL) {
-        UTIL_LOG_ERROR("strata_moe_dispatch: NULL object or result");
-        return STRATA_ERR_INVALID;
-    }
     /* Bad ids are skipped, not refused: the other ranks are already in the step. A count
      * out of range leaves no layout: dispatch_send then takes part without tokens. */
     status = sched_plan_refill(moe->sched, topk_idx, num_tokens, &layout);
@@ -207,23 +238,52 @@ STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
                                                                 : status;
 }
 
+STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
+                                               const float *x_scales, const int64_t *topk_idx,
+                                               int num_tokens, strata_moe_recv_t *recv_p)
+{
+    api_gpu_scope_t scope;
+    strata_status_t status;
+
+    if (moe == NULL || recv_p == NULL) {
+        UTIL_LOG_ERROR("strata_moe_dispatch: NULL object or result");
+        return STRATA_ERR_INVALID;
+    }
+    api_moe_enter(moe, &scope);
+    status = api_moe_dispatch(moe, x, x_scales, topk_idx, num_tokens, recv_p);
+    api_gpu_leave(&scope);
+    return status;
+}
+
 STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void *expert_y)
 {
+    api_gpu_scope_t scope;
+    strata_status_t status;
+
     if (moe == NULL) {
         UTIL_LOG_ERROR("strata_moe_combine_send: NULL object");
         return STRATA_ERR_INVALID;
     }
-    return sched_moe_combine_send(moe->sched, expert_y);
+    api_moe_enter(moe, &scope);
+    status = sched_moe_combine_send(moe->sched, expert_y);
+    api_gpu_leave(&scope);
+    return status;
 }
 
 STRATA_API strata_status_t strata_moe_combine_recv(strata_moe_t *moe, const float *topk_weights,
                                                    void *out)
 {
+    api_gpu_scope_t scope;
+    strata_status_t status;
+
     if (moe == NULL) {
         UTIL_LOG_ERROR("strata_moe_combine_recv: NULL object");
         return STRATA_ERR_INVALID;
     }
-    return sched_moe_combine_recv(moe->sched, topk_weights, out);
+    api_moe_enter(moe, &scope);
+    status = sched_moe_combine_recv(moe->sched, topk_weights, out);
+    api_gpu_leave(&scope);
+    return status;
 }
 
 STRATA_API strata_status_t strata_moe_combine(strata_moe_t *moe, const void *expert_y,
@@ -236,20 +296,32 @@ STRATA_API strata_status_t strata_moe_combine(strata_moe_t *moe, const void *exp
 
 STRATA_API strata_status_t strata_moe_set_stream(strata_moe_t *moe, void *stream)
 {
+    api_gpu_scope_t scope;
+    strata_status_t status;
+
     if (moe == NULL) {
         UTIL_LOG_ERROR("strata_moe_set_stream: NULL object");
         return STRATA_ERR_INVALID;
     }
-    return sched_moe_set_stream(moe->sched, stream);
+    api_moe_enter(moe, &scope);
+    status = sched_moe_set_stream(moe->sched, stream);
+    api_gpu_leave(&scope);
+    return status;
 }
 
 STRATA_API strata_status_t strata_moe_synchronize(strata_moe_t *moe)
 {
+    api_gpu_scope_t scope;
+    strata_status_t status;
+
     if (moe == NULL) {
         UTIL_LOG_ERROR("strata_moe_synchronize: NULL object");
         return STRATA_ERR_INVALID;
     }
-    return sched_moe_synchronize(moe->sched);
+    api_moe_enter(moe, &scope);
+    status = sched_moe_synchronize(moe->sched);
+    api_gpu_leave(&scope);
+    return status;
 }
 
 STRATA_API strata_status_t strata_moe_memory_estimate(const strata_moe_params_t *params,

@@ -60,6 +60,7 @@ class ConfigField(enum.IntFlag):
     LOG_LEVEL = 1 << 0
     TOPO_FILE = 1 << 1
     NODE_NAME = 1 << 2
+    GPU = 1 << 3
 
 
 class Route(enum.IntEnum):
@@ -113,6 +114,7 @@ class Config(ctypes.Structure):
         ("log_level", _enum),
         ("topo_file", ctypes.c_char_p),
         ("node_name", ctypes.c_char_p),
+        ("gpu", ctypes.c_int),
     ]
 
 

@@ -14,17 +14,18 @@ class Communicator:
     rendezvous listens on MASTER_PORT + 1), Open MPI's, MPICH's or Slurm's; without any, a
     world of one. Creating it is collective: every rank of the job must create one.
 
-    log_level (a LogLevel), topo_file and node_name override STRATA_LOG_LEVEL,
-    STRATA_TOPO_FILE and STRATA_NODE_NAME. close() (or the end of a with block) destroys it,
+    log_level (a LogLevel), topo_file, node_name and gpu (an index among the GPUs the
+    process sees) override STRATA_LOG_LEVEL, STRATA_TOPO_FILE, STRATA_NODE_NAME and
+    STRATA_GPU. close() (or the end of a with block) destroys it,
     and first every Moe made on it. Not thread-safe: one thread at a time.
     """
 
-    def __init__(self, log_level=None, topo_file=None, node_name=None):
+    def __init__(self, log_level=None, topo_file=None, node_name=None, gpu=None):
         self._lib = library()
         self._comm = None
         self._bootstrap = None
         self._moes = weakref.WeakSet()
-        config = _config(log_level, topo_file, node_name)
+        config = _config(log_level, topo_file, node_name, gpu)
         bootstrap = ctypes.c_void_p()
         check(self._lib.strata_bootstrap_from_env(ctypes.byref(bootstrap)),
               "strata_bootstrap_from_env")
@@ -104,7 +105,7 @@ class Communicator:
                 f"local rank {self.local_rank}, {self.device_backend}, {self.transport}>")
 
 
-def _config(log_level, topo_file, node_name):
+def _config(log_level, topo_file, node_name, gpu=None):
     config = t.Config()
     if log_level is not None:
         config.field_mask |= t.ConfigField.LOG_LEVEL
@@ -115,4 +116,7 @@ def _config(log_level, topo_file, node_name):
     if node_name is not None:
         config.field_mask |= t.ConfigField.NODE_NAME
         config.node_name = node_name.encode()
+    if gpu is not None:
+        config.field_mask |= t.ConfigField.GPU
+        config.gpu = int(gpu)
     return config

@@ -1,7 +1,8 @@
 /*
  * Which GPU a rank drives: the local rank's turn among the GPUs the runtime shows the
  * process, found in the topology by PCI address, whatever order or subset the runtime shows
- * (CUDA_VISIBLE_DEVICES). The runtime is a test backend over the host one, showing a chosen
+ * (CUDA_VISIBLE_DEVICES), unless the caller asked for one or made one current; entries
+ * give the caller's GPU back. The runtime is a test backend over the host one, showing a chosen
  * list of GPUs of the 8-GPU fixture; and how many kernel blocks fit on the chosen GPU.
  */
 #include "api/src/api_gpu.h"
@@ -22,6 +23,23 @@ static const char *visible[8];
 static int         num_visible;
 static int         current = -1;
 static int         refused = -1; /* an ordinal the library "has no kernels for" */
+static int         chosen  = -1; /* the GPU the calling thread chose before; -1: none */
+
+static strata_status_t test_device_chosen(int *ordinal_p, bool *chosen_p)
+{
+    *chosen_p  = chosen >= 0;
+    *ordinal_p = chosen;
+    return STRATA_OK;
+}
+
+/* Like the GPU backends: nothing to give back to a thread that had chosen no GPU. */
+static strata_status_t test_device_use(int ordinal, int *previous_p)
+{
+    *previous_p = chosen >= 0 ? current : -1;
+    current     = ordinal;
+    chosen      = ordinal;
+    return STRATA_OK;
+}
 
 static strata_status_t test_device_count(int *count_p)
 {
@@ -52,6 +70,8 @@ static intra_device_ops_t test_ops(void)
     ops.device_count  = test_device_count;
     ops.device_select = test_device_select;
     ops.device_bus_id = test_device_bus_id;
+    ops.device_chosen = test_device_chosen;
+    ops.device_use    = test_device_use;
     return ops;
 }
 
@@ -75,19 +95,27 @@ static int teardown(void **state)
     return 0;
 }
 
-/* The topology GPU local_rank drives, -1 if selection fails; 99 before selection. */
-static int topology_gpu_of(const topo_t *topo, int local_rank)
+/* The topology GPU local_rank drives (asked for GPU requested, -1: none), -1 if selection
+ * fails; 99 before selection. */
+static int topology_gpu_asked(const topo_t *topo, int local_rank, int requested)
 {
     intra_device_ops_t ops = test_ops();
     char reason[UTIL_REASON_LEN] = "";
-    int gpu = 99;
+    api_gpu_request_t request = {.local_rank = local_rank, .ordinal = requested};
+    api_gpu_t gpu = {.topo_gpu = 99, .ordinal = -1};
 
     current = -1;
-    if (api_gpu_select(&ops, topo, local_rank, &gpu, reason) != STRATA_OK) {
+    if (api_gpu_select(&ops, topo, &request, &gpu, reason) != STRATA_OK) {
         assert_true(reason[0] != '\0');
         return -1;
     }
-    return gpu;
+    assert_int_equal(gpu.ordinal, current);
+    return gpu.topo_gpu;
+}
+
+static int topology_gpu_of(const topo_t *topo, int local_rank)
+{
+    return topology_gpu_asked(topo, local_rank, -1);
 }
 
 static void test_every_gpu_visible(void **state)
@@ -144,6 +172,46 @@ static void test_failures(void **state)
     assert_int_equal(topology_gpu_of(*state, 0), 99);
 }
 
+/* A GPU asked for wins; else the one the caller made current; else the local rank's turn. */
+static void test_adopts_the_callers_gpu(void **state)
+{
+    const char *all[] = {"0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"};
+
+    memcpy(visible, all, sizeof(all));
+    num_visible = 4;
+    chosen      = 3;
+    assert_int_equal(topology_gpu_of(*state, 1), 3); /* not local rank 1's turn */
+    assert_int_equal(current, 3);
+    chosen = 3;
+    assert_int_equal(topology_gpu_asked(*state, 1, 2), 2); /* config.gpu / STRATA_GPU */
+    chosen = -1;
+    assert_int_equal(topology_gpu_of(*state, 1), 1);
+    assert_int_equal(topology_gpu_asked(*state, 0, 4), -1); /* no such GPU: refused */
+}
+
+/* An entry runs on the object's GPU and gives the caller's back; a thread that had chosen
+ * none keeps the object's (giving back "GPU 0" would open a context there). */
+static void test_scope_gives_the_gpu_back(void **state)
+{
+    intra_device_ops_t ops = test_ops();
+    api_gpu_scope_t scope;
+
+    (void)state;
+    current = chosen = 1;
+    api_gpu_enter(&ops, 3, &scope);
+    assert_int_equal(current, 3);
+    api_gpu_leave(&scope);
+    assert_int_equal(current, 1);
+    chosen = -1;
+    api_gpu_enter(&ops, 2, &scope);
+    assert_int_equal(current, 2);
+    api_gpu_leave(&scope);
+    assert_int_equal(current, 2);
+    api_gpu_enter(&host_device_ops, 2, &scope); /* the host backend has no GPU to change */
+    api_gpu_leave(&scope);
+    assert_int_equal(current, 2);
+}
+
 static void test_blocks_fit_the_gpu(void **state)
 {
     (void)state;
@@ -162,6 +230,8 @@ int main(void)
         cmocka_unit_test(test_runtime_order_differs_from_topology),
         cmocka_unit_test(test_one_gpu_per_process),
         cmocka_unit_test(test_failures),
+        cmocka_unit_test(test_adopts_the_callers_gpu),
+        cmocka_unit_test(test_scope_gives_the_gpu_back),
         cmocka_unit_test(test_blocks_fit_the_gpu),
     };
 

@@ -21,6 +21,7 @@ static void print_structs(void)
     FIELD(strata_config_t, log_level);
     FIELD(strata_config_t, topo_file);
     FIELD(strata_config_t, node_name);
+    FIELD(strata_config_t, gpu);
 
     STRUCT(strata_moe_params_t);
     FIELD(strata_moe_params_t, num_experts);
@@ -122,6 +123,7 @@ static void print_enums(void)
     CONST(STRATA_CONFIG_FIELD_LOG_LEVEL);
     CONST(STRATA_CONFIG_FIELD_TOPO_FILE);
     CONST(STRATA_CONFIG_FIELD_NODE_NAME);
+    CONST(STRATA_CONFIG_FIELD_GPU);
     CONST(STRATA_MOE_ROUTE_DEFAULT);
     CONST(STRATA_MOE_ROUTE_FLAT);
     CONST(STRATA_MOE_ROUTE_HIERARCHICAL);

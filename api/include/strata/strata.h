@@ -36,7 +36,8 @@ STRATA_API const char *strata_get_build_options(void);
 enum strata_config_field {
     STRATA_CONFIG_FIELD_LOG_LEVEL = 1u << 0,
     STRATA_CONFIG_FIELD_TOPO_FILE = 1u << 1,
-    STRATA_CONFIG_FIELD_NODE_NAME = 1u << 2
+    STRATA_CONFIG_FIELD_NODE_NAME = 1u << 2,
+    STRATA_CONFIG_FIELD_GPU       = 1u << 3
 };
 
 /**
@@ -51,6 +52,10 @@ typedef struct strata_config {
     const char        *topo_file; /**< STRATA_TOPO_FILE: topology file instead of live discovery */
     const char        *node_name; /**< STRATA_NODE_NAME: ranks with equal names share a node
                                        (default: the host name) */
+    /** STRATA_GPU: the GPU this rank drives, among those the runtime shows the process.
+     *  Default: the GPU current on the thread that creates the communicator (CUDA: where
+     *  the caller called cudaSetDevice), else the launcher's local rank's turn. */
+    int                gpu;
 } strata_config_t;
 
 /* --- Bootstrap ------------------------------------------------------------------------ */
@@ -149,6 +154,19 @@ STRATA_API int strata_comm_node_rank(const strata_comm_t *comm, int node, int lo
 STRATA_API const char *strata_comm_device_backend(const strata_comm_t *comm);
 /** Index of this rank's GPU among the node's GPUs, -1 without one. */
 STRATA_API int strata_comm_gpu(const strata_comm_t *comm);
+
+/**
+ * A stream of the communicator's device backend, for callers that have none of their own
+ * (a framework passes its current stream to strata_moe_set_stream instead): a non-blocking
+ * cudaStream_t or hipStream_t of the rank's GPU; on the host backend, a stream whose work
+ * (the kernels of the objects set to it) runs on a thread of its own, in order, after the
+ * call that enqueued it returned, as on a GPU. Destroy it once no object uses it.
+ */
+STRATA_API strata_status_t strata_comm_stream_create(strata_comm_t *comm, void **stream_p);
+/** Waits for the stream's work first; tolerates NULL. */
+STRATA_API void strata_comm_stream_destroy(strata_comm_t *comm, void *stream);
+/** Wait on the host for everything enqueued on stream, by strata or anyone else. */
+STRATA_API strata_status_t strata_comm_stream_synchronize(strata_comm_t *comm, void *stream);
 /** How many NICs this rank's GPU drives (its rails); 0 without GPU or RDMA NIC. */
 STRATA_API int strata_comm_num_rails(const strata_comm_t *comm);
 /** The inter-node transport in use, e.g. "ofi tcp;ofi_rxm eth0". */
@@ -444,7 +462,8 @@ STRATA_API void strata_moe_destroy(strata_moe_t *moe);
 STRATA_API strata_status_t strata_moe_layout_create(strata_moe_t *moe, const int64_t *topk_idx,
                                                     int num_tokens,
                                                     strata_moe_layout_t **layout_p);
-/** Only once no dispatch or combine that used it is in progress. Tolerates NULL. */
+/** Only once no dispatch or combine that used it is in progress (on a stream: once the
+ *  stream has run them; strata_moe_synchronize). Tolerates NULL. */
 STRATA_API void strata_moe_layout_destroy(strata_moe_layout_t *layout);
 
 /**
@@ -515,14 +534,19 @@ STRATA_API strata_status_t strata_moe_combine(strata_moe_t *moe, const void *exp
                                               const float *topk_weights, void *out);
 
 /**
- * GPU backends: launch every later step's kernels on stream (a cudaStream_t or hipStream_t
- * as void *): the dispatch and combine halves then enqueue their kernels and return without
- * waiting, and what recv points to is valid once the stream reaches that point (count and
- * src are mapped host memory the kernels fill). With a reused layout a step can be captured
- * in a CUDA graph and replayed; the graph keeps the modes it was captured with. Errors the
- * kernels find are returned by strata_moe_synchronize. In adaptive mode dispatch_recv still
- * waits (the owners decide on the host). NULL (the default): every half waits. Between
- * steps only; the host backend takes only NULL.
+ * Launch every later step's kernels on stream (a cudaStream_t or hipStream_t as void *, the
+ * caller's current one; on the host backend one of strata_comm_stream_create): the dispatch
+ * and combine halves then enqueue their kernels and return without waiting, and what recv
+ * points to is valid once the stream reaches that point (count and src are mapped host
+ * memory the kernels fill). The stream may change between any two steps: the new one waits
+ * for what the object enqueued on the old one (an event), so a framework can pass its
+ * current stream on every call. STRATA_ERR_INVALID: a stream of another GPU or backend.
+ * With a reused layout a step can be captured in a CUDA graph and replayed; the graph keeps
+ * the modes it was captured with. Inside a capture nothing waits on the host: adaptive mode,
+ * pull masks changed since the last step, a new layout and strata_moe_synchronize are
+ * refused with STRATA_ERR_UNSUPPORTED, and the object stays usable. Errors the kernels find
+ * are returned by strata_moe_synchronize. In adaptive mode dispatch_recv still waits (the
+ * owners decide on the host). NULL (the default): every half waits. Between steps only.
  */
 STRATA_API strata_status_t strata_moe_set_stream(strata_moe_t *moe, void *stream);
 /** Wait for everything the object launched; the first error its kernels found. */
