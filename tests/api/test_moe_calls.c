@@ -1,6 +1,9 @@
 /*
- * The MoE object's calls on one rank: the host backend refuses a stream and runs every
- * half to completion; strata_moe_dispatch reuses its own layout across steps of different
+ * The MoE object's calls on one rank: the host backend refuses a stream it did not make,
+ * runs every half to completion without one, and on one of its own streams enqueues the
+ * halves and returns (results exact once synchronized); inside a capture (the host stream's
+ * stand-in state) what would wait on the host is refused and the object stays usable;
+ * strata_moe_dispatch reuses its own layout across steps of different
  * sizes, skipping bad ids (STRATA_ERR_INVALID, the step completed) and refusing a dispatch
  * while a step is in progress; every result is exact.
  */
@@ -16,6 +19,7 @@
 
 #include "common/log_capture.h"
 #include "common/one_rank.h"
+#include "intra/host/host_device.h"
 
 #define EXPERTS 8
 #define HIDDEN  64
@@ -114,6 +118,124 @@ static void test_stream_refused_on_host(void **state)
     assert_int_equal(strata_moe_synchronize(NULL), STRATA_ERR_INVALID);
 }
 
+/* One step on the object's stream: the halves return before their kernels ran. */
+static strata_status_t stream_step(fixture_t *f, const strata_moe_layout_t *layout, int n)
+{
+    strata_moe_recv_t recv = {0};
+    strata_status_t status = layout ? strata_moe_dispatch_send(f->moe, layout, f->x, NULL)
+                                    : strata_moe_dispatch(f->moe, f->x, NULL, f->idx, n, &recv);
+
+    if (status == STRATA_OK && layout != NULL) {
+        status = strata_moe_dispatch_recv(f->moe, &recv);
+    }
+    if (status == STRATA_OK) {
+        status = strata_moe_synchronize(f->moe); /* the experts run on the host here */
+    }
+    if (status != STRATA_OK) {
+        return status;
+    }
+    memcpy(recv.expert_y, recv.x, (size_t)recv.num_local_experts * (size_t)recv.capacity *
+                                      recv.row_bytes);
+    memset(f->out, 0xff, sizeof(f->out));
+    status = strata_moe_combine(f->moe, NULL, f->w, f->out);
+    return status == STRATA_OK ? strata_moe_synchronize(f->moe) : status;
+}
+
+static void test_host_streams(void **state)
+{
+    fixture_t *f = *state;
+    void *streams[2];
+
+    for (int i = 0; i < 2; ++i) {
+        assert_int_equal(strata_comm_stream_create(f->comm, &streams[i]), STRATA_OK);
+    }
+    for (int i = 0; i < 6; ++i) { /* the stream changes every step */
+        int n = i % 3 == 2 ? 5 : TOKENS;
+
+        assert_int_equal(strata_moe_set_stream(f->moe, streams[i % 2]), STRATA_OK);
+        fill(f, n);
+        assert_int_equal(stream_step(f, NULL, n), STRATA_OK);
+        check(f, n);
+    }
+    assert_int_equal(strata_moe_set_stream(f->moe, NULL), STRATA_OK);
+    for (int i = 0; i < 2; ++i) {
+        strata_comm_stream_destroy(f->comm, streams[i]);
+    }
+    /* A destroyed stream is no stream of the backend. */
+    assert_int_equal(strata_moe_set_stream(f->moe, streams[0]), STRATA_ERR_INVALID);
+    assert_int_equal(strata_comm_stream_create(NULL, &streams[0]), STRATA_ERR_INVALID);
+    assert_int_equal(strata_comm_stream_synchronize(f->comm, NULL), STRATA_ERR_INVALID);
+}
+
+/*
+ * Inside a capture nothing may wait on the host: strata_moe_synchronize and a new layout
+ * (its copy to the device) are refused, a step with a layout made before runs, and once the
+ * capture ends the object works as before.
+ */
+static void test_capture_refusals(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_layout_t *layout = NULL, *late = NULL;
+    void *stream;
+
+    fill(f, TOKENS);
+    assert_int_equal(strata_moe_layout_create(f->moe, f->idx, TOKENS, &layout), STRATA_OK);
+    assert_int_equal(strata_comm_stream_create(f->comm, &stream), STRATA_OK);
+    assert_int_equal(strata_moe_set_stream(f->moe, stream), STRATA_OK);
+    host_stream_set_capturing(stream, true);
+    log_capture_start();
+    assert_int_equal(strata_moe_synchronize(f->moe), STRATA_ERR_UNSUPPORTED);
+    assert_int_equal(strata_moe_layout_create(f->moe, f->idx, TOKENS, &late),
+                     STRATA_ERR_UNSUPPORTED);
+    assert_int_equal(strata_moe_dispatch_send(f->moe, layout, f->x, NULL), STRATA_OK);
+    assert_int_equal(strata_moe_dispatch_recv(f->moe, &(strata_moe_recv_t){0}), STRATA_OK);
+    assert_int_equal(strata_moe_combine(f->moe, NULL, f->w, f->out), STRATA_OK);
+    log_capture_stop();
+    assert_true(log_captured("being captured", NULL, NULL));
+    assert_true(log_captured("inside a stream capture", NULL, NULL));
+    assert_null(late);
+    host_stream_set_capturing(stream, false);
+    assert_int_equal(strata_moe_synchronize(f->moe), STRATA_OK);
+    for (int i = 0; i < 2; ++i) { /* the object is whole: a layout step, then a new layout */
+        assert_int_equal(stream_step(f, i == 0 ? layout : NULL, TOKENS), STRATA_OK);
+        check(f, TOKENS);
+    }
+    assert_int_equal(strata_moe_set_stream(f->moe, NULL), STRATA_OK);
+    strata_comm_stream_destroy(f->comm, stream);
+    strata_moe_layout_destroy(layout);
+}
+
+/* Adaptive mode decides each step on the host: a capture of its dispatch is refused before
+ * the step starts, and the object steps on once the capture ends. */
+static void test_capture_adaptive_refused(void **state)
+{
+    fixture_t *f = *state, g = *f;
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = TOKENS, .mode = STRATA_MOE_MODE_ADAPTIVE};
+    strata_moe_layout_t *layout = NULL;
+    void *stream;
+
+    assert_int_equal(strata_moe_create(f->comm, &p, &g.moe), STRATA_OK);
+    fill(&g, TOKENS);
+    assert_int_equal(strata_moe_layout_create(g.moe, g.idx, TOKENS, &layout), STRATA_OK);
+    assert_int_equal(strata_comm_stream_create(g.comm, &stream), STRATA_OK);
+    assert_int_equal(strata_moe_set_stream(g.moe, stream), STRATA_OK);
+    host_stream_set_capturing(stream, true);
+    log_capture_start();
+    assert_int_equal(strata_moe_dispatch_send(g.moe, layout, g.x, NULL), STRATA_ERR_UNSUPPORTED);
+    log_capture_stop();
+    assert_true(log_captured("adaptive mode", NULL, NULL));
+    host_stream_set_capturing(stream, false);
+    for (int i = 0; i < 3; ++i) {
+        assert_int_equal(stream_step(&g, layout, TOKENS), STRATA_OK);
+        check(&g, TOKENS);
+    }
+    strata_moe_layout_destroy(layout);
+    strata_moe_destroy(g.moe);
+    strata_comm_stream_destroy(g.comm, stream);
+}
+
 static void test_reused_layout_sizes(void **state)
 {
     fixture_t *f = *state;
@@ -198,6 +320,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_refused_on_host),
+        cmocka_unit_test(test_host_streams),
+        cmocka_unit_test(test_capture_refusals),
+        cmocka_unit_test(test_capture_adaptive_refused),
         cmocka_unit_test(test_reused_layout_sizes),
         cmocka_unit_test(test_bad_ids_skipped),
         cmocka_unit_test(test_dispatch_during_a_step),

@@ -25,7 +25,10 @@
  * MS milliseconds before its dispatch in the middle of the run, alive (its heartbeats go
  * on), while the others wait for it: every step must still pass. With --two, a second object of the other route lives beside the first and the steps
  * alternate between them (each counts its own immediates). Prints one line per rank; exit 0
- * on success. With --overflow EXPERT:CAPACITY every token goes to that one expert, whose
+ * on success. With --streams the object runs on two streams of strata_comm_stream_create,
+ * changing every step, and the host waits only to check each dispatch: a step's kernels
+ * are ordered after the last step's, still running on the other stream, by the object
+ * alone. With --overflow EXPERT:CAPACITY every token goes to that one expert, whose
  * capacity is far too small: its rows are exact up to the capacity, every token's result is
  * exact or lacks its term, and a rank whose token lacks its term must get
  * STRATA_ERR_CAPACITY from combine_recv, wherever the term was dropped.
@@ -68,7 +71,20 @@ typedef struct options {
     int        odd_combine; /* rank that asks for node-reduce while the others do not, or -1 */
     int        odd_route;   /* rank that takes the flat route whatever the others do, or -1 */
     const char *refused;  /* creation must fail on every rank with this status's name */
+    bool       streams;   /* steps alternate between two streams, nothing waited for */
 } options_t;
+
+static void alloc_state(rank_state_t *r, const moe_case_t *c);
+static void free_state(rank_state_t *r);
+
+/* --streams: the two streams, the buffers of the steps on each, and the step whose combine
+ * is still to be checked (-1: none). */
+typedef struct stream_run {
+    strata_comm_t *comm;
+    void          *streams[2];
+    rank_state_t   states[2];
+    int            pending;
+} stream_run_t;
 
 static strata_dtype_t parse_dtype(const char *s)
 {
@@ -127,6 +143,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--odd-combine")) o->odd_combine = atoi(v);
         else if (!strcmp(k, "--odd-route")) o->odd_route = atoi(v);
         else if (!strcmp(k, "--refused")) o->refused = v;
+        else if (!strcmp(k, "--streams")) o->streams = atoi(v) != 0;
         else CHECK(0, "unknown option %s", k);
     }
     o->c.seed = seed ? (unsigned)strtoul(seed, NULL, 10) : 12345u;
@@ -191,6 +208,105 @@ static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
     }
     strata_moe_layout_destroy(layout);
     return status;
+}
+
+/* Step sr->pending's results, in its own buffers, once its kernels are known to be done. */
+static void check_pending(stream_run_t *sr)
+{
+    int step = g_step;
+
+    if (sr->pending < 0) {
+        return;
+    }
+    g_step = sr->pending; /* the reference of that step */
+    check_combine(&sr->states[sr->pending % 2], STRATA_OK);
+    g_step      = step;
+    sr->pending = -1;
+}
+
+/*
+ * One step on stream g_step % 2, in that stream's buffers: the layout form on odd steps.
+ * The host waits for the dispatch (to check it and write the experts' outputs); then the
+ * last step's combine, which ran on the other stream, must be done: the new stream waited
+ * for it. This step's combine is checked after the next step's dispatch.
+ */
+static strata_status_t run_stream_step(stream_run_t *sr)
+{
+    rank_state_t *r = &sr->states[g_step % 2];
+    uint64_t dmask[INTRA_MOE_MASK_WORDS], cmask[INTRA_MOE_MASK_WORDS];
+    strata_moe_recv_t recv;
+    strata_status_t status;
+    const void *x;
+    int n;
+
+    strata_moe_layout_destroy(r->layout); /* of two steps ago, checked since */
+    r->layout = NULL;
+    CHECK(strata_moe_set_stream(r->moe, sr->streams[g_step % 2]) == STRATA_OK, "set_stream");
+    if (r->masks == MASKS_BY_STEP) {
+        gen_mask(r->c, g_step, 0, dmask);
+        gen_mask(r->c, g_step, 1, cmask);
+        CHECK(strata_moe_set_pull_mask(r->moe, dmask, cmask) == STRATA_OK, "set_pull_mask");
+    }
+    make_inputs(r);
+    step_input(r, &n, &x);
+    if (g_step % 2 == 1) {
+        status = strata_moe_layout_create(r->moe, r->idx, n, &r->layout);
+        if (status == STRATA_OK) {
+            status = strata_moe_dispatch_send(r->moe, r->layout, x,
+                                              r->scales ? r->x_scales : NULL);
+        }
+        if (status == STRATA_OK) {
+            status = strata_moe_dispatch_recv(r->moe, &recv);
+        }
+    } else {
+        status = strata_moe_dispatch(r->moe, x, r->scales ? r->x_scales : NULL, r->idx, n,
+                                     &recv);
+    }
+    if (status == STRATA_OK) {
+        status = strata_moe_synchronize(r->moe);
+    }
+    if (status != STRATA_OK) {
+        return status;
+    }
+    check_pending(sr);
+    check_dispatch(r, &recv);
+    status = strata_moe_combine_send(r->moe, NULL);
+    if (status == STRATA_OK) {
+        status = strata_moe_combine_recv(r->moe, r->weights, r->out);
+    }
+    if (status == STRATA_OK) {
+        sr->pending = g_step;
+    }
+    return status;
+}
+
+/* --streams: the second stream's buffers, and the streams. */
+static void stream_run_start(stream_run_t *sr, strata_comm_t *comm, const rank_state_t *r)
+{
+    *sr = (stream_run_t){.comm = comm, .states = {*r, *r}, .pending = -1};
+    alloc_state(&sr->states[1], r->c);
+    for (int i = 0; i < 2; ++i) {
+        CHECK(strata_comm_stream_create(comm, &sr->streams[i]) == STRATA_OK, "stream_create");
+    }
+}
+
+/* The last step's results, then everything the run made (the first buffers are r's). */
+static void stream_run_end(stream_run_t *sr, rank_state_t *r, strata_status_t status)
+{
+    if (status == STRATA_OK) {
+        CHECK(strata_moe_synchronize(r->moe) == STRATA_OK, "synchronize");
+        check_pending(sr);
+    }
+    for (int i = 0; i < 2; ++i) {
+        strata_moe_layout_destroy(sr->states[i].layout);
+    }
+    /* after a failed step the object refuses everything; the streams still go */
+    CHECK(strata_moe_set_stream(r->moe, NULL) == STRATA_OK || status != STRATA_OK,
+          "set_stream(NULL)");
+    for (int i = 0; i < 2; ++i) {
+        strata_comm_stream_destroy(sr->comm, sr->streams[i]);
+    }
+    free_state(&sr->states[1]);
 }
 
 static void alloc_state(rank_state_t *r, const moe_case_t *c)
@@ -340,6 +456,7 @@ int main(int argc, char **argv)
     strata_status_t status = STRATA_OK;
     uint64_t step_start = 0;
     strata_moe_t *objects[2] = {NULL, NULL};
+    stream_run_t sr;
 
     if (argc == 3 && strcmp(argv[1], "--built") == 0) { /* for the test script */
         char option[32];
@@ -424,9 +541,19 @@ int main(int argc, char **argv)
             CHECK(status == STRATA_OK, "second moe_create: %s", strata_status_string(status));
         }
     }
+    r.moe = objects[0];
+    if (o.streams) {
+        stream_run_start(&sr, comm, &r);
+    }
     for (g_step = 0; g_step < o.c.steps; ++g_step) {
         step_start = util_clock_now_ns();
         r.moe = objects[o.two ? g_step % 2 : 0];
+        if (o.streams) {
+            if ((status = run_stream_step(&sr)) != STRATA_OK) {
+                break;
+            }
+            continue;
+        }
         if (g_rank == o.stall && g_step == o.kill_step) {
             util_sleep_ns((uint64_t)o.stall_ms * UTIL_NSEC_PER_MSEC); /* the others wait */
         }
@@ -439,6 +566,9 @@ int main(int argc, char **argv)
         if (o.masks != MASKS_BY_STEP) {
             mode_changes += check_agreement(bs, &r, last_mask);
         }
+    }
+    if (o.streams) {
+        stream_run_end(&sr, &r, status);
     }
     if (o.disagree >= 0) {
         CHECK(g_step == o.kill_step && (status == STRATA_ERR_INTERNAL ||

@@ -60,6 +60,7 @@ typedef struct rank_state {
      * largest difference relative to the sum of the magnitudes of the value's terms. */
     uint64_t          nr_values, nr_differ;
     double            nr_worst; /* in units of the combine dtype's rounding unit */
+    strata_moe_layout_t *layout; /* --streams: the step's, kept until its kernels are done */
 } rank_state_t;
 
 /** Whether rank s refuses its input this step (the bad input it was told to pass). */

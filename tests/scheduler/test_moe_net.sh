@@ -4,7 +4,8 @@
 # every dtype, pull masks changing by step, round two exercised by a small round one, Pull
 # across nodes by read and by request; rate control pacing the work ring's commands; adaptive
 # modes on a drifting routing trace (made by strata-tune) and a fixed mode file; bad inputs on
-# one rank; a rank killed, and one stopped, mid-step; the network area in a pinned host
+# one rank; a rank killed, and one stopped, mid-step; steps on host streams that change every
+# step; the network area in a pinned host
 # bounce buffer; and node-reduce combine, and where it is refused. Where strata has ucx, a
 # few cases again over it (STRATA_INTER_TRANSPORT=ucx, tcp between the nodes), a kill among
 # them.
@@ -26,6 +27,10 @@ case_run "4x1 hierarchical, 4 experts, topk 3" 4 "$ok" -- $calm STRATA_MOE_ROUTE
 # whose tokens lost their term learn it (CAPACITY from combine_recv), on both routes.
 case_run "2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10
 case_run "3x2 flat, all tokens to expert 5, capacity 8" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 6 --nodes 3 -- --steps $(steps 20) --experts 12 --topk 2 --overflow 5:8
+# Stream-ordered steps on two host streams, changing every step, nothing waited for between
+# steps: the object alone orders a step after the last one, still running on the other stream.
+case_run "2x2 flat, streams changing every step" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 40) --streams 1
+case_run "2x2 hierarchical, fp8, streams changing every step" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 40) --streams 1 --dtype fp8 --hidden 256
 # Two objects at once, one per route, steps alternating between them.
 case_run "2x2, a flat and a hierarchical object at once" 4 "$ok" -- $calm -- -n 4 --nodes 2 -- --steps $(steps 40) --two 1
 # Adaptive: a trace whose hot experts move every 10 steps; the owners switch experts between
