@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages strata builds and tests with, then configures and builds it.
+# Installs the Debian packages strata builds and tests with, then configures and builds it,
+# with the CUDA backend where nvcc (on PATH or in /usr/local/cuda/bin) and an NVIDIA driver
+# are present, and the HIP backend where hipcc and /dev/kfd are; it says what it chose.
 # Usage: scripts/setup.sh [--deps-only] [extra cmake -D options...]
+#        STRATA_SETUP_NO_APT=1 skips the package step (no root, not Debian: see README).
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,7 +24,7 @@ missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-if [ ${#missing[@]} -gt 0 ]; then
+if [ ${#missing[@]} -gt 0 ] && [ "${STRATA_SETUP_NO_APT:-0}" != 1 ]; then
     echo "setup: installing ${missing[*]}"
     sudo_cmd=""
     [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
@@ -34,5 +37,22 @@ if [ "${1:-}" = "--deps-only" ]; then
     exit 0
 fi
 
-cmake -S "$top" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+# The GPU backends this machine can run (a compiler and a device); "$@" may override them.
+gpu_options=()
+nvcc_bin=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
+if [ -n "$nvcc_bin" ] && { [ -e /dev/nvidiactl ] || nvidia-smi -L >/dev/null 2>&1; }; then
+    gpu_options+=(-DSTRATA_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc_bin")
+    echo "setup: CUDA backend on ($nvcc_bin, and an NVIDIA driver)"
+elif [ -n "$nvcc_bin" ]; then
+    echo "setup: CUDA backend off: nvcc is here but no NVIDIA driver (scripts/test.sh still compiles the kernels)"
+fi
+if command -v hipcc >/dev/null 2>&1 && [ -e /dev/kfd ]; then
+    gpu_options+=(-DSTRATA_WITH_HIP=ON)
+    echo "setup: HIP backend on (hipcc and /dev/kfd)"
+elif command -v hipcc >/dev/null 2>&1; then
+    echo "setup: HIP backend off: hipcc is here but no AMD GPU driver (/dev/kfd)"
+fi
+[ ${#gpu_options[@]} -gt 0 ] || echo "setup: no GPU here: the host backend only"
+
+cmake -S "$top" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${gpu_options[@]}" "$@"
 cmake --build "$build_dir" -j "$(nproc)"
