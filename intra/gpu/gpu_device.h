@@ -385,6 +385,7 @@ static void gpu_staging_release(gpu_staging_t *st)
         gpu_host_free(st->half[h]);
         st->half[h] = NULL;
     }
+    st->half_size = 0; /* the next upload allocates again */
 }
 
 /* Both halves of size bytes (pinned; the device address is not needed). */
