@@ -26,7 +26,7 @@ typedef struct host_task {
     /* launch */
     intra_moe_kernel_t kernel;
     intra_moe_args_t   args;
-    unsigned           num_blocks;
+    intra_queue_t     *pool;       /* the stream's workers for this launch's blocks */
     /* copy (from data, the source as it was when enqueued) and fill */
     void              *dst;
     void              *data;
@@ -49,7 +49,8 @@ struct host_stream {
     uint64_t        completed; /* of those, finished */
     bool            stopping;
     bool            capturing;
-    intra_queue_t  *pool;      /* the workers of launches; sized by the last launch */
+    intra_queue_t **pools;     /* workers, one pool per block count launched so far */
+    unsigned        num_pools;
 };
 
 /* The streams that exist: a pointer a caller passes is used only once found here, so a
@@ -77,28 +78,11 @@ static void host_stream_wait_for(host_stream_t *after, uint64_t mark)
     pthread_mutex_unlock(&after->lock);
 }
 
-/* A launch on the stream's own workers, made for its number of blocks. */
-static void host_stream_run_launch(host_stream_t *s, const host_task_t *t)
-{
-    if (s->pool != NULL && host_queue_blocks(s->pool) != t->num_blocks) {
-        host_queue_destroy(s->pool);
-        s->pool = NULL;
-    }
-    if (s->pool == NULL && host_queue_create(t->num_blocks, &s->pool) != STRATA_OK) {
-        /* No threads for the other blocks: run every block here, one after another. */
-        for (unsigned b = 0; b < t->num_blocks; ++b) {
-            host_moe_run_block(t->kernel, &t->args, b, t->num_blocks);
-        }
-        return;
-    }
-    host_moe_launch(s->pool, t->kernel, &t->args);
-}
-
-static void host_stream_run(host_stream_t *s, const host_task_t *t)
+static void host_stream_run(const host_task_t *t)
 {
     switch (t->kind) {
     case HOST_TASK_LAUNCH:
-        host_stream_run_launch(s, t);
+        host_moe_launch(t->pool, t->kernel, &t->args);
         break;
     case HOST_TASK_COPY:
         memcpy(t->dst, t->data, t->size);
@@ -128,7 +112,7 @@ static void *host_stream_main(void *arg)
         }
         t = s->head;
         pthread_mutex_unlock(&s->lock);
-        host_stream_run(s, t); /* the task stays at the head until it has run */
+        host_stream_run(t); /* the task stays at the head until it has run */
         /* Release: what the task wrote before what the next writes, as a GPU stream's
          * copies land in order; another process may be reading them. */
         atomic_thread_fence(memory_order_release);
@@ -201,7 +185,10 @@ void host_stream_destroy(void *stream)
         free(t->data);
         free(t);
     }
-    host_queue_destroy(s->pool);
+    for (unsigned i = 0; i < s->num_pools; ++i) {
+        host_queue_destroy(s->pools[i]);
+    }
+    free(s->pools);
     pthread_cond_destroy(&s->progress);
     pthread_cond_destroy(&s->wake);
     pthread_mutex_destroy(&s->lock);
@@ -278,6 +265,15 @@ static host_task_t *host_stream_task(host_stream_t *s, host_task_kind_t kind, si
     return t;
 }
 
+/* A task that was not enqueued after all, back among the spares. */
+static void host_stream_recycle(host_stream_t *s, host_task_t *t)
+{
+    pthread_mutex_lock(&s->lock);
+    t->next  = s->spare;
+    s->spare = t;
+    pthread_mutex_unlock(&s->lock);
+}
+
 static void host_stream_push(host_stream_t *s, host_task_t *t)
 {
     pthread_mutex_lock(&s->lock);
@@ -292,17 +288,56 @@ static void host_stream_push(host_stream_t *s, host_task_t *t)
     pthread_mutex_unlock(&s->lock);
 }
 
+/*
+ * The stream's pool of workers for launches of num_blocks blocks, made on first use by the
+ * enqueuing thread (so that a failure reaches the caller) and kept until the stream goes:
+ * launches already enqueued may still be running on the others.
+ */
+static strata_status_t host_stream_pool(host_stream_t *s, unsigned num_blocks,
+                                        intra_queue_t **pool_p)
+{
+    intra_queue_t **grown, *pool;
+    strata_status_t status;
+
+    for (unsigned i = 0; i < s->num_pools; ++i) {
+        if (host_queue_blocks(s->pools[i]) == num_blocks) {
+            *pool_p = s->pools[i];
+            return STRATA_OK;
+        }
+    }
+    grown = realloc(s->pools, (s->num_pools + 1) * sizeof(*grown));
+    if (grown == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    s->pools = grown;
+    status   = host_queue_create(num_blocks, &pool);
+    if (status == STRATA_OK) {
+        s->pools[s->num_pools++] = pool;
+        *pool_p = pool;
+    }
+    return status;
+}
+
 strata_status_t host_stream_launch(host_stream_t *s, intra_moe_kernel_t kernel,
                                    const intra_moe_args_t *args, unsigned num_blocks)
 {
     host_task_t *t = host_stream_task(s, HOST_TASK_LAUNCH, 0);
+    strata_status_t status;
 
     if (t == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    t->kernel     = kernel;
-    t->args       = *args;
-    t->num_blocks = intra_moe_kernel_one_block(kernel) ? 1 : num_blocks;
+    /* Only enqueuing threads touch the pools; the stream's thread uses the task's. */
+    pthread_mutex_lock(&s->lock);
+    status = host_stream_pool(s, intra_moe_kernel_one_block(kernel) ? 1 : num_blocks,
+                              &t->pool);
+    pthread_mutex_unlock(&s->lock);
+    if (status != STRATA_OK) {
+        host_stream_recycle(s, t);
+        return status;
+    }
+    t->kernel = kernel;
+    t->args   = *args;
     host_stream_push(s, t);
     return STRATA_OK;
 }
