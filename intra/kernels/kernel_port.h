@@ -1,6 +1,7 @@
 /*
  * The portability layer under the single-source kernels: grid position, block barrier,
- * release store, acquire load, atomic add and fence at system scope, a timer, row copies,
+ * release store, acquire load, relaxed load with a later acquire fence for spinning, atomic
+ * add and fence at system scope, a timer, row copies,
  * and rounded fp32 arithmetic. Compiled three ways: as CUDA (nvcc), as HIP (hipcc), and
  * as host C, where each block is one worker thread with a single "thread" in it.
  */
@@ -29,6 +30,9 @@
 #if defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #endif
+
+/** A spinning wait reads the failure word once in this many rounds. */
+#define KERNEL_FAILURE_EVERY 16
 
 /** Where the calling code runs: block of the grid, thread of the block. */
 typedef struct kernel_grid {
@@ -88,6 +92,32 @@ KERNEL_FN uint64_t kernel_load_acquire_u64(const uint64_t *ptr)
 KERNEL_FN int32_t kernel_load_i32(const int32_t *ptr)
 {
     return *(const volatile int32_t *)ptr;
+}
+
+/*
+ * For spinning: a load at system scope that orders nothing (no fence each time round), then,
+ * once the awaited value has been seen, kernel_fence_acquire: the pair acquires what the
+ * writer released before it. ptr may be device or mapped host memory (generic address).
+ */
+KERNEL_FN uint64_t kernel_load_relaxed_u64(const uint64_t *ptr)
+{
+#if defined(__CUDACC__)
+    uint64_t value;
+
+    asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(value) : "l"(ptr) : "memory");
+    return value;
+#else
+    return __hip_atomic_load(ptr, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+#endif
+}
+
+KERNEL_FN void kernel_fence_acquire(void)
+{
+#if defined(__CUDACC__)
+    asm volatile("fence.acq_rel.sys;" ::: "memory"); /* PTX has no acquire-only fence */
+#else
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, ""); /* "": system scope */
+#endif
 }
 
 KERNEL_FN uint32_t kernel_atomic_add_u32(uint32_t *ptr, uint32_t value)
@@ -176,6 +206,18 @@ KERNEL_FN uint64_t kernel_load_acquire_u64(const uint64_t *ptr)
 KERNEL_FN int32_t kernel_load_i32(const int32_t *ptr)
 {
     return atomic_load_explicit((_Atomic int32_t *)ptr, memory_order_relaxed);
+}
+
+/* The host keeps an acquire load for spinning (a plain load on x86 and Arm's ldar) and
+ * needs no fence after it: ThreadSanitizer, which the host build runs under, does not model
+ * standalone fences, and would report the data the flag guards. */
+KERNEL_FN uint64_t kernel_load_relaxed_u64(const uint64_t *ptr)
+{
+    return atomic_load_explicit((_Atomic uint64_t *)ptr, memory_order_acquire);
+}
+
+KERNEL_FN void kernel_fence_acquire(void)
+{
 }
 
 KERNEL_FN uint32_t kernel_atomic_add_u32(uint32_t *ptr, uint32_t value)

@@ -66,9 +66,9 @@ KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags, u
 
         ok = 1;
         for (int r = 0; r < a->num_ranks && ok; ++r) {
-            /* acquire: pairs with the release in the peer's last block */
-            while (kernel_load_acquire_u64(&flags[r]) < step) {
-                if (a->failure != 0 && kernel_load_i32(a->failure) != 0) {
+            while (kernel_load_relaxed_u64(&flags[r]) < step) {
+                if (spins % KERNEL_FAILURE_EVERY == 0 && a->failure != 0 &&
+                    kernel_load_i32(a->failure) != 0) {
                     moe_report(status, INTRA_MOE_KERNEL_PEER_FAILED, r, -1, -1, 0);
                     ok = 0;
                     break;
@@ -81,6 +81,8 @@ KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags, u
                 kernel_spin_pause(spins++);
             }
         }
+        /* acquire: pairs with the release in each peer's last block, seen above */
+        kernel_fence_acquire();
     }
     kernel_block_sync();
     return ok;

@@ -61,9 +61,9 @@ KERNEL_FN int net_wait(const intra_moe_args_t *a, uint64_t *word, uint64_t want,
     uint64_t start = kernel_timer();
     uint32_t spins = 0;
 
-    /* acquire: pairs with the proxy's release of a count after the data it stands for */
-    while (kernel_load_acquire_u64(word) < want) {
-        int64_t failure = (int64_t)kernel_load_acquire_u64((uint64_t *)&a->net.ring->failure);
+    while (kernel_load_relaxed_u64(word) < want) {
+        int64_t failure = spins % KERNEL_FAILURE_EVERY != 0 ? 0 :
+                          (int64_t)kernel_load_relaxed_u64((uint64_t *)&a->net.ring->failure);
 
         if (failure != 0) {
             moe_report(net_status(a), INTRA_MOE_KERNEL_NET_FAILED, peer, what, -1, failure);
@@ -76,6 +76,8 @@ KERNEL_FN int net_wait(const intra_moe_args_t *a, uint64_t *word, uint64_t want,
         }
         kernel_spin_pause(spins++);
     }
+    /* acquire: pairs with the proxy's release of a count after the data it stands for */
+    kernel_fence_acquire();
     return 1;
 }
 
