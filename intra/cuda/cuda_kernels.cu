@@ -52,16 +52,30 @@ static void (*cuda_moe_entry(int kernel))(intra_moe_args_t)
     }
 }
 
+/*
+ * Blocks of one grid spin on flags that other blocks of the same grid set, so all of them
+ * must be resident at once, whatever else the GPU runs (a framework's GEMMs, NCCL, another
+ * object): a cooperative launch guarantees it, or fails (cudaErrorCooperativeLaunchTooLarge)
+ * instead of hanging. A one-block launch needs no guarantee.
+ */
 extern "C" cudaError_t cuda_moe_launch(cudaStream_t stream, int kernel,
                                        const struct intra_moe_args *args, unsigned num_blocks)
 {
     void (*entry)(intra_moe_args_t) = cuda_moe_entry(kernel);
+    cudaLaunchAttribute cooperative;
+    cudaLaunchConfig_t config = {};
 
     if (entry == NULL) {
         return cudaErrorInvalidValue;
     }
-    entry<<<num_blocks, CUDA_MOE_THREADS, 0, stream>>>(*args);
-    return cudaGetLastError();
+    cooperative.id              = cudaLaunchAttributeCooperative;
+    cooperative.val.cooperative = 1;
+    config.gridDim              = dim3(num_blocks);
+    config.blockDim             = dim3(CUDA_MOE_THREADS);
+    config.stream               = stream;
+    config.attrs                = &cooperative;
+    config.numAttrs             = num_blocks > 1 ? 1 : 0;
+    return cudaLaunchKernelEx(&config, entry, *args);
 }
 
 /*

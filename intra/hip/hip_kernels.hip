@@ -52,16 +52,27 @@ static void (*hip_moe_entry(int kernel))(intra_moe_args_t)
     }
 }
 
+/*
+ * Blocks of one grid spin on flags that other blocks of the same grid set, so all of them
+ * must be resident at once, whatever else the GPU runs: a cooperative launch guarantees it,
+ * or fails (hipErrorCooperativeLaunchTooLarge) instead of hanging. One block needs none.
+ */
 extern "C" hipError_t hip_moe_launch(hipStream_t stream, int kernel,
                                      const struct intra_moe_args *args, unsigned num_blocks)
 {
     void (*entry)(intra_moe_args_t) = hip_moe_entry(kernel);
+    intra_moe_args_t copy = *args;
+    void *params[] = {&copy};
 
     if (entry == NULL) {
         return hipErrorInvalidValue;
     }
-    hipLaunchKernelGGL(entry, dim3(num_blocks), dim3(HIP_MOE_THREADS), 0, stream, *args);
-    return hipGetLastError();
+    if (num_blocks == 1) {
+        hipLaunchKernelGGL(entry, dim3(1), dim3(HIP_MOE_THREADS), 0, stream, copy);
+        return hipGetLastError();
+    }
+    return hipLaunchCooperativeKernel((const void *)entry, dim3(num_blocks),
+                                      dim3(HIP_MOE_THREADS), params, 0, stream);
 }
 
 /*
