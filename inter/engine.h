@@ -124,6 +124,13 @@ typedef struct inter_engine_params {
     /** Pace submissions to each peer by its estimated delivery rate
      *  (STRATA_INTER_RATE_CONTROL; see inter_engine_peer_rate). */
     bool        rate_control;
+    /** CPUs to pin the proxy thread to, in list form ("0-23,48-71": those nearest its NIC
+     *  and GPU), within those the process may use; "" leaves it where it starts. */
+    char        proxy_cpus[256];
+    /** Called on the proxy thread as it starts, before it touches a transport: the caller
+     *  binds it to the rank's GPU, whose runtime a provider may call; NULL: nothing. */
+    void      (*proxy_start_fn)(void *ctx);
+    void       *proxy_start_ctx;
 } inter_engine_params_t;
 
 /** The STRATA_INTER_* variables. */

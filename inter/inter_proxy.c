@@ -8,6 +8,7 @@
  * inter_proxy_drain runs at destroy, once nothing else can.
  */
 #include "inter_internal.h"
+#include "util/util_cpus.h"
 
 #include <linux/futex.h>
 #include <sched.h>
@@ -602,12 +603,50 @@ static void inter_proxy_beat(inter_engine_t *engine)
     inter_engine_progress(engine);
 }
 
+/*
+ * The proxy on the CPUs nearest its NIC and GPU (params.proxy_cpus), as far as the process
+ * may run there: a memory access of the NIC's or the GPU's then does not cross sockets. A
+ * list that shares no CPU with the process's (a container's share, a topology file of
+ * another machine) leaves the thread where it is.
+ */
+static void inter_proxy_pin(const inter_engine_t *engine)
+{
+    const char *list = engine->params.proxy_cpus;
+    cpu_set_t near, allowed, both;
+
+    if (list[0] == '\0') {
+        return;
+    }
+    if (util_cpus_parse(list, &near) != STRATA_OK) {
+        UTIL_LOG_WARN("engine: the proxy's CPUs \"%s\" are not a CPU list: not pinned", list);
+        return;
+    }
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+        return;
+    }
+    CPU_AND(&both, &near, &allowed);
+    if (CPU_COUNT(&both) == 0) {
+        UTIL_LOG_INFO("engine: the CPUs nearest the NIC (%s) are none this process may use: "
+                      "the proxy is not pinned", list);
+        return;
+    }
+    if (pthread_setaffinity_np(pthread_self(), sizeof(both), &both) != 0) {
+        UTIL_LOG_WARN("engine: pinning the proxy to CPUs %s failed: not pinned", list);
+        return;
+    }
+    UTIL_LOG_DEBUG("engine: the proxy runs on %d CPUs of %s", CPU_COUNT(&both), list);
+}
+
 void *inter_proxy_main(void *arg)
 {
     inter_engine_t *engine = arg;
     unsigned idle = 0;
     int work;
 
+    inter_proxy_pin(engine);
+    if (engine->params.proxy_start_fn != NULL) {
+        engine->params.proxy_start_fn(engine->params.proxy_start_ctx);
+    }
     while (atomic_load_explicit(&engine->running, memory_order_acquire)) {
         if (engine->caller_progress &&
             !atomic_load_explicit(&engine->rings_live, memory_order_acquire)) {

@@ -301,6 +301,21 @@ static strata_status_t api_comm_pick_device(strata_comm_t *comm, const strata_co
     return api_comm_agree(comm, status, "comm: choosing GPUs");
 }
 
+/*
+ * The proxy thread's first act: make the rank's GPU its own. A provider that copies into
+ * device memory (emulated RMA, tcp or shm with FI_HMEM) calls the GPU runtime from it, which
+ * would otherwise open a context on GPU 0 in every rank.
+ */
+static void api_comm_proxy_start(void *ctx)
+{
+    const strata_comm_t *comm = ctx;
+    int previous;
+
+    if (comm->gpu_ordinal >= 0 && comm->device->device_use != NULL) {
+        (void)comm->device->device_use(comm->gpu_ordinal, &previous); /* logged if it fails */
+    }
+}
+
 /* The inter-node engine: one rail per NIC the rail plan gives this GPU, addresses exchanged. */
 static strata_status_t api_comm_start_engine(strata_comm_t *comm)
 {
@@ -318,6 +333,8 @@ static strata_status_t api_comm_start_engine(strata_comm_t *comm)
     params.local_size = strata_comm_local_size(comm);
     params.rank_node  = comm->rank_node;
     api_gpu_engine_params(comm->device, comm->topo, comm->plan, comm->gpu, &params);
+    params.proxy_start_fn  = api_comm_proxy_start;
+    params.proxy_start_ctx = comm;
     status = inter_engine_create(&params, &comm->engine);
     if (status != STRATA_OK) {
         return status;

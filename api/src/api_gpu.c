@@ -167,6 +167,24 @@ void api_gpu_leave(const api_gpu_scope_t *scope)
     }
 }
 
+/*
+ * The CPUs the proxy runs on: those of the NUMA node of the first rail's NIC, which the proxy
+ * drives, else of the GPU's node, whose ring it reads; "" where the topology does not say.
+ */
+static void api_gpu_proxy_cpus(const topo_t *topo, const topo_rail_t *rail, int gpu, char *cpus,
+                               size_t len)
+{
+    int numa = -1;
+
+    if (rail != NULL && rail->num_rails > 0) {
+        numa = topo_nic(topo, rail->nics[0])->numa;
+    }
+    if (numa < 0 && gpu >= 0) {
+        numa = topo_gpu(topo, gpu)->numa;
+    }
+    snprintf(cpus, len, "%s", numa >= 0 ? topo_numa(topo, numa)->cpus : "");
+}
+
 void api_gpu_engine_params(const intra_device_ops_t *ops, const topo_t *topo,
                            const topo_rail_plan_t *plan, int gpu, inter_engine_params_t *params)
 {
@@ -182,4 +200,5 @@ void api_gpu_engine_params(const intra_device_ops_t *ops, const topo_t *topo,
         snprintf(params->rail_devices[r], sizeof(params->rail_devices[r]), "%s",
                  topo_nic(topo, rail->nics[r])->name);
     }
+    api_gpu_proxy_cpus(topo, rail, gpu, params->proxy_cpus, sizeof(params->proxy_cpus));
 }

@@ -65,7 +65,8 @@ void api_gpu_leave(const api_gpu_scope_t *scope);
 /**
  * What a rank's GPU gives its engine: the device memory of ops to register, and the rails
  * of the plan's NICs for gpu (-1: none), each naming its NIC as preferred device; where
- * params->num_rails is 0 (STRATA_INTER_RAILS unset), one rail per NIC, 1..INTER_MAX_RAILS.
+ * params->num_rails is 0 (STRATA_INTER_RAILS unset), one rail per NIC, 1..INTER_MAX_RAILS;
+ * and the CPUs of the first NIC's NUMA node (else the GPU's) for the proxy.
  */
 void api_gpu_engine_params(const intra_device_ops_t *ops, const topo_t *topo,
                            const topo_rail_plan_t *plan, int gpu, inter_engine_params_t *params);

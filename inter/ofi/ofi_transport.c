@@ -318,6 +318,36 @@ static strata_status_t ofi_forbid_shared_memory(ofi_transport_t *ofi)
 #endif
 }
 
+/*
+ * CUDA device memory: a provider that moves bytes into it itself (efa's emulated RMA, tcp or
+ * shm with FI_HMEM) calls cudaMemcpy from the proxy thread during fi_cq_read, on the legacy
+ * stream, behind our spinning kernels: a hang. FI_OPT_CUDA_API_PERMITTED=false (libfabric
+ * 1.18) forbids it, as aws-ofi-nccl does; a provider that cannot promise that gets no device
+ * memory (the network area then goes through the pinned host bounce buffer). Before
+ * fi_enable.
+ */
+static void ofi_forbid_cuda_calls(ofi_transport_t *ofi)
+{
+    const char *prov = ofi->info->fabric_attr->prov_name;
+#if OFI_HEADERS_VERSION >= FI_VERSION(1, 18)
+    bool permitted = false;
+    int rc = (int)fi_setopt(&ofi->ep->fid, FI_OPT_ENDPOINT, FI_OPT_CUDA_API_PERMITTED,
+                            &permitted, sizeof(permitted));
+
+    if (rc == 0) {
+        return;
+    }
+    UTIL_LOG_WARN("ofi: %s refused FI_OPT_CUDA_API_PERMITTED=false (%s): it may call CUDA "
+                  "from the proxy thread, so GPU memory is not registered with it (bounce "
+                  "buffer)", prov, fi_strerror(-rc));
+#else
+    UTIL_LOG_WARN("ofi: built against libfabric %d.%d, which cannot forbid %s to call CUDA "
+                  "from the proxy thread (FI_OPT_CUDA_API_PERMITTED, 1.18): GPU memory is not "
+                  "registered with it (bounce buffer)", FI_MAJOR_VERSION, FI_MINOR_VERSION, prov);
+#endif
+    ofi->base.hmem = false;
+}
+
 /* A size option of the endpoint (1.22's FI_OPT_MAX_*), or fallback where not offered. */
 static uint64_t ofi_size_option(ofi_transport_t *ofi, int option, uint64_t fallback)
 {
@@ -389,6 +419,9 @@ static strata_status_t ofi_enable(ofi_transport_t *ofi, const inter_transport_pa
 
     if (!params->shared_memory && (status = ofi_forbid_shared_memory(ofi)) != STRATA_OK) {
         return status;
+    }
+    if (ofi->base.hmem && params->device_memory == INTER_MEM_CUDA) {
+        ofi_forbid_cuda_calls(ofi);
     }
     rc = fi_enable(ofi->ep);
     if (rc != 0) {

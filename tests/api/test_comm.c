@@ -2,17 +2,22 @@
  * The communicator's own calls on one rank: a bad log level is refused, every query
  * tolerates NULL with its documented value, and destroying the communicator before a MoE
  * object it runs leaves that object safe to destroy (glibc scribbles over freed memory
- * here, so a use after free shows even without ASan).
+ * here, so a use after free shows even without ASan); the proxy thread runs on the CPUs
+ * of its NIC's NUMA node.
  */
 #include <strata/strata.h>
 
+#include <dirent.h>
 #include <malloc.h>
+#include <sched.h>
+#include <stdio.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "common/log_capture.h"
@@ -140,6 +145,85 @@ static void test_topology_overlay(void **state)
     util_log_set_level(STRATA_LOG_LEVEL_WARN);
 }
 
+/* The CPU list the engine's proxy thread may run on (Cpus_allowed_list), found by the
+ * name it gives the thread; "" if there is none. */
+static void proxy_cpus(char *list, size_t len)
+{
+    DIR *tasks = opendir("/proc/self/task");
+    struct dirent *task;
+
+    list[0] = '\0';
+    while (tasks != NULL && (task = readdir(tasks)) != NULL) {
+        char path[300], line[256] = "";
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", task->d_name);
+        f = fopen(path, "r");
+        if (f == NULL || fgets(line, sizeof(line), f) == NULL ||
+            strncmp(line, "strata-progress", 15) != 0) {
+            if (f != NULL) {
+                fclose(f);
+            }
+            continue;
+        }
+        fclose(f);
+        snprintf(path, sizeof(path), "/proc/self/task/%s/status", task->d_name);
+        f = fopen(path, "r");
+        while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+            if (sscanf(line, "Cpus_allowed_list: %255s", list) == 1) {
+                break;
+            }
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+    }
+    if (tasks != NULL) {
+        closedir(tasks);
+    }
+}
+
+/*
+ * A topology (written here) whose one GPU and NIC hang off a NUMA node with a single CPU,
+ * the last this process may use: the proxy thread runs on that CPU alone.
+ */
+static void test_proxy_pinned_near_its_nic(void **state)
+{
+    char path[] = "/tmp/strata-test-numa-XXXXXX", want[16], got[256];
+    strata_config_t config = {.field_mask = STRATA_CONFIG_FIELD_TOPO_FILE, .topo_file = path};
+    strata_comm_t *comm = NULL;
+    cpu_set_t allowed;
+    int last = -1, fd;
+    FILE *f;
+
+    (void)state;
+    assert_int_equal(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+    for (int cpu = 0; cpu < 32; ++cpu) {
+        last = CPU_ISSET(cpu, &allowed) ? cpu : last;
+    }
+    if (CPU_COUNT(&allowed) < 2 || last < 0) {
+        skip(); /* the pinning could not be told from the process's own CPUs */
+    }
+    fd = mkstemp(path);
+    assert_true(fd >= 0);
+    f = fdopen(fd, "w");
+    assert_non_null(f);
+    fprintf(f, "<system version=\"1\"><cpu numaid=\"0\" affinity=\"%08x\" arch=\"x86_64\">"
+               "<pci busid=\"0000:10:00.0\" class=\"0x060400\" vendor=\"0x1000\" device=\"0xc030\">"
+               "<pci busid=\"0000:11:00.0\" class=\"0x030200\" vendor=\"0x10de\" "
+               "device=\"0x2330\"><gpu dev=\"0\" sm=\"90\" rank=\"0\" gdr=\"1\"/></pci>"
+               "<pci busid=\"0000:12:00.0\" class=\"0x020700\" vendor=\"0x15b3\" "
+               "device=\"0x1021\"><nic><net name=\"mlx5_0\" dev=\"0\" speed=\"400000\" "
+               "port=\"1\" gdr=\"1\"/></nic></pci></pci></cpu></system>\n", 1u << last);
+    fclose(f);
+    assert_int_equal(strata_comm_create(&config, &one_rank, &comm), STRATA_OK);
+    proxy_cpus(got, sizeof(got));
+    strata_comm_destroy(comm);
+    unlink(path);
+    snprintf(want, sizeof(want), "%d", last);
+    assert_string_equal(got, want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -148,6 +232,7 @@ int main(void)
         cmocka_unit_test(test_queries),
         cmocka_unit_test(test_comm_destroyed_before_moe),
         cmocka_unit_test(test_topology_overlay),
+        cmocka_unit_test(test_proxy_pinned_near_its_nic),
     };
 
     mallopt(M_PERTURB, 0xa5); /* freed memory reads as 0x5a...: a use after free crashes */
