@@ -1,8 +1,9 @@
 /*
  * strata-bench intra: MoE dispatch+combine between the ranks of one node through the
- * intra-node tier, against two baselines run in the same processes on the same tokens:
- * a plain memcpy of the same payload bytes, and MPI_Alltoallv (pack by destination, send,
- * send back, weighted sum). Launched by mpirun; MPI also coordinates the ranks.
+ * intra-node tier, against baselines run in the same processes on the same tokens: a plain
+ * memcpy of the same payload bytes, MPI_Alltoallv (pack by destination, send, send back,
+ * weighted sum), and on a GPU the device-to-device copy of the payload. Launched by mpirun
+ * (one rank: every expert local); MPI also coordinates the ranks.
  *
  *   mpirun -n 2 strata-bench intra [--tokens N[,N...]] [--hidden H] [--topk K]
  *          [--experts E] [--iters N] [--device host]
@@ -119,6 +120,37 @@ static void bench_intra_run_memcpy(bench_intra_t *b, bench_intra_result_t *r)
     r->gbps = bench_intra_payload(b) / (double)r->step.p50;
     free(src);
     free(dst);
+}
+
+/*
+ * On a GPU, the copy of the same payload bytes from device memory to device memory in the
+ * same process (the backend's copy, which waits for it): the bandwidth the kernels can at
+ * best reach, against which their dispatch+combine is measured.
+ */
+static void bench_intra_run_device_copy(bench_intra_t *b, bench_intra_result_t *r)
+{
+    static util_histogram_t hs;
+    size_t bytes = (size_t)bench_intra_payload(b);
+    void *src = NULL, *dst = NULL;
+
+    BENCH_TRY(b->device->mem_alloc(bytes, &src));
+    BENCH_TRY(b->device->mem_alloc(bytes, &dst));
+    BENCH_TRY(b->device->mem_set(src, 1, bytes));
+    for (int i = -2; i < b->iters; ++i) {
+        uint64_t t0;
+
+        MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+        t0 = util_clock_now_ns();
+        BENCH_TRY(b->device->mem_copy(dst, src, bytes));
+        if (i >= 0) {
+            util_histogram_record(&hs, util_clock_now_ns() - t0);
+        }
+    }
+    memset(r, 0, sizeof(*r));
+    bench_intra_summary(&hs, &r->step);
+    r->gbps = bench_intra_payload(b) / (double)r->step.p50;
+    b->device->mem_free(src);
+    b->device->mem_free(dst);
 }
 
 /* Counts and order of the rows each rank sends: (token, k) grouped by owner rank. */
@@ -284,6 +316,18 @@ static void bench_intra_measure(bench_intra_t *b, intra_moe_t *moe, tool_progres
         printf("%6d strata/alltoallv | push %.2fx   pull %.2fx (step p50 speed-up)\n", b->tokens,
                (double)mpi.step.p50 / (double)push.step.p50,
                (double)mpi.step.p50 / (double)pull.step.p50);
+    }
+    if (b->device->memory != INTRA_MEMORY_HOST) {
+        bench_intra_result_t device;
+
+        bench_intra_run_device_copy(b, &device);
+        if (b->rank == 0) {
+            bench_intra_print_row("device copy", b->tokens, &device, &copy);
+            printf("%6d strata/device copy | push %.2fx   pull %.2fx (GB/s at step p50)\n",
+                   b->tokens, push.gbps / device.gbps, pull.gbps / device.gbps);
+        }
+    }
+    if (b->rank == 0) {
         fflush(stdout);
     }
 }
