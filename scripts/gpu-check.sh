@@ -4,12 +4,23 @@
 # GPU through IPC handles, checked against the sequential reference), the two-tier step on
 # the GPU across 2 simulated nodes x 2 ranks (network namespaces, tcp between them, with
 # FI_HMEM or the pinned host bounce buffer; synchronous, stream-ordered, and captured in a
-# CUDA graph and replayed), and strata-bench intra on the GPU. Everything else runs in
-# scripts/test.sh. Exits non-zero if a check fails, and says so if there is no GPU.
-# Usage: scripts/gpu-check.sh [build-dir]     (default: build-gpu)
+# CUDA graph and replayed), and strata-bench intra on the GPU: one rank with every expert
+# local against the device-to-device copy of the same bytes (the figure that means
+# something on one GPU), and 2 and 4 ranks where MPS lets them share it. Everything else
+# runs in scripts/test.sh. Exits non-zero if a check fails, and says so if there is no GPU.
+# Usage: scripts/gpu-check.sh [--deps BUNDLE] [build-dir]     (default: build-gpu)
+#   --deps BUNDLE: a folder of scripts/deps-bundle.sh, for a node without the packages
+#   (air-gapped, not Debian, no root): unpacked into a scratch prefix that the build uses.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
+if [ "${1:-}" = --deps ]; then
+    [ $# -ge 2 ] || { echo "usage: $0 [--deps BUNDLE] [build-dir]" >&2; exit 2; }
+    prefix=$(mktemp -d /tmp/strata-deps-XXXXXX)
+    eval "$("$top/scripts/deps-bundle.sh" --install "$2" "$prefix")"
+    echo "gpu-check: dependencies from $2, unpacked in $prefix"
+    shift 2
+fi
 build=${1:-$top/build-gpu}
 jobs=$(nproc)
 log=$(mktemp /tmp/strata-gpu-check-XXXXXX)
@@ -76,8 +87,32 @@ if grep -E '(gpu_device|moe_graph) .*Skipped' "$log"; then
 fi
 
 if [ -x "$build/tools/strata-bench" ] && command -v mpirun >/dev/null 2>&1; then
-    echo "=== strata-bench intra on $backend (2 ranks on one GPU)"
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-    timeout 300 mpirun --oversubscribe -n 2 "$build/tools/strata-bench" intra --device "$backend"
+    bench=(intra --device "$backend" --tokens 128,4096 --hidden 7168)
+    echo "=== strata-bench intra on $backend: 1 rank, every expert local, hidden 7168, bf16"
+    timeout 300 mpirun -n 1 "$build/tools/strata-bench" "${bench[@]}" | tee "$log"
+    ratio=$(awk '$1 == 4096 && $2 == "strata/device" {print $6}' "$log" | tr -d x)
+    if [ -n "$ratio" ]; then
+        awk -v r="$ratio" 'BEGIN { printf "gpu-check: push at 4096 tokens reaches %.2fx of the device copy (target 0.50x): %s\n", r, r >= 0.5 ? "met" : "NOT met" }'
+    fi
+    # Ranks sharing one GPU time-slice it unless MPS runs: only then do 2 and 4 ranks mean
+    # anything.
+    if [ "$backend" = cuda ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+        mps=$(mktemp -d /tmp/strata-mps-XXXXXX)
+        export CUDA_MPS_PIPE_DIRECTORY=$mps CUDA_MPS_LOG_DIRECTORY=$mps
+        if nvidia-cuda-mps-control -d; then
+            for n in 2 4; do
+                echo "=== strata-bench intra on $backend: $n ranks under MPS"
+                timeout 300 mpirun --oversubscribe -n $n "$build/tools/strata-bench" "${bench[@]}" || status=1
+            done
+            echo quit | nvidia-cuda-mps-control || true
+        else
+            echo "gpu-check: MPS would not start: no runs of several ranks" >&2
+        fi
+        rm -rf "$mps"
+    else
+        echo "gpu-check: no MPS here: no runs of several ranks on the one GPU (they would time-slice it)"
+    fi
+    [ $status -eq 0 ] || { echo "gpu-check: a benchmark under MPS failed" >&2; exit 1; }
 fi
 echo "gpu-check: passed on $backend"
