@@ -113,6 +113,14 @@ typedef struct intra_device_ops {
      * from the transfer engine's proxy thread.
      */
     void (*flush_remote_writes)(int device);
+    /**
+     * Whether what a NIC writes into this thread's GPU's memory can be made visible to its
+     * kernels before they are told of it: the GPU orders such writes itself, or
+     * flush_remote_writes works on it. STRATA_ERR_UNSUPPORTED, with reason
+     * (UTIL_REASON_LEN), where neither holds: the network must then not write there. NULL
+     * where there is one memory for all (the host).
+     */
+    strata_status_t (*remote_writes_visible)(char *reason);
 
     /** A zeroed region of size bytes that peers can open; region_p set only on success. */
     strata_status_t (*region_create)(size_t size, intra_region_t *region_p);

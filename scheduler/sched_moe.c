@@ -191,13 +191,24 @@ static int *sched_copy_ints(const int *src, int n)
 /* Whether the network area goes in the heap (registered as the device's memory). */
 static strata_status_t sched_choose_area(sched_moe_t *moe, int net_memory, bool *in_heap_p)
 {
-    bool can = inter_engine_can_register(moe->world.engine, sched_mem_kind(moe->world.device));
+    const intra_device_ops_t *d = moe->world.device;
+    bool can = inter_engine_can_register(moe->world.engine, sched_mem_kind(d));
+    char why[UTIL_REASON_LEN] = "";
 
+    if (!can) {
+        util_reason(why, "%s cannot register %s memory",
+                    inter_engine_transport_name(moe->world.engine), d->name);
+    } else if (d->remote_writes_visible != NULL) {
+        /* Checked once here, rather than failing at every publish of what arrived. */
+        can = d->remote_writes_visible(why) == STRATA_OK;
+    }
     *in_heap_p = net_memory != 2 && can;
     if (net_memory == 1 && !can) {
-        UTIL_LOG_ERROR("moe: STRATA_MOE_NET_MEMORY=heap, but %s cannot register %s memory",
-                       inter_engine_transport_name(moe->world.engine), moe->world.device->name);
+        UTIL_LOG_ERROR("moe: STRATA_MOE_NET_MEMORY=heap, but %s", why);
         return STRATA_ERR_UNSUPPORTED;
+    }
+    if (net_memory == 0 && !can) {
+        UTIL_LOG_INFO("moe: the network area goes in a pinned host bounce buffer: %s", why);
     }
     return STRATA_OK;
 }

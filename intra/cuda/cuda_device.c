@@ -76,6 +76,20 @@ static bool cuda_thread_chose_device(void)
 #define GPU_FLUSH_REMOTE_WRITES() \
     cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice, \
                                        cudaFlushGPUDirectRDMAWritesToOwner)
+/* Whether GPU device orders GPUDirect RDMA writes for its own kernels (no flush needed), and
+ * whether it can flush them (cudaDeviceFlushGPUDirectRDMAWrites). */
+static int cuda_device_attribute(enum cudaDeviceAttr attr, int device)
+{
+    int value = 0;
+
+    return cudaDeviceGetAttribute(&value, attr, device) == cudaSuccess ? value : 0;
+}
+#define GPU_REMOTE_WRITES_ORDERED(device) \
+    (cuda_device_attribute(cudaDevAttrGPUDirectRDMAWritesOrdering, device) >= \
+     cudaGPUDirectRDMAWritesOrderingOwner)
+#define GPU_REMOTE_WRITES_FLUSHED(device) \
+    ((cuda_device_attribute(cudaDevAttrGPUDirectRDMAFlushWritesOptions, device) & \
+      cudaFlushGPUDirectRDMAWritesOptionHost) != 0)
 #define gpuHostAlloc                  cudaHostAlloc
 #define gpuHostGetDevicePointer       cudaHostGetDevicePointer
 #define gpuFreeHost                   cudaFreeHost

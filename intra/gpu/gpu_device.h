@@ -309,6 +309,31 @@ static void gpu_host_free(void *host)
     }
 }
 
+/* NIC writes into this GPU's memory, visible before its kernels hear of them: ordered by the
+ * GPU for its own kernels, or flushed (GPU_REMOTE_WRITES_ORDERED and _FLUSHED, in the
+ * backend's file). A backend with neither cannot promise it. */
+static strata_status_t gpu_remote_writes_visible(char *reason)
+{
+    int device = 0;
+    strata_status_t status = gpu_current_device(&device);
+
+    if (status != STRATA_OK) {
+        util_reason(reason, "no current GPU");
+        return status;
+    }
+#if defined(GPU_REMOTE_WRITES_ORDERED) && defined(GPU_REMOTE_WRITES_FLUSHED)
+    if (GPU_REMOTE_WRITES_ORDERED(device) || GPU_REMOTE_WRITES_FLUSHED(device)) {
+        return STRATA_OK;
+    }
+    util_reason(reason, "%s GPU %d neither orders GPUDirect RDMA writes for its kernels nor "
+                "can flush them", GPU_NAME, device);
+#else
+    util_reason(reason, "the %s backend has no way yet to flush GPUDirect RDMA writes into "
+                "GPU %d before its kernels read them", GPU_NAME, device);
+#endif
+    return STRATA_ERR_UNSUPPORTED;
+}
+
 #ifdef GPU_FLUSH_REMOTE_WRITES
 /* The proxy thread's call: the device first, since the thread may not have chosen one. */
 static void gpu_flush_remote_writes(int device)
@@ -678,6 +703,7 @@ const intra_device_ops_t GPU_OPS = {
 #ifdef GPU_FLUSH_REMOTE_WRITES
     .flush_remote_writes = gpu_flush_remote_writes,
 #endif
+    .remote_writes_visible = gpu_remote_writes_visible,
     .region_create      = gpu_region_create,
     .region_open        = gpu_region_open,
     .region_close       = gpu_region_close,
