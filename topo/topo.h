@@ -101,6 +101,9 @@ typedef struct topo_gpu {
      *  PCIe only; cpu_link_numa is that socket's NUMA node (index), -1 unknown. */
     topo_gpu_link_t cpu_link;
     int             cpu_link_numa;
+    /** MIG mode is on (NVML, live discovery only): its instances share this PCI address,
+     *  and CUDA IPC does not work between them. */
+    bool            mig;
 } topo_gpu_t;
 
 typedef struct topo_nic {

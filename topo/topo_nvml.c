@@ -1,5 +1,6 @@
 /*
- * NVLink discovery through NVML, loaded with dlopen at run time so strata neither links
+ * NVLink discovery, and which GPUs run in MIG mode, through NVML, loaded with dlopen at run
+ * time so strata neither links
  * nor needs the NVIDIA driver. Absent library or devices: nothing is added.
  */
 #include "topo_internal.h"
@@ -37,6 +38,7 @@ typedef struct topo_nvml_api {
     int (*link_remote_pci)(topo_nvml_device_t device, unsigned link, topo_nvml_pci_info_t *info);
     int (*link_remote_type)(topo_nvml_device_t device, unsigned link, int *type);
     int (*link_version)(topo_nvml_device_t device, unsigned link, unsigned *version);
+    int (*mig_mode)(topo_nvml_device_t device, unsigned *current, unsigned *pending);
 } topo_nvml_api_t;
 
 static bool topo_nvml_load(void *lib, topo_nvml_api_t *api)
@@ -50,6 +52,7 @@ static bool topo_nvml_load(void *lib, topo_nvml_api_t *api)
     *(void **)&api->link_remote_pci  = dlsym(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
     *(void **)&api->link_remote_type = dlsym(lib, "nvmlDeviceGetNvLinkRemoteDeviceType");
     *(void **)&api->link_version     = dlsym(lib, "nvmlDeviceGetNvLinkVersion");
+    *(void **)&api->mig_mode         = dlsym(lib, "nvmlDeviceGetMigMode"); /* optional */
     return api->init && api->shutdown && api->device_count && api->device_by_index &&
            api->pci_info && api->link_state && api->link_remote_pci;
 }
@@ -93,9 +96,14 @@ static void topo_nvml_scan_device(topo_t *topo, const topo_nvml_api_t *api,
     topo_nvml_pci_info_t self, remote;
     int active, type, a, b;
 
+    unsigned mig = 0, mig_pending = 0;
+
     if (api->pci_info(device, &self) != TOPO_NVML_SUCCESS ||
         (a = topo_nvml_gpu_index(topo, &self)) < 0) {
         return;
+    }
+    if (api->mig_mode != NULL && api->mig_mode(device, &mig, &mig_pending) == TOPO_NVML_SUCCESS) {
+        topo->gpus[a].mig = mig == TOPO_NVML_FEATURE_ON;
     }
     for (unsigned link = 0; link < TOPO_NVML_MAX_LINKS; ++link) {
         if (api->link_state(device, link, &active) != TOPO_NVML_SUCCESS ||

@@ -124,6 +124,12 @@ strata_status_t api_gpu_select(const intra_device_ops_t *ops, const topo_t *topo
                       "topology GPU %d", ops->name, ordinal, bus_id, gpu_p->topo_gpu);
         return STRATA_OK;
     }
+    if (topo_gpu(topo, index)->mig) {
+        util_reason(reason, "%s GPU %d (%s) runs in MIG mode: its instances share one PCI "
+                    "address and cannot open each other's memory by IPC, so strata needs whole "
+                    "GPUs (nvidia-smi -mig 0)", ops->name, ordinal, bus_id);
+        return STRATA_ERR_UNSUPPORTED;
+    }
     UTIL_LOG_DEBUG("comm: local rank %d drives %s GPU %d of %d (%s), topology GPU %d",
                    request->local_rank, ops->name, ordinal, count, bus_id, index);
     gpu_p->topo_gpu = index;

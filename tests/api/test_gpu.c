@@ -212,6 +212,28 @@ static void test_scope_gives_the_gpu_back(void **state)
     assert_int_equal(current, 2);
 }
 
+/* A GPU in MIG mode (as NVML tells live discovery) is refused, naming the mode. */
+static void test_mig_refused(void **state)
+{
+    topo_gpu_t *gpu = (topo_gpu_t *)topo_gpu(*state, 1); /* what discovery would have set */
+    intra_device_ops_t ops = test_ops();
+    char reason[UTIL_REASON_LEN] = "";
+    api_gpu_request_t request = {.local_rank = 1, .ordinal = -1};
+    api_gpu_t picked = {.topo_gpu = -1, .ordinal = -1};
+
+    visible[0]  = "0000:18:00.0";
+    visible[1]  = "0000:2a:00.0";
+    num_visible = 2;
+    chosen      = -1;
+    gpu->mig    = true;
+    assert_int_equal(api_gpu_select(&ops, *state, &request, &picked, reason),
+                     STRATA_ERR_UNSUPPORTED);
+    assert_non_null(strstr(reason, "MIG"));
+    gpu->mig = false;
+    assert_int_equal(api_gpu_select(&ops, *state, &request, &picked, reason), STRATA_OK);
+    assert_int_equal(picked.topo_gpu, 1);
+}
+
 static void test_blocks_fit_the_gpu(void **state)
 {
     (void)state;
@@ -232,6 +254,7 @@ int main(void)
         cmocka_unit_test(test_failures),
         cmocka_unit_test(test_adopts_the_callers_gpu),
         cmocka_unit_test(test_scope_gives_the_gpu_back),
+        cmocka_unit_test(test_mig_refused),
         cmocka_unit_test(test_blocks_fit_the_gpu),
     };
 

@@ -1,7 +1,8 @@
 /*
  * A stand-in libnvidia-ml.so.1 for test_nvml: the NVML calls topo_nvml.c makes, answering
  * for a 2-socket IBM POWER9 with 4 V100 (NVLink 2.0). Each GPU's links 0-2 go to its peer
- * GPU (0-1, 2-3) and links 3-5 to the IBM NVLink bridge of its socket. Loaded by dlopen
+ * GPU (0-1, 2-3) and links 3-5 to the IBM NVLink bridge of its socket; GPU 2 is in MIG
+ * mode. Loaded by dlopen
  * through LD_LIBRARY_PATH; nothing in strata links it.
  */
 #include <stdint.h>
@@ -35,6 +36,7 @@ int nvmlDeviceGetNvLinkState(void *device, unsigned link, int *active);
 int nvmlDeviceGetNvLinkRemotePciInfo_v2(void *device, unsigned link, fake_pci_info_t *info);
 int nvmlDeviceGetNvLinkRemoteDeviceType(void *device, unsigned link, int *type);
 int nvmlDeviceGetNvLinkVersion(void *device, unsigned link, unsigned *version);
+int nvmlDeviceGetMigMode(void *device, unsigned *current, unsigned *pending);
 
 static unsigned fake_gpu(void *device)
 {
@@ -106,5 +108,12 @@ int nvmlDeviceGetNvLinkVersion(void *device, unsigned link, unsigned *version)
     (void)device;
     (void)link;
     *version = 2;
+    return FAKE_SUCCESS;
+}
+
+/* GPU 2 runs in MIG mode; the others do not. */
+int nvmlDeviceGetMigMode(void *device, unsigned *current, unsigned *pending)
+{
+    *current = *pending = fake_gpu(device) == 2 ? 1u : 0u;
     return FAKE_SUCCESS;
 }

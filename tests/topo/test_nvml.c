@@ -51,6 +51,9 @@ static void test_power9_links(void **state)
     assert_int_equal(topo_gpu_link(topo, 0, 1)->count, 3);
     assert_float_equal(topo_gpu_link(topo, 2, 3)->gbps, 75.0, 1e-9);
     assert_int_equal(topo_gpu_link(topo, 1, 2)->kind, TOPO_LINK_NONE);
+    for (int g = 0; g < 4; ++g) { /* the fake's GPU 2 is in MIG mode */
+        assert_int_equal(topo_gpu(topo, g)->mig, g == 2);
+    }
     topo_destroy(topo);
 }
 
