@@ -61,9 +61,7 @@ static bool cuda_thread_chose_device(void)
 #define gpuGetDeviceCount             cudaGetDeviceCount
 #define gpuMalloc                     cudaMalloc
 #define gpuFree                       cudaFree
-#define gpuMemcpy                     cudaMemcpy
 #define gpuMemcpyDefault              cudaMemcpyDefault
-#define gpuMemset                     cudaMemset
 #define gpuDeviceSynchronize          cudaDeviceSynchronize
 #define gpuIpcMemHandle_t             cudaIpcMemHandle_t
 #define gpuIpcGetMemHandle            cudaIpcGetMemHandle

@@ -10,6 +10,7 @@
 
 #include "util/util.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,14 +107,42 @@ static void gpu_mem_free(void *ptr)
 }
 
 /*
- * Complete on return, in both directions: a copy from pageable host memory may return
- * before its DMA lands, and a memset of device memory runs asynchronously, both on the
- * legacy stream, which does not order work on a caller's non-blocking stream. So each
- * waits for the legacy stream before it returns; kernels launched afterwards on any
- * stream see the result.
+ * The backend's own copies (made at creation and by tools, off the step path) run on a
+ * non-blocking stream of its own per GPU, never the legacy stream, which would wait for a
+ * framework's work there (and it for them); each is waited for, so it is complete on return
+ * and kernels launched afterwards on any stream see it.
  */
+#define GPU_MAX_DEVICES 64
+
+static pthread_mutex_t gpu_copy_lock = PTHREAD_MUTEX_INITIALIZER;
+static gpuStream_t     gpu_copy_streams[GPU_MAX_DEVICES];
+
+static strata_status_t gpu_copy_stream(gpuStream_t *stream_p)
+{
+    int device = 0;
+    strata_status_t status = gpu_status(gpuGetDevice(&device), "get device");
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (device < 0 || device >= GPU_MAX_DEVICES) {
+        UTIL_LOG_ERROR("%s device: GPU %d is past the %d this backend serves", GPU_NAME, device,
+                       GPU_MAX_DEVICES);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    pthread_mutex_lock(&gpu_copy_lock);
+    if (gpu_copy_streams[device] == NULL) {
+        status = gpu_status(gpuStreamCreateWithFlags(&gpu_copy_streams[device],
+                                                     gpuStreamNonBlocking), "stream create");
+    }
+    *stream_p = gpu_copy_streams[device];
+    pthread_mutex_unlock(&gpu_copy_lock);
+    return status;
+}
+
 static strata_status_t gpu_mem_copy(void *dst, const void *src, size_t size)
 {
+    gpuStream_t stream;
     strata_status_t status;
 
     if (size > 0 && (dst == NULL || src == NULL)) {
@@ -122,12 +151,17 @@ static strata_status_t gpu_mem_copy(void *dst, const void *src, size_t size)
     if (size == 0) {
         return STRATA_OK;
     }
-    status = gpu_status(gpuMemcpy(dst, src, size, gpuMemcpyDefault), "memcpy");
-    return status == STRATA_OK ? gpu_status(gpuStreamSynchronize(0), "memcpy wait") : status;
+    status = gpu_copy_stream(&stream);
+    if (status == STRATA_OK) {
+        status = gpu_status(gpuMemcpyAsync(dst, src, size, gpuMemcpyDefault, stream), "memcpy");
+    }
+    return status == STRATA_OK ? gpu_status(gpuStreamSynchronize(stream), "memcpy wait")
+                               : status;
 }
 
 static strata_status_t gpu_mem_set(void *dst, int value, size_t size)
 {
+    gpuStream_t stream;
     strata_status_t status;
 
     if (size > 0 && dst == NULL) {
@@ -136,8 +170,12 @@ static strata_status_t gpu_mem_set(void *dst, int value, size_t size)
     if (size == 0) {
         return STRATA_OK;
     }
-    status = gpu_status(gpuMemset(dst, value, size), "memset");
-    return status == STRATA_OK ? gpu_status(gpuStreamSynchronize(0), "memset wait") : status;
+    status = gpu_copy_stream(&stream);
+    if (status == STRATA_OK) {
+        status = gpu_status(gpuMemsetAsync(dst, value, size, stream), "memset");
+    }
+    return status == STRATA_OK ? gpu_status(gpuStreamSynchronize(stream), "memset wait")
+                               : status;
 }
 
 static strata_status_t gpu_synchronize(void)
@@ -359,12 +397,9 @@ static strata_status_t gpu_region_create(size_t size, intra_region_t *region_p)
     if (status != STRATA_OK) {
         return status;
     }
-    status = gpu_status(gpuMemset(region.base, 0, size), "memset");
+    status = gpu_mem_set(region.base, 0, size); /* complete before a peer opens it */
     if (status == STRATA_OK) {
         status = gpu_status(gpuIpcGetMemHandle(&handle, region.base), "IPC handle");
-    }
-    if (status == STRATA_OK) {
-        status = gpu_synchronize();
     }
     if (status != STRATA_OK) {
         gpu_mem_free(region.base);

@@ -21,9 +21,7 @@
 #define gpuGetDeviceCount             hipGetDeviceCount
 #define gpuMalloc                     hipMalloc
 #define gpuFree                       hipFree
-#define gpuMemcpy                     hipMemcpy
 #define gpuMemcpyDefault              hipMemcpyDefault
-#define gpuMemset                     hipMemset
 #define gpuDeviceSynchronize          hipDeviceSynchronize
 #define gpuIpcMemHandle_t             hipIpcMemHandle_t
 #define gpuIpcGetMemHandle            hipIpcGetMemHandle
