@@ -131,6 +131,11 @@ typedef struct inter_engine_params {
      *  binds it to the rank's GPU, whose runtime a provider may call; NULL: nothing. */
     void      (*proxy_start_fn)(void *ctx);
     void       *proxy_start_ctx;
+    /** Exports device memory as a dma-buf (inter/transport.h), for transports that register
+     *  GPU memory without a peer-memory module; NULL: none. */
+    strata_status_t (*dmabuf_fn)(void *ctx, void *addr, size_t len, int *fd_p,
+                                 uint64_t *offset_p);
+    void       *dmabuf_ctx;
 } inter_engine_params_t;
 
 /** The STRATA_INTER_* variables. */

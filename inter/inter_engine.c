@@ -271,7 +271,9 @@ void inter_engine_rail_params(const inter_engine_params_t *params, int rail,
         .device_memory = params->device_memory,
         .msg_bytes     = sizeof(inter_msg_header_t) + params->msg_size, /* a slot */
         .shared_memory = !params->forbid_shared_memory,
-        .delivery_complete = params->rate_control};
+        .delivery_complete = params->rate_control,
+        .dmabuf_fn     = params->dmabuf_fn,
+        .dmabuf_ctx    = params->dmabuf_ctx};
 }
 
 /* What rail r's transport is opened with. */

@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 extern const inter_transport_ops_t ofi_transport_ops;
 #ifdef STRATA_HAVE_UCX
@@ -142,4 +143,20 @@ strata_status_t inter_transport_select(const char *choice, const inter_transport
     snprintf(why, why_len, "auto: %s", best_probe.why);
     *ops_p = best;
     return STRATA_OK;
+}
+
+const char *inter_peer_memory_module(inter_mem_kind_t kind)
+{
+    static const char *const cuda[] = {"/sys/kernel/mm/memory_peers/nv_mem/version",
+                                       "/sys/module/nvidia_peermem/version", NULL};
+    static const char *const rocm[] = {"/sys/kernel/mm/memory_peers/amdkfd/version", NULL};
+    const char *const *paths = kind == INTER_MEM_CUDA ? cuda : kind == INTER_MEM_ROCM ? rocm
+                                                                                      : NULL;
+
+    for (int i = 0; paths != NULL && paths[i] != NULL; ++i) {
+        if (access(paths[i], F_OK) == 0) {
+            return paths[i];
+        }
+    }
+    return NULL;
 }

@@ -38,6 +38,21 @@ typedef struct inter_transport {
     size_t   addr_size;
 } inter_transport_t;
 
+/**
+ * A dma-buf of device memory [addr, addr + len): *fd_p (the callee's to close once it has
+ * registered) and addr's offset in it. What a transport uses to register GPU memory where
+ * no peer-memory module pins it.
+ */
+typedef strata_status_t (*inter_dmabuf_fn_t)(void *ctx, void *addr, size_t len, int *fd_p,
+                                             uint64_t *offset_p);
+
+/**
+ * The peer-memory module that lets a NIC driver pin GPU memory of kind for ibv_reg_mr on its
+ * pointer (nvidia-peermem or the older nv_peer_mem; ROCm's amdkfd): the file that shows it
+ * is loaded, or NULL where none is.
+ */
+const char *inter_peer_memory_module(inter_mem_kind_t kind);
+
 typedef struct inter_transport_params {
     int         rank;       /* this rank, and how many there are (per-peer endpoints) */
     int         world_size;
@@ -54,6 +69,9 @@ typedef struct inter_transport_params {
      * host (ofi: FI_DELIVERY_COMPLETE); the rate controller's signal. Where completion
      * already means that (verbs RC) or cannot (ucx), ignored. */
     bool        delivery_complete;
+    /* Exports device memory as a dma-buf, NULL where that cannot be done (verbs). */
+    inter_dmabuf_fn_t dmabuf_fn;
+    void       *dmabuf_ctx;
 } inter_transport_params_t;
 
 /*

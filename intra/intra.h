@@ -63,6 +63,15 @@ typedef struct intra_device_ops {
     strata_status_t (*mem_alloc)(size_t size, void **ptr_p);
     /** Tolerates NULL. */
     void (*mem_free)(void *ptr);
+    /**
+     * A dma-buf of this backend's memory at ptr (size bytes within one allocation), so that
+     * a NIC driver can register it without a peer-memory module: *fd_p (the caller closes
+     * it) covers the whole allocation and *offset_p is ptr's offset in it; both set only on
+     * success. On failure reason (UTIL_REASON_LEN) says why. NULL where the backend has no
+     * way to export (the host; HIP builds without hsa_amd_portable_export_dmabuf).
+     */
+    strata_status_t (*mem_export_dmabuf)(void *ptr, size_t size, int *fd_p, uint64_t *offset_p,
+                                         char *reason);
     strata_status_t (*mem_copy)(void *dst, const void *src, size_t size);
     strata_status_t (*mem_set)(void *dst, int value, size_t size);
     /** Wait until every operation issued so far has completed. */

@@ -77,6 +77,7 @@ typedef struct sched_net_offsets {
 typedef struct sched_net {
     sched_net_offsets_t offsets;
     bool               bounce;
+    bool               heap_required; /* STRATA_MOE_NET_MEMORY=heap: no falling back */
     char              *area;        /* device address */
     size_t             area_heap;   /* its offset in the heap (not bounce) */
     void              *bounce_host; /* the bounce buffer, host view */

@@ -235,7 +235,8 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
          (status = sched_choose_area(moe, choices.net_memory, &in_heap)) != STRATA_OK)) {
         return status;
     }
-    moe->net.bounce = moe->geo.num_peers > 0 && !in_heap;
+    moe->net.bounce        = moe->geo.num_peers > 0 && !in_heap;
+    moe->net.heap_required = choices.net_memory == 1;
     if ((status = sched_net_place(moe)) != STRATA_OK ||
         (status = sched_watch_failures(moe)) != STRATA_OK ||
         (status = sched_open_intra(moe, world, in_heap)) != STRATA_OK ||

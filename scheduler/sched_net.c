@@ -99,6 +99,15 @@ static strata_status_t sched_net_register(sched_moe_t *moe)
                                                 device,
                                                 &net->mr);
     }
+    if (status == STRATA_ERR_UNSUPPORTED && !net->heap_required) {
+        /* The transport offered GPU memory, but this registration failed (a NIC driver
+         * without dma-buf, say): the bounce buffer works everywhere. */
+        UTIL_LOG_INFO("moe: %s could not register the heap's %s memory: the network area "
+                      "goes in a pinned host bounce buffer instead",
+                      inter_engine_transport_name(moe->world.engine), d->name);
+        net->bounce = true;
+        return sched_net_register(moe);
+    }
     net->area      = (char *)intra_heap_base(moe->heap, local) + net->area_heap;
     net->mr_offset = net->area_heap;
     return status;

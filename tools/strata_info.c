@@ -295,6 +295,25 @@ static bool check_transport(info_check_t *check)
     return true;
 }
 
+/* How the NIC would reach the GPU's memory (the network area of a MoE object). */
+static void check_gpu_memory(const info_check_t *check)
+{
+    const char *module = inter_peer_memory_module(check->engine.device_memory);
+
+    if (check->engine.device_memory == INTER_MEM_HOST) {
+        printf("gpu memory: none (the %s backend)\n", check->device->name);
+    } else if (module != NULL) {
+        printf("gpu memory: registered through the peer-memory module (%s)\n", module);
+    } else if (check->device->mem_export_dmabuf != NULL) {
+        printf("gpu memory: registered by dma-buf where the NIC driver takes it (no "
+               "peer-memory module; verbs, and libfabric's FI_MR_DMABUF from 1.20), else the "
+               "pinned host bounce buffer\n");
+    } else {
+        printf("gpu memory: the pinned host bounce buffer (no peer-memory module, and the %s "
+               "backend exports no dma-buf)\n", check->device->name);
+    }
+}
+
 /* How many rails, from what: STRATA_INTER_RAILS, else the NICs the plan gives the GPU. */
 static void check_rail_count(const info_check_t *check)
 {
@@ -384,6 +403,7 @@ static int info_check(void)
         if (transport) {
             check_rails(&check);
         }
+        check_gpu_memory(&check);
         check_progress(&check);
     }
     topo_rail_plan_destroy(check.plan);

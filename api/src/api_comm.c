@@ -316,6 +316,21 @@ static void api_comm_proxy_start(void *ctx)
     }
 }
 
+/* The engine's way to GPU memory where no peer-memory module pins it: a dma-buf of it. */
+static strata_status_t api_comm_export_dmabuf(void *ctx, void *addr, size_t len, int *fd_p,
+                                              uint64_t *offset_p)
+{
+    const strata_comm_t *comm = ctx;
+    char reason[UTIL_REASON_LEN] = "";
+    strata_status_t status = comm->device->mem_export_dmabuf(addr, len, fd_p, offset_p, reason);
+
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("comm: no dma-buf of %zu bytes of GPU memory for the NIC: %s", len,
+                       reason);
+    }
+    return status;
+}
+
 /* The inter-node engine: one rail per NIC the rail plan gives this GPU, addresses exchanged. */
 static strata_status_t api_comm_start_engine(strata_comm_t *comm)
 {
@@ -335,6 +350,10 @@ static strata_status_t api_comm_start_engine(strata_comm_t *comm)
     api_gpu_engine_params(comm->device, comm->topo, comm->plan, comm->gpu, &params);
     params.proxy_start_fn  = api_comm_proxy_start;
     params.proxy_start_ctx = comm;
+    if (comm->device->mem_export_dmabuf != NULL) {
+        params.dmabuf_fn  = api_comm_export_dmabuf;
+        params.dmabuf_ctx = comm;
+    }
     status = inter_engine_create(&params, &comm->engine);
     if (status != STRATA_OK) {
         return status;

@@ -203,6 +203,9 @@ typedef struct verbs_transport {
     bool                shut;
     pthread_mutex_t     mr_lock;
     verbs_mr_t         *mrs;
+    /* GPU memory registers through a dma-buf (no peer-memory module), exported by this */
+    inter_dmabuf_fn_t   dmabuf_fn;
+    void               *dmabuf_ctx;
 } verbs_transport_t;
 
 static inline verbs_transport_t *verbs_of(inter_transport_t *tp)

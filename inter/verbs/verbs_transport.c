@@ -228,24 +228,6 @@ static strata_status_t verbs_choose_gid(verbs_transport_t *vt, const struct ibv_
     return STRATA_OK;
 }
 
-/* Device memory registers by ibv_reg_mr on its pointer only where a peer-memory module
- * lets the kernel pin it (nvidia-peermem, or the older nv_peer_mem; ROCm's amdkfd). */
-static bool verbs_peer_memory(inter_mem_kind_t kind)
-{
-    static const char *const cuda[] = {"/sys/kernel/mm/memory_peers/nv_mem/version",
-                                       "/sys/module/nvidia_peermem/version", NULL};
-    static const char *const rocm[] = {"/sys/kernel/mm/memory_peers/amdkfd/version", NULL};
-    const char *const *paths = kind == INTER_MEM_CUDA ? cuda : kind == INTER_MEM_ROCM ? rocm
-                                                                                      : NULL;
-
-    for (int i = 0; paths != NULL && paths[i] != NULL; ++i) {
-        if (access(paths[i], F_OK) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
-
 static struct ibv_qp *verbs_create_qp(verbs_transport_t *vt, uint32_t *inline_p)
 {
     struct ibv_qp_init_attr init = {
@@ -383,8 +365,14 @@ static strata_status_t verbs_open_port(verbs_transport_t *vt, const inter_transp
     vt->base.max_rma_size  = port.max_msg_sz;
     vt->base.rx_cq_data    = true; /* a write with immediate consumes a receive */
     vt->base.addr_size     = verbs_addr_size(vt->world);
-    vt->base.hmem          = params->device_memory != INTER_MEM_HOST &&
-                             verbs_peer_memory(params->device_memory);
+    if (params->device_memory != INTER_MEM_HOST &&
+        inter_peer_memory_module(params->device_memory) == NULL) {
+        vt->dmabuf_fn  = params->dmabuf_fn; /* open GPU modules, an inbox rdma-core */
+        vt->dmabuf_ctx = params->dmabuf_ctx;
+    }
+    vt->base.hmem = params->device_memory != INTER_MEM_HOST &&
+                    (inter_peer_memory_module(params->device_memory) != NULL ||
+                     vt->dmabuf_fn != NULL);
     return STRATA_OK;
 }
 
@@ -481,7 +469,9 @@ static strata_status_t verbs_open(const inter_transport_params_t *params, inter_
                   128 << vt->mtu, vt->gid_index, vt->world + 1, vt->sq_depth, vt->base.rx_size,
                   vt->base.inject_size, vt->base.has_read ? "yes" : "no",
                   params->device_memory == INTER_MEM_HOST ? "not asked for"
-                  : vt->base.hmem ? "registered (peer memory)" : "not offered (no peer memory)");
+                  : vt->dmabuf_fn != NULL ? "registered (dma-buf)"
+                  : vt->base.hmem         ? "registered (peer memory)"
+                                          : "not offered (no peer memory, no dma-buf)");
     *tp_p = &vt->base;
     return STRATA_OK;
 }
@@ -489,14 +479,40 @@ static strata_status_t verbs_open(const inter_transport_params_t *params, inter_
 /* --- Registration ---------------------------------------------------------------------------- */
 
 /*
- * requested_key cannot be honoured: the device chooses rkeys. Device memory goes through
- * ibv_reg_mr too, where a peer-memory module was found at open (tp->hmem).
+ * GPU memory through a dma-buf of it: where no peer-memory module pins GPU memory for
+ * ibv_reg_mr (open GPU kernel modules, an inbox rdma-core). NULL with errno set on failure.
+ */
+static struct ibv_mr *verbs_reg_dmabuf(verbs_transport_t *vt, void *addr, size_t len,
+                                       int access)
+{
+    struct ibv_mr *mr;
+    uint64_t offset = 0;
+    int fd = -1, err;
+
+    if (vt->dmabuf_fn(vt->dmabuf_ctx, addr, len, &fd, &offset) != STRATA_OK) {
+        errno = ENOTSUP; /* the exporter logged why */
+        return NULL;
+    }
+    mr  = ibv_reg_dmabuf_mr(vt->pd, offset, len, (uint64_t)(uintptr_t)addr, fd, access);
+    err = errno;
+    close(fd); /* the registration holds the buffer */
+    errno = err;
+    return mr;
+}
+
+/*
+ * requested_key cannot be honoured: the device chooses rkeys. GPU memory goes through
+ * ibv_reg_mr where a peer-memory module was found at open, else through a dma-buf of it
+ * (tp->hmem either way); with relaxed ordering, which the device may ignore: what the NIC
+ * writes there is made visible to the kernels by the GPU's ordering or flush, checked when
+ * a MoE object places its network area there.
  */
 static strata_status_t verbs_mem_register(inter_transport_t *tp, void *addr, size_t len,
                                           inter_mem_kind_t kind, int device,
                                           uint64_t requested_key, inter_tmr_t *mr)
 {
     verbs_transport_t *vt = verbs_of(tp);
+    int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     verbs_mr_t *vmr;
     int err;
 
@@ -509,14 +525,23 @@ static strata_status_t verbs_mem_register(inter_transport_t *tp, void *addr, siz
     if (vmr == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    vmr->mr = ibv_reg_mr(vt->pd, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                                IBV_ACCESS_REMOTE_READ);
+    if (kind == INTER_MEM_HOST) {
+        vmr->mr = ibv_reg_mr(vt->pd, addr, len, access);
+    } else if (vt->dmabuf_fn != NULL) {
+        vmr->mr = verbs_reg_dmabuf(vt, addr, len, access | IBV_ACCESS_RELAXED_ORDERING);
+    } else {
+        vmr->mr = ibv_reg_mr(vt->pd, addr, len, access | IBV_ACCESS_RELAXED_ORDERING);
+    }
     if (vmr->mr == NULL) {
         err = errno;
-        UTIL_LOG_ERROR("verbs: %s: registering %zu bytes at %p: %s", tp->name, len, addr,
+        UTIL_LOG_ERROR("verbs: %s: registering %zu bytes of %s memory at %p%s: %s", tp->name,
+                       len, kind == INTER_MEM_HOST ? "host" : "GPU", addr,
+                       kind != INTER_MEM_HOST && vt->dmabuf_fn != NULL ? " by dma-buf" : "",
                        strerror(err));
         free(vmr);
-        return err == ENOMEM ? STRATA_ERR_NO_MEMORY : STRATA_ERR_TRANSPORT;
+        return err == ENOMEM ? STRATA_ERR_NO_MEMORY
+               : err == ENOTSUP || err == EOPNOTSUPP ? STRATA_ERR_UNSUPPORTED
+                                                     : STRATA_ERR_TRANSPORT;
     }
     pthread_mutex_lock(&vt->mr_lock);
     vmr->next = vt->mrs;

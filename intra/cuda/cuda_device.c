@@ -1,13 +1,17 @@
 /*
  * CUDA device backend: the GPU backend body (intra/gpu/gpu_device.h) over the CUDA runtime.
  * Heap regions are cudaMalloc'd and shared by cudaIpc handles; kernels are cuda_kernels.cu.
+ * What the runtime lacks (the current context, dma-buf export) comes from the driver API,
+ * found through the runtime.
  */
 #include "cuda_device.h"
+#include "util/util_reason.h"
 
 #include <cuda_runtime_api.h>
-
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <unistd.h>
 
 /*
  * Whether a CUDA context is current on this thread: from CUDA 12 on, cudaSetDevice makes
@@ -15,27 +19,36 @@
  * has none. The driver's cuCtxGetCurrent, found through the runtime so that libstrata does
  * not link libcuda (which machines without a driver lack).
  */
-typedef int (*cu_ctx_get_current_fn_t)(void **ctx_p);
-
-static cu_ctx_get_current_fn_t cuda_ctx_get_current;
-
-static void cuda_find_ctx_get_current(void)
+/* A CUDA driver function found through the runtime, so that libstrata does not link
+ * libcuda (which machines without a driver lack); NULL if the driver has none. */
+static void *cuda_driver_fn(const char *name)
 {
     enum cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
     void *fn = NULL;
     cudaError_t error;
 
 #if CUDART_VERSION >= 12050
-    error = cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault,
-                                             &found);
+    error = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
 #else
-    error = cudaGetDriverEntryPoint("cuCtxGetCurrent", &fn, cudaEnableDefault, &found);
+    error = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &found);
 #endif
-    if (error == cudaSuccess && found == cudaDriverEntryPointSuccess) {
-        cuda_ctx_get_current = (cu_ctx_get_current_fn_t)fn;
-    }
+    return error == cudaSuccess && found == cudaDriverEntryPointSuccess ? fn : NULL;
 }
 
+typedef int (*cu_ctx_get_current_fn_t)(void **ctx_p);
+
+static cu_ctx_get_current_fn_t cuda_ctx_get_current;
+
+static void cuda_find_ctx_get_current(void)
+{
+    *(void **)&cuda_ctx_get_current = cuda_driver_fn("cuCtxGetCurrent");
+}
+
+/*
+ * Whether a CUDA context is current on this thread: from CUDA 12 on, cudaSetDevice makes
+ * the device's primary context current, so the caller chose a GPU; a thread that chose none
+ * has none.
+ */
 static bool cuda_thread_chose_device(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -44,6 +57,47 @@ static bool cuda_thread_chose_device(void)
     pthread_once(&once, cuda_find_ctx_get_current);
     return cuda_ctx_get_current != NULL && cuda_ctx_get_current(&ctx) == 0 && ctx != NULL;
 }
+
+/* cuMemGetAddressRange and cuMemGetHandleForAddressRange (CUDA 11.7), by the driver API's
+ * own types: CUdeviceptr is an unsigned long long. */
+typedef int (*cu_mem_range_fn_t)(unsigned long long *base, size_t *size, unsigned long long ptr);
+typedef int (*cu_mem_handle_fn_t)(void *handle, unsigned long long ptr, size_t size, int type,
+                                  unsigned long long flags);
+#define CUDA_DMA_BUF_FD 1 /* CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD */
+
+/* The whole allocation holding ptr, page-aligned, as one dma-buf (as NCCL exports it). */
+static strata_status_t cuda_mem_export_dmabuf(void *ptr, size_t size, int *fd_p,
+                                              uint64_t *offset_p, char *reason)
+{
+    cu_mem_range_fn_t range;
+    cu_mem_handle_fn_t handle;
+    unsigned long long base = 0;
+    size_t alloc = 0, page = (size_t)sysconf(_SC_PAGESIZE);
+    int fd = -1, rc;
+
+    *(void **)&range  = cuda_driver_fn("cuMemGetAddressRange");
+    *(void **)&handle = cuda_driver_fn("cuMemGetHandleForAddressRange");
+    if (range == NULL || handle == NULL) {
+        util_reason(reason, "the CUDA driver exports no dma-buf (it needs 515 or newer)");
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    rc = range(&base, &alloc, (unsigned long long)(uintptr_t)ptr);
+    if (rc != 0 || (uintptr_t)ptr + size > base + alloc) {
+        util_reason(reason, "%p is not in one CUDA allocation (CUresult %d)", ptr, rc);
+        return STRATA_ERR_INVALID;
+    }
+    rc = handle(&fd, base, (alloc + page - 1) / page * page, CUDA_DMA_BUF_FD, 0);
+    if (rc != 0 || fd < 0) {
+        util_reason(reason, "the CUDA driver refused a dma-buf of %zu bytes (CUresult %d; "
+                    "open kernel modules on a kernel with dma-buf are needed)", alloc, rc);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    *fd_p     = fd;
+    *offset_p = (uint64_t)((uintptr_t)ptr - base);
+    return STRATA_OK;
+}
+#define GPU_MEM_EXPORT_DMABUF cuda_mem_export_dmabuf
+
 #define GPU_THREAD_CHOSE_DEVICE cuda_thread_chose_device
 
 #define GPU_NAME                      "cuda"

@@ -722,6 +722,9 @@ const intra_device_ops_t GPU_OPS = {
     .probe              = gpu_probe,
     .mem_alloc          = gpu_mem_alloc,
     .mem_free           = gpu_mem_free,
+#ifdef GPU_MEM_EXPORT_DMABUF
+    .mem_export_dmabuf  = GPU_MEM_EXPORT_DMABUF,
+#endif
     .mem_copy           = gpu_mem_copy,
     .mem_set            = gpu_mem_set,
     .synchronize        = gpu_synchronize,

@@ -51,6 +51,7 @@ has '^transport: ofi (auto: STRATA_INTER_PROVIDER=tcp)$' "no-gpu-no-nic"
 has '^rails: 1 (no GPU, so no planned NIC' "no-gpu-no-nic"
 has '^rail 0: ofi tcp;ofi_rxm lo (STRATA_INTER_IFACE=lo)$' "no-gpu-no-nic"
 grep -q '^rail 1' <<<"$out" && fail "no-gpu-no-nic: a second rail"
+has '^gpu memory: none (the host backend)$' "no-gpu-no-nic"
 has '^communicator: can be created' "no-gpu-no-nic"
 
 # 8 H100 and 8 ConnectX-7, GPUn beside mlx5_n: local rank 5 takes GPU 5 and its NIC.
