@@ -503,9 +503,9 @@ static struct ibv_mr *verbs_reg_dmabuf(verbs_transport_t *vt, void *addr, size_t
 /*
  * requested_key cannot be honoured: the device chooses rkeys. GPU memory goes through
  * ibv_reg_mr where a peer-memory module was found at open, else through a dma-buf of it
- * (tp->hmem either way); with relaxed ordering, which the device may ignore: what the NIC
- * writes there is made visible to the kernels by the GPU's ordering or flush, checked when
- * a MoE object places its network area there.
+ * (tp->hmem either way). Not with relaxed ordering: a completion could then overtake the
+ * data it stands for on the way to GPU memory, and only the MoE network area is guarded by
+ * a flush; the point-to-point API's buffers are not.
  */
 static strata_status_t verbs_mem_register(inter_transport_t *tp, void *addr, size_t len,
                                           inter_mem_kind_t kind, int device,
@@ -528,9 +528,9 @@ static strata_status_t verbs_mem_register(inter_transport_t *tp, void *addr, siz
     if (kind == INTER_MEM_HOST) {
         vmr->mr = ibv_reg_mr(vt->pd, addr, len, access);
     } else if (vt->dmabuf_fn != NULL) {
-        vmr->mr = verbs_reg_dmabuf(vt, addr, len, access | IBV_ACCESS_RELAXED_ORDERING);
+        vmr->mr = verbs_reg_dmabuf(vt, addr, len, access);
     } else {
-        vmr->mr = ibv_reg_mr(vt->pd, addr, len, access | IBV_ACCESS_RELAXED_ORDERING);
+        vmr->mr = ibv_reg_mr(vt->pd, addr, len, access);
     }
     if (vmr->mr == NULL) {
         err = errno;
