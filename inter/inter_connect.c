@@ -179,6 +179,24 @@ static int inter_unwired_peer(const inter_engine_t *engine, bool *failed_p)
     return failed;
 }
 
+/* The proxy thread, started on its CPUs (inter_proxy_cpus) from its first instruction. */
+static int inter_proxy_start(inter_engine_t *engine)
+{
+    pthread_attr_t attr;
+    cpu_set_t cpus;
+    int rc;
+
+    if (pthread_attr_init(&attr) != 0) {
+        return -1;
+    }
+    if (inter_proxy_cpus(engine, &cpus)) {
+        (void)pthread_attr_setaffinity_np(&attr, sizeof(cpus), &cpus);
+    }
+    rc = pthread_create(&engine->proxy, &attr, inter_proxy_main, engine);
+    pthread_attr_destroy(&attr);
+    return rc;
+}
+
 /* Waits until a message (a heartbeat at least) came from every peer: the provider's
  * connections to all of them are then made, both ways, before any caller's traffic. None
  * is left half-made when a rank closes its endpoint soon after: a connection request the
@@ -238,7 +256,7 @@ strata_status_t inter_engine_connect(inter_engine_t *engine, const void *blobs)
     atomic_store(&engine->proxy_target, -1);
     atomic_store(&engine->wedged_on, -1);
     atomic_store(&engine->running, true);
-    if (pthread_create(&engine->proxy, NULL, inter_proxy_main, engine) != 0) {
+    if (inter_proxy_start(engine) != 0) {
         atomic_store(&engine->running, false);
         engine->connect_failed = true;
         UTIL_LOG_ERROR("engine: cannot start the proxy thread");

@@ -10,6 +10,7 @@
 #include "util/util.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 #define INTER_RX_SLOTS      64  /* receive buffers per rail, where messages alone use them */
@@ -355,6 +356,8 @@ void inter_engine_announce_failure(inter_engine_t *engine);
 
 /* inter_proxy.c */
 void *inter_proxy_main(void *arg);
+/** The CPUs the proxy thread is started on; false: wherever the process runs. */
+bool  inter_proxy_cpus(const inter_engine_t *engine, cpu_set_t *set_p);
 /* Stop the progress thread's loop (it is joined after). */
 void  inter_proxy_stop(inter_engine_t *engine);
 void  inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why);

@@ -607,34 +607,31 @@ static void inter_proxy_beat(inter_engine_t *engine)
  * The proxy on the CPUs nearest its NIC and GPU (params.proxy_cpus), as far as the process
  * may run there: a memory access of the NIC's or the GPU's then does not cross sockets. A
  * list that shares no CPU with the process's (a container's share, a topology file of
- * another machine) leaves the thread where it is.
+ * another machine) leaves the thread where it would be: false.
  */
-static void inter_proxy_pin(const inter_engine_t *engine)
+bool inter_proxy_cpus(const inter_engine_t *engine, cpu_set_t *set_p)
 {
     const char *list = engine->params.proxy_cpus;
-    cpu_set_t near, allowed, both;
+    cpu_set_t near, allowed;
 
     if (list[0] == '\0') {
-        return;
+        return false;
     }
     if (util_cpus_parse(list, &near) != STRATA_OK) {
         UTIL_LOG_WARN("engine: the proxy's CPUs \"%s\" are not a CPU list: not pinned", list);
-        return;
+        return false;
     }
     if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
-        return;
+        return false;
     }
-    CPU_AND(&both, &near, &allowed);
-    if (CPU_COUNT(&both) == 0) {
+    CPU_AND(set_p, &near, &allowed);
+    if (CPU_COUNT(set_p) == 0) {
         UTIL_LOG_INFO("engine: the CPUs nearest the NIC (%s) are none this process may use: "
                       "the proxy is not pinned", list);
-        return;
+        return false;
     }
-    if (pthread_setaffinity_np(pthread_self(), sizeof(both), &both) != 0) {
-        UTIL_LOG_WARN("engine: pinning the proxy to CPUs %s failed: not pinned", list);
-        return;
-    }
-    UTIL_LOG_DEBUG("engine: the proxy runs on %d CPUs of %s", CPU_COUNT(&both), list);
+    UTIL_LOG_DEBUG("engine: the proxy runs on %d CPUs of %s", CPU_COUNT(set_p), list);
+    return true;
 }
 
 void *inter_proxy_main(void *arg)
@@ -643,7 +640,6 @@ void *inter_proxy_main(void *arg)
     unsigned idle = 0;
     int work;
 
-    inter_proxy_pin(engine);
     if (engine->params.proxy_start_fn != NULL) {
         engine->params.proxy_start_fn(engine->params.proxy_start_ctx);
     }
