@@ -16,6 +16,7 @@ typedef struct sched_moe_config {
     uint64_t timeout_ns;
     int      net_memory;
     int      combine;
+    int64_t  ring_slots;
 } sched_moe_config_t;
 
 static const char *const sched_route_names[] = {"auto", "flat", "hierarchical", NULL};
@@ -54,6 +55,10 @@ static const util_config_field_t sched_moe_config_fields[] = {
             "write through), or auto (heap where the transport can register it).",
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, net_memory),
      .enum_names = sched_net_memory_names},
+    {.name = "MOE_RING_SLOTS", .default_value = "1024",
+     .doc = "Commands the work ring from the kernels to the proxy holds (a power of two, "
+            "2..65536); kernels wait for room where more are in flight.",
+     .type = UTIL_CONFIG_INT, .offset = offsetof(sched_moe_config_t, ring_slots)},
     {.name = "MOE_COMBINE", .default_value = "exact",
      .doc = "How combine sums a token's terms across nodes: exact (every term returns to the "
             "token's rank, summed in fp32 in k order) or node-reduce (hierarchical route: "
@@ -120,6 +125,13 @@ static strata_status_t sched_choose(const sched_moe_config_t *config,
                        config->flat_tokens);
         return STRATA_ERR_CONFIG;
     }
+    if (config->ring_slots < 2 || config->ring_slots > 65536 ||
+        (config->ring_slots & (config->ring_slots - 1)) != 0) {
+        UTIL_LOG_ERROR("moe: STRATA_MOE_RING_SLOTS=%" PRId64 " must be a power of two, "
+                       "2..65536", config->ring_slots);
+        return STRATA_ERR_CONFIG;
+    }
+    c->ring_slots = (uint32_t)config->ring_slots;
     c->route = params->route;
     if (c->route == STRATA_MOE_ROUTE_DEFAULT) {
         c->route = config->route == 1 ? STRATA_MOE_ROUTE_FLAT

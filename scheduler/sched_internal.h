@@ -12,7 +12,6 @@
 #include <stdatomic.h>
 
 #define SCHED_MASK_WORDS (INTRA_MOE_MAX_EXPERTS / 64) /* of a node's experts */
-#define SCHED_RING_SLOTS 1024
 
 /*
  * What never changes after creation: the shape of the work and who talks to whom. Computed
@@ -50,6 +49,7 @@ typedef struct sched_choices {
     bool                 combine_from_env; /* params.combine left it to STRATA_MOE_COMBINE */
     int                  spec_tokens; /* round one's tokens per destination */
     int                  net_memory;  /* 0 auto, 1 heap, 2 bounce */
+    uint32_t             ring_slots;  /* of the work ring, a power of two */
 } sched_choices_t;
 
 /** rank_node and rank_local are the caller's and must outlive the geometry. */
@@ -78,6 +78,7 @@ typedef struct sched_net {
     sched_net_offsets_t offsets;
     bool               bounce;
     bool               heap_required; /* STRATA_MOE_NET_MEMORY=heap: no falling back */
+    uint32_t           ring_slots;    /* of the work ring (STRATA_MOE_RING_SLOTS) */
     char              *area;        /* device address */
     size_t             area_heap;   /* its offset in the heap (not bounce) */
     void              *bounce_host; /* the bounce buffer, host view */

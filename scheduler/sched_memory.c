@@ -72,7 +72,7 @@ strata_status_t sched_memory_of(sched_moe_t *moe, bool area_in_heap, strata_moe_
         m->net_returns += stage;
     }
     if (geo->num_peers > 0) {
-        m->work_ring = util_work_ring_bytes(SCHED_RING_SLOTS, INTRA_NET_COUNTERS,
+        m->work_ring = util_work_ring_bytes(moe->net.ring_slots, INTRA_NET_COUNTERS,
                                             sched_moe_imm_count(geo->world_size));
     }
     m->tables = sched_net_tables_bytes(geo) +
@@ -127,6 +127,7 @@ static strata_status_t sched_estimate_on(const strata_moe_params_t *params,
         status = sched_net_place(&moe);
     }
     if (status == STRATA_OK) {
+        moe.net.ring_slots = choices.ring_slots;
         status = sched_memory_of(&moe, choices.net_memory != 2, m);
     }
     sched_geometry_cleanup(&moe.geo);

@@ -225,6 +225,7 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
         return status;
     }
     sched_combine_fallback(&choices, &moe->geo, moe->world.device);
+    moe->net.ring_slots = choices.ring_slots;
     moe->params.combine = choices.combine;
     moe->params.capacity = moe->geo.capacity;
     /* The combine mode asked for is agreed before it is refused anywhere: a rank that

@@ -127,7 +127,7 @@ static strata_status_t sched_net_ring(sched_moe_t *moe)
     sched_net_t *net = &moe->net;
     const intra_device_ops_t *d = moe->world.device;
     uint32_t imms = sched_moe_imm_count(moe->geo.world_size);
-    inter_ring_params_t p = {.slots = SCHED_RING_SLOTS, .num_counters = INTRA_NET_COUNTERS,
+    inter_ring_params_t p = {.slots = net->ring_slots, .num_counters = INTRA_NET_COUNTERS,
                              .num_imms = imms, .imm_base = moe->world.imm_base,
                              .num_regions = 1, .host_stamps = d->memory == INTRA_MEMORY_HOST};
     strata_status_t status;
@@ -259,7 +259,7 @@ static void sched_net_args(sched_moe_t *moe)
 
     *a = (intra_net_args_t){
         .ring = net->ring_dev, .ticket = net->ticket, .state = net->state, .peers = net->peers,
-        .area = net->area, .slots = SCHED_RING_SLOTS,
+        .area = net->area, .slots = net->ring_slots,
         .timeout_ticks = moe->timeout_ns / 1000u * moe->world.device->timer_ticks_per_us,
         .world = geo->world_size, .rank = geo->rank, .num_peers = geo->num_peers,
         .spec_tokens = geo->spec_tokens, .max_tokens = geo->max_tokens,

@@ -42,6 +42,14 @@ typedef struct util_work_cmd {
     uint64_t stamp;         /* producer's timer when written, 0 if none */
 } util_work_cmd_t;
 
+#ifndef __cplusplus /* the kernels write a command in 16-byte units: its layout is fixed */
+_Static_assert(sizeof(util_work_cmd_t) == 64 && offsetof(util_work_cmd_t, op) == 8 &&
+                   offsetof(util_work_cmd_t, region) == 16 &&
+                   offsetof(util_work_cmd_t, offset) == 32 &&
+                   offsetof(util_work_cmd_t, length) == 48,
+               "util_work_cmd_t is written in 16-byte units at 16, 32 and 48");
+#endif
+
 /** The ring's head; counters, immediate counts and command slots follow it. */
 typedef struct util_work_ring {
     uint32_t magic;

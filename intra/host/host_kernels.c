@@ -11,6 +11,8 @@ void host_moe_run_block(intra_moe_kernel_t kernel, const intra_moe_args_t *args,
     kernel_grid_t grid = {.block = block, .num_blocks = num_blocks, .thread = 0,
                           .num_threads = 1};
 
+    kernel_host_block = block;
+
     switch (kernel) {
     case INTRA_MOE_KERNEL_DISPATCH:
         intra_moe_dispatch_body(args, grid);

@@ -62,6 +62,18 @@ KERNEL_FN kernel_grid_t kernel_grid_here(void)
     return grid;
 }
 
+/** The calling thread's block, where no kernel_grid_t was passed down. */
+KERNEL_FN unsigned kernel_block_index(void)
+{
+    return blockIdx.x;
+}
+
+/** 16 bytes at once (both 16-byte aligned): one transaction across PCIe. */
+KERNEL_FN void kernel_store_16(void *dst, const void *src)
+{
+    *(uint4 *)dst = *(const uint4 *)src;
+}
+
 KERNEL_FN void kernel_block_sync(void)
 {
     __syncthreads();
@@ -186,6 +198,20 @@ KERNEL_FN void kernel_copy_block(void *dst, const void *src, size_t bytes, kerne
 
 KERNEL_FN void kernel_block_sync(void)
 {
+}
+
+/* The block the calling thread runs: host_moe_run_block sets it (host_kernels.c, the one
+ * host file that compiles the kernels). */
+static _Thread_local unsigned kernel_host_block;
+
+KERNEL_FN unsigned kernel_block_index(void)
+{
+    return kernel_host_block;
+}
+
+KERNEL_FN void kernel_store_16(void *dst, const void *src)
+{
+    memcpy(dst, src, 16);
 }
 
 KERNEL_FN void kernel_fence_system(void)

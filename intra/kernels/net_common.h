@@ -53,15 +53,16 @@ KERNEL_FN uint64_t net_chunks(const intra_net_args_t *n, uint64_t bytes)
     return (bytes + n->chunk_bytes - 1) / n->chunk_bytes;
 }
 
-/* One thread: wait until *word reaches want; 0 (and the status reported) if the ring failed
- * or the bound passed first. */
-KERNEL_FN int net_wait(const intra_moe_args_t *a, uint64_t *word, uint64_t want, int peer,
-                       int what)
+/* One thread: wait until *word reaches want, and *seen_p the value it had then; 0 (and the
+ * status reported) if the ring failed or the bound passed first. */
+KERNEL_FN int net_wait_seen(const intra_moe_args_t *a, uint64_t *word, uint64_t want,
+                            int peer, int what, uint64_t *seen_p)
 {
+    uint64_t seen;
     uint64_t start = kernel_timer();
     uint32_t spins = 0;
 
-    while (kernel_load_relaxed_u64(word) < want) {
+    while ((seen = kernel_load_relaxed_u64(word)) < want) {
         int64_t failure = spins % KERNEL_FAILURE_EVERY != 0 ? 0 :
                           (int64_t)kernel_load_relaxed_u64((uint64_t *)&a->net.ring->failure);
 
@@ -78,30 +79,45 @@ KERNEL_FN int net_wait(const intra_moe_args_t *a, uint64_t *word, uint64_t want,
     }
     /* acquire: pairs with the proxy's release of a count after the data it stands for */
     kernel_fence_acquire();
+    *seen_p = seen;
     return 1;
 }
 
-/* One thread: one command into the work ring, once it has credit. */
+/* One thread: net_wait_seen's wait, without the value. */
+KERNEL_FN int net_wait(const intra_moe_args_t *a, uint64_t *word, uint64_t want, int peer,
+                       int what)
+{
+    uint64_t seen;
+
+    return net_wait_seen(a, word, want, peer, what, &seen);
+}
+
+/*
+ * One thread: one command into the work ring, once it has credit. The credit is read across
+ * PCIe only when the ticket is past what this block saw last time. The command goes in
+ * 16-byte stores, op and peer next, the sequence last (release).
+ */
 KERNEL_FN int net_post(const intra_moe_args_t *a, uint32_t op, int peer, uint64_t offset,
                        uint64_t remote_offset, uint64_t length, uint32_t imm, uint32_t counter)
 {
     const intra_net_args_t *n = &a->net;
     uint64_t ticket = kernel_atomic_add_u64(n->ticket, 1);
+    uint64_t *seen = &n->state->credit_seen[kernel_block_index()];
     util_work_cmd_t *cmd = &n->cmds[ticket & (uint64_t)(n->slots - 1)];
+    util_work_cmd_t c = {.seq = 0, .op = op, .peer = peer, .region = 0, .imm = imm,
+                         .counter = counter, .reserved = 0, .offset = offset,
+                         .remote_offset = remote_offset, .length = length,
+                         .stamp = n->host_stamps ? kernel_timer() : 0};
 
-    if (!net_wait(a, &n->ring->credit, ticket + 1, peer, INTRA_NET_WAIT_CREDIT)) {
+    if (ticket + 1 > *seen &&
+        !net_wait_seen(a, &n->ring->credit, ticket + 1, peer, INTRA_NET_WAIT_CREDIT, seen)) {
         return 0;
     }
-    cmd->op            = op;
-    cmd->peer          = peer;
-    cmd->region        = 0;
-    cmd->imm           = imm;
-    cmd->counter       = counter;
-    cmd->reserved      = 0;
-    cmd->offset        = offset;
-    cmd->remote_offset = remote_offset;
-    cmd->length        = length;
-    cmd->stamp         = n->host_stamps ? kernel_timer() : 0;
+    kernel_store_16((char *)cmd + 16, (const char *)&c + 16); /* region .. reserved */
+    kernel_store_16((char *)cmd + 32, (const char *)&c + 32); /* offset, remote_offset */
+    kernel_store_16((char *)cmd + 48, (const char *)&c + 48); /* length, stamp */
+    cmd->op   = op;
+    cmd->peer = peer;
     /* release: the command (and the data it sends) before its sequence; the proxy acquires */
     kernel_store_release_u64(&cmd->seq, ticket + 1);
     return 1;

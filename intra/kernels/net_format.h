@@ -105,12 +105,19 @@ typedef struct intra_net_peer {
     uint64_t spec_seen, overflow_seen, grant_seen, combine_seen, weights_seen;
 } intra_net_peer_t;
 
+/** Blocks a launch may have (STRATA_INTRA_BLOCKS' bound). */
+#define INTRA_NET_MAX_BLOCKS 1024
+
 /* Per object, in device memory; every field only grows. */
 typedef struct intra_net_state {
     uint64_t step;   /* steps completed across nodes */
     uint64_t posted; /* commands on INTRA_NET_COUNTER_SEND */
     uint64_t reads;  /* commands on INTRA_NET_COUNTER_READ */
     uint64_t pad[5];
+    /* The work ring's credit as each block last read it, written and read by that block's
+     * posting thread alone (launches of an object follow one another): a ticket below it
+     * needs no read of the credit across PCIe. */
+    uint64_t credit_seen[INTRA_NET_MAX_BLOCKS];
 } intra_net_state_t;
 
 /* The network kernels' arguments; ring NULL when the node is alone. */

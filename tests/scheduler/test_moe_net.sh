@@ -27,6 +27,11 @@ case_run "4x1 hierarchical, 4 experts, topk 3" 4 "$ok" -- $calm STRATA_MOE_ROUTE
 # whose tokens lost their term learn it (CAPACITY from combine_recv), on both routes.
 case_run "2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10
 case_run "3x2 flat, all tokens to expert 5, capacity 8" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 6 --nodes 3 -- --steps $(steps 20) --experts 12 --topk 2 --overflow 5:8
+# A work ring of 2 and 4 slots: the kernels wait for the proxy's credit on almost every
+# command, and the credit each block remembers is exercised (posting past the credit fails
+# this case).
+case_run "2x2 flat, work ring of 2 slots, 3 blocks" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_RING_SLOTS=2 STRATA_INTRA_BLOCKS=3 STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 30)
+case_run "2x2 hierarchical, work ring of 4 slots" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_RING_SLOTS=4 -- -n 4 --nodes 2 -- --steps $(steps 30)
 # Stream-ordered steps on two host streams, changing every step, nothing waited for between
 # steps: the object alone orders a step after the last one, still running on the other stream.
 case_run "2x2 flat, streams changing every step" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 40) --streams 1
