@@ -127,6 +127,9 @@ typedef struct inter_engine_params {
     /** CPUs to pin the proxy thread to, in list form ("0-23,48-71": those nearest its NIC
      *  and GPU), within those the process may use; "" leaves it where it starts. */
     char        proxy_cpus[256];
+    /** The NUMA node (the kernel's index) of those CPUs, where the memory the proxy polls
+     *  should live (inter_engine_numa_node); -1 unknown. */
+    int         proxy_numa_node;
     /** Called on the proxy thread as it starts, before it touches a transport: the caller
      *  binds it to the rank's GPU, whose runtime a provider may call; NULL: nothing. */
     void      (*proxy_start_fn)(void *ctx);
@@ -193,6 +196,8 @@ bool inter_engine_caller_progress(const inter_engine_t *engine);
 void inter_engine_destroy(inter_engine_t *engine);
 
 int         inter_engine_num_rails(const inter_engine_t *engine);
+/** The NUMA node memory the proxy polls should be on (params.proxy_numa_node), -1 unknown. */
+int         inter_engine_numa_node(const inter_engine_t *engine);
 const char *inter_engine_transport_name(const inter_engine_t *engine);
 /** The transport that carries this rank's traffic with peer (its first rail's name). */
 const char *inter_engine_peer_transport_name(const inter_engine_t *engine, int peer);
@@ -416,6 +421,14 @@ typedef struct inter_ring_params {
      *  it raises counts for what arrived; NULL where none is needed. */
     void               (*flush_fn)(void *ctx);
     void                *flush_ctx;
+    /** The flush any NIC gives, for memory whose device has none of its own: before it
+     *  raises the counts of what the network wrote into region 0 (immediates that landed,
+     *  reads that completed), the proxy reads one word of that region from itself on every
+     *  rail that wrote, and raises those counts only once all the reads have completed.
+     *  PCIe orders the read behind the rail's writes into the memory, as NCCL flushes
+     *  GPUDirect RDMA. Counts wait one loopback read longer. Needs
+     *  inter_engine_can_flush_by_read. */
+    bool                 flush_by_read;
 } inter_ring_params_t;
 
 typedef struct inter_ring_stats {
@@ -423,7 +436,11 @@ typedef struct inter_ring_stats {
     uint64_t stamped;      /**< of those, with a stamp on the host clock */
     uint64_t delay_ns;     /**< sum over stamped commands of publish-to-post time */
     uint64_t max_delay_ns;
+    uint64_t flushes;      /**< loopback reads completed (flush_by_read) */
 } inter_ring_stats_t;
+
+/** Whether every network rail can flush by a loopback read (inter_ring_params_t). */
+bool inter_engine_can_flush_by_read(const inter_engine_t *engine);
 
 /**
  * Initialise params->mem (zeroed, credit = slots) and hand the ring to the proxy. Ranges of

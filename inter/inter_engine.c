@@ -127,6 +127,7 @@ strata_status_t inter_engine_params_from_env(inter_engine_params_t *params)
     snprintf(params->transport, sizeof(params->transport), "%s", config.transport);
     snprintf(params->iface, sizeof(params->iface), "%s", config.iface);
     params->num_rails         = (int)config.rails;
+    params->proxy_numa_node   = -1;
     params->heartbeat_ns      = config.heartbeat_ns;
     params->peer_timeout_ns   = config.peer_timeout_ns;
     params->msg_size          = config.msg_size;
@@ -547,6 +548,11 @@ void inter_engine_destroy(inter_engine_t *engine)
     free(engine->heard);
     free(engine->rank_node);
     free(engine);
+}
+
+int inter_engine_numa_node(const inter_engine_t *engine)
+{
+    return engine->params.proxy_numa_node;
 }
 
 int inter_engine_num_rails(const inter_engine_t *engine)

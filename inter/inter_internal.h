@@ -48,7 +48,8 @@ typedef enum inter_op_kind {
     INTER_OP_READ,
     INTER_OP_SEND,
     INTER_OP_RX,       /* a receive buffer of the pool */
-    INTER_OP_HEARTBEAT /* a heartbeat sent with a completion (req NULL) */
+    INTER_OP_HEARTBEAT, /* a heartbeat sent with a completion (req NULL) */
+    INTER_OP_FLUSH      /* a work ring's loopback read (req NULL, ring set) */
 } inter_op_kind_t;
 
 typedef struct inter_request_priv inter_request_priv_t;
@@ -178,8 +179,20 @@ struct inter_ring {
     uint32_t           num_dirty;
     void             (*flush_fn)(void *ctx);
     void              *flush_ctx;
-    _Atomic uint64_t   commands, stamped, delay_ns, max_delay_ns;
+    /* Flush by loopback read (inter_ring_params_t.flush_by_read). The counts dirty when a
+     * flush began are held, with their values then, until its reads have all completed. */
+    bool               flush_by_read;
+    uint32_t           flush_rails;    /* network rails that wrote since the last flush began */
+    uint32_t           flush_unposted; /* rails of the flush under way not posted yet */
+    uint32_t           flush_waiting;  /* its reads in flight */
+    uint32_t           num_held;
+    uint32_t          *held;           /* indices into counts */
+    uint64_t          *held_counts;    /* their values when the flush began */
+    inter_op_t         flush_ops[INTER_MAX_RAILS];
+    _Atomic uint64_t   commands, stamped, delay_ns, max_delay_ns, flushes;
 };
+
+#define INTER_CTRL_FLUSH 2
 
 /* Rail slots: the network rails 0..num_rails-1, then the same-node transport, if open. */
 #define INTER_LOCAL_RAIL INTER_MAX_RAILS
@@ -308,7 +321,9 @@ struct inter_engine {
     atomic_uint            wake_seq;
     atomic_int             sleepers;
     atomic_int             proxy_target;  /* peer the proxy is posting to, -1 none */
-    uint64_t              *ctrl;          /* [0] barrier landing word, [1] barrier source */
+    /* [0] barrier landing word, [1] barrier source, [INTER_CTRL_FLUSH] where work rings'
+     * loopback reads land (never read) */
+    uint64_t              *ctrl;
     inter_mr_t            *ctrl_mr;
     struct inter_late_release *late_release; /* freed after the endpoints, at destroy */
     struct inter_ring     *rings;         /* proxy: attached work rings */
@@ -384,7 +399,13 @@ void inter_ring_op_posted(inter_op_t *op);
 /* A command that waited in its peer's queue leaves it unposted (its ring failed or was
  * detached, or its peer failed): its slot is free, nothing is counted. */
 void inter_ring_op_dropped(inter_op_t *op);
-bool inter_ring_imm(inter_engine_t *engine, uint32_t value); /* counted by a ring */
+/* Counted by a ring: an immediate that landed on rail. */
+bool inter_ring_imm(inter_engine_t *engine, uint32_t value, int rail);
+/* A ring's loopback read completed (inter_ring_params_t.flush_by_read). */
+void inter_ring_flush_done(inter_engine_t *engine, inter_op_t *op, strata_status_t status);
+/* A ring as attach makes it (inter_engine_ring_attach), and its memory initialised. */
+inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ring_params_t *p);
+void inter_ring_init_mem(const inter_ring_params_t *p);
 void inter_ring_publish(inter_engine_t *engine);             /* after a round of polling */
 void inter_ring_fail_all(inter_engine_t *engine, strata_status_t status);
 void inter_ring_accept(inter_engine_t *engine, inter_request_t *req);

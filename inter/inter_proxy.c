@@ -134,7 +134,7 @@ static void inter_notify_check(inter_engine_t *engine, uint32_t imm)
     }
 }
 
-static void inter_imm_arrived(inter_engine_t *engine, uint32_t imm)
+static void inter_imm_arrived(inter_engine_t *engine, uint32_t imm, int rail)
 {
     uint32_t type = imm >> INTER_IMM_TYPE_SHIFT, value = imm & INTER_IMM_VALUE_MASK;
 
@@ -142,7 +142,7 @@ static void inter_imm_arrived(inter_engine_t *engine, uint32_t imm)
         atomic_fetch_add_explicit(&engine->barrier_count[value % INTER_BARRIER_SLOTS], 1,
                                   memory_order_release);
     } else if (type == INTER_IMM_USER && value < INTER_IMM_MAX &&
-               !inter_ring_imm(engine, value)) {
+               !inter_ring_imm(engine, value, rail)) {
         /* Proxy publishes the arrival (release); waiters acquire the count. */
         atomic_fetch_add_explicit(&engine->imm_count[value], 1, memory_order_release);
         inter_notify_check(engine, value);
@@ -288,6 +288,10 @@ static void inter_on_heartbeat(inter_engine_t *engine, inter_op_t *op, strata_st
 static void inter_on_local(inter_engine_t *engine, inter_op_t *op, strata_status_t status,
                            uint64_t now)
 {
+    if (op->kind == INTER_OP_FLUSH) {
+        inter_ring_flush_done(engine, op, status); /* paced by nothing, owed to no request */
+        return;
+    }
     if (op->kind != INTER_OP_HEARTBEAT) {
         inter_pace_completed(engine, op, status, now); /* every write, read and send */
     }
@@ -323,12 +327,12 @@ static void inter_break_rail(inter_engine_t *engine, int r)
     }
 }
 
-static void inter_on_cqe(inter_engine_t *engine, const inter_cqe_t *cqe, uint64_t now)
+static void inter_on_cqe(inter_engine_t *engine, int rail, const inter_cqe_t *cqe, uint64_t now)
 {
     inter_op_t *op = cqe->context;
 
     if (cqe->kind == INTER_CQE_IMM && cqe->status == STRATA_OK) {
-        inter_imm_arrived(engine, cqe->imm);
+        inter_imm_arrived(engine, cqe->imm, rail);
     }
     if (op == NULL) {
         return;
@@ -361,7 +365,7 @@ static int inter_poll_rail(inter_engine_t *engine, int r)
     }
     now = util_clock_now_ns(); /* when this batch of completions was seen */
     for (int i = 0; i < n; ++i) {
-        inter_on_cqe(engine, &cqes[i], now);
+        inter_on_cqe(engine, r, &cqes[i], now);
     }
     return n;
 }

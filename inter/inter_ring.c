@@ -25,6 +25,8 @@ void inter_ring_free(inter_ring_t *ring)
         free(ring->counts);
         free(ring->dirty);
         free(ring->is_dirty);
+        free(ring->held);
+        free(ring->held_counts);
         free(ring);
     }
 }
@@ -51,9 +53,10 @@ static strata_status_t inter_ring_check_params(const inter_ring_params_t *p)
     return STRATA_OK;
 }
 
-static inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ring_params_t *p)
+inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ring_params_t *p)
 {
     size_t world = (size_t)engine->params.world_size;
+    size_t counts = (size_t)p->num_counters + p->num_imms + 1;
     inter_ring_t *ring = calloc(1, sizeof(*ring));
 
     if (ring == NULL) {
@@ -62,14 +65,20 @@ static inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ri
     ring->remote = calloc((size_t)p->num_regions * world, sizeof(inter_rdesc_t));
     ring->ops      = calloc(p->slots, sizeof(inter_op_t));
     ring->done     = calloc(p->slots, sizeof(bool));
-    ring->counts   = calloc((size_t)p->num_counters + p->num_imms + 1, sizeof(uint64_t));
-    ring->dirty    = calloc((size_t)p->num_counters + p->num_imms + 1, sizeof(uint32_t));
-    ring->is_dirty = calloc((size_t)p->num_counters + p->num_imms + 1, sizeof(bool));
+    ring->counts   = calloc(counts, sizeof(uint64_t));
+    ring->dirty    = calloc(counts, sizeof(uint32_t));
+    ring->is_dirty = calloc(counts, sizeof(bool));
+    if (p->flush_by_read) {
+        ring->held        = calloc(counts, sizeof(uint32_t));
+        ring->held_counts = calloc(counts, sizeof(uint64_t));
+    }
     if (ring->remote == NULL || ring->ops == NULL || ring->done == NULL ||
-        ring->counts == NULL || ring->dirty == NULL || ring->is_dirty == NULL) {
+        ring->counts == NULL || ring->dirty == NULL || ring->is_dirty == NULL ||
+        (p->flush_by_read && (ring->held == NULL || ring->held_counts == NULL))) {
         inter_ring_free(ring);
         return NULL;
     }
+    ring->flush_by_read = p->flush_by_read;
     ring->mem         = p->mem;
     ring->mask        = p->slots - 1;
     ring->num_regions = p->num_regions;
@@ -84,7 +93,7 @@ static inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ri
     return ring;
 }
 
-static void inter_ring_init_mem(const inter_ring_params_t *p)
+void inter_ring_init_mem(const inter_ring_params_t *p)
 {
     util_work_ring_t *mem = p->mem;
 
@@ -130,6 +139,11 @@ strata_status_t inter_engine_ring_attach(inter_engine_t *engine, const inter_rin
     if (status != STRATA_OK) {
         return status;
     }
+    if (params->flush_by_read && !inter_engine_can_flush_by_read(engine)) {
+        UTIL_LOG_ERROR("engine: a work ring asks for flushes by loopback read, which %s "
+                       "cannot make", engine->rails[0].tp->name);
+        return STRATA_ERR_UNSUPPORTED;
+    }
     ring = inter_ring_new(engine, params);
     if (ring == NULL) {
         return STRATA_ERR_NO_MEMORY;
@@ -170,6 +184,19 @@ void inter_ring_stats(const inter_ring_t *ring, inter_ring_stats_t *stats_p)
     stats_p->stamped      = atomic_load_explicit(&r->stamped, memory_order_relaxed);
     stats_p->delay_ns     = atomic_load_explicit(&r->delay_ns, memory_order_relaxed);
     stats_p->max_delay_ns = atomic_load_explicit(&r->max_delay_ns, memory_order_relaxed);
+    stats_p->flushes      = atomic_load_explicit(&r->flushes, memory_order_relaxed);
+}
+
+bool inter_engine_can_flush_by_read(const inter_engine_t *engine)
+{
+    for (int r = 0; r < engine->num_rails; ++r) {
+        const inter_transport_t *tp = engine->rails[r].tp;
+
+        if (tp == NULL || !tp->has_read || !tp->loopback_flush) {
+            return false;
+        }
+    }
+    return engine->num_rails > 0;
 }
 
 /* --- Proxy side ----------------------------------------------------------------------------- */
@@ -424,6 +451,15 @@ static void inter_ring_retire(inter_ring_t *ring)
     }
 }
 
+/* The network wrote into the ring's memory through rail: the next flush reads on it. The
+ * same-node transport's writes are the CPU's or the GPU's own copies, which need none. */
+static void inter_ring_note_write(inter_ring_t *ring, int rail)
+{
+    if (rail >= 0 && rail < INTER_MAX_RAILS) {
+        ring->flush_rails |= 1u << rail;
+    }
+}
+
 /* One more of count i (counters first, then immediates), published by inter_ring_publish. */
 static void inter_ring_count(inter_ring_t *ring, uint32_t i)
 {
@@ -446,6 +482,9 @@ void inter_ring_op_done(inter_engine_t *engine, inter_op_t *op, strata_status_t 
         inter_ring_set_failure(ring, STRATA_ERR_PEER_FAILED);
     } else {
         inter_ring_count(ring, op->counter);
+        if (op->kind == INTER_OP_READ) {
+            inter_ring_note_write(ring, op->rail); /* the NIC wrote what it read here */
+        }
     }
     inter_ring_retire(ring);
 }
@@ -464,17 +503,139 @@ void inter_ring_op_dropped(inter_op_t *op)
     inter_ring_retire(ring);
 }
 
-bool inter_ring_imm(inter_engine_t *engine, uint32_t value)
+bool inter_ring_imm(inter_engine_t *engine, uint32_t value, int rail)
 {
     for (inter_ring_t *ring = engine->rings; ring != NULL; ring = ring->next) {
         const util_work_ring_t *mem = ring->mem;
 
         if (value >= mem->imm_base && value - mem->imm_base < mem->num_imms) {
             inter_ring_count(ring, mem->num_counters + (value - mem->imm_base));
+            inter_ring_note_write(ring, rail);
             return true;
         }
     }
     return false;
+}
+
+/* Release: the data a count stands for before the count; waiters acquire. */
+static void inter_ring_store(inter_ring_t *ring, uint32_t i, uint64_t count)
+{
+    uint32_t counters = ring->mem->num_counters;
+    uint64_t *word = i < counters ? &util_work_ring_counters(ring->mem)[i]
+                                  : &util_work_ring_imms(ring->mem)[i - counters];
+
+    atomic_store_explicit(inter_ring_word(word), count, memory_order_release);
+}
+
+/* Raise every dirty count (i is counter i, or immediate i - num_counters) to its value. */
+static void inter_ring_publish_dirty(inter_ring_t *ring)
+{
+    for (uint32_t d = 0; d < ring->num_dirty; ++d) {
+        uint32_t i = ring->dirty[d];
+
+        inter_ring_store(ring, i, ring->counts[i]);
+        ring->is_dirty[i] = false;
+    }
+    ring->num_dirty = 0;
+}
+
+/* The dirty counts wait for the flush that begins now, with their values now. */
+static void inter_ring_hold_dirty(inter_ring_t *ring)
+{
+    for (uint32_t d = 0; d < ring->num_dirty; ++d) {
+        uint32_t i = ring->dirty[d];
+
+        ring->held[d]        = i;
+        ring->held_counts[d] = ring->counts[i];
+        ring->is_dirty[i]    = false;
+    }
+    ring->num_held  = ring->num_dirty;
+    ring->num_dirty = 0;
+}
+
+/* A read of region 0's first word on this rank, into the engine's scratch word, on rail. */
+static strata_status_t inter_ring_post_flush(inter_engine_t *engine, inter_ring_t *ring, int rail)
+{
+    int self = engine->params.rank;
+    const inter_rdesc_t *rdesc = &ring->remote[self];
+    inter_op_t *op = &ring->flush_ops[rail];
+
+    *op = (inter_op_t){.kind = INTER_OP_FLUSH, .rail = rail, .peer = self, .ring = ring,
+                       .slot = -1};
+    return inter_post_one(engine, &(inter_post_t){
+                                      .kind = INTER_POST_READ,
+                                      .peer = engine->rails[rail].peers[self],
+                                      .buf = &engine->ctrl[INTER_CTRL_FLUSH],
+                                      .len = sizeof(uint64_t),
+                                      .desc = engine->ctrl_mr->tmr[rail].desc,
+                                      .raddr = inter_remote_addr(engine, rail, rdesc, 0),
+                                      .rkey = rdesc->keys[rail], .context = op});
+}
+
+/* Post the flush's reads not posted yet; a full queue leaves the rest for the next round. */
+static void inter_ring_flush_post(inter_engine_t *engine, inter_ring_t *ring)
+{
+    while (ring->flush_unposted != 0 && !ring->failed) {
+        int rail = __builtin_ctz(ring->flush_unposted);
+        strata_status_t status = inter_ring_post_flush(engine, ring, rail);
+
+        if (status == STRATA_ERR_BUSY) {
+            return;
+        }
+        ring->flush_unposted &= ~(1u << rail);
+        if (status != STRATA_OK) {
+            UTIL_LOG_ERROR("engine: posting a work ring's loopback read on rail %d: %s", rail,
+                           strata_status_string(status));
+            inter_ring_set_failure(ring, STRATA_ERR_TRANSPORT);
+            return;
+        }
+        ring->flush_waiting++;
+    }
+}
+
+/* A ring flushed by loopback reads: one flush at a time, each holding the counts that were
+ * dirty when it began; counts that need none are raised at once only while none is under
+ * way, so that no count is ever raised past a value a flush still holds. */
+static void inter_ring_publish_by_read(inter_engine_t *engine, inter_ring_t *ring)
+{
+    if (ring->flush_waiting > 0 || ring->flush_unposted != 0) {
+        inter_ring_flush_post(engine, ring);
+        return;
+    }
+    if (ring->num_dirty == 0 || ring->failed) {
+        return;
+    }
+    if (ring->flush_rails == 0) {
+        inter_ring_publish_dirty(ring); /* only writes completed: nothing landed here */
+        return;
+    }
+    inter_ring_hold_dirty(ring);
+    ring->flush_unposted = ring->flush_rails;
+    ring->flush_rails    = 0;
+    inter_ring_flush_post(engine, ring);
+}
+
+void inter_ring_flush_done(inter_engine_t *engine, inter_op_t *op, strata_status_t status)
+{
+    inter_ring_t *ring = op->ring;
+
+    (void)engine;
+    ring->flush_waiting--;
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("engine: a work ring's loopback read on rail %d failed: %s", op->rail,
+                       strata_status_string(status));
+        inter_ring_set_failure(ring, STRATA_ERR_TRANSPORT);
+    } else {
+        atomic_fetch_add_explicit(&ring->flushes, 1, memory_order_relaxed);
+    }
+    if (ring->flush_waiting > 0 || ring->flush_unposted != 0 || ring->failed ||
+        ring->detached) {
+        return;
+    }
+    for (uint32_t h = 0; h < ring->num_held; ++h) {
+        inter_ring_store(ring, ring->held[h], ring->held_counts[h]);
+    }
+    ring->num_held = 0;
 }
 
 /*
@@ -485,26 +646,17 @@ bool inter_ring_imm(inter_engine_t *engine, uint32_t value)
 void inter_ring_publish(inter_engine_t *engine)
 {
     for (inter_ring_t *ring = engine->rings; ring != NULL; ring = ring->next) {
-        /* Count i is counter i, or immediate i - num_counters. */
-        uint64_t *counter_words = util_work_ring_counters(ring->mem);
-        uint64_t *imms  = util_work_ring_imms(ring->mem);
-        uint32_t counters = ring->mem->num_counters;
-
+        if (ring->flush_by_read) {
+            inter_ring_publish_by_read(engine, ring);
+            continue;
+        }
         if (ring->num_dirty == 0) {
             continue;
         }
         if (ring->flush_fn != NULL) {
             ring->flush_fn(ring->flush_ctx);
         }
-        for (uint32_t d = 0; d < ring->num_dirty; ++d) {
-            uint32_t i = ring->dirty[d];
-            uint64_t *word = i < counters ? &counter_words[i] : &imms[i - counters];
-
-            /* Release: the data a count stands for before the count; waiters acquire. */
-            atomic_store_explicit(inter_ring_word(word), ring->counts[i], memory_order_release);
-            ring->is_dirty[i] = false;
-        }
-        ring->num_dirty = 0;
+        inter_ring_publish_dirty(ring);
     }
 }
 
@@ -520,7 +672,7 @@ void inter_ring_sweep(inter_engine_t *engine)
     inter_ring_t **link = &engine->retired_rings, *ring;
 
     while ((ring = *link) != NULL) {
-        if (ring->in_flight == 0) {
+        if (ring->in_flight == 0 && ring->flush_waiting == 0) {
             *link = ring->next;
             inter_ring_free(ring);
         } else {

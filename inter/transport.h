@@ -26,6 +26,10 @@ typedef struct inter_transport {
     const inter_transport_ops_t *ops;
     char     name[96];       /* e.g. "ofi tcp;ofi_rxm eth0" */
     bool     has_read;       /* RDMA read offered */
+    /* A read from this rank to itself goes out through the device and comes back through
+     * it, behind every write the device made into local memory before: its completion
+     * says those writes are visible (the loopback flush of inter_ring_params_t). */
+    bool     loopback_flush;
     bool     virt_addr;      /* remote addresses are virtual addresses, not offsets */
     uint64_t max_msg_size;   /* largest send */
     uint64_t max_rma_size;   /* largest write or read */

@@ -111,9 +111,10 @@ typedef struct intra_device_ops {
     strata_status_t (*resident_blocks)(unsigned *blocks_p);
     /**
      * Zeroed host memory the device reaches too (pinned and mapped on GPUs): *host_p for the
-     * host, *device_p for kernels; both set only on success.
+     * host, *device_p for kernels; both set only on success. Its pages on NUMA node
+     * numa_node (the kernel's index) where the kernel places them there; -1: anywhere.
      */
-    strata_status_t (*host_alloc)(size_t size, void **host_p, void **device_p);
+    strata_status_t (*host_alloc)(size_t size, int numa_node, void **host_p, void **device_p);
     /** Tolerates NULL. */
     void (*host_free)(void *host);
     /**

@@ -15,12 +15,14 @@ typedef struct sched_moe_config {
     bool     pull_read;
     uint64_t timeout_ns;
     int      net_memory;
+    int      flush;
     int      combine;
     int64_t  ring_slots;
 } sched_moe_config_t;
 
 static const char *const sched_route_names[] = {"auto", "flat", "hierarchical", NULL};
 static const char *const sched_net_memory_names[] = {"auto", "heap", "bounce", NULL};
+static const char *const sched_flush_names[] = {"auto", "device", "read", NULL};
 static const char *const sched_combine_names[] = {"exact", "node-reduce", NULL};
 
 static const util_config_field_t sched_moe_config_fields[] = {
@@ -55,6 +57,15 @@ static const util_config_field_t sched_moe_config_fields[] = {
             "write through), or auto (heap where the transport can register it).",
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, net_memory),
      .enum_names = sched_net_memory_names},
+    {.name = "MOE_FLUSH", .default_value = "auto",
+     .doc = "How the network's writes into GPU memory are made visible to the kernels before "
+            "they hear of them: device (the GPU's own flush, CUDA's "
+            "cudaDeviceFlushGPUDirectRDMAWrites), read (a loopback RDMA read on each rail that "
+            "wrote, which any verbs or libfabric NIC can make), or auto (device where the GPU "
+            "has it, else read). Where neither can be made, the network area goes in the "
+            "bounce buffer.",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, flush),
+     .enum_names = sched_flush_names},
     {.name = "MOE_RING_SLOTS", .default_value = "1024",
      .doc = "Commands the work ring from the kernels to the proxy holds (a power of two, "
             "2..65536); kernels wait for room where more are in flight.",
@@ -147,6 +158,7 @@ static strata_status_t sched_choose(const sched_moe_config_t *config,
     }
     c->spec_tokens = (int)UTIL_MIN(config->spec_tokens, (int64_t)params->max_tokens);
     c->net_memory  = config->net_memory;
+    c->flush       = (sched_flush_t)config->flush;
     return STRATA_OK;
 }
 

@@ -42,6 +42,15 @@ typedef struct sched_geometry {
     int                own_words;   /* of this rank's experts' bits */
 } sched_geometry_t;
 
+/* How the network's writes into the heap are made visible before the kernels hear of them
+ * (STRATA_MOE_FLUSH; the values are its names' order). */
+typedef enum sched_flush {
+    SCHED_FLUSH_AUTO   = 0, /* as chosen: device where it can, else read; none on the host */
+    SCHED_FLUSH_DEVICE = 1, /* the GPU's own flush (intra_device_ops_t.flush_remote_writes) */
+    SCHED_FLUSH_READ   = 2, /* a loopback read per rail (inter_ring_params_t.flush_by_read) */
+    SCHED_FLUSH_NONE   = 3  /* the memory needs none: host memory, or the bounce buffer */
+} sched_flush_t;
+
 /* What the STRATA_MOE_* variables choose for an object's params. */
 typedef struct sched_choices {
     strata_moe_route_t   route;
@@ -49,6 +58,7 @@ typedef struct sched_choices {
     bool                 combine_from_env; /* params.combine left it to STRATA_MOE_COMBINE */
     int                  spec_tokens; /* round one's tokens per destination */
     int                  net_memory;  /* 0 auto, 1 heap, 2 bounce */
+    sched_flush_t        flush;       /* as asked: auto, device or read */
     uint32_t             ring_slots;  /* of the work ring, a power of two */
 } sched_choices_t;
 
@@ -78,6 +88,7 @@ typedef struct sched_net {
     sched_net_offsets_t offsets;
     bool               bounce;
     bool               heap_required; /* STRATA_MOE_NET_MEMORY=heap: no falling back */
+    sched_flush_t      flush;         /* of the heap's area: device, read or none */
     uint32_t           ring_slots;    /* of the work ring (STRATA_MOE_RING_SLOTS) */
     char              *area;        /* device address */
     size_t             area_heap;   /* its offset in the heap (not bounce) */

@@ -81,10 +81,10 @@ static strata_status_t sched_alloc_public(sched_moe_t *moe)
     size_t rows = (size_t)moe->geo.experts_per_rank * (size_t)moe->geo.capacity;
     strata_status_t status;
 
-    status = d->host_alloc(UTIL_MAX(rows, 1) * sizeof(strata_moe_source_t),
+    status = d->host_alloc(UTIL_MAX(rows, 1) * sizeof(strata_moe_source_t), -1,
                            (void **)&moe->public_src, &moe->public_src_dev);
     if (status == STRATA_OK) {
-        status = d->host_alloc((size_t)moe->geo.experts_per_rank * sizeof(int32_t),
+        status = d->host_alloc((size_t)moe->geo.experts_per_rank * sizeof(int32_t), -1,
                                (void **)&moe->public_count, &moe->public_count_dev);
     }
     return status;
@@ -100,7 +100,7 @@ static strata_status_t sched_watch_failures(sched_moe_t *moe)
     const intra_device_ops_t *d = moe->world.device;
     strata_status_t status;
 
-    status = d->host_alloc(sizeof(int32_t), (void **)&moe->failure_host,
+    status = d->host_alloc(sizeof(int32_t), -1, (void **)&moe->failure_host,
                            (void **)&moe->failure_dev);
     if (status != STRATA_OK) {
         return status;
@@ -188,19 +188,57 @@ static int *sched_copy_ints(const int *src, int n)
     return copy;
 }
 
-/* Whether the network area goes in the heap (registered as the device's memory). */
-static strata_status_t sched_choose_area(sched_moe_t *moe, int net_memory, bool *in_heap_p)
+/* How the heap's area would be flushed (SCHED_FLUSH_DEVICE, _READ or _NONE) as asked, or
+ * STRATA_ERR_UNSUPPORTED with why where it cannot be. */
+static strata_status_t sched_choose_flush(const sched_moe_t *moe, sched_flush_t asked,
+                                          sched_flush_t *flush_p, char *why)
+{
+    const intra_device_ops_t *d = moe->world.device;
+    bool by_read = inter_engine_can_flush_by_read(moe->world.engine);
+    char device_why[UTIL_REASON_LEN] = "";
+    bool by_device;
+
+    if (d->remote_writes_visible == NULL && asked != SCHED_FLUSH_READ) {
+        *flush_p = SCHED_FLUSH_NONE; /* host memory: the NIC's writes are coherent */
+        return STRATA_OK;
+    }
+    by_device = d->remote_writes_visible != NULL && d->remote_writes_visible(device_why) ==
+                                                        STRATA_OK;
+    if (asked != SCHED_FLUSH_READ && by_device) {
+        *flush_p = SCHED_FLUSH_DEVICE;
+        return STRATA_OK;
+    }
+    if (asked != SCHED_FLUSH_DEVICE && by_read) {
+        *flush_p = SCHED_FLUSH_READ;
+        return STRATA_OK;
+    }
+    if (asked == SCHED_FLUSH_READ) {
+        util_reason(why, "STRATA_MOE_FLUSH=read, but %s cannot flush by a loopback read",
+                    inter_engine_transport_name(moe->world.engine));
+    } else {
+        util_reason(why, "%s%s", device_why,
+                    asked == SCHED_FLUSH_DEVICE ? "" : ", nor can the transport by a loopback read");
+    }
+    return STRATA_ERR_UNSUPPORTED;
+}
+
+/* Whether the network area goes in the heap (registered as the device's memory), and how
+ * the network's writes into it are then flushed. */
+static strata_status_t sched_choose_area(sched_moe_t *moe, const sched_choices_t *choices,
+                                         bool *in_heap_p)
 {
     const intra_device_ops_t *d = moe->world.device;
     bool can = inter_engine_can_register(moe->world.engine, sched_mem_kind(d));
     char why[UTIL_REASON_LEN] = "";
+    int net_memory = choices->net_memory;
 
+    moe->net.flush = SCHED_FLUSH_NONE;
     if (!can) {
         util_reason(why, "%s cannot register %s memory",
                     inter_engine_transport_name(moe->world.engine), d->name);
-    } else if (d->remote_writes_visible != NULL) {
+    } else {
         /* Checked once here, rather than failing at every publish of what arrived. */
-        can = d->remote_writes_visible(why) == STRATA_OK;
+        can = sched_choose_flush(moe, choices->flush, &moe->net.flush, why) == STRATA_OK;
     }
     *in_heap_p = net_memory != 2 && can;
     if (net_memory == 1 && !can) {
@@ -209,6 +247,12 @@ static strata_status_t sched_choose_area(sched_moe_t *moe, int net_memory, bool 
     }
     if (net_memory == 0 && !can) {
         UTIL_LOG_INFO("moe: the network area goes in a pinned host bounce buffer: %s", why);
+    }
+    if (!*in_heap_p) {
+        moe->net.flush = SCHED_FLUSH_NONE; /* pinned host memory */
+    } else if (moe->net.flush == SCHED_FLUSH_READ) {
+        UTIL_LOG_INFO("moe: the network's writes into the heap are flushed by a loopback read "
+                      "on each rail that wrote, before the kernels hear of them");
     }
     return STRATA_OK;
 }
@@ -233,7 +277,7 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
     if (moe->geo.num_peers > 0 &&
         ((status = sched_net_agree(moe)) != STRATA_OK ||
          (status = sched_resolve_combine(moe)) != STRATA_OK ||
-         (status = sched_choose_area(moe, choices.net_memory, &in_heap)) != STRATA_OK)) {
+         (status = sched_choose_area(moe, &choices, &in_heap)) != STRATA_OK)) {
         return status;
     }
     moe->net.bounce        = moe->geo.num_peers > 0 && !in_heap;

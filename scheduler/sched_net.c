@@ -79,7 +79,9 @@ static strata_status_t sched_net_register(sched_moe_t *moe)
     strata_status_t status;
 
     if (net->bounce) {
-        status = d->host_alloc(net->offsets.total, &net->bounce_host, (void **)&net->area);
+        /* Near the NIC that writes it, as the proxy's work ring. */
+        status = d->host_alloc(net->offsets.total, inter_engine_numa_node(moe->world.engine),
+                               &net->bounce_host, (void **)&net->area);
         if (status == STRATA_OK) {
             status = inter_engine_mem_register(moe->world.engine, net->bounce_host,
                                                net->offsets.total, &net->mr);
@@ -132,8 +134,11 @@ static strata_status_t sched_net_ring(sched_moe_t *moe)
                              .num_regions = 1, .host_stamps = d->memory == INTRA_MEMORY_HOST};
     strata_status_t status;
 
+    /* On the proxy's NUMA node: it polls the ring's slots without pause, the kernels write
+     * each command once. */
     status = d->host_alloc(util_work_ring_bytes(p.slots, p.num_counters, p.num_imms),
-                           (void **)&net->ring_host, (void **)&net->ring_dev);
+                           inter_engine_numa_node(moe->world.engine), (void **)&net->ring_host,
+                           (void **)&net->ring_dev);
     if (status != STRATA_OK) {
         return status;
     }
@@ -141,10 +146,11 @@ static strata_status_t sched_net_ring(sched_moe_t *moe)
     p.regions[0]        = net->mr;
     p.region_offsets[0] = net->mr_offset;
     p.remote[0]         = net->desc;
-    if (!net->bounce && d->flush_remote_writes != NULL) { /* GPU memory the NIC writes */
-        p.flush_fn  = sched_flush_writes;
+    if (!net->bounce && net->flush == SCHED_FLUSH_DEVICE && d->flush_remote_writes != NULL) {
+        p.flush_fn  = sched_flush_writes; /* GPU memory the NIC writes, flushed by the GPU */
         p.flush_ctx = moe;
     }
+    p.flush_by_read = !net->bounce && net->flush == SCHED_FLUSH_READ;
     status = inter_engine_ring_attach(moe->world.engine, &p, &net->ring);
     if (status == STRATA_ERR_BUSY) {
         UTIL_LOG_ERROR("moe: immediates %u..%u are still counted by an older MoE object: "

@@ -174,11 +174,12 @@ void api_gpu_leave(const api_gpu_scope_t *scope)
 }
 
 /*
- * The CPUs the proxy runs on: those of the NUMA node of the first rail's NIC, which the proxy
- * drives, else of the GPU's node, whose ring it reads; "" where the topology does not say.
+ * The CPUs the proxy runs on, and the NUMA node of the memory it polls: those of the node of
+ * the first rail's NIC, which the proxy drives, else of the GPU's node, whose ring it reads;
+ * "" and -1 where the topology does not say.
  */
-static void api_gpu_proxy_cpus(const topo_t *topo, const topo_rail_t *rail, int gpu, char *cpus,
-                               size_t len)
+static void api_gpu_proxy_place(const topo_t *topo, const topo_rail_t *rail, int gpu,
+                                inter_engine_params_t *params)
 {
     int numa = -1;
 
@@ -188,7 +189,9 @@ static void api_gpu_proxy_cpus(const topo_t *topo, const topo_rail_t *rail, int 
     if (numa < 0 && gpu >= 0) {
         numa = topo_gpu(topo, gpu)->numa;
     }
-    snprintf(cpus, len, "%s", numa >= 0 ? topo_numa(topo, numa)->cpus : "");
+    snprintf(params->proxy_cpus, sizeof(params->proxy_cpus), "%s",
+             numa >= 0 ? topo_numa(topo, numa)->cpus : "");
+    params->proxy_numa_node = numa >= 0 ? topo_numa(topo, numa)->os_index : -1;
 }
 
 void api_gpu_engine_params(const intra_device_ops_t *ops, const topo_t *topo,
@@ -206,5 +209,5 @@ void api_gpu_engine_params(const intra_device_ops_t *ops, const topo_t *topo,
         snprintf(params->rail_devices[r], sizeof(params->rail_devices[r]), "%s",
                  topo_nic(topo, rail->nics[r])->name);
     }
-    api_gpu_proxy_cpus(topo, rail, gpu, params->proxy_cpus, sizeof(params->proxy_cpus));
+    api_gpu_proxy_place(topo, rail, gpu, params);
 }

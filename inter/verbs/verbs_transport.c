@@ -360,6 +360,7 @@ static strata_status_t verbs_open_port(verbs_transport_t *vt, const inter_transp
     util_random_bytes(&psn, sizeof(psn));
     vt->psn                = psn & 0xffffffu;
     vt->base.has_read      = vt->max_rd_atomic > 0 && vt->max_dest_rd_atomic > 0;
+    vt->base.loopback_flush = vt->base.has_read; /* this rank's own pair of QPs, on the HCA */
     vt->base.virt_addr     = true;
     vt->base.max_msg_size  = port.max_msg_sz;
     vt->base.max_rma_size  = port.max_msg_sz;

@@ -105,7 +105,7 @@ static strata_status_t cuda_mem_export_dmabuf(void *ptr, size_t size, int *fd_p,
 #define GPU_MOE_LAUNCH                cuda_moe_launch
 #define GPU_TIMER_TICKS_PER_US        1000 /* %globaltimer counts nanoseconds */
 #define GPU_MEMORY                    INTRA_MEMORY_CUDA
-#define GPU_HOST_ALLOC_FLAGS          (cudaHostAllocMapped | cudaHostAllocPortable)
+#define GPU_HOST_REGISTER_FLAGS       (cudaHostRegisterMapped | cudaHostRegisterPortable)
 #define gpuError_t                    cudaError_t
 #define gpuSuccess                    cudaSuccess
 #define gpuErrorMemoryAllocation      cudaErrorMemoryAllocation
@@ -142,9 +142,9 @@ static int cuda_device_attribute(enum cudaDeviceAttr attr, int device)
 #define GPU_REMOTE_WRITES_FLUSHED(device) \
     ((cuda_device_attribute(cudaDevAttrGPUDirectRDMAFlushWritesOptions, device) & \
       cudaFlushGPUDirectRDMAWritesOptionHost) != 0)
-#define gpuHostAlloc                  cudaHostAlloc
+#define gpuHostRegister               cudaHostRegister
+#define gpuHostUnregister             cudaHostUnregister
 #define gpuHostGetDevicePointer       cudaHostGetDevicePointer
-#define gpuFreeHost                   cudaFreeHost
 #define gpuStream_t                   cudaStream_t
 #define gpuStreamCreateWithFlags      cudaStreamCreateWithFlags
 #define gpuStreamNonBlocking          cudaStreamNonBlocking

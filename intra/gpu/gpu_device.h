@@ -9,6 +9,7 @@
 #endif
 
 #include "util/util.h"
+#include "util/util_numa.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -315,26 +316,34 @@ static strata_status_t gpu_resident_blocks(unsigned *blocks_p)
 }
 
 /* Pinned host memory mapped into the device's address space: rings and statuses that the
- * host and the kernels both touch. */
-static strata_status_t gpu_host_alloc(size_t size, void **host_p, void **device_p)
+ * host and the kernels both touch. Its pages are placed (on numa_node where asked) before
+ * they are pinned: pinned pages never move. */
+static strata_status_t gpu_host_alloc(size_t size, int numa_node, void **host_p,
+                                      void **device_p)
 {
-    void *host = NULL, *device = NULL;
+    void *host, *device = NULL;
     strata_status_t status;
 
     if (size == 0) {
         return STRATA_ERR_INVALID;
     }
-    status = gpu_status(gpuHostAlloc(&host, size, GPU_HOST_ALLOC_FLAGS), "mapped host alloc");
+    if ((host = util_numa_alloc(size, numa_node)) == NULL) {
+        UTIL_LOG_ERROR("%s: no host memory for %zu bytes", GPU_NAME, size);
+        return STRATA_ERR_NO_MEMORY;
+    }
+    status = gpu_status(gpuHostRegister(host, size, GPU_HOST_REGISTER_FLAGS),
+                        "pinning host memory");
     if (status != STRATA_OK) {
+        util_numa_free(host);
         return status;
     }
     status = gpu_status(gpuHostGetDevicePointer(&device, host, 0), "device address of host "
                         "memory");
     if (status != STRATA_OK) {
-        gpu_status(gpuFreeHost(host), "free host");
+        gpu_status(gpuHostUnregister(host), "unpin host memory");
+        util_numa_free(host);
         return status;
     }
-    memset(host, 0, size);
     *host_p   = host;
     *device_p = device;
     return STRATA_OK;
@@ -343,7 +352,8 @@ static strata_status_t gpu_host_alloc(size_t size, void **host_p, void **device_
 static void gpu_host_free(void *host)
 {
     if (host != NULL) {
-        gpu_status(gpuFreeHost(host), "free host");
+        gpu_status(gpuHostUnregister(host), "unpin host memory");
+        util_numa_free(host);
     }
 }
 
@@ -366,8 +376,8 @@ static strata_status_t gpu_remote_writes_visible(char *reason)
     util_reason(reason, "%s GPU %d neither orders GPUDirect RDMA writes for its kernels nor "
                 "can flush them", GPU_NAME, device);
 #else
-    util_reason(reason, "the %s backend has no way yet to flush GPUDirect RDMA writes into "
-                "GPU %d before its kernels read them", GPU_NAME, device);
+    util_reason(reason, "the %s backend has no flush of its own for GPUDirect RDMA writes "
+                "into GPU %d", GPU_NAME, device);
 #endif
     return STRATA_ERR_UNSUPPORTED;
 }
@@ -454,7 +464,7 @@ static strata_status_t gpu_staging_alloc(gpu_staging_t *st, size_t size)
     void *device;
 
     for (int h = 0; h < 2; ++h) {
-        strata_status_t status = gpu_host_alloc(size, (void **)&st->half[h], &device);
+        strata_status_t status = gpu_host_alloc(size, -1, (void **)&st->half[h], &device);
 
         if (status != STRATA_OK) {
             gpu_staging_release(st);

@@ -11,7 +11,7 @@
 #define GPU_MOE_LAUNCH                hip_moe_launch
 #define GPU_TIMER_TICKS_PER_US        100  /* s_memrealtime runs at 100 MHz on gfx9 and later */
 #define GPU_MEMORY                    INTRA_MEMORY_HIP
-#define GPU_HOST_ALLOC_FLAGS          (hipHostMallocMapped | hipHostMallocPortable)
+#define GPU_HOST_REGISTER_FLAGS       (hipHostRegisterMapped | hipHostRegisterPortable)
 #define gpuError_t                    hipError_t
 #define gpuSuccess                    hipSuccess
 #define gpuErrorMemoryAllocation      hipErrorMemoryAllocation
@@ -30,9 +30,9 @@
 #define gpuIpcMemLazyEnablePeerAccess hipIpcMemLazyEnablePeerAccess
 #define gpuGetDevice                  hipGetDevice
 #define gpuSetDevice                  hipSetDevice
-#define gpuHostAlloc                  hipHostMalloc
+#define gpuHostRegister               hipHostRegister
+#define gpuHostUnregister             hipHostUnregister
 #define gpuHostGetDevicePointer       hipHostGetDevicePointer
-#define gpuFreeHost                   hipHostFree
 #define gpuStream_t                   hipStream_t
 #define gpuStreamCreateWithFlags      hipStreamCreateWithFlags
 #define gpuStreamNonBlocking          hipStreamNonBlocking

@@ -4,6 +4,7 @@
  */
 #include "host_device.h"
 #include "util/util.h"
+#include "util/util_numa.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -79,16 +80,22 @@ static strata_status_t host_device_count(int *count_p)
 }
 
 /* "Device" memory is host memory: the same allocation on both sides. */
-static strata_status_t host_host_alloc(size_t size, void **host_p, void **device_p)
+static strata_status_t host_host_alloc(size_t size, int numa_node, void **host_p,
+                                       void **device_p)
 {
-    void *ptr;
-    strata_status_t status = host_mem_alloc(size, &ptr);
+    void *ptr = size > 0 ? util_numa_alloc(size, numa_node) : NULL;
 
-    if (status == STRATA_OK) {
-        memset(ptr, 0, size);
-        *host_p = *device_p = ptr;
+    if (ptr == NULL) {
+        UTIL_LOG_ERROR("host device: cannot allocate %zu bytes of host memory", size);
+        return size > 0 ? STRATA_ERR_NO_MEMORY : STRATA_ERR_INVALID;
     }
-    return status;
+    *host_p = *device_p = ptr;
+    return STRATA_OK;
+}
+
+static void host_host_free(void *host)
+{
+    util_numa_free(host);
 }
 
 /* A memfd leaves nothing in the file system, whatever way the process ends. */
@@ -166,7 +173,7 @@ const intra_device_ops_t host_device_ops = {
     .current_device     = host_current_device,
     .device_count       = host_device_count,
     .host_alloc         = host_host_alloc,
-    .host_free          = host_mem_free,
+    .host_free          = host_host_free,
     .region_create      = host_region_create,
     .region_open        = host_region_open,
     .region_close       = host_region_close,

@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "api/src/api_comm.h"
 #include "common/log_capture.h"
 #include "common/one_rank.h"
 
@@ -185,7 +186,8 @@ static void proxy_cpus(char *list, size_t len)
 
 /*
  * A topology (written here) whose one GPU and NIC hang off a NUMA node with a single CPU,
- * the last this process may use: the proxy thread runs on that CPU alone.
+ * the last this process may use: the proxy thread runs on that CPU alone, and the memory it
+ * polls (work rings, the bounce buffer) is to go on that node.
  */
 static void test_proxy_pinned_near_its_nic(void **state)
 {
@@ -218,6 +220,7 @@ static void test_proxy_pinned_near_its_nic(void **state)
     fclose(f);
     assert_int_equal(strata_comm_create(&config, &one_rank, &comm), STRATA_OK);
     proxy_cpus(got, sizeof(got));
+    assert_int_equal(inter_engine_numa_node(comm->engine), 0);
     strata_comm_destroy(comm);
     unlink(path);
     snprintf(want, sizeof(want), "%d", last);

@@ -486,7 +486,10 @@ int main(int argc, char **argv)
         check_peer_transports();
         log_expect_start(refusals);
         bad_input_and_cancel();
-        work_ring();
+        work_ring(false);
+        if (inter_engine_can_flush_by_read(g_engine)) {
+            work_ring(true);
+        }
         work_ring_bad_command();
         CHECK(inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS) ==
                   STRATA_OK, "final barrier");
@@ -498,9 +501,10 @@ int main(int argc, char **argv)
             snprintf(pacing, sizeof(pacing), ", rate control on (%llu paced)",
                      (unsigned long long)paced);
         }
-        printf("rank %d of %d: all checks passed over %s, %d rails, read %s%s\n", g_rank,
-               g_world, inter_engine_transport_name(g_engine), inter_engine_num_rails(g_engine),
-               inter_engine_has_read(g_engine) ? "yes" : "no", pacing);
+        printf("rank %d of %d: all checks passed over %s, %d rails, read %s, loopback flush "
+               "%s%s\n", g_rank, g_world, inter_engine_transport_name(g_engine),
+               inter_engine_num_rails(g_engine), inter_engine_has_read(g_engine) ? "yes" : "no",
+               inter_engine_can_flush_by_read(g_engine) ? "yes" : "no", pacing);
     }
     inter_engine_mem_deregister(g_engine, g_src_mr);
     inter_engine_mem_deregister(g_engine, g_dst_mr);

@@ -49,7 +49,7 @@ unsigned char pattern(int round, int src, size_t i);
 void round_write(int round);
 
 /* engine_check_ring.c */
-void work_ring(void);
+void work_ring(bool flush_by_read); /* flush_by_read: the counts wait for loopback reads */
 void work_ring_bad_command(void);
 int  kill_ring_test(int victim);
 

@@ -18,6 +18,7 @@ typedef struct ring_test {
     util_work_ring_t *mem;
     inter_ring_t     *ring;
     _Atomic uint64_t  head; /* the producers' ticket counter */
+    atomic_int        next; /* the producers' next command */
     int               num_cmds;
 } ring_test_t;
 
@@ -82,9 +83,8 @@ static util_work_cmd_t ring_cmd(int i)
 static void *ring_producer(void *arg)
 {
     ring_test_t *t = arg;
-    static atomic_int next;
 
-    for (int i; (i = atomic_fetch_add(&next, 1)) < t->num_cmds;) {
+    for (int i; (i = atomic_fetch_add(&t->next, 1)) < t->num_cmds;) {
         strata_status_t status = ring_post(t, ring_cmd(i));
 
         CHECK(status == STRATA_OK, "ring command %d: %s", i, strata_status_string(status));
@@ -92,11 +92,12 @@ static void *ring_producer(void *arg)
     return NULL;
 }
 
-static void ring_open(ring_test_t *t, uint32_t imm_base)
+static void ring_open(ring_test_t *t, uint32_t imm_base, bool flush_by_read)
 {
     size_t bytes = SLOT + (size_t)g_world * (SLOT + RING_READ);
     inter_ring_params_t p = {.slots = RING_SLOTS, .num_counters = 2, .num_imms = (uint32_t)g_world,
-                             .imm_base = imm_base, .num_regions = 1, .host_stamps = true};
+                             .imm_base = imm_base, .num_regions = 1, .host_stamps = true,
+                             .flush_by_read = flush_by_read};
 
     t->buf = util_alloc_aligned(4096, bytes);
     t->mem = util_alloc_aligned(64, util_work_ring_bytes(RING_SLOTS, 2, (uint32_t)g_world));
@@ -162,8 +163,9 @@ static uint64_t held_so_far(void)
 /* Every rank sends its source to every rank and reads back from each, through a ring of
  * fewer slots than commands, from several producer threads; counts and bytes exact. With
  * rate control on, the ring's writes (each larger than a 16 KiB chunk) must have waited
- * for their peers' windows: commands are paced like requests. */
-void work_ring(void)
+ * for their peers' windows: commands are paced like requests. flush_by_read: the counts
+ * wait for loopback reads through the transport, which must have been made. */
+void work_ring(bool flush_by_read)
 {
     ring_test_t t = {.num_cmds = g_world * (RING_WRITES + 1)};
     pthread_t producers[RING_PRODUCERS];
@@ -174,7 +176,7 @@ void work_ring(void)
     uint64_t held_before;
 
     CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
-    ring_open(&t, RING_IMM);
+    ring_open(&t, RING_IMM, flush_by_read);
     held_before = held_so_far();
     for (int i = 0; i < RING_PRODUCERS; ++i) {
         CHECK(pthread_create(&producers[i], NULL, ring_producer, &t) == 0, "producer");
@@ -208,6 +210,8 @@ void work_ring(void)
     inter_ring_stats(t.ring, &stats);
     CHECK(stats.commands == (uint64_t)t.num_cmds && stats.stamped == stats.commands,
           "stats: %llu commands", (unsigned long long)stats.commands);
+    CHECK(flush_by_read ? stats.flushes > 0 : stats.flushes == 0, "%llu loopback reads",
+          (unsigned long long)stats.flushes);
     /* A second ring may not count the same immediates. */
     overlap = (inter_ring_params_t){.mem = util_alloc_aligned(64, util_work_ring_bytes(4, 1, 4)),
                                     .slots = 4, .num_counters = 1, .num_imms = 4,
@@ -225,7 +229,7 @@ void work_ring_bad_command(void)
     util_work_cmd_t cmd = {.op = UTIL_WORK_WRITE, .peer = (g_rank + 1) % g_world,
                            .offset = SLOT, .remote_offset = 0, .length = 64ull << 30};
 
-    ring_open(&t, RING_IMM + MAX_RANKS);
+    ring_open(&t, RING_IMM + MAX_RANKS, false);
     CHECK(ring_post(&t, cmd) == STRATA_OK, "post");
     CHECK(ring_wait(&t, &util_work_ring_counters(t.mem)[0], 1) == STRATA_ERR_INVALID,
           "a bad command did not fail the ring");
@@ -245,7 +249,7 @@ int kill_ring_test(int victim)
 
     CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
     bound = params.peer_timeout_ns + 4 * UTIL_NSEC_PER_SEC;
-    ring_open(&t, RING_IMM);
+    ring_open(&t, RING_IMM, false);
     if (g_rank == victim) {
         usleep(200000);
         _exit(9);

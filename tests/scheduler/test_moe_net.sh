@@ -32,6 +32,12 @@ case_run "3x2 flat, all tokens to expert 5, capacity 8" 6 "$ok" -- $calm STRATA_
 # this case).
 case_run "2x2 flat, work ring of 2 slots, 3 blocks" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_RING_SLOTS=2 STRATA_INTRA_BLOCKS=3 STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 30)
 case_run "2x2 hierarchical, work ring of 4 slots" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_RING_SLOTS=4 -- -n 4 --nodes 2 -- --steps $(steps 30)
+# The counts of what the network wrote wait for a loopback read on the rail that wrote it
+# (the flush a GPU without its own takes; here forced on host memory), every rank saying so.
+over_line='flushed by a loopback read'
+case_run "2x2 flat, flushed by loopback reads" 4 "$ok" -- $calm STRATA_LOG_LEVEL=info STRATA_MOE_FLUSH=read STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 30)
+case_run "2x2 hierarchical, pull, flushed by loopback reads" 4 "$ok" -- $calm STRATA_LOG_LEVEL=info STRATA_MOE_FLUSH=read STRATA_MOE_ROUTE=hierarchical STRATA_MOE_MODE=pull -- -n 4 --nodes 2 -- --steps $(steps 30)
+over_line=
 # Stream-ordered steps on two host streams, changing every step, nothing waited for between
 # steps: the object alone orders a step after the last one, still running on the other stream.
 case_run "2x2 flat, streams changing every step" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 40) --streams 1
