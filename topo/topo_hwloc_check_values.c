@@ -191,7 +191,15 @@ bool topo_check_float(const char *s)
     return *end == '\0' && isfinite(value) && value >= 0.0;
 }
 
-/* hwloc's bitmap text: "0xf...f" (infinite), then comma-separated 32-bit words "0x0000ffff". */
+/*
+ * hwloc's bitmap text: "0xf...f" (infinite) alone or before a comma, then comma-separated
+ * 32-bit words, most significant first. A word is "0x" and 1 to 8 hex digits, or empty: hwloc
+ * writes the zero words between others as empty fields ("0x00000001,,0x00010000") and the
+ * last as "0x0", and libhwloc reads an empty field as 0, at the end too. Not at the start:
+ * libhwloc counts the words from the second character on, so a text that begins with a
+ * comma has one word more than it counted, and its parser aborts on an assertion
+ * (",0x00000001"). hwloc never writes one.
+ */
 static bool topo_check_bitmap_text(const char *s)
 {
     unsigned words = 0;
@@ -204,14 +212,21 @@ static bool topo_check_bitmap_text(const char *s)
         if (*s++ != ',') {
             return false;
         }
+    } else if (*s == ',') {
+        return false;
     }
     for (;;) {
-        if (s[0] != '0' || (s[1] != 'x' && s[1] != 'X')) {
+        if (++words > TOPO_CHECK_MAX_BITMAP_WORDS) {
             return false;
         }
-        s += 2;
-        if (!topo_check_hex(&s, 1, 8) || ++words > TOPO_CHECK_MAX_BITMAP_WORDS) {
-            return false;
+        if (*s != ',' && *s != '\0') {
+            if (s[0] != '0' || (s[1] != 'x' && s[1] != 'X')) {
+                return false;
+            }
+            s += 2;
+            if (!topo_check_hex(&s, 1, 8)) {
+                return false;
+            }
         }
         if (*s == '\0') {
             return true;
