@@ -66,9 +66,10 @@ typedef struct intra_device_ops {
     /**
      * A dma-buf of this backend's memory at ptr (size bytes within one allocation), so that
      * a NIC driver can register it without a peer-memory module: *fd_p (the caller closes
-     * it) covers the whole allocation and *offset_p is ptr's offset in it; both set only on
-     * success. On failure reason (UTIL_REASON_LEN) says why. NULL where the backend has no
-     * way to export (the host; HIP builds without hsa_amd_portable_export_dmabuf).
+     * it) covers at least [ptr, ptr + size) (CUDA: the whole allocation) and *offset_p is
+     * ptr's offset in it; both set only on success. On failure reason (UTIL_REASON_LEN)
+     * says why (HIP: a ROCm older than 5.7). NULL where the backend has no way to export
+     * (the host).
      */
     strata_status_t (*mem_export_dmabuf)(void *ptr, size_t size, int *fd_p, uint64_t *offset_p,
                                          char *reason);

@@ -25,6 +25,10 @@ typedef struct ofi_transport {
     uint64_t           mr_mode;
     atomic_int         live_mrs;   /* registrations not yet closed (teardown order) */
     char               provider[32]; /* STRATA_INTER_PROVIDER */
+    /* Device memory by dma-buf (FI_MR_DMABUF, libfabric 1.20 on) where no peer-memory
+     * module pins it; NULL: registered by address (FI_HMEM) only. */
+    inter_dmabuf_fn_t  dmabuf_fn;
+    void              *dmabuf_ctx;
 } ofi_transport_t;
 
 ofi_transport_t *ofi_of(inter_transport_t *tp);

@@ -4,7 +4,12 @@
  */
 #include "hip_device.h"
 
+#include "util/util_reason.h"
+
 #include <hip/hip_runtime_api.h>
+
+#include <dlfcn.h>
+#include <stdint.h>
 
 #define GPU_NAME                      "hip"
 #define GPU_OPS                       hip_device_ops
@@ -57,6 +62,46 @@
 #if HIP_VERSION >= 60000000
 #define GPU_STREAM_DEVICE(stream, device_p) hipStreamGetDevice(stream, device_p)
 #endif
+
+/*
+ * Device memory as a dma-buf, for NICs whose driver registers it without amdkfd's peer
+ * memory: ROCm's hsa_amd_portable_export_dmabuf (ROCm 5.7 on), looked up in the HSA runtime
+ * HIP has loaded, so that this builds against older ROCm and runs where it exists.
+ */
+typedef int (*hsa_export_dmabuf_fn_t)(const void *ptr, size_t size, int *fd_p,
+                                      uint64_t *offset_p);
+
+static strata_status_t hip_mem_export_dmabuf(void *ptr, size_t size, int *fd_p,
+                                             uint64_t *offset_p, char *reason)
+{
+    void *hsa = dlopen("libhsa-runtime64.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    hsa_export_dmabuf_fn_t export_fn = NULL;
+    uint64_t offset = 0;
+    int fd = -1, rc;
+
+    if (hsa != NULL) {
+        *(void **)&export_fn = dlsym(hsa, "hsa_amd_portable_export_dmabuf");
+    }
+    if (export_fn == NULL) {
+        util_reason(reason, "the ROCm runtime exports no dma-buf (hsa_amd_portable_export_dmabuf "
+                    "needs ROCm 5.7 or newer)");
+        if (hsa != NULL) {
+            dlclose(hsa);
+        }
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    rc = export_fn(ptr, size, &fd, &offset);
+    dlclose(hsa); /* RTLD_NOLOAD: HIP's own reference keeps it loaded */
+    if (rc != 0 || fd < 0) {
+        util_reason(reason, "the ROCm runtime refused a dma-buf of %zu bytes at %p (hsa status "
+                    "%#x; a kernel with dma-buf support is needed)", size, ptr, (unsigned)rc);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    *fd_p     = fd;
+    *offset_p = offset;
+    return STRATA_OK;
+}
+#define GPU_MEM_EXPORT_DMABUF hip_mem_export_dmabuf
 
 /* Fine-grained: coherent between GPUs while kernels run (see gpu_region_create). */
 #define GPU_REGION_MALLOC(ptr_p, size) hipExtMallocWithFlags(ptr_p, size, hipDeviceMallocFinegrained)
