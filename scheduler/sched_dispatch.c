@@ -17,7 +17,7 @@
 static const char *sched_send_problem(const sched_moe_t *moe, const sched_plan_t *plan,
                                       const void *x, const float *x_scales)
 {
-    if (plan == NULL || plan->moe != moe) {
+    if (plan == NULL || plan->moe != moe || plan->moe_serial != moe->serial) {
         return "needs a layout made by this object";
     }
     if (plan->num_tokens > 0 && (x == NULL || ((uintptr_t)x & 15u) != 0)) {

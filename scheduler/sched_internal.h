@@ -165,6 +165,7 @@ typedef struct sched_step {
  * device. Entries are exactly as many as the counting pass finds. */
 struct strata_moe_layout {
     const sched_moe_t *moe;        /* NULL for a plan built without an object (tests) */
+    uint64_t           moe_serial; /* moe's serial: another object at the same address is not it */
     const intra_device_ops_t *device; /* whose memory device_mem is */
     int                num_tokens;
     bool               had_bad_ids; /* bad ids were turned into -1 */
@@ -201,6 +202,9 @@ strata_status_t sched_token_check(int num_experts, int topk, const int64_t *expe
 strata_status_t sched_token_clean(int num_experts, int topk, int64_t *experts, int token);
 
 struct sched_moe {
+    /* Unique in the process: a layout names its object by pointer and serial, since a new
+     * object may be allocated where a destroyed one was. */
+    uint64_t             serial;
     strata_moe_params_t  params;
     sched_moe_world_t    world;
     bool                 pull_read;

@@ -5,6 +5,8 @@
  */
 #include "sched_internal.h"
 
+#include <stdatomic.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,14 +171,18 @@ static strata_status_t sched_open_own_plan(sched_moe_t *moe)
     sched_plan_t *plan = &moe->own_plan;
     strata_status_t status;
 
-    plan->moe    = moe;
-    plan->device = moe->world.device;
+    plan->moe        = moe;
+    plan->moe_serial = moe->serial;
+    plan->device     = moe->world.device;
     if ((status = sched_plan_alloc_ids(&moe->geo, plan, moe->geo.max_tokens)) != STRATA_OK ||
         (status = sched_plan_alloc_entries(&moe->geo, plan, moe->geo.max_entries)) != STRATA_OK) {
         return status;
     }
     return sched_plan_device_alloc(moe, plan, moe->geo.max_tokens);
 }
+
+/* Serials given to objects so far (struct sched_moe.serial). */
+static _Atomic uint64_t sched_moe_serials;
 
 static int *sched_copy_ints(const int *src, int n)
 {
@@ -306,6 +312,7 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
     if (moe == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
+    moe->serial = atomic_fetch_add_explicit(&sched_moe_serials, 1, memory_order_relaxed) + 1;
     moe->params = *params;
     moe->world  = *world;
     /* Ours to keep: the caller's arrays need not outlive the object; the key and the

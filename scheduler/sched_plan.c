@@ -357,8 +357,9 @@ strata_status_t sched_plan_create(const sched_moe_t *moe, const int64_t *topk_id
     if (plan == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    plan->moe    = moe;
-    plan->device = moe->world.device;
+    plan->moe        = moe;
+    plan->moe_serial = moe->serial;
+    plan->device     = moe->world.device;
     built = sched_plan_build(&moe->geo, topk_idx, num_tokens, skip_bad, plan);
     status = built == STRATA_OK || (skip_bad && built == STRATA_ERR_INVALID) ? STRATA_OK : built;
     if (status == STRATA_OK) {

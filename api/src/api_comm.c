@@ -159,6 +159,10 @@ strata_status_t api_comm_allgather(strata_comm_t *comm, const void *send_buf, vo
 {
     strata_status_t status = api_comm_check_peers(comm);
 
+    if (comm->bootstrap == NULL) {
+        UTIL_LOG_ERROR("comm: an exchange among the ranks after strata_comm_destroy");
+        return STRATA_ERR_INVALID;
+    }
     if (status == STRATA_OK) {
         status = comm->bootstrap->allgather(comm->bootstrap->ctx, send_buf, recv_buf, size);
     }
@@ -514,6 +518,10 @@ STRATA_API void strata_comm_destroy(strata_comm_t *comm)
         UTIL_LOG_WARN("comm: destroyed with %d MoE object%s alive: its engine and buffers stay "
                       "until the last of them is destroyed", objects, objects == 1 ? "" : "s");
     }
+    /* The caller may destroy the bootstrap next, while MoE objects still hold the rest: they
+     * never use it again (only their creation does), and nothing may reach it. */
+    api_bootstrap_set_check(comm->bootstrap, NULL, comm);
+    comm->bootstrap = NULL;
     api_comm_release(comm);
 }
 

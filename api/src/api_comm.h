@@ -30,6 +30,12 @@ struct strata_comm {
     bool                      peer_failure_logged;
 };
 
+/** The public MoE object: its communicator, and the scheduler's object that runs it. */
+struct strata_moe {
+    strata_comm_t      *comm;
+    struct sched_moe   *sched;
+};
+
 /** A MoE object keeps the communicator it runs on: torn down by the last release. */
 void api_comm_hold(strata_comm_t *comm);
 void api_comm_release(strata_comm_t *comm);

@@ -14,11 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-struct strata_moe {
-    strata_comm_t *comm;
-    sched_moe_t   *sched;
-};
-
 /* The object's GPU current for an entry's GPU calls; the caller's again at api_gpu_leave. */
 static void api_moe_enter(const strata_moe_t *moe, api_gpu_scope_t *scope)
 {

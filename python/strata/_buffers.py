@@ -104,9 +104,9 @@ def rows_of(obj, name):
 def view(addr, dtype, shape, torch_like, strides=None, owner=None):
     """An array over library memory at addr (no copy): numpy, or torch where torch_like.
 
-    strides in bytes (None: C-contiguous). owner: the object whose memory it is, kept alive
-    as long as the array (garbage collection must not unmap memory under a live view); an
-    explicit close of the owner still ends the view's validity.
+    strides in bytes (None: C-contiguous). owner: what keeps the memory mapped (the
+    library object's keeper), held as long as the array: garbage collection or an explicit
+    close of the Python object never unmaps memory under a live view.
     """
     # bf16 bits as int16: numpy has no bfloat16, torch 1.13 no uint16 to view them from
     numpy_dtype = np.dtype(np.int16 if dtype == "bfloat16" else dtype)

@@ -1,6 +1,7 @@
 """MoE dispatch and combine over a communicator (strata_moe_*), on numpy arrays or tensors."""
 import ctypes
 import dataclasses
+import weakref
 
 from . import _buffers as b
 from . import _types as t
@@ -21,9 +22,9 @@ def _dtype(value, name):
 class Recv:
     """What a dispatch delivered to this rank's experts (strata_moe_recv_t), as arrays.
 
-    Views of the library's memory, valid until the next dispatch or the Moe's close (they
-    keep the Moe from being garbage-collected; reading one after close() is a crash):
-    local expert e (global id first_expert + e) has count[e] rows in x[e, :count[e]], in no
+    Views of the library's memory, rewritten by the next dispatch. They keep that memory
+    mapped as long as they live, even past the Moe's close() (which then destroys the
+    library object only once the last view is gone): local expert e (global id first_expert + e) has count[e] rows in x[e, :count[e]], in no
     particular order; src[e, row] is (rank, token, slot) of each. Writing the experts'
     outputs into expert_y[e, :count[e]] saves combine a copy. Numpy arrays, or torch
     tensors where the dispatch was given tensors.
@@ -81,6 +82,22 @@ class Stats:
     memory: dict  # strata_moe_memory_t's parts -> bytes this rank holds (fixed at creation)
 
 
+class _Kept:
+    """A library object destroyed once nothing uses it: its Python owner until close(), and
+    every array over its memory, which holds this through its buffer. So an array read after
+    close() reads memory that is still mapped, never freed memory."""
+
+    __slots__ = ("_destroy", "_handle")
+
+    def __init__(self, destroy, handle):
+        self._destroy, self._handle = destroy, handle
+
+    def __del__(self):
+        if self._handle is not None:
+            self._destroy(self._handle)
+            self._handle = None
+
+
 class Layout:
     """Where a batch's tokens go (strata_moe_layout_create): reusable for every dispatch
     whose routing (topk_idx) is the same. Made by Moe.layout(); close() frees it."""
@@ -89,6 +106,7 @@ class Layout:
         self._moe = moe
         self._handle = handle
         self.num_tokens = num_tokens
+        moe._layouts.add(self)
 
     def close(self):
         """Free it; not while a step that uses it is in progress (ValueError)."""
@@ -156,6 +174,8 @@ class Moe:
         check(lib.strata_moe_create(comm.handle, ctypes.byref(params), ctypes.byref(handle)),
               "strata_moe_create")
         self._lib, self._moe, self._comm = lib, handle, comm
+        self._kept = _Kept(lib.strata_moe_destroy, handle)  # views hold it too
+        self._layouts = weakref.WeakSet()                    # made by layout(), still open
         comm._moes.add(self)
         self._recv = None          # the step's Recv, once dispatched
         self._step_layout = None   # the layout the step in progress uses
@@ -211,7 +231,7 @@ class Moe:
 
     def _receive(self, status, raw, call):
         self._recv = Recv(raw, self.hidden, self.dtype, self.combine_dtype, self._torch_like,
-                          self) if raw.num_local_experts > 0 else None
+                          self._kept) if raw.num_local_experts > 0 else None
         if status < 0:
             err = StrataError(status, call, status_string(status))
             err.recv = self._recv
@@ -242,7 +262,7 @@ class Moe:
     def dispatch_send(self, layout, x, x_scales=None):
         """First half of dispatch: send x along layout (strata_moe_dispatch_send). x must
         stay untouched until dispatch_recv returns; the layout, until the step's combine."""
-        if not isinstance(layout, Layout) or layout._handle is None:
+        if not isinstance(layout, Layout) or layout._handle is None or layout._moe is not self:
             raise ValueError("layout must be an open Layout made by this Moe's layout()")
         xs, scales = self._tokens(x, x_scales, layout.num_tokens)
         self._torch_like = b.is_torch(x)
@@ -336,12 +356,16 @@ class Moe:
         return self._moe
 
     def close(self):
-        """Destroy it (strata_moe_destroy; local). Views from its dispatches die with it."""
+        """Close it and every Layout made by it (local). The library object
+        (strata_moe_destroy) goes at once, or, where arrays of its Recvs are still alive,
+        once the last of them is gone: they keep its memory until then."""
         if self._moe is not None:
-            self._lib.strata_moe_destroy(self._moe)
+            self._end_step()
+            for layout in list(self._layouts):
+                layout.close()
             self._moe = None
             self._recv = None
-            self._end_step()
+            self._kept = None  # destroyed here unless a view still holds it
 
     def __enter__(self):
         return self

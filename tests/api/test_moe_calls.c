@@ -5,7 +5,8 @@
  * stand-in state) what would wait on the host is refused and the object stays usable;
  * strata_moe_dispatch reuses its own layout across steps of different
  * sizes, skipping bad ids (STRATA_ERR_INVALID, the step completed) and refusing a dispatch
- * while a step is in progress; every result is exact.
+ * while a step is in progress; a layout outliving its object is refused by a new object,
+ * even one allocated where the old one was; every result is exact.
  */
 #include <strata/strata.h>
 
@@ -17,9 +18,11 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "api/src/api_comm.h"
 #include "common/log_capture.h"
 #include "common/one_rank.h"
 #include "intra/host/host_device.h"
+#include "scheduler/sched_internal.h"
 
 #define EXPERTS 8
 #define HIDDEN  64
@@ -316,6 +319,49 @@ static void test_layout_arguments(void **state)
     }
 }
 
+/*
+ * A layout outlives its object, and a new object lands at the old one's address (forced
+ * here: the layout is made to name the new object's memory, as the allocator may do by
+ * itself). dispatch_send refuses the stale layout, the step runs without this rank's
+ * tokens, and the new object's own layouts still work.
+ */
+static void test_layout_of_a_destroyed_object(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = TOKENS, .mode = STRATA_MOE_MODE_PUSH};
+    strata_moe_t *old = NULL, *fresh = NULL, *fixture_moe;
+    strata_moe_layout_t *stale = NULL;
+    strata_moe_recv_t recv = {0};
+
+    fill(f, 4);
+    assert_int_equal(strata_moe_create(f->comm, &p, &old), STRATA_OK);
+    assert_int_equal(strata_moe_layout_create(old, f->idx, 4, &stale), STRATA_OK);
+    strata_moe_destroy(old);
+    assert_int_equal(strata_moe_create(f->comm, &p, &fresh), STRATA_OK);
+    ((struct strata_moe_layout *)stale)->moe = fresh->sched;
+    log_capture_start();
+    assert_int_equal(strata_moe_dispatch_send(fresh, stale, f->x, NULL), STRATA_ERR_INVALID);
+    log_capture_stop();
+    assert_true(log_captured("needs a layout made by this object", NULL, NULL));
+    /* The step's status, as every later half of it returns. */
+    assert_int_equal(strata_moe_dispatch_recv(fresh, &recv), STRATA_ERR_INVALID);
+    for (int e = 0; e < recv.num_local_experts; ++e) {
+        assert_int_equal(recv.count[e], 0); /* this rank sent nothing */
+    }
+    assert_int_equal(strata_moe_combine_send(fresh, NULL), STRATA_OK);
+    assert_int_equal(strata_moe_combine_recv(fresh, f->w, f->out), STRATA_ERR_INVALID);
+    strata_moe_layout_destroy(stale);
+    fill(f, 4); /* the new object's own layouts work */
+    fixture_moe = f->moe;
+    f->moe      = fresh;
+    assert_int_equal(step(f, 4), STRATA_OK);
+    check(f, 4);
+    f->moe = fixture_moe;
+    strata_moe_destroy(fresh);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -327,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_bad_ids_skipped),
         cmocka_unit_test(test_dispatch_during_a_step),
         cmocka_unit_test(test_layout_arguments),
+        cmocka_unit_test(test_layout_of_a_destroyed_object),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -188,6 +188,60 @@ class TestRoundTrip(MoeTest):
         np.testing.assert_array_equal(recv.x[e, rows[0]], x[token])
 
 
+class TestLifetimes(MoeTest):
+    """Views and layouts against a closed Moe or Communicator."""
+
+    def test_views_read_after_close(self):
+        # Arrays of a Recv outlive the Moe's close(): they keep its memory mapped, and
+        # still hold the last step's rows. The memory is the node's heap, which the
+        # library unmaps at destroy: before, these reads crashed the interpreter.
+        moe = self.moe()
+        x, idx, _ = self.batch(num_tokens=6)
+        recv = moe.dispatch(x, idx)
+        counts = recv.count.copy()
+        rows = recv.x.copy()
+        moe.close()
+        gc.collect()
+        np.testing.assert_array_equal(recv.count, counts)
+        np.testing.assert_array_equal(recv.x, rows)
+        with self.assertRaisesRegex(ValueError, "closed"):
+            moe.dispatch(x, idx)
+
+    def test_views_read_after_communicator_close(self):
+        comm = one_rank.communicator()
+        moe = strata.Moe(comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                         max_tokens=MAX_TOKENS)
+        x, idx, _ = self.batch(num_tokens=5)
+        recv = moe.dispatch(x, idx)
+        rows = recv.x.copy()
+        comm.close()  # closes the Moe, then destroys the communicator and its bootstrap
+        gc.collect()
+        np.testing.assert_array_equal(recv.x, rows)
+        del recv
+        gc.collect()  # the library object goes now, after its bootstrap: no crash either
+
+    def test_close_closes_layouts(self):
+        moe = self.moe()
+        _, idx, _ = self.batch(num_tokens=3)
+        layouts = [moe.layout(idx), moe.layout(idx)]
+        layouts[0].close()
+        moe.close()
+        self.assertTrue(all(layout._handle is None for layout in layouts))
+        layouts[1].close()  # closing again is harmless
+
+    def test_layout_of_another_moe_refused(self):
+        with self.moe() as first, self.moe() as second:
+            x, idx, weights = self.batch(num_tokens=4)
+            theirs = first.layout(idx)
+            with self.assertRaisesRegex(ValueError, "made by this Moe"):
+                second.dispatch_send(theirs, x)
+            mine = second.layout(idx)  # the refused call did not start a step
+            second.dispatch_send(mine, x)
+            run_experts(second.dispatch_recv())
+            out = second.combine(weights, np.empty_like(x))
+            self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+
+
 class TestBufferChecks(MoeTest):
     """Each bad buffer raises ValueError naming it before the library is called; the same
     step then runs with good buffers."""

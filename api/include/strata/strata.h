@@ -126,7 +126,8 @@ typedef struct strata_comm strata_comm_t;
  * SLURM_LOCALID, from the launcher strata_bootstrap_from_env reads), else the derived local
  * rank's; a launcher's local rank that differs from the derived one is logged as a warning.
  * config may be NULL (everything from the environment). The bootstrap must outlive the
- * communicator. STRATA_ERR_INVALID for a bad bootstrap or a log_level outside
+ * communicator's handle: once strata_comm_destroy returns it may be destroyed, even while
+ * MoE objects made on the communicator live on. STRATA_ERR_INVALID for a bad bootstrap or a log_level outside
  * strata_log_level_t.
  */
 STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
@@ -481,7 +482,8 @@ STRATA_API strata_status_t strata_moe_set_pull_mask(strata_moe_t *moe,
  * once dispatch_recv returns. The layout must outlive the step's combine.
  *
  * Input errors never shift one rank's steps against the others'. An input that cannot go
- * out (no layout, another object's layout, x NULL or misaligned, x_scales present or absent
+ * out (no layout, another object's layout or a destroyed one's, even where this object was
+ * allocated at its address; x NULL or misaligned, x_scales present or absent
  * against the dtype) returns STRATA_ERR_INVALID, yet the step starts with this rank
  * contributing no tokens, because the other ranks are in it already: this rank must still
  * call the step's other three halves, its experts receive the other ranks' tokens as usual,
