@@ -6,6 +6,7 @@
  */
 #include "api/api.h"
 #include "api/src/api_bootstrap.h"
+#include "util/util_file.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -431,15 +432,48 @@ static strata_status_t api_bootstrap_join(api_tcp_bootstrap_t *bs, const char *a
     return STRATA_OK;
 }
 
+/*
+ * The secret in the file STRATA_BOOTSTRAP_SECRET_FILE names, into buf (API_SECRET_MAX + 1
+ * bytes), without its line end. Only a regular file of a bounded size is read, opened
+ * without blocking: a FIFO no one writes would otherwise hold the job past every timeout, and
+ * a directory would read as an empty secret.
+ */
+static strata_status_t api_bootstrap_read_secret_file(const char *path, unsigned char *buf,
+                                                      size_t *len_p)
+{
+    char err[UTIL_FILE_ERR_LEN], *data = NULL;
+    size_t len = 0;
+    struct stat st;
+    strata_status_t status;
+
+    /* Room for "\r\n" after the longest secret; past that, "too long". */
+    status = util_file_read(path, API_SECRET_MAX + 2, &data, &len, err);
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("bootstrap: cannot read STRATA_BOOTSTRAP_SECRET_FILE: %s%s", err,
+                       status == STRATA_ERR_PARSE ? " (a secret is 1 to 4096 bytes)" : "");
+        return STRATA_ERR_CONFIG;
+    }
+    if (stat(path, &st) == 0 && (st.st_mode & (S_IRWXG | S_IRWXO))) {
+        UTIL_LOG_WARN("bootstrap: %s is open to other users (mode %03o): chmod 600 it", path,
+                      (unsigned)(st.st_mode & 0777));
+    }
+    while (len > 0 && (data[len - 1] == '\n' || data[len - 1] == '\r')) {
+        --len; /* `echo secret > file` and the variable then mean the same */
+    }
+    memcpy(buf, data, UTIL_MIN(len, (size_t)API_SECRET_MAX + 1));
+    *len_p = len;
+    util_crypto_wipe(data, len);
+    free(data);
+    return STRATA_OK;
+}
+
 /* The secret from STRATA_BOOTSTRAP_SECRET or the file STRATA_BOOTSTRAP_SECRET_FILE names. */
 static strata_status_t api_bootstrap_read_secret(const api_bootstrap_config_t *config,
                                                  api_tcp_bootstrap_t *bs)
 {
     unsigned char buf[API_SECRET_MAX + 1];
-    struct stat st;
-    ssize_t got;
     size_t len = 0;
-    int fd;
+    strata_status_t status;
 
     if (config->secret[0] != '\0' && config->secret_file[0] != '\0') {
         UTIL_LOG_ERROR("bootstrap: both STRATA_BOOTSTRAP_SECRET and STRATA_BOOTSTRAP_SECRET_FILE "
@@ -450,25 +484,9 @@ static strata_status_t api_bootstrap_read_secret(const api_bootstrap_config_t *c
         len = strlen(config->secret);
         memcpy(buf, config->secret, UTIL_MIN(len, sizeof(buf)));
     } else if (config->secret_file[0] != '\0') {
-        fd = open(config->secret_file, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 || fstat(fd, &st) != 0) {
-            UTIL_LOG_ERROR("bootstrap: cannot read STRATA_BOOTSTRAP_SECRET_FILE=%s: %s",
-                           config->secret_file, strerror(errno));
-            if (fd >= 0) {
-                close(fd);
-            }
-            return STRATA_ERR_CONFIG;
-        }
-        if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-            UTIL_LOG_WARN("bootstrap: %s is open to other users (mode %03o): chmod 600 it",
-                          config->secret_file, (unsigned)(st.st_mode & 0777));
-        }
-        while (len < sizeof(buf) && (got = read(fd, buf + len, sizeof(buf) - len)) > 0) {
-            len += (size_t)got;
-        }
-        close(fd);
-        while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r')) {
-            --len; /* `echo secret > file` and the variable then mean the same */
+        status = api_bootstrap_read_secret_file(config->secret_file, buf, &len);
+        if (status != STRATA_OK) {
+            return status;
         }
     } else {
         return STRATA_OK;

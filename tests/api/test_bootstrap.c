@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -432,6 +433,38 @@ static void test_secret_file(void **state)
     assert_int_equal(codes[1], 0);
 }
 
+/* A secret file that is not a regular file is refused at once: a FIFO no one writes held
+ * the rank forever, past every timeout (alarm ends the test if it does), and a directory
+ * read as an empty secret. */
+static void test_secret_file_not_regular(void **state)
+{
+    char fifo[64], dir[64];
+    strata_bootstrap_t *bs = NULL;
+
+    (void)state;
+    snprintf(fifo, sizeof(fifo), "/tmp/strata-test-fifo-%d", (int)getpid());
+    snprintf(dir, sizeof(dir), "/tmp/strata-test-dir-%d", (int)getpid());
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    unsetenv("STRATA_BOOTSTRAP_SECRET");
+    alarm(20);
+    log_capture_start();
+    setenv("STRATA_BOOTSTRAP_SECRET_FILE", fifo, 1);
+    assert_int_equal(strata_bootstrap_tcp_create(NULL, 0, 0, 1, 100, &bs), STRATA_ERR_CONFIG);
+    setenv("STRATA_BOOTSTRAP_SECRET_FILE", dir, 1);
+    assert_int_equal(strata_bootstrap_tcp_create(NULL, 0, 0, 1, 100, &bs), STRATA_ERR_CONFIG);
+    log_capture_stop();
+    alarm(0);
+    unsetenv("STRATA_BOOTSTRAP_SECRET_FILE");
+    unlink(fifo);
+    rmdir(dir);
+    assert_null(bs);
+    assert_true(log_captured("STRATA_BOOTSTRAP_SECRET_FILE", "not a regular file but a FIFO",
+                             NULL));
+    assert_true(log_captured("STRATA_BOOTSTRAP_SECRET_FILE", "not a regular file but a "
+                             "directory", NULL));
+}
+
 static void test_invalid_arguments(void **state)
 {
     strata_bootstrap_t *bs = NULL;
@@ -685,6 +718,7 @@ int main(void)
         cmocka_unit_test(test_secret_keeps_intruders_out),
         cmocka_unit_test(test_rank_checks_root_proof),
         cmocka_unit_test(test_secret_file),
+        cmocka_unit_test(test_secret_file_not_regular),
         cmocka_unit_test(test_invalid_arguments),
         cmocka_unit_test(test_from_env),
         cmocka_unit_test(test_hostlist_first),

@@ -47,6 +47,7 @@ int kill_test(int victim)
     CHECK(elapsed < bound, "took %.2f s to notice", (double)elapsed / 1e9);
     printf("rank %d: peer %d failed after %d writes, noticed in %.2f s\n", g_rank, victim,
            written, (double)elapsed / 1e9);
+    fflush(stdout); /* seen even where the teardown or exit after it hangs */
     return 0;
 }
 

@@ -268,6 +268,7 @@ int kill_ring_test(int victim)
           (double)(util_clock_now_ns() - start) / 1e9);
     printf("rank %d: peer %d failed after %llu ring commands, noticed in %.2f s\n", g_rank,
            victim, (unsigned long long)posted, (double)(util_clock_now_ns() - start) / 1e9);
+    fflush(stdout); /* seen even where the teardown or exit after it hangs */
     ring_close(&t);
     return 0;
 }
