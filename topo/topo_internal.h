@@ -115,8 +115,17 @@ struct _xmlNode;
 /** Read and parse the XML file at path (at most TOPO_FILE_MAX_BYTES); free with xmlFreeDoc. */
 strata_status_t topo_xml_read_file(const char *path, struct _xmlDoc **doc_p, char *err);
 
-/** PCIe bandwidth of an NCCL <pci> element's link_speed and link_width, 0 unknown. */
-double topo_nccl_link_gbps(const struct _xmlNode *pci);
+/** Bounds of an NCCL <pci> element's link_speed (GT/s) and link_width (lanes). */
+#define TOPO_NCCL_MAX_GTS   1024
+#define TOPO_NCCL_MAX_LANES 64
+
+/**
+ * PCIe bandwidth of an NCCL <pci> element's link_speed and link_width in *gbps_p, 0 where
+ * either is absent or words ("Unknown"). false where one is a number that is not finite, is
+ * negative or is past its bound (what, what_len: why; *gbps_p 0).
+ */
+bool topo_nccl_link_gbps(const struct _xmlNode *pci, double *gbps_p, char *what,
+                         size_t what_len);
 
 strata_status_t topo_nccl_import(topo_t *topo, const char *name, struct _xmlDoc *doc, char *err);
 /* hwloc XML: doc is the parsed document, adapted in place for the hwloc library. */

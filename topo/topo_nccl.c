@@ -6,11 +6,20 @@
 
 #include <libxml/tree.h>
 
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+/* Bounds of what a file may say; a larger value is refused, never cut to fit. */
+#define TOPO_NCCL_MAX_LINKS 1024         /* NVLink lanes or XGMI links of one <nvlink>/<xgmi> */
+#define TOPO_NCCL_MAX_CLASS 0xffffff     /* PCI class with its programming interface byte */
+#define TOPO_NCCL_MAX_INDEX 65535        /* GPU dev and NUMA ids */
+#define TOPO_NCCL_MAX_SM    10000        /* compute capability as NCCL writes it (90, 100) */
+#define TOPO_NCCL_MAX_MBPS  100000000ul  /* NIC port speed: 100 Tbit/s */
 #define TOPO_NCCL_NVSWITCH_TCLASS 0x068000
 #define TOPO_NCCL_POWER_NPU_TCLASS 0x068001 /* IBM NVLink bridge: the link ends at the CPU */
 
@@ -52,9 +61,10 @@ static strata_status_t topo_nccl_fail(topo_nccl_ctx_t *ctx, const xmlNode *node,
     return STRATA_ERR_PARSE;
 }
 
-/* Unsigned number attribute (decimal, or hex with 0x); STRATA_ERR_NOT_FOUND when absent. */
+/* Unsigned number attribute (decimal, or hex with 0x) of at most max; STRATA_ERR_NOT_FOUND
+ * when absent. A larger one is refused rather than cut to the field that keeps it. */
 static strata_status_t topo_nccl_uint(topo_nccl_ctx_t *ctx, const xmlNode *node,
-                                      const char *name, unsigned long *value_p)
+                                      const char *name, unsigned long max, unsigned long *value_p)
 {
     strata_status_t status = STRATA_OK;
     char *text = topo_nccl_attr(node, name);
@@ -70,6 +80,9 @@ static strata_status_t topo_nccl_uint(topo_nccl_ctx_t *ctx, const xmlNode *node,
     if (end == text || *end != '\0' || errno != 0 || text[0] == '-') {
         snprintf(what, sizeof(what), "has a malformed %s", name);
         status = topo_nccl_fail(ctx, node, what, text);
+    } else if (value > max) {
+        snprintf(what, sizeof(what), "has a %s above %lu", name, max);
+        status = topo_nccl_fail(ctx, node, what, text);
     } else {
         *value_p = value;
     }
@@ -79,9 +92,10 @@ static strata_status_t topo_nccl_uint(topo_nccl_ctx_t *ctx, const xmlNode *node,
 
 /* Optional unsigned attribute: absent leaves *value_p as it was. */
 static strata_status_t topo_nccl_opt_uint(topo_nccl_ctx_t *ctx, const xmlNode *node,
-                                          const char *name, unsigned long *value_p)
+                                          const char *name, unsigned long max,
+                                          unsigned long *value_p)
 {
-    strata_status_t status = topo_nccl_uint(ctx, node, name, value_p);
+    strata_status_t status = topo_nccl_uint(ctx, node, name, max, value_p);
 
     return (status == STRATA_ERR_NOT_FOUND) ? STRATA_OK : status;
 }
@@ -99,19 +113,50 @@ static bool topo_nccl_has_child(const xmlNode *node, const char *name)
 static strata_status_t topo_nccl_walk(topo_nccl_ctx_t *ctx, const xmlNode *node, int parent,
                                       int numa);
 
-double topo_nccl_link_gbps(const xmlNode *node)
+/* A link figure: "" where the text is not a number ("Unknown": the figure stays unknown),
+ * else the number if it is finite and 0..max, else NULL (the attribute is refused). */
+static bool topo_nccl_link_figure(const char *text, double max, double *value_p)
+{
+    char *end;
+    double value;
+
+    *value_p = 0.0;
+    if (text == NULL || !(isdigit((unsigned char)text[0]) || text[0] == '-' || text[0] == '+' ||
+                          text[0] == '.' || strncasecmp(text, "nan", 3) == 0 ||
+                          strncasecmp(text, "inf", 3) == 0)) {
+        return true; /* absent, or words */
+    }
+    value = strtod(text, &end);
+    if (end == text || !isfinite(value) || value < 0.0 || value > max ||
+        (*end != '\0' && *end != ' ')) {
+        return false;
+    }
+    *value_p = value;
+    return true;
+}
+
+bool topo_nccl_link_gbps(const xmlNode *node, double *gbps_p, char *what, size_t what_len)
 {
     char *speed = topo_nccl_attr(node, "link_speed");
     char *width = topo_nccl_attr(node, "link_width");
-    double gbps = 0.0;
+    double gts = 0.0, lanes = 0.0;
+    bool ok = true;
 
-    /* "16 GT/s" / "16.0 GT/s PCIe"; anything else (e.g. "Unknown") leaves it unknown. */
-    if (speed != NULL && width != NULL) {
-        gbps = topo_pcie_gbps(strtod(speed, NULL), (unsigned)strtoul(width, NULL, 10));
+    /* "16 GT/s" / "16.0 GT/s PCIe" and "16"; words ("Unknown") leave the figure unknown. */
+    if (!topo_nccl_link_figure(speed, TOPO_NCCL_MAX_GTS, &gts)) {
+        snprintf(what, what_len, "link_speed '%.40s' is not a speed of 0 to %d GT/s", speed,
+                 TOPO_NCCL_MAX_GTS);
+        ok = false;
+    } else if (!topo_nccl_link_figure(width, TOPO_NCCL_MAX_LANES, &lanes) ||
+               lanes != (double)(unsigned)lanes) {
+        snprintf(what, what_len, "link_width '%.40s' is not a lane count of 0 to %d", width,
+                 TOPO_NCCL_MAX_LANES);
+        ok = false;
     }
+    *gbps_p = ok && speed != NULL && width != NULL ? topo_pcie_gbps(gts, (unsigned)lanes) : 0.0;
     xmlFree(speed);
     xmlFree(width);
-    return gbps;
+    return ok;
 }
 
 static strata_status_t topo_nccl_add_link(topo_nccl_ctx_t *ctx, const xmlNode *node,
@@ -122,9 +167,9 @@ static strata_status_t topo_nccl_add_link(topo_nccl_ctx_t *ctx, const xmlNode *n
     strata_status_t status;
     char *target;
 
-    status = topo_nccl_opt_uint(ctx, node, "count", &count);
+    status = topo_nccl_opt_uint(ctx, node, "count", TOPO_NCCL_MAX_LINKS, &count);
     if (status == STRATA_OK) {
-        status = topo_nccl_opt_uint(ctx, node, "tclass", &tclass);
+        status = topo_nccl_opt_uint(ctx, node, "tclass", TOPO_NCCL_MAX_CLASS, &tclass);
     }
     if (status != STRATA_OK) {
         return status;
@@ -177,7 +222,7 @@ static strata_status_t topo_nccl_gpu(topo_nccl_ctx_t *ctx, const xmlNode *pci, c
     gpu->device_id  = (uint16_t)device;
     gpu->numa       = numa;
     gpu->pci_parent = parent;
-    gpu->pcie_gbps  = topo_nccl_link_gbps(pci);
+    (void)topo_nccl_link_gbps(pci, &gpu->pcie_gbps, NULL, 0); /* checked with its <pci> */
 
     for (const xmlNode *child = pci->children; child && status == STRATA_OK; child = child->next) {
         if (!topo_nccl_is(child, "gpu")) {
@@ -185,9 +230,9 @@ static strata_status_t topo_nccl_gpu(topo_nccl_ctx_t *ctx, const xmlNode *pci, c
         }
         /* RCCL files describe AMD GPUs with a gcn= attribute instead of sm=. */
         amd    = amd || xmlHasProp(child, BAD_CAST "gcn") != NULL;
-        status = topo_nccl_opt_uint(ctx, child, "dev", &dev);
+        status = topo_nccl_opt_uint(ctx, child, "dev", TOPO_NCCL_MAX_INDEX, &dev);
         if (status == STRATA_OK) {
-            status = topo_nccl_opt_uint(ctx, child, "sm", &sm);
+            status = topo_nccl_opt_uint(ctx, child, "sm", TOPO_NCCL_MAX_SM, &sm);
         }
         for (const xmlNode *l = child->children; l && status == STRATA_OK; l = l->next) {
             if (topo_nccl_is(l, "nvlink")) {
@@ -231,7 +276,7 @@ static strata_status_t topo_nccl_one_nic(topo_nccl_ctx_t *ctx, const xmlNode *ne
         name = topo_nccl_attr(net, "name");
         snprintf(nic->name, sizeof(nic->name), "%s", name ? name : "");
         xmlFree(name);
-        status = topo_nccl_opt_uint(ctx, net, "speed", &speed);
+        status = topo_nccl_opt_uint(ctx, net, "speed", TOPO_NCCL_MAX_MBPS, &speed);
         if (status != STRATA_OK) {
             return status;
         }
@@ -273,6 +318,8 @@ static strata_status_t topo_nccl_pci(topo_nccl_ctx_t *ctx, const xmlNode *node, 
                                      int numa)
 {
     unsigned long class_id = 0, vendor = 0, device = 0;
+    char what[128];
+    double gbps;
     char busid[TOPO_BUSID_LEN];
     strata_status_t status;
     topo_pci_role_t role;
@@ -289,12 +336,15 @@ static strata_status_t topo_nccl_pci(topo_nccl_ctx_t *ctx, const xmlNode *node, 
         return status;
     }
     xmlFree(text);
-    status = topo_nccl_opt_uint(ctx, node, "class", &class_id);
+    status = topo_nccl_opt_uint(ctx, node, "class", TOPO_NCCL_MAX_CLASS, &class_id);
     if (status == STRATA_OK) {
-        status = topo_nccl_opt_uint(ctx, node, "vendor", &vendor);
+        status = topo_nccl_opt_uint(ctx, node, "vendor", 0xffff, &vendor);
     }
     if (status == STRATA_OK) {
-        status = topo_nccl_opt_uint(ctx, node, "device", &device);
+        status = topo_nccl_opt_uint(ctx, node, "device", 0xffff, &device);
+    }
+    if (status == STRATA_OK && !topo_nccl_link_gbps(node, &gbps, what, sizeof(what))) {
+        status = topo_nccl_fail(ctx, node, what, NULL); /* on every device, used or not */
     }
     if (status != STRATA_OK) {
         return status;
@@ -360,7 +410,7 @@ static strata_status_t topo_nccl_cpu(topo_nccl_ctx_t *ctx, const xmlNode *node)
     char *affinity;
     int index;
 
-    status = topo_nccl_uint(ctx, node, "numaid", &numaid);
+    status = topo_nccl_uint(ctx, node, "numaid", TOPO_NCCL_MAX_INDEX, &numaid);
     if (status == STRATA_ERR_NOT_FOUND) {
         return topo_nccl_fail(ctx, node, "has no numaid", NULL);
     }

@@ -129,8 +129,13 @@ static strata_status_t topo_overlay_device(topo_overlay_ctx_t *ctx, const xmlNod
 {
     topo_t *topo = ctx->topo;
     int gpu = topo_gpu_find(topo, busid), ports = 0, numa;
-    double gbps = topo_nccl_link_gbps(pci);
     strata_status_t status = STRATA_OK;
+    char what[128];
+    double gbps;
+
+    if (!topo_nccl_link_gbps(pci, &gbps, what, sizeof(what))) {
+        return topo_overlay_fail(ctx, pci, what);
+    }
 
     if (!topo_overlay_has_child(pci, "gpu") && !topo_overlay_has_child(pci, "nic") &&
         xmlHasProp(pci, BAD_CAST "class") == NULL) {

@@ -175,6 +175,46 @@ static void test_nccl_semantic_errors(void **state)
                         "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\"/>"
                         "\n<pci busid=\"0000:01:00.0\" class=\"0x030200\"/></cpu></system>",
                         ":2: <pci> has the busid of another GPU: '0000:01:00.0'");
+    /* Link figures: finite, 0 or more, within bounds (a huge one broke --json) */
+    static const struct {
+        const char *speed, *width, *needle;
+    } links[] = {
+        {"1e308", "16", "link_speed '1e308' is not a speed of 0 to 1024 GT/s"},
+        {"nan", "16", "link_speed 'nan' is not a speed"},
+        {"inf GT/s", "16", "link_speed 'inf GT/s' is not a speed"},
+        {"-16 GT/s", "16", "link_speed '-16 GT/s' is not a speed"},
+        {"16 GT/s", "-16", "link_width '-16' is not a lane count of 0 to 64"},
+        {"16 GT/s", "4294967312", "link_width '4294967312' is not a lane count"},
+        {"16 GT/s", "2.5", "link_width '2.5' is not a lane count"},
+    };
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); ++i) {
+        char text[512];
+
+        snprintf(text, sizeof(text), "<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" "
+                 "class=\"0x030200\" link_speed=\"%s\" link_width=\"%s\"/></cpu></system>",
+                 links[i].speed, links[i].width);
+        expect_text_failure("bad-link.xml", text, links[i].needle);
+    }
+    /* Counts past what their fields hold are refused, not cut to fit */
+    expect_text_failure("nvlink-count.xml",
+                        "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\">"
+                        "<gpu dev=\"0\" sm=\"90\"><nvlink target=\"0000:02:00.0\" "
+                        "count=\"4294967314\"/></gpu></pci></cpu></system>",
+                        "<nvlink> has a count above 1024 '4294967314'");
+    expect_text_failure("vendor.xml",
+                        "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\" "
+                        "vendor=\"0x110de\"/></cpu></system>",
+                        "<pci> has a vendor above 65535 '0x110de'");
+    expect_text_failure("nic-speed.xml",
+                        "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x020700\">"
+                        "<nic><net name=\"mlx5_0\" speed=\"100000000000000000000\"/></nic></pci></cpu>"
+                        "</system>",
+                        "<net> has a malformed speed");
+    expect_text_failure("nic-speed-large.xml",
+                        "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x020700\">"
+                        "<nic><net name=\"mlx5_0\" speed=\"1000000000\"/></nic></pci></cpu>"
+                        "</system>",
+                        "<net> has a speed above 100000000 '1000000000'");
     expect_text_failure("nvlink-no-target.xml",
                         "<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\">"
                         "<gpu dev=\"0\" sm=\"90\"><nvlink count=\"18\"/></gpu></pci></cpu></system>",
