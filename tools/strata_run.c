@@ -93,7 +93,9 @@ static void usage(FILE *out)
             "                       between two nodes crosses two links, 2 T one way; needs\n"
             "                       --link-rate and a kernel with sch_netem\n"
             "  -t, --timeout SEC    stop the job after SEC seconds (default %g), exit 124\n"
-            "  -a, --allow-fail R   rank R may fail (e.g. a test kills it) without stopping the job\n"
+            "  -a, --allow-fail R   rank R may fail (e.g. a test kills it) without stopping the job;\n"
+            "                       once the other ranks end, it is stopped (all ranks allowed\n"
+            "                       to fail: the job waits for every one)\n"
             "  -h, --help           this text\n"
             "  -V, --version        strata-run's version (it links no libstrata: strata-info\n"
             "                       shows the library's build options)\n"
@@ -351,15 +353,24 @@ static void run_stop_all(run_job_t *job)
     }
 }
 
-/* Whether the ranks still running are all ones allowed to fail (a test stopped one). */
+/*
+ * Whether the job is over but for ranks allowed to fail (a test stopped one): every rank
+ * not allowed to fail has ended. Where every rank may fail there is no such rank, and the
+ * job waits for them all.
+ */
 static bool run_only_may_fail_left(const run_job_t *job)
 {
+    bool any_must_finish = false;
+
     for (int r = 0; r < job->num_ranks; ++r) {
-        if (job->ranks[r].running && !job->ranks[r].may_fail) {
-            return false;
+        if (!job->ranks[r].may_fail) {
+            any_must_finish = true;
+            if (job->ranks[r].running) {
+                return false;
+            }
         }
     }
-    return true;
+    return any_must_finish;
 }
 
 static int run_wait(run_job_t *job)

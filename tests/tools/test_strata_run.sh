@@ -50,6 +50,10 @@ expect 0 90 env STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo "$run" -n 2 -- \
 expect 7 10 "$run" -n 3 -- sh -c '[ "$RANK" = 1 ] && exit 7; sleep 60'
 grep -q 'rank 1 failed (status 7)' "$work/err" && pass || fail "failure report: $(cat "$work/err")"
 expect 0 10 "$run" -n 2 --allow-fail 1 -- sh -c '[ "$RANK" = 1 ] && exit 5; exit 0'
+# Every rank allowed to fail: the job waits for them all (it stopped them before they ran).
+expect 0 10 "$run" -n 2 -a 0 -a 1 -- sh -c 'sleep 1; echo "rank $RANK done"'
+[ "$(grep -c 'rank [01] done' "$work/out")" = 2 ] && pass ||
+    fail "with every rank allowed to fail, not every rank ran: $(cat "$work/out" "$work/err")"
 expect 124 10 "$run" -n 2 --timeout 1 -- sleep 60
 expect 2 5 "$run" -n 3 --nodes 2 -- true
 expect 2 5 "$run" -n 2
