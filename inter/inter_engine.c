@@ -207,6 +207,36 @@ static bool inter_choose_progress(const inter_engine_params_t *params)
     return caller;
 }
 
+/*
+ * Waiting threads must not call into a transport that can stall forever on a dead peer: a
+ * waiter stuck there never returns to report the failure. The progress thread takes the
+ * calls instead; where it is stuck, waiters see its pulse stop and fail the peer
+ * (inter_engine_wedged). STRATA_INTER_PROGRESS=caller is kept, with a warning.
+ */
+static void inter_avoid_caller_stalls(inter_engine_t *engine)
+{
+    if (!engine->caller_progress) {
+        return;
+    }
+    INTER_FOR_EACH_RAIL(engine, r) {
+        const inter_transport_t *tp = engine->rails[r].tp;
+
+        if (!tp->stalls_on_dead_peer) {
+            continue;
+        }
+        if (engine->params.progress == INTER_PROGRESS_CALLER) {
+            UTIL_LOG_WARN("engine: STRATA_INTER_PROGRESS=caller over %s: a peer that dies inside "
+                          "it can stall a waiting thread forever", tp->name);
+            return;
+        }
+        UTIL_LOG_INFO("engine: progress by a progress thread after all: %s can stall forever "
+                      "on a peer that died inside it, and only that thread may be left stuck",
+                      tp->name);
+        engine->caller_progress = false;
+        return;
+    }
+}
+
 bool inter_engine_caller_progress(const inter_engine_t *engine)
 {
     return engine->caller_progress;
@@ -444,6 +474,9 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
     }
     memset(engine->ctrl, 0, 64);
     status = inter_open_rails(engine);
+    if (status == STRATA_OK) {
+        inter_avoid_caller_stalls(engine);
+    }
     if (status == STRATA_OK) {
         status = inter_pools_create(engine); /* sized by the rails opened */
     }

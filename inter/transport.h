@@ -30,6 +30,10 @@ typedef struct inter_transport {
      * it, behind every write the device made into local memory before: its completion
      * says those writes are visible (the loopback flush of inter_ring_params_t). */
     bool     loopback_flush;
+    /* A call may spin forever on a lock that a peer which died inside the library held
+     * (libfabric's shm: its queues live in the peers' shared memory). Only the progress
+     * thread may then make calls: it can be left stuck while waiters report the failure. */
+    bool     stalls_on_dead_peer;
     bool     virt_addr;      /* remote addresses are virtual addresses, not offsets */
     uint64_t max_msg_size;   /* largest send */
     uint64_t max_rma_size;   /* largest write or read */

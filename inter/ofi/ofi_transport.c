@@ -445,6 +445,7 @@ static void ofi_describe(ofi_transport_t *ofi, const ofi_limits_t *limits)
     /* The address inserted for this rank reaches its own endpoint through the provider's
      * device (efa, verbs;ofi_rxm, and tcp's socket, whose copies need no flush anyway). */
     ofi->base.loopback_flush = ofi->base.has_read;
+    ofi->base.stalls_on_dead_peer = strcmp(ofi->info->fabric_attr->prov_name, "shm") == 0;
     ofi->base.virt_addr     = (ofi->mr_mode & FI_MR_VIRT_ADDR) != 0;
     ofi->base.max_msg_size  = limits->max_msg_size;
     ofi->base.max_rma_size  = limits->max_rma_size;
