@@ -116,6 +116,18 @@ static strata_status_t sched_watch_failures(sched_moe_t *moe)
     return status;
 }
 
+/* The heap rendezvous' peer check: the engine's failure watch, set once any rank failed. */
+static strata_status_t sched_peers_alive(void *ctx)
+{
+    const sched_moe_t *moe = ctx;
+
+    return moe->failure_host != NULL &&
+                   atomic_load_explicit((_Atomic int32_t *)moe->failure_host,
+                                        memory_order_acquire) != 0
+               ? STRATA_ERR_PEER_FAILED
+               : STRATA_OK;
+}
+
 /* The node's heap, the intra tier's object, and the scheduler's tables in the heap. */
 static strata_status_t sched_open_intra(sched_moe_t *moe, const sched_moe_world_t *world,
                                         bool area_in_heap)
@@ -130,6 +142,8 @@ static strata_status_t sched_open_intra(sched_moe_t *moe, const sched_moe_world_
         .size       = sched_heap_bytes(moe, area_in_heap),
         .job_key    = key,
         .timeout_ns = moe->timeout_ns,
+        .peer_check = sched_peers_alive,
+        .peer_check_ctx = moe,
     };
     intra_moe_tables_t tables;
     strata_status_t status;

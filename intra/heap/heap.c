@@ -222,6 +222,34 @@ static const char *heap_admit(const intra_heap_params_t *p, int sock, const heap
     return NULL;
 }
 
+/* STRATA_OK while the caller's peer check sees every rank alive (or there is none). */
+static strata_status_t heap_peers_alive(const intra_heap_params_t *p)
+{
+    return p->peer_check != NULL ? p->peer_check(p->peer_check_ctx) : STRATA_OK;
+}
+
+/* Wait for a connection on listener until deadline, asking the peer check in between:
+ * a rank that died ends the wait at once rather than at the timeout. */
+static strata_status_t heap_wait_connection(const intra_heap_params_t *p, int listener,
+                                            uint64_t deadline)
+{
+    strata_status_t status;
+
+    for (;;) {
+        uint64_t now = util_clock_now_ns(), slice = now + INTRA_HEAP_CHECK_NS;
+
+        if ((status = heap_peers_alive(p)) != STRATA_OK) {
+            return status;
+        }
+        if (now >= deadline) {
+            return STRATA_ERR_TIMEOUT;
+        }
+        if (util_sock_wait(listener, POLLIN, UTIL_MIN(slice, deadline)) == STRATA_OK) {
+            return STRATA_OK;
+        }
+    }
+}
+
 /* Local rank 0: collect every rank's card, then hand all of them to every rank. */
 static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listener,
                                         heap_card_t *cards, int *fds, uint64_t deadline)
@@ -237,10 +265,15 @@ static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listen
         conns[i] = -1;
     }
     while (joined < p->local_size && status == STRATA_OK) {
-        if (util_sock_wait(listener, POLLIN, deadline) != STRATA_OK ||
-            (sock = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) < 0) {
-            UTIL_LOG_ERROR("heap: only %d of %d local ranks joined", joined, p->local_size);
-            status = STRATA_ERR_TIMEOUT;
+        status = heap_wait_connection(p, listener, deadline);
+        if (status == STRATA_OK && (sock = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) < 0) {
+            status = STRATA_ERR_IO;
+        }
+        if (status != STRATA_OK) {
+            UTIL_LOG_ERROR("heap: only %d of %d local ranks joined: %s", joined, p->local_size,
+                           status == STRATA_ERR_PEER_FAILED ? "a rank failed"
+                           : status == STRATA_ERR_TIMEOUT   ? "timed out"
+                                                            : strata_status_string(status));
             break;
         }
         /* Another user's process learns nothing, not even a nonce, and takes no slot. */
@@ -297,6 +330,14 @@ static strata_status_t heap_connect_root(const intra_heap_params_t *p, uint64_t 
         return STRATA_ERR_IO;
     }
     while (connect(sock, (struct sockaddr *)&addr, len) != 0) {
+        strata_status_t alive = heap_peers_alive(p);
+
+        if (alive != STRATA_OK) {
+            UTIL_LOG_ERROR("heap: a rank failed while this one waited for local rank 0 of job "
+                           "%s to listen", p->job_key);
+            close(sock);
+            return alive;
+        }
         if ((errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN) ||
             util_clock_now_ns() > deadline) {
             UTIL_LOG_ERROR("heap: local rank 0 of job %s never answered: %s", p->job_key,
@@ -368,6 +409,10 @@ static strata_status_t heap_gather_peer(const intra_heap_params_t *p, heap_card_
         if (status == STRATA_OK && own_card.has_fd) {
             close(fds[own]); /* our own region came back as a second descriptor */
         }
+    } else if (heap_peers_alive(p) != STRATA_OK) {
+        UTIL_LOG_ERROR("heap: local rank 0 of job %s gave up the exchange: a rank failed",
+                       p->job_key);
+        status = heap_peers_alive(p);
     } else {
         UTIL_LOG_ERROR("heap: exchanging regions with local rank 0 of job %s failed (it "
                        "refuses ranks of another user or without this object's secret)",

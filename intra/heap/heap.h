@@ -33,11 +33,19 @@ typedef struct intra_heap_params {
      * draws them on local rank 0 and hands them out through the bootstrap). All zeros is
      * a key everyone knows: the user check alone then keeps strangers out. */
     unsigned char secret[INTRA_HEAP_SECRET_LEN];
+    /** Asked every INTRA_HEAP_CHECK_NS while the rendezvous waits for a local rank: a
+     *  status other than STRATA_OK (the engine's STRATA_ERR_PEER_FAILED once a rank died)
+     *  ends the wait with it. NULL: wait up to timeout_ns. */
+    strata_status_t (*peer_check)(void *ctx);
+    void          *peer_check_ctx;
 } intra_heap_params_t;
+
+#define INTRA_HEAP_CHECK_NS (100ull * 1000 * 1000)
 
 /**
  * Collective over the node's local ranks: create this rank's region, exchange regions,
- * map every peer's. A rank that never shows up gives STRATA_ERR_TIMEOUT; GPUs without
+ * map every peer's. A rank that never shows up gives STRATA_ERR_TIMEOUT, or peer_check's
+ * status as soon as it reports one (a rank that died); GPUs without
  * native atomics on each other's memory (PCIe without NVLink or XGMI) STRATA_ERR_UNSUPPORTED.
  * Connections from another user or without the secret are refused and logged on local rank
  * 0, which keeps waiting for the real rank; a joining rank that finds the rendezvous held by

@@ -1,7 +1,8 @@
 /*
  * Symmetric heap with real processes: every rank sees every peer's region, symmetric
  * allocations agree, stores into a peer's region are seen there (release/acquire flags),
- * a missing rank is a timeout, and bad allocations are refused. The ranks' GPUs: host memory
+ * a missing rank is a timeout, a rank that died ends the rendezvous at once (through the
+ * caller's peer check), and bad allocations are refused. The ranks' GPUs: host memory
  * under GPU addresses that a test backend gives each rank, to count the ranks sharing one
  * GPU and to refuse GPUs without peer atomics. Who may join: a process of another user, or
  * one without the object's secret, that reaches the rendezvous first is refused and logged
@@ -166,6 +167,49 @@ static void test_missing_rank_times_out(void **state)
     assert_int_equal(intra_heap_create(&p, &heap), STRATA_ERR_TIMEOUT);
     assert_null(heap);
     assert_true(util_clock_now_ns() - start < 3 * UTIL_NSEC_PER_SEC);
+}
+
+/* The peer check the engine stands for here: the other local rank, a child, has ended. */
+static pid_t dead_candidate;
+
+static strata_status_t child_alive(void *ctx)
+{
+    (void)ctx;
+    return waitpid(dead_candidate, NULL, WNOHANG) == 0 ? STRATA_OK : STRATA_ERR_PEER_FAILED;
+}
+
+/* Local rank `dies` of 2 exits before it reaches the rendezvous (local rank 0: before its
+ * bind; local rank 1: before its connect); the other, this process, must learn it from its
+ * peer check within a second or so, not at the 60 s timeout. */
+static void rank_dies_before_rendezvous(int dies)
+{
+    char key[64];
+    intra_heap_params_t p = {.device = &host_device_ops, .local_rank = 1 - dies,
+                             .local_size = 2, .size = 4096, .job_key = key,
+                             .timeout_ns = 60 * UTIL_NSEC_PER_SEC, .peer_check = child_alive};
+    intra_heap_t *heap = NULL;
+    uint64_t start;
+
+    snprintf(key, sizeof(key), "test-dies-%d-%d", (int)getpid(), dies);
+    dead_candidate = fork();
+    assert_true(dead_candidate >= 0);
+    if (dead_candidate == 0) {
+        usleep(200000); /* the survivor is waiting by now */
+        _exit(9);
+    }
+    start = util_clock_now_ns();
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    assert_int_equal(intra_heap_create(&p, &heap), STRATA_ERR_PEER_FAILED);
+    util_log_set_level(STRATA_LOG_LEVEL_WARN);
+    assert_null(heap);
+    assert_true(util_clock_now_ns() - start < 3 * UTIL_NSEC_PER_SEC);
+}
+
+static void test_dead_rank_ends_the_rendezvous(void **state)
+{
+    (void)state;
+    rank_dies_before_rendezvous(1); /* before its connect: local rank 0 stops listening */
+    rank_dies_before_rendezvous(0); /* before its bind: local rank 1 stops connecting */
 }
 
 static void test_allocation_rules(void **state)
@@ -521,6 +565,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_2_3_4_ranks),
         cmocka_unit_test(test_missing_rank_times_out),
+        cmocka_unit_test(test_dead_rank_ends_the_rendezvous),
         cmocka_unit_test(test_allocation_rules),
         cmocka_unit_test(test_ranks_sharing_a_gpu),
         cmocka_unit_test(test_gpus_without_peer_atomics_are_refused),
