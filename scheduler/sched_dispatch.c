@@ -64,6 +64,7 @@ static strata_status_t sched_start_step(sched_moe_t *moe, const sched_plan_t *pl
     strata_status_t status;
 
     moe->cur.step     += 1;
+    intra_moe_name_step(moe->intra, moe->cur.step); /* one numbering in every message */
     moe->cur.start_ns  = util_clock_now_ns();
     moe->cur.mark_ns   = moe->cur.start_ns;
     moe->cur.plan      = plan;

@@ -91,10 +91,55 @@ void sched_phase_end(sched_moe_t *moe, strata_moe_phase_t phase)
     moe->cur.mark_ns = now;
 }
 
+/* The global rank of local rank `local` of this rank's node, -1 if none. */
+static int sched_rank_of_local(const sched_moe_t *moe, int local)
+{
+    const sched_geometry_t *geo = &moe->geo;
+
+    for (int r = 0; r < geo->world_size; ++r) {
+        if (geo->rank_node[r] == geo->node && geo->rank_local[r] == local) {
+            return r;
+        }
+    }
+    return -1;
+}
+
+/* " while waiting for rank R (node N)" where the kernels say whom a failed wait was for. */
+static void sched_waited_for(const sched_moe_t *moe, char *text, size_t len)
+{
+    bool local = false;
+    int rank = moe->intra != NULL ? intra_moe_waited_for(moe->intra, &local) : -1;
+
+    if (rank >= 0 && local) {
+        rank = sched_rank_of_local(moe, rank);
+    }
+    text[0] = '\0';
+    if (rank >= 0 && rank < moe->geo.world_size) {
+        snprintf(text, len, " while waiting for rank %d (node %d)", rank,
+                 moe->geo.rank_node[rank]);
+    }
+}
+
+/* " (rank R of node N failed)" for the first rank the engine holds failed, "" if none. */
+static void sched_failed_rank(const sched_moe_t *moe, char *text, size_t len)
+{
+    text[0] = '\0';
+    for (int r = 0; r < moe->geo.world_size; ++r) {
+        if (inter_engine_peer_failed(moe->world.engine, r)) {
+            snprintf(text, len, " (rank %d of node %d failed)", r, moe->geo.rank_node[r]);
+            return;
+        }
+    }
+}
+
 strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what)
 {
-    UTIL_LOG_ERROR("moe: step %" PRIu64 " failed %s: %s; the object can only be destroyed",
-                   moe->cur.step, what, strata_status_string(status));
+    char waited[64], failed[64];
+
+    sched_waited_for(moe, waited, sizeof(waited));
+    sched_failed_rank(moe, failed, sizeof(failed));
+    UTIL_LOG_ERROR("moe: step %" PRIu64 " failed %s%s: %s%s; the object can only be destroyed",
+                   moe->cur.step, what, waited, strata_status_string(status), failed);
     moe->cur.state = SCHED_STEP_FAILED;
     return status;
 }

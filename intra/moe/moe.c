@@ -305,7 +305,8 @@ strata_status_t intra_moe_create(const intra_moe_params_t *params, intra_heap_t 
     if (moe == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    moe->device = device;
+    moe->device     = device;
+    moe->waited_for = -1;
     if (!moe_shape(params, local_size, &moe->args)) {
         UTIL_LOG_ERROR("intra moe: max_tokens %d with capacity %d is too large",
                        params->max_tokens, params->capacity);
@@ -400,4 +401,16 @@ bool intra_moe_capturing(const intra_moe_t *moe)
 void intra_moe_buffers(const intra_moe_t *moe, intra_moe_recv_t *recv_p)
 {
     *recv_p = moe->recv;
+}
+
+void intra_moe_name_step(intra_moe_t *moe, uint64_t step)
+{
+    moe->step  = step;
+    moe->named = true;
+}
+
+int intra_moe_waited_for(const intra_moe_t *moe, bool *local_p)
+{
+    *local_p = moe->waited_local;
+    return moe->waited_for;
 }

@@ -172,6 +172,12 @@ void            intra_moe_buffers(const intra_moe_t *moe, intra_moe_recv_t *recv
 strata_status_t intra_moe_synchronize(intra_moe_t *moe);
 /** Wait until nothing the object enqueued is pending (before its memory goes). */
 strata_status_t intra_moe_idle(intra_moe_t *moe);
+/** The number the step about to start has in the caller's messages; from then on the
+ *  object's own messages use it (without it, they count dispatches). */
+void            intra_moe_name_step(intra_moe_t *moe, uint64_t step);
+/** The rank the wait that failed the object was for, -1 if none; *local_p: a rank of this
+ *  node by its local rank, else a global rank. */
+int             intra_moe_waited_for(const intra_moe_t *moe, bool *local_p);
 
 /** The config table of the intra layer (STRATA_INTRA_*). */
 extern const util_config_table_t intra_config_table;

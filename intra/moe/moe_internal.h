@@ -21,7 +21,10 @@ struct intra_moe {
     int                       max_tokens;
     bool                      terms_direct; /* no combine_recv: term_dst must be set */
     int                       num_tokens; /* of the step's dispatch, where the host knows it */
-    uint64_t                  step;       /* dispatches enqueued, for messages */
+    uint64_t                  step;       /* the step messages name (intra_moe_name_step) */
+    bool                      named;      /* the caller names the steps; else dispatches count */
+    int                       waited_for; /* rank a failed wait was for, -1 none */
+    bool                      waited_local; /* waited_for is a local rank, else a global one */
     int32_t                  *counts;    /* [experts_per_rank], host copy */
     intra_moe_recv_t          recv;
 };

@@ -122,7 +122,7 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
     a->record_bytes   = s->record_bytes;
     a->digest         = s->digest;
     moe->num_tokens   = s->num_own;
-    moe->step        += 1;
+    moe->step        += moe->named ? 0 : 1;
     status = moe_launch(moe, INTRA_MOE_KERNEL_DISPATCH, a);
     if (status == STRATA_OK) {
         moe->state = MOE_EXPECT_COMBINE; /* the step goes on even if this rank saw an error */

@@ -38,12 +38,20 @@ static strata_status_t moe_net_status(intra_moe_t *moe, const intra_moe_status_t
         /* The ring ends for a dead peer, or for a command it refused: never an input error. */
         status = (strata_status_t)st->count == STRATA_ERR_PEER_FAILED ? STRATA_ERR_PEER_FAILED
                                                                       : STRATA_ERR_INTERNAL;
-        UTIL_LOG_ERROR("moe: step %" PRIu64 ": waiting for %s%s: the work ring failed: %s",
-                       moe->step, moe_net_what(st->token), st->value >= 0 ? " from a peer" : "",
-                       strata_status_string((strata_status_t)st->count));
+        moe->waited_for = st->value;
+        if (st->value >= 0) {
+            UTIL_LOG_ERROR("moe: step %" PRIu64 ": waiting for %s from rank %d: the work ring "
+                           "failed: %s", moe->step, moe_net_what(st->token), st->value,
+                           strata_status_string((strata_status_t)st->count));
+        } else {
+            UTIL_LOG_ERROR("moe: step %" PRIu64 ": waiting for %s: the work ring failed: %s",
+                           moe->step, moe_net_what(st->token),
+                           strata_status_string((strata_status_t)st->count));
+        }
         break;
     case INTRA_MOE_KERNEL_NET_TIMEOUT:
         status = STRATA_ERR_TIMEOUT;
+        moe->waited_for = st->value;
         UTIL_LOG_ERROR("moe: step %" PRIu64 ": waiting for %s from rank %d: nothing within "
                        "the bound (count %" PRId64 " awaited)", moe->step, moe_net_what(st->token),
                        st->value, st->count);
@@ -96,12 +104,16 @@ static strata_status_t moe_kernel_status(intra_moe_t *moe, const intra_moe_statu
                        st->value);
         return STRATA_ERR_CAPACITY;
     case INTRA_MOE_KERNEL_TIMEOUT:
+        moe->waited_for   = st->value;
+        moe->waited_local = true;
         UTIL_LOG_ERROR("intra moe: local rank %d did not reach step %" PRIu64 " within %" PRIu64
                        " us; the object can only be destroyed", st->value, moe->step,
                        a->timeout_ticks / moe->device->timer_ticks_per_us);
         moe->state = MOE_FAILED;
         return STRATA_ERR_TIMEOUT;
     case INTRA_MOE_KERNEL_PEER_FAILED:
+        moe->waited_for   = st->value;
+        moe->waited_local = true;
         UTIL_LOG_ERROR("intra moe: a rank failed while step %" PRIu64 " waited for local rank "
                        "%d; the object can only be destroyed", moe->step, st->value);
         moe->state = MOE_FAILED;

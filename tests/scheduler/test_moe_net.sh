@@ -103,6 +103,18 @@ case_run "2x2 hierarchical, rank 2 stalls 5 s, peer timeout 3 s" 4 "$ok" -- STRA
 # a loaded machine.
 case_run "1x4, rank 2 killed mid-step" 3 "rank 2 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 --allow-fail 2 -- --steps 10 --kill 2 --kill-bound-ms 12000
 case_run "2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
+# What each survivor logged: one step number in all its lines, and a last line that names
+# the rank that failed and its node (and the rank the failed wait was for, where known).
+for r in 0 1 2; do
+    steps_seen=$(grep "^\[r$r\] .*error: .*step [0-9]" "$log" | grep -o 'step [0-9]*' | sort -u | wc -l)
+    last=$(grep "^\[r$r\] .*error: moe: step [0-9]* failed" "$log" | tail -1)
+    if [ "$steps_seen" -eq 1 ] && [[ "$last" == *"(rank 3 of node 1 failed)"* ]]; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1)); echo "FAIL: rank $r's failure log ($steps_seen step numbers; last: $last)"
+        grep "^\[r$r\] .*error" "$log"
+    fi
+done
 # A rank stopped mid-step (SIGSTOP: alive, silent): the same bound, PEER_FAILED or TIMEOUT;
 # strata-run removes the stopped rank once the others are done.
 case_run "2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000
