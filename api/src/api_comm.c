@@ -48,9 +48,12 @@ typedef struct api_rank_info {
     int32_t num_rdma_nics;
 } api_rank_info_t;
 
-static void api_comm_node_name(const strata_config_t *config, char *name)
+/* This rank's node name: config->node_name, STRATA_NODE_NAME, else the host name; true
+ * where it was given (a simulated node, say) rather than the host's. */
+static bool api_comm_node_name(const strata_config_t *config, char *name)
 {
     api_comm_config_t env;
+    bool given;
 
     name[0] = '\0';
     if (config && (config->field_mask & STRATA_CONFIG_FIELD_NODE_NAME) && config->node_name) {
@@ -59,10 +62,12 @@ static void api_comm_node_name(const strata_config_t *config, char *name)
         snprintf(name, API_NODE_NAME_LEN, "%s", env.node_name);
         util_config_release(&api_comm_config_table, &env);
     }
+    given = name[0] != '\0';
     if (name[0] == '\0' && gethostname(name, API_NODE_NAME_LEN - 1) != 0) {
         snprintf(name, API_NODE_NAME_LEN, "localhost");
     }
     name[API_NODE_NAME_LEN - 1] = '\0';
+    return given;
 }
 
 /* STRATA_TOPO_FILE (or config->topo_file), with STRATA_TOPO_OVERLAY applied when set. */
@@ -225,11 +230,19 @@ static int api_comm_gpu_local_rank(const strata_comm_t *comm)
     if (!api_env_local_rank(comm->rank, comm->size, &launcher, &var)) {
         return grouped;
     }
-    if (launcher != grouped) {
+    if (comm->node_name_given) {
+        /* Names set on purpose (simulated nodes): a launcher counting the host's ranks
+         * disagrees by design. Said once, for the job, not as a warning on every rank. */
+        if (comm->rank == 0) {
+            UTIL_LOG_INFO("comm: node names are given (STRATA_NODE_NAME or the config): each "
+                          "rank's GPU follows the launcher's %s, which may differ from its "
+                          "local rank among the ranks of its node name", var);
+        }
+    } else if (launcher != grouped) {
         UTIL_LOG_WARN("comm: rank %d: the launcher's %s=%d differs from local rank %d of %d "
                       "that grouping by node name gives: the launcher's picks the GPU, the "
-                      "grouping which ranks share node memory (do STRATA_NODE_NAME or the "
-                      "host names differ within a host?)", comm->rank, var, launcher, grouped,
+                      "grouping which ranks share node memory (do the host names differ "
+                      "within a host?)", comm->rank, var, launcher, grouped,
                       strata_comm_local_size(comm));
     }
     return launcher;
@@ -431,7 +444,7 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
     comm->bootstrap = bootstrap;
     comm->rank      = bootstrap->rank;
     comm->size      = bootstrap->world_size;
-    api_comm_node_name(config, node_name);
+    comm->node_name_given = api_comm_node_name(config, node_name);
 
     status = api_comm_open_topology(comm, config);
     if (status != STRATA_OK) {

@@ -28,6 +28,7 @@ struct strata_comm {
     unsigned                  moe_created; /* MoE objects made (collectively, so equal on all) */
     atomic_int                refs;        /* the caller's (until destroy) + one per MoE object */
     bool                      peer_failure_logged;
+    bool                      node_name_given; /* STRATA_NODE_NAME or config, not the host's */
 };
 
 /** The public MoE object: its communicator, and the scheduler's object that runs it. */

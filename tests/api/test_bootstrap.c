@@ -708,6 +708,35 @@ static void test_launcher_local_rank_picks_gpu(void **state)
     }
 }
 
+/* Node names given on purpose (simulated nodes): the launcher's local rank still picks the
+ * GPU, and its disagreement with the grouping is said once, at info level, not warned. */
+static void test_given_node_names_do_not_warn(void **state)
+{
+    int gpu;
+
+    (void)state;
+    util_log_set_level(STRATA_LOG_LEVEL_INFO);
+    setenv("STRATA_INTER_PROVIDER", "tcp", 1);
+    setenv("STRATA_INTER_IFACE", "lo", 1);
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    setenv("LOCAL_RANK", "3", 1);
+    setenv("STRATA_NODE_NAME", "node1", 1);
+    log_capture_start();
+    gpu = gpu_of_one_rank_comm();
+    log_capture_stop();
+    unsetenv("STRATA_NODE_NAME");
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("LOCAL_RANK");
+    util_log_set_level(STRATA_LOG_LEVEL_WARN);
+    assert_int_equal(gpu, 3);
+    assert_true(log_captured("node names are given", "LOCAL_RANK", NULL));
+    for (int l = 0; l < log_capture.count; ++l) {
+        assert_null(strstr(log_capture.lines[l], "differs from local rank"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -724,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_hostlist_first),
         cmocka_unit_test(test_from_env_slurm),
         cmocka_unit_test(test_launcher_local_rank_picks_gpu),
+        cmocka_unit_test(test_given_node_names_do_not_warn),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
