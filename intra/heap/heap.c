@@ -58,12 +58,16 @@ typedef struct heap_card {
 
 /*
  * The handshake, after local rank 0 (the root) has accepted a connection from a process of
- * its own user, and the joining rank has checked that the listener is of its user too:
- *   root -> rank: heap_challenge_t (a fresh nonce)
+ * its own user, and the joining rank has checked that the listener is of its user too.
+ * Both sides prove the secret over both nonces before either hands over anything:
+ *   root -> rank: heap_challenge_t (the root's fresh nonce)
+ *   rank -> root: heap_hello_t (the rank's fresh nonce, its proof)
+ *   root -> rank: heap_answer_t (the root's proof)
  *   rank -> root: heap_join_t, with the region's descriptor
- *   root -> rank: every rank's card, every descriptor, and its proof for this rank
- * The proofs are HMAC-SHA256 under the object's secret, over the other side's nonce and what
- * is sent, with a label per direction so that neither can be replayed as the other.
+ *   root -> rank: every rank's card, every descriptor, and its proof of them
+ * The proofs are HMAC-SHA256 under the object's secret, over a label per message (so that
+ * none can be replayed as another), both nonces in the order of the message's sender, and
+ * what the message carries.
  */
 #define HEAP_MAGIC    0x53544850u /* "STHP" */
 #define HEAP_HELLO_NS (2 * UTIL_NSEC_PER_SEC)
@@ -75,19 +79,33 @@ typedef struct heap_challenge {
     unsigned char nonce[HEAP_NONCE_LEN];
 } heap_challenge_t;
 
+typedef struct heap_hello {
+    uint32_t      magic;
+    uint32_t      pad;
+    unsigned char nonce[HEAP_NONCE_LEN];  /* the rank's */
+    unsigned char proof[UTIL_SHA256_LEN]; /* HMAC("strata-heap-hello" | rank's | root's nonce) */
+} heap_hello_t;
+
+typedef struct heap_answer {
+    uint32_t      magic;
+    uint32_t      pad;
+    unsigned char proof[UTIL_SHA256_LEN]; /* HMAC("strata-heap-answer" | root's | rank's) */
+} heap_answer_t;
+
 typedef struct heap_join {
     heap_card_t   card;
-    unsigned char nonce[HEAP_NONCE_LEN];  /* for the root's proof */
-    unsigned char proof[UTIL_SHA256_LEN]; /* HMAC("strata-heap-join" | root nonce | card) */
+    unsigned char proof[UTIL_SHA256_LEN]; /* HMAC("strata-heap-join" | rank's | root's | card) */
 } heap_join_t;
 
-static void heap_prove(const intra_heap_params_t *p, const char *label, const void *nonce,
-                       const void *data, size_t len, unsigned char proof[UTIL_SHA256_LEN])
+/* One side's proof: the label, the sender's nonce, the receiver's, then data (may be NULL). */
+static void heap_prove(const intra_heap_params_t *p, const char *label, const void *own_nonce,
+                       const void *their_nonce, const void *data, size_t len,
+                       unsigned char proof[UTIL_SHA256_LEN])
 {
-    const void *parts[3] = {label, nonce, data};
-    size_t lens[3] = {strlen(label), HEAP_NONCE_LEN, len};
+    const void *parts[4] = {label, own_nonce, their_nonce, data};
+    size_t lens[4] = {strlen(label), HEAP_NONCE_LEN, HEAP_NONCE_LEN, data != NULL ? len : 0};
 
-    util_hmac_sha256(p->secret, sizeof(p->secret), parts, lens, 3, proof);
+    util_hmac_sha256(p->secret, sizeof(p->secret), parts, lens, data != NULL ? 4 : 3, proof);
 }
 
 /* Bound every blocking receive on sock by deadline (recvmsg waits past poll otherwise). */
@@ -189,14 +207,18 @@ static bool heap_recv(int sock, void *buf, size_t len, int *fds, int max_fds, in
     return true;
 }
 
-/* Root: one connection's challenge and answer. Returns the reason to refuse it, or NULL. */
+/* Root: one connection's challenge and the proofs both ways, then its card and descriptor.
+ * Returns the reason to refuse it, or NULL; *nonce_p: the rank's nonce, for the cards' proof. */
 static const char *heap_admit(const intra_heap_params_t *p, int sock, const heap_card_t *cards,
-                              const int *conns, heap_join_t *join, int *fd_p)
+                              const int *conns, heap_join_t *join, int *fd_p,
+                              unsigned char nonce[HEAP_NONCE_LEN], unsigned char own[HEAP_NONCE_LEN])
 {
     uint64_t deadline = util_clock_now_ns() + HEAP_HELLO_NS; /* a silent caller waits no more */
     heap_challenge_t challenge = {.magic = HEAP_MAGIC};
+    heap_answer_t answer = {.magic = HEAP_MAGIC};
     struct iovec iov = {.iov_base = &challenge, .iov_len = sizeof(challenge)};
     unsigned char expect[UTIL_SHA256_LEN];
+    heap_hello_t hello;
     int nfds;
 
     *fd_p = -1;
@@ -204,12 +226,24 @@ static const char *heap_admit(const intra_heap_params_t *p, int sock, const heap
         !heap_send(sock, &iov, 1, NULL, 0, deadline)) {
         return "it went away before the challenge";
     }
-    if (!heap_recv(sock, join, sizeof(*join), fd_p, 1, &nfds, deadline)) {
+    if (!heap_recv(sock, &hello, sizeof(hello), NULL, 0, &nfds, deadline) ||
+        hello.magic != HEAP_MAGIC) {
         return "no well-formed answer to the challenge";
     }
-    heap_prove(p, "strata-heap-join", challenge.nonce, &join->card, sizeof(join->card), expect);
-    if (!util_crypto_equal(expect, join->proof, sizeof(expect))) {
+    heap_prove(p, "strata-heap-hello", hello.nonce, challenge.nonce, NULL, 0, expect);
+    if (!util_crypto_equal(expect, hello.proof, sizeof(expect))) {
         return "it does not know this object's secret";
+    }
+    heap_prove(p, "strata-heap-answer", challenge.nonce, hello.nonce, NULL, 0, answer.proof);
+    iov = (struct iovec){.iov_base = &answer, .iov_len = sizeof(answer)};
+    if (!heap_send(sock, &iov, 1, NULL, 0, deadline) ||
+        !heap_recv(sock, join, sizeof(*join), fd_p, 1, &nfds, deadline)) {
+        return "it went away before it joined";
+    }
+    heap_prove(p, "strata-heap-join", hello.nonce, challenge.nonce, &join->card,
+               sizeof(join->card), expect);
+    if (!util_crypto_equal(expect, join->proof, sizeof(expect))) {
+        return "its card does not carry this object's proof";
     }
     if (join->card.rank <= 0 || join->card.rank >= p->local_size ||
         conns[join->card.rank] >= 0) {
@@ -219,6 +253,8 @@ static const char *heap_admit(const intra_heap_params_t *p, int sock, const heap
         nfds != (join->card.has_fd ? 1 : 0)) {
         return "its region is not like ours";
     }
+    memcpy(nonce, hello.nonce, HEAP_NONCE_LEN);
+    memcpy(own, challenge.nonce, HEAP_NONCE_LEN);
     return NULL;
 }
 
@@ -254,7 +290,9 @@ static strata_status_t heap_wait_connection(const intra_heap_params_t *p, int li
 static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listener,
                                         heap_card_t *cards, int *fds, uint64_t deadline)
 {
-    unsigned char nonces[INTRA_HEAP_MAX_RANKS][HEAP_NONCE_LEN];
+    unsigned char nonces[INTRA_HEAP_MAX_RANKS][HEAP_NONCE_LEN];   /* each rank's */
+    unsigned char challenges[INTRA_HEAP_MAX_RANKS][HEAP_NONCE_LEN]; /* ours to each */
+    unsigned char nonce[HEAP_NONCE_LEN], own[HEAP_NONCE_LEN];
     int conns[INTRA_HEAP_MAX_RANKS], joined = 1, sock, fd;
     strata_status_t status = STRATA_OK;
     const char *refusal;
@@ -279,7 +317,8 @@ static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listen
         /* Another user's process learns nothing, not even a nonce, and takes no slot. */
         memset(&join, 0, sizeof(join));
         fd      = -1;
-        refusal = heap_same_user(sock, &cred) ? heap_admit(p, sock, cards, conns, &join, &fd)
+        refusal = heap_same_user(sock, &cred) ? heap_admit(p, sock, cards, conns, &join, &fd,
+                                                           nonce, own)
                                               : "it runs as another user";
         if (refusal != NULL) {
             UTIL_LOG_WARN("heap: refused a connection to job %s from pid %d (uid %u; this job "
@@ -294,7 +333,8 @@ static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listen
         conns[join.card.rank] = sock;
         cards[join.card.rank] = join.card;
         fds[join.card.rank]   = fd;
-        memcpy(nonces[join.card.rank], join.nonce, HEAP_NONCE_LEN);
+        memcpy(nonces[join.card.rank], nonce, HEAP_NONCE_LEN);
+        memcpy(challenges[join.card.rank], own, HEAP_NONCE_LEN);
         ++joined;
     }
     for (int r = 1; r < p->local_size && status == STRATA_OK; ++r) {
@@ -302,7 +342,8 @@ static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listen
         struct iovec iov[2] = {{.iov_base = cards, .iov_len = sizeof(*cards) * (size_t)p->local_size},
                                {.iov_base = proof, .iov_len = sizeof(proof)}};
 
-        heap_prove(p, "strata-heap-cards", nonces[r], cards, iov[0].iov_len, proof);
+        heap_prove(p, "strata-heap-cards", challenges[r], nonces[r], cards, iov[0].iov_len,
+                   proof);
         if (!heap_send(conns[r], iov, 2, fds, cards[0].has_fd ? p->local_size : 0, deadline)) {
             UTIL_LOG_ERROR("heap: cannot hand the regions to local rank %d", r);
             status = STRATA_ERR_IO;
@@ -359,15 +400,55 @@ static strata_status_t heap_connect_root(const intra_heap_params_t *p, uint64_t 
     return STRATA_OK;
 }
 
+/*
+ * A joining rank: the root's challenge, our proof over both nonces, and the root's proof
+ * over both: until it has proved the secret, the root gets nothing of this rank's region.
+ * nonce: ours, root_nonce: the root's, for the proofs still to come.
+ */
+static strata_status_t heap_prove_both_ways(const intra_heap_params_t *p, int sock,
+                                            uint64_t deadline, unsigned char *nonce,
+                                            unsigned char *root_nonce)
+{
+    heap_challenge_t challenge;
+    heap_hello_t hello = {.magic = HEAP_MAGIC};
+    heap_answer_t answer;
+    struct iovec iov = {.iov_base = &hello, .iov_len = sizeof(hello)};
+    unsigned char expect[UTIL_SHA256_LEN];
+    int nfds = 0;
+
+    if (!heap_recv(sock, &challenge, sizeof(challenge), NULL, 0, &nfds, deadline) ||
+        challenge.magic != HEAP_MAGIC || util_random_bytes(hello.nonce, HEAP_NONCE_LEN) != STRATA_OK) {
+        UTIL_LOG_ERROR("heap: local rank 0 of job %s sent no challenge", p->job_key);
+        return STRATA_ERR_BOOTSTRAP;
+    }
+    heap_prove(p, "strata-heap-hello", hello.nonce, challenge.nonce, NULL, 0, hello.proof);
+    if (!heap_send(sock, &iov, 1, NULL, 0, deadline) ||
+        !heap_recv(sock, &answer, sizeof(answer), NULL, 0, &nfds, deadline) ||
+        answer.magic != HEAP_MAGIC) {
+        UTIL_LOG_ERROR("heap: local rank 0 of job %s did not answer this rank's proof (it "
+                       "refuses ranks without this object's secret)", p->job_key);
+        return STRATA_ERR_BOOTSTRAP;
+    }
+    heap_prove(p, "strata-heap-answer", challenge.nonce, hello.nonce, NULL, 0, expect);
+    if (!util_crypto_equal(expect, answer.proof, sizeof(expect))) {
+        UTIL_LOG_ERROR("heap: the process at the rendezvous of job %s does not know this "
+                       "object's secret: not handing it this rank's region", p->job_key);
+        return STRATA_ERR_BOOTSTRAP;
+    }
+    memcpy(nonce, hello.nonce, HEAP_NONCE_LEN);
+    memcpy(root_nonce, challenge.nonce, HEAP_NONCE_LEN);
+    return STRATA_OK;
+}
+
 static strata_status_t heap_gather_peer(const intra_heap_params_t *p, heap_card_t *cards,
                                         int *fds, uint64_t deadline)
 {
     int own = p->local_rank, own_fd = fds[own], got[INTRA_HEAP_MAX_RANKS], nfds = 0, sock;
     int expect_fds = cards[own].has_fd ? p->local_size : 0;
     heap_card_t own_card = cards[own];
-    heap_challenge_t challenge;
     heap_join_t join = {.card = cards[own]};
     unsigned char proof[UTIL_SHA256_LEN], expect[UTIL_SHA256_LEN];
+    unsigned char nonce[HEAP_NONCE_LEN], root_nonce[HEAP_NONCE_LEN];
     struct iovec iov = {.iov_base = &join, .iov_len = sizeof(join)};
     struct iovec back[2] = {{.iov_base = cards, .iov_len = sizeof(*cards) * (size_t)p->local_size},
                             {.iov_base = proof, .iov_len = sizeof(proof)}};
@@ -379,21 +460,21 @@ static strata_status_t heap_gather_peer(const intra_heap_params_t *p, heap_card_
     if (status != STRATA_OK) {
         return status;
     }
-    status = STRATA_ERR_BOOTSTRAP;
-    if (!heap_recv(sock, &challenge, sizeof(challenge), NULL, 0, &nfds, deadline) ||
-        challenge.magic != HEAP_MAGIC || util_random_bytes(join.nonce, HEAP_NONCE_LEN) != STRATA_OK) {
-        UTIL_LOG_ERROR("heap: local rank 0 of job %s sent no challenge", p->job_key);
+    status = heap_prove_both_ways(p, sock, deadline, nonce, root_nonce);
+    if (status != STRATA_OK) {
         close(sock);
-        return status;
+        return heap_peers_alive(p) != STRATA_OK ? heap_peers_alive(p) : status;
     }
-    heap_prove(p, "strata-heap-join", challenge.nonce, &join.card, sizeof(join.card), join.proof);
+    status = STRATA_ERR_BOOTSTRAP;
+    heap_prove(p, "strata-heap-join", nonce, root_nonce, &join.card, sizeof(join.card),
+               join.proof);
     all = malloc(back[0].iov_len + back[1].iov_len);
     if (all != NULL && heap_send(sock, &iov, 1, &own_fd, own_card.has_fd ? 1 : 0, deadline) &&
         heap_recv(sock, all, back[0].iov_len + back[1].iov_len, got, expect_fds, &nfds,
                   deadline)) {
         memcpy(cards, all, back[0].iov_len);
         memcpy(proof, all + back[0].iov_len, sizeof(proof));
-        heap_prove(p, "strata-heap-cards", join.nonce, cards, back[0].iov_len, expect);
+        heap_prove(p, "strata-heap-cards", root_nonce, nonce, cards, back[0].iov_len, expect);
         proven = util_crypto_equal(expect, proof, sizeof(proof));
         if (proven && nfds == expect_fds) {
             memcpy(fds, got, sizeof(int) * (size_t)nfds);
@@ -401,7 +482,7 @@ static strata_status_t heap_gather_peer(const intra_heap_params_t *p, heap_card_
         } else {
             UTIL_LOG_ERROR("heap: local rank 0 of job %s %s: not using its regions",
                            p->job_key, proven ? "sent the wrong number of descriptors"
-                                              : "does not know this object's secret");
+                                              : "sent cards without this object's proof");
             for (int i = 0; i < nfds; ++i) {
                 close(got[i]);
             }
@@ -414,8 +495,7 @@ static strata_status_t heap_gather_peer(const intra_heap_params_t *p, heap_card_
                        p->job_key);
         status = heap_peers_alive(p);
     } else {
-        UTIL_LOG_ERROR("heap: exchanging regions with local rank 0 of job %s failed (it "
-                       "refuses ranks of another user or without this object's secret)",
+        UTIL_LOG_ERROR("heap: exchanging regions with local rank 0 of job %s failed",
                        p->job_key);
     }
     free(all);

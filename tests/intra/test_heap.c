@@ -6,7 +6,8 @@
  * under GPU addresses that a test backend gives each rank, to count the ranks sharing one
  * GPU and to refuse GPUs without peer atomics. Who may join: a process of another user, or
  * one without the object's secret, that reaches the rendezvous first is refused and logged
- * and the job still forms; a rendezvous held by another user is not joined.
+ * and the job still forms; a rendezvous held by another user, or by a process without the
+ * secret, gets nothing of a joining rank's region.
  */
 #include "intra/host/host_device.h"
 #include "util/util.h"
@@ -504,17 +505,42 @@ static void test_wrong_secret_is_refused(void **state)
 
 /* Another user listens on the job's rendezvous name first and reports whether a rank gave it
  * anything: exit code 0 nothing, 1 bytes or a descriptor arrived. */
-static int squatter_main(const char *key, bool unused)
+/* One message from sock into buf; -1 on error or end; *fd_seen_p: a descriptor came with it. */
+static ssize_t recv_watching_fds(int sock, char *buf, size_t len, bool *fd_seen_p)
+{
+    union {
+        struct cmsghdr hdr;
+        char           space[CMSG_SPACE(sizeof(int) * 8)];
+    } control;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = &control,
+                         .msg_controllen = sizeof(control)};
+    ssize_t got = recvmsg(sock, &msg, 0);
+
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); got >= 0 && c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        *fd_seen_p = *fd_seen_p || c->cmsg_type == SCM_RIGHTS;
+    }
+    return got > 0 ? got : -1;
+}
+
+/*
+ * A process that holds the job's rendezvous name first: another user's (other_user), or one
+ * of the job's user without the object's secret, which sends a challenge, takes the rank's
+ * proof and answers with a forged one. Exit code 0: the rank gave it nothing of its region
+ * (no card, no descriptor); 1: it did.
+ */
+static int squatter_main(const char *key, bool other_user)
 {
     struct sockaddr_un addr;
     socklen_t len = rendezvous(key, &addr);
     char buf[4096];
+    bool fd_seen = false;
     int listener, sock;
+    ssize_t got;
 
-    (void)unused;
     listener = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (!become_nobody() || listener < 0 || bind(listener, (struct sockaddr *)&addr, len) != 0 ||
-        listen(listener, 4) != 0) {
+    if ((other_user && !become_nobody()) || listener < 0 ||
+        bind(listener, (struct sockaddr *)&addr, len) != 0 || listen(listener, 4) != 0) {
         return 2;
     }
     if (write(STDOUT_FILENO, "L", 1) != 1 || (sock = accept(listener, NULL, NULL)) < 0) {
@@ -525,10 +551,22 @@ static int squatter_main(const char *key, bool unused)
     memset(buf, 0, 40);
     memcpy(buf, &(uint32_t){0x53544850u}, sizeof(uint32_t));
     (void)send(sock, buf, 40, MSG_NOSIGNAL);
-    return recv(sock, buf, sizeof(buf), 0) > 0 ? 1 : 0;
+    if (other_user) {
+        return recv(sock, buf, sizeof(buf), 0) > 0 ? 1 : 0;
+    }
+    /* The rank's proof: its nonce and an HMAC, 72 bytes, and nothing of its region. */
+    got = recv_watching_fds(sock, buf, 72, &fd_seen);
+    if (got != 72 || fd_seen) {
+        return 1;
+    }
+    memset(buf + 4, 0, 36); /* magic kept, a forged proof */
+    (void)send(sock, buf, 40, MSG_NOSIGNAL);
+    got = recv_watching_fds(sock, buf, sizeof(buf), &fd_seen);
+    return got > 0 || fd_seen ? 1 : 0;
 }
 
-static void test_rendezvous_held_by_another_user(void **state)
+/* The rank refuses the squatter (STRATA_ERR_BOOTSTRAP) before giving it its region. */
+static void run_squatter_first(bool other_user)
 {
     intra_heap_params_t p = {.device = &host_device_ops, .local_rank = 1, .local_size = 2,
                              .size = 4096, .timeout_ns = WAIT_NS};
@@ -537,16 +575,14 @@ static void test_rendezvous_held_by_another_user(void **state)
     char key[64], byte;
     pid_t squatter;
 
-    (void)state;
-    skip_unless_root();
     util_log_set_level(STRATA_LOG_LEVEL_ERROR);
-    snprintf(key, sizeof(key), "test-squatter-%d", (int)getpid());
+    snprintf(key, sizeof(key), "test-squatter-%d-%d", (int)getpid(), other_user);
     p.job_key = key;
     memcpy(p.secret, test_secret, sizeof(p.secret));
     assert_int_equal(pipe(pipefd), 0);
     saved = dup(STDOUT_FILENO);
     dup2(pipefd[1], STDOUT_FILENO); /* the squatter says "L" once it listens */
-    squatter = spawn(squatter_main, key, false);
+    squatter = spawn(squatter_main, key, other_user);
     dup2(saved, STDOUT_FILENO);
     close(saved);
     close(pipefd[1]);
@@ -556,8 +592,24 @@ static void test_rendezvous_held_by_another_user(void **state)
     assert_null(heap);
     code = exit_code(squatter);
     if (code != 0) {
-        fail_msg("the squatter ended with code %d (1: the rank gave it its card)", code);
+        fail_msg("the squatter (%s) ended with code %d (1: the rank gave it its card or "
+                 "region)", other_user ? "another user" : "no secret", code);
     }
+}
+
+static void test_rendezvous_held_by_another_user(void **state)
+{
+    (void)state;
+    skip_unless_root();
+    run_squatter_first(true);
+}
+
+/* The same user's process without the secret, answering the rank's proof with a forged one:
+ * the rank's card and region descriptor went out with its first answer before. */
+static void test_rendezvous_held_without_the_secret(void **state)
+{
+    (void)state;
+    run_squatter_first(false);
 }
 
 int main(void)
@@ -572,6 +624,7 @@ int main(void)
         cmocka_unit_test(test_other_user_is_refused),
         cmocka_unit_test(test_wrong_secret_is_refused),
         cmocka_unit_test(test_rendezvous_held_by_another_user),
+        cmocka_unit_test(test_rendezvous_held_without_the_secret),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
