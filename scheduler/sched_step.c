@@ -120,24 +120,36 @@ static void sched_waited_for(const sched_moe_t *moe, char *text, size_t len)
     }
 }
 
-/* " (rank R of node N failed)" for the first rank the engine holds failed, "" if none. */
-static void sched_failed_rank(const sched_moe_t *moe, char *text, size_t len)
+/* " (failed: rank R of node N, ...)": the ranks the engine holds failed, "" if none; the
+ * first few, since survivors that leave early show up too. */
+static void sched_failed_ranks(const sched_moe_t *moe, char *text, size_t len)
 {
+    size_t used = 0;
+    int listed = 0, more = 0;
+
     text[0] = '\0';
     for (int r = 0; r < moe->geo.world_size; ++r) {
-        if (inter_engine_peer_failed(moe->world.engine, r)) {
-            snprintf(text, len, " (rank %d of node %d failed)", r, moe->geo.rank_node[r]);
-            return;
+        if (!inter_engine_peer_failed(moe->world.engine, r)) {
+            continue;
         }
+        if (listed == 4 || used >= len) {
+            more++;
+            continue;
+        }
+        used += (size_t)snprintf(text + used, len - used, "%s rank %d of node %d",
+                                 listed++ == 0 ? " (failed:" : ",", r, moe->geo.rank_node[r]);
+    }
+    if (listed > 0 && used < len) {
+        snprintf(text + used, len - used, more > 0 ? " and %d more)" : ")", more);
     }
 }
 
 strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what)
 {
-    char waited[64], failed[64];
+    char waited[64], failed[160];
 
     sched_waited_for(moe, waited, sizeof(waited));
-    sched_failed_rank(moe, failed, sizeof(failed));
+    sched_failed_ranks(moe, failed, sizeof(failed));
     UTIL_LOG_ERROR("moe: step %" PRIu64 " failed %s%s: %s%s; the object can only be destroyed",
                    moe->cur.step, what, waited, strata_status_string(status), failed);
     moe->cur.state = SCHED_STEP_FAILED;

@@ -108,7 +108,7 @@ case_run "2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_P
 for r in 0 1 2; do
     steps_seen=$(grep "^\[r$r\] .*error: .*step [0-9]" "$log" | grep -o 'step [0-9]*' | sort -u | wc -l)
     last=$(grep "^\[r$r\] .*error: moe: step [0-9]* failed" "$log" | tail -1)
-    if [ "$steps_seen" -eq 1 ] && [[ "$last" == *"(rank 3 of node 1 failed)"* ]]; then
+    if [ "$steps_seen" -eq 1 ] && [[ "$last" == *"(failed:"*" rank 3 of node 1"* ]]; then
         passed=$((passed + 1))
     else
         failed=$((failed + 1)); echo "FAIL: rank $r's failure log ($steps_seen step numbers; last: $last)"
