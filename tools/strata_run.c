@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,6 +75,7 @@ static void usage(FILE *out)
     fprintf(out,
             "Usage: strata-run -n N [--nodes K [--link-rate R [--link-delay T]]]\n"
             "                  [--timeout SEC] [--allow-fail RANK]... -- CMD [ARG]...\n"
+            "       strata-run --cleanup\n"
             "       strata-run -h | -V\n"
             "Start N ranks of CMD on this machine with RANK, WORLD_SIZE, LOCAL_RANK,\n"
             "LOCAL_WORLD_SIZE, STRATA_BOOTSTRAP_ADDR and STRATA_BOOTSTRAP_PORT set.\n"
@@ -96,6 +98,11 @@ static void usage(FILE *out)
             "  -a, --allow-fail R   rank R may fail (e.g. a test kills it) without stopping the job;\n"
             "                       once the other ranks end, it is stopped (all ranks allowed\n"
             "                       to fail: the job waits for every one)\n"
+            "      --cleanup        start nothing: remove what ranks of any launcher that died\n"
+            "                       left in /dev/shm (libfabric shm's regions, named\n"
+            "                       <pid>:...), only where that process is gone and the file\n"
+            "                       is this user's (root: anyone's); strata-run does this for\n"
+            "                       its own ranks after every job\n"
             "  -h, --help           this text\n"
             "  -V, --version        strata-run's version (it links no libstrata: strata-info\n"
             "                       shows the library's build options)\n"
@@ -447,6 +454,43 @@ static void run_remove_shm_leftovers(const run_job_t *job)
     closedir(dir);
 }
 
+/*
+ * --cleanup: every /dev/shm entry of libfabric's shm provider (named "<pid>:...") whose
+ * process is gone, owned by this user (any, for root). A pid taken by another process since
+ * keeps its file: only the gone are cleaned up after. Returns how many were removed.
+ */
+static int run_cleanup_shm(void)
+{
+    DIR *dir = opendir("/dev/shm");
+    struct dirent *entry;
+    struct stat st;
+    char path[512];
+    int pid, used, removed = 0;
+
+    if (dir == NULL) {
+        return 0;
+    }
+    while ((entry = readdir(dir)) != NULL) {
+        used = 0;
+        if (sscanf(entry->d_name, "%d:%n", &pid, &used) != 1 || used == 0 || pid <= 0) {
+            continue;
+        }
+        snprintf(path, sizeof(path), "/dev/shm/%s", entry->d_name);
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+            (geteuid() != 0 && st.st_uid != geteuid()) ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH) {
+            continue;
+        }
+        if (unlink(path) == 0) {
+            printf("strata-run: removed %s (%lld bytes; pid %d is gone)\n", path,
+                   (long long)st.st_size, pid);
+            removed++;
+        }
+    }
+    closedir(dir);
+    return removed;
+}
+
 /* One option into job; false after a message naming the mistake. */
 static bool run_option(run_job_t *job, int opt, const char *arg)
 {
@@ -510,6 +554,7 @@ static int run_parse(run_job_t *job, int argc, char **argv, bool *done_p)
         {"allow-fail", required_argument, NULL, 'a'},
         {"link-rate", required_argument, NULL, 'R'},
         {"link-delay", required_argument, NULL, 'D'},
+        {"cleanup", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -531,6 +576,14 @@ static int run_parse(run_job_t *job, int argc, char **argv, bool *done_p)
         }
         if (opt == '?' || opt == ':') {
             return tool_option_error(RUN_TOOL, argv, options, opt);
+        }
+        if (opt == 'C') {
+            if (argc != 2) {
+                return tool_usage_error(RUN_TOOL, "--cleanup takes no other option or command");
+            }
+            printf("strata-run: %d leftover file(s) removed from /dev/shm\n", run_cleanup_shm());
+            *done_p = true;
+            return 0;
         }
         if (!run_option(job, opt, optarg)) {
             return TOOL_EXIT_USAGE;

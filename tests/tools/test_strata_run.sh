@@ -55,6 +55,18 @@ expect 0 10 "$run" -n 2 -a 0 -a 1 -- sh -c 'sleep 1; echo "rank $RANK done"'
 [ "$(grep -c 'rank [01] done' "$work/out")" = 2 ] && pass ||
     fail "with every rank allowed to fail, not every rank ran: $(cat "$work/out" "$work/err")"
 expect 124 10 "$run" -n 2 --timeout 1 -- sleep 60
+# --cleanup, for other launchers: libfabric shm leftovers of a process that is gone are
+# removed; those of a live process, and files not named <pid>:..., are kept.
+sh -c 'exit 0' & dead=$!; wait $dead
+shm_dead="/dev/shm/$dead:strata-test-$$" shm_live="/dev/shm/$$:strata-test-$$" shm_other="/dev/shm/strata-test-other-$$"
+touch "$shm_dead" "$shm_live" "$shm_other"
+expect 0 10 "$run" --cleanup
+if [ ! -e "$shm_dead" ] && [ -e "$shm_live" ] && [ -e "$shm_other" ] &&
+   grep -q "removed $shm_dead" "$work/out"; then pass; else
+    fail "--cleanup: dead $([ -e "$shm_dead" ] && echo kept || echo removed), live $([ -e "$shm_live" ] && echo kept || echo removed), other $([ -e "$shm_other" ] && echo kept || echo removed): $(cat "$work/out" "$work/err")"
+fi
+rm -f "$shm_dead" "$shm_live" "$shm_other"
+expect 2 5 "$run" --cleanup -n 2
 expect 2 5 "$run" -n 3 --nodes 2 -- true
 expect 2 5 "$run" -n 2
 
