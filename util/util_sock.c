@@ -79,6 +79,15 @@ static int util_sock_listen_one(const struct addrinfo *ai)
     if (fd < 0) {
         return -1;
     }
+    /* An IPv6 wildcard takes the port of both families (dual stack), so that no other
+     * process can take it in the family this one left out. */
+    if (ai->ai_family == AF_INET6 &&
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &(int){0}, sizeof(int)) != 0) {
+        saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
         bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
         saved = errno;
@@ -101,7 +110,15 @@ strata_status_t util_sock_listen(const char *addr, uint16_t port, int *fd_p, uin
     if (status != STRATA_OK) {
         return status;
     }
-    /* The first address family this host can listen on (a namespace may lack IPv6). */
+    /* Every address: IPv6's wildcard first, which with dual stack covers IPv4 too (a
+     * listener on IPv4 alone would leave the port's IPv6 side to anyone); else the first
+     * family this host can listen on (a namespace may lack IPv6). */
+    for (const struct addrinfo *ai = res; ai != NULL && fd < 0 && (addr == NULL || !addr[0]);
+         ai = ai->ai_next) {
+        if (ai->ai_family == AF_INET6) {
+            fd = util_sock_listen_one(ai);
+        }
+    }
     for (const struct addrinfo *ai = res; ai != NULL && fd < 0; ai = ai->ai_next) {
         fd = util_sock_listen_one(ai);
     }

@@ -20,15 +20,15 @@
 #include <unistd.h>
 
 #define API_BOOTSTRAP_MAGIC   0x53545241u /* "STRA" */
-#define API_BOOTSTRAP_VERSION 2u          /* 2: the hello carries a nonce and a secret flag */
+#define API_BOOTSTRAP_VERSION 3u          /* 3: the rank proves first, bound to its connection */
 #define API_HELLO_NS          (2 * UTIL_NSEC_PER_SEC)
 #define API_NONCE_LEN         32
 #define API_SECRET_MAX        4096
 
 /* Rank 0's answers to a hello. */
 #define API_ANSWER_REFUSED   0
-#define API_ANSWER_ACCEPTED  1
-#define API_ANSWER_CHALLENGE 2 /* followed by api_bootstrap_proof_t; the rank proves in turn */
+#define API_ANSWER_ACCEPTED  1 /* with a secret: followed by rank 0's MAC */
+#define API_ANSWER_CHALLENGE 2 /* followed by rank 0's nonce; the rank proves first */
 
 typedef struct api_bootstrap_hello {
     uint32_t      magic;
@@ -40,12 +40,20 @@ typedef struct api_bootstrap_hello {
     unsigned char nonce[API_NONCE_LEN];
 } api_bootstrap_hello_t;
 
-/* Rank 0's nonce and proof: HMAC(secret, "strata-bootstrap-root" | rank's nonce | ours |
- * hello). The rank answers with HMAC(secret, "strata-bootstrap-rank" | ours | its | hello). */
-typedef struct api_bootstrap_proof {
-    unsigned char nonce[API_NONCE_LEN];
-    unsigned char mac[UTIL_SHA256_LEN];
-} api_bootstrap_proof_t;
+/*
+ * With a secret, after the hello and rank 0's nonce, each side proves it with
+ *   HMAC(secret, label | its nonce | the other's | hello | the rank's end of the connection)
+ * the rank first ("strata-bootstrap-rank"), then rank 0 ("strata-bootstrap-root") with its
+ * acceptance. The rank's end (address and port, as it sees its socket and as rank 0 sees
+ * the peer) binds the proofs to the one connection: a process that relays a rank to rank 0
+ * holds two connections, and the rank's proof does not match the second.
+ */
+typedef struct api_bootstrap_endpoint {
+    uint8_t  family; /* 4 or 6; an IPv4-mapped IPv6 address counts as 4 */
+    uint8_t  pad;
+    uint16_t port;   /* network order */
+    uint8_t  addr[16];
+} api_bootstrap_endpoint_t;
 
 /* Precedes every block a rank sends for a collective. */
 typedef struct api_bootstrap_header {
@@ -230,16 +238,58 @@ static strata_status_t api_bootstrap_answer(int fd, uint8_t answer, uint64_t dea
     return util_sock_send_all(fd, &answer, 1, deadline);
 }
 
+/* An address as the proofs bind it: IPv4 (mapped or not) as 4 bytes, IPv6 as 16. */
+static void api_bootstrap_endpoint_of(const struct sockaddr_storage *ss,
+                                      api_bootstrap_endpoint_t *ep)
+{
+    memset(ep, 0, sizeof(*ep));
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+
+        ep->family = 4;
+        ep->port   = in->sin_port;
+        memcpy(ep->addr, &in->sin_addr, 4);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
+
+        ep->port = in6->sin6_port;
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+            ep->family = 4;
+            memcpy(ep->addr, &in6->sin6_addr.s6_addr[12], 4);
+        } else {
+            ep->family = 6;
+            memcpy(ep->addr, &in6->sin6_addr, 16);
+        }
+    }
+}
+
+/* The rank's end of the connection fd: its own socket (rank) or its peer (rank 0). */
+static bool api_bootstrap_rank_end(int fd, bool at_rank, api_bootstrap_endpoint_t *ep)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    int rc = at_rank ? getsockname(fd, (struct sockaddr *)&ss, &len)
+                     : getpeername(fd, (struct sockaddr *)&ss, &len);
+
+    if (rc != 0) {
+        return false;
+    }
+    api_bootstrap_endpoint_of(&ss, ep);
+    return ep->family != 0;
+}
+
 static void api_bootstrap_mac(const api_tcp_bootstrap_t *bs, const char *label,
-                              const unsigned char *first, const unsigned char *second,
-                              const api_bootstrap_hello_t *hello, unsigned char *mac)
+                              const unsigned char *own, const unsigned char *theirs,
+                              const api_bootstrap_hello_t *hello,
+                              const api_bootstrap_endpoint_t *rank_end, unsigned char *mac)
 {
     api_bootstrap_hello_t bound = *hello;
-    const void *parts[4] = {label, first, second, &bound};
-    size_t lens[4] = {strlen(label), API_NONCE_LEN, API_NONCE_LEN, sizeof(bound)};
+    const void *parts[5] = {label, own, theirs, &bound, rank_end};
+    size_t lens[5] = {strlen(label), API_NONCE_LEN, API_NONCE_LEN, sizeof(bound),
+                      sizeof(*rank_end)};
 
     memset(bound.nonce, 0, sizeof(bound.nonce)); /* a part of its own already */
-    util_hmac_sha256(bs->secret, bs->secret_len, parts, lens, 4, mac);
+    util_hmac_sha256(bs->secret, bs->secret_len, parts, lens, 5, mac);
 }
 
 /* "a.b.c.d:port" of the other end of fd, for the log. */
@@ -263,15 +313,18 @@ static void api_bootstrap_peer_name(int fd, char *name, size_t size)
 }
 
 /*
- * Root: the rest of one hello, under deadline. Returns NULL to admit the connection as
+ * Root: the rest of one hello, under deadline: with a secret, our nonce, the rank's proof,
+ * and (*proven) ours to send with the acceptance. Returns NULL to admit the connection as
  * hello->rank, or why it is refused.
  */
 static const char *api_bootstrap_admit(api_tcp_bootstrap_t *bs, int fd,
-                                       const api_bootstrap_hello_t *hello, uint64_t deadline)
+                                       const api_bootstrap_hello_t *hello, uint64_t deadline,
+                                       bool *proven, unsigned char *root_mac)
 {
-    api_bootstrap_proof_t proof;
-    unsigned char mac[UTIL_SHA256_LEN], expect[UTIL_SHA256_LEN];
+    unsigned char nonce[API_NONCE_LEN], mac[UTIL_SHA256_LEN], expect[UTIL_SHA256_LEN];
+    api_bootstrap_endpoint_t rank_end;
 
+    *proven = false;
     if (hello->magic != API_BOOTSTRAP_MAGIC || hello->version != API_BOOTSTRAP_VERSION ||
         hello->world_size != bs->base.world_size || hello->rank <= 0 ||
         hello->rank >= bs->base.world_size || bs->peer_fds[hello->rank] >= 0) {
@@ -283,18 +336,25 @@ static const char *api_bootstrap_admit(api_tcp_bootstrap_t *bs, int fd,
     if (!hello->secret) {
         return "it has no bootstrap secret (STRATA_BOOTSTRAP_SECRET[_FILE])";
     }
-    if (util_random_bytes(proof.nonce, sizeof(proof.nonce)) != STRATA_OK) {
-        return "no random nonce for it";
+    if (util_random_bytes(nonce, sizeof(nonce)) != STRATA_OK ||
+        !api_bootstrap_rank_end(fd, false, &rank_end)) {
+        return "no random nonce or peer address for it";
     }
-    api_bootstrap_mac(bs, "strata-bootstrap-root", hello->nonce, proof.nonce, hello, proof.mac);
     if (api_bootstrap_answer(fd, API_ANSWER_CHALLENGE, deadline) != STRATA_OK ||
-        util_sock_send_all(fd, &proof, sizeof(proof), deadline) != STRATA_OK ||
+        util_sock_send_all(fd, nonce, sizeof(nonce), deadline) != STRATA_OK ||
         util_sock_recv_all(fd, mac, sizeof(mac), deadline) != STRATA_OK) {
         return "it did not answer the challenge";
     }
-    api_bootstrap_mac(bs, "strata-bootstrap-rank", proof.nonce, hello->nonce, hello, expect);
-    return util_crypto_equal(mac, expect, sizeof(mac)) ? NULL
-                                                       : "it does not know the bootstrap secret";
+    /* The rank proves first: rank 0 is no oracle for whoever sends a hello. */
+    api_bootstrap_mac(bs, "strata-bootstrap-rank", hello->nonce, nonce, hello, &rank_end, expect);
+    if (!util_crypto_equal(mac, expect, sizeof(mac))) {
+        return "it does not know the bootstrap secret, or its connection is relayed (by "
+               "another process, or a NAT that changes the rank's address)";
+    }
+    api_bootstrap_mac(bs, "strata-bootstrap-root", nonce, hello->nonce, hello, &rank_end,
+                      root_mac);
+    *proven = true;
+    return NULL;
 }
 
 /* Root: accept until every other rank has said hello, each rank once. */
@@ -306,6 +366,8 @@ static strata_status_t api_bootstrap_accept_all(api_tcp_bootstrap_t *bs, int lis
     uint64_t hello_deadline;
     const char *refusal;
     char who[INET6_ADDRSTRLEN + 8];
+    unsigned char root_mac[UTIL_SHA256_LEN];
+    bool proven = false;
     int joined = 1, fd;
 
     while (joined < bs->base.world_size) {
@@ -319,8 +381,9 @@ static strata_status_t api_bootstrap_accept_all(api_tcp_bootstrap_t *bs, int lis
         /* A stray connection that never speaks must not hold up the rendezvous. */
         hello_deadline = UTIL_MIN(deadline, util_clock_now_ns() + API_HELLO_NS);
         status  = util_sock_recv_all(fd, &hello, sizeof(hello), hello_deadline);
-        refusal = status != STRATA_OK ? "no hello" : api_bootstrap_admit(bs, fd, &hello,
-                                                                         hello_deadline);
+        refusal = status != STRATA_OK ? "no hello"
+                                      : api_bootstrap_admit(bs, fd, &hello, hello_deadline,
+                                                            &proven, root_mac);
         if (refusal != NULL) {
             api_bootstrap_peer_name(fd, who, sizeof(who));
             UTIL_LOG_WARN("bootstrap: refused a connection from %s (rank %d of %d, version "
@@ -330,7 +393,9 @@ static strata_status_t api_bootstrap_accept_all(api_tcp_bootstrap_t *bs, int lis
             util_sock_close(fd);
             continue;
         }
-        if (api_bootstrap_answer(fd, API_ANSWER_ACCEPTED, hello_deadline) != STRATA_OK) {
+        if (api_bootstrap_answer(fd, API_ANSWER_ACCEPTED, hello_deadline) != STRATA_OK ||
+            (proven && util_sock_send_all(fd, root_mac, sizeof(root_mac), hello_deadline) !=
+                           STRATA_OK)) {
             util_sock_close(fd); /* gone already: it may come back and say hello again */
             continue;
         }
@@ -366,23 +431,34 @@ static strata_status_t api_bootstrap_root_start(api_tcp_bootstrap_t *bs, const c
     return status;
 }
 
-/* A joining rank with a secret: check rank 0's proof, then give ours. */
+/* A joining rank with a secret, after rank 0's challenge: our proof over both nonces and
+ * our end of the connection, then rank 0's acceptance and its proof. NULL when proven. */
 static const char *api_bootstrap_prove(api_tcp_bootstrap_t *bs,
-                                       const api_bootstrap_hello_t *hello, uint64_t deadline)
+                                       const api_bootstrap_hello_t *hello, uint64_t deadline,
+                                       uint8_t *answer_p)
 {
-    api_bootstrap_proof_t proof;
-    unsigned char expect[UTIL_SHA256_LEN], mac[UTIL_SHA256_LEN];
+    unsigned char nonce[API_NONCE_LEN], mac[UTIL_SHA256_LEN], expect[UTIL_SHA256_LEN];
+    api_bootstrap_endpoint_t rank_end;
 
-    if (util_sock_recv_all(bs->root_fd, &proof, sizeof(proof), deadline) != STRATA_OK) {
-        return "did not send its proof of the secret";
+    if (util_sock_recv_all(bs->root_fd, nonce, sizeof(nonce), deadline) != STRATA_OK ||
+        !api_bootstrap_rank_end(bs->root_fd, true, &rank_end)) {
+        return "did not send its challenge";
     }
-    api_bootstrap_mac(bs, "strata-bootstrap-root", hello->nonce, proof.nonce, hello, expect);
-    if (!util_crypto_equal(proof.mac, expect, sizeof(expect))) {
+    api_bootstrap_mac(bs, "strata-bootstrap-rank", hello->nonce, nonce, hello, &rank_end, mac);
+    if (util_sock_send_all(bs->root_fd, mac, sizeof(mac), deadline) != STRATA_OK ||
+        util_sock_recv_all(bs->root_fd, answer_p, 1, deadline) != STRATA_OK) {
+        return "went away during the challenge";
+    }
+    if (*answer_p != API_ANSWER_ACCEPTED) {
+        return "refused this rank's proof (a different secret, or a relayed connection)";
+    }
+    api_bootstrap_mac(bs, "strata-bootstrap-root", nonce, hello->nonce, hello, &rank_end, expect);
+    if (util_sock_recv_all(bs->root_fd, mac, sizeof(mac), deadline) != STRATA_OK ||
+        !util_crypto_equal(mac, expect, sizeof(expect))) {
+        *answer_p = API_ANSWER_REFUSED;
         return "does not know the bootstrap secret";
     }
-    api_bootstrap_mac(bs, "strata-bootstrap-rank", proof.nonce, hello->nonce, hello, mac);
-    return util_sock_send_all(bs->root_fd, mac, sizeof(mac), deadline) == STRATA_OK
-               ? NULL : "went away during the challenge";
+    return NULL;
 }
 
 static strata_status_t api_bootstrap_join(api_tcp_bootstrap_t *bs, const char *addr,
@@ -411,11 +487,7 @@ static strata_status_t api_bootstrap_join(api_tcp_bootstrap_t *bs, const char *a
         status = util_sock_recv_all(bs->root_fd, &answer, 1, deadline);
     }
     if (status == STRATA_OK && answer == API_ANSWER_CHALLENGE && bs->secret != NULL) {
-        failure = api_bootstrap_prove(bs, &hello, deadline);
-        if (failure == NULL &&
-            (status = util_sock_recv_all(bs->root_fd, &answer, 1, deadline)) != STRATA_OK) {
-            failure = "did not answer";
-        }
+        failure = api_bootstrap_prove(bs, &hello, deadline, &answer);
     } else if (status == STRATA_OK && answer == API_ANSWER_ACCEPTED && bs->secret != NULL) {
         failure = "accepted this rank without proving the bootstrap secret (it has none)";
     } else if (status == STRATA_OK && answer == API_ANSWER_CHALLENGE) {

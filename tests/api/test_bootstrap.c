@@ -9,6 +9,7 @@
 #include "api/api.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -234,19 +235,20 @@ static void watch_log(strata_log_level_t level, const char *line, void *arg)
     snprintf(last_line, sizeof(last_line), "%s", line);
 }
 
-/* Claim rank 1 of 2 by hand, saying we have the secret, and answer rank 0's challenge with
- * a guess: 0 when refused, 1 when let in. */
+/* Claim rank 1 of 2 by hand, saying we have the secret, and answer rank 0's challenge (its
+ * nonce, and no proof of its own: the rank proves first) with a guess: 0 when refused, 1
+ * when let in. */
 static int guessing_intruder(uint16_t port)
 {
-    uint32_t hello[14] = {0x53545241u, 2, 1, 2, 1}; /* magic, version, rank, world, secret */
-    unsigned char answer = 0, proof[64], guess[32];
+    uint32_t hello[14] = {0x53545241u, 3, 1, 2, 1}; /* magic, version, rank, world, secret */
+    unsigned char answer = 0, nonce[32], guess[32];
     int fd = -1;
 
     if (util_sock_connect("127.0.0.1", port, util_clock_now_ns() + 5 * UTIL_NSEC_PER_SEC,
                           &fd) != STRATA_OK ||
         send(fd, hello, sizeof(hello), 0) != (ssize_t)sizeof(hello) ||
         recv(fd, &answer, 1, MSG_WAITALL) != 1 || answer != 2 ||
-        recv(fd, proof, sizeof(proof), MSG_WAITALL) != (ssize_t)sizeof(proof)) {
+        recv(fd, nonce, sizeof(nonce), MSG_WAITALL) != (ssize_t)sizeof(nonce)) {
         return 55;
     }
     memset(guess, 0x42, sizeof(guess));
@@ -322,11 +324,12 @@ static void test_secret_keeps_intruders_out(void **state)
     unsetenv("STRATA_BOOTSTRAP_SECRET");
 }
 
-/* A rank 0 that does not know the secret: it answers a hello with a challenge and a made-up
- * proof, then records all the rank sends. Returns what it read after the hello, or -1. */
+/* A rank 0 that does not know the secret: it answers a hello with a challenge (a nonce),
+ * takes the rank's proof, accepts it with a made-up proof of its own, then records all the
+ * rank sends. Returns what it read after the rank's proof, or -1. */
 static ssize_t fake_root(int listen_fd, char *buf, size_t size)
 {
-    unsigned char challenge[1 + 64];
+    unsigned char challenge[1 + 32], accepted[1 + 32], proof[32];
     char hello[56]; /* magic, version, rank, world, secret flag, reserved, nonce */
     ssize_t got, total = 0;
     int fd = accept(listen_fd, NULL, NULL);
@@ -335,8 +338,12 @@ static ssize_t fake_root(int listen_fd, char *buf, size_t size)
         return -1;
     }
     memset(challenge, 0x5a, sizeof(challenge));
-    challenge[0] = 2; /* "challenge", a proof follows */
-    if (send(fd, challenge, sizeof(challenge), MSG_NOSIGNAL) != (ssize_t)sizeof(challenge)) {
+    challenge[0] = 2; /* "challenge", our nonce follows */
+    memset(accepted, 0x33, sizeof(accepted));
+    accepted[0] = 1; /* "accepted", our (made-up) proof follows */
+    if (send(fd, challenge, sizeof(challenge), MSG_NOSIGNAL) != (ssize_t)sizeof(challenge) ||
+        recv(fd, proof, sizeof(proof), MSG_WAITALL) != (ssize_t)sizeof(proof) ||
+        send(fd, accepted, sizeof(accepted), MSG_NOSIGNAL) != (ssize_t)sizeof(accepted)) {
         return -1;
     }
     while ((got = recv(fd, buf + total, size - (size_t)total, 0)) > 0) {
@@ -384,6 +391,109 @@ static void test_rank_checks_root_proof(void **state)
         fail_msg("the rank sent %zd bytes to a rank 0 that did not prove the secret", got);
     }
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* Copy what arrives on from to to; false once either end is done. */
+static bool relay_some(int from, int to)
+{
+    char buf[4096];
+    ssize_t got = recv(from, buf, sizeof(buf), 0);
+
+    return got > 0 && send(to, buf, (size_t)got, MSG_NOSIGNAL) == got;
+}
+
+/* A process between a rank and rank 0: it takes the rank's connection on listen_fd, opens
+ * its own to rank 0 at port, and copies bytes both ways until either side closes. */
+static void relay(int listen_fd, uint16_t port)
+{
+    int in = accept(listen_fd, NULL, NULL), out = -1;
+
+    if (in < 0 || util_sock_connect("127.0.0.1", port, util_clock_now_ns() + 5 * UTIL_NSEC_PER_SEC,
+                                    &out) != STRATA_OK) {
+        _exit(2);
+    }
+    for (;;) {
+        struct pollfd pfd[2] = {{.fd = in, .events = POLLIN}, {.fd = out, .events = POLLIN}};
+
+        if (poll(pfd, 2, 10000) <= 0 || (pfd[0].revents && !relay_some(in, out)) ||
+            (pfd[1].revents && !relay_some(out, in))) {
+            _exit(0);
+        }
+    }
+}
+
+/*
+ * Rank 0 with a secret: while it waits, nobody can take its port in the other address
+ * family ([::1]:PORT), and a rank relayed to it by another process (which forwards every
+ * byte, as a co-located user could) is refused; the rank itself reaching it directly joins.
+ */
+static int relayed_rank(int rank, int world, uint16_t port)
+{
+    strata_bootstrap_t *bs = NULL;
+    struct sockaddr_in6 six = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT,
+                               .sin6_port = htons(port)};
+    struct sockaddr_in relay_addr = {.sin_family = AF_INET,
+                                     .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(relay_addr);
+    strata_status_t status;
+    int fd, listen_fd;
+    pid_t relayer;
+
+    (void)world;
+    util_log_set_level(STRATA_LOG_LEVEL_WARN);
+    util_log_set_handler(watch_log, NULL);
+    setenv("STRATA_BOOTSTRAP_SECRET", SECRET, 1);
+    if (rank == 0) {
+        status = strata_bootstrap_tcp_create("127.0.0.1", port, 0, 2, 15000, &bs);
+        if (status != STRATA_OK || bs->barrier(bs->ctx) != STRATA_OK) {
+            return 70;
+        }
+        strata_bootstrap_destroy(bs);
+        return refusals == 1 && strstr(last_line, "relayed") != NULL ? 0 : 71;
+    }
+    usleep(300000); /* rank 0 listens by now */
+    fd = socket(AF_INET6, SOCK_STREAM, 0);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&six, sizeof(six)) == 0) {
+        return 72; /* the IPv6 side of rank 0's port was free to take */
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (listen_fd < 0 || bind(listen_fd, (struct sockaddr *)&relay_addr, sizeof(relay_addr)) ||
+        listen(listen_fd, 4) != 0 ||
+        getsockname(listen_fd, (struct sockaddr *)&relay_addr, &len) != 0) {
+        return 73;
+    }
+    relayer = fork();
+    if (relayer == 0) {
+        relay(listen_fd, port);
+    }
+    close(listen_fd);
+    status = strata_bootstrap_tcp_create("127.0.0.1", ntohs(relay_addr.sin_port), 1, 2, 5000, &bs);
+    waitpid(relayer, NULL, 0);
+    if (status != STRATA_ERR_BOOTSTRAP || bs != NULL) {
+        return 74; /* the relayed rank got in */
+    }
+    status = strata_bootstrap_tcp_create("127.0.0.1", port, 1, 2, 10000, &bs);
+    if (status != STRATA_OK || bs->barrier(bs->ctx) != STRATA_OK) {
+        return 75;
+    }
+    strata_bootstrap_destroy(bs);
+    return 0;
+}
+
+static void test_relay_and_squatter_refused(void **state)
+{
+    int codes[2];
+
+    (void)state;
+    run_ranks(2, relayed_rank, codes);
+    unsetenv("STRATA_BOOTSTRAP_SECRET");
+    if (codes[0] != 0 || codes[1] != 0) {
+        fail_msg("rank 0 exited %d (71: no refusal naming a relay), rank 1 %d (72: [::1] was "
+                 "free, 74: the relayed rank got in)", codes[0], codes[1]);
+    }
 }
 
 /* The secret from a file (its newline dropped) matches the variable; both at once are refused. */
@@ -746,6 +856,7 @@ int main(void)
         cmocka_unit_test(test_refused_quickly),
         cmocka_unit_test(test_secret_keeps_intruders_out),
         cmocka_unit_test(test_rank_checks_root_proof),
+        cmocka_unit_test(test_relay_and_squatter_refused),
         cmocka_unit_test(test_secret_file),
         cmocka_unit_test(test_secret_file_not_regular),
         cmocka_unit_test(test_invalid_arguments),
