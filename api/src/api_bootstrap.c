@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,7 +317,8 @@ static void api_bootstrap_peer_name(int fd, char *name, size_t size)
 /*
  * Root: the rest of one hello, under deadline: with a secret, our nonce, the rank's proof,
  * and (*proven) ours to send with the acceptance. Returns NULL to admit the connection as
- * hello->rank, or why it is refused.
+ * hello->rank (unless that rank joined already), or why it is refused. Runs on a
+ * handshake's own thread: it reads nothing the accepting thread writes.
  */
 static const char *api_bootstrap_admit(api_tcp_bootstrap_t *bs, int fd,
                                        const api_bootstrap_hello_t *hello, uint64_t deadline,
@@ -327,8 +330,8 @@ static const char *api_bootstrap_admit(api_tcp_bootstrap_t *bs, int fd,
     *proven = false;
     if (hello->magic != API_BOOTSTRAP_MAGIC || hello->version != API_BOOTSTRAP_VERSION ||
         hello->world_size != bs->base.world_size || hello->rank <= 0 ||
-        hello->rank >= bs->base.world_size || bs->peer_fds[hello->rank] >= 0) {
-        return "not this job, another version, or a rank seen twice";
+        hello->rank >= bs->base.world_size) {
+        return "not this job, or another version";
     }
     if (bs->secret == NULL) {
         return hello->secret ? "it has a bootstrap secret and rank 0 has none" : NULL;
@@ -357,52 +360,148 @@ static const char *api_bootstrap_admit(api_tcp_bootstrap_t *bs, int fd,
     return NULL;
 }
 
-/* Root: accept until every other rank has said hello, each rank once. */
+/*
+ * One connection's handshake in progress. Each runs on a thread of its own, within its own
+ * API_HELLO_NS, so that connections which never speak (or speak slowly) hold up nobody: the
+ * accepting thread goes on taking connections and settles each handshake as it ends.
+ */
+typedef struct api_handshake {
+    struct api_handshake *next;
+    api_tcp_bootstrap_t  *bs;
+    pthread_t             thread;
+    int                   fd;
+    uint64_t              deadline;
+    api_bootstrap_hello_t hello;
+    const char           *refusal; /* NULL: admitted as hello.rank */
+    bool                  proven;  /* root_mac goes with the acceptance */
+    unsigned char         root_mac[UTIL_SHA256_LEN];
+    atomic_bool           done;
+} api_handshake_t;
+
+#define API_MAX_HANDSHAKES 256 /* at once; more connections wait in the listen queue */
+
+static void *api_bootstrap_handshake(void *arg)
+{
+    api_handshake_t *h = arg;
+
+    if (util_sock_recv_all(h->fd, &h->hello, sizeof(h->hello), h->deadline) != STRATA_OK) {
+        h->refusal = "no hello";
+    } else {
+        h->refusal = api_bootstrap_admit(h->bs, h->fd, &h->hello, h->deadline, &h->proven,
+                                         h->root_mac);
+    }
+    atomic_store_explicit(&h->done, true, memory_order_release);
+    return NULL;
+}
+
+/* A handshake for the connection fd, on its thread; false (fd closed) if none could start. */
+static bool api_bootstrap_start_handshake(api_tcp_bootstrap_t *bs, int fd, uint64_t deadline,
+                                          api_handshake_t **list)
+{
+    api_handshake_t *h = calloc(1, sizeof(*h));
+
+    if (h != NULL) {
+        *h = (api_handshake_t){.bs = bs, .fd = fd, .next = *list,
+                               .deadline = UTIL_MIN(deadline, util_clock_now_ns() + API_HELLO_NS)};
+        atomic_init(&h->done, false);
+        if (pthread_create(&h->thread, NULL, api_bootstrap_handshake, h) == 0) {
+            *list = h;
+            return true;
+        }
+        free(h);
+    }
+    UTIL_LOG_WARN("bootstrap: no thread for a connection's handshake; closing it");
+    util_sock_close(fd);
+    return false;
+}
+
+/* An ended handshake: refused (logged, told, closed) or the rank admitted. Returns 1 when a
+ * rank joined. */
+static int api_bootstrap_settle(api_tcp_bootstrap_t *bs, api_handshake_t *h)
+{
+    const char *refusal = h->refusal;
+    char who[INET6_ADDRSTRLEN + 8];
+
+    if (refusal == NULL && bs->peer_fds[h->hello.rank] >= 0) {
+        refusal = "a rank seen twice";
+    }
+    if (refusal != NULL) {
+        api_bootstrap_peer_name(h->fd, who, sizeof(who));
+        UTIL_LOG_WARN("bootstrap: refused a connection from %s (rank %d of %d, version %u): %s",
+                      who, h->hello.rank, h->hello.world_size, h->hello.version, refusal);
+        /* tell it now rather than at its timeout */
+        api_bootstrap_answer(h->fd, API_ANSWER_REFUSED, h->deadline);
+        util_sock_close(h->fd);
+        return 0;
+    }
+    if (api_bootstrap_answer(h->fd, API_ANSWER_ACCEPTED, h->deadline) != STRATA_OK ||
+        (h->proven && util_sock_send_all(h->fd, h->root_mac, sizeof(h->root_mac), h->deadline) !=
+                          STRATA_OK)) {
+        util_sock_close(h->fd); /* gone already: it may come back and say hello again */
+        return 0;
+    }
+    bs->peer_fds[h->hello.rank] = h->fd;
+    return 1;
+}
+
+/* Settle the handshakes that ended (all of them, waiting, with wait_all), each once. */
+static int api_bootstrap_settle_ended(api_tcp_bootstrap_t *bs, api_handshake_t **list,
+                                      bool wait_all, int *running_p)
+{
+    int joined = 0;
+
+    for (api_handshake_t **link = list, *h; (h = *link) != NULL;) {
+        if (!wait_all && !atomic_load_explicit(&h->done, memory_order_acquire)) {
+            link = &h->next;
+            continue;
+        }
+        pthread_join(h->thread, NULL); /* within its own deadline */
+        *link = h->next;
+        --*running_p;
+        if (wait_all) {
+            util_sock_close(h->fd); /* the rendezvous is over without it */
+        } else {
+            joined += api_bootstrap_settle(bs, h);
+        }
+        free(h);
+    }
+    return joined;
+}
+
+/* Root: accept until every other rank has said hello, each rank once; handshakes run side
+ * by side. */
 static strata_status_t api_bootstrap_accept_all(api_tcp_bootstrap_t *bs, int listen_fd,
                                                 uint64_t deadline)
 {
-    api_bootstrap_hello_t hello;
-    strata_status_t status;
-    uint64_t hello_deadline;
-    const char *refusal;
-    char who[INET6_ADDRSTRLEN + 8];
-    unsigned char root_mac[UTIL_SHA256_LEN];
-    bool proven = false;
-    int joined = 1, fd;
+    api_handshake_t *handshakes = NULL;
+    strata_status_t status = STRATA_OK;
+    int joined = 1, running = 0, fd;
 
     while (joined < bs->base.world_size) {
-        status = util_sock_accept(listen_fd, deadline, &fd);
-        if (status != STRATA_OK) {
+        uint64_t now = util_clock_now_ns(), slice = now + 10 * UTIL_NSEC_PER_MSEC;
+
+        if (now > deadline) {
             UTIL_LOG_ERROR("bootstrap: only %d of %d ranks joined before the timeout", joined,
                            bs->base.world_size);
-            return (status == STRATA_ERR_TIMEOUT) ? STRATA_ERR_TIMEOUT : STRATA_ERR_BOOTSTRAP;
+            status = STRATA_ERR_TIMEOUT;
+            break;
         }
-        memset(&hello, 0, sizeof(hello));
-        /* A stray connection that never speaks must not hold up the rendezvous. */
-        hello_deadline = UTIL_MIN(deadline, util_clock_now_ns() + API_HELLO_NS);
-        status  = util_sock_recv_all(fd, &hello, sizeof(hello), hello_deadline);
-        refusal = status != STRATA_OK ? "no hello"
-                                      : api_bootstrap_admit(bs, fd, &hello, hello_deadline,
-                                                            &proven, root_mac);
-        if (refusal != NULL) {
-            api_bootstrap_peer_name(fd, who, sizeof(who));
-            UTIL_LOG_WARN("bootstrap: refused a connection from %s (rank %d of %d, version "
-                          "%u): %s", who, hello.rank, hello.world_size, hello.version, refusal);
-            /* tell it now rather than at its timeout */
-            api_bootstrap_answer(fd, API_ANSWER_REFUSED, hello_deadline);
-            util_sock_close(fd);
-            continue;
+        if (running < API_MAX_HANDSHAKES) {
+            status = util_sock_accept(listen_fd, UTIL_MIN(slice, deadline), &fd);
+            if (status == STRATA_OK) {
+                running += api_bootstrap_start_handshake(bs, fd, deadline, &handshakes);
+            } else if (status != STRATA_ERR_TIMEOUT) {
+                status = STRATA_ERR_BOOTSTRAP;
+                break;
+            }
+            status = STRATA_OK;
+        } else {
+            util_sleep_ns(slice - now);
         }
-        if (api_bootstrap_answer(fd, API_ANSWER_ACCEPTED, hello_deadline) != STRATA_OK ||
-            (proven && util_sock_send_all(fd, root_mac, sizeof(root_mac), hello_deadline) !=
-                           STRATA_OK)) {
-            util_sock_close(fd); /* gone already: it may come back and say hello again */
-            continue;
-        }
-        bs->peer_fds[hello.rank] = fd;
-        ++joined;
+        joined += api_bootstrap_settle_ended(bs, &handshakes, false, &running);
     }
-    return STRATA_OK;
+    api_bootstrap_settle_ended(bs, &handshakes, true, &running);
+    return status;
 }
 
 static strata_status_t api_bootstrap_root_start(api_tcp_bootstrap_t *bs, const char *addr,

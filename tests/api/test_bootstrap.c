@@ -483,6 +483,53 @@ static int relayed_rank(int rank, int world, uint16_t port)
     return 0;
 }
 
+/* Process 2 opens 16 connections to rank 0 that never say anything (any user can); rank 1
+ * must still join at once: each handshake waits on its own, 2 s at most, beside the others
+ * (one after the other, the 16 held the rendezvous for 32 s). */
+static int idle_sockets_first(int rank, int world, uint16_t port)
+{
+    strata_bootstrap_t *bs = NULL;
+    uint64_t start;
+    int fds[16];
+
+    (void)world;
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    if (rank == 2) {
+        usleep(100000);
+        for (int i = 0; i < 16; ++i) {
+            if (util_sock_connect("127.0.0.1", port, util_clock_now_ns() + 5 * UTIL_NSEC_PER_SEC,
+                                  &fds[i]) != STRATA_OK) {
+                return 60;
+            }
+        }
+        sleep(6);
+        return 0;
+    }
+    if (rank == 1) {
+        usleep(400000); /* after the idle sockets are queued */
+    }
+    start = util_clock_now_ns();
+    if (strata_bootstrap_tcp_create("127.0.0.1", port, rank, 2, 20000, &bs) != STRATA_OK ||
+        bs->barrier(bs->ctx) != STRATA_OK) {
+        return 61;
+    }
+    strata_bootstrap_destroy(bs);
+    return rank == 1 && util_clock_now_ns() - start > 3 * UTIL_NSEC_PER_SEC ? 62 : 0;
+}
+
+static void test_idle_sockets_hold_nobody_up(void **state)
+{
+    int codes[3];
+
+    (void)state;
+    unsetenv("STRATA_BOOTSTRAP_SECRET");
+    run_ranks(3, idle_sockets_first, codes);
+    if (codes[0] != 0 || codes[1] != 0 || codes[2] != 0) {
+        fail_msg("rank 0 exited %d, rank 1 %d (62: it joined after more than 3 s), the idle "
+                 "sockets' process %d", codes[0], codes[1], codes[2]);
+    }
+}
+
 static void test_relay_and_squatter_refused(void **state)
 {
     int codes[2];
@@ -857,6 +904,7 @@ int main(void)
         cmocka_unit_test(test_secret_keeps_intruders_out),
         cmocka_unit_test(test_rank_checks_root_proof),
         cmocka_unit_test(test_relay_and_squatter_refused),
+        cmocka_unit_test(test_idle_sockets_hold_nobody_up),
         cmocka_unit_test(test_secret_file),
         cmocka_unit_test(test_secret_file_not_regular),
         cmocka_unit_test(test_invalid_arguments),
