@@ -9,6 +9,8 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,10 +210,11 @@ static bool heap_recv(int sock, void *buf, size_t len, int *fds, int max_fds, in
 }
 
 /* Root: one connection's challenge and the proofs both ways, then its card and descriptor.
- * Returns the reason to refuse it, or NULL; *nonce_p: the rank's nonce, for the cards' proof. */
+ * Returns the reason to refuse it, or NULL; nonce: the rank's, own: ours, for the cards'
+ * proof. Runs on the connection's own thread: it reads only what no thread writes. */
 static const char *heap_admit(const intra_heap_params_t *p, int sock, const heap_card_t *cards,
-                              const int *conns, heap_join_t *join, int *fd_p,
-                              unsigned char nonce[HEAP_NONCE_LEN], unsigned char own[HEAP_NONCE_LEN])
+                              heap_join_t *join, int *fd_p, unsigned char nonce[HEAP_NONCE_LEN],
+                              unsigned char own[HEAP_NONCE_LEN])
 {
     uint64_t deadline = util_clock_now_ns() + HEAP_HELLO_NS; /* a silent caller waits no more */
     heap_challenge_t challenge = {.magic = HEAP_MAGIC};
@@ -245,9 +248,8 @@ static const char *heap_admit(const intra_heap_params_t *p, int sock, const heap
     if (!util_crypto_equal(expect, join->proof, sizeof(expect))) {
         return "its card does not carry this object's proof";
     }
-    if (join->card.rank <= 0 || join->card.rank >= p->local_size ||
-        conns[join->card.rank] >= 0) {
-        return "no such local rank, or one that has joined already";
+    if (join->card.rank <= 0 || join->card.rank >= p->local_size) {
+        return "no such local rank";
     }
     if (join->card.has_fd != cards[0].has_fd || join->card.size != cards[0].size ||
         nfds != (join->card.has_fd ? 1 : 0)) {
@@ -286,26 +288,145 @@ static strata_status_t heap_wait_connection(const intra_heap_params_t *p, int li
     }
 }
 
-/* Local rank 0: collect every rank's card, then hand all of them to every rank. */
-static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listener,
-                                        heap_card_t *cards, int *fds, uint64_t deadline)
-{
-    unsigned char nonces[INTRA_HEAP_MAX_RANKS][HEAP_NONCE_LEN];   /* each rank's */
-    unsigned char challenges[INTRA_HEAP_MAX_RANKS][HEAP_NONCE_LEN]; /* ours to each */
-    unsigned char nonce[HEAP_NONCE_LEN], own[HEAP_NONCE_LEN];
-    int conns[INTRA_HEAP_MAX_RANKS], joined = 1, sock, fd;
-    strata_status_t status = STRATA_OK;
-    const char *refusal;
-    struct ucred cred;
-    heap_join_t join;
+/*
+ * One connection's handshake at local rank 0, on a thread of its own (HEAP_HELLO_NS at
+ * most), so that connections which never speak hold up no rank: the accepting thread goes
+ * on and settles each as it ends.
+ */
+typedef struct heap_handshake {
+    struct heap_handshake     *next;
+    const intra_heap_params_t *p;
+    const heap_card_t         *cards; /* cards[0], ours: what a region must be like */
+    pthread_t                  thread;
+    int                        sock, fd;
+    struct ucred               cred;
+    heap_join_t                join;
+    unsigned char              nonce[HEAP_NONCE_LEN], own[HEAP_NONCE_LEN];
+    const char                *refusal; /* NULL: admitted as join.card.rank */
+    atomic_bool                done;
+} heap_handshake_t;
 
-    for (int i = 0; i < p->local_size; ++i) {
-        conns[i] = -1;
+#define HEAP_MAX_HANDSHAKES 64
+
+static void *heap_handshake_main(void *arg)
+{
+    heap_handshake_t *h = arg;
+
+    /* Another user's process learns nothing, not even a nonce, and takes no slot. */
+    h->refusal = heap_same_user(h->sock, &h->cred)
+                     ? heap_admit(h->p, h->sock, h->cards, &h->join, &h->fd, h->nonce, h->own)
+                     : "it runs as another user";
+    atomic_store_explicit(&h->done, true, memory_order_release);
+    return NULL;
+}
+
+static bool heap_start_handshake(const intra_heap_params_t *p, const heap_card_t *cards,
+                                 int sock, heap_handshake_t **list)
+{
+    heap_handshake_t *h = calloc(1, sizeof(*h));
+
+    if (h != NULL) {
+        *h = (heap_handshake_t){.next = *list, .p = p, .cards = cards, .sock = sock, .fd = -1};
+        atomic_init(&h->done, false);
+        if (pthread_create(&h->thread, NULL, heap_handshake_main, h) == 0) {
+            *list = h;
+            return true;
+        }
+        free(h);
     }
-    while (joined < p->local_size && status == STRATA_OK) {
-        status = heap_wait_connection(p, listener, deadline);
-        if (status == STRATA_OK && (sock = accept4(listener, NULL, NULL, SOCK_CLOEXEC)) < 0) {
-            status = STRATA_ERR_IO;
+    UTIL_LOG_WARN("heap: no thread for a connection's handshake; closing it");
+    close(sock);
+    return false;
+}
+
+/* Where the root keeps what the admitted ranks gave. */
+typedef struct heap_joined {
+    heap_card_t  *cards;
+    int          *fds;
+    int           conns[INTRA_HEAP_MAX_RANKS];
+    unsigned char nonces[INTRA_HEAP_MAX_RANKS][HEAP_NONCE_LEN];     /* each rank's */
+    unsigned char challenges[INTRA_HEAP_MAX_RANKS][HEAP_NONCE_LEN]; /* ours to each */
+} heap_joined_t;
+
+/* An ended handshake: refused (logged, closed) or its rank taken in. 1 when it joined. */
+static int heap_settle(const intra_heap_params_t *p, heap_handshake_t *h, heap_joined_t *in)
+{
+    const char *refusal = h->refusal;
+    int rank = h->join.card.rank;
+
+    if (refusal == NULL && in->conns[rank] >= 0) {
+        refusal = "a local rank that has joined already";
+    }
+    if (refusal != NULL) {
+        UTIL_LOG_WARN("heap: refused a connection to job %s from pid %d (uid %u; this job "
+                      "runs as uid %u): %s", p->job_key, (int)h->cred.pid,
+                      (unsigned)h->cred.uid, (unsigned)geteuid(), refusal);
+        if (h->fd >= 0) {
+            close(h->fd);
+        }
+        close(h->sock);
+        return 0;
+    }
+    in->conns[rank] = h->sock;
+    in->cards[rank] = h->join.card;
+    in->fds[rank]   = h->fd;
+    memcpy(in->nonces[rank], h->nonce, HEAP_NONCE_LEN);
+    memcpy(in->challenges[rank], h->own, HEAP_NONCE_LEN);
+    return 1;
+}
+
+/* Settle the handshakes that ended; with drop, wait for all and close them unheard. */
+static int heap_settle_ended(const intra_heap_params_t *p, heap_handshake_t **list,
+                             heap_joined_t *in, bool drop, int *running_p)
+{
+    int joined = 0;
+
+    for (heap_handshake_t **link = list, *h; (h = *link) != NULL;) {
+        if (!drop && !atomic_load_explicit(&h->done, memory_order_acquire)) {
+            link = &h->next;
+            continue;
+        }
+        pthread_join(h->thread, NULL); /* within its own HEAP_HELLO_NS */
+        *link = h->next;
+        --*running_p;
+        if (drop) {
+            if (h->fd >= 0) {
+                close(h->fd);
+            }
+            close(h->sock);
+        } else {
+            joined += heap_settle(p, h, in);
+        }
+        free(h);
+    }
+    return joined;
+}
+
+/* Local rank 0: take connections until every rank joined, their handshakes side by side. */
+static strata_status_t heap_accept_all(const intra_heap_params_t *p, int listener,
+                                       heap_joined_t *in, uint64_t deadline)
+{
+    heap_handshake_t *handshakes = NULL;
+    strata_status_t status = STRATA_OK;
+    int joined = 1, running = 0, sock;
+
+    while (joined < p->local_size) {
+        uint64_t slice = util_clock_now_ns() + 10 * UTIL_NSEC_PER_MSEC;
+
+        if (util_clock_now_ns() >= deadline) {
+            status = STRATA_ERR_TIMEOUT;
+        } else if (running < HEAP_MAX_HANDSHAKES) {
+            status = heap_wait_connection(p, listener, UTIL_MIN(slice, deadline));
+            if (status == STRATA_OK) {
+                sock = accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+                status = sock >= 0 ? STRATA_OK : STRATA_ERR_IO;
+                running += sock >= 0 && heap_start_handshake(p, in->cards, sock, &handshakes);
+            } else if (status == STRATA_ERR_TIMEOUT) {
+                status = STRATA_OK; /* none in this slice */
+            }
+        } else {
+            util_sleep_ns(10 * UTIL_NSEC_PER_MSEC);
+            status = heap_peers_alive(p);
         }
         if (status != STRATA_OK) {
             UTIL_LOG_ERROR("heap: only %d of %d local ranks joined: %s", joined, p->local_size,
@@ -314,46 +435,46 @@ static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listen
                                                             : strata_status_string(status));
             break;
         }
-        /* Another user's process learns nothing, not even a nonce, and takes no slot. */
-        memset(&join, 0, sizeof(join));
-        fd      = -1;
-        refusal = heap_same_user(sock, &cred) ? heap_admit(p, sock, cards, conns, &join, &fd,
-                                                           nonce, own)
-                                              : "it runs as another user";
-        if (refusal != NULL) {
-            UTIL_LOG_WARN("heap: refused a connection to job %s from pid %d (uid %u; this job "
-                          "runs as uid %u): %s", p->job_key, (int)cred.pid,
-                          (unsigned)cred.uid, (unsigned)geteuid(), refusal);
-            if (fd >= 0) {
-                close(fd);
-            }
-            close(sock);
-            continue;
-        }
-        conns[join.card.rank] = sock;
-        cards[join.card.rank] = join.card;
-        fds[join.card.rank]   = fd;
-        memcpy(nonces[join.card.rank], nonce, HEAP_NONCE_LEN);
-        memcpy(challenges[join.card.rank], own, HEAP_NONCE_LEN);
-        ++joined;
+        joined += heap_settle_ended(p, &handshakes, in, false, &running);
     }
+    heap_settle_ended(p, &handshakes, in, true, &running);
+    return status;
+}
+
+/* Local rank 0: collect every rank's card, then hand all of them to every rank. */
+static strata_status_t heap_gather_root(const intra_heap_params_t *p, int listener,
+                                        heap_card_t *cards, int *fds, uint64_t deadline)
+{
+    heap_joined_t *in = calloc(1, sizeof(*in));
+    strata_status_t status;
+
+    if (in == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    in->cards = cards;
+    in->fds   = fds;
+    for (int i = 0; i < p->local_size; ++i) {
+        in->conns[i] = -1;
+    }
+    status = heap_accept_all(p, listener, in, deadline);
     for (int r = 1; r < p->local_size && status == STRATA_OK; ++r) {
         unsigned char proof[UTIL_SHA256_LEN];
         struct iovec iov[2] = {{.iov_base = cards, .iov_len = sizeof(*cards) * (size_t)p->local_size},
                                {.iov_base = proof, .iov_len = sizeof(proof)}};
 
-        heap_prove(p, "strata-heap-cards", challenges[r], nonces[r], cards, iov[0].iov_len,
-                   proof);
-        if (!heap_send(conns[r], iov, 2, fds, cards[0].has_fd ? p->local_size : 0, deadline)) {
+        heap_prove(p, "strata-heap-cards", in->challenges[r], in->nonces[r], cards,
+                   iov[0].iov_len, proof);
+        if (!heap_send(in->conns[r], iov, 2, fds, cards[0].has_fd ? p->local_size : 0, deadline)) {
             UTIL_LOG_ERROR("heap: cannot hand the regions to local rank %d", r);
             status = STRATA_ERR_IO;
         }
     }
     for (int r = 1; r < p->local_size; ++r) {
-        if (conns[r] >= 0) {
-            close(conns[r]);
+        if (in->conns[r] >= 0) {
+            close(in->conns[r]);
         }
     }
+    free(in);
     return status;
 }
 

@@ -490,6 +490,61 @@ static void run_intruder_first(bool other_user)
     }
 }
 
+/* Eight connections to the rendezvous that never say anything (any process of the user
+ * can open them); exits 0 after holding them a while. */
+static int idler_main(const char *key, bool unused)
+{
+    struct sockaddr_un addr;
+    socklen_t len = rendezvous(key, &addr);
+    uint64_t deadline = util_clock_now_ns() + WAIT_NS;
+    int socks[8];
+
+    (void)unused;
+    for (int i = 0; i < 8; ++i) {
+        socks[i] = socket(AF_UNIX, SOCK_STREAM, 0);
+        while (socks[i] < 0 || connect(socks[i], (struct sockaddr *)&addr, len) != 0) {
+            if (util_clock_now_ns() > deadline) {
+                return 3;
+            }
+            usleep(10000);
+        }
+    }
+    sleep(6);
+    return 0;
+}
+
+static int plain_root(const char *key, bool unused)
+{
+    (void)unused;
+    return rank_main(0, 2, key);
+}
+
+/* Idle connections queued before local rank 1's: its handshake runs beside theirs (each
+ * waits 2 s at most, on its own), so it joins at once; one after the other, eight of them
+ * held it for 16 s, past its own wait. */
+static void test_idle_connections_hold_nobody_up(void **state)
+{
+    char key[64];
+    pid_t root, idler, rank1;
+    uint64_t start;
+    int code;
+
+    (void)state;
+    snprintf(key, sizeof(key), "test-idle-%d", (int)getpid());
+    root  = spawn(plain_root, key, false);
+    idler = spawn(idler_main, key, false);
+    usleep(500000); /* the idle connections are in by now */
+    start = util_clock_now_ns();
+    rank1 = spawn(real_rank_1, key, false);
+    code  = exit_code(rank1);
+    if (code != 0 || util_clock_now_ns() - start > 4 * UTIL_NSEC_PER_SEC) {
+        fail_msg("local rank 1 ended with code %d after %.1f s behind 8 idle connections", code,
+                 (double)(util_clock_now_ns() - start) / 1e9);
+    }
+    assert_int_equal(exit_code(root), 0);
+    assert_int_equal(exit_code(idler), 0);
+}
+
 static void test_other_user_is_refused(void **state)
 {
     (void)state;
@@ -621,6 +676,7 @@ int main(void)
         cmocka_unit_test(test_allocation_rules),
         cmocka_unit_test(test_ranks_sharing_a_gpu),
         cmocka_unit_test(test_gpus_without_peer_atomics_are_refused),
+        cmocka_unit_test(test_idle_connections_hold_nobody_up),
         cmocka_unit_test(test_other_user_is_refused),
         cmocka_unit_test(test_wrong_secret_is_refused),
         cmocka_unit_test(test_rendezvous_held_by_another_user),
