@@ -5,6 +5,7 @@
  * wired or has failed.
  */
 #include "inter_internal.h"
+#include "util/util_reason.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -24,11 +25,16 @@ typedef struct inter_blob_header {
     uint32_t      reserved;
 } inter_blob_header_t;
 
-/* After the header, INTER_RAIL_SLOTS slots of a uint32_t length and addr_size bytes. */
+/* After the header, INTER_RAIL_SLOTS slots of a uint32_t length and addr_size bytes, each
+ * in 8-byte multiples: the blobs of every rank lie end to end, each header aligned. */
+static size_t inter_blob_slot_bytes(uint64_t addr_size)
+{
+    return UTIL_ALIGN_UP(sizeof(uint32_t) + (size_t)addr_size, sizeof(uint64_t));
+}
+
 static size_t inter_blob_slot_size(const inter_engine_t *engine)
 {
-    /* 8-byte multiples: the blobs of every rank lie end to end, each header aligned. */
-    return UTIL_ALIGN_UP(sizeof(uint32_t) + engine->rails[0].tp->addr_size, sizeof(uint64_t));
+    return inter_blob_slot_bytes(engine->rails[0].tp->addr_size);
 }
 
 static uint8_t *inter_blob_slot(const void *blob, size_t slot_size, int rail)
@@ -36,9 +42,74 @@ static uint8_t *inter_blob_slot(const void *blob, size_t slot_size, int rail)
     return (uint8_t *)blob + sizeof(inter_blob_header_t) + (size_t)rail * slot_size;
 }
 
+size_t inter_blob_size(uint64_t addr_size)
+{
+    return sizeof(inter_blob_header_t) + INTER_RAIL_SLOTS * inter_blob_slot_bytes(addr_size);
+}
+
 size_t inter_engine_address_size(const inter_engine_t *engine)
 {
-    return sizeof(inter_blob_header_t) + INTER_RAIL_SLOTS * inter_blob_slot_size(engine);
+    return inter_blob_size(engine->rails[0].tp->addr_size);
+}
+
+strata_status_t inter_blob_parse(const void *blob, size_t size, const inter_blob_expect_t *expect,
+                                 inter_blob_view_t *view, char *why)
+{
+    inter_blob_header_t header;
+    size_t slot_size = inter_blob_slot_bytes(expect->addr_size);
+    uint32_t len;
+
+    if (expect->addr_size > INTER_ADDR_MAX || size != inter_blob_size(expect->addr_size)) {
+        util_reason(why, "an address blob of %zu bytes, not %zu", size,
+                    inter_blob_size(expect->addr_size));
+        return STRATA_ERR_INVALID;
+    }
+    memcpy(&header, blob, sizeof(header)); /* the peer's bytes, in no particular alignment */
+    if (header.magic != INTER_BLOB_MAGIC ||
+        strncmp(header.transport, expect->transport, sizeof(header.transport)) != 0 ||
+        header.addr_size != expect->addr_size) {
+        util_reason(why, "it runs transport %.16s (addresses of %llu bytes), this rank %s "
+                    "(%llu): STRATA_INTER_TRANSPORT and the transport's settings must match on "
+                    "every rank", header.magic == INTER_BLOB_MAGIC ? header.transport : "?",
+                    (unsigned long long)header.addr_size, expect->transport,
+                    (unsigned long long)expect->addr_size);
+        return STRATA_ERR_CONFIG;
+    }
+    if (header.num_rails < 1 || header.num_rails > INTER_MAX_RAILS ||
+        header.stripe_min_chunk != expect->stripe_min_chunk ||
+        header.stripe_max_chunks != expect->stripe_max_chunks ||
+        header.msg_size != expect->msg_size) {
+        util_reason(why, "its engine is configured differently (rails %u, stripe %llu x %u, "
+                    "messages %u): STRATA_INTER_* must match on every rank", header.num_rails,
+                    (unsigned long long)header.stripe_min_chunk, header.stripe_max_chunks,
+                    header.msg_size);
+        return STRATA_ERR_INVALID;
+    }
+    if (header.ctrl.magic != INTER_RDESC_MAGIC || header.ctrl.length < 2 * sizeof(uint64_t) ||
+        header.ctrl.num_rails != header.num_rails || header.has_local > 1) {
+        util_reason(why, "its control region's descriptor is malformed");
+        return STRATA_ERR_INVALID;
+    }
+    memset(view, 0, sizeof(*view));
+    view->num_rails = (int)header.num_rails;
+    view->has_local = header.has_local != 0;
+    view->ctrl      = header.ctrl;
+    for (int r = 0; r < INTER_RAIL_SLOTS; ++r) {
+        const uint8_t *slot = inter_blob_slot(blob, slot_size, r);
+
+        if (r == INTER_LOCAL_RAIL ? !view->has_local : r >= view->num_rails) {
+            continue; /* unused: not read */
+        }
+        memcpy(&len, slot, sizeof(len));
+        if (len == 0 || len > header.addr_size) {
+            util_reason(why, "its rail %d address is %u bytes (1 to %llu)", r, len,
+                        (unsigned long long)header.addr_size);
+            return STRATA_ERR_INVALID;
+        }
+        view->addr[r]     = slot + sizeof(len);
+        view->addr_len[r] = len;
+    }
+    return STRATA_OK;
 }
 
 strata_status_t inter_engine_address(const inter_engine_t *engine, void *blob)
@@ -81,52 +152,31 @@ static bool inter_same_node(const inter_engine_t *engine, int peer)
 
 static strata_status_t inter_connect_peer(inter_engine_t *engine, int peer, const void *blob)
 {
-    const inter_blob_header_t *header = blob;
-    size_t slot_size = inter_blob_slot_size(engine);
+    inter_blob_expect_t expect = {.transport = engine->ops->name,
+                                  .addr_size = engine->rails[0].tp->addr_size,
+                                  .stripe_min_chunk  = engine->params.stripe_min_chunk,
+                                  .stripe_max_chunks = engine->params.stripe_max_chunks,
+                                  .msg_size = (uint32_t)engine->params.msg_size};
+    char why[UTIL_REASON_LEN];
+    inter_blob_view_t view;
     strata_status_t status;
-    uint32_t len;
 
-    if (header->magic != INTER_BLOB_MAGIC ||
-        strncmp(header->transport, engine->ops->name, sizeof(header->transport)) != 0 ||
-        header->addr_size != engine->rails[0].tp->addr_size) {
-        UTIL_LOG_ERROR("engine: rank %d runs transport %.16s (addresses of %llu bytes), this "
-                       "rank %s (%zu): STRATA_INTER_TRANSPORT and the transport's settings "
-                       "must match on every rank", peer,
-                       header->magic == INTER_BLOB_MAGIC ? header->transport : "?",
-                       (unsigned long long)header->addr_size, engine->ops->name,
-                       engine->rails[0].tp->addr_size);
-        return STRATA_ERR_CONFIG;
+    status = inter_blob_parse(blob, inter_engine_address_size(engine), &expect, &view, why);
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("engine: rank %d's address: %s", peer, why);
+        return status;
     }
-    if (header->num_rails < 1 || header->num_rails > INTER_MAX_RAILS ||
-        header->stripe_min_chunk != engine->params.stripe_min_chunk ||
-        header->stripe_max_chunks != engine->params.stripe_max_chunks ||
-        header->msg_size != engine->params.msg_size) {
-        UTIL_LOG_ERROR("engine: rank %d's engine is configured differently (rails %u, stripe "
-                       "%llu x %u, messages %u): STRATA_INTER_* must match on every rank", peer,
-                       header->num_rails, (unsigned long long)header->stripe_min_chunk,
-                       header->stripe_max_chunks, header->msg_size);
-        return STRATA_ERR_INVALID;
-    }
-    engine->peer_info[peer].num_rails = (int)header->num_rails;
-    engine->peer_info[peer].ctrl      = header->ctrl;
-    engine->peer_info[peer].local     = header->has_local && inter_same_node(engine, peer) &&
+    engine->peer_info[peer].num_rails = view.num_rails;
+    engine->peer_info[peer].ctrl      = view.ctrl;
+    engine->peer_info[peer].local     = view.has_local && inter_same_node(engine, peer) &&
                                         engine->rails[INTER_LOCAL_RAIL].tp != NULL;
     /* Rail r talks to the peer's rail r; rails beyond the peer's count go unused for it,
      * and the same-node transport serves peers of this node that have it too. */
     INTER_FOR_EACH_RAIL(engine, r) {
-        const uint8_t *slot = inter_blob_slot(blob, slot_size, r);
-
-        if (r == INTER_LOCAL_RAIL ? !engine->peer_info[peer].local
-                                  : r >= (int)header->num_rails) {
+        if (r == INTER_LOCAL_RAIL ? !engine->peer_info[peer].local : r >= view.num_rails) {
             continue;
         }
-        memcpy(&len, slot, sizeof(len));
-        if (len > header->addr_size) {
-            UTIL_LOG_ERROR("engine: rank %d's rail %d address is %u bytes, more than %llu",
-                           peer, r, len, (unsigned long long)header->addr_size);
-            return STRATA_ERR_INVALID;
-        }
-        status = engine->ops->insert_peer(engine->rails[r].tp, slot + sizeof(len), len,
+        status = engine->ops->insert_peer(engine->rails[r].tp, view.addr[r], view.addr_len[r],
                                           &engine->rails[r].peers[peer]);
         if (status != STRATA_OK) {
             return status;

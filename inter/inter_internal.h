@@ -390,6 +390,34 @@ inter_post_t    inter_rma_post(const inter_engine_t *engine, inter_op_t *op);
  * Returns the operations that left the queues. */
 int             inter_post_pending(inter_engine_t *engine);
 
+/* inter_connect.c: a peer's address blob, checked before anything of it is used. */
+typedef struct inter_blob_expect {
+    const char *transport;        /* our transport's name */
+    uint64_t    addr_size;        /* our rails' address slot */
+    uint64_t    stripe_min_chunk;
+    uint32_t    stripe_max_chunks;
+    uint32_t    msg_size;
+} inter_blob_expect_t;
+
+typedef struct inter_blob_view {
+    int            num_rails;
+    bool           has_local;
+    inter_rdesc_t  ctrl;                       /* its barrier landing word */
+    const uint8_t *addr[INTER_RAIL_SLOTS];     /* each slot's address, in the blob */
+    uint32_t       addr_len[INTER_RAIL_SLOTS]; /* <= the expected addr_size */
+} inter_blob_view_t;
+
+/** Bytes of a blob whose address slots hold addr_size bytes each. */
+size_t inter_blob_size(uint64_t addr_size);
+/**
+ * A peer's blob of size bytes, checked whole against what this rank expects: its view on
+ * STRATA_OK; STRATA_ERR_CONFIG (another transport or address size) or STRATA_ERR_INVALID
+ * (anything else malformed or configured differently) with why (UTIL_REASON_LEN). Pure:
+ * peers' bytes go through nothing else before this (tests/fuzz/fuzz_peer_address.c).
+ */
+strata_status_t inter_blob_parse(const void *blob, size_t size, const inter_blob_expect_t *expect,
+                                 inter_blob_view_t *view, char *why);
+
 /* inter_ring.c (proxy thread) */
 int  inter_ring_progress(inter_engine_t *engine);           /* post what producers published */
 void inter_ring_op_done(inter_engine_t *engine, inter_op_t *op, strata_status_t status);
