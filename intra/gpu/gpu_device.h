@@ -383,11 +383,18 @@ static strata_status_t gpu_remote_writes_visible(char *reason)
 }
 
 #ifdef GPU_FLUSH_REMOTE_WRITES
-/* The proxy thread's call: the device first, since the thread may not have chosen one. */
+/* Called by whichever thread progresses the engine (its proxy, or a waiting caller's
+ * thread): on the heap's GPU, and the thread's own GPU given back after. */
 static void gpu_flush_remote_writes(int device)
 {
-    if (gpuSetDevice(device) == gpuSuccess) {
-        gpu_status(GPU_FLUSH_REMOTE_WRITES(), "flush of GPUDirect RDMA writes");
+    int previous = -1;
+
+    if (gpu_device_use(device, &previous) != STRATA_OK) {
+        return;
+    }
+    gpu_status(GPU_FLUSH_REMOTE_WRITES(), "flush of GPUDirect RDMA writes");
+    if (previous >= 0 && previous != device) {
+        gpu_status(gpuSetDevice(previous), "give the thread's GPU back");
     }
 }
 #endif
