@@ -121,7 +121,7 @@ typedef struct intra_device_ops {
     /**
      * Make RDMA writes that a NIC completed into this GPU's memory visible to its kernels
      * before they are told of them (GPUDirect RDMA); NULL where nothing is needed. Called
-     * from the transfer engine's proxy thread.
+     * by whichever thread progresses the transfer engine; that thread's GPU stays as it was.
      */
     void (*flush_remote_writes)(int device);
     /**
