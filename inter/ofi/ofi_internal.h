@@ -36,6 +36,16 @@ ofi_transport_t *ofi_of(inter_transport_t *tp);
 /** libfabric's return code (0 or a negative FI_E*) as a status. */
 strata_status_t ofi_status(ssize_t rc);
 
+/* ofi_transport.c: fi_close, said when it fails. */
+void ofi_close_fid(struct fid *fid, const char *what, const char *name);
+
+/* ofi_memory.c: registration, and whether device memory goes by dma-buf (at open). */
+void            ofi_choose_dmabuf(ofi_transport_t *ofi, const inter_transport_params_t *params);
+strata_status_t ofi_mem_register(inter_transport_t *tp, void *addr, size_t len,
+                                 inter_mem_kind_t kind, int device, uint64_t requested_key,
+                                 inter_tmr_t *mr);
+void            ofi_mem_deregister(inter_transport_t *tp, inter_tmr_t *mr);
+
 /* ofi_data.c: the operations table's post, inject, post_recv and poll. */
 strata_status_t ofi_post(inter_transport_t *tp, const inter_post_t *posts, int count,
                          int *posted_p);
