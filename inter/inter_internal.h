@@ -375,8 +375,11 @@ void *inter_proxy_main(void *arg);
 bool  inter_proxy_cpus(const inter_engine_t *engine, cpu_set_t *set_p);
 /* Stop the progress thread's loop (it is joined after). */
 void  inter_proxy_stop(inter_engine_t *engine);
-void  inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why);
 void  inter_proxy_drain(inter_engine_t *engine); /* at destroy: fail and free everything */
+/* inter_liveness.c (proxy): fail peer and everything involving it; heartbeats and the peer
+ * timeout, once per round of progress. */
+void  inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why);
+void  inter_heartbeat(inter_engine_t *engine, uint64_t now);
 /* An operation is over (done, failed or never posted); finish its request after the last. */
 void  inter_op_finished(inter_op_t *op, strata_status_t status);
 
@@ -389,6 +392,11 @@ inter_post_t    inter_rma_post(const inter_engine_t *engine, inter_op_t *op);
  * back. A peer whose window is full keeps its operations, in order, and the others go on.
  * Returns the operations that left the queues. */
 int             inter_post_pending(inter_engine_t *engine);
+
+/* inter_config.c: who drives the transports, chosen at creation from the params (logged),
+ * then kept off the waiting threads where a rail can stall on a dead peer. */
+bool inter_choose_progress(const inter_engine_params_t *params);
+void inter_avoid_caller_stalls(inter_engine_t *engine);
 
 /* inter_connect.c: a peer's address blob, checked before anything of it is used. */
 typedef struct inter_blob_expect {
