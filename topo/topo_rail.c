@@ -46,12 +46,12 @@ static void topo_rail_mark_usable(topo_rail_ctx_t *ctx)
 
 /* --- Each GPU's closest NICs ----------------------------------------------------------------- */
 
-static const int *topo_rail_hops_key; /* qsort's context: the hops of the NICs being sorted */
-
-static int topo_rail_by_hops(const void *a, const void *b)
+/* qsort_r's order of NIC indices by their hops (arg: hops per NIC), then by index. */
+static int topo_rail_by_hops(const void *a, const void *b, void *arg)
 {
+    const int *hops = arg;
     int ia = *(const int *)a, ib = *(const int *)b;
-    int ha = topo_rail_hops_key[ia], hb = topo_rail_hops_key[ib];
+    int ha = hops[ia], hb = hops[ib];
 
     return ha != hb ? (ha < hb ? -1 : 1) : (ia < ib ? -1 : ia > ib);
 }
@@ -77,8 +77,7 @@ static int topo_rail_list_closest(topo_rail_ctx_t *ctx, int g, topo_path_t *path
             order[count++] = n;
         }
     }
-    topo_rail_hops_key = hops;
-    qsort(order, (size_t)count, sizeof(int), topo_rail_by_hops);
+    qsort_r(order, (size_t)count, sizeof(int), topo_rail_by_hops, hops);
     for (int i = 0; i < count; ++i) {
         ctx->closest[at + i] = order[i];
         ctx->hops[at + i]    = hops[order[i]];
@@ -89,7 +88,7 @@ static int topo_rail_list_closest(topo_rail_ctx_t *ctx, int g, topo_path_t *path
 static strata_status_t topo_rail_closest_lists(topo_rail_ctx_t *ctx)
 {
     const topo_t *topo = ctx->topo;
-    size_t nics = (size_t)topo->num_nics, pairs = 0;
+    size_t nics = (size_t)topo->num_nics, pairs = (size_t)topo->num_gpus * nics;
     topo_path_t *path = calloc(nics + 1, sizeof(*path));
     int *hops = calloc(nics + 1, sizeof(int)), *order = calloc(nics + 1, sizeof(int));
     strata_status_t status = STRATA_ERR_NO_MEMORY;
@@ -97,10 +96,7 @@ static strata_status_t topo_rail_closest_lists(topo_rail_ctx_t *ctx)
     if (path == NULL || hops == NULL || order == NULL) {
         goto out;
     }
-    /* Sized for the worst case (every NIC closest to every GPU), then trimmed. */
-    for (int g = 0; g < topo->num_gpus; ++g) {
-        pairs += nics;
-    }
+    /* Room for the worst case: every NIC closest to every GPU (as large as the plan). */
     ctx->closest = malloc((pairs + 1) * sizeof(int));
     ctx->hops    = malloc((pairs + 1) * sizeof(int));
     if (ctx->closest == NULL || ctx->hops == NULL) {
