@@ -144,10 +144,12 @@ typedef struct inter_engine_params {
 /** The STRATA_INTER_* variables. */
 extern const util_config_table_t inter_config_table;
 
-/** Each transport's own variables (those compiled in: STRATA_HAVE_UCX, STRATA_HAVE_VERBS). */
+/** Each transport's own variables (those compiled in: STRATA_HAVE_UCX, STRATA_HAVE_VERBS,
+ *  and STRATA_HAVE_CHAOS for the test builds' chaos transport). */
 extern const util_config_table_t ofi_config_table;
 extern const util_config_table_t verbs_config_table;
 extern const util_config_table_t ucx_config_table;
+extern const util_config_table_t chaos_config_table;
 
 /** Parameters from STRATA_INTER_*; rank and world size are the caller's to set. */
 strata_status_t inter_engine_params_from_env(inter_engine_params_t *params);

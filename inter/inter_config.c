@@ -35,7 +35,7 @@ static const char *const inter_same_node_names[] = {"shm", "network", NULL};
 static const util_config_field_t inter_config_fields[] = {
     {.name = "INTER_TRANSPORT", .default_value = "auto",
      .doc = "Network library: auto (verbs on ConnectX, ofi on EFA, ucx where built, else "
-            "ofi over tcp), ofi, ucx or verbs.",
+            "ofi over tcp), ofi, ucx or verbs (test builds: also chaos:ofi and so on).",
      .type = UTIL_CONFIG_STRING, .offset = offsetof(inter_config_t, transport)},
     {.name = "INTER_IFACE", .default_value = "",
      .doc = "Network interface for the tcp provider (default: the first non-loopback one).",

@@ -18,6 +18,15 @@ extern const inter_transport_ops_t ucx_transport_ops;
 #ifdef STRATA_HAVE_VERBS
 extern const inter_transport_ops_t verbs_transport_ops;
 #endif
+#ifdef STRATA_HAVE_CHAOS
+extern const inter_transport_ops_t chaos_ofi_transport_ops;
+#ifdef STRATA_HAVE_UCX
+extern const inter_transport_ops_t chaos_ucx_transport_ops;
+#endif
+#ifdef STRATA_HAVE_VERBS
+extern const inter_transport_ops_t chaos_verbs_transport_ops;
+#endif
+#endif
 
 /* Auto's tie order: the first of equal scores wins. */
 static const inter_transport_ops_t *const inter_transports[] = {
@@ -28,6 +37,21 @@ static const inter_transport_ops_t *const inter_transports[] = {
 #ifdef STRATA_HAVE_UCX
     &ucx_transport_ops,
 #endif
+};
+
+/* Test builds: each transport wrapped in the chaos transport (inter/chaos), by name only;
+ * auto never picks one. */
+static const inter_transport_ops_t *const inter_chaos_transports[] = {
+#ifdef STRATA_HAVE_CHAOS
+    &chaos_ofi_transport_ops,
+#ifdef STRATA_HAVE_UCX
+    &chaos_ucx_transport_ops,
+#endif
+#ifdef STRATA_HAVE_VERBS
+    &chaos_verbs_transport_ops,
+#endif
+#endif
+    NULL,
 };
 
 /* Every transport strata has, built here or not. */
@@ -54,6 +78,11 @@ const inter_transport_ops_t *inter_transport_find(const char *name)
     for (int i = 0; name != NULL && inter_transport_built(i) != NULL; ++i) {
         if (strcmp(inter_transport_built(i)->name, name) == 0) {
             return inter_transport_built(i);
+        }
+    }
+    for (int i = 0; name != NULL && inter_chaos_transports[i] != NULL; ++i) {
+        if (strcmp(inter_chaos_transports[i]->name, name) == 0) {
+            return inter_chaos_transports[i];
         }
     }
     return NULL;

@@ -42,6 +42,9 @@ const util_config_table_t *const api_config_tables[] = {
 #ifdef STRATA_HAVE_UCX
     &ucx_config_table,
 #endif
+#ifdef STRATA_HAVE_CHAOS
+    &chaos_config_table,
+#endif
     &sched_moe_config_table,
     &adapt_config_table,
     &api_bootstrap_config_table,

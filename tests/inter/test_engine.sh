@@ -5,7 +5,8 @@
 # rank killed mid-transfer (also while producers feed a ring), chunks posted last first (the
 # order EFA SRD may deliver them in), ranks quiet past the peer timeout with heartbeats by
 # inject and by send, progress by the waiting caller and by a thread, submissions paced by
-# rate control, and STRATA_INTER_SHARED_MEMORY=no. Every run must close its
+# rate control, STRATA_INTER_SHARED_MEMORY=no, and the chaos transport (delays, pieces and
+# completions out of order). Every run must close its
 # registrations before its endpoints, and every fi_close must succeed.
 # With a third argument "ucx", the same matrix over the UCX transport (STRATA_INTER_TRANSPORT
 # =ucx): tcp alone (shared memory forbidden) and with UCX's shared-memory transports
@@ -99,6 +100,17 @@ check_case "shm, 4 ranks, 2 rails" 4 "$ok" -- $calm STRATA_INTER_PROVIDER=shm ST
 # small enough that every large write is cut into many, shows up code that counts on the
 # last chunk landing last.
 check_case "tcp loopback, 4 ranks, 2 rails, chunks last first" 4 "$ok" -- $calm $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 STRATA_INTER_STRIPE_MIN=16k STRATA_INTER_CHUNK_ORDER=reverse -- -n 4 --
+# The chaos transport (test builds): every operation held back a random time, writes cut
+# into pieces posted in any order, completions out of order; the same checks must hold, and
+# a death be seen as soon.
+if "$check" --built chaos:ofi; then
+    chaos="STRATA_INTER_TRANSPORT=chaos:ofi STRATA_CHAOS_SEED=$seed"
+    check_case "chaos over tcp loopback, 4 ranks, 2 rails, 4 KiB chunks" 4 "$ok over chaos ofi" -- $calm $chaos STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RAILS=2 STRATA_INTER_STRIPE_MIN=4k -- -n 4 --
+    check_case "chaos over tcp loopback, 4 ranks, rate control, progress thread" 4 "$ok.*rate control on ([1-9]" -- $calm $chaos STRATA_INTER_PROGRESS=thread STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_STRIPE_MIN=16k STRATA_INTER_RATE_CONTROL=on -- -n 4 --
+    check_case "chaos over tcp, rank 2 of 3 killed" 2 "$dead" -- $quick $chaos STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
+else
+    echo "not run: the chaos cases (this build has no chaos transport: -DSTRATA_WITH_CHAOS=ON)"
+fi
 # Peers of the same node through libfabric shm, the others through tcp: on one host, and
 # between 2 simulated nodes (below); engine_check checks which transport each peer gets.
 samenode="STRATA_TEST_SAME_NODE=ofi shm"

@@ -21,7 +21,7 @@ cli_show() { # what was expected: print it with what the command wrote
 # being libstrata's build options, on stdout, nothing on stderr, and exit 0; with "plain",
 # "NAME X.Y.Z" (strata-run links no libstrata).
 cli_version() {
-    local name=$1 bin=$2 build=' \(cuda=(on|off) hip=(on|off) verbs=(on|off) ucx=(on|off) sanitize=[a-z]+\)'
+    local name=$1 bin=$2 build=' \(cuda=(on|off) hip=(on|off) verbs=(on|off) ucx=(on|off) chaos=(on|off) sanitize=[a-z]+\)'
     [ "${3:-}" = plain ] && build=
     for flag in -V --version; do
         cli_run "$bin" "$flag"

@@ -8,7 +8,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 out=$("$info") || fail "strata-info exited $?"
 out_plain=$out
 grep -q '^strata [0-9]*\.[0-9]*\.[0-9]*$' <<<"$out" || fail "no version line: $out"
-grep -q '^build: cuda=\(on\|off\) hip=\(on\|off\) verbs=\(on\|off\) ucx=\(on\|off\) sanitize=' <<<"$out" ||
+grep -q '^build: cuda=\(on\|off\) hip=\(on\|off\) verbs=\(on\|off\) ucx=\(on\|off\) chaos=\(on\|off\) sanitize=' <<<"$out" ||
     fail "no build line: $out"
 
 grep -q '^device backends:.* host' <<<"$out" || fail "host device backend not listed: $out"
