@@ -43,6 +43,22 @@ typedef struct inter_msg_header {
 
 #define INTER_MSG_MAGIC 0x4d534731u /* "MSG1" */
 
+/** What a message that landed in a receive buffer says, once checked. */
+typedef struct inter_msg_view {
+    int              src;     /* the sending rank, < the world size */
+    inter_msg_type_t type;    /* INTER_MSG_USER, or another type (carries nothing) */
+    const void      *payload; /* in the buffer, after the header */
+    size_t           length;  /* of the payload, inside the message */
+} inter_msg_view_t;
+
+/**
+ * A message of length bytes in buf, from a rank of world_size: true and its view where the
+ * header is whole and says where it is from and how long it is truthfully; false for
+ * anything else (dropped). Pure: a message goes through nothing else before this
+ * (inter_proxy.c; tests/fuzz/fuzz_peer_address.c).
+ */
+bool inter_msg_parse(const void *buf, size_t length, int world_size, inter_msg_view_t *view);
+
 typedef enum inter_op_kind {
     INTER_OP_WRITE,
     INTER_OP_READ,

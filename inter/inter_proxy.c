@@ -243,25 +243,41 @@ static int inter_retry_rx(inter_engine_t *engine)
     return n;
 }
 
+bool inter_msg_parse(const void *buf, size_t length, int world_size, inter_msg_view_t *view)
+{
+    inter_msg_header_t header;
+
+    if (length < sizeof(header)) {
+        return false;
+    }
+    memcpy(&header, buf, sizeof(header));
+    if (header.magic != INTER_MSG_MAGIC || header.src < 0 || header.src >= world_size ||
+        header.length > length - sizeof(header)) {
+        return false;
+    }
+    *view = (inter_msg_view_t){.src = header.src, .type = (inter_msg_type_t)header.type,
+                               .payload = (const char *)buf + sizeof(header),
+                               .length = header.length};
+    return true;
+}
+
 static void inter_on_message(inter_engine_t *engine, inter_op_t *rx, size_t length)
 {
-    const inter_msg_header_t *header = rx->lbuf;
+    inter_msg_view_t msg;
 
-    if (length < sizeof(*header) || header->magic != INTER_MSG_MAGIC || header->src < 0 ||
-        header->src >= engine->params.world_size ||
-        header->length > length - sizeof(*header)) {
+    if (!inter_msg_parse(rx->lbuf, length, engine->params.world_size, &msg)) {
         UTIL_LOG_WARN("engine: dropped a malformed message of %zu bytes on rail %d", length,
                       rx->rail);
         return;
     }
-    engine->last_seen[header->src] = util_clock_now_ns();
-    if (!atomic_load_explicit(&engine->heard[header->src], memory_order_relaxed)) {
-        atomic_store_explicit(&engine->heard[header->src], true, memory_order_release);
+    engine->last_seen[msg.src] = util_clock_now_ns();
+    if (!atomic_load_explicit(&engine->heard[msg.src], memory_order_relaxed)) {
+        atomic_store_explicit(&engine->heard[msg.src], true, memory_order_release);
         atomic_fetch_add_explicit(&engine->peers_heard, 1, memory_order_release);
         inter_engine_wake(engine); /* inter_engine_connect waits for every peer */
     }
-    if (header->type == INTER_MSG_USER) {
-        inter_deliver(engine, header->src, header + 1, header->length);
+    if (msg.type == INTER_MSG_USER) {
+        inter_deliver(engine, msg.src, msg.payload, msg.length);
     }
 }
 

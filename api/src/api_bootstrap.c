@@ -94,8 +94,7 @@ static strata_status_t api_bootstrap_root_allgather(api_tcp_bootstrap_t *bs, cha
     for (int peer = 1; peer < bs->base.world_size; ++peer) {
         status = api_bootstrap_recv(bs, bs->peer_fds[peer], &header, sizeof(header), deadline);
         if (status == STRATA_OK) {
-            if (header.magic != API_BOOTSTRAP_MAGIC || header.seq != bs->seq ||
-                header.size != size) {
+            if (!api_bootstrap_header_ok(&header, bs->seq, size)) {
                 UTIL_LOG_ERROR("bootstrap: rank %d is in another collective (seq %u size %llu, "
                                "expected seq %u size %zu)", peer, header.seq,
                                (unsigned long long)header.size, bs->seq, size);

@@ -110,17 +110,12 @@ static const char *api_bootstrap_admit(api_tcp_bootstrap_t *bs, int fd,
     unsigned char nonce[API_NONCE_LEN], mac[UTIL_SHA256_LEN], expect[UTIL_SHA256_LEN];
     api_bootstrap_endpoint_t rank_end;
 
+    const char *refusal = api_bootstrap_hello_refusal(hello, bs->base.world_size,
+                                                      bs->secret != NULL);
+
     *proven = false;
-    if (hello->magic != API_BOOTSTRAP_MAGIC || hello->version != API_BOOTSTRAP_VERSION ||
-        hello->world_size != bs->base.world_size || hello->rank <= 0 ||
-        hello->rank >= bs->base.world_size) {
-        return "not this job, or another version";
-    }
-    if (bs->secret == NULL) {
-        return hello->secret ? "it has a bootstrap secret and rank 0 has none" : NULL;
-    }
-    if (!hello->secret) {
-        return "it has no bootstrap secret (STRATA_BOOTSTRAP_SECRET[_FILE])";
+    if (refusal != NULL || bs->secret == NULL) {
+        return refusal;
     }
     if (util_random_bytes(nonce, sizeof(nonce)) != STRATA_OK ||
         !api_bootstrap_rank_end(fd, false, &rank_end)) {
@@ -351,6 +346,7 @@ strata_status_t api_bootstrap_join(api_tcp_bootstrap_t *bs, const char *addr, ui
     const char *failure = NULL;
     strata_status_t status;
     uint8_t answer = API_ANSWER_REFUSED;
+    bool prove = false;
 
     status = util_random_bytes(hello.nonce, sizeof(hello.nonce));
     if (status != STRATA_OK) {
@@ -366,18 +362,16 @@ strata_status_t api_bootstrap_join(api_tcp_bootstrap_t *bs, const char *addr, ui
     if (status == STRATA_OK) {
         status = util_sock_recv_all(bs->root_fd, &answer, 1, deadline);
     }
-    if (status == STRATA_OK && answer == API_ANSWER_CHALLENGE && bs->secret != NULL) {
+    if (status == STRATA_OK) {
+        failure = api_bootstrap_answer_refusal(answer, bs->secret != NULL, &prove);
+    }
+    if (status == STRATA_OK && failure == NULL && prove) {
         failure = api_bootstrap_prove(bs, &hello, deadline, &answer);
-    } else if (status == STRATA_OK && answer == API_ANSWER_ACCEPTED && bs->secret != NULL) {
-        failure = "accepted this rank without proving the bootstrap secret (it has none)";
-    } else if (status == STRATA_OK && answer == API_ANSWER_CHALLENGE) {
-        failure = "wants a bootstrap secret and this rank has none";
     }
     if (status != STRATA_OK || failure != NULL || answer != API_ANSWER_ACCEPTED) {
         UTIL_LOG_ERROR("bootstrap: rank 0 at %s:%u %s: rank %d of %d not joining (another job "
                        "on that port, a different world size or secret, or this rank taken "
-                       "twice)", addr, port,
-                       failure != NULL ? failure : status == STRATA_OK ? "refused" : "did not answer",
+                       "twice)", addr, port, failure != NULL ? failure : "did not answer",
                        bs->base.rank, bs->base.world_size);
         return status == STRATA_ERR_TIMEOUT ? STRATA_ERR_TIMEOUT : STRATA_ERR_BOOTSTRAP;
     }

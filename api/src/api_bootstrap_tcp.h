@@ -7,6 +7,7 @@
 
 #include "api/api.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,6 +70,18 @@ static inline uint64_t api_bootstrap_deadline(const api_tcp_bootstrap_t *bs)
 {
     return util_clock_now_ns() + bs->timeout_ns;
 }
+
+/* --- What arrives, checked before use (api_bootstrap_wire.c; pure) --------------------- */
+
+/** Rank 0: NULL where a hello may go on to be admitted (to the proofs, with a secret), else
+ *  why not. */
+const char *api_bootstrap_hello_refusal(const api_bootstrap_hello_t *hello, int world_size,
+                                        bool have_secret);
+/** A joining rank: NULL where rank 0's answer lets it go on, with *prove_p true when the
+ *  proofs follow (a challenge to a rank with a secret); else why it cannot join. */
+const char *api_bootstrap_answer_refusal(uint8_t answer, bool have_secret, bool *prove_p);
+/** Rank 0: whether a rank's block header is that of the collective in progress. */
+bool api_bootstrap_header_ok(const api_bootstrap_header_t *header, uint32_t seq, size_t size);
 
 /** Rank 0: listen on every address, admit every other rank once (with a secret, only after
  *  both sides proved it); bs->peer_fds holds their connections. */

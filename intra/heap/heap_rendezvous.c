@@ -180,6 +180,41 @@ static bool heap_recv(int sock, void *buf, size_t len, int *fds, int max_fds, in
     return true;
 }
 
+/* Whether a card's bus id ends inside it (it goes to string functions). */
+static bool heap_bus_id_ends(const heap_card_t *card)
+{
+    return memchr(card->bus_id, '\0', sizeof(card->bus_id)) != NULL;
+}
+
+const char *heap_card_refusal(const heap_card_t *card, const heap_card_t *like, int local_size,
+                              int nfds)
+{
+    if (card->rank <= 0 || card->rank >= local_size) {
+        return "no such local rank";
+    }
+    if (card->has_fd != like->has_fd || card->size != like->size ||
+        nfds != (card->has_fd ? 1 : 0)) {
+        return "its region is not like ours";
+    }
+    return heap_bus_id_ends(card) ? NULL : "its GPU's bus id does not end";
+}
+
+const char *heap_cards_refusal(const heap_card_t *cards, int local_size, const heap_card_t *own)
+{
+    for (int r = 0; r < local_size; ++r) {
+        if (cards[r].rank != r) {
+            return "sent a card in another rank's place";
+        }
+        if (cards[r].has_fd != own->has_fd || cards[r].size != own->size) {
+            return "sent a region unlike this rank's";
+        }
+        if (!heap_bus_id_ends(&cards[r])) {
+            return "sent a GPU bus id that does not end";
+        }
+    }
+    return NULL;
+}
+
 /* Root: one connection's challenge and the proofs both ways, then its card and descriptor.
  * Returns the reason to refuse it, or NULL; nonce: the rank's, own: ours, for the cards'
  * proof. Runs on the connection's own thread: it reads only what no thread writes. */
@@ -192,6 +227,7 @@ static const char *heap_admit(const intra_heap_params_t *p, int sock, const heap
     heap_answer_t answer = {.magic = HEAP_MAGIC};
     struct iovec iov = {.iov_base = &challenge, .iov_len = sizeof(challenge)};
     unsigned char expect[UTIL_SHA256_LEN];
+    const char *refusal;
     heap_hello_t hello;
     int nfds;
 
@@ -219,12 +255,9 @@ static const char *heap_admit(const intra_heap_params_t *p, int sock, const heap
     if (!util_crypto_equal(expect, join->proof, sizeof(expect))) {
         return "its card does not carry this object's proof";
     }
-    if (join->card.rank <= 0 || join->card.rank >= p->local_size) {
-        return "no such local rank";
-    }
-    if (join->card.has_fd != cards[0].has_fd || join->card.size != cards[0].size ||
-        nfds != (join->card.has_fd ? 1 : 0)) {
-        return "its region is not like ours";
+    refusal = heap_card_refusal(&join->card, &cards[0], p->local_size, nfds);
+    if (refusal != NULL) {
+        return refusal;
     }
     memcpy(nonce, hello.nonce, HEAP_NONCE_LEN);
     memcpy(own, challenge.nonce, HEAP_NONCE_LEN);
@@ -545,6 +578,7 @@ static strata_status_t heap_gather_peer(const intra_heap_params_t *p, heap_card_
     struct iovec back[2] = {{.iov_base = cards, .iov_len = sizeof(*cards) * (size_t)p->local_size},
                             {.iov_base = proof, .iov_len = sizeof(proof)}};
     strata_status_t status;
+    const char *refusal;
     bool proven;
     char *all;
 
@@ -567,14 +601,16 @@ static strata_status_t heap_gather_peer(const intra_heap_params_t *p, heap_card_
         memcpy(cards, all, back[0].iov_len);
         memcpy(proof, all + back[0].iov_len, sizeof(proof));
         heap_prove(p, "strata-heap-cards", root_nonce, nonce, cards, back[0].iov_len, expect);
-        proven = util_crypto_equal(expect, proof, sizeof(proof));
-        if (proven && nfds == expect_fds) {
+        proven  = util_crypto_equal(expect, proof, sizeof(proof));
+        refusal = !proven            ? "sent cards without this object's proof"
+                  : nfds != expect_fds ? "sent the wrong number of descriptors"
+                                       : heap_cards_refusal(cards, p->local_size, &own_card);
+        if (refusal == NULL) {
             memcpy(fds, got, sizeof(int) * (size_t)nfds);
             status = STRATA_OK;
         } else {
             UTIL_LOG_ERROR("heap: local rank 0 of job %s %s: not using its regions",
-                           p->job_key, proven ? "sent the wrong number of descriptors"
-                                              : "sent cards without this object's proof");
+                           p->job_key, refusal);
             for (int i = 0; i < nfds; ++i) {
                 close(got[i]);
             }

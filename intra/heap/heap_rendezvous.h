@@ -20,6 +20,20 @@ typedef struct heap_card {
 } heap_card_t;
 
 /**
+ * Local rank 0: why the card of a rank joining is refused (NULL: accepted): a local rank
+ * other than 0, a region like ours (like: has_fd and size), with the nfds descriptors that
+ * go with it, and a bus id that ends. Pure (tests/fuzz/fuzz_heap_cards.c).
+ */
+const char *heap_card_refusal(const heap_card_t *card, const heap_card_t *like, int local_size,
+                              int nfds);
+
+/**
+ * A joining rank: why the local_size cards local rank 0 sent are refused (NULL: accepted):
+ * each in its rank's place, each region like ours (own), each bus id ending. Pure.
+ */
+const char *heap_cards_refusal(const heap_card_t *cards, int local_size, const heap_card_t *own);
+
+/**
  * Every local rank ends with every rank's card, and the descriptors of fd-backed regions in
  * fds (cards[own] and fds[own] are the caller's own, filled in before). Local rank 0 admits
  * only processes of its user that prove p->secret, each handshake beside the others; a

@@ -7,6 +7,7 @@
 #define STRATA_INTRA_NET_DISPATCH_H
 
 #include "net_common.h"
+#include "net_wire.h"
 
 /* --- NET_SEND ------------------------------------------------------------------------- */
 
@@ -216,26 +217,29 @@ KERNEL_FN int net_read_headers(const intra_moe_args_t *a, uint64_t step)
 
     for (int p = 0; p < n->num_peers; ++p) {
         intra_net_peer_t *peer = &n->peers[p];
-        const volatile intra_net_header_t *h = (const volatile intra_net_header_t *)(
+        const volatile intra_net_header_t *wire = (const volatile intra_net_header_t *)(
             n->area + n->headers + ((uint64_t)peer->rank * 2 + (step & 1)) *
                                        (uint64_t)n->header_bytes);
+        intra_net_header_t h;
+        int verdict;
 
         if (!net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_HEADER, peer->rank)], step,
                       peer->rank, INTRA_NET_WAIT_HEADER)) {
             return 0;
         }
-        if (h->magic != INTRA_NET_HEADER_MAGIC || h->step != step || h->num_push < 0 ||
-            h->num_pull < 0 || h->num_push + h->num_pull > n->max_tokens) {
-            net_protocol_error(a, peer->rank, INTRA_NET_WAIT_HEADER, h->step);
+        h       = net_header_read(wire);
+        verdict = net_header_check(&h, step, n->max_tokens, n->digest);
+        if (verdict == NET_WIRE_BAD) {
+            net_protocol_error(a, peer->rank, INTRA_NET_WAIT_HEADER, h.step);
             return 0;
         }
-        if (h->mask_digest != n->digest) {
+        if (verdict == NET_WIRE_OTHER_MODES) {
             moe_report(net_status(a), INTRA_MOE_KERNEL_MODES, peer->rank, -1, -1, 0);
             return 0;
         }
-        peer->recv_push = h->num_push;
-        peer->recv_pull = h->num_pull;
-        peer->ret_at    = h->ret_at; /* checked against what we return, once indexed */
+        peer->recv_push = h.num_push;
+        peer->recv_pull = h.num_pull;
+        peer->ret_at    = h.ret_at; /* checked against what we return, once indexed */
     }
     return 1;
 }
@@ -304,8 +308,9 @@ KERNEL_FN int net_send_round_two(const intra_moe_args_t *a, uint64_t step)
     for (int p = 0; p < n->num_peers; ++p) {
         intra_net_peer_t *peer = &n->peers[p];
         int first = peer->send_push < n->spec_tokens ? peer->send_push : n->spec_tokens;
-        const volatile intra_net_grant_t *grant = (const volatile intra_net_grant_t *)(
+        const volatile intra_net_grant_t *wire = (const volatile intra_net_grant_t *)(
             n->area + n->grants + (uint64_t)peer->rank * INTRA_NET_CTRL_BYTES);
+        intra_net_grant_t grant;
         int64_t posted;
 
         if (peer->send_push == first && (n->pull_read || peer->send_pull == 0)) {
@@ -316,20 +321,18 @@ KERNEL_FN int net_send_round_two(const intra_moe_args_t *a, uint64_t step)
                       peer->grant_seen, peer->rank, INTRA_NET_WAIT_GRANT)) {
             return 0;
         }
-        if (grant->magic != INTRA_NET_GRANT_MAGIC || grant->step != step ||
-            grant->first != first || grant->count <= 0 ||
-            grant->first + grant->count > peer->send_push + peer->send_pull ||
-            grant->offset < 0 ||
-            grant->offset + grant->count > (int64_t)n->num_peers * (int64_t)n->max_tokens) {
-            net_protocol_error(a, peer->rank, INTRA_NET_WAIT_GRANT, grant->step);
+        grant = net_grant_read(wire);
+        if (!net_grant_check(&grant, step, first, peer->send_push + peer->send_pull,
+                             (int64_t)n->num_peers * (int64_t)n->max_tokens)) {
+            net_protocol_error(a, peer->rank, INTRA_NET_WAIT_GRANT, grant.step);
             return 0;
         }
         posted = net_post_chunks(
             a, UTIL_WORK_WRITE_IMM, peer->rank,
             n->staging + ((uint64_t)p * (uint64_t)n->max_tokens + (uint64_t)first) *
                              (uint64_t)n->entry_bytes,
-            n->overflow + (uint64_t)grant->offset * (uint64_t)n->entry_bytes,
-            (uint64_t)grant->count * (uint64_t)n->entry_bytes,
+            n->overflow + (uint64_t)grant.offset * (uint64_t)n->entry_bytes,
+            (uint64_t)grant.count * (uint64_t)n->entry_bytes,
             n->imm_base + net_imm_index(n, INTRA_NET_IMM_OVERFLOW, n->rank),
             INTRA_NET_COUNTER_SEND);
         if (posted < 0) {
@@ -390,22 +393,7 @@ KERNEL_FN int net_returns_fit(const intra_moe_args_t *a, const intra_net_peer_t 
     uint64_t rows = a->net.node_reduce ? (uint64_t)(peer->recv_push + peer->recv_pull)
                                        : (uint64_t)peer->num_terms;
 
-    return peer->ret_at >= 0 && (uint64_t)peer->ret_at % INTRA_NET_DROPS_BYTES == 0 &&
-           (uint64_t)peer->ret_at <= a->net.ret_in_bytes &&
-           rows * (uint64_t)a->y_row_bytes + INTRA_NET_DROPS_BYTES <=
-               a->net.ret_in_bytes - (uint64_t)peer->ret_at;
-}
-
-/* Whether an entry has terms here (a token is sent only where it has one: node-reduce's
- * sums in place rely on it) and no more than the rows its returned block has for it. */
-KERNEL_FN int net_entry_terms_fit(const intra_moe_args_t *a, const int32_t *record)
-{
-    int terms = 0;
-
-    for (int k = 0; k < a->topk; ++k) {
-        terms += record[1 + k] >= 0;
-    }
-    return terms >= 1 && terms <= a->net.entry_terms;
+    return net_ret_at_check(peer->ret_at, rows, (uint64_t)a->y_row_bytes, a->net.ret_in_bytes);
 }
 
 /* One thread: the peer's received entries checked and indexed for the node's kernels. */
@@ -424,28 +412,20 @@ KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
                                                     (uint64_t)n->entry_bytes;
         const int32_t *record = (const int32_t *)(n->area + at);
         size_t aug = (size_t)(peer->aug_first + q);
+        int64_t *experts = &n->aug_topk[aug * (size_t)a->topk];
+        int32_t token;
 
-        if (record[0] < 0 || record[0] >= n->max_tokens) {
+        if (net_record_check(record, a->topk, n->max_tokens, n->experts_per_node,
+                             n->entry_terms, &token, experts) < 0) {
             net_protocol_error(a, peer->rank, INTRA_NET_BAD_ENTRY, step);
             return 0;
         }
         n->aug_entry[aug]      = (int64_t)at;
         n->origin[2 * aug]     = peer->rank;
-        n->origin[2 * aug + 1] = record[0];
-        if (!net_entry_terms_fit(a, record)) {
-            net_protocol_error(a, peer->rank, INTRA_NET_BAD_ENTRY, step);
-            return 0;
-        }
+        n->origin[2 * aug + 1] = token;
         for (int k = 0; k < a->topk; ++k) {
-            int32_t expert = record[1 + k];
-            size_t slot = aug * (size_t)a->topk + (size_t)k;
-
-            if (expert < -1 || expert >= n->experts_per_node) {
-                net_protocol_error(a, peer->rank, INTRA_NET_BAD_ENTRY, step);
-                return 0;
-            }
-            n->aug_topk[slot] = expert;
-            n->term_dst[slot] = expert < 0 ? -1 : stage + (int64_t)terms++ * a->y_row_bytes;
+            n->term_dst[aug * (size_t)a->topk + (size_t)k] =
+                experts[k] < 0 ? -1 : stage + (int64_t)terms++ * a->y_row_bytes;
         }
     }
     peer->num_terms = terms;

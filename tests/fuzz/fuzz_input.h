@@ -1,6 +1,7 @@
 /*
  * Helpers shared by the libFuzzer targets: the input as a C string, or as a file for the
- * readers that take a path (an anonymous memory file, named through /proc/self/fd).
+ * readers that take a path (an anonymous memory file, named through /proc/self/fd), or
+ * taken a field at a time.
  */
 #ifndef STRATA_TESTS_FUZZ_INPUT_H
 #define STRATA_TESTS_FUZZ_INPUT_H
@@ -39,6 +40,18 @@ static inline int fuzz_input_file(const uint8_t *data, size_t size, char *path, 
     }
     snprintf(path, len, "/proc/self/fd/%d", fd);
     return fd;
+}
+
+/* The next len bytes of the input from *at on into out, zeros past its end; *at moves on. */
+static inline void fuzz_take(const uint8_t *data, size_t size, size_t *at, void *out, size_t len)
+{
+    size_t have = *at < size ? (size - *at < len ? size - *at : len) : 0;
+
+    memset(out, 0, len);
+    if (have > 0) {
+        memcpy(out, data + *at, have);
+    }
+    *at += have;
 }
 
 /* Stop the run: a property the code promises did not hold. */

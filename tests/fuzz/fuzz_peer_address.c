@@ -1,10 +1,14 @@
 /*
- * What a peer sends for its addresses, before anything of it is used: the engine's address
- * blob (inter_blob_parse) and, where strata has verbs, the verbs transport's address
- * (verbs_addr_decode and the QPNs read from it). The first byte picks the parser; for the
- * engine blob the second sets the address size this rank expects, and the rest fills the
- * blob (zeros after the input). An accepted blob's slots lie inside it, none longer than
- * the address size; a decoded verbs address holds as many QPNs as it claims.
+ * What a peer sends the engine, before anything of it is used: its address blob
+ * (inter_blob_parse), the messages that land in receive buffers (inter_msg_parse) and,
+ * where strata has verbs, the verbs transport's address (verbs_addr_decode and the QPNs
+ * read from it). The first byte picks the parser: its top bit a message, else bit 0 the
+ * blob (0) or the verbs address (1). For the engine blob the second byte sets the address
+ * size this rank expects, and the rest fills the blob (zeros after the input); for a
+ * message it sets the world size, and the rest is the message. An accepted blob's slots lie
+ * inside it, none longer than the address size; an accepted message comes from a rank of
+ * the world and its payload lies inside it; a decoded verbs address holds as many QPNs as
+ * it claims.
  */
 #include "fuzz_input.h"
 
@@ -49,6 +53,27 @@ static void fuzz_engine_blob(const uint8_t *data, size_t size)
     free(blob);
 }
 
+extern volatile uint8_t fuzz_payload_sink;
+volatile uint8_t fuzz_payload_sink;
+
+static void fuzz_engine_message(const uint8_t *data, size_t size)
+{
+    int world_size = 1 + data[0];
+    inter_msg_view_t view;
+    uint8_t sum = 0;
+
+    if (!inter_msg_parse(data + 1, size - 1, world_size, &view)) {
+        return;
+    }
+    FUZZ_CHECK(view.src >= 0 && view.src < world_size);
+    FUZZ_CHECK((const uint8_t *)view.payload >= data + 1 + sizeof(inter_msg_header_t));
+    FUZZ_CHECK((const uint8_t *)view.payload + view.length <= data + size);
+    for (size_t i = 0; i < view.length; ++i) { /* the payload, read as delivery copies it */
+        sum ^= ((const uint8_t *)view.payload)[i];
+    }
+    fuzz_payload_sink = sum;
+}
+
 #ifdef FUZZ_VERBS
 extern volatile uint32_t fuzz_qpn_sink;
 volatile uint32_t fuzz_qpn_sink;
@@ -77,7 +102,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 2) {
         return 0;
     }
-    if ((data[0] & 1) == 0) {
+    if (data[0] & 0x80) {
+        fuzz_engine_message(data + 1, size - 1);
+    } else if ((data[0] & 1) == 0) {
         fuzz_engine_blob(data + 1, size - 1);
     }
 #ifdef FUZZ_VERBS

@@ -9,6 +9,7 @@
  * and the job still forms; a rendezvous held by another user, or by a process without the
  * secret, gets nothing of a joining rank's region.
  */
+#include "intra/heap/heap_rendezvous.h"
 #include "intra/host/host_device.h"
 #include "util/util.h"
 
@@ -667,6 +668,37 @@ static void test_rendezvous_held_without_the_secret(void **state)
     run_squatter_first(false);
 }
 
+/* The cards a rank with the secret may send: each checked before the heap uses it (a bus id
+ * goes to string functions, a rank indexes arrays, a size maps a region). */
+static void test_cards_checked(void **state)
+{
+    const heap_card_t ours = {.rank = 0, .has_fd = 1, .size = 4096, .bus_id = ""};
+    heap_card_t card = {.rank = 2, .has_fd = 1, .size = 4096, .bus_id = "0000:18:00.0"};
+    heap_card_t cards[3] = {ours, ours, ours};
+
+    (void)state;
+    assert_null(heap_card_refusal(&card, &ours, 3, 1));
+    assert_non_null(heap_card_refusal(&card, &ours, 2, 1)); /* no rank 2 on this node */
+    assert_non_null(heap_card_refusal(&card, &ours, 3, 0)); /* its descriptor missing */
+    card.size = 8192;
+    assert_non_null(heap_card_refusal(&card, &ours, 3, 1));
+    card.size = 4096;
+    memset(card.bus_id, 'a', sizeof(card.bus_id)); /* no end */
+    assert_non_null(heap_card_refusal(&card, &ours, 3, 1));
+
+    cards[1].rank = 1;
+    cards[2].rank = 2;
+    assert_null(heap_cards_refusal(cards, 3, &ours));
+    cards[2].rank = 1; /* in another rank's place */
+    assert_non_null(heap_cards_refusal(cards, 3, &ours));
+    cards[2].rank = 2;
+    memset(cards[2].bus_id, 'b', sizeof(cards[2].bus_id));
+    assert_non_null(heap_cards_refusal(cards, 3, &ours));
+    cards[2].bus_id[0] = '\0';
+    cards[1].has_fd    = 0;
+    assert_non_null(heap_cards_refusal(cards, 3, &ours));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -681,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_wrong_secret_is_refused),
         cmocka_unit_test(test_rendezvous_held_by_another_user),
         cmocka_unit_test(test_rendezvous_held_without_the_secret),
+        cmocka_unit_test(test_cards_checked),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,7 +3,8 @@
  * host C here as in the host backend): a peer's header says where in its returned-terms
  * area this rank's returns go, and an entry says how many terms it has; a hostile or broken
  * peer must not make this rank write outside that area or past its block for the peer, nor
- * send an entry with no term here.
+ * send an entry with no term here. Headers and grants must be for this step, with counts
+ * and places in range however large the numbers a peer writes (intra/kernels/net_wire.h).
  */
 #include "intra/kernels/moe_kernels.h"
 
@@ -64,15 +65,86 @@ static void test_node_reduce_counts_entries(void **state)
     assert_false(net_returns_fit(&a, &peer));
 }
 
-static void test_entry_terms(void **state)
+static void test_entry_records(void **state)
 {
-    intra_moe_args_t a = args(0);
-    int32_t two[5] = {7, 0, -1, 3, -1}, three[5] = {7, 0, 1, 3, -1}, none[5] = {7, -1, -1, -1, -1};
+    const int32_t two[5] = {7, 0, -1, 3, -1}, three[5] = {7, 0, 1, 3, -1};
+    const int32_t none[5] = {7, -1, -1, -1, -1}, far_token[5] = {64, 0, -1, -1, -1};
+    const int32_t negative_token[5] = {-1, 0, -1, -1, -1}, far_expert[5] = {7, 0, 4, -1, -1};
+    const int32_t below[5] = {7, 0, -2, -1, -1};
+    int64_t experts[4];
+    int32_t token;
 
     (void)state;
-    assert_true(net_entry_terms_fit(&a, two));
-    assert_false(net_entry_terms_fit(&a, three)); /* more than the block has rows for */
-    assert_false(net_entry_terms_fit(&a, none));  /* nothing for this node: never sent */
+    /* 64 tokens, 4 experts on this node, at most 2 terms an entry */
+    assert_int_equal(net_record_check(two, 4, 64, 4, 2, &token, experts), 2);
+    assert_int_equal(token, 7);
+    assert_int_equal(experts[0], 0);
+    assert_int_equal(experts[1], -1);
+    assert_int_equal(experts[2], 3);
+    assert_int_equal(net_record_check(three, 4, 64, 4, 2, &token, experts), -1); /* too many */
+    assert_int_equal(net_record_check(none, 4, 64, 4, 2, &token, experts), -1); /* never sent */
+    assert_int_equal(net_record_check(far_token, 4, 64, 4, 2, &token, experts), -1);
+    assert_int_equal(net_record_check(negative_token, 4, 64, 4, 2, &token, experts), -1);
+    assert_int_equal(net_record_check(far_expert, 4, 64, 4, 2, &token, experts), -1);
+    assert_int_equal(net_record_check(below, 4, 64, 4, 2, &token, experts), -1);
+}
+
+static intra_net_header_t header(int32_t push, int32_t pull)
+{
+    return (intra_net_header_t){.magic = INTRA_NET_HEADER_MAGIC, .step = 5, .num_push = push,
+                                .num_pull = pull, .mask_digest = 0xabc};
+}
+
+/* Counts that fit max_tokens together, summed without overflow; the step and the modes. */
+static void test_headers(void **state)
+{
+    intra_net_header_t h = header(40, 24);
+
+    (void)state;
+    assert_int_equal(net_header_check(&h, 5, 64, 0xabc), NET_WIRE_OK);
+    assert_int_equal(net_header_check(&h, 6, 64, 0xabc), NET_WIRE_BAD);
+    assert_int_equal(net_header_check(&h, 5, 63, 0xabc), NET_WIRE_BAD);
+    assert_int_equal(net_header_check(&h, 5, 64, 0xabd), NET_WIRE_OTHER_MODES);
+    h = header(INT32_MAX, 1); /* a 32-bit sum would wrap below max_tokens */
+    assert_int_equal(net_header_check(&h, 5, 64, 0xabc), NET_WIRE_BAD);
+    h = header(INT32_MAX, INT32_MAX);
+    assert_int_equal(net_header_check(&h, 5, 64, 0xabc), NET_WIRE_BAD);
+    h = header(-1, 2);
+    assert_int_equal(net_header_check(&h, 5, 64, 0xabc), NET_WIRE_BAD);
+    h       = header(1, 1);
+    h.magic = 0;
+    assert_int_equal(net_header_check(&h, 5, 64, 0xabc), NET_WIRE_BAD);
+}
+
+static intra_net_grant_t grant(int64_t offset, int32_t first, int32_t count)
+{
+    return (intra_net_grant_t){.magic = INTRA_NET_GRANT_MAGIC, .step = 5, .offset = offset,
+                               .first = first, .count = count};
+}
+
+/* A grant for our round-two entries (first 3, sending 10), inside 100 overflow entries. */
+static void test_grants(void **state)
+{
+    intra_net_grant_t g = grant(93, 3, 7);
+
+    (void)state;
+    assert_true(net_grant_check(&g, 5, 3, 10, 100)); /* the last 7 places, exactly */
+    g = grant(94, 3, 7);
+    assert_false(net_grant_check(&g, 5, 3, 10, 100));
+    g = grant(INT64_MAX, 3, 7); /* offset + count would wrap */
+    assert_false(net_grant_check(&g, 5, 3, 10, 100));
+    g = grant(0, 3, 8); /* more than we send */
+    assert_false(net_grant_check(&g, 5, 3, 10, 100));
+    g = grant(0, 3, INT32_MAX); /* first + count would wrap */
+    assert_false(net_grant_check(&g, 5, 3, 10, 100));
+    g = grant(0, 2, 7); /* not our first round-two entry */
+    assert_false(net_grant_check(&g, 5, 3, 10, 100));
+    g = grant(0, 3, 0);
+    assert_false(net_grant_check(&g, 5, 3, 10, 100));
+    g = grant(-1, 3, 1);
+    assert_false(net_grant_check(&g, 5, 3, 10, 100));
+    g = grant(0, 3, 7);
+    assert_false(net_grant_check(&g, 4, 3, 10, 100));
 }
 
 int main(void)
@@ -80,7 +152,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_returns_inside_the_peers_area),
         cmocka_unit_test(test_node_reduce_counts_entries),
-        cmocka_unit_test(test_entry_terms),
+        cmocka_unit_test(test_entry_records),
+        cmocka_unit_test(test_headers),
+        cmocka_unit_test(test_grants),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
