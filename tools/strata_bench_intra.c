@@ -376,6 +376,67 @@ bool bench_intra_option(const char *tool, bench_intra_t *b, bench_intra_opts_t *
     }
 }
 
+void bench_barrier(const bench_intra_t *b)
+{
+    if (b->launcher != NULL) {
+        BENCH_TRY(b->launcher->barrier(b->launcher->ctx));
+    } else {
+        MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+    }
+}
+
+void bench_allgather_u64(const bench_intra_t *b, uint64_t value, uint64_t *all)
+{
+    if (b->launcher != NULL) {
+        BENCH_TRY(b->launcher->allgather(b->launcher->ctx, &value, all, sizeof(value)));
+    } else {
+        MPI_TRY(MPI_Allgather(&value, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD));
+    }
+}
+
+double bench_max(const bench_intra_t *b, double value)
+{
+    uint64_t bits, *all = calloc((size_t)b->size, sizeof(*all));
+    double most = value;
+
+    if (all == NULL) {
+        fprintf(stderr, "strata-bench: out of memory\n");
+        exit(1);
+    }
+    memcpy(&bits, &value, sizeof(bits));
+    bench_allgather_u64(b, bits, all);
+    for (int r = 0; r < b->size; ++r) {
+        double v;
+
+        memcpy(&v, &all[r], sizeof(v));
+        most = v > most ? v : most;
+    }
+    free(all);
+    return most;
+}
+
+bool bench_join_launcher(bench_intra_t *b, const char *tool)
+{
+    const char *world = getenv("WORLD_SIZE");
+    strata_status_t status;
+
+    if (b->size > 1 || world == NULL || atoi(world) <= 1) {
+        return false; /* mpirun's job, or one rank */
+    }
+    status = strata_bootstrap_from_env(&b->launcher);
+    if (status != STRATA_OK) {
+        fprintf(stderr, "%s: MPI started this process as a job of 1 rank while WORLD_SIZE is "
+                "%s, and strata's bootstrap cannot join the others (%s): launch with mpirun "
+                "-n %s, or strata-run -n %s\n", tool, world, strata_status_string(status),
+                world, world);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    b->rank = b->launcher->rank;
+    b->size = b->launcher->world_size;
+    util_log_set_rank(b->rank);
+    return true;
+}
+
 void bench_intra_start(bench_intra_t *b, int *argc, char ***argv)
 {
     MPI_TRY(MPI_Init(argc, argv));

@@ -249,7 +249,7 @@ static void modes_step(modes_bench_t *m, mode_run_t *run, bool record)
     strata_moe_stats_t stats;
     uint64_t t0, t1;
 
-    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+    bench_barrier(b);
     t0 = util_clock_now_ns();
     BENCH_TRY(strata_moe_layout_create(run->moe, b->idx, b->tokens, &layout));
     t1 = util_clock_now_ns();
@@ -366,7 +366,7 @@ static void modes_print(const modes_bench_t *m)
 
 static void modes_close(modes_bench_t *m)
 {
-    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD)); /* nobody unmaps while a peer still reads */
+    bench_barrier(m->b); /* nobody unmaps while a peer still reads */
     for (int i = 0; i < m->num_modes; ++i) {
         strata_moe_destroy(m->runs[i].moe);
         free(m->runs[i].clock);

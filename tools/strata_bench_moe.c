@@ -1,12 +1,20 @@
 /*
  * strata-bench moe: two-tier MoE dispatch+combine through strata_moe on every rank of a
  * job whose ranks are grouped into nodes, for both routes, against MPI_Alltoallv moving the
- * same tokens in the same processes (strata_bench_mpi.h), one step of each in turn. Decode sizes show latency
- * (p50/p99), prefill sizes throughput. Launched by mpirun, which also coordinates the
- * ranks and carries strata's bootstrap; on one machine, --ranks-per-node names the nodes:
+ * same tokens in the same processes (strata_bench_mpi.h), one step of each in turn. Decode
+ * sizes show latency (p50/p99), prefill sizes throughput. Launched by mpirun, which also
+ * coordinates the ranks and carries strata's bootstrap; on one machine, --ranks-per-node
+ * names the nodes:
  *
  *   mpirun -n 4 --mca btl self,tcp -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo \
  *       strata-bench moe --ranks-per-node 2
+ *
+ * Launched by strata-run instead, the ranks join through strata's bootstrap, which also
+ * carries the bench's barriers; there is no MPI baseline, and where strata-run shaped the
+ * links (--link-rate) each route's step is set against the time the busiest node link
+ * needs for what it carries:
+ *
+ *   strata-run -n 4 --nodes 2 --link-rate 1gbit -- strata-bench moe
  */
 #include "strata_bench_mpi.h"
 #include "tool_cli.h"
@@ -30,14 +38,18 @@ static strata_status_t moe_mpi_barrier(void *ctx)
     return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? STRATA_OK : STRATA_ERR_BOOTSTRAP;
 }
 
-/* The slowest rank's time since t0, in ms, on rank 0 (collective). */
-static double moe_slowest_ms(uint64_t t0)
+/* The slowest rank's time since t0, in ms (collective). */
+static double moe_slowest_ms(const bench_intra_t *b, uint64_t t0)
 {
-    double ms = (double)(util_clock_now_ns() - t0) / 1e6, slowest = 0;
-
-    MPI_TRY(MPI_Reduce(&ms, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
-    return slowest;
+    return bench_max(b, (double)(util_clock_now_ns() - t0) / 1e6);
 }
+
+/* Where the nodes' links are shaped (strata-run --link-rate): how ranks sit in nodes, and
+ * the rate of every link, each way. */
+typedef struct moe_link {
+    int      per_node;
+    uint64_t rate_bps; /* 0: not shaped (or not known) */
+} moe_link_t;
 
 static const char *const moe_bd_names[MOE_BD_N] = {
     "layout", "pack+post", "disp wait", "intra disp", "comb kernel", "comb wait", "reduce",
@@ -95,11 +107,11 @@ static void moe_route_open(bench_intra_t *b, strata_comm_t *comm, moe_route_t *r
                              .mode = STRATA_MOE_MODE_PUSH, .combine = r->combine};
     uint64_t t0;
 
-    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+    bench_barrier(b);
     t0 = util_clock_now_ns();
     BENCH_TRY(strata_moe_create(comm, &p, &r->moe));
     BENCH_TRY(strata_moe_layout_create(r->moe, b->idx, b->tokens, &r->layout));
-    r->create_ms = moe_slowest_ms(t0);
+    r->create_ms = moe_slowest_ms(b, t0);
 }
 
 /* One step: the reused layout, dispatch and combine halves, timed; with a breakdown, what a
@@ -119,7 +131,7 @@ static void moe_route_step(bench_intra_t *b, moe_route_t *r, bool record, bool b
             util_histogram_record(&r->bd.samples[MOE_BD_LAYOUT], util_clock_now_ns() - t0);
         }
     }
-    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+    bench_barrier(b);
     t0 = util_clock_now_ns();
     BENCH_TRY(strata_moe_dispatch_send(r->moe, r->layout, b->x, NULL));
     BENCH_TRY(strata_moe_dispatch_recv(r->moe, &recv));
@@ -138,7 +150,7 @@ static void moe_route_step(bench_intra_t *b, moe_route_t *r, bool record, bool b
 static void moe_route_close(bench_intra_t *b, moe_route_t *r)
 {
     bench_intra_finish(b, &r->samples, &r->result);
-    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD)); /* nobody unmaps while a peer still reads */
+    bench_barrier(b); /* nobody unmaps while a peer still reads */
     strata_moe_layout_destroy(r->layout);
     strata_moe_destroy(r->moe);
 }
@@ -146,15 +158,21 @@ static void moe_route_close(bench_intra_t *b, moe_route_t *r)
 static void moe_print(const bench_intra_t *b, moe_route_t *flat, moe_route_t *hier,
                       const bench_intra_result_t *mpi, bool breakdown)
 {
-    bench_intra_print_row("MPI_Alltoallv", b->tokens, mpi, NULL);
+    if (mpi != NULL) {
+        bench_intra_print_row("MPI_Alltoallv", b->tokens, mpi, NULL);
+    }
+    /* Without MPI (under strata-run), the flat route is what the hierarchical one is set
+     * against. */
     bench_intra_print_row("strata flat", b->tokens, &flat->result, mpi);
-    bench_intra_print_row("strata hier", b->tokens, &hier->result, mpi);
-    printf("%6d strata/alltoallv | step p50 speed-up: flat %.2fx, hierarchical %.2fx; "
-           "step p99: flat %.2fx, hierarchical %.2fx\n", b->tokens,
-           (double)mpi->step.p50 / (double)flat->result.step.p50,
-           (double)mpi->step.p50 / (double)hier->result.step.p50,
-           (double)mpi->step.p99 / (double)flat->result.step.p99,
-           (double)mpi->step.p99 / (double)hier->result.step.p99);
+    bench_intra_print_row("strata hier", b->tokens, &hier->result, mpi ? mpi : &flat->result);
+    if (mpi != NULL) {
+        printf("%6d strata/alltoallv | step p50 speed-up: flat %.2fx, hierarchical %.2fx; "
+               "step p99: flat %.2fx, hierarchical %.2fx\n", b->tokens,
+               (double)mpi->step.p50 / (double)flat->result.step.p50,
+               (double)mpi->step.p50 / (double)hier->result.step.p50,
+               (double)mpi->step.p99 / (double)flat->result.step.p99,
+               (double)mpi->step.p99 / (double)hier->result.step.p99);
+    }
     printf("%6d rank 0 to other nodes per step | flat %llu rows, hierarchical %llu rows "
            "(%llu and %llu payload bytes with combine)\n", b->tokens,
            (unsigned long long)flat->stats.tokens_to_nodes,
@@ -181,18 +199,80 @@ static void moe_print(const bench_intra_t *b, moe_route_t *flat, moe_route_t *hi
 }
 
 /*
- * Both routes and MPI_Alltoallv, one step of each in turn (the order rotating), so that all
- * three see the same moments of a shared, noisy machine.
+ * The most payload bytes any node sends over its link in one of r's steps (every rank's
+ * dispatched rows and returned terms to other nodes, summed by node), into *bytes_p and
+ * *node_p (collective).
+ */
+static void moe_busiest_link(const bench_intra_t *b, const moe_route_t *r, int per_node,
+                             uint64_t *bytes_p, int *node_p)
+{
+    uint64_t *sent = calloc((size_t)b->size, sizeof(*sent)), *node_bytes;
+
+    node_bytes = calloc((size_t)b->size, sizeof(*node_bytes));
+    if (sent == NULL || node_bytes == NULL) {
+        fprintf(stderr, "strata-bench moe: out of memory\n");
+        exit(1);
+    }
+    bench_allgather_u64(b, r->stats.bytes_to_nodes, sent);
+    *bytes_p = 0;
+    *node_p  = 0;
+    for (int rank = 0; rank < b->size; ++rank) {
+        int node = rank / per_node;
+
+        node_bytes[node] += sent[rank];
+        if (node_bytes[node] > *bytes_p) {
+            *bytes_p = node_bytes[node];
+            *node_p  = node;
+        }
+    }
+    free(sent);
+    free(node_bytes);
+}
+
+/* Where the links are shaped: each route's step against the time its busiest link needs
+ * (collective; rank 0 prints). */
+static void moe_print_link(const bench_intra_t *b, moe_route_t *flat, moe_route_t *hier,
+                           const moe_link_t *link)
+{
+    for (moe_route_t *r = flat; r != NULL; r = r == flat ? hier : NULL) {
+        uint64_t bytes;
+        int node;
+        double bound_ns;
+
+        moe_busiest_link(b, r, link->per_node, &bytes, &node);
+        bound_ns = (double)bytes * 8.0 / (double)link->rate_bps * 1e9;
+        if (b->rank != 0) {
+            continue;
+        }
+        printf("%6d strata %s: busiest link: node %d sends %llu bytes per step; link bound "
+               "%.1f us at %.3g Gbit/s; ", b->tokens, r == flat ? "flat" : "hier", node,
+               (unsigned long long)bytes, bound_ns / 1e3, (double)link->rate_bps / 1e9);
+        if (bytes == 0) {
+            printf("step / link bound: none (nothing crosses a link)\n");
+        } else {
+            printf("step / link bound: p50 %.2f, p99 %.2f\n",
+                   (double)r->result.step.p50 / bound_ns, (double)r->result.step.p99 / bound_ns);
+        }
+    }
+    fflush(stdout);
+}
+
+/*
+ * Both routes and, under mpirun, MPI_Alltoallv, one step of each in turn (the order
+ * rotating), so that all of them see the same moments of a shared, noisy machine.
  */
 static void moe_measure(bench_intra_t *b, strata_comm_t *comm, bool breakdown,
-                        tool_progress_t *progress)
+                        const moe_link_t *link, tool_progress_t *progress)
 {
     static moe_route_t flat, hier;
     static bench_intra_samples_t mpi_samples;
     bench_intra_result_t mpi;
+    int paths = b->launcher != NULL ? 2 : 3; /* no MPI to compare with under a launcher */
 
     bench_intra_route(b);
-    bench_intra_mpi_layout(b);
+    if (b->launcher == NULL) {
+        bench_intra_mpi_layout(b);
+    }
     memset(&flat, 0, sizeof(flat));
     memset(&hier, 0, sizeof(hier));
     flat.route = STRATA_MOE_ROUTE_FLAT;
@@ -202,22 +282,27 @@ static void moe_measure(bench_intra_t *b, strata_comm_t *comm, bool breakdown,
     for (int i = -2; i < b->iters; ++i) {
         tool_progress_update(progress, "moe %d tokens: step %d/%d", b->tokens, i + 2,
                              b->iters + 2);
-        for (int j = 0; j < 3; ++j) {
-            int which = (i + 3 + j) % 3;
+        for (int j = 0; j < paths; ++j) {
+            int which = (i + 3 + j) % paths;
 
-            if (which == 0) {
+            if (which == 2) {
                 bench_intra_mpi_step(b, i >= 0 ? &mpi_samples : NULL);
             } else {
-                moe_route_step(b, which == 1 ? &flat : &hier, i >= 0, breakdown);
+                moe_route_step(b, which == 0 ? &flat : &hier, i >= 0, breakdown);
             }
         }
     }
-    bench_intra_finish(b, &mpi_samples, &mpi);
+    if (b->launcher == NULL) {
+        bench_intra_finish(b, &mpi_samples, &mpi);
+    }
     moe_route_close(b, &flat);
     moe_route_close(b, &hier);
     if (b->rank == 0) {
         tool_progress_end(progress); /* the rows start on a clean line */
-        moe_print(b, &flat, &hier, &mpi, breakdown);
+        moe_print(b, &flat, &hier, b->launcher == NULL ? &mpi : NULL, breakdown);
+    }
+    if (link->rate_bps > 0) {
+        moe_print_link(b, &flat, &hier, link);
     }
 }
 
@@ -393,8 +478,9 @@ int bench_moe_main(int argc, char **argv)
     bench_intra_t b = {.hidden = 2048, .topk = 8};
     bench_intra_opts_t o = {.sizes = {128, 2048}, .num_sizes = 2};
     moe_combine_opts_t combine = {.count = 0};
-    int per_node = 0, opt;
+    int per_node = 0, experts_given, opt;
     bool breakdown = false;
+    moe_link_t link = {0};
     char node_name[32];
     strata_config_t config = {.field_mask = STRATA_CONFIG_FIELD_NODE_NAME};
     strata_bootstrap_t bs = {.allgather = moe_mpi_allgather, .barrier = moe_mpi_barrier};
@@ -420,7 +506,19 @@ int bench_moe_main(int argc, char **argv)
     if (optind < argc) {
         return tool_usage_error(MOE_TOOL, "unexpected argument '%s'", argv[optind]);
     }
+    experts_given = b.experts;
     bench_intra_start(&b, &argc, &argv);
+    if (bench_join_launcher(&b, MOE_TOOL)) {
+        /* strata-run's ranks: its node placement (blocks of LOCAL_WORLD_SIZE, named by
+         * STRATA_NODE_NAME), and the links' rate where it shaped them. */
+        const char *local = getenv("LOCAL_WORLD_SIZE"), *rate = getenv("STRATA_RUN_LINK_RATE");
+
+        if (experts_given == 0) {
+            b.experts = 8 * b.size;
+        }
+        per_node      = per_node > 0 ? per_node : local != NULL ? atoi(local) : 0;
+        link.rate_bps = rate != NULL ? strtoull(rate, NULL, 10) : 0;
+    }
     b.device = intra_device_find("host");
     per_node = per_node > 0 ? per_node : b.size;
     if (b.experts % b.size != 0) {
@@ -433,20 +531,28 @@ int bench_moe_main(int argc, char **argv)
                 "--ranks-per-node %d\n", b.size, per_node);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    snprintf(node_name, sizeof(node_name), "node%d", b.rank / per_node);
-    config.node_name = node_name;
-    bs.rank          = b.rank;
-    bs.world_size    = b.size;
-    MPI_TRY(MPI_Barrier(MPI_COMM_WORLD));
+    link.per_node = per_node;
+    bench_barrier(&b);
     t0 = util_clock_now_ns();
-    BENCH_TRY(strata_comm_create(&config, &bs, &comm));
-    comm_ms = moe_slowest_ms(t0);
+    if (b.launcher != NULL) { /* the launcher names the nodes (STRATA_NODE_NAME) */
+        BENCH_TRY(strata_comm_create(NULL, b.launcher, &comm));
+    } else {
+        snprintf(node_name, sizeof(node_name), "node%d", b.rank / per_node);
+        config.node_name = node_name;
+        bs.rank          = b.rank;
+        bs.world_size    = b.size;
+        BENCH_TRY(strata_comm_create(&config, &bs, &comm));
+    }
+    comm_ms = moe_slowest_ms(&b, t0);
     if (modes.modes != NULL) {
         modes.breakdown = breakdown;
         b.tokens = o.sizes[0];
         b.iters  = o.iters > 0 ? o.iters : 200;
         bench_moe_modes(&b, comm, per_node, &modes);
         strata_comm_destroy(comm);
+        if (b.launcher != NULL) {
+            strata_bootstrap_destroy(b.launcher);
+        }
         MPI_TRY(MPI_Finalize());
         return 0;
     }
@@ -460,9 +566,15 @@ int bench_moe_main(int argc, char **argv)
                "# communicator created in %.1f ms (slowest rank)\n",
                b.size, strata_comm_num_nodes(comm), strata_comm_transport(comm), b.hidden,
                b.topk, b.experts,
-               combine.count > 0 ? "the first --combine mode" : "MPI_Alltoallv in the same "
-                                                                "processes",
+               combine.count > 0   ? "the first --combine mode"
+               : b.launcher != NULL ? "the flat route (no MPI here: launched by strata-run)"
+                                    : "MPI_Alltoallv in the same processes",
                comm_ms);
+        if (link.rate_bps > 0) {
+            printf("# links shaped to %.3g Gbit/s each way: each route's step set against the "
+                   "time its busiest node link needs for what it sends\n",
+                   (double)link.rate_bps / 1e9);
+        }
         bench_intra_print_header();
     }
     tool_progress_start(&progress, b.rank == 0, b.progress);
@@ -472,11 +584,14 @@ int bench_moe_main(int argc, char **argv)
         if (combine.count > 0) {
             moe_measure_combine(&b, comm, &combine, breakdown, &progress);
         } else {
-            moe_measure(&b, comm, breakdown, &progress);
+            moe_measure(&b, comm, breakdown, &link, &progress);
         }
     }
     tool_progress_end(&progress);
     strata_comm_destroy(comm);
+    if (b.launcher != NULL) {
+        strata_bootstrap_destroy(b.launcher);
+    }
     MPI_TRY(MPI_Finalize());
     return 0;
 }

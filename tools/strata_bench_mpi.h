@@ -24,6 +24,10 @@
 
 typedef struct bench_intra {
     int                       rank, size;
+    /* Where strata-run (or another launcher that sets WORLD_SIZE and strata's bootstrap
+     * variables) started the ranks rather than mpirun: strata's bootstrap, which then
+     * carries the bench's own barriers and reductions too; NULL under mpirun. */
+    strata_bootstrap_t       *launcher;
     int                       hidden, topk, experts, tokens, iters;
     bool                      progress; /* --progress: rank 0's line even on a pipe */
     uint64_t                  pull_mask[INTRA_MOE_MASK_WORDS];
@@ -57,6 +61,20 @@ typedef struct bench_intra_result {
 typedef struct bench_intra_samples {
     util_histogram_t dispatch, combine, step;
 } bench_intra_samples_t;
+
+/** A barrier of every rank: MPI's, or the launcher's bootstrap (collective). */
+void bench_barrier(const bench_intra_t *b);
+/** The largest of every rank's value, on every rank (collective). */
+double bench_max(const bench_intra_t *b, double value);
+/** Every rank's value into all[b->size], in rank order (collective). */
+void bench_allgather_u64(const bench_intra_t *b, uint64_t value, uint64_t *all);
+/**
+ * After bench_intra_start: where MPI made this process a job of its own while WORLD_SIZE
+ * says more, the ranks join through strata's bootstrap from the launcher's variables
+ * (b->launcher, rank and size from it); where they cannot, a message and exit 2. true when
+ * the launcher's bootstrap carries the job.
+ */
+bool bench_join_launcher(bench_intra_t *b, const char *tool);
 
 /** Distinct uniform experts per token (seeded by rank), equal weights, fixed rows. */
 void bench_intra_route(bench_intra_t *b);

@@ -78,7 +78,8 @@ static void usage(FILE *out)
             "       strata-run --cleanup\n"
             "       strata-run -h | -V\n"
             "Start N ranks of CMD on this machine with RANK, WORLD_SIZE, LOCAL_RANK,\n"
-            "LOCAL_WORLD_SIZE, STRATA_BOOTSTRAP_ADDR and STRATA_BOOTSTRAP_PORT set.\n"
+            "LOCAL_WORLD_SIZE, STRATA_BOOTSTRAP_ADDR and STRATA_BOOTSTRAP_PORT set (and, with\n"
+            "--link-rate, STRATA_RUN_LINK_RATE: the rate in bit/s).\n"
             "\n"
             "  -n, --ranks N        ranks to start (1..%d)\n"
             "  -k, --nodes K        simulate K nodes (1..%d, dividing N) as network namespaces\n"
@@ -173,6 +174,10 @@ static void run_set_env(const run_job_t *job, int rank)
     if (job->num_nodes) {
         snprintf(value, sizeof(value), "node%d", node);
         setenv("STRATA_NODE_NAME", value, 1);
+    }
+    if (job->link.rate_bps > 0) { /* what a benchmark sets its steps against */
+        snprintf(value, sizeof(value), "%llu", (unsigned long long)job->link.rate_bps);
+        setenv("STRATA_RUN_LINK_RATE", value, 1);
     }
 }
 

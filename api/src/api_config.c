@@ -23,6 +23,26 @@ static const util_config_field_t api_python_config_fields[] = {
      .type = UTIL_CONFIG_STRING, .offset = offsetof(api_python_config_t, library_path)},
 };
 
+/* Set by strata-run for its ranks, read by strata-bench, never by the library: in the
+ * registry for the same reasons. */
+typedef struct api_run_config {
+    uint64_t link_rate;
+} api_run_config_t;
+
+static const util_config_field_t api_run_config_fields[] = {
+    {.name = "RUN_LINK_RATE", .default_value = "0",
+     .doc = "Set by strata-run --link-rate for its ranks: the links' rate in bit/s, which "
+            "strata-bench moe sets its steps against (0: not shaped).",
+     .type = UTIL_CONFIG_SIZE, .offset = offsetof(api_run_config_t, link_rate)},
+};
+
+static const util_config_table_t api_run_config_table = {
+    .layer       = "strata-run",
+    .fields      = api_run_config_fields,
+    .num_fields  = UTIL_ARRAY_SIZE(api_run_config_fields),
+    .struct_size = sizeof(api_run_config_t),
+};
+
 static const util_config_table_t api_python_config_table = {
     .layer       = "python",
     .fields      = api_python_config_fields,
@@ -50,6 +70,7 @@ const util_config_table_t *const api_config_tables[] = {
     &api_bootstrap_config_table,
     &api_comm_config_table,
     &api_python_config_table,
+    &api_run_config_table,
 };
 
 const size_t api_num_config_tables = UTIL_ARRAY_SIZE(api_config_tables);

@@ -5,7 +5,8 @@
 # strata-bench has its intra subcommand (built with MPI) and the build is not sanitized
 # (third argument), intra and moe run on small shapes and print every path, moe also its
 # host-copied bytes and the breakdown of a step, moe --combine its two combine modes' times
-# and bytes, and moe --modes its table of modes.
+# and bytes, and moe --modes its table of modes; moe under strata-run on shaped links is one
+# job set against its busiest link, and refused where the ranks cannot join.
 set -u
 run=$1 bench=$2 sanitize=${3:-}
 out=$(STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo "$run" -n 2 --timeout 120 -- \
@@ -188,7 +189,35 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
         echo "5 passed, 1 failed"
         exit 1
     fi
-    echo "6 passed, 0 failed"
+    # moe under strata-run: one job of 4 ranks on 2 simulated nodes, its links shaped; no MPI
+    # baseline, each route set against its busiest link instead.
+    if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1 && command -v tc >/dev/null 2>&1; then
+        out=$(STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0 timeout 180 "$run" -n 4 \
+              --nodes 2 --link-rate 1gbit --timeout 150 -- "$bench" moe --tokens 16 \
+              --hidden 256 --iters 3 2>&1)
+        rc=$?
+        rows=$(grep -cE '^\[r0\] +16 strata (flat|hier) +\|' <<<"$out")
+        bound=$(grep -cE '^\[r0\] +16 strata (flat|hier): busiest link: node [01] sends [1-9][0-9]* bytes per step; link bound [0-9.]+ us at 1 Gbit/s; step / link bound: p50 [0-9.]+, p99 [0-9.]+$' <<<"$out")
+        if [ $rc -ne 0 ] || [ "$rows" -ne 2 ] || [ "$bound" -ne 2 ] ||
+           ! grep -q '4 ranks on 2 nodes' <<<"$out" || grep -q 'MPI_Alltoallv  ' <<<"$out"; then
+            echo "$out"
+            echo "6 passed, 1 failed"
+            exit 1
+        fi
+    else
+        echo "strata-bench moe under strata-run not run: network namespaces or tc missing"
+    fi
+    # Ranks that MPI made one-rank jobs while WORLD_SIZE says more, with no way to join: refused.
+    out=$(WORLD_SIZE=4 RANK=1 STRATA_BOOTSTRAP_ADDR= MASTER_ADDR= timeout 60 "$bench" moe \
+          --tokens 8 --iters 1 2>&1)
+    rc=$?
+    if [ $rc -ne 2 ] || ! grep -q "MPI started this process as a job of 1 rank while WORLD_SIZE is 4" <<<"$out"; then
+        echo "$out"
+        echo "exit $rc"
+        echo "7 passed, 1 failed"
+        exit 1
+    fi
+    echo "8 passed, 0 failed"
     exit 0
 fi
 echo "2 passed, 0 failed"
