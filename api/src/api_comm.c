@@ -14,7 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define API_NODE_NAME_LEN 64
 
 typedef struct api_comm_config {
     char   *node_name;
@@ -40,13 +39,6 @@ const util_config_table_t api_comm_config_table = {
     .struct_size = sizeof(api_comm_config_t),
 };
 
-/* What every rank tells the others when the communicator is created. */
-typedef struct api_rank_info {
-    char    node_name[API_NODE_NAME_LEN];
-    int32_t pid;
-    int32_t num_gpus;
-    int32_t num_rdma_nics;
-} api_rank_info_t;
 
 /* This rank's node name: config->node_name, STRATA_NODE_NAME, else the host name; true
  * where it was given (a simulated node, say) rather than the host's. */
@@ -107,6 +99,12 @@ static void api_comm_fill_info(const strata_comm_t *comm, const char *node_name,
     }
 }
 
+bool api_rank_info_valid(const api_rank_info_t *info)
+{
+    return memchr(info->node_name, '\0', sizeof(info->node_name)) != NULL &&
+           info->node_name[0] != '\0' && info->num_gpus >= 0 && info->num_rdma_nics >= 0;
+}
+
 /* Nodes numbered in order of their first rank; local ranks in rank order within a node. */
 static strata_status_t api_comm_map_nodes(strata_comm_t *comm, const api_rank_info_t *infos)
 {
@@ -118,6 +116,11 @@ static strata_status_t api_comm_map_nodes(strata_comm_t *comm, const api_rank_in
         return STRATA_ERR_NO_MEMORY;
     }
     for (int r = 0; r < comm->size; ++r) {
+        if (!api_rank_info_valid(&infos[r])) {
+            UTIL_LOG_ERROR("comm: rank %d sent malformed rank information (a node name "
+                           "without an end, or negative counts)", r);
+            return STRATA_ERR_BOOTSTRAP;
+        }
         comm->all_ranks[r] = r;
     }
     for (int r = 0; r < comm->size; ++r) {

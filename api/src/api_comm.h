@@ -9,6 +9,22 @@
 #include "topo/topo.h"
 
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define API_NODE_NAME_LEN 64
+
+/* What every rank tells the others when the communicator is created. */
+typedef struct api_rank_info {
+    char    node_name[API_NODE_NAME_LEN];
+    int32_t pid;
+    int32_t num_gpus;
+    int32_t num_rdma_nics;
+} api_rank_info_t;
+
+/** Whether another rank's information may be used: a node name that ends inside it and is
+ *  not empty, counts not negative. Pure (tests/fuzz/fuzz_bootstrap.c). */
+bool api_rank_info_valid(const api_rank_info_t *info);
 
 struct strata_comm {
     strata_bootstrap_t       *bootstrap;

@@ -227,6 +227,22 @@ static void test_proxy_pinned_near_its_nic(void **state)
     assert_string_equal(got, want);
 }
 
+/* Another rank's information, as the allgather brings it: used only once it is whole. */
+static void test_rank_info_checked(void **state)
+{
+    api_rank_info_t info = {.node_name = "node1", .pid = 42, .num_gpus = 8};
+
+    (void)state;
+    assert_true(api_rank_info_valid(&info));
+    memset(info.node_name, 'x', sizeof(info.node_name)); /* no end: strcmp would overread */
+    assert_false(api_rank_info_valid(&info));
+    info.node_name[0] = '\0'; /* empty */
+    assert_false(api_rank_info_valid(&info));
+    snprintf(info.node_name, sizeof(info.node_name), "node1");
+    info.num_gpus = -1;
+    assert_false(api_rank_info_valid(&info));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -236,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_comm_destroyed_before_moe),
         cmocka_unit_test(test_topology_overlay),
         cmocka_unit_test(test_proxy_pinned_near_its_nic),
+        cmocka_unit_test(test_rank_info_checked),
     };
 
     mallopt(M_PERTURB, 0xa5); /* freed memory reads as 0x5a...: a use after free crashes */

@@ -1,7 +1,8 @@
 /*
  * What the built-in TCP bootstrap receives before it trusts anything (api/src/
  * api_bootstrap_wire.c): a joining rank's hello at rank 0, rank 0's answer at a joining
- * rank, and the header of a rank's block in a collective. The first byte picks the frame
+ * rank, the header of a rank's block in a collective, and the rank information every rank
+ * allgathers when a communicator is created. The first byte picks the frame
  * and says whether this side has a secret; the next bytes set what it expects (world size,
  * collective number and size); the frame is the rest (zeros past the input). A hello that
  * goes on comes from a rank of this world, with a secret exactly where rank 0 has one; an
@@ -11,6 +12,7 @@
 #include "fuzz_input.h"
 
 #include "api/src/api_bootstrap_tcp.h"
+#include "api/src/api_comm.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -66,6 +68,21 @@ static void fuzz_header(const uint8_t *data, size_t size)
     }
 }
 
+extern volatile size_t fuzz_name_sink;
+volatile size_t fuzz_name_sink;
+
+static void fuzz_rank_info(const uint8_t *data, size_t size)
+{
+    api_rank_info_t info;
+    size_t at = 0;
+
+    fuzz_take(data, size, &at, &info, sizeof(info));
+    if (api_rank_info_valid(&info)) { /* what the communicator does next with it */
+        fuzz_name_sink = strlen(info.node_name) + (size_t)strcmp(info.node_name, "node0");
+        FUZZ_CHECK(info.num_gpus >= 0 && info.num_rdma_nics >= 0);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     bool have_secret;
@@ -77,7 +94,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     switch (data[0] & 3) {
     case 0: fuzz_hello(data + 1, size - 1, have_secret); break;
     case 1: fuzz_answer(data + 1, size - 1, have_secret); break;
-    default: fuzz_header(data + 1, size - 1); break;
+    case 2: fuzz_header(data + 1, size - 1); break;
+    default: fuzz_rank_info(data + 1, size - 1); break;
     }
     return 0;
 }
