@@ -16,16 +16,7 @@
 static strata_status_t sched_check_combine(const sched_moe_t *moe, sched_state_t expected,
                                            const char *call)
 {
-    if (moe->cur.state == expected) {
-        return STRATA_OK;
-    }
-    if (moe->cur.state == SCHED_STEP_FAILED) {
-        UTIL_LOG_ERROR("moe: %s after a failed step; destroy the object", call);
-        return STRATA_ERR_PEER_FAILED;
-    }
-    UTIL_LOG_ERROR("moe: %s out of order: a step is dispatch_send, dispatch_recv, "
-                   "combine_send, combine_recv", call);
-    return STRATA_ERR_INVALID;
+    return moe->cur.state == expected ? STRATA_OK : sched_refuse_mid_step(moe, call);
 }
 
 strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)

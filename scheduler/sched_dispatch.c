@@ -124,11 +124,7 @@ strata_status_t sched_moe_dispatch_send(sched_moe_t *moe, const sched_plan_t *pl
     strata_status_t status;
 
     if (moe->cur.state != SCHED_STEP_IDLE) {
-        UTIL_LOG_ERROR("moe: dispatch_send %s", moe->cur.state == SCHED_STEP_FAILED
-                                                    ? "after a failed step; destroy the object"
-                                                    : "out of order: a step is dispatch_send, "
-                                                      "dispatch_recv, combine_send, combine_recv");
-        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+        return sched_refuse_mid_step(moe, "dispatch_send");
     }
     status = sched_capture_check(moe);
     if (status != STRATA_OK) {
@@ -256,10 +252,12 @@ strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *rec
 {
     strata_status_t status;
 
-    if (moe->cur.state != SCHED_STEP_DISPATCH_SENT || recv_p == NULL) {
-        UTIL_LOG_ERROR("moe: dispatch_recv %s", recv_p == NULL ? "without a result"
-                                                : "without a dispatch_send before it");
-        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+    if (recv_p == NULL) {
+        UTIL_LOG_ERROR("moe: dispatch_recv without a result");
+        return STRATA_ERR_INVALID;
+    }
+    if (moe->cur.state != SCHED_STEP_DISPATCH_SENT) {
+        return sched_refuse_mid_step(moe, "dispatch_recv");
     }
     if (moe->geo.num_peers > 0 && (status = sched_exchange(moe)) != STRATA_OK) {
         return status;

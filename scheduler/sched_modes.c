@@ -276,8 +276,7 @@ strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispat
     int words = moe->geo.mask_words;
 
     if (moe->cur.state != SCHED_STEP_IDLE) {
-        UTIL_LOG_ERROR("moe: pull masks can change only between steps");
-        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+        return sched_refuse_mid_step(moe, "set_pull_mask (masks change between steps)");
     }
     if (m->decider != NULL) {
         UTIL_LOG_ERROR("moe: in adaptive mode the experts' owners set the modes");

@@ -394,10 +394,7 @@ strata_status_t sched_plan_refill(sched_moe_t *moe, const int64_t *topk_idx, int
     strata_status_t built, status = STRATA_OK;
 
     if (moe->cur.state != SCHED_STEP_IDLE) { /* the step in progress still uses the plan */
-        UTIL_LOG_ERROR("moe: dispatch %s", moe->cur.state == SCHED_STEP_FAILED
-                                               ? "after a failed step; destroy the object"
-                                               : "before the step in progress has combined");
-        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+        return sched_refuse_mid_step(moe, "dispatch");
     }
     if (!sched_plan_tokens_ok(&moe->geo, topk_idx, num_tokens, "dispatch")) {
         return STRATA_ERR_INVALID;

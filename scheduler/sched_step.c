@@ -7,13 +7,36 @@
 
 #include <inttypes.h>
 
+strata_status_t sched_refuse_mid_step(const sched_moe_t *moe, const char *call)
+{
+    static const char *const finish[] = {
+        [SCHED_STEP_DISPATCH_SENT] = "dispatch_send: finish it with dispatch_recv, then "
+                                     "combine (or combine_send and combine_recv)",
+        [SCHED_STEP_DISPATCHED]    = "dispatch_recv: finish it with combine (or "
+                                     "combine_send and combine_recv)",
+        [SCHED_STEP_COMBINE_SENT]  = "combine_send: finish it with combine_recv",
+    };
+
+    if (moe->cur.state == SCHED_STEP_FAILED) {
+        UTIL_LOG_ERROR("moe: %s after a failed step; destroy the object", call);
+        return STRATA_ERR_PEER_FAILED;
+    }
+    if (moe->cur.state == SCHED_STEP_IDLE) {
+        UTIL_LOG_ERROR("moe: %s out of order: no step is in progress (a step is "
+                       "dispatch_send, dispatch_recv, combine_send, combine_recv)", call);
+    } else {
+        UTIL_LOG_ERROR("moe: %s refused: step %" PRIu64 " is in progress after its %s", call,
+                       moe->cur.step + 1, finish[moe->cur.state]);
+    }
+    return STRATA_ERR_INVALID;
+}
+
 strata_status_t sched_moe_set_stream(sched_moe_t *moe, void *stream)
 {
     strata_status_t status;
 
     if (moe->cur.state != SCHED_STEP_IDLE) {
-        UTIL_LOG_ERROR("moe: the stream can change only between steps");
-        return moe->cur.state == SCHED_STEP_FAILED ? STRATA_ERR_PEER_FAILED : STRATA_ERR_INVALID;
+        return sched_refuse_mid_step(moe, "set_stream (the stream changes between steps)");
     }
     status = intra_moe_set_stream(moe->intra, stream);
     if (status == STRATA_OK) {

@@ -95,6 +95,19 @@ static const char *util_log_level_name(strata_log_level_t level)
     return util_log_level_names[level];
 }
 
+/* The message of the last error logged on each thread, without the line's prefix. */
+static _Thread_local char util_last_error[UTIL_LOG_LINE_MAX];
+
+const char *util_log_last_error(void)
+{
+    return util_last_error;
+}
+
+void util_log_clear_last_error(void)
+{
+    util_last_error[0] = '\0';
+}
+
 void util_log_write(strata_log_level_t level, const char *file, int line, const char *fmt, ...)
 {
     char buf[UTIL_LOG_LINE_MAX];
@@ -115,6 +128,9 @@ void util_log_write(strata_log_level_t level, const char *file, int line, const 
     va_start(ap, fmt);
     n = vsnprintf(buf + len, sizeof(buf) - len, fmt, ap);
     va_end(ap);
+    if (level == STRATA_LOG_LEVEL_ERROR) {
+        snprintf(util_last_error, sizeof(util_last_error), "%s", buf + len);
+    }
     len = (n > 0) ? UTIL_MIN(len + (size_t)n, sizeof(buf) - 1) : len;
 
     if (level >= STRATA_LOG_LEVEL_DEBUG && len < sizeof(buf) - 1) {

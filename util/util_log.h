@@ -28,6 +28,11 @@ void util_log_set_handler(util_log_handler_fn_t handler, void *arg);
 void util_log_write(strata_log_level_t level, const char *file, int line, const char *fmt, ...)
     UTIL_PRINTF(4, 5);
 
+/** The message (without the line's prefix) of the last error logged on this thread, "" if
+ *  none since util_log_clear_last_error; the thread's own storage. */
+const char *util_log_last_error(void);
+void        util_log_clear_last_error(void);
+
 #define UTIL_LOG(level, ...) \
     do { \
         if ((level) <= util_log_level()) { \

@@ -1,7 +1,9 @@
 /*
- * Version and build-option queries.
+ * Version and build-option queries, and the calling thread's last error.
  */
 #include <strata/strata.h>
+
+#include "util/util_log.h"
 
 #define STRATA_STR2(x) #x
 #define STRATA_STR(x)  STRATA_STR2(x)
@@ -28,4 +30,14 @@ STRATA_API const char *strata_get_version_string(void)
 STRATA_API const char *strata_get_build_options(void)
 {
     return STRATA_BUILD_OPTIONS; /* set by CMake from the STRATA_WITH_* options */
+}
+
+STRATA_API const char *strata_get_last_error(void)
+{
+    return util_log_last_error();
+}
+
+STRATA_API void strata_clear_last_error(void)
+{
+    util_log_clear_last_error();
 }

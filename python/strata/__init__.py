@@ -4,7 +4,7 @@ No compiled extension: the package loads libstrata (STRATA_LIBRARY_PATH, a file 
 directory holding libstrata.so*, else the dynamic loader's path) on first use. Buffers are
 numpy arrays or CPU torch tensors, read and written in place. See docs/python.md.
 """
-from ._library import LIBRARY_ENV, library, library_path, open_library, status_string
+from ._library import LIBRARY_ENV, last_error, library, library_path, open_library, status_string
 from ._types import Combine, ConfigField, Dtype, LogLevel, Mode, Phase, Route, Status
 from .comm import Communicator
 from .errors import LibraryNotFoundError, LibraryVersionError, StrataError
@@ -13,7 +13,8 @@ from .moe import Layout, Moe, Recv, Stats
 __all__ = [
     "Combine", "Communicator", "ConfigField", "Dtype", "Layout", "LIBRARY_ENV",
     "LibraryNotFoundError", "LibraryVersionError", "LogLevel", "Mode", "Moe", "Phase", "Recv",
-    "Route", "Stats", "Status", "StrataError", "build_options", "library", "library_path",
+    "Route", "Stats", "Status", "StrataError", "build_options", "last_error", "library",
+    "library_path",
     "open_library", "status_string", "version",
 ]
 

@@ -27,6 +27,8 @@ _PROTOTYPES = {
     "strata_get_version": (None, [ctypes.POINTER(ctypes.c_uint)] * 3),
     "strata_get_version_string": (ctypes.c_char_p, []),
     "strata_get_build_options": (ctypes.c_char_p, []),
+    "strata_get_last_error": (ctypes.c_char_p, []),
+    "strata_clear_last_error": (None, []),
     "strata_bootstrap_from_env": (_c_status, [ctypes.POINTER(_p)]),
     "strata_bootstrap_tcp_create": (_c_status, [ctypes.c_char_p, ctypes.c_uint16, _int, _int,
                                                 ctypes.c_uint64, ctypes.POINTER(_p)]),
@@ -117,6 +119,16 @@ def _check_version(lib, where):
             f"mirrors the structs of {MIRRORED_VERSION[0]}.{MIRRORED_VERSION[1]}")
 
 
+def _clearing(clear, fn):
+    """fn, called after forgetting the thread's last error: a failure's message is then its
+    own, never an earlier call's (check() reads it)."""
+    def call(*args):
+        clear()
+        return fn(*args)
+    call.__name__ = fn.__name__
+    return call
+
+
 def _declare(lib, where):
     for name, (restype, argtypes) in _PROTOTYPES.items():
         try:
@@ -126,6 +138,9 @@ def _declare(lib, where):
                                       f"can use") from None
         fn.restype = restype
         fn.argtypes = argtypes
+    for name, (restype, _) in _PROTOTYPES.items():
+        if restype is _c_status and name != "strata_status_string":
+            setattr(lib, name, _clearing(lib.strata_clear_last_error, getattr(lib, name)))
 
 
 def open_library(environ=None):
@@ -167,8 +182,15 @@ def status_string(status):
     return library().strata_status_string(int(status)).decode()
 
 
+def last_error():
+    """strata_get_last_error: why the calling thread's last failed call failed ("" if the
+    library logged nothing)."""
+    return library().strata_get_last_error().decode(errors="replace")
+
+
 def check(status, call):
-    """Raise StrataError for an error status; return STRATA_OK or STRATA_INPROGRESS."""
+    """Raise StrataError for an error status, with the library's message for it; return
+    STRATA_OK or STRATA_INPROGRESS."""
     if status < 0:
-        raise StrataError(status, call, status_string(status))
+        raise StrataError(status, call, status_string(status), last_error())
     return status

@@ -6,12 +6,13 @@ class StrataError(Exception):
     """A strata call returned an error status.
 
     status is the Status member (its .name is the C enum name, e.g. "STRATA_ERR_INVALID"),
-    call the C function that returned it, and str() the library's text for the status
-    (strata_status_string) after the call. The library has logged the details (the bad
-    value, the peer that failed) on stderr, or to the handler of its log.
+    call the C function that returned it, text the library's text for the status
+    (strata_status_string), and message why this call failed: the error the library logged
+    for it (strata_get_last_error), with the bad value, the rank or the call to make
+    instead; "" where it logged none. str() holds all of them.
     """
 
-    def __init__(self, status, call, text):
+    def __init__(self, status, call, text, message=""):
         try:
             self.status = Status(status)
             name = self.status.name
@@ -21,7 +22,8 @@ class StrataError(Exception):
         self.name = name
         self.call = call
         self.text = text
-        super().__init__(f"{call}: {name}: {text}")
+        self.message = message
+        super().__init__(f"{call}: {name}: {text}" + (f": {message}" if message else ""))
 
 
 class LibraryNotFoundError(OSError):

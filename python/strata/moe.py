@@ -5,7 +5,7 @@ import weakref
 
 from . import _buffers as b
 from . import _types as t
-from ._library import check, library, status_string
+from ._library import check, last_error, library, status_string
 from .errors import StrataError
 
 
@@ -230,13 +230,15 @@ class Moe:
     # --- the step --------------------------------------------------------------------------
 
     def _receive(self, status, raw, call):
-        self._recv = Recv(raw, self.hidden, self.dtype, self.combine_dtype, self._torch_like,
-                          self._kept) if raw.num_local_experts > 0 else None
+        recv = Recv(raw, self.hidden, self.dtype, self.combine_dtype, self._torch_like,
+                    self._kept) if raw.num_local_experts > 0 else None
+        if recv is not None:  # a refused call delivers nothing: the step's recv stands
+            self._recv = recv
         if status < 0:
-            err = StrataError(status, call, status_string(status))
-            err.recv = self._recv
+            err = StrataError(status, call, status_string(status), last_error())
+            err.recv = recv
             raise err
-        return self._recv
+        return recv
 
     def layout(self, topk_idx):
         """A reusable Layout for this routing (strata_moe_layout_create)."""

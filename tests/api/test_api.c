@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <cmocka.h>
 
 static void test_version(void **state)
@@ -81,12 +82,39 @@ static void test_config_registry(void **state)
     assert_true(log_level && topo_file);
 }
 
+static void *last_error_elsewhere(void *arg)
+{
+    (void)arg;
+    return (void *)strata_get_last_error(); /* this thread's: nothing failed here */
+}
+
+/* Why the last call failed, in the library's words: set by the error it logged, the calling
+ * thread's alone, and gone once cleared. */
+static void test_last_error(void **state)
+{
+    strata_comm_t *comm = NULL;
+    pthread_t thread;
+    void *other;
+
+    (void)state;
+    strata_clear_last_error();
+    assert_string_equal(strata_get_last_error(), "");
+    assert_int_equal(strata_comm_create(NULL, NULL, &comm), STRATA_ERR_INVALID);
+    assert_non_null(strstr(strata_get_last_error(), "bootstrap"));
+    assert_int_equal(pthread_create(&thread, NULL, last_error_elsewhere, NULL), 0);
+    assert_int_equal(pthread_join(thread, &other), 0);
+    assert_string_equal((const char *)other, "");
+    strata_clear_last_error();
+    assert_string_equal(strata_get_last_error(), "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_status_strings),
         cmocka_unit_test(test_config_registry),
+        cmocka_unit_test(test_last_error),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

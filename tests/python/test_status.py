@@ -43,12 +43,57 @@ class TestStatus(unittest.TestCase):
             self.assertEqual(caught.exception.call, "strata_moe_create")
             self.assertIn("invalid argument", str(caught.exception))
 
+    def test_error_carries_the_library_message(self):
+        """A refused call's error says why, in the library's words (strata_get_last_error);
+        a later refusal carries its own message, never the earlier one's."""
+        with one_rank.communicator() as comm:
+            with self.assertRaises(StrataError) as caught:
+                strata.Moe(comm, num_experts=4, topk=0, hidden=64, max_tokens=8)
+            first = caught.exception.message
+            self.assertIn("topk", first)
+            self.assertIn(first, str(caught.exception))
+            with strata.Moe(comm, num_experts=4, topk=2, hidden=64, max_tokens=8) as moe:
+                with self.assertRaises(StrataError) as caught:
+                    moe.dispatch_recv()  # no dispatch_send before it
+                self.assertNotEqual(caught.exception.message, first)
+                self.assertIn("dispatch_recv", caught.exception.message)
+            # A call that succeeds leaves no message behind.
+            comm.barrier()
+            self.assertEqual(strata.last_error(), "")
+
     def test_out_of_order_call_raises(self):
         with one_rank.communicator() as comm, \
                 strata.Moe(comm, num_experts=4, topk=2, hidden=64, max_tokens=8) as moe:
             with self.assertRaises(StrataError) as caught:
                 moe.dispatch_recv()  # no dispatch_send before it
             self.assertIs(caught.exception.status, Status.STRATA_ERR_INVALID)
+
+    def test_mid_step_refusal_names_the_calls_that_finish_it(self):
+        """A new step while one is in progress is refused with the calls that finish it,
+        for each place the step can be; once finished, the next step runs."""
+        with one_rank.communicator() as comm, \
+                strata.Moe(comm, num_experts=4, topk=2, hidden=64, max_tokens=8) as moe:
+            x = np.ones((8, 64), np.float32)
+            idx = np.tile(np.array([[0, 1]], np.int64), (8, 1))
+            layout = moe.layout(idx)
+            moe.dispatch_send(layout, x)
+            with self.assertRaises(StrataError) as caught:
+                moe.dispatch_send(layout, x)
+            self.assertIn("in progress after its dispatch_send: finish it with dispatch_recv, "
+                          "then combine", caught.exception.message)
+            recv = moe.dispatch_recv()
+            with self.assertRaises(StrataError) as caught:
+                moe.dispatch(x, idx)
+            self.assertIn("after its dispatch_recv: finish it with combine",
+                          caught.exception.message)
+            moe.combine_send(recv.expert_y)
+            with self.assertRaises(StrataError) as caught:
+                moe.dispatch_recv()
+            self.assertIn("after its combine_send: finish it with combine_recv",
+                          caught.exception.message)
+            moe.combine_recv(np.ones((8, 2), np.float32), np.empty_like(x))
+            moe.dispatch(x, idx)  # the next step runs
+            moe.combine(np.ones((8, 2), np.float32), np.empty_like(x))
 
     def test_capacity_error_keeps_the_step(self):
         """Rows past an expert's capacity: dispatch raises STRATA_ERR_CAPACITY with what did

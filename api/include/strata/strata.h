@@ -32,6 +32,19 @@ STRATA_API const char *strata_get_version_string(void);
 /** Build options compiled into the library, e.g. "cuda=off hip=off verbs=on ucx=on sanitize=none". */
 STRATA_API const char *strata_get_build_options(void);
 
+/**
+ * Why the last call failed: the message of the last error the library logged on the
+ * calling thread (what follows "error: " in the log line, with the bad value, the rank or
+ * the call to make instead), whatever the log level or handler; "" when none was logged
+ * since strata_clear_last_error. The thread's own copy: valid until its next strata call.
+ * Errors found on the library's own threads (a peer that failed) reach the caller as the
+ * status of its next call, logged there too.
+ */
+STRATA_API const char *strata_get_last_error(void);
+
+/** Forget the calling thread's last error (before a call whose failure is to be explained). */
+STRATA_API void strata_clear_last_error(void);
+
 /** Bits of strata_config_t::field_mask: which fields the caller set. */
 enum strata_config_field {
     STRATA_CONFIG_FIELD_LOG_LEVEL = 1u << 0,
