@@ -198,8 +198,18 @@ strata_status_t sched_plan_device_alloc(const sched_moe_t *moe, sched_plan_t *pl
                                         int max_tokens);
 /* A token's expert ids: distinct, each -1 or in 0..num_experts-1; or INVALID (logged). */
 strata_status_t sched_token_check(int num_experts, int topk, const int64_t *experts, int token);
-/* The same check, turning each bad slot into -1 (the first one is logged). */
-strata_status_t sched_token_clean(int num_experts, int topk, int64_t *experts, int token);
+/* The bad slots of one call: how many, and the first SCHED_BAD_IDS_SHOWN as text. */
+#define SCHED_BAD_IDS_SHOWN 4
+typedef struct sched_bad_ids {
+    int  count;
+    char first[160];
+} sched_bad_ids_t;
+/* The same check, turning each bad slot into -1 and adding it to bad (logged by
+ * sched_bad_ids_log, once per call). */
+strata_status_t sched_token_clean(int num_experts, int topk, int64_t *experts, int token,
+                                  sched_bad_ids_t *bad);
+/* One line for a call's bad slots, where there are any. */
+void sched_bad_ids_log(const sched_bad_ids_t *bad, int num_experts);
 
 struct sched_moe {
     /* Unique in the process: a layout names its object by pointer and serial, since a new

@@ -50,21 +50,41 @@ strata_status_t sched_token_check(int num_experts, int topk, const int64_t *expe
     return STRATA_OK;
 }
 
-strata_status_t sched_token_clean(int num_experts, int topk, int64_t *experts, int token)
+/* One bad slot into the call's summary: counted, and among the first shown. */
+static void sched_bad_ids_add(sched_bad_ids_t *bad, const int64_t *experts, int token, int k)
+{
+    size_t used = strlen(bad->first);
+
+    if (bad->count++ < SCHED_BAD_IDS_SHOWN && used < sizeof(bad->first)) {
+        snprintf(bad->first + used, sizeof(bad->first) - used, "%s[%d][%d] = %lld",
+                 used ? ", " : "", token, k, (long long)experts[k]);
+    }
+}
+
+strata_status_t sched_token_clean(int num_experts, int topk, int64_t *experts, int token,
+                                  sched_bad_ids_t *bad)
 {
     strata_status_t status = STRATA_OK;
     int dup = 0, problem;
 
     for (int k = 0; k < topk; ++k) {
         if ((problem = sched_slot_problem(num_experts, experts, k, &dup)) != 0) {
-            if (status == STRATA_OK) {
-                sched_slot_log(num_experts, experts, token, k, problem, dup);
-            }
+            sched_bad_ids_add(bad, experts, token, k);
             experts[k] = -1;
             status     = STRATA_ERR_INVALID;
         }
     }
     return status;
+}
+
+void sched_bad_ids_log(const sched_bad_ids_t *bad, int num_experts)
+{
+    if (bad->count > 0) {
+        UTIL_LOG_ERROR("layout: %d topk_idx entries skipped: not an expert (0..%d, or -1), or "
+                       "a token's expert again; %s %s%s", bad->count, num_experts - 1,
+                       bad->count > SCHED_BAD_IDS_SHOWN ? "the first:" : "they are:", bad->first,
+                       bad->count > SCHED_BAD_IDS_SHOWN ? ", ..." : "");
+    }
 }
 
 /* The peer that takes global expert e's tokens from this rank, or -1 on this node. */
@@ -88,6 +108,7 @@ static strata_status_t sched_plan_clean(const sched_geometry_t *geo, sched_plan_
 {
     int topk = geo->topk;
     strata_status_t status = STRATA_OK;
+    sched_bad_ids_t bad = {0};
 
     if (plan->num_tokens > 0) {
         memcpy(plan->clean_idx, topk_idx,
@@ -102,11 +123,12 @@ static strata_status_t sched_plan_clean(const sched_geometry_t *geo, sched_plan_
             if (status != STRATA_OK) {
                 return status;
             }
-        } else if (sched_token_clean(geo->num_experts, topk, ids, t) != STRATA_OK) {
+        } else if (sched_token_clean(geo->num_experts, topk, ids, t, &bad) != STRATA_OK) {
             plan->had_bad_ids = true;
             status            = STRATA_ERR_INVALID;
         }
     }
+    sched_bad_ids_log(&bad, geo->num_experts); /* one line for the call, however many */
     return status;
 }
 

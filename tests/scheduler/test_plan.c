@@ -17,6 +17,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "common/log_capture.h"
+
 #define MAX_TOKENS 64
 #define MAX_WORLD  8
 
@@ -263,12 +265,40 @@ static void test_bad_input(void **state)
     sched_geometry_cleanup(&geo);
 }
 
+/* Every token's ids bad: one line for the call, with the count and the first few. */
+static void test_many_bad_ids_one_line(void **state)
+{
+    int64_t ids[2 * MAX_TOKENS];
+    world_t wd;
+    sched_geometry_t geo;
+    sched_plan_t plan = {0};
+
+    (void)state;
+    for (int i = 0; i < 2 * MAX_TOKENS; ++i) {
+        ids[i] = 99;
+    }
+    make_world(&wd, 2, 2, 0, 8, 2, false);
+    assert_int_equal(sched_geometry_init(&geo, &wd.p, &wd.w, STRATA_MOE_ROUTE_FLAT, 4), STRATA_OK);
+    log_capture_start();
+    assert_int_equal(sched_plan_build(&geo, ids, MAX_TOKENS, true, &plan), STRATA_ERR_INVALID);
+    log_capture_stop();
+    assert_int_equal(log_capture.count, 1);
+    assert_non_null(strstr(log_capture.lines[0], "layout: 128 topk_idx entries skipped"));
+    assert_non_null(strstr(log_capture.lines[0], "the first: [0][0] = 99, [0][1] = 99, "
+                                                 "[1][0] = 99, [1][1] = 99, ..."));
+    sched_plan_release(&plan);
+    sched_geometry_cleanup(&geo);
+}
+
 static void test_clean_token(void **state)
 {
     int64_t ids[4] = {3, 3, 99, -1};
+    sched_bad_ids_t bad = {0};
 
     (void)state;
-    assert_int_equal(sched_token_clean(8, 4, ids, 0), STRATA_ERR_INVALID);
+    assert_int_equal(sched_token_clean(8, 4, ids, 0, &bad), STRATA_ERR_INVALID);
+    assert_int_equal(bad.count, 2);
+    assert_string_equal(bad.first, "[0][1] = 3, [0][2] = 99");
     assert_int_equal(ids[0], 3);
     assert_int_equal(ids[1], -1);
     assert_int_equal(ids[2], -1);
@@ -283,6 +313,7 @@ int main(void)
         cmocka_unit_test(test_dedup_example),
         cmocka_unit_test(test_refill_in_place),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_many_bad_ids_one_line),
         cmocka_unit_test(test_clean_token),
     };
 
