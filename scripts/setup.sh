@@ -56,3 +56,20 @@ fi
 
 cmake -S "$top" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${gpu_options[@]}" "$@"
 cmake --build "$build_dir" -j "$(nproc)"
+
+# The Python that has numpy and torch: a version manager's python3 may come first on PATH
+# without the distribution's packages. build/strata-python links to it, so that the
+# README's Python commands run as written.
+python_with_torch=""
+for candidate in $(type -P -a python3 2>/dev/null) /usr/bin/python3; do
+    if [ -x "$candidate" ] && "$candidate" -c "import numpy, torch" >/dev/null 2>&1; then
+        python_with_torch=$candidate
+        break
+    fi
+done
+if [ -n "$python_with_torch" ]; then
+    ln -sfn "$python_with_torch" "$build_dir/strata-python"
+    echo "setup: Python with numpy and torch: $python_with_torch (linked as $build_dir/strata-python)"
+else
+    echo "setup: no python3 here imports numpy and torch (apt-get install python3-numpy python3-torch): the Python examples cannot run"
+fi
