@@ -1,7 +1,8 @@
 """Finding and loading libstrata, and the C prototypes of the calls the package makes.
 
 The library comes from STRATA_LIBRARY_PATH (the file itself, or a directory holding
-libstrata.so*), else from the dynamic loader's search path (LD_LIBRARY_PATH, ld.so.cache).
+libstrata.so*), else from beside the package where cmake --install put both (_installed.py
+says where), else from the dynamic loader's search path (LD_LIBRARY_PATH, ld.so.cache).
 """
 import ctypes
 import ctypes.util
@@ -73,16 +74,28 @@ def _library_in(directory):
     return found[0] if found else None
 
 
-def library_path(environ=None):
-    """The file STRATA_LIBRARY_PATH names (itself, or libstrata.so* in its directory).
+def _installed_library():
+    """Where cmake --install put this package: the libstrata installed with it, else None
+    (the package runs from a source tree)."""
+    try:
+        from . import _installed
+    except ImportError:
+        return None
+    return _library_in(os.path.normpath(os.path.join(os.path.dirname(__file__),
+                                                     _installed.LIBRARY_DIR)))
 
-    None where the variable is unset or empty: the loader's search path applies.
-    LibraryNotFoundError where it names nothing usable.
+
+def library_path(environ=None):
+    """The file STRATA_LIBRARY_PATH names (itself, or libstrata.so* in its directory), else
+    the libstrata installed with this package (cmake --install).
+
+    None where neither is: the loader's search path applies. LibraryNotFoundError where the
+    variable names nothing usable.
     """
     environ = os.environ if environ is None else environ
     value = environ.get(LIBRARY_ENV, "")
     if not value:
-        return None
+        return _installed_library()
     if os.path.isdir(value):
         path = _library_in(value)
         if path is None:

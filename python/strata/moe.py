@@ -9,14 +9,40 @@ from ._library import check, last_error, library, status_string
 from .errors import StrataError
 
 
+# A framework's element types by name (torch's without "torch.", numpy's): fp8 tokens travel
+# as their bytes (uint8, with scales) or as torch's own fp8 type.
+_FRAMEWORK_DTYPES = {
+    "bfloat16": t.Dtype.BF16, "float16": t.Dtype.FP16, "half": t.Dtype.FP16,
+    "float32": t.Dtype.FP32, "float": t.Dtype.FP32, "uint8": t.Dtype.FP8_E4M3,
+    "float8_e4m3fn": t.Dtype.FP8_E4M3,
+}
+
+
 def _dtype(value, name):
+    """A Dtype from a Dtype, its name ("bf16"), a torch dtype (torch.bfloat16) or a numpy
+    one (np.float32)."""
+    if isinstance(value, t.Dtype):
+        return value
     if isinstance(value, str):
         try:
             return t.Dtype[value.upper()]
         except KeyError:
             raise ValueError(f"{name} {value!r} is not one of "
                              f"{', '.join(d.name.lower() for d in t.Dtype)}") from None
-    return t.Dtype(value)
+    if isinstance(value, int):
+        return t.Dtype(value)
+    text = str(value).replace("torch.", "")
+    if type(value).__module__ == "numpy" or isinstance(value, type):
+        try:
+            import numpy as np
+            text = np.dtype(value).name
+        except TypeError:
+            pass
+    if text in _FRAMEWORK_DTYPES:
+        return _FRAMEWORK_DTYPES[text]
+    raise ValueError(f"{name} {value!r} is not an element type strata moves: bf16, fp16, "
+                     f"fp32 or fp8_e4m3 (torch.bfloat16, torch.float16, torch.float32, "
+                     f"torch.uint8 with scales)")
 
 
 class Recv:

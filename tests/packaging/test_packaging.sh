@@ -4,14 +4,17 @@
 # program built against it four ways and run: CMake find_package(strata) with strata::strata
 # and strata::strata_static, pkg-config strata and pkg-config --static strata. The prefix is
 # removed however the script ends.
+# The Python package goes beside the library, and loads that library with no variable set;
+# pip installs it offline from python/ (pyproject.toml).
 # Usage: test_packaging.sh BUILD_DIR CONSUMER_SOURCE_DIR CMAKE CC NM "CONSUMER_FLAGS"
-#        "SKIP_REASON" LIBDIR INCLUDEDIR BINDIR MANDIR DOCDIR
+#        "SKIP_REASON" LIBDIR INCLUDEDIR BINDIR MANDIR DOCDIR PYTHON PYTHONDIR SOURCE_DIR
 # CONSUMER_FLAGS: compiler and linker flags a program needs to link this build's libstrata
 # (the sanitizer's); a non-empty SKIP_REASON leaves the consumers out (a "SKIP:" line).
 # The *DIR arguments are the build's CMAKE_INSTALL_*DIR.
 set -u
 build=$1 consumer=$2 cmake=$3 cc=$4 nm=$5 flags=$6 skip_reason=$7
 libdir_rel=$8 includedir_rel=$9 bindir_rel=${10} mandir_rel=${11} docdir_rel=${12}
+python=${13} pythondir_rel=${14} source=${15}
 step_timeout=120
 passed=0
 
@@ -26,7 +29,8 @@ trap 'exit 1' INT TERM
 # whatever --prefix says, so it is installed under DESTDIR=$tmp/root instead.
 prefix=$tmp/prefix
 destdir=""
-for dir in "$libdir_rel" "$includedir_rel" "$bindir_rel" "$mandir_rel" "$docdir_rel"; do
+for dir in "$libdir_rel" "$includedir_rel" "$bindir_rel" "$mandir_rel" "$docdir_rel" \
+           "$pythondir_rel"; do
     case $dir in /*) destdir=$tmp/root ;; esac
 done
 if [ -n "$destdir" ]; then
@@ -43,6 +47,7 @@ includedir=$(under "$includedir_rel")
 bindir=$(under "$bindir_rel")
 mandir=$(under "$mandir_rel")
 docdir=$(under "$docdir_rel")
+pythondir=$(under "$pythondir_rel")
 
 # --- What the prefix holds ---------------------------------------------------------------
 for f in "$libdir/libstrata.so.0" "$libdir/libstrata.a" "$includedir/strata/strata.h" \
@@ -77,6 +82,42 @@ grep -q '^strata_get_version$' <<<"$archive_syms" || fail "libstrata.a: no strat
     fail "libstrata.a and libstrata.so define different symbols: " \
          "$(diff <(echo "$archive_syms") <(echo "$shared_syms") | grep '^[<>]' | head -10)"
 pass "libstrata.a: $(wc -l <<<"$archive_syms") global symbols, all strata_*, as libstrata.so"
+
+# --- The Python package ----------------------------------------------------------------------
+for f in __init__.py _library.py moe.py comm.py _installed.py; do
+    [ -f "$pythondir/strata/$f" ] || fail "not installed: ${pythondir_rel}/strata/$f"
+done
+if [ -n "$skip_reason" ]; then
+    echo "Python package not loaded: $skip_reason"
+elif ! "$python" -c "import numpy" 2>/dev/null; then
+    echo "Python package not loaded: $python has no numpy"
+else
+    # With no variable pointing anywhere, the package loads the libstrata beside it.
+    out=$(cd "$tmp" && env -u STRATA_LIBRARY_PATH -u LD_LIBRARY_PATH PYTHONPATH="$pythondir" \
+          timeout $step_timeout "$python" -c \
+          'import strata; print(strata.library_path()); print(strata.version())' 2>&1) ||
+        fail "the installed Python package: $out"
+    [ "$(head -1 <<<"$out")" = "$libdir/libstrata.so.0" ] ||
+        fail "the installed Python package loads $(head -1 <<<"$out"), not $libdir/libstrata.so.0"
+    pass "the Python package in ${pythondir_rel} loads the libstrata installed with it"
+    # pip, offline, from a copy of python/ (pip builds in the source folder).
+    cp -r "$source/python" "$tmp/python-src" && rm -rf "$tmp/python-src/strata/__pycache__"
+    if "$python" -m pip --version >/dev/null 2>&1 && "$python" -c "import setuptools" 2>/dev/null; then
+        out=$(timeout $step_timeout "$python" -m pip install --no-build-isolation --no-index \
+              --no-warn-script-location --prefix "$tmp/pip" "$tmp/python-src" 2>&1) ||
+            fail "pip install --no-build-isolation ./python: $out"
+        site=$(find "$tmp/pip" -name __init__.py -path '*/strata/*' -printf '%h\n' | head -1)
+        [ -n "$site" ] || fail "pip installed no strata package under $tmp/pip"
+        out=$(cd "$tmp" && PYTHONPATH=$(dirname "$site") STRATA_LIBRARY_PATH=$libdir \
+              timeout $step_timeout "$python" -c 'import strata; print(strata.version())' 2>&1) ||
+            fail "the package pip installed: $out"
+        [ "$out" = "$(sed -n 's/^Version: //p' "$libdir/pkgconfig/strata.pc")" ] ||
+            fail "the package pip installed says version $out"
+        pass "pip install --no-build-isolation ./python, offline"
+    else
+        echo "pip install not checked: $python has no pip or setuptools"
+    fi
+fi
 
 if [ -n "$skip_reason" ]; then
     echo "$passed passed"

@@ -42,6 +42,19 @@ class TestTorch(one_rank.CommTestCase):
     def test_bf16(self):
         self.step("bf16", torch.bfloat16, 3e-2, seed=12)
 
+    def test_torch_dtypes_name_the_element_types(self):
+        """torch dtypes wherever a dtype name is taken: the same step as by name."""
+        self.step(torch.float32, torch.float32, 1e-6, seed=13)
+        self.step(torch.bfloat16, torch.bfloat16, 3e-2, seed=14)
+        with strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=256,
+                        max_tokens=TOKENS, dtype=torch.uint8,
+                        combine_dtype=torch.float16) as moe:
+            self.assertIs(moe.dtype, strata.Dtype.FP8_E4M3)
+            self.assertIs(moe.combine_dtype, strata.Dtype.FP16)
+        with self.assertRaisesRegex(ValueError, "torch.int64 is not an element type"):
+            strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                       max_tokens=TOKENS, dtype=torch.int64)
+
     def test_tensor_checks(self):
         with strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
                         max_tokens=TOKENS, dtype="bf16") as moe:
