@@ -106,6 +106,18 @@ MOE_PHASES = len(Phase)  # STRATA_MOE_PHASES
 _enum = ctypes.c_int
 
 
+AllgatherFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_size_t)
+BarrierFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class Bootstrap(ctypes.Structure):
+    """strata_bootstrap_t: how ranks find each other, filled by the caller."""
+
+    _fields_ = [("rank", ctypes.c_int), ("world_size", ctypes.c_int),
+                ("allgather", AllgatherFn), ("barrier", BarrierFn), ("ctx", ctypes.c_void_p)]
+
+
 class Config(ctypes.Structure):
     """strata_config_t."""
 

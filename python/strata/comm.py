@@ -3,16 +3,25 @@ import ctypes
 import weakref
 
 from . import _types as t
+from ._group import GroupBootstrap
 from ._library import check, library
+from .errors import StrataError
 
 
 class Communicator:
-    """A strata communicator over every rank of the job (strata_comm_create).
+    """A strata communicator over every rank of the job, or of a process group
+    (strata_comm_create).
 
-    Rank and world size come from the launcher's variables, as strata_bootstrap_from_env
-    reads them: torchrun's RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (strata's
-    rendezvous listens on MASTER_PORT + 1), Open MPI's, MPICH's or Slurm's; without any, a
-    world of one. Creating it is collective: every rank of the job must create one.
+    Without group, rank and world size come from the launcher's variables, as
+    strata_bootstrap_from_env reads them: torchrun's RANK, WORLD_SIZE, MASTER_ADDR and
+    MASTER_PORT (strata's rendezvous listens on MASTER_PORT + 1), Open MPI's, MPICH's or
+    Slurm's; without any, a world of one. Creating it is collective: every rank of the job
+    must create one.
+
+    With group (a torch.distributed process group, e.g. an EP group from new_group), it
+    spans the group's ranks, numbered as the group numbers them, and its rendezvous runs
+    through the group's own collectives (gloo on CPU, NCCL on the current GPU): no port of
+    strata's. Every member creates one, as for the group's collectives.
 
     log_level (a LogLevel), topo_file, node_name and gpu (an index among the GPUs the
     process sees) override STRATA_LOG_LEVEL, STRATA_TOPO_FILE, STRATA_NODE_NAME and
@@ -20,20 +29,31 @@ class Communicator:
     and first every Moe made on it. Not thread-safe: one thread at a time.
     """
 
-    def __init__(self, log_level=None, topo_file=None, node_name=None, gpu=None):
+    def __init__(self, log_level=None, topo_file=None, node_name=None, gpu=None, group=None):
         self._lib = library()
         self._comm = None
         self._bootstrap = None
+        self._group = None
         self._moes = weakref.WeakSet()
         config = _config(log_level, topo_file, node_name, gpu)
-        bootstrap = ctypes.c_void_p()
-        check(self._lib.strata_bootstrap_from_env(ctypes.byref(bootstrap)),
-              "strata_bootstrap_from_env")
-        self._bootstrap = bootstrap
+        if group is not None:
+            self._group = GroupBootstrap(group)
+            bootstrap = ctypes.cast(ctypes.pointer(self._group.struct), ctypes.c_void_p)
+        else:
+            bootstrap = ctypes.c_void_p()
+            check(self._lib.strata_bootstrap_from_env(ctypes.byref(bootstrap)),
+                  "strata_bootstrap_from_env")
+            self._bootstrap = bootstrap
         comm = ctypes.c_void_p()
         try:
             check(self._lib.strata_comm_create(ctypes.byref(config), bootstrap,
                                                ctypes.byref(comm)), "strata_comm_create")
+        except StrataError as err:
+            self.close()
+            if self._group is not None and self._group.error is not None:
+                raise StrataError(err.status, err.call, err.text,
+                                  f"the group's collective failed: {self._group.error!r}") from err
+            raise
         except BaseException:
             self.close()
             raise

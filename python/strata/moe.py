@@ -113,10 +113,11 @@ class _Kept:
     every array over its memory, which holds this through its buffer. So an array read after
     close() reads memory that is still mapped, never freed memory."""
 
-    __slots__ = ("_destroy", "_handle")
+    __slots__ = ("_destroy", "_handle", "_also")
 
-    def __init__(self, destroy, handle):
+    def __init__(self, destroy, handle, also=None):
         self._destroy, self._handle = destroy, handle
+        self._also = also  # what the library object may still call (a group's bootstrap)
 
     def __del__(self):
         if self._handle is not None:
@@ -200,7 +201,8 @@ class Moe:
         check(lib.strata_moe_create(comm.handle, ctypes.byref(params), ctypes.byref(handle)),
               "strata_moe_create")
         self._lib, self._moe, self._comm = lib, handle, comm
-        self._kept = _Kept(lib.strata_moe_destroy, handle)  # views hold it too
+        self._kept = _Kept(lib.strata_moe_destroy, handle,  # views hold it too
+                           also=getattr(comm, "_group", None))
         self._layouts = weakref.WeakSet()                    # made by layout(), still open
         comm._moes.add(self)
         self._recv = None          # the step's Recv, once dispatched
