@@ -1,5 +1,6 @@
 """examples/torch_moe.py launched by torchrun on 2 ranks: each rank prints that its output
-matches the layer computed on one rank. torchrun's store takes a free port P, strata's
+and its gradients (router, experts; strata.torch.MoEDispatcher) match the layer computed
+on one rank, and that a few SGD steps lowered its loss. torchrun's store takes a free port P, strata's
 rendezvous P + 1 (MASTER_PORT + 1)."""
 import os
 import signal
@@ -46,7 +47,9 @@ class TestTorchMoeExample(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, output)
         for rank in (0, 1):
             self.assertRegex(output, rf"rank {rank} of 2 \(node 0\): .* matches the one-rank "
-                                     rf"layer \(max abs error [0-9.e+-]+\)")
+                                     rf"layer \(max abs error [0-9.e+-]+\); its gradients too "
+                                     rf"\(max relative error [0-9.e+-]+\); 8 SGD steps took "
+                                     rf"the loss from [0-9.]+ to [0-9.]+")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,214 @@
+"""strata's dispatch and combine as torch autograd functions: strata.torch.MoEDispatcher.
+
+    dispatcher = strata.torch.MoEDispatcher(moe)       # collective, like the Moe
+    recv_x, counts, handle = dispatcher.dispatch(x, topk_idx, topk_weights)
+    expert_y = ...                                     # recv_x[e, :counts[e]] -> outputs
+    out = dispatcher.combine(expert_y, handle)         # sum over k of w[t, k] * y(t, k)
+    out.backward(grad)                                 # gradients of x, topk_weights, experts
+
+The backward passes are steps of strata too, on every rank in the same order:
+- combine's backward dispatches the output's gradient to the experts' ranks (as the
+  forward dispatched x), where each row's gradient is its token's weight times it;
+- the routing weights' gradient, <grad_out[t], y(t, k)>, is computed where y is and comes
+  back through a small second Moe of the dispatcher's (each row's weights travel there in
+  the forward too);
+- dispatch's backward combines the rows' gradients back to their tokens with weight 1.
+
+Rows come back from strata in no particular order; every row is matched to its forward
+row by its source (rank, token, slot). So the dispatch must drop nothing: give the Moe a
+capacity that holds every row (the default does). One dispatcher serves one layer: a layer's
+backward keeps its Moe's step open between its two halves.
+"""
+import torch
+
+from . import _types as t
+from .moe import Moe
+
+_PAD = torch.iinfo(torch.int64).max  # the key of a row past an expert's count
+
+
+def _row_keys(recv, topk, max_tokens):
+    """Each received row's source as one number, (rank * max_tokens + token) * topk + slot;
+    _PAD past each expert's count. [experts, capacity] int64."""
+    src = recv.src.to(torch.int64)
+    keys = (src[..., 0] * max_tokens + src[..., 1]) * topk + src[..., 2]
+    counts = recv.count.to(torch.int64)
+    past = torch.arange(keys.shape[1])[None, :] >= counts[:, None]
+    return keys.masked_fill(past, _PAD)
+
+
+def _reorder(rows, keys_from, keys_to):
+    """rows, laid out as keys_from lays out the rows, laid out as keys_to does (both hold the
+    same keys per expert). rows: [experts, capacity, ...]."""
+    order_from = torch.argsort(keys_from, dim=1)
+    order_to = torch.argsort(keys_to, dim=1)
+    back = torch.argsort(order_to, dim=1)
+    shape = rows.shape[2:]
+
+    def take(values, index):
+        return torch.gather(values, 1, index.view(*index.shape, *([1] * len(shape)))
+                            .expand(*index.shape, *shape))
+    return take(take(rows, order_from), back)
+
+
+def _torch_dtype(dtype):
+    return {t.Dtype.BF16: torch.bfloat16, t.Dtype.FP16: torch.float16,
+            t.Dtype.FP32: torch.float32}[dtype]
+
+
+class DispatchHandle:
+    """What a dispatch leaves for its combine and for both backward passes."""
+
+    def __init__(self, dispatcher, topk_idx, num_tokens):
+        self.dispatcher = dispatcher
+        self.topk_idx = topk_idx
+        self.num_tokens = num_tokens
+        self.keys = None          # the forward rows' sources
+        self.row_weights = None   # each forward row's routing weight [experts, capacity]
+        self.back_keys = None     # the rows of the step combine's backward opened
+        self.x_needs_grad = False
+
+
+class _Dispatch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, topk_weights, handle):
+        d = handle.dispatcher
+        moe = d.moe
+        recv = d._dispatch(moe, x.detach().to(d.dtype).contiguous(), handle.topk_idx)
+        keys = _row_keys(recv, moe.topk, moe.max_tokens)
+        recv_x = recv.x.clone().masked_fill_((keys == _PAD)[..., None], 0)
+        counts = recv.count.to(torch.int64).clone()
+        handle.keys = keys
+        handle.row_weights = d._row_weights(topk_weights.detach(), handle.topk_idx, keys)
+        handle.x_needs_grad = ctx.needs_input_grad[0]
+        ctx.handle = handle
+        ctx.x_dtype = x.dtype
+        ctx.mark_non_differentiable(counts)
+        return recv_x, counts
+
+    @staticmethod
+    def backward(ctx, grad_recv_x, grad_counts):
+        handle = ctx.handle
+        d = handle.dispatcher
+        if handle.back_keys is None:  # combine's backward did not run: open the step here
+            zeros = torch.zeros(handle.num_tokens, d.moe.hidden, dtype=d.dtype)
+            recv = d._dispatch(d.moe, zeros, handle.topk_idx)
+            handle.back_keys = _row_keys(recv, d.moe.topk, d.moe.max_tokens)
+        grad_rows = _reorder(grad_recv_x.to(d.combine_dtype), handle.keys, handle.back_keys)
+        ones = torch.ones(handle.num_tokens, d.moe.topk, dtype=torch.float32)
+        grad_x = d.moe.combine(ones, torch.empty(handle.num_tokens, d.moe.hidden,
+                                                 dtype=d.combine_dtype),
+                               expert_y=grad_rows.contiguous())
+        handle.back_keys = None
+        return grad_x.to(ctx.x_dtype), None, None
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, expert_y, topk_weights, handle):
+        d = handle.dispatcher
+        y = expert_y.detach().to(d.combine_dtype).contiguous()
+        out = d.moe.combine(topk_weights.detach().to(torch.float32).contiguous(),
+                            torch.empty(handle.num_tokens, d.moe.hidden, dtype=d.combine_dtype),
+                            expert_y=y)
+        ctx.save_for_backward(y)
+        ctx.handle = handle
+        ctx.y_dtype, ctx.w_dtype = expert_y.dtype, topk_weights.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (y,) = ctx.saved_tensors
+        handle = ctx.handle
+        d = handle.dispatcher
+        moe = d.moe
+        recv = d._dispatch(moe, grad_out.to(d.dtype).contiguous(), handle.topk_idx)
+        back_keys = _row_keys(recv, moe.topk, moe.max_tokens)
+        g = _reorder(recv.x.to(torch.float32).masked_fill((back_keys == _PAD)[..., None], 0),
+                     back_keys, handle.keys)
+        grad_y = handle.row_weights[..., None] * g
+        grad_w = d._weights_grad((g * y.to(torch.float32)).sum(-1), handle)
+        if handle.x_needs_grad:
+            handle.back_keys = back_keys  # dispatch's backward combines in this step
+        else:
+            moe.combine(torch.zeros(handle.num_tokens, moe.topk, dtype=torch.float32),
+                        torch.empty(handle.num_tokens, moe.hidden, dtype=d.combine_dtype))
+        return grad_y.to(ctx.y_dtype), grad_w.to(ctx.w_dtype), None
+
+
+class MoEDispatcher:
+    """Autograd-aware dispatch and combine over a Moe (bf16, fp16 or fp32 tokens).
+
+    Creating it is collective: it makes a small second Moe (top-k fp32 weights per row) on
+    the same communicator, which carries each row's routing weight to the experts and the
+    weights' gradient back.
+    """
+
+    def __init__(self, moe):
+        if not isinstance(moe, Moe):
+            raise TypeError("MoEDispatcher takes a strata.Moe")
+        if moe.dtype not in (t.Dtype.BF16, t.Dtype.FP16, t.Dtype.FP32):
+            raise ValueError(f"MoEDispatcher moves bf16, fp16 or fp32 tokens, not "
+                             f"{moe.dtype.name.lower()}")
+        self.moe = moe
+        comm = moe._comm
+        # Rank r's experts: [r * E / W, (r + 1) * E / W), as recv_x's first dimension.
+        self.first_expert = comm.rank * moe.num_experts // comm.size
+        self.dtype = _torch_dtype(moe.dtype)
+        self.combine_dtype = _torch_dtype(moe.combine_dtype)
+        self._width = (moe.topk + 3) // 4 * 4  # fp32 rows of whole 16-byte units
+        self._weights = Moe(moe._comm, num_experts=moe.num_experts, topk=moe.topk,
+                            hidden=self._width, max_tokens=moe.max_tokens, dtype="fp32")
+
+    def close(self):
+        """Close the dispatcher's own Moe (not the one it was given)."""
+        self._weights.close()
+
+    @staticmethod
+    def _dispatch(moe, x, topk_idx):
+        return moe.dispatch(x, topk_idx)
+
+    def _row_weights(self, topk_weights, topk_idx, keys):
+        """Each forward row's routing weight, [experts, capacity], through the weights Moe."""
+        n, k = topk_weights.shape
+        rows = torch.zeros(n, self._width, dtype=torch.float32)
+        rows[:, :k] = topk_weights.to(torch.float32)
+        recv = self._weights.dispatch(rows, topk_idx)
+        wkeys = _row_keys(recv, k, self.moe.max_tokens)
+        slot = recv.src[..., 2].to(torch.int64).clamp(min=0)
+        mine = torch.gather(recv.x, 2, slot[..., None])[..., 0]
+        row_weights = _reorder(mine.masked_fill(wkeys == _PAD, 0), wkeys, keys)
+        self._weights.combine(torch.zeros(n, k, dtype=torch.float32),
+                              torch.empty(n, self._width, dtype=torch.float32))
+        return row_weights
+
+    def _weights_grad(self, dots, handle):
+        """<grad_out[t], y(t, k)> computed on the experts' ranks (dots, in the forward rows'
+        order) back at each token, [num_tokens, topk], through the weights Moe."""
+        n, k = handle.num_tokens, self.moe.topk
+        recv = self._weights.dispatch(torch.zeros(n, self._width, dtype=torch.float32),
+                                      handle.topk_idx)
+        wkeys = _row_keys(recv, k, self.moe.max_tokens)
+        slot = recv.src[..., 2].to(torch.int64).clamp(min=0)
+        rows = torch.zeros(*wkeys.shape, self._width, dtype=torch.float32)
+        rows.scatter_(2, slot[..., None], _reorder(dots, handle.keys, wkeys)[..., None])
+        rows.masked_fill_((wkeys == _PAD)[..., None], 0)
+        out = self._weights.combine(torch.ones(n, k, dtype=torch.float32),
+                                    torch.empty(n, self._width, dtype=torch.float32),
+                                    expert_y=rows)
+        return out[:, :k]
+
+    def dispatch(self, x, topk_idx, topk_weights):
+        """Send x's rows to their top-k experts: (recv_x [experts, capacity, hidden], counts
+        [experts], handle). recv_x[e, :counts[e]] are expert e's rows; the rest are zeros.
+        Differentiable in x."""
+        topk_idx = torch.as_tensor(topk_idx, dtype=torch.int64).contiguous()
+        handle = DispatchHandle(self, topk_idx, topk_idx.shape[0])
+        recv_x, counts = _Dispatch.apply(x, topk_weights, handle)
+        handle.topk_weights = topk_weights
+        return recv_x, counts, handle
+
+    def combine(self, expert_y, handle):
+        """Sum each token's expert outputs with its routing weights: [num_tokens, hidden].
+        Differentiable in expert_y and in the dispatch's topk_weights."""
+        return _Combine.apply(expert_y, handle.topk_weights, handle)
