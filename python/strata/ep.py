@@ -1,0 +1,328 @@
+"""A DeepEP-shaped facade over strata: strata.ep.Buffer, with DeepEP's Buffer names, argument
+names and return shapes, for frameworks whose expert-parallel backends speak that API.
+
+    buffer = strata.ep.Buffer(group)                 # a torch.distributed process group
+    layout = buffer.get_dispatch_layout(topk_idx, num_experts)
+    recv_x, recv_topk_idx, recv_topk_weights, counts, handle, event = buffer.dispatch(
+        x, topk_idx=topk_idx, topk_weights=topk_weights, num_tokens_per_rank=layout[0],
+        is_token_in_rank=layout[3], num_tokens_per_expert=layout[2])
+    combined_x, combined_topk_weights, event = buffer.combine(y, handle, topk_weights=w)
+
+Every call completes before it returns, on the host: the events returned are done, and the
+receive hooks have nothing left to do. docs/python.md maps each call to DeepEP's and says
+what differs and why. Torch tensors on the CPU (the host backend) or of the communicator's
+GPU.
+"""
+import torch
+
+from . import _types as t
+from .comm import Communicator
+from .moe import Moe
+
+_TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+class EventOverlap:
+    """DeepEP's event handle. strata's calls return once done, so there is nothing to wait
+    for: current_stream_wait() returns at once, and the handle works as a context manager."""
+
+    def __init__(self, event=None):
+        self.event = event
+
+    def current_stream_wait(self):
+        """Nothing to wait for: the call that returned this handle is complete."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _done_hook():
+    """A receive hook whose data has arrived already."""
+
+
+def _check_tensor(value, name, dims):
+    if not isinstance(value, torch.Tensor) or value.dim() != dims:
+        raise ValueError(f"{name} must be a {dims}-D torch tensor")
+    return value
+
+
+class Handle:
+    """What a normal-mode dispatch leaves for its combine (and a cached dispatch): the
+    routing, and where each received token's rows are."""
+
+    def __init__(self, objects, topk_idx, num_tokens):
+        self.objects = objects
+        self.topk_idx = topk_idx
+        self.num_tokens = num_tokens
+        self.lead = None   # [num_recv] the strata row (expert, row) a token's combine rides on
+        self.open = False  # the strata step the dispatch began, until its combine
+
+
+class LowLatencyHandle:
+    """What a low-latency dispatch leaves for its combine."""
+
+    def __init__(self, moe, topk_idx):
+        self.moe = moe
+        self.topk_idx = topk_idx
+
+
+class Buffer:
+    """DeepEP's Buffer over a strata communicator of the group.
+
+    group: a torch.distributed process group (None: the launcher's variables, as
+    strata.Communicator()). num_nvl_bytes, num_rdma_bytes, low_latency_mode and
+    num_qps_per_rank are accepted for DeepEP's callers and not used: strata sizes its memory
+    per MoE shape. max_tokens bounds the tokens a rank dispatches in normal mode (DeepEP
+    sizes buffers in bytes instead); the objects for each shape are made on first use, which
+    is collective.
+    """
+
+    def __init__(self, group=None, num_nvl_bytes=0, num_rdma_bytes=0, low_latency_mode=False,
+                 num_qps_per_rank=1, max_tokens=4096, **_ignored):
+        self.comm = Communicator(group=group) if group is not None else Communicator()
+        self.rank = self.comm.rank
+        self.group_size = self.comm.size
+        self.max_tokens = max_tokens
+        self.low_latency_mode = low_latency_mode
+        self._objects = {}
+
+    def destroy(self):
+        """Close every MoE object, then the communicator."""
+        for moe, weights in self._objects.values():
+            if weights is not None:
+                weights.close()
+            moe.close()
+        self._objects.clear()
+        self.comm.close()
+
+    # --- shapes and objects -----------------------------------------------------------------
+
+    def _moe(self, num_experts, topk, hidden, dtype, max_tokens, with_weights):
+        """The Moe (and, for normal mode, its weights Moe) of a shape; made on first use."""
+        if dtype not in _TORCH_DTYPES:
+            raise ValueError(f"x of {dtype}: strata.ep moves bfloat16, float16 or float32 rows")
+        key = (num_experts, topk, hidden, dtype, max_tokens, with_weights)
+        if key not in self._objects:
+            moe = Moe(self.comm, num_experts=num_experts, topk=topk, hidden=hidden,
+                      max_tokens=max_tokens, dtype=_TORCH_DTYPES[dtype])
+            weights = None
+            if with_weights:  # each row's token's top-k weights travel beside it
+                weights = Moe(self.comm, num_experts=num_experts, topk=topk,
+                              hidden=(topk + 3) // 4 * 4, max_tokens=max_tokens, dtype="fp32")
+            self._objects[key] = (moe, weights)
+        return self._objects[key]
+
+    def _first_expert(self, num_experts):
+        return self.rank * num_experts // self.group_size
+
+    # --- layout -------------------------------------------------------------------------------
+
+    def get_dispatch_layout(self, topk_idx, num_experts, previous_event=None, async_finish=False,
+                            allocate_on_comm_stream=False):
+        """(num_tokens_per_rank [ranks], num_tokens_per_rdma_rank [nodes] or None on one
+        node, num_tokens_per_expert [num_experts], is_token_in_rank [tokens, ranks] bool,
+        event), from this rank's topk_idx alone."""
+        topk_idx = _check_tensor(topk_idx, "topk_idx", 2).to(torch.int64)
+        if num_experts % self.group_size != 0:
+            raise ValueError(f"num_experts {num_experts} is not a multiple of the "
+                             f"{self.group_size} ranks")
+        valid = topk_idx >= 0
+        per_rank = num_experts // self.group_size
+        experts = topk_idx.clamp(min=0)
+        num_tokens_per_expert = torch.zeros(num_experts, dtype=torch.int32)
+        num_tokens_per_expert.index_add_(0, experts[valid], torch.ones(int(valid.sum()),
+                                                                         dtype=torch.int32))
+        is_token_in_rank = torch.zeros(topk_idx.shape[0], self.group_size, dtype=torch.bool)
+        rows = torch.arange(topk_idx.shape[0])[:, None].expand_as(topk_idx)
+        is_token_in_rank[rows[valid], (experts // per_rank)[valid]] = True
+        num_tokens_per_rank = is_token_in_rank.sum(0).to(torch.int32)
+        per_node = None
+        if self.comm.num_nodes > 1:
+            nodes = torch.tensor([self._node_of(r) for r in range(self.group_size)])
+            in_node = torch.zeros(topk_idx.shape[0], self.comm.num_nodes, dtype=torch.bool)
+            for node in range(self.comm.num_nodes):
+                in_node[:, node] = is_token_in_rank[:, nodes == node].any(1)
+            per_node = in_node.sum(0).to(torch.int32)
+        return (num_tokens_per_rank, per_node, num_tokens_per_expert, is_token_in_rank,
+                EventOverlap())
+
+    def _node_of(self, rank):
+        for node in range(self.comm.num_nodes):
+            for local in range(self.group_size):
+                if self.comm.node_rank(node, local) == rank:
+                    return node
+        return 0
+
+    # --- normal mode ----------------------------------------------------------------------------
+
+    def dispatch(self, x, handle=None, num_tokens_per_rank=None, num_tokens_per_rdma_rank=None,
+                 is_token_in_rank=None, num_tokens_per_expert=None, topk_idx=None,
+                 topk_weights=None, expert_alignment=1, config=None, previous_event=None,
+                 async_finish=False, allocate_on_comm_stream=False):
+        """Each token once to every rank that has one of its experts: (recv_x [received,
+        hidden], recv_topk_idx [received, topk] (this rank's expert index, or -1),
+        recv_topk_weights [received, topk] (0 where -1), num_recv_tokens_per_expert_list,
+        handle, event). Tokens arrive ordered by source rank, then by index there. With
+        handle (a cached dispatch), the routing of that dispatch is used again."""
+        x = _check_tensor(x, "x", 2)
+        if handle is not None:
+            topk_idx, topk_weights = handle.topk_idx, handle.topk_weights
+            num_experts = handle.num_experts
+        else:
+            if topk_idx is None or topk_weights is None or num_tokens_per_expert is None:
+                raise ValueError("dispatch without a handle needs topk_idx, topk_weights and "
+                                 "num_tokens_per_expert (get_dispatch_layout)")
+            num_experts = int(num_tokens_per_expert.shape[0])
+        topk_idx = _check_tensor(topk_idx, "topk_idx", 2).to(torch.int64).contiguous()
+        topk_weights = _check_tensor(topk_weights, "topk_weights", 2).to(torch.float32)
+        topk = topk_idx.shape[1]
+        moe, weights = self._moe(num_experts, topk, x.shape[1], x.dtype, self.max_tokens, True)
+        new = Handle((moe, weights), topk_idx, x.shape[0])
+        new.topk_weights, new.num_experts = topk_weights, num_experts
+        recv = moe.dispatch(x.contiguous(), topk_idx)
+        new.open = True
+        wrows = torch.zeros(x.shape[0], weights.hidden, dtype=torch.float32)
+        wrows[:, :topk] = topk_weights
+        wrecv = weights.dispatch(wrows, topk_idx)
+        token_weights = self._token_weights(wrecv, topk)
+        weights.combine(torch.zeros(x.shape[0], topk, dtype=torch.float32),
+                        torch.empty(x.shape[0], weights.hidden, dtype=torch.float32))
+        return self._gather_tokens(recv, token_weights, new, topk, expert_alignment)
+
+    @staticmethod
+    def _token_weights(wrecv, topk):
+        """(source rank, token) -> its top-k weights, from the weights Moe's rows."""
+        found = {}
+        for e in range(wrecv.num_local_experts):
+            n = int(wrecv.count[e])
+            for r in range(n):
+                rank, token, _ = (int(v) for v in wrecv.src[e, r])
+                found[(rank, token)] = wrecv.x[e, r, :topk]
+        return found
+
+    def _gather_tokens(self, recv, token_weights, handle, topk, expert_alignment):
+        """The strata rows, one per (token, local expert), as DeepEP's tokens, each once."""
+        rows = {}  # (rank, token) -> [(expert, row, slot)]
+        for e in range(recv.num_local_experts):
+            for r in range(int(recv.count[e])):
+                rank, token, slot = (int(v) for v in recv.src[e, r])
+                rows.setdefault((rank, token), []).append((e, r, slot))
+        order = sorted(rows)
+        hidden = recv.x.shape[2]
+        recv_x = torch.empty(len(order), hidden, dtype=recv.x.dtype)
+        recv_topk_idx = torch.full((len(order), topk), -1, dtype=torch.int64)
+        recv_topk_weights = torch.zeros(len(order), topk, dtype=torch.float32)
+        lead = []
+        for i, key in enumerate(order):
+            places = rows[key]
+            e0, r0, _ = min(places)
+            recv_x[i] = recv.x[e0, r0]
+            for e, _, slot in places:
+                recv_topk_idx[i, slot] = e
+                recv_topk_weights[i, slot] = token_weights[key][slot]
+            lead.append((e0, r0))
+        handle.lead = lead
+        handle.capacity = recv.capacity
+        counts = [int(c) for c in recv.count]
+        if expert_alignment > 1:
+            counts = [(c + expert_alignment - 1) // expert_alignment * expert_alignment
+                      for c in counts]
+        return recv_x, recv_topk_idx, recv_topk_weights, counts, handle, EventOverlap()
+
+    def combine(self, x, handle, topk_weights=None, bias=None, config=None, previous_event=None,
+                async_finish=False, allocate_on_comm_stream=False):
+        """Each received token's row back to its rank, summed there over the ranks it went
+        to: (combined_x [tokens, hidden], combined_topk_weights [tokens, topk] or None,
+        event). x [received, hidden] in dispatch's order; topk_weights [received, topk],
+        summed the same way."""
+        if not isinstance(handle, Handle) or not handle.open:
+            raise ValueError("combine needs the handle of this Buffer's last dispatch, once")
+        moe, weights = handle.objects
+        x = _check_tensor(x, "x", 2)
+        if x.shape[0] != len(handle.lead):
+            raise ValueError(f"x has {x.shape[0]} rows; the dispatch received "
+                             f"{len(handle.lead)} tokens")
+        topk = handle.topk_idx.shape[1]
+        expert_y = torch.zeros(moe._recv.num_local_experts, moe._recv.capacity, moe.hidden,
+                               dtype=x.dtype)
+        for i, (e, r) in enumerate(handle.lead):  # one row per token and rank: sums once
+            expert_y[e, r] = x[i]
+        ones = torch.ones(handle.num_tokens, topk, dtype=torch.float32)
+        combined_x = moe.combine(ones, torch.empty(handle.num_tokens, moe.hidden,
+                                                   dtype=x.dtype), expert_y=expert_y)
+        handle.open = False
+        combined_weights = None
+        if topk_weights is not None:
+            combined_weights = self._combine_weights(handle, weights, topk_weights, topk)
+        if bias is not None:
+            for b in (bias if isinstance(bias, (tuple, list)) else (bias,)):
+                if b is not None:
+                    combined_x = combined_x + b
+        return combined_x, combined_weights, EventOverlap()
+
+    def _combine_weights(self, handle, weights, topk_weights, topk):
+        """topk_weights [received, topk] summed back at each token over the ranks."""
+        n = handle.num_tokens
+        wrecv = weights.dispatch(torch.zeros(n, weights.hidden, dtype=torch.float32),
+                                 handle.topk_idx)
+        rows = torch.zeros(wrecv.num_local_experts, wrecv.capacity, weights.hidden,
+                           dtype=torch.float32)
+        first = {}
+        for e in range(wrecv.num_local_experts):
+            for r in range(int(wrecv.count[e])):
+                rank, token, _ = (int(v) for v in wrecv.src[e, r])
+                first.setdefault((rank, token), (e, r))
+        order = sorted(first)
+        for i, key in enumerate(order):
+            e, r = first[key]
+            rows[e, r, :topk] = topk_weights[i].to(torch.float32)
+        out = weights.combine(torch.ones(n, topk, dtype=torch.float32),
+                              torch.empty(n, weights.hidden, dtype=torch.float32),
+                              expert_y=rows)
+        return out[:, :topk].clone()
+
+    # --- low-latency mode -------------------------------------------------------------------------
+
+    def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank, num_experts,
+                             cumulative_local_expert_recv_stats=None, use_fp8=False,
+                             round_scale=False, use_ue8m0=False, async_finish=False,
+                             return_recv_hook=False):
+        """Each token's row to each of its experts, laid out per expert: (recv_x
+        [local experts, num_max_dispatch_tokens_per_rank * ranks, hidden], recv_count
+        [local experts], handle, event, hook). Rows past recv_count[e] are not written."""
+        if use_fp8:
+            raise ValueError("use_fp8=True: strata.ep sends the rows as given; quantize them "
+                             "to fp8 with their scales and use a strata.Moe of dtype fp8_e4m3")
+        x = _check_tensor(x, "x", 2)
+        topk_idx = _check_tensor(topk_idx, "topk_idx", 2).to(torch.int64).contiguous()
+        moe, _ = self._moe(num_experts, topk_idx.shape[1], x.shape[1], x.dtype,
+                           num_max_dispatch_tokens_per_rank, False)
+        recv = moe.dispatch(x.contiguous(), topk_idx)
+        if cumulative_local_expert_recv_stats is not None:
+            cumulative_local_expert_recv_stats += recv.count.to(
+                cumulative_local_expert_recv_stats.dtype)
+        return (recv.x, recv.count, LowLatencyHandle(moe, topk_idx), EventOverlap(),
+                _done_hook)
+
+    def low_latency_combine(self, x, topk_idx, topk_weights, handle, use_logfmt=False,
+                            zero_copy=False, async_finish=False, return_recv_hook=False,
+                            out=None):
+        """The experts' outputs x [local experts, capacity, hidden], laid out as
+        low_latency_dispatch's recv_x, summed at each token with its weights: (combined_x
+        [tokens, hidden], event, hook)."""
+        if not isinstance(handle, LowLatencyHandle):
+            raise ValueError("low_latency_combine needs the handle of low_latency_dispatch")
+        moe = handle.moe
+        n = handle.topk_idx.shape[0]
+        if out is None:
+            out = torch.empty(n, moe.hidden, dtype=x.dtype)
+        moe.combine(_check_tensor(topk_weights, "topk_weights", 2).to(torch.float32)
+                    .contiguous(), out, expert_y=x.contiguous())
+        return out, EventOverlap(), _done_hook
+
+    def get_next_low_latency_combine_buffer(self, handle):
+        """Where low_latency_combine's x may be written in place: the dispatch's own rows."""
+        return handle.moe._recv.expert_y

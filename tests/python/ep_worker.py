@@ -1,0 +1,130 @@
+"""One rank of a torchrun job of 2 checking strata.ep.Buffer the way a DeepEP user checks
+its Buffer, against what every rank's inputs say (each rank's inputs come from a seed of its
+own, so every rank can recompute every other's): the dispatch layout, the tokens each rank
+receives (each once, from which ranks, with which local experts and weights), the counts
+per expert, combine's round trip with weights, a cached dispatch, and the low-latency
+path's padded per-expert layout and weighted combine. Prints "rank R of W: strata.ep
+checks passed"."""
+import sys
+
+import torch
+import torch.distributed as dist
+
+import strata.ep
+
+TOKENS, HIDDEN, EXPERTS, TOPK = 24, 64, 8, 3
+
+
+def inputs(rank):
+    g = torch.Generator().manual_seed(100 + rank)
+    x = torch.randn(TOKENS, HIDDEN, generator=g)
+    idx = torch.stack([torch.randperm(EXPERTS, generator=g)[:TOPK] for _ in range(TOKENS)])
+    idx[torch.rand(TOKENS, TOPK, generator=g) < 0.15] = -1
+    w = torch.rand(TOKENS, TOPK, generator=g)
+    return x, idx, w
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+def check_layout(buffer, idx, world):
+    per_rank = EXPERTS // world
+    tokens_per_rank, per_node, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, EXPERTS)
+    for r in range(world):
+        want = ((idx >= r * per_rank) & (idx < (r + 1) * per_rank)).any(1)
+        check(torch.equal(in_rank[:, r], want), f"is_token_in_rank[:, {r}]")
+        check(int(tokens_per_rank[r]) == int(want.sum()), f"num_tokens_per_rank[{r}]")
+    for e in range(EXPERTS):
+        check(int(per_expert[e]) == int((idx == e).sum()), f"num_tokens_per_expert[{e}]")
+    check(per_node is None, "num_tokens_per_rdma_rank on one node")
+    return tokens_per_rank, per_expert, in_rank
+
+
+def expected_recv(rank, world):
+    """The tokens rank receives, ordered by source rank then index: (x, local idx, weights)."""
+    per_rank = EXPERTS // world
+    first = rank * per_rank
+    xs, idxs, ws = [], [], []
+    for s in range(world):
+        x, idx, w = inputs(s)
+        local = (idx >= first) & (idx < first + per_rank)
+        for t in range(TOKENS):
+            if local[t].any():
+                xs.append(x[t])
+                idxs.append(torch.where(local[t], idx[t] - first, torch.tensor(-1)))
+                ws.append(torch.where(local[t], w[t], torch.tensor(0.0)))
+    return torch.stack(xs), torch.stack(idxs), torch.stack(ws)
+
+
+def check_normal(buffer, rank, world):
+    x, idx, w = inputs(rank)
+    tokens_per_rank, per_expert, in_rank = check_layout(buffer, idx, world)
+    recv_x, recv_idx, recv_w, counts, handle, event = buffer.dispatch(
+        x, topk_idx=idx, topk_weights=w, num_tokens_per_rank=tokens_per_rank,
+        is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+    event.current_stream_wait()
+    want_x, want_idx, want_w = expected_recv(rank, world)
+    check(torch.equal(recv_x, want_x), "recv_x: each token once, by source rank and index")
+    check(torch.equal(recv_idx, want_idx), "recv_topk_idx: local experts, -1 elsewhere")
+    check(torch.equal(recv_w, want_w), "recv_topk_weights")
+    per_rank = EXPERTS // world
+    everyone = [inputs(s)[1] for s in range(world)]
+    for e in range(per_rank):
+        want = sum(int((i == rank * per_rank + e).sum()) for i in everyone)
+        check(counts[e] == want, f"num_recv_tokens_per_expert_list[{e}]: {counts[e]} != {want}")
+    # Round trip: each rank sends back what it received; a token comes back once per rank
+    # it went to, and the weights, split over the ranks, add up to the token's own.
+    combined_x, combined_w, _ = buffer.combine(recv_x, handle, topk_weights=recv_w)
+    times = in_rank.sum(1, keepdim=True).to(torch.float32)
+    torch.testing.assert_close(combined_x, x * times, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(combined_w, torch.where(idx >= 0, w, torch.tensor(0.0)))
+    # A cached dispatch: the same routing, new rows.
+    recv2, _, _, _, handle2, _ = buffer.dispatch(x * 2, handle=handle)
+    check(torch.equal(recv2, want_x * 2), "a cached dispatch's rows")
+    combined2, _, _ = buffer.combine(recv2, handle2)
+    torch.testing.assert_close(combined2, x * 2 * times, rtol=1e-6, atol=1e-6)
+
+
+def check_low_latency(buffer, rank, world):
+    x, idx, w = inputs(rank)
+    per_rank = EXPERTS // world
+    recv_x, recv_count, handle, event, hook = buffer.low_latency_dispatch(x, idx, TOKENS,
+                                                                           EXPERTS)
+    hook()
+    check(tuple(recv_x.shape) == (per_rank, TOKENS * world, HIDDEN), "recv_x's padded shape")
+    for e in range(per_rank):
+        want = sorted(tuple(xs[t].tolist()) for s in range(world)
+                      for xs, ids in [inputs(s)[:2]] for t in range(TOKENS)
+                      if (ids[t] == rank * per_rank + e).any())
+        n = int(recv_count[e])
+        check(n == len(want), f"recv_count[{e}]: {n} != {len(want)}")
+        check(sorted(tuple(r.tolist()) for r in recv_x[e, :n]) == want,
+              f"expert {e}'s rows")
+    # Expert e scales its rows by (global id + 1); combine weighs and sums them per token.
+    y = torch.zeros_like(recv_x)
+    for e in range(per_rank):
+        n = int(recv_count[e])
+        y[e, :n] = recv_x[e, :n] * (rank * per_rank + e + 1)
+    out, _, _ = buffer.low_latency_combine(y, idx, w, handle)
+    scale = torch.where(idx >= 0, w * (idx + 1), torch.tensor(0.0)).sum(1, keepdim=True)
+    torch.testing.assert_close(out, x * scale, rtol=1e-5, atol=1e-5)
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    buffer = strata.ep.Buffer(dist.group.WORLD, max_tokens=TOKENS)
+    check(buffer.rank == rank and buffer.group_size == world, "the buffer's ranks")
+    for _ in range(2):  # twice: the objects made on first use serve the next calls
+        check_normal(buffer, rank, world)
+        check_low_latency(buffer, rank, world)
+    buffer.destroy()
+    print(f"rank {rank} of {world}: strata.ep checks passed", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
