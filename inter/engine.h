@@ -206,6 +206,8 @@ const char *inter_engine_peer_transport_name(const inter_engine_t *engine, int p
 bool        inter_engine_has_read(const inter_engine_t *engine);
 /** The silence after which a peer is declared failed. */
 uint64_t    inter_engine_peer_timeout_ns(const inter_engine_t *engine);
+/** The largest message a send carries (params.msg_size). */
+size_t      inter_engine_msg_size(const inter_engine_t *engine);
 /** Whether peer has been declared failed (by heartbeat silence or a transport error). */
 bool        inter_engine_peer_failed(const inter_engine_t *engine, int peer);
 
@@ -340,6 +342,16 @@ strata_status_t inter_engine_send(inter_engine_t *engine, int peer, const void *
 /** Receive into buf (cap bytes) a message from peer, or from anyone with peer -1. */
 strata_status_t inter_engine_recv(inter_engine_t *engine, int peer, void *buf, size_t cap,
                                   inter_request_t **req_p);
+
+/**
+ * The same on a channel of the library's own (channel > 0): a message sent on a channel is
+ * received only by a receive on that channel, never by the user's (channel 0), and the
+ * other way round. What the bootstrap of a split communicator talks over.
+ */
+strata_status_t inter_engine_send_on(inter_engine_t *engine, uint32_t channel, int peer,
+                                     const void *buf, size_t len, inter_request_t **req_p);
+strata_status_t inter_engine_recv_on(inter_engine_t *engine, uint32_t channel, int peer,
+                                     void *buf, size_t cap, inter_request_t **req_p);
 
 /** STRATA_INPROGRESS until done, then the request's final status. */
 strata_status_t inter_request_test(const inter_request_t *req);

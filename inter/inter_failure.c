@@ -9,6 +9,11 @@ uint64_t inter_engine_peer_timeout_ns(const inter_engine_t *engine)
     return engine->params.peer_timeout_ns;
 }
 
+size_t inter_engine_msg_size(const inter_engine_t *engine)
+{
+    return engine->params.msg_size;
+}
+
 bool inter_engine_peer_failed(const inter_engine_t *engine, int peer)
 {
     return peer >= 0 && peer < engine->params.world_size &&

@@ -39,6 +39,7 @@ typedef struct inter_msg_header {
     uint16_t rail;
     int32_t  src;
     uint32_t length;
+    uint32_t channel; /* user messages: 0, the caller's; others: a channel of the library's */
 } inter_msg_header_t;
 
 #define INTER_MSG_MAGIC 0x4d534731u /* "MSG1" */
@@ -49,6 +50,7 @@ typedef struct inter_msg_view {
     inter_msg_type_t type;    /* INTER_MSG_USER, or another type (carries nothing) */
     const void      *payload; /* in the buffer, after the header */
     size_t           length;  /* of the payload, inside the message */
+    uint32_t         channel;
 } inter_msg_view_t;
 
 /**
@@ -159,6 +161,7 @@ struct inter_request {
     size_t                 cap;
     size_t                 length;
     int                    source;
+    uint32_t               channel;   /* messages of that channel only (0: the user's) */
     struct inter_request  *next_recv;
     /* notify */
     uint32_t               imm;
@@ -240,6 +243,7 @@ struct inter_mr {
 typedef struct inter_unexpected {
     struct inter_unexpected *next;
     int                      src;
+    uint32_t                 channel;
     size_t                   length;
     char                     data[];
 } inter_unexpected_t;

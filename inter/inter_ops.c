@@ -380,8 +380,8 @@ strata_status_t inter_engine_write_scatter(inter_engine_t *engine, const int *pe
 
 /* --- Messages -------------------------------------------------------------------------- */
 
-strata_status_t inter_engine_send(inter_engine_t *engine, int peer, const void *buf, size_t len,
-                                  inter_request_t **req_p)
+strata_status_t inter_engine_send_on(inter_engine_t *engine, uint32_t channel, int peer,
+                                     const void *buf, size_t len, inter_request_t **req_p)
 {
     strata_status_t status;
     inter_request_t *req;
@@ -403,6 +403,7 @@ strata_status_t inter_engine_send(inter_engine_t *engine, int peer, const void *
     }
     req->length       = len;
     req->peer         = peer;
+    req->channel      = channel;
     req->ops[0].kind  = INTER_OP_SEND;
     req->ops[0].peer  = peer;
     req->ops[0].rail  = inter_rail_for(engine, peer, 0);
@@ -415,8 +416,8 @@ strata_status_t inter_engine_send(inter_engine_t *engine, int peer, const void *
     return status;
 }
 
-strata_status_t inter_engine_recv(inter_engine_t *engine, int peer, void *buf, size_t cap,
-                                  inter_request_t **req_p)
+strata_status_t inter_engine_recv_on(inter_engine_t *engine, uint32_t channel, int peer,
+                                     void *buf, size_t cap, inter_request_t **req_p)
 {
     strata_status_t status;
     inter_request_t *req;
@@ -432,14 +433,27 @@ strata_status_t inter_engine_recv(inter_engine_t *engine, int peer, void *buf, s
     if (status != STRATA_OK) {
         return status;
     }
-    req->peer = peer;
-    req->buf  = buf;
-    req->cap  = cap;
+    req->peer    = peer;
+    req->buf     = buf;
+    req->cap     = cap;
+    req->channel = channel;
     status    = inter_request_submit(engine, req);
     if (status == STRATA_OK) {
         *req_p = req;
     }
     return status;
+}
+
+strata_status_t inter_engine_send(inter_engine_t *engine, int peer, const void *buf, size_t len,
+                                  inter_request_t **req_p)
+{
+    return inter_engine_send_on(engine, 0, peer, buf, len, req_p);
+}
+
+strata_status_t inter_engine_recv(inter_engine_t *engine, int peer, void *buf, size_t cap,
+                                  inter_request_t **req_p)
+{
+    return inter_engine_recv_on(engine, 0, peer, buf, cap, req_p);
 }
 
 /* --- Immediates and barrier ---------------------------------------------------------------- */

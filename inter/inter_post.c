@@ -36,7 +36,7 @@ static strata_status_t inter_post_send(inter_engine_t *engine, inter_op_t *op)
     header  = (inter_msg_header_t *)(rail->tx_pool + (size_t)op->slot * engine->slot_size);
     *header = (inter_msg_header_t){.magic = INTER_MSG_MAGIC, .type = INTER_MSG_USER,
                                    .rail = (uint16_t)op->rail, .src = engine->params.rank,
-                                   .length = (uint32_t)op->len};
+                                   .length = (uint32_t)op->len, .channel = op->req->channel};
     memcpy(header + 1, op->req->buf, op->len);
     status = inter_post_one(engine, &(inter_post_t){
                                         .kind = INTER_POST_SEND, .peer = rail->peers[op->peer],

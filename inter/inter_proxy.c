@@ -45,9 +45,9 @@ void inter_op_finished(inter_op_t *op, strata_status_t status)
 
 /* --- Messages -------------------------------------------------------------------------- */
 
-static bool inter_recv_matches(const inter_request_t *req, int src)
+static bool inter_recv_matches(const inter_request_t *req, int src, uint32_t channel)
 {
-    return req->peer == -1 || req->peer == src;
+    return req->channel == channel && (req->peer == -1 || req->peer == src);
 }
 
 static void inter_recv_complete(inter_request_t *req, int src, const void *data, size_t len)
@@ -68,13 +68,14 @@ static void inter_recv_complete(inter_request_t *req, int src, const void *data,
     inter_request_finish(req, status);
 }
 
-static void inter_deliver(inter_engine_t *engine, int src, const void *data, size_t len)
+static void inter_deliver(inter_engine_t *engine, int src, uint32_t channel, const void *data,
+                          size_t len)
 {
     inter_request_t **link = &engine->recvs, *req;
     inter_unexpected_t *msg, **tail;
 
     for (; (req = *link) != NULL; link = &req->next_recv) {
-        if (inter_recv_matches(req, src)) {
+        if (inter_recv_matches(req, src, channel)) {
             *link = req->next_recv;
             inter_recv_complete(req, src, data, len);
             return;
@@ -86,9 +87,10 @@ static void inter_deliver(inter_engine_t *engine, int src, const void *data, siz
         inter_proxy_fail_peer(engine, src, "out of memory keeping a message from it");
         return;
     }
-    msg->next   = NULL;
-    msg->src    = src;
-    msg->length = len;
+    msg->next    = NULL;
+    msg->src     = src;
+    msg->channel = channel;
+    msg->length  = len;
     memcpy(msg->data, data, len);
     for (tail = &engine->unexpected; *tail != NULL; tail = &(*tail)->next) {
     }
@@ -101,7 +103,7 @@ static void inter_post_user_recv(inter_engine_t *engine, inter_request_t *req)
     inter_request_t **tail;
 
     for (; (msg = *link) != NULL; link = &msg->next) {
-        if (inter_recv_matches(req, msg->src)) {
+        if (inter_recv_matches(req, msg->src, msg->channel)) {
             *link = msg->next;
             inter_recv_complete(req, msg->src, msg->data, msg->length);
             free(msg);
@@ -257,7 +259,7 @@ bool inter_msg_parse(const void *buf, size_t length, int world_size, inter_msg_v
     }
     *view = (inter_msg_view_t){.src = header.src, .type = (inter_msg_type_t)header.type,
                                .payload = (const char *)buf + sizeof(header),
-                               .length = header.length};
+                               .length = header.length, .channel = header.channel};
     return true;
 }
 
@@ -277,7 +279,7 @@ static void inter_on_message(inter_engine_t *engine, inter_op_t *rx, size_t leng
         inter_engine_wake(engine); /* inter_engine_connect waits for every peer */
     }
     if (msg.type == INTER_MSG_USER) {
-        inter_deliver(engine, msg.src, msg.payload, msg.length);
+        inter_deliver(engine, msg.src, msg.channel, msg.payload, msg.length);
     }
 }
 

@@ -409,6 +409,12 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
                                               strata_bootstrap_t *bootstrap,
                                               strata_comm_t **comm_p)
 {
+    return api_comm_create(config, bootstrap, true, comm_p);
+}
+
+strata_status_t api_comm_create(const strata_config_t *config, strata_bootstrap_t *bootstrap,
+                                bool log_as_rank, strata_comm_t **comm_p)
+{
     char node_name[API_NODE_NAME_LEN];
     api_rank_info_t info, *infos = NULL;
     api_gpu_scope_t caller;
@@ -434,7 +440,9 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
         }
         util_log_set_level(config->log_level);
     }
-    util_log_set_rank(bootstrap->rank);
+    if (log_as_rank) {
+        util_log_set_rank(bootstrap->rank);
+    }
     api_config_warn_unknown();
 
     comm = calloc(1, sizeof(*comm));
@@ -442,12 +450,14 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
         return STRATA_ERR_NO_MEMORY;
     }
     atomic_init(&comm->refs, 1); /* the caller's; each MoE object adds its own */
+    atomic_init(&comm->split_children, 0);
     comm->gpu         = -1;
     comm->gpu_ordinal = -1;
     comm->bootstrap = bootstrap;
     comm->rank      = bootstrap->rank;
     comm->size      = bootstrap->world_size;
     comm->node_name_given = api_comm_node_name(config, node_name);
+    snprintf(comm->node_name, sizeof(comm->node_name), "%s", node_name);
 
     status = api_comm_open_topology(comm, config);
     if (status != STRATA_OK) {
@@ -529,7 +539,8 @@ STRATA_API void strata_comm_destroy(strata_comm_t *comm)
     if (comm == NULL) {
         return;
     }
-    objects = atomic_load_explicit(&comm->refs, memory_order_relaxed) - 1;
+    objects = atomic_load_explicit(&comm->refs, memory_order_relaxed) - 1 -
+              atomic_load_explicit(&comm->split_children, memory_order_relaxed);
     if (objects > 0) {
         UTIL_LOG_WARN("comm: destroyed with %d MoE object%s alive: its engine and buffers stay "
                       "until the last of them is destroyed", objects, objects == 1 ? "" : "s");
@@ -538,6 +549,10 @@ STRATA_API void strata_comm_destroy(strata_comm_t *comm)
      * never use it again (only their creation does), and nothing may reach it. */
     api_bootstrap_set_check(comm->bootstrap, NULL, comm);
     comm->bootstrap = NULL;
+    if (comm->split_bootstrap != NULL) { /* ours, over the parent's engine */
+        api_split_bootstrap_destroy(comm->split_bootstrap);
+        comm->split_bootstrap = NULL;
+    }
     api_comm_release(comm);
 }
 

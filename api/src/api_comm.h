@@ -45,7 +45,21 @@ struct strata_comm {
     atomic_int                refs;        /* the caller's (until destroy) + one per MoE object */
     bool                      peer_failure_logged;
     bool                      node_name_given; /* STRATA_NODE_NAME or config, not the host's */
+    char                      node_name[API_NODE_NAME_LEN];
+    unsigned                  splits;      /* strata_comm_split calls (collective: equal on all) */
+    atomic_int                split_children; /* communicators split from it, alive (in refs) */
+    /* A communicator strata_comm_split made: the bootstrap it made for it over the parent's
+     * engine, which holds the parent (api_comm_split.c); destroyed with it. */
+    strata_bootstrap_t       *split_bootstrap;
 };
+
+/** strata_comm_create; log_as_rank: this communicator's rank prefixes the log's lines (not
+ *  for one split from another, whose ranks the process's lines keep). */
+strata_status_t api_comm_create(const strata_config_t *config, strata_bootstrap_t *bootstrap,
+                                bool log_as_rank, strata_comm_t **comm_p);
+
+/** A split communicator's bootstrap, destroyed with the communicator (api_comm_split.c). */
+void api_split_bootstrap_destroy(strata_bootstrap_t *bootstrap);
 
 /** The public MoE object: its communicator, and the scheduler's object that runs it. */
 struct strata_moe {

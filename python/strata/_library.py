@@ -36,6 +36,7 @@ _PROTOTYPES = {
     "strata_bootstrap_destroy": (None, [_p]),
     "strata_comm_create": (_c_status, [ctypes.POINTER(t.Config), _p, ctypes.POINTER(_p)]),
     "strata_comm_destroy": (None, [_p]),
+    "strata_comm_split": (_c_status, [_p, _int, _int, ctypes.POINTER(_p)]),
     "strata_comm_rank": (_int, [_p]),
     "strata_comm_size": (_int, [_p]),
     "strata_comm_node": (_int, [_p]),

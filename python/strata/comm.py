@@ -93,6 +93,20 @@ class Communicator:
         """Global rank of local rank local_rank on node node, -1 if none."""
         return self._lib.strata_comm_node_rank(self.handle, node, local_rank)
 
+    def split(self, color, key=0):
+        """Collective over this communicator's ranks: a Communicator over the ranks that
+        pass the same color (>= 0), numbered by key, then by rank here; None for color -1
+        (strata_comm_split). No new rendezvous: it bootstraps over this one's engine."""
+        sub = ctypes.c_void_p()
+        check(self._lib.strata_comm_split(self.handle, int(color), int(key), ctypes.byref(sub)),
+              "strata_comm_split")
+        if not sub.value:
+            return None
+        split = Communicator.__new__(Communicator)
+        split._lib, split._comm, split._bootstrap, split._group = self._lib, sub, None, None
+        split._moes = weakref.WeakSet()
+        return split
+
     def barrier(self, timeout_ms=60000):
         """Collective barrier over every rank (strata_barrier)."""
         check(self._lib.strata_barrier(self.handle, timeout_ms), "strata_barrier")

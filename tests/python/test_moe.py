@@ -55,6 +55,19 @@ class TestRoundTrip(MoeTest):
                 self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
                 self.assertEqual(moe.stats().steps, step + 1)
 
+    def test_split_communicator(self):
+        """Communicator.split: color -1 gets None; color 0 a communicator of its own (here
+        of one rank), on which a MoE step runs as on any other."""
+        self.assertIsNone(self.comm.split(-1))
+        with self.comm.split(0, key=5) as sub:
+            self.assertEqual((sub.rank, sub.size), (0, 1))
+            with strata.Moe(sub, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                            max_tokens=MAX_TOKENS) as moe:
+                x, idx, weights = self.batch()
+                run_experts(moe.dispatch(x, idx))
+                out = moe.combine(weights, np.empty_like(x))
+                self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+
     def test_recv_views(self):
         with self.moe() as moe:
             x, idx, weights = self.batch()

@@ -155,6 +155,19 @@ STRATA_API strata_status_t strata_comm_create(const strata_config_t *config,
  */
 STRATA_API void strata_comm_destroy(strata_comm_t *comm);
 
+/**
+ * Collective over comm's ranks: a communicator over the ranks that pass the same color
+ * (>= 0), numbered by key, then by their rank in comm, as MPI_Comm_split numbers them;
+ * *sub_p NULL for color -1. It needs no new rendezvous: its bootstrap runs over comm's
+ * engine, on message channels of its own that strata_send and strata_recv on comm never see,
+ * so the ranks need reach no port of strata's. It is a communicator like any other, with an
+ * engine of its own. It keeps comm's engine while it lives (comm may be destroyed first),
+ * and takes each rank's node name and GPU from comm. STRATA_ERR_INVALID for a color below
+ * -1; the errors of strata_comm_create.
+ */
+STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int key,
+                                             strata_comm_t **sub_p);
+
 /* Queries. Each tolerates NULL: indices and ranks are then -1, counts 0, names "". */
 STRATA_API int strata_comm_rank(const strata_comm_t *comm);
 STRATA_API int strata_comm_size(const strata_comm_t *comm);
