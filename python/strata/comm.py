@@ -107,6 +107,13 @@ class Communicator:
         split._moes = weakref.WeakSet()
         return split
 
+    def stream(self):
+        """A stream of the communicator's device backend (strata_comm_stream_create): on the
+        host backend, work strata enqueues on it runs in order on a thread of its own, so
+        that a Moe call given stream= returns before its step is done. close() (or the end of
+        a with block) waits for its work and frees it."""
+        return Stream(self)
+
     def barrier(self, timeout_ms=60000):
         """Collective barrier over every rank (strata_barrier)."""
         check(self._lib.strata_barrier(self.handle, timeout_ms), "strata_barrier")
@@ -154,3 +161,38 @@ def _config(log_level, topo_file, node_name, gpu=None):
         config.field_mask |= t.ConfigField.GPU
         config.gpu = int(gpu)
     return config
+
+
+class Stream:
+    """A stream of a communicator's device backend (Communicator.stream())."""
+
+    def __init__(self, comm):
+        self._comm = comm
+        self._lib = comm._lib
+        handle = ctypes.c_void_p()
+        check(self._lib.strata_comm_stream_create(comm.handle, ctypes.byref(handle)),
+              "strata_comm_stream_create")
+        self.handle = handle
+        self._users = weakref.WeakSet()  # Moe objects whose work it runs
+
+    def synchronize(self):
+        """Wait on the host for everything enqueued on it (strata_comm_stream_synchronize)."""
+        if self.handle is None:
+            raise ValueError("the stream is closed")
+        check(self._lib.strata_comm_stream_synchronize(self._comm.handle, self.handle),
+              "strata_comm_stream_synchronize")
+
+    def close(self):
+        """Wait for its work, then free it; the Moe objects that used it run without a
+        stream from then on (ValueError, and nothing freed, while one is in a step). Idempotent."""
+        for moe in list(self._users):
+            moe._leave_stream()
+        if self.handle is not None and self._comm._comm is not None:
+            self._lib.strata_comm_stream_destroy(self._comm.handle, self.handle)
+        self.handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -156,6 +156,32 @@ class Layout:
             self._moe._lib.strata_moe_layout_destroy(self._handle)
 
 
+class Work:
+    """What a Moe call given async_op=True returns: its result, complete once wait() (or
+    synchronize()) has returned. On the host backend wait() waits on the host for the
+    object's work (strata_moe_synchronize) and raises what the step found then (a
+    StrataError of STRATA_ERR_CAPACITY, say). The buffers the call reads or writes are kept
+    alive until then; they must not be touched before."""
+
+    def __init__(self, moe, result, keep):
+        self.result = result
+        self._moe, self._keep = moe, keep
+
+    def wait(self):
+        """Wait for the call's work; its result (a Recv, out, or None)."""
+        if self._moe is not None:
+            moe, self._moe = self._moe, None
+            self._keep = None
+            check(moe._lib.strata_moe_synchronize(moe.handle), "strata_moe_synchronize")
+        return self.result
+
+    synchronize = wait
+
+    def is_completed(self):
+        """Whether wait() has returned."""
+        return self._moe is None
+
+
 class Moe:
     """Expert-parallel dispatch and combine over a communicator (strata_moe_create).
 
@@ -210,6 +236,7 @@ class Moe:
         self._step_tokens = None   # its number of tokens
         self._step_inputs = None   # buffers the library reads until the step's half returns
         self._torch_like = False
+        self._stream = None        # the stream set on the library object, a Stream or None
 
     # --- buffers -------------------------------------------------------------------------
 
@@ -277,63 +304,108 @@ class Moe:
               "strata_moe_layout_create")
         return Layout(self, handle, num_tokens)
 
-    def dispatch(self, x, topk_idx, x_scales=None):
+    # Every call of a step below takes stream=None, async_op=False and previous_event=None:
+    # - stream: a Stream (Communicator.stream()) to run the call's work on, or None to run it
+    #   before returning. One step's calls take the same stream; it may change between steps.
+    # - async_op: return a Work at once instead of the result; Work.wait() gives the result
+    #   once the work is done. With no stream the work is done already.
+    # - previous_event: a Work (of this or another object) the call waits for first.
+
+    def _begin(self, stream, previous_event):
+        if previous_event is not None:
+            previous_event.wait()
+        if stream is not None and getattr(stream, "handle", None) is None:
+            raise ValueError("stream must be an open strata Stream (Communicator.stream())")
+        if stream is not self._stream:
+            check(self._lib.strata_moe_set_stream(self.handle,
+                                                  None if stream is None else stream.handle),
+                  "strata_moe_set_stream")
+            if self._stream is not None:
+                self._stream._users.discard(self)
+            if stream is not None:
+                stream._users.add(self)
+            self._stream = stream
+
+    def _leave_stream(self):
+        """Back to no stream (the library waits for the stream's work first)."""
+        if self._stream is not None and self._moe is not None:
+            self._begin(None, None)
+
+    def _finish(self, result, async_op, *keep):
+        work = Work(self if self._stream is not None else None, result, keep)
+        return work if async_op else work.wait()
+
+    def dispatch(self, x, topk_idx, x_scales=None, stream=None, async_op=False,
+                 previous_event=None):
         """Send each token to its top-k experts' ranks and return what this rank's experts
         received (strata_moe_dispatch), as a Recv."""
         num_tokens, idx = self._routing(topk_idx)
         xs, scales = self._tokens(x, x_scales, num_tokens)
+        self._begin(stream, previous_event)
         self._torch_like = b.is_torch(x)
         raw = t.MoeRecv()
         status = self._lib.strata_moe_dispatch(self.handle, xs, scales, idx, num_tokens,
                                                ctypes.byref(raw))
         self._step_tokens = num_tokens
-        return self._receive(status, raw, "strata_moe_dispatch")
+        return self._finish(self._receive(status, raw, "strata_moe_dispatch"), async_op,
+                            x, x_scales, topk_idx)
 
-    def dispatch_send(self, layout, x, x_scales=None):
+    def dispatch_send(self, layout, x, x_scales=None, stream=None, async_op=False,
+                      previous_event=None):
         """First half of dispatch: send x along layout (strata_moe_dispatch_send). x must
         stay untouched until dispatch_recv returns; the layout, until the step's combine."""
         if not isinstance(layout, Layout) or layout._handle is None or layout._moe is not self:
             raise ValueError("layout must be an open Layout made by this Moe's layout()")
         xs, scales = self._tokens(x, x_scales, layout.num_tokens)
+        self._begin(stream, previous_event)
         self._torch_like = b.is_torch(x)
         status = self._lib.strata_moe_dispatch_send(self.handle, layout._handle, xs, scales)
         self._step_layout, self._step_tokens = layout, layout.num_tokens
         self._step_inputs = (x, x_scales)
         check(status, "strata_moe_dispatch_send")
+        return self._finish(None, async_op, x, x_scales) if async_op else None
 
-    def dispatch_recv(self):
+    def dispatch_recv(self, stream=None, async_op=False, previous_event=None):
         """Second half: wait for this rank's experts' tokens (strata_moe_dispatch_recv)."""
+        self._begin(stream, previous_event)
         raw = t.MoeRecv()
         status = self._lib.strata_moe_dispatch_recv(self.handle, ctypes.byref(raw))
-        self._step_inputs = None
-        return self._receive(status, raw, "strata_moe_dispatch_recv")
+        keep, self._step_inputs = self._step_inputs, None
+        return self._finish(self._receive(status, raw, "strata_moe_dispatch_recv"), async_op,
+                            keep)
 
-    def combine_send(self, expert_y=None):
+    def combine_send(self, expert_y=None, stream=None, async_op=False, previous_event=None):
         """First half of combine: return the experts' outputs (expert_y, shaped like the
         recv's; None: recv.expert_y) to their tokens' ranks (strata_moe_combine_send)."""
         ys = self._expert_y(expert_y)
+        self._begin(stream, previous_event)
         status = self._lib.strata_moe_combine_send(self.handle, ys)
         # The library may read expert_y until combine_recv returns (on one node it does).
         self._step_inputs = expert_y
         check(status, "strata_moe_combine_send")
+        return self._finish(None, async_op, expert_y) if async_op else None
 
-    def combine_recv(self, topk_weights, out):
+    def combine_recv(self, topk_weights, out, stream=None, async_op=False, previous_event=None):
         """Second half: out[t] = sum over k of topk_weights[t, k] * y(t, k), written in place
         (strata_moe_combine_recv). Returns out."""
         weights, result = self._combine_buffers(topk_weights, out)
+        self._begin(stream, previous_event)
         status = self._lib.strata_moe_combine_recv(self.handle, weights, result)
+        keep = self._step_inputs
         self._end_step()
         check(status, "strata_moe_combine_recv")
-        return out
+        return self._finish(out, async_op, topk_weights, keep)
 
-    def combine(self, topk_weights, out, expert_y=None):
+    def combine(self, topk_weights, out, expert_y=None, stream=None, async_op=False,
+                previous_event=None):
         """Both halves of combine (strata_moe_combine). Returns out."""
         ys = self._expert_y(expert_y)
         weights, result = self._combine_buffers(topk_weights, out)
+        self._begin(stream, previous_event)
         status = self._lib.strata_moe_combine(self.handle, ys, weights, result)
         self._end_step()
         check(status, "strata_moe_combine")
-        return out
+        return self._finish(out, async_op, topk_weights, expert_y)
 
     def _end_step(self):
         self._step_layout, self._step_tokens, self._step_inputs = None, None, None
@@ -390,6 +462,10 @@ class Moe:
         (strata_moe_destroy) goes at once, or, where arrays of its Recvs are still alive,
         once the last of them is gone: they keep its memory until then."""
         if self._moe is not None:
+            if self._stream is not None:  # its work done before the stream may go
+                self._lib.strata_moe_set_stream(self._moe, None)
+                self._stream._users.discard(self)
+                self._stream = None
             self._end_step()
             for layout in list(self._layouts):
                 layout.close()

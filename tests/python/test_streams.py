@@ -1,0 +1,112 @@
+"""Moe calls on streams of the host backend: a step enqueued with async_op returns at once
+and its Work gives the results once done; calls ordered after another's Work
+(previous_event); the stream changing between steps; a call with a stream but without
+async_op complete on return; an error of the step raised by wait(); and a stream closed
+under a step refused, then closed once the step is done."""
+import unittest
+
+import numpy as np
+
+import strata
+from strata import Status, StrataError
+
+import moe_reference as ref
+import one_rank
+
+EXPERTS, TOPK, HIDDEN, TOKENS = 4, 2, 64, 16
+
+
+def run_experts(recv):
+    for e in range(recv.num_local_experts):
+        n = int(recv.count[e])
+        recv.expert_y[e, :n] = ref.expert(recv.first_expert + e, recv.x[e, :n])
+
+
+class TestStreams(one_rank.CommTestCase):
+    def setUp(self):
+        self.rng = np.random.default_rng(77 + len(self.id()))
+
+    def batch(self):
+        x = self.rng.standard_normal((TOKENS, HIDDEN)).astype(np.float32)
+        idx, weights = ref.routing(self.rng, TOKENS, EXPERTS, TOPK)
+        return x, idx, weights
+
+    def moe(self, **extra):
+        return strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                          max_tokens=TOKENS, **extra)
+
+    def test_async_steps_on_changing_streams(self):
+        with self.comm.stream() as first, self.comm.stream() as second, self.moe() as moe:
+            for step in range(4):
+                stream = first if step % 2 == 0 else second
+                x, idx, weights = self.batch()
+                work = moe.dispatch(x, idx, stream=stream, async_op=True)
+                self.assertIsInstance(work, strata.moe.Work)
+                recv = work.wait()
+                self.assertTrue(work.is_completed())
+                run_experts(recv)
+                out = np.full_like(x, np.nan)
+                done = moe.combine(weights, out, stream=stream, async_op=True,
+                                   previous_event=work)
+                self.assertIs(done.wait(), out)
+                np.testing.assert_allclose(out, ref.moe_step(x, idx, weights), rtol=1e-6,
+                                           atol=1e-6)
+
+    def test_stream_without_async_op_is_complete_on_return(self):
+        with self.comm.stream() as stream, self.moe() as moe:
+            x, idx, weights = self.batch()
+            recv = moe.dispatch(x, idx, stream=stream)
+            run_experts(recv)
+            out = moe.combine(weights, np.full_like(x, np.nan), stream=stream)
+            np.testing.assert_allclose(out, ref.moe_step(x, idx, weights), rtol=1e-6,
+                                       atol=1e-6)
+            # and back to no stream for the next step
+            recv = moe.dispatch(x, idx)
+            run_experts(recv)
+            moe.combine(weights, np.empty_like(x))
+
+    def test_halves_async(self):
+        with self.comm.stream() as stream, self.moe() as moe:
+            x, idx, weights = self.batch()
+            layout = moe.layout(idx)
+            sent = moe.dispatch_send(layout, x, stream=stream, async_op=True)
+            recv = moe.dispatch_recv(stream=stream, async_op=True, previous_event=sent).wait()
+            run_experts(recv)
+            moe.combine_send(stream=stream, async_op=True).wait()
+            out = moe.combine_recv(weights, np.full_like(x, np.nan), stream=stream,
+                                   async_op=True).wait()
+            np.testing.assert_allclose(out, ref.moe_step(x, idx, weights), rtol=1e-6,
+                                       atol=1e-6)
+            layout.close()
+
+    def test_error_of_the_step_raised_by_wait(self):
+        with self.comm.stream() as stream, self.moe(capacity=2) as moe:
+            x = np.ones((TOKENS, HIDDEN), np.float32)
+            idx = np.full((TOKENS, TOPK), -1, np.int64)
+            idx[:, 0] = 0  # 16 rows for expert 0, which holds 2
+            work = moe.dispatch(x, idx, stream=stream, async_op=True)
+            with self.assertRaises(StrataError) as caught:
+                work.wait()
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_CAPACITY)
+            with self.assertRaises(StrataError):
+                moe.combine(np.ones((TOKENS, TOPK), np.float32), np.empty_like(x),
+                            stream=stream)
+
+    def test_stream_closed_under_a_step(self):
+        with self.moe() as moe:
+            stream = self.comm.stream()
+            x, idx, weights = self.batch()
+            recv = moe.dispatch(x, idx, stream=stream)
+            with self.assertRaises(StrataError):
+                stream.close()  # the step in progress still runs on it
+            run_experts(recv)
+            moe.combine(weights, np.empty_like(x), stream=stream)
+            stream.close()
+            self.assertIsNone(stream.handle)
+            recv = moe.dispatch(x, idx)  # no stream from here on
+            run_experts(recv)
+            moe.combine(weights, np.empty_like(x))
+
+
+if __name__ == "__main__":
+    unittest.main()
