@@ -89,6 +89,8 @@ for f in __init__.py _library.py moe.py comm.py _installed.py; do
 done
 if [ -n "$skip_reason" ]; then
     echo "Python package not loaded: $skip_reason"
+elif [ -n "$flags" ]; then
+    echo "Python package not loaded: an instrumented libstrata ($flags) loads only into a program built with it"
 elif ! "$python" -c "import numpy" 2>/dev/null; then
     echo "Python package not loaded: $python has no numpy"
 else
