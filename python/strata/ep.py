@@ -57,7 +57,8 @@ class Handle:
         self.objects = objects
         self.topk_idx = topk_idx
         self.num_tokens = num_tokens
-        self.lead = None   # [num_recv] the strata row (expert, row) a token's combine rides on
+        self.lead = None   # [num_recv] the strata row (flat) a token's combine rides on
+        self.tokens = None # [num_recv] the received tokens' keys, sorted
         self.open = False  # the strata step the dispatch began, until its combine
 
 
@@ -187,45 +188,46 @@ class Buffer:
         wrows = torch.zeros(x.shape[0], weights.hidden, dtype=torch.float32)
         wrows[:, :topk] = topk_weights
         wrecv = weights.dispatch(wrows, topk_idx)
-        token_weights = self._token_weights(wrecv, topk)
+        gathered = self._gather_tokens(recv, wrecv, new, topk, expert_alignment)
         weights.combine(torch.zeros(x.shape[0], topk, dtype=torch.float32),
                         torch.empty(x.shape[0], weights.hidden, dtype=torch.float32))
-        return self._gather_tokens(recv, token_weights, new, topk, expert_alignment)
+        return gathered
 
     @staticmethod
-    def _token_weights(wrecv, topk):
-        """(source rank, token) -> its top-k weights, from the weights Moe's rows."""
-        found = {}
-        for e in range(wrecv.num_local_experts):
-            n = int(wrecv.count[e])
-            for r in range(n):
-                rank, token, _ = (int(v) for v in wrecv.src[e, r])
-                found[(rank, token)] = wrecv.x[e, r, :topk]
-        return found
+    def _rows(recv, max_tokens):
+        """Every received row: (expert, row) flat index, its token's key (source rank *
+        max_tokens + token) and its slot, in (expert, row) order."""
+        capacity = recv.x.shape[1]
+        valid = torch.arange(capacity)[None, :] < recv.count.to(torch.int64)[:, None]
+        flat = torch.nonzero(valid.reshape(-1), as_tuple=False)[:, 0]
+        src = recv.src.to(torch.int64).reshape(-1, 3)[flat]
+        return flat, src[:, 0] * max_tokens + src[:, 1], src[:, 2]
 
-    def _gather_tokens(self, recv, token_weights, handle, topk, expert_alignment):
-        """The strata rows, one per (token, local expert), as DeepEP's tokens, each once."""
-        rows = {}  # (rank, token) -> [(expert, row, slot)]
-        for e in range(recv.num_local_experts):
-            for r in range(int(recv.count[e])):
-                rank, token, slot = (int(v) for v in recv.src[e, r])
-                rows.setdefault((rank, token), []).append((e, r, slot))
-        order = sorted(rows)
-        hidden = recv.x.shape[2]
-        recv_x = torch.empty(len(order), hidden, dtype=recv.x.dtype)
-        recv_topk_idx = torch.full((len(order), topk), -1, dtype=torch.int64)
-        recv_topk_weights = torch.zeros(len(order), topk, dtype=torch.float32)
-        lead = []
-        for i, key in enumerate(order):
-            places = rows[key]
-            e0, r0, _ = min(places)
-            recv_x[i] = recv.x[e0, r0]
-            for e, _, slot in places:
-                recv_topk_idx[i, slot] = e
-                recv_topk_weights[i, slot] = token_weights[key][slot]
-            lead.append((e0, r0))
+    def _token_weights(self, wrecv, topk, keys):
+        """Each token of keys (sorted, unique): its top-k weights, from the weights Moe's
+        rows. [len(keys), topk]."""
+        flat, wkeys, _ = self._rows(wrecv, self.max_tokens)
+        rows = wrecv.x.reshape(-1, wrecv.x.shape[2])[flat, :topk]
+        weights = torch.zeros(len(keys), topk, dtype=torch.float32)
+        weights[torch.searchsorted(keys, wkeys)] = rows
+        return weights
+
+    def _gather_tokens(self, recv, wrecv, handle, topk, expert_alignment):
+        """The strata rows, one per (token, local expert), as DeepEP's tokens, each once,
+        ordered by source rank, then by index there."""
+        flat, keys, slots = self._rows(recv, self.max_tokens)
+        tokens, which = torch.unique(keys, sorted=True, return_inverse=True)
+        # A token's lead row: its first in (expert, row) order; combine rides on it.
+        lead = torch.full((len(tokens),), flat.numel() and int(flat.max()) + 1,
+                          dtype=torch.int64).scatter_reduce(0, which, flat, reduce="amin")
+        capacity = recv.x.shape[1]
+        recv_x = recv.x.reshape(-1, recv.x.shape[2])[lead].clone()
+        recv_topk_idx = torch.full((len(tokens), topk), -1, dtype=torch.int64)
+        recv_topk_idx[which, slots] = flat // capacity
+        weights = self._token_weights(wrecv, topk, tokens)
+        recv_topk_weights = torch.where(recv_topk_idx >= 0, weights, torch.zeros(()))
         handle.lead = lead
-        handle.capacity = recv.capacity
+        handle.tokens = tokens
         counts = [int(c) for c in recv.count]
         if expert_alignment > 1:
             counts = [(c + expert_alignment - 1) // expert_alignment * expert_alignment
@@ -246,10 +248,10 @@ class Buffer:
             raise ValueError(f"x has {x.shape[0]} rows; the dispatch received "
                              f"{len(handle.lead)} tokens")
         topk = handle.topk_idx.shape[1]
-        expert_y = torch.zeros(moe._recv.num_local_experts, moe._recv.capacity, moe.hidden,
+        expert_y = torch.zeros(moe._recv.num_local_experts * moe._recv.capacity, moe.hidden,
                                dtype=x.dtype)
-        for i, (e, r) in enumerate(handle.lead):  # one row per token and rank: sums once
-            expert_y[e, r] = x[i]
+        expert_y[handle.lead] = x  # one row per token and rank: each sums once
+        expert_y = expert_y.view(moe._recv.num_local_experts, moe._recv.capacity, moe.hidden)
         ones = torch.ones(handle.num_tokens, topk, dtype=torch.float32)
         combined_x = moe.combine(ones, torch.empty(handle.num_tokens, moe.hidden,
                                                    dtype=x.dtype), expert_y=expert_y)
@@ -268,20 +270,17 @@ class Buffer:
         n = handle.num_tokens
         wrecv = weights.dispatch(torch.zeros(n, weights.hidden, dtype=torch.float32),
                                  handle.topk_idx)
-        rows = torch.zeros(wrecv.num_local_experts, wrecv.capacity, weights.hidden,
+        flat, keys, _ = self._rows(wrecv, self.max_tokens)
+        which = torch.searchsorted(handle.tokens, keys)
+        first = torch.full((len(handle.tokens),), flat.numel() and int(flat.max()) + 1,
+                           dtype=torch.int64).scatter_reduce(0, which, flat, reduce="amin")
+        rows = torch.zeros(wrecv.num_local_experts * wrecv.capacity, weights.hidden,
                            dtype=torch.float32)
-        first = {}
-        for e in range(wrecv.num_local_experts):
-            for r in range(int(wrecv.count[e])):
-                rank, token, _ = (int(v) for v in wrecv.src[e, r])
-                first.setdefault((rank, token), (e, r))
-        order = sorted(first)
-        for i, key in enumerate(order):
-            e, r = first[key]
-            rows[e, r, :topk] = topk_weights[i].to(torch.float32)
+        rows[first, :topk] = topk_weights.to(torch.float32)
         out = weights.combine(torch.ones(n, topk, dtype=torch.float32),
                               torch.empty(n, weights.hidden, dtype=torch.float32),
-                              expert_y=rows)
+                              expert_y=rows.view(wrecv.num_local_experts, wrecv.capacity,
+                                                 weights.hidden))
         return out[:, :topk].clone()
 
     # --- low-latency mode -------------------------------------------------------------------------
