@@ -286,6 +286,19 @@ STRATA_API void strata_bootstrap_destroy(strata_bootstrap_t *bootstrap)
     free(bs);
 }
 
+uint64_t api_bootstrap_timeout_ns(void)
+{
+    api_bootstrap_config_t config;
+    char err[UTIL_REASON_LEN];
+    uint64_t timeout_ns = 0;
+
+    if (util_config_read_quiet(&api_bootstrap_config_table, &config, err) == STRATA_OK) {
+        timeout_ns = config.timeout_ns;
+        util_config_release(&api_bootstrap_config_table, &config);
+    }
+    return timeout_ns > 0 ? timeout_ns : 60 * UTIL_NSEC_PER_SEC;
+}
+
 /* The timeout (0: STRATA_BOOTSTRAP_TIMEOUT) and the secret from the environment. */
 static strata_status_t api_bootstrap_configure(api_tcp_bootstrap_t *bs, uint64_t timeout_ms)
 {

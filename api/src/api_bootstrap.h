@@ -16,4 +16,8 @@ typedef struct api_bootstrap_config {
     char    *secret_file;
 } api_bootstrap_config_t;
 
+/** STRATA_BOOTSTRAP_TIMEOUT, which bounds every collective of a bootstrap strata makes (its
+ *  default where the variable is unreadable). */
+uint64_t api_bootstrap_timeout_ns(void);
+
 #endif

@@ -6,6 +6,7 @@
  * user receive and no other collective can take. A block travels in pieces that say where
  * they go, so pieces may arrive in any order.
  */
+#include "api/src/api_bootstrap.h"
 #include "api/src/api_comm.h"
 #include "util/util.h"
 
@@ -15,7 +16,6 @@
 #define API_SPLIT_MAGIC         0x53504c54u /* "SPLT" */
 #define API_SPLIT_SEQ_BITS      20
 #define API_SPLIT_MAX           ((1u << (32 - API_SPLIT_SEQ_BITS)) - 1)
-#define API_SPLIT_DEFAULT_NS    (60 * UTIL_NSEC_PER_SEC)
 
 /* Where a piece of a member's block goes. */
 typedef struct api_split_piece {
@@ -34,6 +34,7 @@ typedef struct api_split_bootstrap {
     uint64_t           timeout_ns;
     size_t             piece_max; /* block bytes a message carries */
     char              *message;  /* a receive buffer of one message */
+    bool               message_lent; /* a cancelled receive may still write it: never freed */
 } api_split_bootstrap_t;
 
 /* --- The bootstrap's collectives -------------------------------------------------------- */
@@ -48,12 +49,21 @@ static int api_split_member(const api_split_bootstrap_t *bs, int parent_rank)
     return -1;
 }
 
-static strata_status_t api_split_wait(inter_request_t *req, uint64_t timeout_ns)
+/* Cancel req and wait until the engine is done with it; false where it is not within the
+ * peer timeout (its buffer must then stay). */
+static bool api_split_cancel(api_split_bootstrap_t *bs, inter_request_t *req)
 {
-    strata_status_t status = inter_request_wait(req, timeout_ns);
+    inter_request_cancel(req);
+    return inter_request_wait(req, inter_engine_peer_timeout_ns(bs->parent->engine)) !=
+           STRATA_ERR_TIMEOUT;
+}
+
+static strata_status_t api_split_wait(api_split_bootstrap_t *bs, inter_request_t *req)
+{
+    strata_status_t status = inter_request_wait(req, bs->timeout_ns);
 
     if (status == STRATA_ERR_TIMEOUT) {
-        inter_request_cancel(req);
+        api_split_cancel(bs, req); /* a send copied its bytes: nothing of ours is lent */
     }
     inter_request_free(req);
     return status;
@@ -80,7 +90,7 @@ static strata_status_t api_split_send(api_split_bootstrap_t *bs, uint32_t channe
         status = inter_engine_send_on(engine, channel, bs->members[member], bs->message,
                                       sizeof(piece) + len, &req);
         if (status == STRATA_OK) {
-            status = api_split_wait(req, bs->timeout_ns);
+            status = api_split_wait(bs, req);
         }
         if (status != STRATA_OK) {
             return status;
@@ -108,8 +118,8 @@ static strata_status_t api_split_recv_piece(api_split_bootstrap_t *bs, uint32_t 
     status = inter_request_wait(req, bs->timeout_ns);
     got    = status == STRATA_OK ? inter_request_length(req) : 0;
     member = status == STRATA_OK ? api_split_member(bs, inter_request_source(req)) : -1;
-    if (status == STRATA_ERR_TIMEOUT) {
-        inter_request_cancel(req);
+    if (status == STRATA_ERR_TIMEOUT && !api_split_cancel(bs, req)) {
+        bs->message_lent = true; /* a late piece may still land in it */
     }
     inter_request_free(req);
     if (status != STRATA_OK) {
@@ -172,7 +182,9 @@ void api_split_bootstrap_destroy(strata_bootstrap_t *bootstrap)
     atomic_fetch_sub_explicit(&bs->parent->split_children, 1, memory_order_relaxed);
     api_comm_release(bs->parent);
     free(bs->members);
-    free(bs->message);
+    if (!bs->message_lent) {
+        free(bs->message);
+    }
     free(bs);
 }
 
@@ -203,7 +215,8 @@ static int api_split_members(const api_split_vote_t *votes, int size, int rank, 
     return n;
 }
 
-static strata_status_t api_split_bootstrap(strata_comm_t *parent, const int *members, int n,
+static strata_status_t api_split_bootstrap(strata_comm_t *parent, uint32_t number,
+                                           const int *members, int n,
                                            api_split_bootstrap_t **bs_p)
 {
     api_split_bootstrap_t *bs = calloc(1, sizeof(*bs));
@@ -226,9 +239,9 @@ static strata_status_t api_split_bootstrap(strata_comm_t *parent, const int *mem
                                           .barrier = api_split_barrier, .ctx = bs};
     bs->base.rank  = api_split_member(bs, parent->rank);
     bs->parent     = parent;
-    bs->split      = ++parent->splits;
+    bs->split      = number;
     bs->piece_max  = msg - sizeof(api_split_piece_t);
-    bs->timeout_ns = API_SPLIT_DEFAULT_NS;
+    bs->timeout_ns = api_bootstrap_timeout_ns();
     api_comm_hold(parent);
     atomic_fetch_add_explicit(&parent->split_children, 1, memory_order_relaxed);
     *bs_p = bs;
@@ -272,13 +285,15 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
     members = calloc((size_t)comm->size, sizeof(int));
     status  = votes && members ? api_comm_allgather(comm, &mine, votes, sizeof(mine))
                                : STRATA_ERR_NO_MEMORY;
-    /* Every rank counts the split, members or not, so that the numbers stay equal:
-     * api_split_bootstrap takes the next one for its channels. */
-    if (status == STRATA_OK && color == -1) {
-        ++comm->splits; /* no communicator for this rank */
-    } else if (status == STRATA_OK) {
-        n      = api_split_members(votes, comm->size, comm->rank, members);
-        status = api_split_bootstrap(comm, members, n, &bs);
+    /* Every rank counts the split once the vote is in, members or not and whatever fails
+     * next, so that the numbers (the channels' high bits) stay equal on every rank. */
+    if (status == STRATA_OK) {
+        uint32_t number = ++comm->splits;
+
+        if (color != -1) {
+            n      = api_split_members(votes, comm->size, comm->rank, members);
+            status = api_split_bootstrap(comm, number, members, n, &bs);
+        }
     }
     if (status == STRATA_OK && bs != NULL) {
         config = api_split_config(comm);

@@ -105,6 +105,7 @@ typedef struct chaos_transport {
     /* What the chaos did, logged at close: operations, the pieces they were cut into,
      * pieces handed over after one that started waiting later, polls that held back. */
     uint64_t                     num_ops, num_pieces, num_overtaken, num_held_polls;
+    strata_status_t              inject_status; /* a held inject that failed: the next says */
     chaos_cqes_t                 done; /* completions not yet reported, any order */
     chaos_cqes_t                 msgs; /* messages received not yet reported, in order */
 } chaos_transport_t;
@@ -314,6 +315,13 @@ static strata_status_t chaos_inject(inter_transport_t *tp, uint64_t peer, const 
         return STRATA_ERR_INVALID;
     }
     pthread_mutex_lock(&ct->lock);
+    if (ct->inject_status != STRATA_OK) { /* an earlier one failed when handed over */
+        strata_status_t status = ct->inject_status;
+
+        ct->inject_status = STRATA_OK;
+        pthread_mutex_unlock(&ct->lock);
+        return status;
+    }
     op = chaos_new_op(ct, len);
     if (op == NULL) {
         pthread_mutex_unlock(&ct->lock);
@@ -353,6 +361,9 @@ static strata_status_t chaos_hand_over(chaos_transport_t *ct, chaos_piece_t *pie
     }
     if (status == STRATA_ERR_BUSY) {
         return status;
+    }
+    if (piece->op->inject && status != STRATA_OK && ct->inject_status == STRATA_OK) {
+        ct->inject_status = status; /* the engine learns it from its next inject */
     }
     if (piece->op->inject || status != STRATA_OK) {
         /* An inject is over once handed over; a refused post completes with its error. */
@@ -441,9 +452,10 @@ static strata_status_t chaos_collect(chaos_transport_t *ct, uint64_t now)
     int n = 0;
 
     status = ct->inner_ops->poll(ct->inner, cqes, CHAOS_RELEASE_MAX, &n);
-    for (int i = 0; i < n && status == STRATA_OK; ++i) {
+    for (int i = 0; i < n; ++i) { /* every one, even after a failure: each frees its op */
         chaos_piece_t *piece = cqes[i].context;
         chaos_op_t *op = piece != NULL ? piece->op : NULL;
+        strata_status_t handled;
 
         if (op == NULL || op->recv) { /* an immediate, or a receive's: up as it is */
             if (op != NULL) {
@@ -451,10 +463,11 @@ static strata_status_t chaos_collect(chaos_transport_t *ct, uint64_t now)
                 chaos_unlink(ct, op);
                 free(op);
             }
-            status = chaos_add_done(ct, &cqes[i]);
+            handled = chaos_add_done(ct, &cqes[i]);
         } else {
-            status = chaos_piece_done(ct, op, cqes[i].status, now);
+            handled = chaos_piece_done(ct, op, cqes[i].status, now);
         }
+        status = status != STRATA_OK ? status : handled;
     }
     return status;
 }

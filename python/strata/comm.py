@@ -35,6 +35,7 @@ class Communicator:
         self._bootstrap = None
         self._group = None
         self._moes = weakref.WeakSet()
+        self._streams = weakref.WeakSet()
         config = _config(log_level, topo_file, node_name, gpu)
         if group is not None:
             self._group = GroupBootstrap(group)
@@ -105,6 +106,7 @@ class Communicator:
         split = Communicator.__new__(Communicator)
         split._lib, split._comm, split._bootstrap, split._group = self._lib, sub, None, None
         split._moes = weakref.WeakSet()
+        split._streams = weakref.WeakSet()
         return split
 
     def stream(self):
@@ -112,7 +114,9 @@ class Communicator:
         host backend, work strata enqueues on it runs in order on a thread of its own, so
         that a Moe call given stream= returns before its step is done. close() (or the end of
         a with block) waits for its work and frees it."""
-        return Stream(self)
+        stream = Stream(self)
+        self._streams.add(stream)
+        return stream
 
     def barrier(self, timeout_ms=60000):
         """Collective barrier over every rank (strata_barrier)."""
@@ -122,6 +126,8 @@ class Communicator:
         """Destroy every Moe made on it, then the communicator and its bootstrap. Idempotent."""
         for moe in list(self._moes):
             moe.close()
+        for stream in list(getattr(self, "_streams", ())):
+            stream.close()
         if self._comm is not None:
             self._lib.strata_comm_destroy(self._comm)
             self._comm = None
@@ -184,7 +190,8 @@ class Stream:
 
     def close(self):
         """Wait for its work, then free it; the Moe objects that used it run without a
-        stream from then on (ValueError, and nothing freed, while one is in a step). Idempotent."""
+        stream from then on (StrataError, and nothing freed, while one is in a step).
+        Idempotent."""
         for moe in list(self._users):
             moe._leave_stream()
         if self.handle is not None and self._comm._comm is not None:
@@ -196,3 +203,10 @@ class Stream:
 
     def __exit__(self, *exc):
         self.close()
+
+    def __del__(self):
+        if getattr(self, "handle", None) is not None:
+            try:
+                self.close()
+            except Exception:  # a Moe still in a step: the stream stays with its object
+                pass

@@ -10,8 +10,11 @@ names and return shapes, for frameworks whose expert-parallel backends speak tha
 
 Every call completes before it returns, on the host: the events returned are done, and the
 receive hooks have nothing left to do. docs/python.md maps each call to DeepEP's and says
-what differs and why. Torch tensors on the CPU (the host backend) or of the communicator's
-GPU.
+what differs and why. Torch tensors on the CPU, over the host backend: the package passes
+host memory (strata.Moe refuses GPU communicators for now).
+
+Like DeepEP's, the calls are collective in kind: every rank makes the same calls in the
+same order, and passes topk_weights to combine on all ranks or on none.
 """
 import torch
 
@@ -244,10 +247,13 @@ class Buffer:
             raise ValueError("combine needs the handle of this Buffer's last dispatch, once")
         moe, weights = handle.objects
         x = _check_tensor(x, "x", 2)
+        topk = handle.topk_idx.shape[1]
         if x.shape[0] != len(handle.lead):
             raise ValueError(f"x has {x.shape[0]} rows; the dispatch received "
                              f"{len(handle.lead)} tokens")
-        topk = handle.topk_idx.shape[1]
+        if topk_weights is not None and tuple(topk_weights.shape) != (len(handle.lead), topk):
+            raise ValueError(f"topk_weights is {tuple(topk_weights.shape)}, not "
+                             f"({len(handle.lead)}, {topk}): one row per received token")
         expert_y = torch.zeros(moe._recv.num_local_experts * moe._recv.capacity, moe.hidden,
                                dtype=x.dtype)
         expert_y[handle.lead] = x  # one row per token and rank: each sums once

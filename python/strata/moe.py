@@ -163,16 +163,15 @@ class Work:
     StrataError of STRATA_ERR_CAPACITY, say). The buffers the call reads or writes are kept
     alive until then; they must not be touched before."""
 
-    def __init__(self, moe, result, keep):
+    def __init__(self, moe, result):
         self.result = result
-        self._moe, self._keep = moe, keep
+        self._moe = moe
 
     def wait(self):
         """Wait for the call's work; its result (a Recv, out, or None)."""
-        if self._moe is not None:
-            moe, self._moe = self._moe, None
-            self._keep = None
-            check(moe._lib.strata_moe_synchronize(moe.handle), "strata_moe_synchronize")
+        moe, self._moe = self._moe, None
+        if moe is not None and moe._moe is not None:  # close() waited already
+            moe._synchronize()
         return self.result
 
     synchronize = wait
@@ -237,6 +236,7 @@ class Moe:
         self._step_inputs = None   # buffers the library reads until the step's half returns
         self._torch_like = False
         self._stream = None        # the stream set on the library object, a Stream or None
+        self._pending = []         # buffers of calls its stream may not have run yet
 
     # --- buffers -------------------------------------------------------------------------
 
@@ -322,6 +322,7 @@ class Moe:
                   "strata_moe_set_stream")
             if self._stream is not None:
                 self._stream._users.discard(self)
+                self._pending = []  # the library waited for the old stream's work
             if stream is not None:
                 stream._users.add(self)
             self._stream = stream
@@ -332,8 +333,17 @@ class Moe:
             self._begin(None, None)
 
     def _finish(self, result, async_op, *keep):
-        work = Work(self if self._stream is not None else None, result, keep)
+        if self._stream is not None:
+            self._pending.append(keep)  # until the object's work is done: read or written
+        work = Work(self if self._stream is not None else None, result)
         return work if async_op else work.wait()
+
+    def _synchronize(self):
+        """Wait for the object's work (strata_moe_synchronize); its buffers may go then."""
+        try:
+            check(self._lib.strata_moe_synchronize(self.handle), "strata_moe_synchronize")
+        finally:
+            self._pending = []
 
     def dispatch(self, x, topk_idx, x_scales=None, stream=None, async_op=False,
                  previous_event=None):
@@ -463,9 +473,13 @@ class Moe:
         once the last of them is gone: they keep its memory until then."""
         if self._moe is not None:
             if self._stream is not None:  # its work done before the stream may go
-                self._lib.strata_moe_set_stream(self._moe, None)
+                if self._lib.strata_moe_set_stream(self._moe, None) != 0:
+                    # Refused mid-step: the library object (kept by views, maybe) still runs
+                    # on the stream, so the stream stays as long as the object.
+                    self._kept._also = (self._kept._also, self._stream)
                 self._stream._users.discard(self)
                 self._stream = None
+                self._pending = []
             self._end_step()
             for layout in list(self._layouts):
                 layout.close()

@@ -12,12 +12,13 @@ The backward passes are steps of strata too, on every rank in the same order:
 - the routing weights' gradient, <grad_out[t], y(t, k)>, is computed where y is and comes
   back through a small second Moe of the dispatcher's (each row's weights travel there in
   the forward too);
-- dispatch's backward combines the rows' gradients back to their tokens with weight 1.
+- dispatch's backward, where x needs a gradient, lays the rows out again (a dispatch of
+  zeros) and combines their gradients back to their tokens with weight 1.
 
 Rows come back from strata in no particular order; every row is matched to its forward
 row by its source (rank, token, slot). So the dispatch must drop nothing: give the Moe a
-capacity that holds every row (the default does). One dispatcher serves one layer: a layer's
-backward keeps its Moe's step open between its two halves.
+capacity that holds every row (the default does). Every backward step ends where it
+starts, so a gradient that skips dispatch's backward leaves no step open.
 """
 import torch
 
@@ -38,17 +39,25 @@ def _row_keys(recv, topk, max_tokens):
 
 
 def _reorder(rows, keys_from, keys_to):
-    """rows, laid out as keys_from lays out the rows, laid out as keys_to does (both hold the
-    same keys per expert). rows: [experts, capacity, ...]."""
-    order_from = torch.argsort(keys_from, dim=1)
-    order_to = torch.argsort(keys_to, dim=1)
-    back = torch.argsort(order_to, dim=1)
+    """rows, laid out as keys_from lays out the rows, laid out as keys_to does: both hold
+    the same keys per expert, then _PAD, possibly to another capacity (two Moe objects).
+    rows: [experts, capacity of keys_from, ...]; the result has keys_to's capacity, zeros
+    where it holds _PAD."""
     shape = rows.shape[2:]
 
     def take(values, index):
         return torch.gather(values, 1, index.view(*index.shape, *([1] * len(shape)))
                             .expand(*index.shape, *shape))
-    return take(take(rows, order_from), back)
+    ordered = take(rows, torch.argsort(keys_from, dim=1))  # by key: the real rows first
+    width = keys_to.shape[1]
+    if ordered.shape[1] >= width:
+        ordered = ordered[:, :width]
+    else:
+        pad = torch.zeros(ordered.shape[0], width - ordered.shape[1], *shape,
+                          dtype=ordered.dtype)
+        ordered = torch.cat([ordered, pad], dim=1)
+    back = torch.argsort(torch.argsort(keys_to, dim=1), dim=1)
+    return take(ordered, back)
 
 
 def _torch_dtype(dtype):
@@ -65,8 +74,6 @@ class DispatchHandle:
         self.num_tokens = num_tokens
         self.keys = None          # the forward rows' sources
         self.row_weights = None   # each forward row's routing weight [experts, capacity]
-        self.back_keys = None     # the rows of the step combine's backward opened
-        self.x_needs_grad = False
 
 
 class _Dispatch(torch.autograd.Function):
@@ -80,7 +87,6 @@ class _Dispatch(torch.autograd.Function):
         counts = recv.count.to(torch.int64).clone()
         handle.keys = keys
         handle.row_weights = d._row_weights(topk_weights.detach(), handle.topk_idx, keys)
-        handle.x_needs_grad = ctx.needs_input_grad[0]
         ctx.handle = handle
         ctx.x_dtype = x.dtype
         ctx.mark_non_differentiable(counts)
@@ -88,18 +94,20 @@ class _Dispatch(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_recv_x, grad_counts):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
         handle = ctx.handle
         d = handle.dispatcher
-        if handle.back_keys is None:  # combine's backward did not run: open the step here
-            zeros = torch.zeros(handle.num_tokens, d.moe.hidden, dtype=d.dtype)
-            recv = d._dispatch(d.moe, zeros, handle.topk_idx)
-            handle.back_keys = _row_keys(recv, d.moe.topk, d.moe.max_tokens)
-        grad_rows = _reorder(grad_recv_x.to(d.combine_dtype), handle.keys, handle.back_keys)
+        # A step of its own: a dispatch that only lays the rows out (its rows are zeros),
+        # then the combine of the rows' gradients with weight 1.
+        zeros = torch.zeros(handle.num_tokens, d.moe.hidden, dtype=d.dtype)
+        recv = d._dispatch(d.moe, zeros, handle.topk_idx)
+        back_keys = _row_keys(recv, d.moe.topk, d.moe.max_tokens)
+        grad_rows = _reorder(grad_recv_x.to(d.combine_dtype), handle.keys, back_keys)
         ones = torch.ones(handle.num_tokens, d.moe.topk, dtype=torch.float32)
         grad_x = d.moe.combine(ones, torch.empty(handle.num_tokens, d.moe.hidden,
                                                  dtype=d.combine_dtype),
                                expert_y=grad_rows.contiguous())
-        handle.back_keys = None
         return grad_x.to(ctx.x_dtype), None, None
 
 
@@ -126,13 +134,12 @@ class _Combine(torch.autograd.Function):
         back_keys = _row_keys(recv, moe.topk, moe.max_tokens)
         g = _reorder(recv.x.to(torch.float32).masked_fill((back_keys == _PAD)[..., None], 0),
                      back_keys, handle.keys)
+        # The step ends here, whatever runs next: dispatch's backward (which may not run at
+        # all, where recv_x is off the gradient's path) takes a step of its own.
+        moe.combine(torch.zeros(handle.num_tokens, moe.topk, dtype=torch.float32),
+                    torch.empty(handle.num_tokens, moe.hidden, dtype=d.combine_dtype))
         grad_y = handle.row_weights[..., None] * g
         grad_w = d._weights_grad((g * y.to(torch.float32)).sum(-1), handle)
-        if handle.x_needs_grad:
-            handle.back_keys = back_keys  # dispatch's backward combines in this step
-        else:
-            moe.combine(torch.zeros(handle.num_tokens, moe.topk, dtype=torch.float32),
-                        torch.empty(handle.num_tokens, moe.hidden, dtype=d.combine_dtype))
         return grad_y.to(ctx.y_dtype), grad_w.to(ctx.w_dtype), None
 
 

@@ -92,6 +92,27 @@ class TestStreams(one_rank.CommTestCase):
                 moe.combine(np.ones((TOKENS, TOPK), np.float32), np.empty_like(x),
                             stream=stream)
 
+    def test_wait_after_close(self):
+        """close() waits for the object's work: a Work waited for afterwards gives its
+        result."""
+        with self.comm.stream() as stream:
+            moe = self.moe()
+            x, idx, weights = self.batch()
+            recv = moe.dispatch(x, idx, stream=stream, async_op=True).wait()
+            run_experts(recv)
+            out = np.full_like(x, np.nan)
+            done = moe.combine(weights, out, stream=stream, async_op=True)
+            moe.close()
+            self.assertIs(done.wait(), out)
+            np.testing.assert_allclose(out, ref.moe_step(x, idx, weights), rtol=1e-6,
+                                       atol=1e-6)
+
+    def test_communicator_closes_its_streams(self):
+        comm = strata.Communicator()
+        stream = comm.stream()
+        comm.close()
+        self.assertIsNone(stream.handle)
+
     def test_stream_closed_under_a_step(self):
         with self.moe() as moe:
             stream = self.comm.stream()

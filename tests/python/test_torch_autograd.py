@@ -72,6 +72,40 @@ class TestAutograd(one_rank.CommTestCase):
                         torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
             dispatcher.close()
 
+    def test_gradient_of_the_experts_alone(self):
+        """A gradient asked of the experts' parameters alone skips dispatch's backward
+        although x needs one: no step is left open, and the next forward runs."""
+        experts, x, idx, weights = layer_parts(seed=7)
+        x.requires_grad_(True)
+        params = [p for m in experts for p in m.parameters()]
+        with strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                        max_tokens=TOKENS) as moe:
+            dispatcher = MoEDispatcher(moe)
+            for _ in range(2):
+                out = through_strata(dispatcher, experts, x, idx, weights)
+                got = torch.autograd.grad(out.sum(), params, allow_unused=True)
+            ref = torch.autograd.grad(plain(experts, x, idx, weights).sum(), params,
+                                      allow_unused=True)
+            for g, r in zip(got, ref):
+                if r is not None:
+                    torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+            dispatcher.close()
+
+    def test_capacities_of_both_objects_differ(self):
+        """A Moe with an expert alignment (a capacity unlike the dispatcher's own Moe's):
+        the rows are still matched across the two."""
+        experts, x, idx, weights = layer_parts(seed=8)
+        x.requires_grad_(True)
+        grad_out = torch.randn(TOKENS, HIDDEN)
+        with strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                        max_tokens=TOKENS, expert_alignment=16) as moe:
+            dispatcher = MoEDispatcher(moe)
+            out = through_strata(dispatcher, experts, x, idx, weights)
+            (got,) = torch.autograd.grad(out, [x], grad_out)
+            (ref,) = torch.autograd.grad(plain(experts, x, idx, weights), [x], grad_out)
+            torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+            dispatcher.close()
+
     def test_x_without_gradient(self):
         """Only the weights and experts need gradients: combine's backward ends the step
         itself, and the next forward runs."""
