@@ -8,7 +8,7 @@ import torchrun
 
 class TestEp(unittest.TestCase):
     def test_buffer_on_two_ranks(self):
-        output = torchrun.run(self, "ep_worker.py", 2)
+        output = torchrun.run(self, "ep_worker.py", 2, torchrun.LOOPBACK_TCP)
         for rank in range(2):
             self.assertIn(f"rank {rank} of 2: strata.ep checks passed", output)
 

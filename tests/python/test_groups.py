@@ -9,7 +9,7 @@ import torchrun
 
 class TestGroups(unittest.TestCase):
     def test_two_ep_groups_of_two(self):
-        output = torchrun.run(self, "groups_worker.py", 4)
+        output = torchrun.run(self, "groups_worker.py", 4, torchrun.LOOPBACK_TCP)
         for rank in range(4):
             self.assertRegex(output, rf"rank {rank} of 4: group {rank // 2} \(rank {rank % 2} "
                                      rf"of 2\): 3 steps exact")
