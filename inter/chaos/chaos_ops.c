@@ -280,10 +280,9 @@ static void chaos_take_due(chaos_transport_t *ct, uint64_t now, chaos_piece_t **
             shuffled[at]               = piece;
         }
     }
-    ct->waiting_tail = link;
-    while (*ct->waiting_tail != NULL) {
-        ct->waiting_tail = &(*ct->waiting_tail)->next;
-    }
+    if (*link == NULL) { /* scanned to the end: the last piece may have gone */
+        ct->waiting_tail = link;
+    } /* else the last piece was not reached, and its link is still the tail */
 }
 
 /* Put pieces back at the head of the waiting list, in their order, due at once. */
