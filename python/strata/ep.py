@@ -22,7 +22,7 @@ from . import _types as t
 from .comm import Communicator
 from .moe import Moe
 
-_TORCH_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_ROW_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # strata.Moe takes them as named
 
 
 class EventOverlap:
@@ -106,12 +106,12 @@ class Buffer:
 
     def _moe(self, num_experts, topk, hidden, dtype, max_tokens, with_weights):
         """The Moe (and, for normal mode, its weights Moe) of a shape; made on first use."""
-        if dtype not in _TORCH_DTYPES:
+        if dtype not in _ROW_DTYPES:
             raise ValueError(f"x of {dtype}: strata.ep moves bfloat16, float16 or float32 rows")
         key = (num_experts, topk, hidden, dtype, max_tokens, with_weights)
         if key not in self._objects:
             moe = Moe(self.comm, num_experts=num_experts, topk=topk, hidden=hidden,
-                      max_tokens=max_tokens, dtype=_TORCH_DTYPES[dtype])
+                      max_tokens=max_tokens, dtype=dtype)
             weights = None
             if with_weights:  # each row's token's top-k weights travel beside it
                 weights = Moe(self.comm, num_experts=num_experts, topk=topk,

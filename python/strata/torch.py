@@ -23,6 +23,7 @@ starts, so a gradient that skips dispatch's backward leaves no step open.
 import torch
 
 from . import _types as t
+from ._buffers import DTYPE_NAMES
 from .moe import Moe
 
 _PAD = torch.iinfo(torch.int64).max  # the key of a row past an expert's count
@@ -61,8 +62,8 @@ def _reorder(rows, keys_from, keys_to):
 
 
 def _torch_dtype(dtype):
-    return {t.Dtype.BF16: torch.bfloat16, t.Dtype.FP16: torch.float16,
-            t.Dtype.FP32: torch.float32}[dtype]
+    """The torch element type of a strata Dtype (bf16, fp16, fp32), by the name both share."""
+    return getattr(torch, DTYPE_NAMES[dtype])
 
 
 class DispatchHandle:
