@@ -93,6 +93,9 @@ bool            sched_moe_dispatch_pending(const sched_moe_t *moe);
 strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *recv_p);
 strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y);
 strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weights, void *out);
+/** End the step in progress on this rank with the halves its peers wait for (see
+ *  strata_moe_abort_step); nothing in progress: STRATA_OK. */
+strata_status_t sched_moe_abort_step(sched_moe_t *moe);
 void            sched_moe_stats(const sched_moe_t *moe, strata_moe_stats_t *stats_p);
 /** Launch on the caller's stream (GPU backends); NULL: every half waits for its kernels. */
 strata_status_t sched_moe_set_stream(sched_moe_t *moe, void *stream);

@@ -11,6 +11,7 @@
  */
 #include "sched_internal.h"
 
+#include <inttypes.h>
 #include <string.h>
 
 static strata_status_t sched_check_combine(const sched_moe_t *moe, sched_state_t expected,
@@ -19,15 +20,16 @@ static strata_status_t sched_check_combine(const sched_moe_t *moe, sched_state_t
     return moe->cur.state == expected ? STRATA_OK : sched_refuse_mid_step(moe, call);
 }
 
-strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
+/*
+ * This rank's terms, gathered in the node and (without node-reduce) sent to other nodes:
+ * its experts' results, expert_y, or none where withheld (the step is being aborted).
+ */
+static strata_status_t sched_send_terms(sched_moe_t *moe, const void *expert_y, bool withhold)
 {
     uint64_t node_mask[SCHED_MASK_WORDS];
-    strata_status_t status = sched_check_combine(moe, SCHED_STEP_DISPATCHED, "combine_send");
+    strata_status_t status;
 
-    if (status != STRATA_OK) {
-        return status;
-    }
-    moe->cur.expert_y = expert_y ? expert_y : moe->recv.expert_y;
+    moe->cur.expert_y = withhold ? NULL : expert_y;
     moe->cur.mark_ns  = util_clock_now_ns();
     moe->cur.combine_start_ns = moe->cur.mark_ns;
     if (moe->geo.num_peers == 0) {
@@ -35,8 +37,10 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
         return STRATA_OK;
     }
     sched_node_mask(moe, moe->modes.combine_mask, node_mask);
-    status = sched_launched(moe, intra_moe_enqueue_combine(moe->intra, moe->cur.expert_y, NULL,
-                                                           node_mask, NULL),
+    status = sched_launched(moe,
+                            withhold ? intra_moe_enqueue_abort(moe->intra, NULL, node_mask)
+                                     : intra_moe_enqueue_combine(moe->intra, expert_y, NULL,
+                                                                 node_mask, NULL),
                             "gathering terms in the node");
     if (status != STRATA_OK) {
         return status; /* INVALID: refused before this rank took part, it may retry */
@@ -57,14 +61,24 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
     return STRATA_OK;
 }
 
-/* Our tokens' terms from every peer and our own transfers done, then the sums. */
+strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
+{
+    strata_status_t status = sched_check_combine(moe, SCHED_STEP_DISPATCHED, "combine_send");
+
+    return status == STRATA_OK
+               ? sched_send_terms(moe, expert_y ? expert_y : moe->recv.expert_y, false)
+               : status;
+}
+
+/* Our tokens' terms from every peer and our own transfers done, then the sums; out NULL
+ * (the step is being aborted): the protocol only, no sums, no weights for other nodes. */
 static strata_status_t sched_reduce_terms(sched_moe_t *moe, const float *topk_weights, void *out)
 {
     const sched_plan_t *plan = moe->cur.plan;
     strata_status_t status = STRATA_OK;
 
     if (moe->geo.node_reduce) { /* the weights out, the partial rows of the peers' tokens back */
-        moe->net.args.topk_weights = topk_weights;
+        moe->net.args.topk_weights = out != NULL ? topk_weights : NULL;
         status = sched_settle(moe, intra_moe_enqueue_net(moe->intra,
                                                          INTRA_MOE_KERNEL_NET_RETURN,
                                                          &moe->net.args),
@@ -76,7 +90,7 @@ static strata_status_t sched_reduce_terms(sched_moe_t *moe, const float *topk_we
                                                          &moe->net.args),
                               "returning terms between nodes");
     }
-    if (status != STRATA_OK) {
+    if (status != STRATA_OK || out == NULL) {
         return status;
     }
     sched_phase_end(moe, STRATA_MOE_PHASE_COMBINE_WAIT);
@@ -87,39 +101,36 @@ static strata_status_t sched_reduce_terms(sched_moe_t *moe, const float *topk_we
     return status;
 }
 
-strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weights, void *out)
+/* One node: the whole combine in one pass; out NULL (aborting): this rank's tokens are
+ * summed nowhere, and its results go back only where combine_send was given them. */
+static strata_status_t sched_combine_node(sched_moe_t *moe, const float *topk_weights,
+                                          void *out)
 {
     uint64_t node_mask[SCHED_MASK_WORDS];
-    int n = moe->cur.plan ? moe->cur.plan->num_tokens : 0;
-    strata_status_t status = sched_check_combine(moe, SCHED_STEP_COMBINE_SENT, "combine_recv");
+    strata_status_t status;
 
-    if (status != STRATA_OK) {
-        return status;
+    sched_node_mask(moe, moe->modes.combine_mask, node_mask);
+    status = sched_launched(moe,
+                            out == NULL ? intra_moe_enqueue_abort(moe->intra, moe->cur.expert_y,
+                                                                  node_mask)
+                                        : intra_moe_enqueue_combine(moe->intra,
+                                                                    moe->cur.expert_y,
+                                                                    topk_weights, node_mask,
+                                                                    out),
+                            "combining in the node");
+    if (status == STRATA_ERR_INVALID) {
+        return status; /* refused before this rank took part: it may retry */
     }
-    if (n > 0 && (topk_weights == NULL || out == NULL || ((uintptr_t)out & 15u) != 0)) {
-        /* Refused before this rank takes part: it may retry while the peers wait. */
-        UTIL_LOG_ERROR("moe: combine_recv of %d tokens needs topk_weights and out, 16-byte "
-                       "aligned", n);
-        return STRATA_ERR_INVALID;
+    if (status == STRATA_OK) {
+        status = sched_synchronize(moe, "combining in the node");
     }
-    if (moe->geo.num_peers == 0) {
-        sched_node_mask(moe, moe->modes.combine_mask, node_mask);
-        status = sched_launched(moe, intra_moe_enqueue_combine(moe->intra, moe->cur.expert_y,
-                                                               topk_weights, node_mask, out),
-                                "combining in the node");
-        if (status == STRATA_ERR_INVALID) {
-            return status; /* refused before this rank took part: it may retry */
-        }
-        if (status == STRATA_OK) {
-            status = sched_synchronize(moe, "combining in the node");
-        }
-        sched_phase_end(moe, STRATA_MOE_PHASE_COMBINE_KERNEL);
-    } else {
-        status = sched_reduce_terms(moe, topk_weights, out);
-    }
-    if (status != STRATA_OK) {
-        return status;
-    }
+    sched_phase_end(moe, STRATA_MOE_PHASE_COMBINE_KERNEL);
+    return status;
+}
+
+/* The step is over on this rank: its statistics, and the object ready for the next. */
+static void sched_end_step(sched_moe_t *moe)
+{
     moe->stats.combine_ns = util_clock_now_ns() - moe->cur.combine_start_ns;
     moe->stats.steps     += 1;
     if (moe->net.ring != NULL) {
@@ -132,5 +143,78 @@ strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weigh
     memcpy(moe->modes.stats_mask, moe->modes.step_mask, sched_mask_bytes(moe));
     moe->stats.pull_mask = moe->modes.stats_mask;
     moe->cur.state       = SCHED_STEP_IDLE;
+}
+
+strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weights, void *out)
+{
+    int n = moe->cur.plan ? moe->cur.plan->num_tokens : 0;
+    strata_status_t status = sched_check_combine(moe, SCHED_STEP_COMBINE_SENT, "combine_recv");
+
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (n > 0 && (topk_weights == NULL || out == NULL || ((uintptr_t)out & 15u) != 0)) {
+        /* Refused before this rank takes part: it may retry while the peers wait. */
+        UTIL_LOG_ERROR("moe: combine_recv of %d tokens needs topk_weights and out, 16-byte "
+                       "aligned", n);
+        return STRATA_ERR_INVALID;
+    }
+    if (moe->cur.expert_y == NULL) {
+        UTIL_LOG_ERROR("moe: combine_recv of step %" PRIu64 ", whose results this rank "
+                       "withheld: finish it with abort_step", moe->cur.step);
+        return STRATA_ERR_INVALID;
+    }
+    status = moe->geo.num_peers == 0 ? sched_combine_node(moe, topk_weights, out)
+                                     : sched_reduce_terms(moe, topk_weights, out);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    sched_end_step(moe);
     return moe->cur.status;
+}
+
+/* Ends the step in progress here with every half its peers wait for: this rank's tokens
+ * are summed nowhere and, unless combine_send gave them, its experts' results are
+ * withheld. The step's input errors go with it. */
+strata_status_t sched_moe_abort_step(sched_moe_t *moe)
+{
+    strata_moe_recv_t recv;
+    strata_status_t status = STRATA_OK;
+
+    if (moe->cur.state != SCHED_STEP_IDLE && intra_moe_capturing(moe->intra)) {
+        UTIL_LOG_ERROR("moe: abort_step while the object's stream is being captured: a "
+                       "graph would replay the abort; finish the step, end the capture first");
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    switch (moe->cur.state) {
+    case SCHED_STEP_IDLE:
+        return STRATA_OK;
+    case SCHED_STEP_FAILED:
+        return sched_refuse_mid_step(moe, "abort_step");
+    case SCHED_STEP_DISPATCH_SENT:
+        status = sched_moe_dispatch_recv(moe, &recv);
+        if (moe->cur.state != SCHED_STEP_DISPATCHED) {
+            return status;
+        }
+        /* fall through */
+    case SCHED_STEP_DISPATCHED:
+        status = sched_send_terms(moe, NULL, true);
+        if (status != STRATA_OK) {
+            return status;
+        }
+        /* fall through */
+    case SCHED_STEP_COMBINE_SENT:
+        status = moe->geo.num_peers == 0 ? sched_combine_node(moe, NULL, NULL)
+                                         : sched_reduce_terms(moe, NULL, NULL);
+        break;
+    }
+    if (status != STRATA_OK) {
+        return status;
+    }
+    UTIL_LOG_WARN("moe: step %" PRIu64 " aborted on this rank%s", moe->cur.step,
+                  moe->cur.expert_y == NULL ? "; its experts' results were withheld" : "");
+    sched_end_step(moe);
+    moe->cur.status = STRATA_OK;
+    moe->deferred   = STRATA_OK;
+    return STRATA_OK;
 }

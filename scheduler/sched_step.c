@@ -25,8 +25,9 @@ strata_status_t sched_refuse_mid_step(const sched_moe_t *moe, const char *call)
         UTIL_LOG_ERROR("moe: %s out of order: no step is in progress (a step is "
                        "dispatch_send, dispatch_recv, combine_send, combine_recv)", call);
     } else {
-        UTIL_LOG_ERROR("moe: %s refused: step %" PRIu64 " is in progress after its %s", call,
-                       moe->cur.step + 1, finish[moe->cur.state]);
+        UTIL_LOG_ERROR("moe: %s refused: step %" PRIu64 " is in progress after its %s, or "
+                       "end it without results with abort_step", call, moe->cur.step,
+                       finish[moe->cur.state]);
     }
     return STRATA_ERR_INVALID;
 }
@@ -45,16 +46,11 @@ strata_status_t sched_moe_set_stream(sched_moe_t *moe, void *stream)
     return status;
 }
 
-static bool sched_soft(strata_status_t status)
-{
-    return status == STRATA_ERR_INVALID || status == STRATA_ERR_CAPACITY;
-}
-
 strata_status_t sched_drain(sched_moe_t *moe, const char *what)
 {
     strata_status_t status = intra_moe_synchronize(moe->intra);
 
-    if (sched_soft(status)) {
+    if (intra_moe_status_soft(status)) {
         moe->deferred = moe->deferred != STRATA_OK ? moe->deferred : status;
         return STRATA_OK;
     }
@@ -96,7 +92,7 @@ strata_status_t sched_synchronize(sched_moe_t *moe, const char *what)
         return STRATA_OK; /* stream-ordered: errors surface at strata_moe_synchronize */
     }
     status = intra_moe_synchronize(moe->intra);
-    if (sched_soft(status)) {
+    if (intra_moe_status_soft(status)) {
         if (moe->cur.status == STRATA_OK) {
             moe->cur.status = status;
         }

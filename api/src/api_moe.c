@@ -289,6 +289,21 @@ STRATA_API strata_status_t strata_moe_combine(strata_moe_t *moe, const void *exp
     return status == STRATA_OK ? strata_moe_combine_recv(moe, topk_weights, out) : status;
 }
 
+STRATA_API strata_status_t strata_moe_abort_step(strata_moe_t *moe)
+{
+    api_gpu_scope_t scope;
+    strata_status_t status;
+
+    if (moe == NULL) {
+        UTIL_LOG_ERROR("strata_moe_abort_step: NULL object");
+        return STRATA_ERR_INVALID;
+    }
+    api_moe_enter(moe, &scope);
+    status = sched_moe_abort_step(moe->sched);
+    api_gpu_leave(&scope);
+    return status;
+}
+
 STRATA_API strata_status_t strata_moe_set_stream(strata_moe_t *moe, void *stream)
 {
     api_gpu_scope_t scope;

@@ -95,7 +95,26 @@ KERNEL_FN void moe_combine_send(const intra_moe_args_t *a, kernel_grid_t g)
     }
 }
 
-/* Source role: the row that (token, k)'s owner produced, or NULL if it was dropped. */
+/* Source role, once the owner's combine flag is seen: whether the owner of expert aborted
+ * the current step and withheld its results (strata_moe_abort_step). */
+KERNEL_FN int moe_withheld(const intra_moe_args_t *a, int expert)
+{
+    const intra_moe_control_t *owner = moe_control(a, expert / a->experts_per_rank);
+
+    return kernel_load_relaxed_u64(&owner->withheld) ==
+           kernel_load_relaxed_u64(&moe_control(a, a->rank)->dispatched);
+}
+
+/* Source role: (token, k) routed to expert has no row: dropped for capacity, or withheld. */
+KERNEL_FN void moe_report_missing(const intra_moe_args_t *a, int expert, int token, int k)
+{
+    moe_report(&moe_control(a, a->rank)->combine_status,
+               moe_withheld(a, expert) ? INTRA_MOE_KERNEL_WITHHELD : INTRA_MOE_KERNEL_DROPPED,
+               expert, token, k, 0);
+}
+
+/* Source role: the row that (token, k)'s owner produced, or NULL if it was dropped or
+ * withheld. */
 KERNEL_FN const char *moe_result_row(const intra_moe_args_t *a, int token, int k)
 {
     size_t entry = (size_t)token * (size_t)a->topk + (size_t)k;
@@ -103,7 +122,7 @@ KERNEL_FN const char *moe_result_row(const intra_moe_args_t *a, int token, int k
     int row = MOE_AT(a, a->rank, row_slot, int32_t)[entry];
     int owner, local;
 
-    if (expert < 0 || row < 0) {
+    if (expert < 0 || row < 0 || moe_withheld(a, expert)) {
         return NULL;
     }
     if (!moe_is_pull(a, expert)) {
@@ -138,7 +157,6 @@ KERNEL_FN void moe_sum_rows(const intra_moe_args_t *a, const char *const *rows,
 /* Source role: out[t] = sum over k of topk_weights[t][k] * y, in fp32, k in order. */
 KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
 {
-    intra_moe_control_t *control = moe_control(a, a->rank);
     const char *rows[INTRA_MOE_MAX_TOPK];
     float weights[INTRA_MOE_MAX_TOPK];
 
@@ -154,7 +172,7 @@ KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
             if (rows[n] != NULL) {
                 ++n;
             } else if (expert >= 0 && KERNEL_LEADER(g)) {
-                moe_report(&control->combine_status, INTRA_MOE_KERNEL_DROPPED, expert, t, k, 0);
+                moe_report_missing(a, expert, t, k);
             }
         }
         moe_sum_rows(a, rows, weights, n, (char *)a->out + (size_t)t * (size_t)a->y_row_bytes,
@@ -167,7 +185,6 @@ KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
  * sum lacks it. Slots routed nowhere on this node are left alone. */
 KERNEL_FN void moe_combine_direct(const intra_moe_args_t *a, int num_tokens, kernel_grid_t g)
 {
-    intra_moe_control_t *control = moe_control(a, a->rank);
     const int64_t *term_dst = (const int64_t *)(a->heap[a->rank] + a->term_dst_offset);
 
     for (int t = (int)g.block; t < num_tokens; t += (int)g.num_blocks) {
@@ -187,8 +204,7 @@ KERNEL_FN void moe_combine_direct(const intra_moe_args_t *a, int num_tokens, ker
                     out[j] = 0;
                 }
                 if (KERNEL_LEADER(g)) {
-                    moe_report(&control->combine_status, INTRA_MOE_KERNEL_DROPPED, expert, t,
-                               k, 0);
+                    moe_report_missing(a, expert, t, k);
                 }
             }
         }
@@ -203,7 +219,12 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
     if (moe_net_failed(a)) {
         return;
     }
-    moe_combine_send(a, g);
+    if (!a->withhold) {
+        moe_combine_send(a, g);
+    } else if (g.block == 0 && KERNEL_LEADER(g)) {
+        /* seen by the sources through the release of our flag below */
+        kernel_store_release_u64(&control->withheld, step);
+    }
     if (moe_last_block(&control->combine_send_done, step, g)) {
         for (int source = 0; source < a->num_ranks; ++source) {
             /* release: our pushed and published result rows, to the source */
@@ -215,7 +236,7 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
     }
     if (a->term_dst_offset >= 0) {
         moe_combine_direct(a, moe_num_tokens(a), g);
-    } else {
+    } else if (a->out != NULL) {
         moe_combine_reduce(a, g);
     }
 }

@@ -42,6 +42,10 @@ enum {
                                           announced that a rank failed */
     INTRA_MOE_KERNEL_TERMS_DROPPED = 10, /* value: the rank that returned this rank's terms;
                                             count: how many of them were dropped there */
+    INTRA_MOE_KERNEL_WITHHELD     = 11, /* combine: the owner of a row of this token aborted
+                                           the step and returned nothing (value: expert) */
+    INTRA_MOE_KERNEL_TERMS_WITHHELD = 12, /* value: the rank that returned this rank's terms;
+                                             count: how many of them an owner there withheld */
 };
 
 typedef struct intra_moe_status {
@@ -64,6 +68,9 @@ typedef struct intra_moe_control {
      * here rather than from their arguments, so that a captured graph can replay them. */
     uint64_t dispatched;
     uint64_t digest;       /* of the modes this rank moves the current step in */
+    /* The last step whose results this rank withheld (it aborted the step): its sources
+     * read it once its combine flag is released, and take no term from it. */
+    uint64_t withheld;
     intra_moe_status_t dispatch_status;
     intra_moe_status_t combine_status;
     intra_moe_status_t net_status; /* the step across nodes (net_kernels.h) */
@@ -126,6 +133,9 @@ typedef struct intra_moe_args {
     const void    *expert_y;     /* [experts_per_rank][capacity][y_row_bytes] */
     const float   *topk_weights; /* [num_tokens][topk] */
     void          *out;          /* [num_tokens][y_row_bytes]; gather: [num_tokens][topk][..] */
+    /* Combine of a step this rank aborts: withhold (nonzero) returns none of its experts'
+     * results; out NULL sums none of its own tokens. */
+    int32_t        withhold;
     /*
      * The step across nodes (NULL / -1 / 0 when the node is alone). Tokens from num_own on
      * came over the network: their entries [record][row][scales] are at entry_base +

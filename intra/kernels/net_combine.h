@@ -10,22 +10,31 @@
 
 /* --- NET_RETURN and NET_TERMS --------------------------------------------------------- */
 
-/* Of the terms this node returns to peer p, those dropped for capacity here (the owner
- * had no row for them; the node's combine put zeros in their place). */
-KERNEL_FN int64_t net_dropped_terms(const intra_moe_args_t *a, const intra_net_peer_t *peer)
+/* Of the terms this node returns to peer p, those it has no row for (the node's combine
+ * put zeros in their place), in the block's drops words: [0] dropped for capacity here,
+ * [1] withheld by an owner here that aborted the step. */
+KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, const intra_net_peer_t *peer,
+                                 int64_t *drops)
 {
     const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
-    int64_t dropped = 0;
+    int64_t dropped = 0, withheld = 0;
 
     for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
         int t = peer->aug_first + q;
 
         for (int k = 0; k < a->topk; ++k) {
-            dropped += route[(size_t)t * (size_t)a->topk + (size_t)k] >= 0 &&
-                       moe_result_row(a, t, k) == 0;
+            int expert = route[(size_t)t * (size_t)a->topk + (size_t)k];
+
+            if (expert >= 0 && moe_result_row(a, t, k) == 0) {
+                int held = moe_withheld(a, expert);
+
+                withheld += held;
+                dropped += !held;
+            }
         }
     }
-    return dropped;
+    drops[0] = dropped;
+    drops[1] = withheld;
 }
 
 /* --- Node-reduce combine (NET_RETURN launched from combine_recv) ----------------------- */
@@ -50,9 +59,10 @@ KERNEL_FN int net_send_weights(const intra_moe_args_t *a, int p, kernel_grid_t g
     }
     for (int e = n->peer_first[p] + (int)g.thread; e < n->peer_first[p + 1];
          e += (int)g.num_threads) {
-        for (size_t k = 0; k < topk; ++k) {
+        for (size_t k = 0; k < topk; ++k) { /* none: this rank aborted the step */
             out[(size_t)n->slot_of[e] * topk + k] =
-                n->topk_weights[(size_t)n->tokens[e] * topk + k];
+                n->topk_weights != NULL ? n->topk_weights[(size_t)n->tokens[e] * topk + k]
+                                        : 0.0f;
         }
     }
     return net_post_block(a, g, peer->rank, n->w_out + (uint64_t)p * block,
@@ -74,7 +84,7 @@ KERNEL_FN int net_wait_weights(const intra_moe_args_t *a, int p, int entries)
 /*
  * The whole block: for each token peer p sent us, in that order, the sum over its terms on
  * this node of weight x term in fp32 in k order, as one row in the combine dtype; then the
- * count of terms dropped here; all in one transfer. In the heap the partial rows overwrite
+ * counts of terms missing here; all in one transfer. In the heap the partial rows overwrite
  * the terms they come from, safely: entry q's terms start at row q or later, so row q is
  * read only by entries up to q, and each thread writes only the columns it reads.
  */
@@ -116,7 +126,7 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
     }
     kernel_block_sync(); /* every partial is out before the count lands past them */
     if (KERNEL_LEADER(g)) {
-        *(int64_t *)(out + (size_t)entries * y) = net_dropped_terms(a, peer);
+        net_missing_terms(a, peer, (int64_t *)(out + (size_t)entries * y));
     }
     return net_post_block(a, g, peer->rank, n->ret_out + (uint64_t)p * block,
                           n->ret_in + (uint64_t)peer->ret_at,
@@ -139,7 +149,7 @@ KERNEL_FN void net_node_reduce(const intra_moe_args_t *a, kernel_grid_t g)
     }
 }
 
-/* Each peer's terms, with the count of those dropped here after them, in one transfer. */
+/* Each peer's terms, with the counts of those missing here after them, in one transfer. */
 KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
@@ -161,7 +171,7 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
             continue;
         }
         if (KERNEL_LEADER(g)) {
-            *(int64_t *)(stage + terms) = net_dropped_terms(a, peer);
+            net_missing_terms(a, peer, (int64_t *)(stage + terms));
         }
         kernel_block_sync(); /* the count is in before the bounce copies it */
         if (n->bounce) { /* the owners wrote them in the heap; they leave from the area */
@@ -190,7 +200,7 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
     for (uint64_t p = 0, at = 0, terms = 0; p < (uint64_t)n->num_peers;
          ++p, at += terms + INTRA_NET_DROPS_BYTES) {
         intra_net_peer_t *peer = &n->peers[p];
-        const uint64_t *dropped;
+        const uint64_t *drops;
 
         terms = net_ret_rows(n, (int)p) * (uint64_t)a->y_row_bytes;
         if (terms == 0) {
@@ -201,11 +211,16 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
                       peer->combine_seen, peer->rank, INTRA_NET_WAIT_TERMS)) {
             return;
         }
-        dropped = (const uint64_t *)(n->area + n->ret_in + at + terms);
-        if (kernel_load_acquire_u64(dropped) > 0) { /* the step's input, not a failure */
-            moe_report(&moe_control(a, a->rank)->combine_status,
-                       INTRA_MOE_KERNEL_TERMS_DROPPED, peer->rank, -1, -1,
-                       (int64_t)kernel_load_acquire_u64(dropped));
+        drops = (const uint64_t *)(n->area + n->ret_in + at + terms);
+        for (int why = 0; why < 2; ++why) { /* the step's input, not a failure */
+            uint64_t missing = kernel_load_acquire_u64(&drops[why]);
+
+            if (missing > 0) {
+                moe_report(&moe_control(a, a->rank)->combine_status,
+                           why == 0 ? INTRA_MOE_KERNEL_TERMS_DROPPED
+                                    : INTRA_MOE_KERNEL_TERMS_WITHHELD,
+                           peer->rank, -1, -1, (int64_t)missing);
+            }
         }
     }
     if (net_wait(a, &n->counters[INTRA_NET_COUNTER_SEND], n->state->posted, -1,

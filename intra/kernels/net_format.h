@@ -17,9 +17,10 @@
 #define INTRA_NET_CTRL_BYTES    64          /* one grant slot */
 /*
  * One peer's block of rows being returned: up to max_tokens entries of up to rows_per_entry
- * rows each (an entry's terms on the returning side), packed, then this many bytes whose
- * first int64 counts the terms that were dropped for capacity on the returning node (a zero
- * term stands in for each): the tokens' rank learns of it from there. Blocks land in the
+ * rows each (an entry's terms on the returning side), packed, then this many bytes: two
+ * int64 that count the terms missing on the returning node (a zero term stands in for
+ * each), dropped for capacity there and withheld by an owner there that aborted the step;
+ * the tokens' rank learns of them from there. Blocks land in the
  * tokens' rank's ret_in one after the other, each where that rank's header said.
  */
 #define INTRA_NET_DROPS_BYTES   16

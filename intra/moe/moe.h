@@ -157,6 +157,14 @@ strata_status_t intra_moe_enqueue_combine(intra_moe_t *moe, const void *expert_y
                                           const float *topk_weights, const uint64_t *pull_mask,
                                           void *out);
 /**
+ * The combine of a step this rank aborts: the protocol runs to its end with the peers, its
+ * own tokens are summed nowhere. expert_y: its experts' results go back as in a combine;
+ * NULL: they are withheld, and each source of a row of theirs finds no term for it
+ * (STRATA_ERR_CANCELLED there, or from the rank returning that source's terms).
+ */
+strata_status_t intra_moe_enqueue_abort(intra_moe_t *moe, const void *expert_y,
+                                        const uint64_t *pull_mask);
+/**
  * out[t] = sum over k of topk_weights[t][k] * y(t, k), y(t, k) at address term_src[t][k] (0:
  * none), accumulated in fp32 in k order and rounded once. Involves no peer.
  */
@@ -170,6 +178,9 @@ void            intra_moe_buffers(const intra_moe_t *moe, intra_moe_recv_t *recv
 /** Wait for everything launched; the first error found (and its one log line). Resetting
  *  the statuses for the next step is enqueued, not waited for: see intra_moe_idle. */
 strata_status_t intra_moe_synchronize(intra_moe_t *moe);
+/** Whether a step that ended with status goes on (an input error: a bad expert id, rows
+ *  past capacity, terms an owner withheld) rather than failing the object. */
+bool            intra_moe_status_soft(strata_status_t status);
 /** Wait until nothing the object enqueued is pending (before its memory goes). */
 strata_status_t intra_moe_idle(intra_moe_t *moe);
 /** The number the step about to start has in the caller's messages; from then on the

@@ -139,28 +139,55 @@ strata_status_t intra_moe_enqueue_sources(intra_moe_t *moe)
     return moe_launch(moe, INTRA_MOE_KERNEL_SOURCES, &moe->args);
 }
 
+/* The combine launch once its arguments are checked; the object expects a dispatch next. */
+static strata_status_t moe_launch_combine(intra_moe_t *moe, const void *expert_y,
+                                          const float *topk_weights, const uint64_t *pull_mask,
+                                          void *out, bool withhold)
+{
+    strata_status_t status;
+
+    moe_set_mask(&moe->args, pull_mask);
+    moe->args.expert_y     = expert_y;
+    moe->args.topk_weights = topk_weights;
+    moe->args.out          = out;
+    moe->args.withhold     = withhold;
+    status = moe_launch(moe, INTRA_MOE_KERNEL_COMBINE, &moe->args);
+    moe->args.withhold = 0;
+    if (moe->state != MOE_FAILED) {
+        moe->state = MOE_EXPECT_DISPATCH;
+    }
+    return status;
+}
+
+/* Whether a combine may start: a dispatch came before it, and the tables it needs are set. */
+static strata_status_t moe_check_combine(intra_moe_t *moe, const char *call)
+{
+    strata_status_t status;
+
+    if (moe == NULL) {
+        UTIL_LOG_ERROR("intra moe: %s without an object", call);
+        return STRATA_ERR_INVALID;
+    }
+    status = moe_check_state(moe, MOE_EXPECT_COMBINE, call);
+    if (status == STRATA_OK && moe->terms_direct && moe->args.term_dst_offset < 0) {
+        UTIL_LOG_ERROR("intra moe: %s of an object made for direct terms needs its "
+                       "term_dst table (intra_moe_set_tables)", call);
+        return STRATA_ERR_INVALID;
+    }
+    return status;
+}
+
 strata_status_t intra_moe_enqueue_combine(intra_moe_t *moe, const void *expert_y,
                                           const float *topk_weights, const uint64_t *pull_mask,
                                           void *out)
 {
-    bool direct = moe != NULL && moe->args.term_dst_offset >= 0;
-    strata_status_t status;
+    strata_status_t status = moe_check_combine(moe, "combine");
 
-    if (moe == NULL) {
-        UTIL_LOG_ERROR("intra moe: combine without an object");
-        return STRATA_ERR_INVALID;
-    }
-    status = moe_check_state(moe, MOE_EXPECT_COMBINE, "combine");
     if (status != STRATA_OK) {
         return status;
     }
-    if (moe->terms_direct && !direct) {
-        UTIL_LOG_ERROR("intra moe: combine of an object made for direct terms needs its "
-                       "term_dst table (intra_moe_set_tables)");
-        return STRATA_ERR_INVALID;
-    }
     if (expert_y == NULL || moe_misaligned(expert_y) ||
-        (!direct && moe->num_tokens > 0 &&
+        (moe->args.term_dst_offset < 0 && moe->num_tokens > 0 &&
          (topk_weights == NULL || out == NULL || moe_misaligned(out)))) {
         /* Refused before this rank enters the combine: the state stays, so the caller can
          * retry with valid arguments while the peers wait (up to their timeout). */
@@ -168,15 +195,22 @@ strata_status_t intra_moe_enqueue_combine(intra_moe_t *moe, const void *expert_y
                        "out, with expert_y and out 16-byte aligned", moe->num_tokens);
         return STRATA_ERR_INVALID;
     }
-    moe_set_mask(&moe->args, pull_mask);
-    moe->args.expert_y     = expert_y;
-    moe->args.topk_weights = topk_weights;
-    moe->args.out          = out;
-    status = moe_launch(moe, INTRA_MOE_KERNEL_COMBINE, &moe->args);
-    if (moe->state != MOE_FAILED) {
-        moe->state = MOE_EXPECT_DISPATCH;
+    return moe_launch_combine(moe, expert_y, topk_weights, pull_mask, out, false);
+}
+
+strata_status_t intra_moe_enqueue_abort(intra_moe_t *moe, const void *expert_y,
+                                        const uint64_t *pull_mask)
+{
+    strata_status_t status = moe_check_combine(moe, "abort");
+
+    if (status != STRATA_OK) {
+        return status;
     }
-    return status;
+    if (expert_y != NULL && moe_misaligned(expert_y)) {
+        UTIL_LOG_ERROR("intra moe: abort with expert_y at %p, not 16-byte aligned", expert_y);
+        return STRATA_ERR_INVALID;
+    }
+    return moe_launch_combine(moe, expert_y, NULL, pull_mask, NULL, expert_y == NULL);
 }
 
 strata_status_t intra_moe_enqueue_reduce(intra_moe_t *moe, const uint64_t *term_src,

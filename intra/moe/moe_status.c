@@ -103,6 +103,16 @@ static strata_status_t moe_kernel_status(intra_moe_t *moe, const intra_moe_statu
                        "dropped for capacity there; those tokens' results lack them", st->count,
                        st->value);
         return STRATA_ERR_CAPACITY;
+    case INTRA_MOE_KERNEL_WITHHELD:
+        UTIL_LOG_ERROR("intra moe: token %d's choice %d (expert %d) has no result: the "
+                       "expert's rank aborted step %" PRIu64 "; the token's result lacks that "
+                       "term", st->token, st->slot, st->value, moe->step);
+        return STRATA_ERR_CANCELLED;
+    case INTRA_MOE_KERNEL_TERMS_WITHHELD:
+        UTIL_LOG_ERROR("intra moe: %" PRId64 " of this rank's terms returned by rank %d were "
+                       "withheld on its node, where a rank aborted step %" PRIu64 "; those "
+                       "tokens' results lack them", st->count, st->value, moe->step);
+        return STRATA_ERR_CANCELLED;
     case INTRA_MOE_KERNEL_TIMEOUT:
         moe->waited_for   = st->value;
         moe->waited_local = true;
@@ -137,10 +147,14 @@ static strata_status_t moe_kernel_status(intra_moe_t *moe, const intra_moe_statu
 /* Of two statuses, the one to report: a failure of the object before an input error. */
 static strata_status_t moe_worse(strata_status_t a, strata_status_t b)
 {
-    bool a_soft = a == STRATA_OK || a == STRATA_ERR_INVALID || a == STRATA_ERR_CAPACITY;
+    return (a == STRATA_OK || (intra_moe_status_soft(a) && b != STRATA_OK &&
+                               !intra_moe_status_soft(b))) ? b : a;
+}
 
-    return (a == STRATA_OK || (a_soft && b != STRATA_OK && b != STRATA_ERR_INVALID &&
-                               b != STRATA_ERR_CAPACITY)) ? b : a;
+bool intra_moe_status_soft(strata_status_t status)
+{
+    return status == STRATA_ERR_INVALID || status == STRATA_ERR_CAPACITY ||
+           status == STRATA_ERR_CANCELLED;
 }
 
 strata_status_t intra_moe_synchronize(intra_moe_t *moe)

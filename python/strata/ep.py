@@ -20,7 +20,7 @@ import torch
 
 from . import _types as t
 from .comm import Communicator
-from .moe import Moe
+from .moe import Moe, aborting, check_routing
 
 _ROW_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # strata.Moe takes them as named
 
@@ -183,17 +183,19 @@ class Buffer:
         topk_idx = _check_tensor(topk_idx, "topk_idx", 2).to(torch.int64).contiguous()
         topk_weights = _check_tensor(topk_weights, "topk_weights", 2).to(torch.float32)
         topk = topk_idx.shape[1]
+        check_routing(topk_idx, num_experts)
         moe, weights = self._moe(num_experts, topk, x.shape[1], x.dtype, self.max_tokens, True)
         new = Handle((moe, weights), topk_idx, x.shape[0])
         new.topk_weights, new.num_experts = topk_weights, num_experts
-        recv = moe.dispatch(x.contiguous(), topk_idx)
-        new.open = True
-        wrows = torch.zeros(x.shape[0], weights.hidden, dtype=torch.float32)
-        wrows[:, :topk] = topk_weights
-        wrecv = weights.dispatch(wrows, topk_idx)
-        gathered = self._gather_tokens(recv, wrecv, new, topk, expert_alignment)
-        weights.combine(torch.zeros(x.shape[0], topk, dtype=torch.float32),
-                        torch.empty(x.shape[0], weights.hidden, dtype=torch.float32))
+        with aborting(moe, weights):  # moe's step stays open for combine unless this raises
+            recv = moe.dispatch(x.contiguous(), topk_idx)
+            new.open = True
+            wrows = torch.zeros(x.shape[0], weights.hidden, dtype=torch.float32)
+            wrows[:, :topk] = topk_weights
+            wrecv = weights.dispatch(wrows, topk_idx)
+            gathered = self._gather_tokens(recv, wrecv, new, topk, expert_alignment)
+            weights.combine(torch.zeros(x.shape[0], topk, dtype=torch.float32),
+                            torch.empty(x.shape[0], weights.hidden, dtype=torch.float32))
         return gathered
 
     @staticmethod
@@ -259,12 +261,14 @@ class Buffer:
         expert_y[handle.lead] = x  # one row per token and rank: each sums once
         expert_y = expert_y.view(moe._recv.num_local_experts, moe._recv.capacity, moe.hidden)
         ones = torch.ones(handle.num_tokens, topk, dtype=torch.float32)
-        combined_x = moe.combine(ones, torch.empty(handle.num_tokens, moe.hidden,
-                                                   dtype=x.dtype), expert_y=expert_y)
-        handle.open = False
+        handle.open = False  # the step ends here, results or an error
+        with aborting(moe):
+            combined_x = moe.combine(ones, torch.empty(handle.num_tokens, moe.hidden,
+                                                       dtype=x.dtype), expert_y=expert_y)
         combined_weights = None
         if topk_weights is not None:
-            combined_weights = self._combine_weights(handle, weights, topk_weights, topk)
+            with aborting(weights):
+                combined_weights = self._combine_weights(handle, weights, topk_weights, topk)
         if bias is not None:
             for b in (bias if isinstance(bias, (tuple, list)) else (bias,)):
                 if b is not None:
@@ -303,9 +307,11 @@ class Buffer:
                              "to fp8 with their scales and use a strata.Moe of dtype fp8_e4m3")
         x = _check_tensor(x, "x", 2)
         topk_idx = _check_tensor(topk_idx, "topk_idx", 2).to(torch.int64).contiguous()
+        check_routing(topk_idx, num_experts)
         moe, _ = self._moe(num_experts, topk_idx.shape[1], x.shape[1], x.dtype,
                            num_max_dispatch_tokens_per_rank, False)
-        recv = moe.dispatch(x.contiguous(), topk_idx)
+        with aborting(moe):
+            recv = moe.dispatch(x.contiguous(), topk_idx)
         if cumulative_local_expert_recv_stats is not None:
             cumulative_local_expert_recv_stats += recv.count.to(
                 cumulative_local_expert_recv_stats.dtype)
@@ -324,8 +330,9 @@ class Buffer:
         n = handle.topk_idx.shape[0]
         if out is None:
             out = torch.empty(n, moe.hidden, dtype=x.dtype)
-        moe.combine(_check_tensor(topk_weights, "topk_weights", 2).to(torch.float32)
-                    .contiguous(), out, expert_y=x.contiguous())
+        weights = _check_tensor(topk_weights, "topk_weights", 2).to(torch.float32).contiguous()
+        with aborting(moe):
+            moe.combine(weights, out, expert_y=x.contiguous())
         return out, EventOverlap(), _done_hook
 
     def get_next_low_latency_combine_buffer(self, handle):

@@ -1,4 +1,5 @@
 """MoE dispatch and combine over a communicator (strata_moe_*), on numpy arrays or tensors."""
+import contextlib
 import ctypes
 import dataclasses
 import weakref
@@ -156,6 +157,43 @@ class Layout:
             self._moe._lib.strata_moe_layout_destroy(self._handle)
 
 
+def check_routing(topk_idx, num_experts):
+    """Raise ValueError where topk_idx ([num_tokens, topk], numpy or torch) names an expert
+    outside -1..num_experts - 1, or one expert twice for a token: the library would skip
+    those entries and report STRATA_ERR_INVALID from inside a step, which the other ranks
+    are in already. Checked first, nothing has started and the call can be made again."""
+    import numpy as np
+
+    ids = topk_idx.detach().cpu().numpy() if b.is_torch(topk_idx) else np.asarray(topk_idx)
+    bad = (ids < -1) | (ids >= num_experts)
+    if bad.any():
+        t, k = (int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"topk_idx[{t}][{k}] = {int(ids[t, k])} is not an expert (-1 or "
+                         f"0..{num_experts - 1}); {int(bad.sum())} such entries")
+    ordered = np.sort(ids, axis=1)
+    twice = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
+    if twice.any():
+        t, k = (int(i) for i in np.argwhere(twice)[0])
+        raise ValueError(f"token {t} names expert {int(ordered[t, k])} twice in topk_idx; "
+                         f"{int(twice.any(axis=1).sum())} tokens repeat an expert")
+
+
+@contextlib.contextmanager
+def aborting(*moes):
+    """Run a step's calls; where one raises, end the step in progress on each of moes
+    (Moe.abort_step) before the error goes on, so that the next step can start. An error
+    of the abort itself (the step failed: the object can only be closed) is logged by the
+    library and leaves the first error to be raised."""
+    try:
+        yield
+    except BaseException:
+        for moe in moes:
+            if moe._moe is not None:
+                moe._lib.strata_moe_abort_step(moe.handle)
+                moe._end_step()
+        raise
+
+
 class Work:
     """What a Moe call given async_op=True returns: its result, complete once wait() (or
     synchronize()) has returned. On the host backend wait() waits on the host for the
@@ -195,7 +233,9 @@ class Moe:
     A buffer that fails its check raises ValueError before the library is called: the call
     did not happen, and the same call can be made again with a good buffer. A StrataError
     from dispatch with status STRATA_ERR_INVALID or STRATA_ERR_CAPACITY leaves the step
-    running (its recv attribute holds what arrived): combine must still be called.
+    running (its recv attribute holds what arrived): combine must still be called, or
+    abort_step() to end it without results. aborting(moe) does the latter for a block of
+    calls that raises.
     """
 
     def __init__(self, comm, num_experts, topk, hidden, max_tokens, dtype="fp32",
@@ -416,6 +456,21 @@ class Moe:
         self._end_step()
         check(status, "strata_moe_combine")
         return self._finish(out, async_op, topk_weights, expert_y)
+
+    def abort_step(self, stream=None, async_op=False, previous_event=None):
+        """End the step in progress on this rank without finishing it (strata_moe_abort_step):
+        after a call of the step raised, or when the experts' outputs cannot be computed.
+        The halves the other ranks wait for run, so they finish the step; this rank's
+        tokens get no results. Unless combine_send ran, this rank's experts' results are
+        withheld: a rank whose tokens had rows here gets a StrataError of
+        STRATA_ERR_CANCELLED from its combine (its other terms are summed). Nothing in
+        progress: nothing happens. Then the next step can start."""
+        self._begin(stream, previous_event)
+        status = self._lib.strata_moe_abort_step(self.handle)
+        keep = self._step_inputs
+        self._end_step()
+        check(status, "strata_moe_abort_step")
+        return self._finish(None, async_op, keep) if async_op else None
 
     def _end_step(self):
         self._step_layout, self._step_tokens, self._step_inputs = None, None, None

@@ -24,7 +24,7 @@ import torch
 
 from . import _types as t
 from ._buffers import DTYPE_NAMES
-from .moe import Moe
+from .moe import Moe, aborting, check_routing
 
 _PAD = torch.iinfo(torch.int64).max  # the key of a row past an expert's count
 
@@ -82,12 +82,13 @@ class _Dispatch(torch.autograd.Function):
     def forward(ctx, x, topk_weights, handle):
         d = handle.dispatcher
         moe = d.moe
-        recv = d._dispatch(moe, x.detach().to(d.dtype).contiguous(), handle.topk_idx)
-        keys = _row_keys(recv, moe.topk, moe.max_tokens)
-        recv_x = recv.x.clone().masked_fill_((keys == _PAD)[..., None], 0)
-        counts = recv.count.to(torch.int64).clone()
-        handle.keys = keys
-        handle.row_weights = d._row_weights(topk_weights.detach(), handle.topk_idx, keys)
+        with aborting(moe, d._weights):  # the step stays open for combine unless this raises
+            recv = d._dispatch(moe, x.detach().to(d.dtype).contiguous(), handle.topk_idx)
+            keys = _row_keys(recv, moe.topk, moe.max_tokens)
+            recv_x = recv.x.clone().masked_fill_((keys == _PAD)[..., None], 0)
+            counts = recv.count.to(torch.int64).clone()
+            handle.keys = keys
+            handle.row_weights = d._row_weights(topk_weights.detach(), handle.topk_idx, keys)
         ctx.handle = handle
         ctx.x_dtype = x.dtype
         ctx.mark_non_differentiable(counts)
@@ -102,13 +103,14 @@ class _Dispatch(torch.autograd.Function):
         # A step of its own: a dispatch that only lays the rows out (its rows are zeros),
         # then the combine of the rows' gradients with weight 1.
         zeros = torch.zeros(handle.num_tokens, d.moe.hidden, dtype=d.dtype)
-        recv = d._dispatch(d.moe, zeros, handle.topk_idx)
-        back_keys = _row_keys(recv, d.moe.topk, d.moe.max_tokens)
-        grad_rows = _reorder(grad_recv_x.to(d.combine_dtype), handle.keys, back_keys)
-        ones = torch.ones(handle.num_tokens, d.moe.topk, dtype=torch.float32)
-        grad_x = d.moe.combine(ones, torch.empty(handle.num_tokens, d.moe.hidden,
-                                                 dtype=d.combine_dtype),
-                               expert_y=grad_rows.contiguous())
+        with aborting(d.moe):
+            recv = d._dispatch(d.moe, zeros, handle.topk_idx)
+            back_keys = _row_keys(recv, d.moe.topk, d.moe.max_tokens)
+            grad_rows = _reorder(grad_recv_x.to(d.combine_dtype), handle.keys, back_keys)
+            ones = torch.ones(handle.num_tokens, d.moe.topk, dtype=torch.float32)
+            grad_x = d.moe.combine(ones, torch.empty(handle.num_tokens, d.moe.hidden,
+                                                     dtype=d.combine_dtype),
+                                   expert_y=grad_rows.contiguous())
         return grad_x.to(ctx.x_dtype), None, None
 
 
@@ -117,9 +119,10 @@ class _Combine(torch.autograd.Function):
     def forward(ctx, expert_y, topk_weights, handle):
         d = handle.dispatcher
         y = expert_y.detach().to(d.combine_dtype).contiguous()
-        out = d.moe.combine(topk_weights.detach().to(torch.float32).contiguous(),
-                            torch.empty(handle.num_tokens, d.moe.hidden, dtype=d.combine_dtype),
-                            expert_y=y)
+        weights = topk_weights.detach().to(torch.float32).contiguous()
+        with aborting(d.moe):
+            out = d.moe.combine(weights, torch.empty(handle.num_tokens, d.moe.hidden,
+                                                     dtype=d.combine_dtype), expert_y=y)
         ctx.save_for_backward(y)
         ctx.handle = handle
         ctx.y_dtype, ctx.w_dtype = expert_y.dtype, topk_weights.dtype
@@ -131,16 +134,18 @@ class _Combine(torch.autograd.Function):
         handle = ctx.handle
         d = handle.dispatcher
         moe = d.moe
-        recv = d._dispatch(moe, grad_out.to(d.dtype).contiguous(), handle.topk_idx)
-        back_keys = _row_keys(recv, moe.topk, moe.max_tokens)
-        g = _reorder(recv.x.to(torch.float32).masked_fill((back_keys == _PAD)[..., None], 0),
-                     back_keys, handle.keys)
-        # The step ends here, whatever runs next: dispatch's backward (which may not run at
-        # all, where recv_x is off the gradient's path) takes a step of its own.
-        moe.combine(torch.zeros(handle.num_tokens, moe.topk, dtype=torch.float32),
-                    torch.empty(handle.num_tokens, moe.hidden, dtype=d.combine_dtype))
-        grad_y = handle.row_weights[..., None] * g
-        grad_w = d._weights_grad((g * y.to(torch.float32)).sum(-1), handle)
+        with aborting(moe, d._weights):
+            recv = d._dispatch(moe, grad_out.to(d.dtype).contiguous(), handle.topk_idx)
+            back_keys = _row_keys(recv, moe.topk, moe.max_tokens)
+            g = _reorder(recv.x.to(torch.float32).masked_fill((back_keys == _PAD)[..., None],
+                                                              0),
+                         back_keys, handle.keys)
+            # The step ends here, whatever runs next: dispatch's backward (which may not run
+            # at all, where recv_x is off the gradient's path) takes a step of its own.
+            moe.combine(torch.zeros(handle.num_tokens, moe.topk, dtype=torch.float32),
+                        torch.empty(handle.num_tokens, moe.hidden, dtype=d.combine_dtype))
+            grad_y = handle.row_weights[..., None] * g
+            grad_w = d._weights_grad((g * y.to(torch.float32)).sum(-1), handle)
         return grad_y.to(ctx.y_dtype), grad_w.to(ctx.w_dtype), None
 
 
@@ -211,6 +216,7 @@ class MoEDispatcher:
         [experts], handle). recv_x[e, :counts[e]] are expert e's rows; the rest are zeros.
         Differentiable in x."""
         topk_idx = torch.as_tensor(topk_idx, dtype=torch.int64).contiguous()
+        check_routing(topk_idx, self.moe.num_experts)
         handle = DispatchHandle(self, topk_idx, topk_idx.shape[0])
         recv_x, counts = _Dispatch.apply(x, topk_weights, handle)
         handle.topk_weights = topk_weights

@@ -192,8 +192,10 @@ static void test_capture_refusals(void **state)
                      STRATA_ERR_UNSUPPORTED);
     assert_int_equal(strata_moe_dispatch_send(f->moe, layout, f->x, NULL), STRATA_OK);
     assert_int_equal(strata_moe_dispatch_recv(f->moe, &(strata_moe_recv_t){0}), STRATA_OK);
+    assert_int_equal(strata_moe_abort_step(f->moe), STRATA_ERR_UNSUPPORTED);
     assert_int_equal(strata_moe_combine(f->moe, NULL, f->w, f->out), STRATA_OK);
     log_capture_stop();
+    assert_true(log_captured("a graph would replay the abort", NULL, NULL));
     assert_true(log_captured("being captured", NULL, NULL));
     assert_true(log_captured("inside a stream capture", NULL, NULL));
     assert_null(late);
@@ -290,6 +292,34 @@ static void test_dispatch_during_a_step(void **state)
     check(f, 4); /* the step in progress completes */
 }
 
+/* abort_step: NULL refused; nothing in progress, nothing done; mid-step, the step ends
+ * without writing out, the refusal before it names it, and the next step is exact. */
+static void test_abort_step(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_recv_t recv;
+
+    assert_int_equal(strata_moe_abort_step(NULL), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_abort_step(f->moe), STRATA_OK);
+    fill(f, 4);
+    assert_int_equal(strata_moe_dispatch(f->moe, f->x, NULL, f->idx, 4, &recv), STRATA_OK);
+    log_capture_start();
+    assert_int_equal(strata_moe_dispatch(f->moe, f->x, NULL, f->idx, 4, &recv),
+                     STRATA_ERR_INVALID);
+    log_capture_stop();
+    assert_true(log_captured("end it without results with abort_step", NULL, NULL));
+    memset(f->out, 0x5a, sizeof(f->out));
+    assert_int_equal(strata_moe_abort_step(f->moe), STRATA_OK);
+    assert_int_equal(strata_moe_abort_step(f->moe), STRATA_OK);
+    for (size_t i = 0; i < sizeof(f->out); ++i) {
+        assert_int_equal(((unsigned char *)f->out)[i], 0x5a);
+    }
+    assert_int_equal(strata_moe_combine_recv(f->moe, f->w, f->out), STRATA_ERR_INVALID);
+    fill(f, 4);
+    assert_int_equal(step(f, 4), STRATA_OK);
+    check(f, 4);
+}
+
 /* A layout of no tokens needs no topk_idx; a bad count or a missing topk_idx is refused
  * with a line saying which. */
 static void test_layout_arguments(void **state)
@@ -372,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_reused_layout_sizes),
         cmocka_unit_test(test_bad_ids_skipped),
         cmocka_unit_test(test_dispatch_during_a_step),
+        cmocka_unit_test(test_abort_step),
         cmocka_unit_test(test_layout_arguments),
         cmocka_unit_test(test_layout_of_a_destroyed_object),
     };

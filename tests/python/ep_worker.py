@@ -3,13 +3,15 @@ its Buffer, against what every rank's inputs say (each rank's inputs come from a
 own, so every rank can recompute every other's): the dispatch layout, the tokens each rank
 receives (each once, from which ranks, with which local experts and weights), the counts
 per expert, combine's round trip with weights, a cached dispatch, and the low-latency
-path's padded per-expert layout and weighted combine. Prints "rank R of W: strata.ep
+path's padded per-expert layout and weighted combine; a bad expert id refused before the
+step, and a rank that aborts its step. Prints "rank R of W: strata.ep
 checks passed"."""
 import sys
 
 import torch
 import torch.distributed as dist
 
+import strata
 import strata.ep
 
 TOKENS, HIDDEN, EXPERTS, TOPK = 24, 64, 8, 3
@@ -112,6 +114,41 @@ def check_low_latency(buffer, rank, world):
     torch.testing.assert_close(out, x * scale, rtol=1e-5, atol=1e-5)
 
 
+def check_refusal_and_abort(buffer, rank, world):
+    """Rank 1's bad expert id is refused before the step (ValueError), so its next call
+    joins the step rank 0 waits in; rank 1 then gives the step up (abort_step) instead of
+    computing its experts' outputs: rank 0's combine raises STRATA_ERR_CANCELLED, with every
+    token's sum lacking exactly rank 1's experts' terms."""
+    x, idx, w = inputs(rank)
+    per_rank = EXPERTS // world
+    if rank == 1:
+        bad = idx.clone()
+        bad[3, 0] = EXPERTS + 5
+        try:
+            buffer.low_latency_dispatch(x, bad, TOKENS, EXPERTS)
+            check(False, "a bad expert id must be refused")
+        except ValueError as err:
+            check("topk_idx[3][0] = 13 is not an expert" in str(err), str(err))
+    recv_x, recv_count, handle, _, hook = buffer.low_latency_dispatch(x, idx, TOKENS, EXPERTS)
+    hook()
+    if rank == 1:
+        handle.moe.abort_step()
+        return
+    y = torch.zeros_like(recv_x)
+    for e in range(per_rank):
+        n = int(recv_count[e])
+        y[e, :n] = recv_x[e, :n] * (rank * per_rank + e + 1)
+    out = torch.zeros(TOKENS, HIDDEN)
+    try:
+        buffer.low_latency_combine(y, idx, w, handle, out=out)
+        check(False, "combine must raise where rank 1 withheld its experts' terms")
+    except strata.StrataError as err:
+        check(err.status is strata.Status.STRATA_ERR_CANCELLED, f"combine raised {err}")
+    kept = (idx >= 0) & (idx // per_rank != 1)
+    scale = torch.where(kept, w * (idx + 1), torch.tensor(0.0)).sum(1, keepdim=True)
+    torch.testing.assert_close(out, x * scale, rtol=1e-5, atol=1e-5)
+
+
 def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -120,6 +157,9 @@ def main():
     for _ in range(2):  # twice: the objects made on first use serve the next calls
         check_normal(buffer, rank, world)
         check_low_latency(buffer, rank, world)
+    check_refusal_and_abort(buffer, rank, world)
+    check_low_latency(buffer, rank, world)  # the step after the aborted one is exact
+    check_normal(buffer, rank, world)
     buffer.destroy()
     print(f"rank {rank} of {world}: strata.ep checks passed", flush=True)
     dist.destroy_process_group()

@@ -1,5 +1,5 @@
 """Statuses as exceptions: every status's name and the library's own text, and a refused
-call raising StrataError with the status it returned."""
+call raising StrataError with the status it returned; a step ended by abort_step."""
 import unittest
 
 import numpy as np
@@ -79,8 +79,8 @@ class TestStatus(unittest.TestCase):
             moe.dispatch_send(layout, x)
             with self.assertRaises(StrataError) as caught:
                 moe.dispatch_send(layout, x)
-            self.assertIn("in progress after its dispatch_send: finish it with dispatch_recv, "
-                          "then combine", caught.exception.message)
+            self.assertIn("step 1 is in progress after its dispatch_send: finish it with "
+                          "dispatch_recv, then combine", caught.exception.message)
             recv = moe.dispatch_recv()
             with self.assertRaises(StrataError) as caught:
                 moe.dispatch(x, idx)
@@ -115,6 +115,63 @@ class TestStatus(unittest.TestCase):
             self.assertEqual([int(c) for c in recv.count], [2, 2, 2, 2])
             moe.combine(weights, np.empty_like(x))
             self.assertEqual(moe.stats().steps, 2)
+
+    def test_abort_step_ends_the_step_where_it_is(self):
+        """abort_step ends a step after each of its halves (and does nothing between
+        steps); the step after it is exact, and the refusal before it names abort_step."""
+        with one_rank.communicator() as comm, \
+                strata.Moe(comm, num_experts=4, topk=2, hidden=64, max_tokens=8) as moe:
+            x = np.arange(8 * 64, dtype=np.float32).reshape(8, 64)
+            idx = np.tile(np.array([[0, 3]], np.int64), (8, 1))
+            weights = np.full((8, 2), 0.5, np.float32)
+            layout = moe.layout(idx)
+            moe.abort_step()  # nothing in progress
+            for where in ("dispatch_send", "dispatch", "combine_send"):
+                with self.subTest(after=where):
+                    if where == "dispatch_send":
+                        moe.dispatch_send(layout, x)
+                    else:
+                        recv = moe.dispatch(x, idx)
+                        recv.expert_y[...] = recv.x
+                    if where == "combine_send":
+                        moe.combine_send()
+                    with self.assertRaises(StrataError) as caught:
+                        moe.dispatch(x, idx)
+                    self.assertIn("or end it without results with abort_step",
+                                  caught.exception.message)
+                    moe.abort_step()
+                    recv = moe.dispatch(x, idx)
+                    recv.expert_y[...] = recv.x
+                    out = moe.combine(weights, np.zeros_like(x))
+                    np.testing.assert_array_equal(out, x)
+            self.assertEqual(moe.stats().steps, 6)
+
+    def test_bad_expert_id_then_abort_step(self):
+        """A bad expert id: dispatch raises STRATA_ERR_INVALID, with one line naming the
+        entries, and the step stays open until abort_step ends it; the next step runs."""
+        with one_rank.communicator() as comm, \
+                strata.Moe(comm, num_experts=4, topk=2, hidden=64, max_tokens=8) as moe:
+            x = np.ones((8, 64), np.float32)
+            idx = np.tile(np.array([[0, 1]], np.int64), (8, 1))
+            idx[2, 1] = 9
+            with self.assertRaises(StrataError) as caught:
+                moe.dispatch(x, idx)
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_INVALID)
+            self.assertIn("9", caught.exception.message)
+            with self.assertRaises(StrataError):
+                moe.dispatch(x, idx)
+            moe.abort_step()
+            idx[2, 1] = 1
+            recv = moe.dispatch(x, idx)
+            self.assertEqual([int(c) for c in recv.count], [8, 8, 0, 0])
+            moe.combine(np.ones((8, 2), np.float32), np.empty_like(x))
+            with self.assertRaises(ValueError) as caught:
+                strata.moe.check_routing(np.array([[0, 0], [1, 7]]), 4)
+            self.assertIn("topk_idx[1][1] = 7 is not an expert (-1 or 0..3)",
+                          str(caught.exception))
+            with self.assertRaises(ValueError) as caught:
+                strata.moe.check_routing(np.array([[2, 2], [-1, -1]]), 4)
+            self.assertIn("token 0 names expert 2 twice", str(caught.exception))
 
 
 if __name__ == "__main__":

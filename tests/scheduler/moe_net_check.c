@@ -31,7 +31,11 @@
  * alone. With --overflow EXPERT:CAPACITY every token goes to that one expert, whose
  * capacity is far too small: its rows are exact up to the capacity, every token's result is
  * exact or lacks its term, and a rank whose token lacks its term must get
- * STRATA_ERR_CAPACITY from combine_recv, wherever the term was dropped.
+ * STRATA_ERR_CAPACITY from combine_recv, wherever the term was dropped. With --abort
+ * RANK:WHEN that rank ends the middle step with strata_moe_abort_step after dispatch_send
+ * (sent), dispatch_recv (dispatched) or combine_send (combined): the others' results must
+ * lack exactly the terms of its experts (none where it aborted after combine_send) with
+ * STRATA_ERR_CANCELLED where they lack any, and every later step must stay exact.
  */
 #include "scheduler/moe_net_check.h"
 #include "intra/intra.h"
@@ -52,6 +56,10 @@ unsigned g_seed;
 /* The rank that passes a bad input, at which step, and which. */
 int         g_bad_rank = -1, g_bad_step = -1;
 bad_input_t g_bad_kind = BAD_NONE;
+
+/* The rank that aborts that step, and where. */
+int           g_abort_rank = -1;
+abort_point_t g_abort_at   = ABORT_NONE;
 
 typedef struct options {
     moe_case_t c;
@@ -105,6 +113,19 @@ static void parse_bad_input(const char *v)
     CHECK(g_bad_kind != BAD_NONE, "--bad-input RANK:over|negative|null-x, not %s", v);
 }
 
+static void parse_abort(const char *v)
+{
+    const char *at = strchr(v, ':');
+
+    g_abort_rank = atoi(v);
+    g_abort_at   = at == NULL                   ? ABORT_NONE
+                   : !strcmp(at, ":sent")       ? ABORT_SENT
+                   : !strcmp(at, ":dispatched") ? ABORT_DISPATCHED
+                   : !strcmp(at, ":combined")   ? ABORT_COMBINED
+                                                : ABORT_NONE;
+    CHECK(g_abort_at != ABORT_NONE, "--abort RANK:sent|dispatched|combined, not %s", v);
+}
+
 static void parse(int argc, char **argv, options_t *o)
 {
     const char *seed = getenv("STRATA_TEST_SEED");
@@ -131,6 +152,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--odd-config")) o->odd_config = atoi(v);
         else if (!strcmp(k, "--disagree")) o->disagree = atoi(v);
         else if (!strcmp(k, "--bad-input")) parse_bad_input(v);
+        else if (!strcmp(k, "--abort")) parse_abort(v);
         else if (!strcmp(k, "--overflow")) { o->overflow = atoi(v); o->c.capacity = strchr(v, ':') ? atoi(strchr(v, ':') + 1) : 8; }
         else if (!strcmp(k, "--stall")) { o->stall = atoi(v); o->stall_ms = strchr(v, ':') ? (unsigned)atoi(strchr(v, ':') + 1) : 5000; }
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
@@ -150,6 +172,33 @@ static void parse(int argc, char **argv, options_t *o)
     o->kill_step = o->c.steps / 2;
     g_bad_step   = o->c.steps / 2;
     g_seed = o->c.seed;
+}
+
+/* --abort: this rank ends the step where it was told to, with strata_moe_abort_step; the
+ * step then is over (a second abort has nothing to end), and its next one starts. */
+static strata_status_t run_aborted_step(rank_state_t *r)
+{
+    strata_moe_layout_t *layout = NULL;
+    strata_moe_recv_t recv;
+    strata_status_t status;
+
+    CHECK(strata_moe_layout_create(r->moe, r->idx, r->n, &layout) == STRATA_OK, "layout");
+    status = strata_moe_dispatch_send(r->moe, layout, r->x, r->scales ? r->x_scales : NULL);
+    if (status == STRATA_OK && g_abort_at != ABORT_SENT) {
+        status = strata_moe_dispatch_recv(r->moe, &recv);
+    }
+    if (status == STRATA_OK && g_abort_at == ABORT_COMBINED) {
+        check_dispatch(r, &recv);
+        status = strata_moe_combine_send(r->moe, NULL);
+    }
+    CHECK(status == STRATA_OK, "the step before its abort: %s", strata_status_string(status));
+    status = strata_moe_abort_step(r->moe);
+    CHECK(status == STRATA_OK, "abort_step: %s", strata_status_string(status));
+    CHECK(strata_moe_abort_step(r->moe) == STRATA_OK, "a second abort_step");
+    CHECK(strata_moe_combine_recv(r->moe, r->weights, r->out) == STRATA_ERR_INVALID,
+          "combine_recv after abort_step must be out of order");
+    strata_moe_layout_destroy(layout);
+    return STRATA_OK;
 }
 
 /* One step; the layout form on odd steps. Returns the first status that was not OK, or OK
@@ -174,6 +223,9 @@ static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
               "set_pull_mask in adaptive mode must be refused");
     }
     make_inputs(r);
+    if (aborts(r->rank)) {
+        return run_aborted_step(r);
+    }
     step_input(r, &n, &x);
     expect = refuses(r->c, r->rank) ? STRATA_ERR_INVALID : STRATA_OK;
     if (g_step % 2 == 1) {
@@ -200,7 +252,8 @@ static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
     if (status == STRATA_OK) {
         status = strata_moe_combine_recv(r->moe, r->weights, r->out);
     }
-    if (status == STRATA_OK || (r->c->capacity > 0 && status == STRATA_ERR_CAPACITY)) {
+    if (status == STRATA_OK || status == STRATA_ERR_CANCELLED ||
+        (r->c->capacity > 0 && status == STRATA_ERR_CAPACITY)) {
         check_combine(r, status);
         status = STRATA_OK;
     } else if (status == expect) {

@@ -37,6 +37,18 @@ typedef enum bad_input {
 extern int         g_bad_rank, g_bad_step;
 extern bad_input_t g_bad_kind;
 
+/* Where the aborting rank ends its step with strata_moe_abort_step (--abort RANK:WHEN). */
+typedef enum abort_point {
+    ABORT_NONE,
+    ABORT_SENT,       /* after dispatch_send: its experts' results are withheld */
+    ABORT_DISPATCHED, /* after dispatch_recv: withheld too */
+    ABORT_COMBINED,   /* after combine_send: the others see nothing amiss */
+} abort_point_t;
+
+/* The rank that aborts step g_bad_step, and where (moe_net_check.c sets them). */
+extern int           g_abort_rank;
+extern abort_point_t g_abort_at;
+
 typedef enum mask_mode {
     MASKS_BY_STEP, /* the test sets pull masks, changing by step */
     MASKS_ADAPTIVE, /* the owners decide: STRATA_MOE_MODE_ADAPTIVE */
@@ -65,12 +77,17 @@ typedef struct rank_state {
 
 /** Whether rank s refuses its input this step (the bad input it was told to pass). */
 bool refuses(const moe_case_t *c, int s);
+/** Whether rank s aborts this step (at g_abort_at). */
+bool aborts(int s);
+/** Whether the owner of expert e withholds its results this step: the term is missing. */
+bool withheld(const rank_state_t *r, int64_t e);
 /** This rank's inputs of this step, from the seed. */
 void make_inputs(rank_state_t *r);
 /** Every row this rank's experts received is the reference's, each seen once. */
 void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv);
 /** Every token's combined row is the reference's (or, where its term was dropped for
- *  capacity, empty with combine_recv's CAPACITY). */
+ *  capacity, empty with combine_recv's CAPACITY; where its owner withheld it, without that
+ *  term, with CANCELLED). */
 void check_combine(rank_state_t *r, strata_status_t combined);
 /** The combine dtype's unit roundoff: half the distance from 1 to the next value. */
 double ref_unit(strata_dtype_t dtype);

@@ -134,7 +134,8 @@ static float ref_node_sum(const rank_state_t *r, int t, int h, int node, bool *a
     for (int k = 0; k < c->topk; ++k) {
         int64_t e = ref_route(c, g_step, r->rank, t, k);
 
-        if (e < 0 || (node >= 0 && r->rank_node[e / (c->experts / r->world)] != node)) {
+        if (e < 0 || (node >= 0 && r->rank_node[e / (c->experts / r->world)] != node) ||
+            withheld(r, e)) {
             continue;
         }
         ref_store(yrow, 0, c->combine_dtype, gen_y(c, g_step, (int)e, r->rank, t, h));
@@ -205,10 +206,46 @@ static void ref_column(rank_state_t *r, int t, int h, unsigned char *ref)
     ref_against_exact(r, t, h, ref);
 }
 
+bool aborts(int s)
+{
+    return g_abort_at != ABORT_NONE && s == g_abort_rank && g_step == g_bad_step;
+}
+
+bool withheld(const rank_state_t *r, int64_t e)
+{
+    return aborts((int)(e / (r->c->experts / r->world))) && g_abort_at != ABORT_COMBINED;
+}
+
+/* The status combine_recv must return where no term was dropped for capacity: CANCELLED
+ * where one of this rank's terms was withheld, OK where none was (or CANCELLED where this
+ * rank may have gathered withheld terms for another node's tokens: on the aborting rank's
+ * node). */
+static void check_withheld(const rank_state_t *r, strata_status_t combined)
+{
+    bool lost = false, gatherer;
+
+    for (int t = 0; t < r->n; ++t) {
+        for (int k = 0; k < r->c->topk; ++k) {
+            int64_t e = ref_route(r->c, g_step, r->rank, t, k);
+
+            lost = lost || (e >= 0 && withheld(r, e));
+        }
+    }
+    gatherer = r->num_nodes > 1 && r->rank_node[g_abort_rank] == r->node &&
+               withheld(r, (int64_t)g_abort_rank * (r->c->experts / r->world));
+    CHECK(combined == (lost ? STRATA_ERR_CANCELLED : STRATA_OK) ||
+              (!lost && gatherer && combined == STRATA_ERR_CANCELLED),
+          "combine_recv returned %s; %s of this rank's terms were withheld",
+          strata_status_string(combined), lost ? "some" : "none");
+}
+
 void check_combine(rank_state_t *r, strata_status_t combined)
 {
     const moe_case_t *c = r->c;
 
+    if (c->capacity == 0) {
+        check_withheld(r, combined);
+    }
     for (int t = 0; t < r->n; ++t) {
         unsigned char *ref = r->ref + (size_t)t * r->y_row_bytes;
         const unsigned char *got = r->out + (size_t)t * r->y_row_bytes;

@@ -4,7 +4,7 @@
 # every dtype, pull masks changing by step, round two exercised by a small round one, Pull
 # across nodes by read and by request; rate control pacing the work ring's commands; adaptive
 # modes on a drifting routing trace (made by strata-tune) and a fixed mode file; bad inputs on
-# one rank; a rank killed, and one stopped, mid-step; steps on host streams that change every
+# one rank; a rank aborting its step (strata_moe_abort_step) at three points; a rank killed, and one stopped, mid-step; steps on host streams that change every
 # step; the network area in a pinned host
 # bounce buffer; and node-reduce combine, and where it is refused. Where strata has ucx, a
 # few cases again over it (STRATA_INTER_TRANSPORT=ucx, tcp between the nodes), a kill among
@@ -14,6 +14,7 @@ run=$1 check=$2 tune=$3
 . "$(dirname "$0")/moe_cases.sh"
 
 calm=STRATA_INTER_PEER_TIMEOUT=30s
+nr='steps passed (hierarchical route, node-reduce combine'
 case_run "2x2 flat, bf16, round one of 3 tokens, 3 blocks" 4 "$ok" -- $calm STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=flat STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 60)
 case_run "2x2 hierarchical, fp8 -> bf16" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=8 -- -n 4 --nodes 2 -- --steps $(steps 60) --dtype fp8 --hidden 256
 case_run "2x2 flat, fp32, pull by request" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat STRATA_MOE_PULL_READ=off -- -n 4 --nodes 2 -- --steps $(steps 50) --dtype fp32 --combine-dtype fp32 --hidden 64
@@ -92,6 +93,11 @@ case_run "2x2 flat, rank 3 passes -1 tokens" 4 "$ok" -- $calm STRATA_MOE_ROUTE=f
 case_run "2x2 hierarchical, rank 0 passes no x" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --bad-input 0:null-x
 case_run "2x2 hierarchical, rank 2 passes max_tokens + 1 tokens" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over
 # Ranks whose protocol settings differ (round one's size here) refuse the object together.
+case_run "1x4, rank 1 aborts its step after dispatch_recv" 4 "$ok" -- $calm -- -n 4 --nodes 1 -- --steps 12 --abort 1:dispatched
+case_run "2x2 flat, fp8, rank 2 aborts its step after dispatch_send" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --abort 2:sent --dtype fp8 --hidden 256
+case_run "2x2 hierarchical, pull by request, rank 3 aborts its step after dispatch_recv" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_PULL_READ=off -- -n 4 --nodes 2 -- --steps 12 --abort 3:dispatched
+case_run "2x2 hierarchical, node-reduce, rank 0 aborts its step after dispatch_recv" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps 12 --abort 0:dispatched
+case_run "2x2 hierarchical, rank 1 aborts its step after combine_send" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --abort 1:combined
 case_run "2x2, rank 2 with another round one" 4 "configuration differs" -- $calm STRATA_MOE_SPEC_TOKENS=8 -- -n 4 --nodes 2 -- --odd-config 2
 # A live rank that stalls longer than the heartbeat bound (a debugger, a page-cache storm)
 # is waited for: the peer timeout ends waits only for ranks whose heartbeats stopped, and
@@ -128,7 +134,6 @@ case_run "3x2 hierarchical, bounce buffer, pull by request" 6 "$ok" -- $calm STR
 # row in the combine dtype; the token's rank adds the rows in node order. Checked bit for bit
 # against a reference that sums in that order (the exact reference fails these cases), through
 # STRATA_MOE_COMBINE and through params.combine (--combine).
-nr='steps passed (hierarchical route, node-reduce combine'
 case_run "2x2 hierarchical, node-reduce, bf16, round one of 3 tokens" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 40)
 case_run "2x2 hierarchical, node-reduce, fp32, 3 blocks" 4 "$nr" -- $calm STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 40) --dtype fp32 --combine-dtype fp32 --hidden 64 --combine node-reduce
 case_run "3x2 hierarchical, node-reduce, fp16, bounce buffer, pull by request, 16 KiB chunks" 6 "$nr" -- $calm STRATA_INTER_STRIPE_MIN=16k STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=hierarchical STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 30) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6 --combine node-reduce

@@ -555,11 +555,31 @@ STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void
  * another, and its row lacks it; the rank that gathered a node's terms for tokens of
  * another node gets it too when one of those was dropped. (Dispatch returns
  * STRATA_ERR_CAPACITY to the owner of the expert whose capacity overflowed.)
+ * STRATA_ERR_CANCELLED: the same for terms whose owner aborted the step
+ * (strata_moe_abort_step).
  */
 STRATA_API strata_status_t strata_moe_combine_recv(strata_moe_t *moe, const float *topk_weights,
                                                    void *out);
 STRATA_API strata_status_t strata_moe_combine(strata_moe_t *moe, const void *expert_y,
                                               const float *topk_weights, void *out);
+
+/**
+ * End the step in progress on this rank without finishing it: after an input error, or
+ * when the caller cannot compute its experts' outputs. It runs the halves the other ranks
+ * wait for, so they finish the step as usual, and this rank's tokens get no results (out
+ * is not written). Where combine_send was not called yet, this rank's experts' results are
+ * withheld: each token with a row at one of them lacks that term, and its rank's
+ * combine_recv returns STRATA_ERR_CANCELLED with a log line naming the expert (the other
+ * terms are summed as usual), as does the combine_recv of a rank that gathered such terms
+ * for another node. After combine_send the results went back already and the others see
+ * nothing amiss. The step's input errors are forgotten; STRATA_OK, also where no step is in
+ * progress. A failure of the step (STRATA_ERR_PEER_FAILED, STRATA_ERR_TIMEOUT) is
+ * returned as by the halves it ran, and the object can then only be destroyed. On a
+ * stream nothing is waited for: strata_moe_synchronize reports what the kernels found;
+ * while the stream is being captured it is refused (STRATA_ERR_UNSUPPORTED), as a graph
+ * would replay it.
+ */
+STRATA_API strata_status_t strata_moe_abort_step(strata_moe_t *moe);
 
 /**
  * Launch every later step's kernels on stream (a cudaStream_t or hipStream_t as void *, the
