@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds strata with the GPU backends this machine can compile, then runs what needs a GPU:
 # the GPU device tests (copies, and MoE dispatch/combine with 2 and 4 processes sharing the
-# GPU through IPC handles, checked against the sequential reference), the two-tier step on
+# GPU through IPC handles, checked against the sequential reference), the Python package on
+# device memory (where python3 has numpy: CUDA array interface buffers, a stream of the
+# caller's, torch CUDA tensors where torch has CUDA), the two-tier step on
 # the GPU across 2 simulated nodes x 2 ranks (network namespaces, tcp between them, with
 # FI_HMEM or the pinned host bounce buffer; synchronous, stream-ordered, and captured in a
 # CUDA graph and replayed), and strata-bench intra on the GPU: one rank with every expert
@@ -69,7 +71,7 @@ cmake --build "$build" -j "$jobs"
 
 echo "=== GPU tests"
 status=0
-(cd "$build" && ctest --output-on-failure -R 'intra/(gpu_device|moe|heap)|scheduler/moe_graph') \
+(cd "$build" && ctest --output-on-failure -R 'intra/(gpu_device|moe|heap)|scheduler/moe_graph|python/device') \
     >"$log" 2>&1 || status=$?
 cat "$log"
 if [ -z "$backend" ]; then

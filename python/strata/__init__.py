@@ -2,7 +2,8 @@
 
 No compiled extension: the package loads libstrata (STRATA_LIBRARY_PATH, a file or a
 directory holding libstrata.so*, else the dynamic loader's path) on first use. Buffers are
-numpy arrays or CPU torch tensors, read and written in place. See docs/python.md.
+numpy arrays, torch tensors, or arrays exposing __cuda_array_interface__ or __dlpack__, in
+host memory or on the communicator's GPU, read and written in place. See docs/python.md.
 """
 from ._library import LIBRARY_ENV, last_error, library, library_path, open_library, status_string
 from ._types import Combine, ConfigField, Dtype, LogLevel, Mode, Phase, Route, Status

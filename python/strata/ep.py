@@ -49,6 +49,10 @@ def _done_hook():
 def _check_tensor(value, name, dims):
     if not isinstance(value, torch.Tensor) or value.dim() != dims:
         raise ValueError(f"{name} must be a {dims}-D torch tensor")
+    if value.device.type != "cpu":
+        raise ValueError(f"{name} is on {value.device}: strata.ep.Buffer takes CPU tensors "
+                         f"(the host backend) in this version; on GPUs use strata.Moe, which "
+                         f"takes device tensors")
     return value
 
 
@@ -87,6 +91,12 @@ class Buffer:
     def __init__(self, group=None, num_nvl_bytes=0, num_rdma_bytes=0, low_latency_mode=False,
                  num_qps_per_rank=1, max_tokens=4096, **_ignored):
         self.comm = Communicator(group=group) if group is not None else Communicator()
+        if self.comm.device_backend != "host":
+            backend = self.comm.device_backend
+            self.comm.close()
+            raise ValueError(f"strata.ep.Buffer runs on the host backend (CPU tensors) in this "
+                             f"version; this communicator drives {backend} GPUs: use "
+                             f"strata.Moe, which takes device tensors")
         self.rank = self.comm.rank
         self.group_size = self.comm.size
         self.max_tokens = max_tokens

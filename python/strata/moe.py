@@ -6,8 +6,12 @@ import weakref
 
 from . import _buffers as b
 from . import _types as t
+from . import _work
 from ._library import check, last_error, library, status_string
+from .comm import Stream
 from .errors import StrataError
+
+Work = _work.Work  # what a call given async_op=True returns
 
 
 # A framework's element types by name (torch's without "torch.", numpy's): fp8 tokens travel
@@ -57,29 +61,32 @@ class Recv:
     tensors where the dispatch was given tensors.
     """
 
-    def __init__(self, raw, hidden, dtype, combine_dtype, torch_like, owner):
+    def __init__(self, raw, hidden, dtype, combine_dtype, framework, memory, owner):
         e, cap = raw.num_local_experts, raw.capacity
+        host = "numpy" if framework == "array" else framework  # count and src: host memory
         self.num_local_experts = e
         self.first_expert = raw.first_expert
         self.capacity = cap
         self.row_bytes = raw.row_bytes
         self.y_row_bytes = raw.y_row_bytes
         self.count = b.view(ctypes.cast(raw.count, ctypes.c_void_p).value, "int32", (e,),
-                            torch_like, owner=owner)
-        self.x = b.view(raw.x, b.DTYPE_NAMES[dtype], (e, cap, hidden), torch_like,
+                            host, owner=owner)
+        self.x = b.view(raw.x, b.DTYPE_NAMES[dtype], (e, cap, hidden), framework,
                         strides=(cap * raw.row_bytes, raw.row_bytes, dtype.itemsize),
-                        owner=owner)
+                        owner=owner, memory=memory)
         self.src = b.view(ctypes.cast(raw.src, ctypes.c_void_p).value, "int32", (e, cap, 3),
-                          torch_like, owner=owner)
+                          host, owner=owner)
         self.expert_y = b.view(raw.expert_y, b.DTYPE_NAMES[combine_dtype], (e, cap, hidden),
-                               torch_like, strides=(cap * raw.y_row_bytes, raw.y_row_bytes,
-                                                    combine_dtype.itemsize), owner=owner)
+                               framework, strides=(cap * raw.y_row_bytes, raw.y_row_bytes,
+                                                   combine_dtype.itemsize),
+                               owner=owner, memory=memory)
         self.x_scales = None
         if dtype is t.Dtype.FP8_E4M3:
             stride = raw.scale_stride
             self.x_scales = b.view(ctypes.cast(raw.x_scales, ctypes.c_void_p).value, "float32",
-                                   (e, cap, hidden // 128), torch_like,
-                                   strides=(cap * stride, stride, 4), owner=owner)
+                                   (e, cap, hidden // 128), framework,
+                                   strides=(cap * stride, stride, 4), owner=owner,
+                                   memory=memory)
 
     def __repr__(self):
         return (f"<strata.Recv experts {self.first_expert}.."
@@ -194,31 +201,6 @@ def aborting(*moes):
         raise
 
 
-class Work:
-    """What a Moe call given async_op=True returns: its result, complete once wait() (or
-    synchronize()) has returned. On the host backend wait() waits on the host for the
-    object's work (strata_moe_synchronize) and raises what the step found then (a
-    StrataError of STRATA_ERR_CAPACITY, say). The buffers the call reads or writes are kept
-    alive until then; they must not be touched before."""
-
-    def __init__(self, moe, result):
-        self.result = result
-        self._moe = moe
-
-    def wait(self):
-        """Wait for the call's work; its result (a Recv, out, or None)."""
-        moe, self._moe = self._moe, None
-        if moe is not None and moe._moe is not None:  # close() waited already
-            moe._synchronize()
-        return self.result
-
-    synchronize = wait
-
-    def is_completed(self):
-        """Whether wait() has returned."""
-        return self._moe is None
-
-
 class Moe:
     """Expert-parallel dispatch and combine over a communicator (strata_moe_create).
 
@@ -226,7 +208,12 @@ class Moe:
     [r * E / W, (r + 1) * E / W). A step is dispatch then combine, or their halves
     dispatch_send, dispatch_recv, combine_send, combine_recv, on every rank in that order.
 
-    Buffers are numpy arrays or CPU torch tensors, C-contiguous, read and written in place:
+    Buffers are numpy arrays, torch tensors or arrays exposing __cuda_array_interface__ or
+    __dlpack__, in the communicator's memory (host memory on the host backend, its GPU on
+    CUDA and HIP), C-contiguous, read and written in place (topk_idx is read on the host: a
+    GPU tensor's is copied there). The recv's arrays are of the framework of x: numpy or
+    torch on the host, torch tensors on the same GPU, otherwise an Array that DLPack and
+    CUDA array interface consumers take; count and src are host memory:
     x [num_tokens, hidden] in dtype (fp8: uint8 bytes, with x_scales [num_tokens,
     hidden / 128] float32), topk_idx [num_tokens, topk] int64 (-1: no expert),
     topk_weights [num_tokens, topk] float32, out [num_tokens, hidden] in combine_dtype.
@@ -243,10 +230,7 @@ class Moe:
                  mode=t.Mode.DEFAULT, mode_file=None, combine=t.Combine.DEFAULT):
         self._lib = None
         self._moe = None
-        if comm.device_backend != "host":
-            raise StrataError(t.Status.STRATA_ERR_UNSUPPORTED, "strata.Moe",
-                              f"the communicator drives {comm.device_backend} GPUs, whose "
-                              f"buffers are device memory; this package passes host memory")
+        self._memory = b.memory_of(comm)  # where the buffers must be: the host, or its GPU
         self.dtype = _dtype(dtype, "dtype")
         if combine_dtype is None and self.dtype is t.Dtype.FP8_E4M3:
             raise ValueError("dtype fp8_e4m3 needs a combine_dtype (bf16, fp16 or fp32)")
@@ -274,21 +258,22 @@ class Moe:
         self._step_layout = None   # the layout the step in progress uses
         self._step_tokens = None   # its number of tokens
         self._step_inputs = None   # buffers the library reads until the step's half returns
-        self._torch_like = False
-        self._stream = None        # the stream set on the library object, a Stream or None
-        self._pending = []         # buffers of calls its stream may not have run yet
+        self._framework = "numpy"  # of the step's buffers: the arrays it returns
+        self._stream = None        # the stream set on the library object (what keeps it)
+        self._stream_handle = None  # ... as an int, None: no stream
+        self._pending = _work.Pending()  # buffers of calls its stream may not have run yet
 
     # --- buffers -------------------------------------------------------------------------
 
     def _tokens(self, x, x_scales, num_tokens):
         addr = b.address(x, "x", b.DTYPE_NAMES[self.dtype], (num_tokens, self.hidden),
-                         ("num_tokens", "hidden"), aligned=True)
+                         ("num_tokens", "hidden"), aligned=True, memory=self._memory)
         if self.dtype is t.Dtype.FP8_E4M3:
             if x_scales is None:
                 raise ValueError("x_scales is required with dtype fp8_e4m3")
             return addr, b.address(x_scales, "x_scales", "float32",
                                    (num_tokens, self.hidden // 128),
-                                   ("num_tokens", "hidden / 128"))
+                                   ("num_tokens", "hidden / 128"), memory=self._memory)
         if x_scales is not None:
             raise ValueError(f"x_scales is only for dtype fp8_e4m3, not {self.dtype.name.lower()}")
         return addr, None
@@ -298,10 +283,13 @@ class Moe:
             raise ValueError(f"{num_tokens} tokens, more than max_tokens {self.max_tokens}")
 
     def _routing(self, topk_idx, name="topk_idx"):
+        """(num_tokens, the address, the host buffer to keep): the library reads the
+        routing on the host, so a GPU tensor's is copied there (the host waits for it)."""
         num_tokens = b.rows_of(topk_idx, name)
         self._check_rows(num_tokens)
-        return num_tokens, b.address(topk_idx, name, "int64", (num_tokens, self.topk),
-                                     ("num_tokens", "topk"))
+        host = b.host_copy(topk_idx)
+        return num_tokens, b.address(host, name, "int64", (num_tokens, self.topk),
+                                     ("num_tokens", "topk")), host
 
     def _expert_y(self, expert_y):
         if expert_y is None:
@@ -310,23 +298,24 @@ class Moe:
             raise ValueError("expert_y given before any dispatch: its shape comes from the recv")
         shape = (self._recv.num_local_experts, self._recv.capacity, self.hidden)
         return b.address(expert_y, "expert_y", b.DTYPE_NAMES[self.combine_dtype], shape,
-                         ("num_local_experts", "capacity", "hidden"))
+                         ("num_local_experts", "capacity", "hidden"), memory=self._memory)
 
     def _combine_buffers(self, topk_weights, out):
         n = self._step_tokens
         if n is None:
             n = b.rows_of(out, "out")  # out of order: the library refuses the call
         weights = b.address(topk_weights, "topk_weights", "float32", (n, self.topk),
-                            ("num_tokens", "topk"))
+                            ("num_tokens", "topk"), memory=self._memory)
         result = b.address(out, "out", b.DTYPE_NAMES[self.combine_dtype], (n, self.hidden),
-                           ("num_tokens", "hidden"), writable=True, aligned=True)
+                           ("num_tokens", "hidden"), writable=True, aligned=True,
+                           memory=self._memory)
         return weights, result
 
     # --- the step --------------------------------------------------------------------------
 
     def _receive(self, status, raw, call):
-        recv = Recv(raw, self.hidden, self.dtype, self.combine_dtype, self._torch_like,
-                    self._kept) if raw.num_local_experts > 0 else None
+        recv = Recv(raw, self.hidden, self.dtype, self.combine_dtype, self._framework,
+                    self._memory, self._kept) if raw.num_local_experts > 0 else None
         if recv is not None:  # a refused call delivers nothing: the step's recv stands
             self._recv = recv
         if status < 0:
@@ -337,7 +326,7 @@ class Moe:
 
     def layout(self, topk_idx):
         """A reusable Layout for this routing (strata_moe_layout_create)."""
-        num_tokens, idx = self._routing(topk_idx)
+        num_tokens, idx, _ = self._routing(topk_idx)
         handle = ctypes.c_void_p()
         check(self._lib.strata_moe_layout_create(self.handle, idx, num_tokens,
                                                  ctypes.byref(handle)),
@@ -345,60 +334,74 @@ class Moe:
         return Layout(self, handle, num_tokens)
 
     # Every call of a step below takes stream=None, async_op=False and previous_event=None:
-    # - stream: a Stream (Communicator.stream()) to run the call's work on, or None to run it
-    #   before returning. One step's calls take the same stream; it may change between steps.
-    # - async_op: return a Work at once instead of the result; Work.wait() gives the result
-    #   once the work is done. With no stream the work is done already.
-    # - previous_event: a Work (of this or another object) the call waits for first.
+    # - stream: where the call's work runs (_work.resolve): a strata Stream
+    #   (Communicator.stream()), a framework's GPU stream or a raw handle; None runs it
+    #   before returning, or, for torch GPU tensors, on torch's current stream. One step's
+    #   calls take the same stream; it may change between steps.
+    # - async_op: return a Work at once instead of the result; Work.wait() orders what comes
+    #   next after the work (on a GPU, the current stream waits; on the host backend, the
+    #   host), Work.synchronize() waits on the host. Without it the call's work is done on
+    #   return.
+    # - previous_event: a Work (of this or another object) the call is ordered after.
 
-    def _begin(self, stream, previous_event):
-        if previous_event is not None:
-            previous_event.wait()
-        if stream is not None and getattr(stream, "handle", None) is None:
-            raise ValueError("stream must be an open strata Stream (Communicator.stream())")
-        if stream is not self._stream:
-            check(self._lib.strata_moe_set_stream(self.handle,
-                                                  None if stream is None else stream.handle),
-                  "strata_moe_set_stream")
-            if self._stream is not None:
+    def _set_stream(self, handle, keeper):
+        if handle != self._stream_handle:
+            check(self._lib.strata_moe_set_stream(self.handle, handle), "strata_moe_set_stream")
+            if isinstance(self._stream, Stream):
                 self._stream._users.discard(self)
-                self._pending = []  # the library waited for the old stream's work
-            if stream is not None:
-                stream._users.add(self)
-            self._stream = stream
+            if self._memory.kind == "cpu":
+                self._pending.clear()  # host streams: the library waited for the old one
+            if isinstance(keeper, Stream):
+                keeper._users.add(self)
+        self._stream, self._stream_handle = keeper, handle
+
+    def _begin(self, stream, previous_event, buffer=None):
+        """Before a call: its stream set (buffer: one of the call's buffers, whose framework
+        the results take), after previous_event."""
+        if buffer is not None:
+            self._framework = b.framework_of(buffer)
+        handle, keeper = _work.resolve(stream, self._memory, self._framework)
+        if previous_event is not None:
+            if handle is None or self._memory.kind == "cpu":
+                previous_event.synchronize()
+            else:
+                previous_event.wait(handle)
+        self._set_stream(handle, keeper)
 
     def _leave_stream(self):
-        """Back to no stream (the library waits for the stream's work first)."""
-        if self._stream is not None and self._moe is not None:
-            self._begin(None, None)
+        """Back to no stream (the library orders later work after the stream's)."""
+        if self._stream_handle is not None and self._moe is not None:
+            self._set_stream(None, None)
 
     def _finish(self, result, async_op, *keep):
-        if self._stream is not None:
-            self._pending.append(keep)  # until the object's work is done: read or written
-        work = Work(self if self._stream is not None else None, result)
-        return work if async_op else work.wait()
+        event = None
+        if self._stream_handle is not None:
+            if self._memory.kind != "cpu":
+                event = _work.record(self._memory, self._stream_handle)
+            self._pending.add(event, keep)  # until the work is done: read or written
+        work = Work(self if self._stream_handle is not None else None, result, event)
+        return work if async_op else work.synchronize()
 
     def _synchronize(self):
         """Wait for the object's work (strata_moe_synchronize); its buffers may go then."""
         try:
             check(self._lib.strata_moe_synchronize(self.handle), "strata_moe_synchronize")
         finally:
-            self._pending = []
+            self._pending.clear()
 
     def dispatch(self, x, topk_idx, x_scales=None, stream=None, async_op=False,
                  previous_event=None):
         """Send each token to its top-k experts' ranks and return what this rank's experts
         received (strata_moe_dispatch), as a Recv."""
-        num_tokens, idx = self._routing(topk_idx)
+        num_tokens, idx, host_idx = self._routing(topk_idx)
         xs, scales = self._tokens(x, x_scales, num_tokens)
-        self._begin(stream, previous_event)
-        self._torch_like = b.is_torch(x)
+        self._begin(stream, previous_event, x)
         raw = t.MoeRecv()
         status = self._lib.strata_moe_dispatch(self.handle, xs, scales, idx, num_tokens,
                                                ctypes.byref(raw))
         self._step_tokens = num_tokens
         return self._finish(self._receive(status, raw, "strata_moe_dispatch"), async_op,
-                            x, x_scales, topk_idx)
+                            x, x_scales, host_idx)
 
     def dispatch_send(self, layout, x, x_scales=None, stream=None, async_op=False,
                       previous_event=None):
@@ -407,8 +410,7 @@ class Moe:
         if not isinstance(layout, Layout) or layout._handle is None or layout._moe is not self:
             raise ValueError("layout must be an open Layout made by this Moe's layout()")
         xs, scales = self._tokens(x, x_scales, layout.num_tokens)
-        self._begin(stream, previous_event)
-        self._torch_like = b.is_torch(x)
+        self._begin(stream, previous_event, x)
         status = self._lib.strata_moe_dispatch_send(self.handle, layout._handle, xs, scales)
         self._step_layout, self._step_tokens = layout, layout.num_tokens
         self._step_inputs = (x, x_scales)
@@ -439,7 +441,7 @@ class Moe:
         """Second half: out[t] = sum over k of topk_weights[t, k] * y(t, k), written in place
         (strata_moe_combine_recv). Returns out."""
         weights, result = self._combine_buffers(topk_weights, out)
-        self._begin(stream, previous_event)
+        self._begin(stream, previous_event, out)
         status = self._lib.strata_moe_combine_recv(self.handle, weights, result)
         keep = self._step_inputs
         self._end_step()
@@ -451,7 +453,7 @@ class Moe:
         """Both halves of combine (strata_moe_combine). Returns out."""
         ys = self._expert_y(expert_y)
         weights, result = self._combine_buffers(topk_weights, out)
-        self._begin(stream, previous_event)
+        self._begin(stream, previous_event, out)
         status = self._lib.strata_moe_combine(self.handle, ys, weights, result)
         self._end_step()
         check(status, "strata_moe_combine")
@@ -527,14 +529,15 @@ class Moe:
         (strata_moe_destroy) goes at once, or, where arrays of its Recvs are still alive,
         once the last of them is gone: they keep its memory until then."""
         if self._moe is not None:
-            if self._stream is not None:  # its work done before the stream may go
+            if self._stream_handle is not None:  # its work done before the stream may go
                 if self._lib.strata_moe_set_stream(self._moe, None) != 0:
                     # Refused mid-step: the library object (kept by views, maybe) still runs
                     # on the stream, so the stream stays as long as the object.
                     self._kept._also = (self._kept._also, self._stream)
-                self._stream._users.discard(self)
-                self._stream = None
-                self._pending = []
+                if isinstance(self._stream, Stream):
+                    self._stream._users.discard(self)
+                self._stream, self._stream_handle = None, None
+                self._pending.clear()
             self._end_step()
             for layout in list(self._layouts):
                 layout.close()

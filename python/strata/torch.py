@@ -160,6 +160,9 @@ class MoEDispatcher:
     def __init__(self, moe):
         if not isinstance(moe, Moe):
             raise TypeError("MoEDispatcher takes a strata.Moe")
+        if moe._memory.kind != "cpu":
+            raise ValueError("MoEDispatcher runs on the host backend (CPU tensors) in this "
+                             "version; on GPUs use strata.Moe, which takes device tensors")
         if moe.dtype not in (t.Dtype.BF16, t.Dtype.FP16, t.Dtype.FP32):
             raise ValueError(f"MoEDispatcher moves bf16, fp16 or fp32 tokens, not "
                              f"{moe.dtype.name.lower()}")

@@ -277,7 +277,8 @@ class TestBufferChecks(MoeTest):
             unaligned = np.zeros(8 * HIDDEN + 1, dtype=np.float32)[1:].reshape(8, HIDDEN)
             self.expect(r"^x starts at 0x[0-9a-f]+, not on a 16-byte boundary",
                         moe.dispatch, unaligned, idx)
-            self.expect(r"^x must be a numpy array or a torch tensor, not list$",
+            self.expect(r"^x must be a numpy array, a torch tensor, or an array exposing "
+                        r"__cuda_array_interface__ or __dlpack__, not list$",
                         moe.dispatch, x.tolist(), idx)
             self.expect(r"^x_scales is only for dtype fp8_e4m3, not fp32$",
                         moe.dispatch, x, idx, x_scales=np.ones((8, 1), np.float32))
@@ -287,7 +288,8 @@ class TestBufferChecks(MoeTest):
                         moe.dispatch, x, idx[:, :2].copy())
             self.expect(r"^topk_idx must be 2-D \(num_tokens, columns\), not shape \(24,\)$",
                         moe.dispatch, x, idx.reshape(-1))
-            self.expect(r"^topk_idx must be a numpy array or a torch tensor, not list$",
+            self.expect(r"^topk_idx must be a numpy array, a torch tensor, or an array "
+                        r"exposing __cuda_array_interface__ or __dlpack__, not list$",
                         moe.dispatch, x, idx.tolist())
             big_x, big_idx, _ = self.batch(num_tokens=MAX_TOKENS + 1)
             self.expect(r"^17 tokens, more than max_tokens 16$", moe.dispatch, big_x, big_idx)

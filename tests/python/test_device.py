@@ -1,0 +1,148 @@
+"""Device tensors on one rank of a CUDA communicator (scripts/gpu-check.sh runs it; it skips
+where no GPU is visible): buffers from cudaMalloc behind a minimal __cuda_array_interface__
+run a step and the recv comes back as Arrays on the GPU; host memory is refused; a call on
+a stream of the caller's with async_op returns a Work whose wait() orders the stream and
+whose synchronize() gives the result; and, where torch has CUDA, torch in gives torch out on
+the same GPU, on torch's current stream."""
+import ctypes
+import unittest
+
+import numpy as np
+
+import strata
+from strata import _gpu
+
+import moe_reference as ref
+import one_rank
+
+EXPERTS, TOPK, HIDDEN, TOKENS = 4, 2, 64, 8
+DEVICE_TO_DEVICE = 3
+
+
+class DeviceArray:
+    """Device memory from cudaMalloc, exposed as CUDA's array interface only."""
+
+    def __init__(self, rt, host):
+        self.rt, self.host = rt, np.ascontiguousarray(host)
+        self.address = rt.malloc(max(self.host.nbytes, 1))
+        rt.copy(self.address, self.host.ctypes.data, self.host.nbytes, _gpu.COPY_TO_DEVICE)
+        self.__cuda_array_interface__ = {
+            "shape": self.host.shape, "typestr": self.host.dtype.str,
+            "data": (self.address, False), "strides": None, "version": 3}
+
+    def read(self):
+        out = np.empty_like(self.host)
+        self.rt.copy(out.ctypes.data, self.address, out.nbytes, _gpu.COPY_TO_HOST)
+        return out
+
+    def __del__(self):
+        if getattr(self, "address", None):
+            self.rt.free(self.address)
+
+
+def read_array(rt, array, dtype):
+    """An Array of the library's GPU memory, copied to the host whole."""
+    itemsize = np.dtype(dtype).itemsize
+    extent = array.strides[0] * array.shape[0] if array.strides else int(np.prod(array.shape))
+    out = np.empty(extent, dtype=dtype)
+    rt.copy(out.ctypes.data, array.address, extent * itemsize, _gpu.COPY_TO_HOST)
+    return np.lib.stride_tricks.as_strided(
+        out, array.shape, tuple(s * itemsize for s in array.strides))
+
+
+@unittest.skipUnless(_gpu.visible("cuda"), "no CUDA GPU visible")
+class TestDevice(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.comm = one_rank.communicator()
+        if cls.comm.device_backend != "cuda":
+            cls.comm.close()
+            raise unittest.SkipTest(f"the communicator runs on {cls.comm.device_backend}")
+        cls.rt = _gpu.runtime("cuda")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.comm.close()
+
+    def setUp(self):
+        self.rng = np.random.default_rng(5)
+        self.x = self.rng.standard_normal((TOKENS, HIDDEN)).astype(np.float32)
+        self.idx, self.weights = ref.routing(self.rng, TOKENS, EXPERTS, TOPK)
+
+    def moe(self):
+        return strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                          max_tokens=TOKENS)
+
+    def run_experts(self, recv):
+        """Each expert's outputs written on the GPU, from its rows read back."""
+        rows = read_array(self.rt, recv.x, np.float32)
+        for e in range(recv.num_local_experts):
+            n = int(recv.count[e])
+            y = np.ascontiguousarray(ref.expert(recv.first_expert + e, rows[e, :n]),
+                                     dtype=np.float32)
+            at = recv.expert_y.address + e * recv.expert_y.strides[0] * 4
+            self.rt.copy(at, y.ctypes.data, y.nbytes, _gpu.COPY_TO_DEVICE)
+
+    def test_cuda_array_interface_step(self):
+        with self.moe() as moe:
+            recv = moe.dispatch(DeviceArray(self.rt, self.x), self.idx)
+            self.assertIsInstance(recv.x, strata._buffers.Array)
+            self.assertEqual(recv.x.__dlpack_device__(), (2, self.comm.gpu))
+            self.assertIsInstance(recv.count, np.ndarray)  # host memory
+            self.run_experts(recv)
+            out = DeviceArray(self.rt, np.full((TOKENS, HIDDEN), np.nan, np.float32))
+            self.assertIs(moe.combine(DeviceArray(self.rt, self.weights), out), out)
+            np.testing.assert_allclose(out.read(), ref.moe_step(self.x, self.idx, self.weights),
+                                       rtol=1e-6, atol=1e-6)
+            with self.assertRaisesRegex(ValueError, r"^x is in host memory; this "
+                                                    r"communicator's buffers are on CUDA GPU"):
+                moe.dispatch(self.x, self.idx)
+
+    def test_async_on_a_stream_of_the_callers(self):
+        stream = ctypes.c_void_p()
+        self.rt._call("StreamCreate", ctypes.byref(stream))
+        try:
+            with self.moe() as moe:
+                x, weights = DeviceArray(self.rt, self.x), DeviceArray(self.rt, self.weights)
+                work = moe.dispatch(x, self.idx, stream=stream.value, async_op=True)
+                self.assertIsInstance(work, strata.moe.Work)
+                work.wait(stream.value)  # the stream is ordered after it (it is, already)
+                recv = work.synchronize()
+                self.run_experts(recv)
+                out = DeviceArray(self.rt, np.zeros((TOKENS, HIDDEN), np.float32))
+                work = moe.combine(weights, out, stream=stream.value, async_op=True)
+                self.assertIs(work.synchronize(), out)
+                np.testing.assert_allclose(out.read(),
+                                           ref.moe_step(self.x, self.idx, self.weights),
+                                           rtol=1e-6, atol=1e-6)
+        finally:
+            self.rt._call("StreamDestroy", stream)
+
+    def test_torch_in_torch_out(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("no torch")
+        if not torch.cuda.is_available():
+            self.skipTest("torch has no CUDA here")
+        device = torch.device("cuda", self.comm.gpu)
+        with self.moe() as moe:
+            x = torch.from_numpy(self.x).to(device)
+            recv = moe.dispatch(x, torch.from_numpy(self.idx).to(device))
+            self.assertEqual(recv.x.device, device)
+            self.assertEqual(recv.count.device.type, "cpu")
+            for e in range(recv.num_local_experts):
+                n = int(recv.count[e])
+                rows = recv.x[e, :n].cpu().numpy()
+                recv.expert_y[e, :n] = torch.from_numpy(
+                    ref.expert(recv.first_expert + e, rows).astype(np.float32)).to(device)
+            out = moe.combine(torch.from_numpy(self.weights).to(device),
+                              torch.empty(TOKENS, HIDDEN, device=device))
+            self.assertEqual(out.device, device)
+            np.testing.assert_allclose(out.cpu().numpy(),
+                                       ref.moe_step(self.x, self.idx, self.weights),
+                                       rtol=1e-6, atol=1e-6)
+
+
+if __name__ == "__main__":
+    unittest.main()
