@@ -100,30 +100,39 @@ static strata_dtype_t parse_dtype(const char *s)
            : !strcmp(s, "fp8") ? STRATA_DTYPE_FP8_E4M3 : STRATA_DTYPE_BF16;
 }
 
-static void parse_bad_input(const char *v)
+/* "RANK:KIND" of option, KIND one of kinds[1..] (an enum in that order, 0 none): the rank
+ * into *rank_p, KIND's value returned; usage names them for the message. */
+static int parse_rank_kind(const char *v, const char *const *kinds, int count, int *rank_p,
+                           const char *usage)
 {
     const char *kind = strchr(v, ':');
 
-    g_bad_rank = atoi(v);
-    g_bad_kind = kind == NULL                 ? BAD_NONE
-                 : !strcmp(kind, ":over")     ? BAD_OVER
-                 : !strcmp(kind, ":negative") ? BAD_NEGATIVE
-                 : !strcmp(kind, ":null-x")   ? BAD_NULL_X
-                                              : BAD_NONE;
-    CHECK(g_bad_kind != BAD_NONE, "--bad-input RANK:over|negative|null-x, not %s", v);
+    *rank_p = atoi(v);
+    for (int i = 1; kind != NULL && i < count; ++i) {
+        if (!strcmp(kind + 1, kinds[i])) {
+            return i;
+        }
+    }
+    CHECK(0, "%s, not %s", usage, v);
+    return 0;
+}
+
+static void parse_bad_input(const char *v)
+{
+    static const char *const kinds[] = {[BAD_OVER] = "over", [BAD_NEGATIVE] = "negative",
+                                        [BAD_NULL_X] = "null-x"};
+
+    g_bad_kind = (bad_input_t)parse_rank_kind(v, kinds, 4, &g_bad_rank,
+                                              "--bad-input RANK:over|negative|null-x");
 }
 
 static void parse_abort(const char *v)
 {
-    const char *at = strchr(v, ':');
+    static const char *const kinds[] = {[ABORT_SENT] = "sent", [ABORT_DISPATCHED] = "dispatched",
+                                        [ABORT_COMBINED] = "combined"};
 
-    g_abort_rank = atoi(v);
-    g_abort_at   = at == NULL                   ? ABORT_NONE
-                   : !strcmp(at, ":sent")       ? ABORT_SENT
-                   : !strcmp(at, ":dispatched") ? ABORT_DISPATCHED
-                   : !strcmp(at, ":combined")   ? ABORT_COMBINED
-                                                : ABORT_NONE;
-    CHECK(g_abort_at != ABORT_NONE, "--abort RANK:sent|dispatched|combined, not %s", v);
+    g_abort_at = (abort_point_t)parse_rank_kind(v, kinds, 4, &g_abort_rank,
+                                                "--abort RANK:sent|dispatched|combined");
 }
 
 static void parse(int argc, char **argv, options_t *o)
