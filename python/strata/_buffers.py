@@ -99,7 +99,9 @@ def _contiguous_bytes(shape, strides, itemsize):
     return True
 
 
-def _from_cuda_interface(obj, name):
+def _from_cuda_interface(obj, name, kind):
+    """kind: "rocm" where the communicator drives HIP GPUs (CuPy on ROCm exposes HIP memory
+    through CUDA's interface), else "cuda"."""
     info = obj.__cuda_array_interface__
     dtype = _TYPESTRS.get(info.get("typestr"))
     if dtype is None:
@@ -114,16 +116,17 @@ def _from_cuda_interface(obj, name):
         from . import _gpu
 
         try:
-            device = _gpu.runtime("cuda").pointer_device(address)[1]
+            device = _gpu.runtime("hip" if kind == "rocm" else "cuda").pointer_device(address)[1]
         except Exception:  # no runtime here: the library's own checks remain
             device = None
-    return _Described(address or 0, shape, dtype, contiguous, Memory("cuda", device),
+    return _Described(address or 0, shape, dtype, contiguous, Memory(kind, device),
                       readonly=bool(readonly), keep=obj)
 
 
-def describe(obj, name):
+def describe(obj, name, memory=HOST):
     """obj's address, shape, element type, contiguity and memory; ValueError for an object
-    strata cannot read."""
+    strata cannot read. memory: where the communicator's buffers are (it tells CUDA's array
+    interface over HIP memory from CUDA's)."""
     if is_torch(obj):
         return _Described(obj.data_ptr(), obj.shape, str(obj.dtype).replace("torch.", ""),
                           obj.is_contiguous(), _torch_memory(obj),
@@ -132,7 +135,7 @@ def describe(obj, name):
         return _Described(obj.ctypes.data, obj.shape, obj.dtype.name, obj.flags.c_contiguous,
                           HOST, readonly=not obj.flags.writeable, keep=obj)
     if hasattr(obj, "__cuda_array_interface__"):
-        return _from_cuda_interface(obj, name)
+        return _from_cuda_interface(obj, name, "rocm" if memory.kind == "rocm" else "cuda")
     if hasattr(obj, "__dlpack__"):
         t = _dlpack.read(obj, name)
         return _Described(t.address, t.shape, t.dtype, t.contiguous(),
@@ -176,7 +179,7 @@ def address(obj, name, dtype, shape, names=None, writable=False, aligned=False, 
     writes it; aligned: it must start on a 16-byte boundary; memory: where it must be (the
     host, or the communicator's GPU: memory_of).
     """
-    d = describe(obj, name)
+    d = describe(obj, name, memory)
     _check_memory(d, name, memory)
     if writable and d.requires_grad:
         raise ValueError(f"{name} requires grad: strata writes it in place, where autograd "

@@ -119,6 +119,10 @@ class TestForeignArrays(one_rank.CommTestCase):
         for obj, pattern, kw in bad:
             with self.subTest(pattern=pattern), self.assertRaisesRegex(ValueError, pattern):
                 check(obj, **kw)
+        # CuPy on ROCm speaks CUDA's interface over HIP memory: taken by a HIP communicator
+        self.assertEqual(_buffers.address(CudaInterfaceOnly((TOKENS, HIDDEN), address=0x2000),
+                                          "x", "float32", (TOKENS, HIDDEN),
+                                          memory=Memory("rocm", None)), 0x2000)
         other = DLPackOnly(np.zeros((TOKENS, HIDDEN), np.float32), device=("cuda", 1))
         with self.assertRaisesRegex(ValueError, r"^x is on CUDA GPU 1; the communicator's "
                                                 r"buffers are on CUDA GPU 0$"):
