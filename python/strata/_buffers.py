@@ -107,19 +107,25 @@ def _from_cuda_interface(obj, name, kind):
     if dtype is None:
         raise ValueError(f"{name} has CUDA array typestr {info.get('typestr')!r}, not an "
                          f"element type strata moves")
+    if info.get("mask") is not None:
+        raise ValueError(f"{name} has a mask: strata reads and writes every element")
     shape = tuple(info["shape"])
     address, readonly = info["data"]
     strides = info.get("strides")
     contiguous = strides is None or _contiguous_bytes(shape, strides, _ITEMSIZES[dtype])
-    device = None
+    memory = Memory(kind, None)
     if address:
         from . import _gpu
 
         try:
-            device = _gpu.runtime("hip" if kind == "rocm" else "cuda").pointer_device(address)[1]
-        except Exception:  # no runtime here: the library's own checks remain
-            device = None
-    return _Described(address or 0, shape, dtype, contiguous, Memory(kind, device),
+            rt = _gpu.runtime("hip" if kind == "rocm" else "cuda")
+            device = rt.pointer_device(address)
+            memory = Memory(kind, device) if device is not None else HOST
+            if info.get("stream"):  # the producer's work on it is ordered before ours
+                rt.stream_synchronize(info["stream"])
+        except Exception:  # no runtime or no GPU here: the library's own checks remain
+            pass
+    return _Described(address or 0, shape, dtype, contiguous, memory,
                       readonly=bool(readonly), keep=obj)
 
 

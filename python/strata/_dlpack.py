@@ -100,7 +100,7 @@ def read(obj, name):
 # --- exporting ----------------------------------------------------------------------------
 
 _exported = {}  # address of a DLManagedTensor -> what it needs alive until its deleter
-_exported_lock = threading.Lock()
+_exported_lock = threading.RLock()  # a collection inside may run a capsule's destructor
 
 
 @_DELETER

@@ -3,26 +3,30 @@ does with device memory besides handing it to libstrata: which GPU a pointer is 
 recorded after a call and waited for on a stream or the host, and (for tests and tools)
 allocations and copies. Loaded on first use; nothing here runs on the host backend.
 """
+import contextlib
 import ctypes
-import ctypes.util
 import glob
+import os
 
 from .errors import StrataError
 from . import _types as t
 
-# cudaMemoryType / hipMemoryType
-MEMORY_HOST, MEMORY_DEVICE, MEMORY_MANAGED = 1, 2, 3
-# cudaErrorNotReady and hipErrorNotReady
+# cudaErrorNotReady and hipErrorNotReady; hipErrorInvalidValue
 _NOT_READY = 600
+_HIP_INVALID_VALUE = 1
 # cudaMemcpyKind / hipMemcpyKind
-COPY_TO_DEVICE, COPY_TO_HOST = 1, 2
+COPY_TO_DEVICE, COPY_TO_HOST, COPY_DEVICE_TO_DEVICE = 1, 2, 3
+# cudaStreamLegacy: the default stream of the whole process (0 would mean "none" to
+# libstrata, which then runs on a stream of its own)
+CUDA_STREAM_LEGACY = 1
 
+# The runtime's library: a copy already loaded in the process first (torch's or
+# libstrata's), so that events and streams come from the one runtime the caller uses.
 _LIBRARIES = {
-    "cuda": ("cudart", ["libcudart.so", "libcudart.so.13", "libcudart.so.12",
-                        "libcudart.so.11.0"],
-             ["/usr/local/cuda/lib64/libcudart.so*", "/usr/local/cuda-*/lib64/libcudart.so*"]),
-    "hip": ("amdhip64", ["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"],
-            ["/opt/rocm/lib/libamdhip64.so*", "/opt/rocm-*/lib/libamdhip64.so*"]),
+    "cuda": ("libcudart.so", ["libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"],
+             ["/usr/local/cuda/lib64/libcudart.so.*", "/usr/local/cuda-*/lib64/libcudart.so.*"]),
+    "hip": ("libamdhip64.so", ["libamdhip64.so.6", "libamdhip64.so.5"],
+            ["/opt/rocm/lib/libamdhip64.so.*", "/opt/rocm-*/lib/libamdhip64.so.*"]),
 }
 
 
@@ -34,11 +38,14 @@ class _PointerAttributes(ctypes.Structure):
 
 
 def _load(backend):
-    short, names, patterns = _LIBRARIES[backend]
-    found = ctypes.util.find_library(short)
-    candidates = ([found] if found else []) + names
-    for pattern in patterns:
-        candidates += sorted(glob.glob(pattern), reverse=True)
+    plain, versions, patterns = _LIBRARIES[backend]
+    names = [plain] + versions
+    for name in names:
+        try:
+            return ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_GLOBAL)
+        except OSError:
+            continue
+    candidates = names + [p for pattern in patterns for p in sorted(glob.glob(pattern))]
     errors = []
     for candidate in candidates:
         try:
@@ -46,8 +53,8 @@ def _load(backend):
         except OSError as err:
             errors.append(str(err))
     raise StrataError(t.Status.STRATA_ERR_UNSUPPORTED, f"loading the {backend} runtime",
-                      f"lib{short} not found ({'; '.join(errors[:2]) or 'no candidate'}); "
-                      f"set LD_LIBRARY_PATH to the toolkit's library folder")
+                      f"{plain} not found ({'; '.join(errors[:2]) or 'no candidate'}); set "
+                      f"LD_LIBRARY_PATH to the toolkit's library folder")
 
 
 class Runtime:
@@ -57,6 +64,12 @@ class Runtime:
         self.backend = backend
         self._lib = _load(backend)
         self._prefix = "cuda" if backend == "cuda" else "hip"
+        self._device_types = (2, 3)  # cudaMemoryTypeDevice, Managed
+        if backend == "hip":
+            version = ctypes.c_int()
+            self._call("RuntimeGetVersion", ctypes.byref(version))
+            if version.value < 60000000:  # before ROCm 6: Host 0, Device 1, Unified 3, Managed 4
+                self._device_types = (1, 3, 4)
 
     def _call(self, name, *args):
         rc = getattr(self._lib, self._prefix + name)(*args)
@@ -67,11 +80,31 @@ class Runtime:
                               f"{self.backend} error {rc}: {text(rc).decode()}")
 
     def pointer_device(self, address):
-        """(memory type, device index) of a pointer; (MEMORY_HOST, -1) for plain host
-        memory the runtime does not know."""
+        """The GPU a pointer's memory is on, or None for host memory (plain, pinned, or
+        unknown to HIP); StrataError where the runtime cannot tell (no driver, no GPU)."""
         attributes = _PointerAttributes()
-        self._call("PointerGetAttributes", ctypes.byref(attributes), ctypes.c_void_p(address))
-        return attributes.type, attributes.device
+        rc = getattr(self._lib, self._prefix + "PointerGetAttributes")(
+            ctypes.byref(attributes), ctypes.c_void_p(address))
+        if rc == _HIP_INVALID_VALUE and self.backend == "hip":  # memory HIP never saw
+            return None
+        if rc != 0:
+            self._call("PointerGetAttributes", ctypes.byref(attributes),
+                       ctypes.c_void_p(address))
+        return attributes.device if attributes.type in self._device_types else None
+
+    @contextlib.contextmanager
+    def on_device(self, device):
+        """Make device current (events and the default stream belong to one), then restore."""
+        current = ctypes.c_int()
+        self._call("GetDevice", ctypes.byref(current))
+        if device is None or device == current.value:
+            yield
+            return
+        self._call("SetDevice", ctypes.c_int(device))
+        try:
+            yield
+        finally:
+            self._call("SetDevice", current)
 
     def event(self):
         """A new event without timing (cudaEventDisableTiming), as a c_void_p."""
@@ -85,6 +118,9 @@ class Runtime:
     def stream_wait(self, stream, event):
         """Work enqueued on stream after this waits for event."""
         self._call("StreamWaitEvent", ctypes.c_void_p(stream), event, ctypes.c_uint(0))
+
+    def stream_synchronize(self, stream):
+        self._call("StreamSynchronize", ctypes.c_void_p(stream))
 
     def query(self, event):
         """Whether everything recorded before event has run (cudaEventQuery)."""
@@ -118,12 +154,15 @@ class Runtime:
 
 
 class Event:
-    """An event recorded on a stream after a call, destroyed once nothing refers to it."""
+    """An event recorded on a stream of device's after a call, destroyed once nothing refers
+    to it."""
 
-    def __init__(self, rt, stream):
+    def __init__(self, rt, stream, device):
         self._rt = rt
-        self.handle = rt.event()
-        rt.record(self.handle, stream)
+        self.device = device
+        with rt.on_device(device):
+            self.handle = rt.event()
+            rt.record(self.handle, stream)
 
     def passed(self):
         return self._rt.query(self.handle)
@@ -132,8 +171,9 @@ class Event:
         self._rt.event_synchronize(self.handle)
 
     def make_wait(self, stream):
-        """Work enqueued on stream from now on waits for the event."""
-        self._rt.stream_wait(stream, self.handle)
+        """Work enqueued on stream (of the same device) from now on waits for the event."""
+        with self._rt.on_device(self.device):
+            self._rt.stream_wait(stream, self.handle)
 
     def __del__(self):
         if getattr(self, "handle", None) is not None:
@@ -148,19 +188,24 @@ _runtimes = {}
 
 
 def runtime(backend):
-    """The runtime of a communicator's device backend ("cuda" or "hip"), loaded once."""
+    """The runtime of a communicator's device backend ("cuda" or "hip"), loaded once (a
+    failure to load is remembered too, and raised again)."""
     if backend not in _runtimes:
-        _runtimes[backend] = Runtime(backend)
-    return _runtimes[backend]
+        try:
+            _runtimes[backend] = Runtime(backend)
+        except StrataError as err:
+            _runtimes[backend] = err
+    found = _runtimes[backend]
+    if isinstance(found, StrataError):
+        raise found
+    return found
 
 
 def visible(backend):
     """Whether the backend's runtime loads and sees a GPU (for tests that need one)."""
     try:
         count = ctypes.c_int()
-        rt = runtime(backend)
-        rt._call("GetDeviceCount", ctypes.byref(count))
+        runtime(backend)._call("GetDeviceCount", ctypes.byref(count))
         return count.value > 0
     except (StrataError, OSError):
         return False
-

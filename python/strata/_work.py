@@ -45,7 +45,7 @@ def resolve(stream, memory, framework):
 
 def current_stream(memory, framework):
     """The stream a caller's next work goes on: torch's current one for torch tensors, else
-    the legacy default stream (0)."""
+    the legacy default stream (0; a CuPy caller passes its own: work.wait(stream))."""
     if framework == "torch":
         import torch
 
@@ -70,8 +70,8 @@ class Pending:
 
 
 def record(memory, stream):
-    """An event recorded on stream (a handle) after what was enqueued there."""
-    return _gpu.Event(_gpu.runtime(_backend(memory)), stream)
+    """An event recorded on stream (a handle of memory's GPU) after what was enqueued there."""
+    return _gpu.Event(_gpu.runtime(_backend(memory)), stream, memory.device)
 
 
 class Work:
@@ -85,17 +85,18 @@ class Work:
     host and raises what the kernels found. The buffers the call reads or writes are kept
     alive until the work is done; they must not be touched before."""
 
-    def __init__(self, moe, result, event=None):
+    def __init__(self, moe, result, event=None, framework=None):
         self.result = result
         self._moe = moe      # None: complete already
         self._event = event  # GPU: recorded after the call on its stream
+        self._framework = framework  # of the call's buffers: whose current stream waits
 
     def wait(self, stream=None):
         """Order what comes next after the call's work; its result (a Recv, out, or None).
         GPU: stream (default: the current one of the result's framework) waits, the host
         does not. Host backend: the host waits."""
         moe = self._moe
-        if moe is None or moe._moe is None:  # done, or close() waited already
+        if moe is None or moe._moe is None:  # done, or close() synchronized the object
             self._moe = None
             return self.result
         if self._event is None:
@@ -103,9 +104,9 @@ class Work:
             moe._synchronize()
             return self.result
         if stream is None:
-            handle = current_stream(moe._memory, moe._framework)
+            handle = current_stream(moe._memory, self._framework)
         else:
-            handle = resolve(stream, moe._memory, moe._framework)[0]
+            handle = resolve(stream, moe._memory, self._framework)[0]
         self._event.make_wait(handle)
         return self.result
 

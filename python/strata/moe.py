@@ -5,6 +5,7 @@ import dataclasses
 import weakref
 
 from . import _buffers as b
+from . import _gpu
 from . import _types as t
 from . import _work
 from ._library import check, last_error, library, status_string
@@ -262,6 +263,7 @@ class Moe:
         self._stream = None        # the stream set on the library object (what keeps it)
         self._stream_handle = None  # ... as an int, None: no stream
         self._pending = _work.Pending()  # buffers of calls its stream may not have run yet
+        self._last_event = None    # recorded after the last call on a GPU stream
 
     # --- buffers -------------------------------------------------------------------------
 
@@ -361,6 +363,12 @@ class Moe:
         if buffer is not None:
             self._framework = b.framework_of(buffer)
         handle, keeper = _work.resolve(stream, self._memory, self._framework)
+        if handle == 0:  # the default stream; libstrata reads NULL as "a stream of its own"
+            if self._memory.kind == "cuda":
+                handle = _gpu.CUDA_STREAM_LEGACY
+            else:  # HIP names no handle for it: the call runs after it, without a stream
+                _gpu.runtime("hip").stream_synchronize(0)
+                handle, keeper = None, None
         if previous_event is not None:
             if handle is None or self._memory.kind == "cpu":
                 previous_event.synchronize()
@@ -373,13 +381,18 @@ class Moe:
         if self._stream_handle is not None and self._moe is not None:
             self._set_stream(None, None)
 
-    def _finish(self, result, async_op, *keep):
-        event = None
+    def _after_call(self, *keep):
+        """Right after a library call, whether it then raises or not: on a stream, an event
+        recorded behind it, and the call's buffers kept until that has passed."""
+        self._last_event = None
         if self._stream_handle is not None:
             if self._memory.kind != "cpu":
-                event = _work.record(self._memory, self._stream_handle)
-            self._pending.add(event, keep)  # until the work is done: read or written
-        work = Work(self if self._stream_handle is not None else None, result, event)
+                self._last_event = _work.record(self._memory, self._stream_handle)
+            self._pending.add(self._last_event, keep)
+
+    def _finish(self, result, async_op):
+        work = Work(self if self._stream_handle is not None else None, result,
+                    self._last_event, self._framework)
         return work if async_op else work.synchronize()
 
     def _synchronize(self):
@@ -399,9 +412,9 @@ class Moe:
         raw = t.MoeRecv()
         status = self._lib.strata_moe_dispatch(self.handle, xs, scales, idx, num_tokens,
                                                ctypes.byref(raw))
+        self._after_call(x, x_scales, host_idx)
         self._step_tokens = num_tokens
-        return self._finish(self._receive(status, raw, "strata_moe_dispatch"), async_op,
-                            x, x_scales, host_idx)
+        return self._finish(self._receive(status, raw, "strata_moe_dispatch"), async_op)
 
     def dispatch_send(self, layout, x, x_scales=None, stream=None, async_op=False,
                       previous_event=None):
@@ -412,19 +425,20 @@ class Moe:
         xs, scales = self._tokens(x, x_scales, layout.num_tokens)
         self._begin(stream, previous_event, x)
         status = self._lib.strata_moe_dispatch_send(self.handle, layout._handle, xs, scales)
+        self._after_call(x, x_scales)
         self._step_layout, self._step_tokens = layout, layout.num_tokens
         self._step_inputs = (x, x_scales)
         check(status, "strata_moe_dispatch_send")
-        return self._finish(None, async_op, x, x_scales) if async_op else None
+        return self._finish(None, async_op) if async_op else None
 
     def dispatch_recv(self, stream=None, async_op=False, previous_event=None):
         """Second half: wait for this rank's experts' tokens (strata_moe_dispatch_recv)."""
         self._begin(stream, previous_event)
         raw = t.MoeRecv()
         status = self._lib.strata_moe_dispatch_recv(self.handle, ctypes.byref(raw))
-        keep, self._step_inputs = self._step_inputs, None
-        return self._finish(self._receive(status, raw, "strata_moe_dispatch_recv"), async_op,
-                            keep)
+        self._after_call(self._step_inputs)
+        self._step_inputs = None
+        return self._finish(self._receive(status, raw, "strata_moe_dispatch_recv"), async_op)
 
     def combine_send(self, expert_y=None, stream=None, async_op=False, previous_event=None):
         """First half of combine: return the experts' outputs (expert_y, shaped like the
@@ -432,10 +446,11 @@ class Moe:
         ys = self._expert_y(expert_y)
         self._begin(stream, previous_event)
         status = self._lib.strata_moe_combine_send(self.handle, ys)
+        self._after_call(expert_y)
         # The library may read expert_y until combine_recv returns (on one node it does).
         self._step_inputs = expert_y
         check(status, "strata_moe_combine_send")
-        return self._finish(None, async_op, expert_y) if async_op else None
+        return self._finish(None, async_op) if async_op else None
 
     def combine_recv(self, topk_weights, out, stream=None, async_op=False, previous_event=None):
         """Second half: out[t] = sum over k of topk_weights[t, k] * y(t, k), written in place
@@ -443,10 +458,10 @@ class Moe:
         weights, result = self._combine_buffers(topk_weights, out)
         self._begin(stream, previous_event, out)
         status = self._lib.strata_moe_combine_recv(self.handle, weights, result)
-        keep = self._step_inputs
+        self._after_call(topk_weights, out, self._step_inputs)
         self._end_step()
         check(status, "strata_moe_combine_recv")
-        return self._finish(out, async_op, topk_weights, keep)
+        return self._finish(out, async_op)
 
     def combine(self, topk_weights, out, expert_y=None, stream=None, async_op=False,
                 previous_event=None):
@@ -455,9 +470,10 @@ class Moe:
         weights, result = self._combine_buffers(topk_weights, out)
         self._begin(stream, previous_event, out)
         status = self._lib.strata_moe_combine(self.handle, ys, weights, result)
+        self._after_call(topk_weights, out, expert_y)
         self._end_step()
         check(status, "strata_moe_combine")
-        return self._finish(out, async_op, topk_weights, expert_y)
+        return self._finish(out, async_op)
 
     def abort_step(self, stream=None, async_op=False, previous_event=None):
         """End the step in progress on this rank without finishing it (strata_moe_abort_step):
@@ -469,10 +485,10 @@ class Moe:
         progress: nothing happens. Then the next step can start."""
         self._begin(stream, previous_event)
         status = self._lib.strata_moe_abort_step(self.handle)
-        keep = self._step_inputs
+        self._after_call(self._step_inputs)
         self._end_step()
         check(status, "strata_moe_abort_step")
-        return self._finish(None, async_op, keep) if async_op else None
+        return self._finish(None, async_op) if async_op else None
 
     def _end_step(self):
         self._step_layout, self._step_tokens, self._step_inputs = None, None, None
@@ -530,6 +546,7 @@ class Moe:
         once the last of them is gone: they keep its memory until then."""
         if self._moe is not None:
             if self._stream_handle is not None:  # its work done before the stream may go
+                self._lib.strata_moe_synchronize(self._moe)  # errors: logged, and moot now
                 if self._lib.strata_moe_set_stream(self._moe, None) != 0:
                     # Refused mid-step: the library object (kept by views, maybe) still runs
                     # on the stream, so the stream stays as long as the object.

@@ -16,7 +16,6 @@ import moe_reference as ref
 import one_rank
 
 EXPERTS, TOPK, HIDDEN, TOKENS = 4, 2, 64, 8
-DEVICE_TO_DEVICE = 3
 
 
 class DeviceArray:
@@ -26,6 +25,7 @@ class DeviceArray:
         self.rt, self.host = rt, np.ascontiguousarray(host)
         self.address = rt.malloc(max(self.host.nbytes, 1))
         rt.copy(self.address, self.host.ctypes.data, self.host.nbytes, _gpu.COPY_TO_DEVICE)
+        rt.device_synchronize()  # a copy from pageable memory may return before it lands
         self.__cuda_array_interface__ = {
             "shape": self.host.shape, "typestr": self.host.dtype.str,
             "data": (self.address, False), "strides": None, "version": 3}
@@ -43,11 +43,12 @@ class DeviceArray:
 def read_array(rt, array, dtype):
     """An Array of the library's GPU memory, copied to the host whole."""
     itemsize = np.dtype(dtype).itemsize
-    extent = array.strides[0] * array.shape[0] if array.strides else int(np.prod(array.shape))
+    strides = array.strides or [int(np.prod(array.shape[i + 1:])) for i in range(len(array.shape))]
+    extent = strides[0] * array.shape[0]
     out = np.empty(extent, dtype=dtype)
     rt.copy(out.ctypes.data, array.address, extent * itemsize, _gpu.COPY_TO_HOST)
     return np.lib.stride_tricks.as_strided(
-        out, array.shape, tuple(s * itemsize for s in array.strides))
+        out, array.shape, tuple(s * itemsize for s in strides))
 
 
 @unittest.skipUnless(_gpu.visible("cuda"), "no CUDA GPU visible")
@@ -82,6 +83,7 @@ class TestDevice(unittest.TestCase):
                                      dtype=np.float32)
             at = recv.expert_y.address + e * recv.expert_y.strides[0] * 4
             self.rt.copy(at, y.ctypes.data, y.nbytes, _gpu.COPY_TO_DEVICE)
+        self.rt.device_synchronize()
 
     def test_cuda_array_interface_step(self):
         with self.moe() as moe:
