@@ -231,8 +231,8 @@ static void check_withheld(const rank_state_t *r, strata_status_t combined)
             lost = lost || (e >= 0 && withheld(r, e));
         }
     }
-    gatherer = r->num_nodes > 1 && r->rank_node[g_abort_rank] == r->node &&
-               withheld(r, (int64_t)g_abort_rank * (r->c->experts / r->world));
+    gatherer = aborts(g_abort_rank) && g_abort_at != ABORT_COMBINED && r->num_nodes > 1 &&
+               r->rank_node[g_abort_rank] == r->node;
     CHECK(combined == (lost ? STRATA_ERR_CANCELLED : STRATA_OK) ||
               (!lost && gatherer && combined == STRATA_ERR_CANCELLED),
           "combine_recv returned %s; %s of this rank's terms were withheld",
