@@ -3,7 +3,8 @@
 # builds only): tcp between simulated nodes, every operation held back a random time, writes
 # cut into pieces posted in any order, completions reported out of order and in odd batches
 # (inter/chaos/chaos_transport.c). Both routes, Push, Pull by read and by request, adaptive,
-# node-reduce, fp8, the bounce buffer and the loopback-read flush must stay exact: nothing
+# node-reduce, fp8, the bounce buffer, the loopback-read flush and a rank's aborted step
+# (its withheld terms counted after each returned block) must stay exact: nothing
 # above the transport may count on the order tcp happens to keep. The seed drives the chaos
 # too (STRATA_CHAOS_SEED, mixed with rank and rail); a failure prints it, and
 # STRATA_TEST_SEED=<seed> replays the run.
@@ -35,6 +36,7 @@ case_run "chaos, 2x2 hierarchical, node-reduce, adaptive" 4 "$nr" -- $calm $chao
 case_run "chaos, 3x2 hierarchical, node-reduce, bounce buffer, pull by request" 6 "$nr" -- $calm $chaos $log_info STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=hierarchical STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 20) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6 --combine node-reduce
 case_run "chaos, 2x2 flat, bounce buffer, overflow to expert 5" 4 "$ok" -- $calm $chaos $log_info STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 5:8
 case_run "chaos, 2x2 hierarchical, pull, flushed by loopback reads" 4 "$ok" -- $calm $chaos $log_info STRATA_MOE_FLUSH=read STRATA_MOE_ROUTE=hierarchical STRATA_MOE_MODE=pull -- -n 4 --nodes 2 -- --steps $(steps 20)
+case_run "chaos, 2x2 flat, rank 2 aborts a step, its experts' terms withheld" 4 "$ok" -- $calm $chaos $log_info STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --abort 2:dispatched --hidden 1024
 case_run "chaos, 2x2 flat, 2 rails, streams changing every step" 4 "$ok" -- $calm $chaos $log_info STRATA_INTER_RAILS=2 STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 30) --streams 1
 
 echo "$passed passed, $failed failed (seed $seed)"
