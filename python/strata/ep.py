@@ -10,8 +10,10 @@ names and return shapes, for frameworks whose expert-parallel backends speak tha
 
 Every call completes before it returns, on the host: the events returned are done, and the
 receive hooks have nothing left to do. docs/python.md maps each call to DeepEP's and says
-what differs and why. Torch tensors on the CPU, over the host backend: the package passes
-host memory (strata.Moe refuses GPU communicators for now).
+what differs and why. Torch tensors on the communicator's memory: CPU tensors over the host
+backend, tensors on the communicator's GPU over CUDA or HIP. What comes back is on the
+device the call's x (or topk_idx) is on; the bookkeeping of which row is whose runs on the
+host, from the sources strata keeps there.
 
 Like DeepEP's, the calls are collective in kind: every rank makes the same calls in the
 same order, and passes topk_weights to combine on all ranks or on none.
@@ -49,10 +51,6 @@ def _done_hook():
 def _check_tensor(value, name, dims):
     if not isinstance(value, torch.Tensor) or value.dim() != dims:
         raise ValueError(f"{name} must be a {dims}-D torch tensor")
-    if value.device.type != "cpu":
-        raise ValueError(f"{name} is on {value.device}: strata.ep.Buffer takes CPU tensors "
-                         f"(the host backend) in this version; on GPUs use strata.Moe, which "
-                         f"takes device tensors")
     return value
 
 
@@ -91,12 +89,6 @@ class Buffer:
     def __init__(self, group=None, num_nvl_bytes=0, num_rdma_bytes=0, low_latency_mode=False,
                  num_qps_per_rank=1, max_tokens=4096, **_ignored):
         self.comm = Communicator(group=group) if group is not None else Communicator()
-        if self.comm.device_backend != "host":
-            backend = self.comm.device_backend
-            self.comm.close()
-            raise ValueError(f"strata.ep.Buffer runs on the host backend (CPU tensors) in this "
-                             f"version; this communicator drives {backend} GPUs: use "
-                             f"strata.Moe, which takes device tensors")
         self.rank = self.comm.rank
         self.group_size = self.comm.size
         self.max_tokens = max_tokens
@@ -143,20 +135,25 @@ class Buffer:
         if num_experts % self.group_size != 0:
             raise ValueError(f"num_experts {num_experts} is not a multiple of the "
                              f"{self.group_size} ranks")
+        dev = topk_idx.device
         valid = topk_idx >= 0
         per_rank = num_experts // self.group_size
         experts = topk_idx.clamp(min=0)
-        num_tokens_per_expert = torch.zeros(num_experts, dtype=torch.int32)
-        num_tokens_per_expert.index_add_(0, experts[valid], torch.ones(int(valid.sum()),
-                                                                         dtype=torch.int32))
-        is_token_in_rank = torch.zeros(topk_idx.shape[0], self.group_size, dtype=torch.bool)
-        rows = torch.arange(topk_idx.shape[0])[:, None].expand_as(topk_idx)
+        num_tokens_per_expert = torch.zeros(num_experts, dtype=torch.int32, device=dev)
+        num_tokens_per_expert.index_add_(0, experts[valid],
+                                         torch.ones(int(valid.sum()), dtype=torch.int32,
+                                                    device=dev))
+        is_token_in_rank = torch.zeros(topk_idx.shape[0], self.group_size, dtype=torch.bool,
+                                       device=dev)
+        rows = torch.arange(topk_idx.shape[0], device=dev)[:, None].expand_as(topk_idx)
         is_token_in_rank[rows[valid], (experts // per_rank)[valid]] = True
         num_tokens_per_rank = is_token_in_rank.sum(0).to(torch.int32)
         per_node = None
         if self.comm.num_nodes > 1:
-            nodes = torch.tensor([self._node_of(r) for r in range(self.group_size)])
-            in_node = torch.zeros(topk_idx.shape[0], self.comm.num_nodes, dtype=torch.bool)
+            nodes = torch.tensor([self._node_of(r) for r in range(self.group_size)],
+                                 device=dev)
+            in_node = torch.zeros(topk_idx.shape[0], self.comm.num_nodes, dtype=torch.bool,
+                                  device=dev)
             for node in range(self.comm.num_nodes):
                 in_node[:, node] = is_token_in_rank[:, nodes == node].any(1)
             per_node = in_node.sum(0).to(torch.int32)
@@ -200,18 +197,21 @@ class Buffer:
         with aborting(moe, weights):  # moe's step stays open for combine unless this raises
             recv = moe.dispatch(x.contiguous(), topk_idx)
             new.open = True
-            wrows = torch.zeros(x.shape[0], weights.hidden, dtype=torch.float32)
-            wrows[:, :topk] = topk_weights
+            wrows = torch.zeros(x.shape[0], weights.hidden, dtype=torch.float32,
+                                device=x.device)
+            wrows[:, :topk] = topk_weights.to(x.device)
             wrecv = weights.dispatch(wrows, topk_idx)
             gathered = self._gather_tokens(recv, wrecv, new, topk, expert_alignment)
-            weights.combine(torch.zeros(x.shape[0], topk, dtype=torch.float32),
-                            torch.empty(x.shape[0], weights.hidden, dtype=torch.float32))
+            weights.combine(torch.zeros(x.shape[0], topk, dtype=torch.float32, device=x.device),
+                            torch.empty(x.shape[0], weights.hidden, dtype=torch.float32,
+                                        device=x.device))
         return gathered
 
     @staticmethod
     def _rows(recv, max_tokens):
         """Every received row: (expert, row) flat index, its token's key (source rank *
-        max_tokens + token) and its slot, in (expert, row) order."""
+        max_tokens + token) and its slot, in (expert, row) order; on the host, where strata
+        keeps the counts and sources."""
         capacity = recv.x.shape[1]
         valid = torch.arange(capacity)[None, :] < recv.count.to(torch.int64)[:, None]
         flat = torch.nonzero(valid.reshape(-1), as_tuple=False)[:, 0]
@@ -222,9 +222,10 @@ class Buffer:
         """Each token of keys (sorted, unique): its top-k weights, from the weights Moe's
         rows. [len(keys), topk]."""
         flat, wkeys, _ = self._rows(wrecv, self.max_tokens)
-        rows = wrecv.x.reshape(-1, wrecv.x.shape[2])[flat, :topk]
-        weights = torch.zeros(len(keys), topk, dtype=torch.float32)
-        weights[torch.searchsorted(keys, wkeys)] = rows
+        dev = wrecv.x.device
+        rows = wrecv.x.reshape(-1, wrecv.x.shape[2])[flat.to(dev), :topk]
+        weights = torch.zeros(len(keys), topk, dtype=torch.float32, device=dev)
+        weights[torch.searchsorted(keys, wkeys).to(dev)] = rows
         return weights
 
     def _gather_tokens(self, recv, wrecv, handle, topk, expert_alignment):
@@ -235,12 +236,14 @@ class Buffer:
         # A token's lead row: its first in (expert, row) order; combine rides on it.
         lead = torch.full((len(tokens),), flat.numel() and int(flat.max()) + 1,
                           dtype=torch.int64).scatter_reduce(0, which, flat, reduce="amin")
-        capacity = recv.x.shape[1]
-        recv_x = recv.x.reshape(-1, recv.x.shape[2])[lead].clone()
+        capacity, dev = recv.x.shape[1], recv.x.device
+        recv_x = recv.x.reshape(-1, recv.x.shape[2])[lead.to(dev)].clone()
         recv_topk_idx = torch.full((len(tokens), topk), -1, dtype=torch.int64)
         recv_topk_idx[which, slots] = flat // capacity
+        recv_topk_idx = recv_topk_idx.to(dev)
         weights = self._token_weights(wrecv, topk, tokens)
-        recv_topk_weights = torch.where(recv_topk_idx >= 0, weights, torch.zeros(()))
+        recv_topk_weights = torch.where(recv_topk_idx >= 0, weights,
+                                        torch.zeros((), device=dev))
         handle.lead = lead
         handle.tokens = tokens
         counts = [int(c) for c in recv.count]
@@ -266,15 +269,17 @@ class Buffer:
         if topk_weights is not None and tuple(topk_weights.shape) != (len(handle.lead), topk):
             raise ValueError(f"topk_weights is {tuple(topk_weights.shape)}, not "
                              f"({len(handle.lead)}, {topk}): one row per received token")
+        dev = x.device
         expert_y = torch.zeros(moe._recv.num_local_experts * moe._recv.capacity, moe.hidden,
-                               dtype=x.dtype)
-        expert_y[handle.lead] = x  # one row per token and rank: each sums once
+                               dtype=x.dtype, device=dev)
+        expert_y[handle.lead.to(dev)] = x  # one row per token and rank: each sums once
         expert_y = expert_y.view(moe._recv.num_local_experts, moe._recv.capacity, moe.hidden)
-        ones = torch.ones(handle.num_tokens, topk, dtype=torch.float32)
+        ones = torch.ones(handle.num_tokens, topk, dtype=torch.float32, device=dev)
         handle.open = False  # the step ends here, results or an error
         with aborting(moe):
             combined_x = moe.combine(ones, torch.empty(handle.num_tokens, moe.hidden,
-                                                       dtype=x.dtype), expert_y=expert_y)
+                                                       dtype=x.dtype, device=dev),
+                                     expert_y=expert_y)
         combined_weights = None
         if topk_weights is not None:
             with aborting(weights):
@@ -287,18 +292,18 @@ class Buffer:
 
     def _combine_weights(self, handle, weights, topk_weights, topk):
         """topk_weights [received, topk] summed back at each token over the ranks."""
-        n = handle.num_tokens
-        wrecv = weights.dispatch(torch.zeros(n, weights.hidden, dtype=torch.float32),
-                                 handle.topk_idx)
+        n, dev = handle.num_tokens, topk_weights.device
+        wrecv = weights.dispatch(torch.zeros(n, weights.hidden, dtype=torch.float32,
+                                             device=dev), handle.topk_idx)
         flat, keys, _ = self._rows(wrecv, self.max_tokens)
         which = torch.searchsorted(handle.tokens, keys)
         first = torch.full((len(handle.tokens),), flat.numel() and int(flat.max()) + 1,
                            dtype=torch.int64).scatter_reduce(0, which, flat, reduce="amin")
         rows = torch.zeros(wrecv.num_local_experts * wrecv.capacity, weights.hidden,
-                           dtype=torch.float32)
-        rows[first, :topk] = topk_weights.to(torch.float32)
-        out = weights.combine(torch.ones(n, topk, dtype=torch.float32),
-                              torch.empty(n, weights.hidden, dtype=torch.float32),
+                           dtype=torch.float32, device=dev)
+        rows[first.to(dev), :topk] = topk_weights.to(torch.float32)
+        out = weights.combine(torch.ones(n, topk, dtype=torch.float32, device=dev),
+                              torch.empty(n, weights.hidden, dtype=torch.float32, device=dev),
                               expert_y=rows.view(wrecv.num_local_experts, wrecv.capacity,
                                                  weights.hidden))
         return out[:, :topk].clone()
@@ -322,11 +327,12 @@ class Buffer:
                            num_max_dispatch_tokens_per_rank, False)
         with aborting(moe):
             recv = moe.dispatch(x.contiguous(), topk_idx)
+        count = recv.count.to(x.device)  # strata keeps it on the host; DeepEP's is x's
         if cumulative_local_expert_recv_stats is not None:
-            cumulative_local_expert_recv_stats += recv.count.to(
+            cumulative_local_expert_recv_stats += count.to(
+                cumulative_local_expert_recv_stats.device,
                 cumulative_local_expert_recv_stats.dtype)
-        return (recv.x, recv.count, LowLatencyHandle(moe, topk_idx), EventOverlap(),
-                _done_hook)
+        return (recv.x, count, LowLatencyHandle(moe, topk_idx), EventOverlap(), _done_hook)
 
     def low_latency_combine(self, x, topk_idx, topk_weights, handle, use_logfmt=False,
                             zero_copy=False, async_finish=False, return_recv_hook=False,
@@ -339,7 +345,7 @@ class Buffer:
         moe = handle.moe
         n = handle.topk_idx.shape[0]
         if out is None:
-            out = torch.empty(n, moe.hidden, dtype=x.dtype)
+            out = torch.empty(n, moe.hidden, dtype=x.dtype, device=x.device)
         weights = _check_tensor(topk_weights, "topk_weights", 2).to(torch.float32).contiguous()
         with aborting(moe):
             moe.combine(weights, out, expert_y=x.contiguous())

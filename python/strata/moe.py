@@ -56,10 +56,12 @@ class Recv:
 
     Views of the library's memory, rewritten by the next dispatch. They keep that memory
     mapped as long as they live, even past the Moe's close() (which then destroys the
-    library object only once the last view is gone): local expert e (global id first_expert + e) has count[e] rows in x[e, :count[e]], in no
-    particular order; src[e, row] is (rank, token, slot) of each. Writing the experts'
-    outputs into expert_y[e, :count[e]] saves combine a copy. Numpy arrays, or torch
-    tensors where the dispatch was given tensors.
+    library object only once the last view is gone): local expert e (global id
+    first_expert + e) has count[e] rows in x[e, :count[e]], in no particular order;
+    src[e, row] is (rank, token, slot) of each. Writing the experts' outputs into
+    expert_y[e, :count[e]] saves combine a copy. In the framework of the dispatch's x:
+    numpy arrays, torch tensors (on x's GPU for GPU tensors), or Arrays on a GPU for other
+    frameworks; count and src are host memory (numpy, or CPU tensors).
     """
 
     def __init__(self, raw, hidden, dtype, combine_dtype, framework, memory, owner):

@@ -15,7 +15,9 @@ The backward passes are steps of strata too, on every rank in the same order:
 - dispatch's backward, where x needs a gradient, lays the rows out again (a dispatch of
   zeros) and combines their gradients back to their tokens with weight 1.
 
-Rows come back from strata in no particular order; every row is matched to its forward
+Tensors are on the communicator's memory: CPU tensors on the host backend, the GPU's on
+CUDA or HIP (recv_x and the gradients on x's device; counts on the host, where strata keeps
+them). Rows come back from strata in no particular order; every row is matched to its forward
 row by its source (rank, token, slot). So the dispatch must drop nothing: give the Moe a
 capacity that holds every row (the default does). Every backward step ends where it
 starts, so a gradient that skips dispatch's backward leaves no step open.
@@ -31,12 +33,13 @@ _PAD = torch.iinfo(torch.int64).max  # the key of a row past an expert's count
 
 def _row_keys(recv, topk, max_tokens):
     """Each received row's source as one number, (rank * max_tokens + token) * topk + slot;
-    _PAD past each expert's count. [experts, capacity] int64."""
+    _PAD past each expert's count. [experts, capacity] int64, on the rows' device (worked
+    out on the host, where strata keeps the sources and counts)."""
     src = recv.src.to(torch.int64)
     keys = (src[..., 0] * max_tokens + src[..., 1]) * topk + src[..., 2]
     counts = recv.count.to(torch.int64)
     past = torch.arange(keys.shape[1])[None, :] >= counts[:, None]
-    return keys.masked_fill(past, _PAD)
+    return keys.masked_fill(past, _PAD).to(recv.x.device)
 
 
 def _reorder(rows, keys_from, keys_to):
@@ -55,7 +58,7 @@ def _reorder(rows, keys_from, keys_to):
         ordered = ordered[:, :width]
     else:
         pad = torch.zeros(ordered.shape[0], width - ordered.shape[1], *shape,
-                          dtype=ordered.dtype)
+                          dtype=ordered.dtype, device=ordered.device)
         ordered = torch.cat([ordered, pad], dim=1)
     back = torch.argsort(torch.argsort(keys_to, dim=1), dim=1)
     return take(ordered, back)
@@ -75,6 +78,7 @@ class DispatchHandle:
         self.num_tokens = num_tokens
         self.keys = None          # the forward rows' sources
         self.row_weights = None   # each forward row's routing weight [experts, capacity]
+        self.device = None        # where the forward's x was: the backward's rows go there
 
 
 class _Dispatch(torch.autograd.Function):
@@ -88,6 +92,7 @@ class _Dispatch(torch.autograd.Function):
             recv_x = recv.x.clone().masked_fill_((keys == _PAD)[..., None], 0)
             counts = recv.count.to(torch.int64).clone()
             handle.keys = keys
+            handle.device = x.device
             handle.row_weights = d._row_weights(topk_weights.detach(), handle.topk_idx, keys)
         ctx.handle = handle
         ctx.x_dtype = x.dtype
@@ -102,14 +107,15 @@ class _Dispatch(torch.autograd.Function):
         d = handle.dispatcher
         # A step of its own: a dispatch that only lays the rows out (its rows are zeros),
         # then the combine of the rows' gradients with weight 1.
-        zeros = torch.zeros(handle.num_tokens, d.moe.hidden, dtype=d.dtype)
+        dev = handle.device
+        zeros = torch.zeros(handle.num_tokens, d.moe.hidden, dtype=d.dtype, device=dev)
         with aborting(d.moe):
             recv = d._dispatch(d.moe, zeros, handle.topk_idx)
             back_keys = _row_keys(recv, d.moe.topk, d.moe.max_tokens)
             grad_rows = _reorder(grad_recv_x.to(d.combine_dtype), handle.keys, back_keys)
-            ones = torch.ones(handle.num_tokens, d.moe.topk, dtype=torch.float32)
+            ones = torch.ones(handle.num_tokens, d.moe.topk, dtype=torch.float32, device=dev)
             grad_x = d.moe.combine(ones, torch.empty(handle.num_tokens, d.moe.hidden,
-                                                     dtype=d.combine_dtype),
+                                                     dtype=d.combine_dtype, device=dev),
                                    expert_y=grad_rows.contiguous())
         return grad_x.to(ctx.x_dtype), None, None
 
@@ -122,7 +128,8 @@ class _Combine(torch.autograd.Function):
         weights = topk_weights.detach().to(torch.float32).contiguous()
         with aborting(d.moe):
             out = d.moe.combine(weights, torch.empty(handle.num_tokens, d.moe.hidden,
-                                                     dtype=d.combine_dtype), expert_y=y)
+                                                     dtype=d.combine_dtype, device=y.device),
+                                expert_y=y)
         ctx.save_for_backward(y)
         ctx.handle = handle
         ctx.y_dtype, ctx.w_dtype = expert_y.dtype, topk_weights.dtype
@@ -142,8 +149,11 @@ class _Combine(torch.autograd.Function):
                          back_keys, handle.keys)
             # The step ends here, whatever runs next: dispatch's backward (which may not run
             # at all, where recv_x is off the gradient's path) takes a step of its own.
-            moe.combine(torch.zeros(handle.num_tokens, moe.topk, dtype=torch.float32),
-                        torch.empty(handle.num_tokens, moe.hidden, dtype=d.combine_dtype))
+            dev = grad_out.device
+            moe.combine(torch.zeros(handle.num_tokens, moe.topk, dtype=torch.float32,
+                                    device=dev),
+                        torch.empty(handle.num_tokens, moe.hidden, dtype=d.combine_dtype,
+                                    device=dev))
             grad_y = handle.row_weights[..., None] * g
             grad_w = d._weights_grad((g * y.to(torch.float32)).sum(-1), handle)
         return grad_y.to(ctx.y_dtype), grad_w.to(ctx.w_dtype), None
@@ -160,9 +170,6 @@ class MoEDispatcher:
     def __init__(self, moe):
         if not isinstance(moe, Moe):
             raise TypeError("MoEDispatcher takes a strata.Moe")
-        if moe._memory.kind != "cpu":
-            raise ValueError("MoEDispatcher runs on the host backend (CPU tensors) in this "
-                             "version; on GPUs use strata.Moe, which takes device tensors")
         if moe.dtype not in (t.Dtype.BF16, t.Dtype.FP16, t.Dtype.FP32):
             raise ValueError(f"MoEDispatcher moves bf16, fp16 or fp32 tokens, not "
                              f"{moe.dtype.name.lower()}")
@@ -187,30 +194,32 @@ class MoEDispatcher:
     def _row_weights(self, topk_weights, topk_idx, keys):
         """Each forward row's routing weight, [experts, capacity], through the weights Moe."""
         n, k = topk_weights.shape
-        rows = torch.zeros(n, self._width, dtype=torch.float32)
-        rows[:, :k] = topk_weights.to(torch.float32)
+        dev = keys.device
+        rows = torch.zeros(n, self._width, dtype=torch.float32, device=dev)
+        rows[:, :k] = topk_weights.to(dev, torch.float32)
         recv = self._weights.dispatch(rows, topk_idx)
         wkeys = _row_keys(recv, k, self.moe.max_tokens)
-        slot = recv.src[..., 2].to(torch.int64).clamp(min=0)
+        slot = recv.src[..., 2].to(torch.int64).clamp(min=0).to(dev)
         mine = torch.gather(recv.x, 2, slot[..., None])[..., 0]
         row_weights = _reorder(mine.masked_fill(wkeys == _PAD, 0), wkeys, keys)
-        self._weights.combine(torch.zeros(n, k, dtype=torch.float32),
-                              torch.empty(n, self._width, dtype=torch.float32))
+        self._weights.combine(torch.zeros(n, k, dtype=torch.float32, device=dev),
+                              torch.empty(n, self._width, dtype=torch.float32, device=dev))
         return row_weights
 
     def _weights_grad(self, dots, handle):
         """<grad_out[t], y(t, k)> computed on the experts' ranks (dots, in the forward rows'
         order) back at each token, [num_tokens, topk], through the weights Moe."""
-        n, k = handle.num_tokens, self.moe.topk
-        recv = self._weights.dispatch(torch.zeros(n, self._width, dtype=torch.float32),
-                                      handle.topk_idx)
+        n, k, dev = handle.num_tokens, self.moe.topk, dots.device
+        recv = self._weights.dispatch(torch.zeros(n, self._width, dtype=torch.float32,
+                                                  device=dev), handle.topk_idx)
         wkeys = _row_keys(recv, k, self.moe.max_tokens)
-        slot = recv.src[..., 2].to(torch.int64).clamp(min=0)
-        rows = torch.zeros(*wkeys.shape, self._width, dtype=torch.float32)
+        slot = recv.src[..., 2].to(torch.int64).clamp(min=0).to(dev)
+        rows = torch.zeros(*wkeys.shape, self._width, dtype=torch.float32, device=dev)
         rows.scatter_(2, slot[..., None], _reorder(dots, handle.keys, wkeys)[..., None])
         rows.masked_fill_((wkeys == _PAD)[..., None], 0)
-        out = self._weights.combine(torch.ones(n, k, dtype=torch.float32),
-                                    torch.empty(n, self._width, dtype=torch.float32),
+        out = self._weights.combine(torch.ones(n, k, dtype=torch.float32, device=dev),
+                                    torch.empty(n, self._width, dtype=torch.float32,
+                                                device=dev),
                                     expert_y=rows)
         return out[:, :k]
 

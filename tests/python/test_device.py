@@ -3,7 +3,8 @@ where no GPU is visible): buffers from cudaMalloc behind a minimal __cuda_array_
 run a step and the recv comes back as Arrays on the GPU; host memory is refused; a call on
 a stream of the caller's with async_op returns a Work whose wait() orders the stream and
 whose synchronize() gives the result; and, where torch has CUDA, torch in gives torch out on
-the same GPU, on torch's current stream."""
+the same GPU, on torch's current stream, and strata.torch.MoEDispatcher (forward and
+backward) and strata.ep.Buffer run on CUDA tensors."""
 import ctypes
 import unittest
 
@@ -144,6 +145,81 @@ class TestDevice(unittest.TestCase):
             np.testing.assert_allclose(out.cpu().numpy(),
                                        ref.moe_step(self.x, self.idx, self.weights),
                                        rtol=1e-6, atol=1e-6)
+
+    def test_autograd_on_the_gpu(self):
+        """strata.torch.MoEDispatcher on torch CUDA tensors (one rank), experts scaling
+        their rows by (expert + 1): the output and the gradients of x and of the weights
+        against their closed forms."""
+        try:
+            import torch
+            import strata.torch
+        except ImportError:
+            self.skipTest("no torch")
+        if not torch.cuda.is_available():
+            self.skipTest("torch has no CUDA here")
+        device = torch.device("cuda", self.comm.gpu)
+        x = torch.from_numpy(self.x).to(device).requires_grad_()
+        idx = torch.from_numpy(self.idx).to(device)
+        w = torch.from_numpy(self.weights).to(device).requires_grad_()
+        with self.moe() as moe:
+            dispatcher = strata.torch.MoEDispatcher(moe)
+            try:
+                recv_x, counts, handle = dispatcher.dispatch(x, idx, w)
+                self.assertEqual(recv_x.device, device)
+                scale = torch.arange(1, EXPERTS + 1, dtype=torch.float32, device=device)
+                out = dispatcher.combine(recv_x * scale[:, None, None], handle)
+                out.sum().backward()
+            finally:
+                dispatcher.close()
+        factor = torch.where(idx >= 0, idx + 1, torch.zeros((), dtype=idx.dtype,
+                                                                 device=device)).float()
+        per_token = (w.detach() * factor).sum(1, keepdim=True)
+        torch.testing.assert_close(out.detach(), x.detach() * per_token, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(x.grad, per_token.expand_as(x), rtol=1e-5, atol=1e-5)
+        want_w = x.detach().sum(1, keepdim=True) * factor
+        torch.testing.assert_close(w.grad, want_w, rtol=1e-4, atol=1e-4)
+
+    def test_ep_buffer_on_the_gpu(self):
+        """strata.ep.Buffer on torch CUDA tensors (one rank): every token with an expert
+        comes back once, on the GPU, and combine returns it; the low-latency path's rows
+        and weighted sums too."""
+        try:
+            import torch
+            import strata.ep
+        except ImportError:
+            self.skipTest("no torch")
+        if not torch.cuda.is_available():
+            self.skipTest("torch has no CUDA here")
+        device = torch.device("cuda", self.comm.gpu)
+        x = torch.from_numpy(self.x).to(device)
+        idx = torch.from_numpy(self.idx).to(device)
+        w = torch.from_numpy(self.weights).to(device)
+        buffer = strata.ep.Buffer(max_tokens=TOKENS)
+        try:
+            per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, EXPERTS)
+            self.assertEqual(per_expert.device, device)
+            recv_x, recv_idx, recv_w, counts, handle, _ = buffer.dispatch(
+                x, topk_idx=idx, topk_weights=w, num_tokens_per_rank=per_rank,
+                is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+            routed = (idx >= 0).any(1)
+            self.assertEqual(recv_x.device, device)
+            self.assertTrue(torch.equal(recv_x, x[routed]))
+            self.assertTrue(torch.equal(recv_idx, idx[routed]))
+            combined, _, _ = buffer.combine(recv_x, handle)
+            self.assertTrue(torch.equal(combined[routed], x[routed]))
+            rows, count, ll_handle, _, hook = buffer.low_latency_dispatch(x, idx, TOKENS,
+                                                                          EXPERTS)
+            hook()
+            y = rows.clone()
+            for e in range(EXPERTS):
+                n = int(count[e])
+                y[e, :n] = rows[e, :n] * (e + 1)
+            out, _, _ = buffer.low_latency_combine(y, idx, w, ll_handle)
+            scale = torch.where(idx >= 0, w * (idx + 1), torch.zeros((), device=device))
+            torch.testing.assert_close(out, x * scale.sum(1, keepdim=True), rtol=1e-5,
+                                       atol=1e-5)
+        finally:
+            buffer.destroy()
 
 
 if __name__ == "__main__":
