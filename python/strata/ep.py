@@ -65,6 +65,7 @@ class Handle:
         self.lead = None   # [num_recv] the strata row (flat) a token's combine rides on
         self.tokens = None # [num_recv] the received tokens' keys, sorted
         self.open = False  # the strata step the dispatch began, until its combine
+        self.device = None # where the dispatch's x was: combine's buffers go there
 
 
 class LowLatencyHandle:
@@ -187,13 +188,15 @@ class Buffer:
                 raise ValueError("dispatch without a handle needs topk_idx, topk_weights and "
                                  "num_tokens_per_expert (get_dispatch_layout)")
             num_experts = int(num_tokens_per_expert.shape[0])
-        topk_idx = _check_tensor(topk_idx, "topk_idx", 2).to(torch.int64).contiguous()
-        topk_weights = _check_tensor(topk_weights, "topk_weights", 2).to(torch.float32)
+        # the routing on the host once: strata reads it there, in each Moe's dispatch
+        topk_idx = _check_tensor(topk_idx, "topk_idx", 2).to(torch.int64).cpu().contiguous()
+        topk_weights = _check_tensor(topk_weights, "topk_weights", 2).to(x.device,
+                                                                           torch.float32)
         topk = topk_idx.shape[1]
         check_routing(topk_idx, num_experts)
         moe, weights = self._moe(num_experts, topk, x.shape[1], x.dtype, self.max_tokens, True)
         new = Handle((moe, weights), topk_idx, x.shape[0])
-        new.topk_weights, new.num_experts = topk_weights, num_experts
+        new.topk_weights, new.num_experts, new.device = topk_weights, num_experts, x.device
         with aborting(moe, weights):  # moe's step stays open for combine unless this raises
             recv = moe.dispatch(x.contiguous(), topk_idx)
             new.open = True
@@ -292,7 +295,8 @@ class Buffer:
 
     def _combine_weights(self, handle, weights, topk_weights, topk):
         """topk_weights [received, topk] summed back at each token over the ranks."""
-        n, dev = handle.num_tokens, topk_weights.device
+        n, dev = handle.num_tokens, handle.device
+        topk_weights = topk_weights.to(dev)
         wrecv = weights.dispatch(torch.zeros(n, weights.hidden, dtype=torch.float32,
                                              device=dev), handle.topk_idx)
         flat, keys, _ = self._rows(wrecv, self.max_tokens)
@@ -346,9 +350,9 @@ class Buffer:
         n = handle.topk_idx.shape[0]
         if out is None:
             out = torch.empty(n, moe.hidden, dtype=x.dtype, device=x.device)
-        weights = _check_tensor(topk_weights, "topk_weights", 2).to(torch.float32).contiguous()
+        weights = _check_tensor(topk_weights, "topk_weights", 2).to(x.device, torch.float32)
         with aborting(moe):
-            moe.combine(weights, out, expert_y=x.contiguous())
+            moe.combine(weights.contiguous(), out, expert_y=x.contiguous())
         return out, EventOverlap(), _done_hook
 
     def get_next_low_latency_combine_buffer(self, handle):

@@ -125,7 +125,7 @@ class _Combine(torch.autograd.Function):
     def forward(ctx, expert_y, topk_weights, handle):
         d = handle.dispatcher
         y = expert_y.detach().to(d.combine_dtype).contiguous()
-        weights = topk_weights.detach().to(torch.float32).contiguous()
+        weights = topk_weights.detach().to(y.device, torch.float32).contiguous()
         with aborting(d.moe):
             out = d.moe.combine(weights, torch.empty(handle.num_tokens, d.moe.hidden,
                                                      dtype=d.combine_dtype, device=y.device),
@@ -133,6 +133,7 @@ class _Combine(torch.autograd.Function):
         ctx.save_for_backward(y)
         ctx.handle = handle
         ctx.y_dtype, ctx.w_dtype = expert_y.dtype, topk_weights.dtype
+        ctx.w_device = topk_weights.device
         return out
 
     @staticmethod
@@ -156,7 +157,7 @@ class _Combine(torch.autograd.Function):
                                     device=dev))
             grad_y = handle.row_weights[..., None] * g
             grad_w = d._weights_grad((g * y.to(torch.float32)).sum(-1), handle)
-        return grad_y.to(ctx.y_dtype), grad_w.to(ctx.w_dtype), None
+        return (grad_y.to(ctx.y_dtype), grad_w.to(ctx.w_device, ctx.w_dtype), None)
 
 
 class MoEDispatcher:
@@ -227,7 +228,8 @@ class MoEDispatcher:
         """Send x's rows to their top-k experts: (recv_x [experts, capacity, hidden], counts
         [experts], handle). recv_x[e, :counts[e]] are expert e's rows; the rest are zeros.
         Differentiable in x."""
-        topk_idx = torch.as_tensor(topk_idx, dtype=torch.int64).contiguous()
+        # on the host once: every step of the layer reads the routing there
+        topk_idx = torch.as_tensor(topk_idx, dtype=torch.int64).cpu().contiguous()
         check_routing(topk_idx, self.moe.num_experts)
         handle = DispatchHandle(self, topk_idx, topk_idx.shape[0])
         recv_x, counts = _Dispatch.apply(x, topk_weights, handle)

@@ -195,6 +195,8 @@ class TestDevice(unittest.TestCase):
         idx = torch.from_numpy(self.idx).to(device)
         w = torch.from_numpy(self.weights).to(device)
         buffer = strata.ep.Buffer(max_tokens=TOKENS)
+        device = torch.device("cuda", buffer.comm.gpu)
+        x, idx, w = x.to(device), idx.to(device), w.to(device)
         try:
             per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, EXPERTS)
             self.assertEqual(per_expert.device, device)
