@@ -86,6 +86,17 @@ class TestDevice(unittest.TestCase):
             self.rt.copy(at, y.ctypes.data, y.nbytes, _gpu.COPY_TO_DEVICE)
         self.rt.device_synchronize()
 
+    def torch_on_gpu(self):
+        """torch and the communicator's GPU as its device; the test skips where torch has
+        no CUDA here."""
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("no torch")
+        if not torch.cuda.is_available():
+            self.skipTest("torch has no CUDA here")
+        return torch, torch.device("cuda", self.comm.gpu)
+
     def test_cuda_array_interface_step(self):
         with self.moe() as moe:
             recv = moe.dispatch(DeviceArray(self.rt, self.x), self.idx)
@@ -122,13 +133,7 @@ class TestDevice(unittest.TestCase):
             self.rt._call("StreamDestroy", stream)
 
     def test_torch_in_torch_out(self):
-        try:
-            import torch
-        except ImportError:
-            self.skipTest("no torch")
-        if not torch.cuda.is_available():
-            self.skipTest("torch has no CUDA here")
-        device = torch.device("cuda", self.comm.gpu)
+        torch, device = self.torch_on_gpu()
         with self.moe() as moe:
             x = torch.from_numpy(self.x).to(device)
             recv = moe.dispatch(x, torch.from_numpy(self.idx).to(device))
@@ -150,14 +155,9 @@ class TestDevice(unittest.TestCase):
         """strata.torch.MoEDispatcher on torch CUDA tensors (one rank), experts scaling
         their rows by (expert + 1): the output and the gradients of x and of the weights
         against their closed forms."""
-        try:
-            import torch
-            import strata.torch
-        except ImportError:
-            self.skipTest("no torch")
-        if not torch.cuda.is_available():
-            self.skipTest("torch has no CUDA here")
-        device = torch.device("cuda", self.comm.gpu)
+        torch, device = self.torch_on_gpu()
+        import strata.torch
+
         x = torch.from_numpy(self.x).to(device).requires_grad_()
         idx = torch.from_numpy(self.idx).to(device)
         w = torch.from_numpy(self.weights).to(device).requires_grad_()
@@ -183,20 +183,14 @@ class TestDevice(unittest.TestCase):
         """strata.ep.Buffer on torch CUDA tensors (one rank): every token with an expert
         comes back once, on the GPU, and combine returns it; the low-latency path's rows
         and weighted sums too."""
-        try:
-            import torch
-            import strata.ep
-        except ImportError:
-            self.skipTest("no torch")
-        if not torch.cuda.is_available():
-            self.skipTest("torch has no CUDA here")
-        device = torch.device("cuda", self.comm.gpu)
+        torch, _ = self.torch_on_gpu()
+        import strata.ep
+
+        buffer = strata.ep.Buffer(max_tokens=TOKENS)
+        device = torch.device("cuda", buffer.comm.gpu)
         x = torch.from_numpy(self.x).to(device)
         idx = torch.from_numpy(self.idx).to(device)
         w = torch.from_numpy(self.weights).to(device)
-        buffer = strata.ep.Buffer(max_tokens=TOKENS)
-        device = torch.device("cuda", buffer.comm.gpu)
-        x, idx, w = x.to(device), idx.to(device), w.to(device)
         try:
             per_rank, _, per_expert, in_rank, _ = buffer.get_dispatch_layout(idx, EXPERTS)
             self.assertEqual(per_expert.device, device)
