@@ -22,14 +22,15 @@ static strata_status_t sched_check_combine(const sched_moe_t *moe, sched_state_t
 
 /*
  * This rank's terms, gathered in the node and (without node-reduce) sent to other nodes:
- * its experts' results, expert_y, or none where withheld (the step is being aborted).
+ * its experts' results, expert_y, or none where it is NULL (the step is being aborted:
+ * they are withheld, and cur.expert_y says so to the rest of the step).
  */
-static strata_status_t sched_send_terms(sched_moe_t *moe, const void *expert_y, bool withhold)
+static strata_status_t sched_send_terms(sched_moe_t *moe, const void *expert_y)
 {
     uint64_t node_mask[SCHED_MASK_WORDS];
     strata_status_t status;
 
-    moe->cur.expert_y = withhold ? NULL : expert_y;
+    moe->cur.expert_y = expert_y;
     moe->cur.mark_ns  = util_clock_now_ns();
     moe->cur.combine_start_ns = moe->cur.mark_ns;
     if (moe->geo.num_peers == 0) {
@@ -38,9 +39,10 @@ static strata_status_t sched_send_terms(sched_moe_t *moe, const void *expert_y, 
     }
     sched_node_mask(moe, moe->modes.combine_mask, node_mask);
     status = sched_launched(moe,
-                            withhold ? intra_moe_enqueue_abort(moe->intra, NULL, node_mask)
-                                     : intra_moe_enqueue_combine(moe->intra, expert_y, NULL,
-                                                                 node_mask, NULL),
+                            expert_y == NULL
+                                ? intra_moe_enqueue_abort(moe->intra, NULL, node_mask)
+                                : intra_moe_enqueue_combine(moe->intra, expert_y, NULL,
+                                                            node_mask, NULL),
                             "gathering terms in the node");
     if (status != STRATA_OK) {
         return status; /* INVALID: refused before this rank took part, it may retry */
@@ -66,7 +68,7 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
     strata_status_t status = sched_check_combine(moe, SCHED_STEP_DISPATCHED, "combine_send");
 
     return status == STRATA_OK
-               ? sched_send_terms(moe, expert_y ? expert_y : moe->recv.expert_y, false)
+               ? sched_send_terms(moe, expert_y ? expert_y : moe->recv.expert_y)
                : status;
 }
 
@@ -198,7 +200,7 @@ strata_status_t sched_moe_abort_step(sched_moe_t *moe)
         }
         /* fall through */
     case SCHED_STEP_DISPATCHED:
-        status = sched_send_terms(moe, NULL, true);
+        status = sched_send_terms(moe, NULL);
         if (status != STRATA_OK) {
             return status;
         }

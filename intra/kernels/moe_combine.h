@@ -95,34 +95,47 @@ KERNEL_FN void moe_combine_send(const intra_moe_args_t *a, kernel_grid_t g)
     }
 }
 
-/* Source role, once the owner's combine flag is seen: whether the owner of expert aborted
- * the current step and withheld its results (strata_moe_abort_step). */
-KERNEL_FN int moe_withheld(const intra_moe_args_t *a, int expert)
+/* Source role, once the owners' combine flags are seen: bit r set where local rank r
+ * aborted the current step and withheld its results (strata_moe_abort_step). Read once
+ * per launch: a load of every owner's control block per term would cross the node's links
+ * on every term of a combine. */
+KERNEL_FN uint32_t moe_withheld_ranks(const intra_moe_args_t *a)
 {
-    const intra_moe_control_t *owner = moe_control(a, expert / a->experts_per_rank);
+    uint64_t step = kernel_load_relaxed_u64(&moe_control(a, a->rank)->dispatched);
+    uint32_t held = 0;
 
-    return kernel_load_relaxed_u64(&owner->withheld) ==
-           kernel_load_relaxed_u64(&moe_control(a, a->rank)->dispatched);
+    for (int r = 0; r < a->num_ranks; ++r) {
+        held |= (uint32_t)(kernel_load_relaxed_u64(&moe_control(a, r)->withheld) == step) << r;
+    }
+    return held;
+}
+
+/* Whether expert's owner is among the ranks that withheld (moe_withheld_ranks). */
+KERNEL_FN int moe_withheld(const intra_moe_args_t *a, uint32_t held, int expert)
+{
+    return (int)((held >> (expert / a->experts_per_rank)) & 1u);
 }
 
 /* Source role: (token, k) routed to expert has no row: dropped for capacity, or withheld. */
-KERNEL_FN void moe_report_missing(const intra_moe_args_t *a, int expert, int token, int k)
+KERNEL_FN void moe_report_missing(const intra_moe_args_t *a, uint32_t held, int expert,
+                                  int token, int k)
 {
     moe_report(&moe_control(a, a->rank)->combine_status,
-               moe_withheld(a, expert) ? INTRA_MOE_KERNEL_WITHHELD : INTRA_MOE_KERNEL_DROPPED,
+               moe_withheld(a, held, expert) ? INTRA_MOE_KERNEL_WITHHELD
+                                             : INTRA_MOE_KERNEL_DROPPED,
                expert, token, k, 0);
 }
 
 /* Source role: the row that (token, k)'s owner produced, or NULL if it was dropped or
- * withheld. */
-KERNEL_FN const char *moe_result_row(const intra_moe_args_t *a, int token, int k)
+ * withheld (held: moe_withheld_ranks). */
+KERNEL_FN const char *moe_result_row(const intra_moe_args_t *a, uint32_t held, int token, int k)
 {
     size_t entry = (size_t)token * (size_t)a->topk + (size_t)k;
     int expert = MOE_AT(a, a->rank, route, int32_t)[entry];
     int row = MOE_AT(a, a->rank, row_slot, int32_t)[entry];
     int owner, local;
 
-    if (expert < 0 || row < 0 || moe_withheld(a, expert)) {
+    if (expert < 0 || row < 0 || moe_withheld(a, held, expert)) {
         return NULL;
     }
     if (!moe_is_pull(a, expert)) {
@@ -157,6 +170,7 @@ KERNEL_FN void moe_sum_rows(const intra_moe_args_t *a, const char *const *rows,
 /* Source role: out[t] = sum over k of topk_weights[t][k] * y, in fp32, k in order. */
 KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
 {
+    uint32_t held = moe_withheld_ranks(a);
     const char *rows[INTRA_MOE_MAX_TOPK];
     float weights[INTRA_MOE_MAX_TOPK];
 
@@ -167,12 +181,12 @@ KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
             size_t entry = (size_t)t * (size_t)a->topk + (size_t)k;
             int expert = MOE_AT(a, a->rank, route, int32_t)[entry];
 
-            rows[n] = moe_result_row(a, t, k);
+            rows[n] = moe_result_row(a, held, t, k);
             weights[n] = a->topk_weights[entry];
             if (rows[n] != NULL) {
                 ++n;
             } else if (expert >= 0 && KERNEL_LEADER(g)) {
-                moe_report_missing(a, expert, t, k);
+                moe_report_missing(a, held, expert, t, k);
             }
         }
         moe_sum_rows(a, rows, weights, n, (char *)a->out + (size_t)t * (size_t)a->y_row_bytes,
@@ -186,12 +200,13 @@ KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
 KERNEL_FN void moe_combine_direct(const intra_moe_args_t *a, int num_tokens, kernel_grid_t g)
 {
     const int64_t *term_dst = (const int64_t *)(a->heap[a->rank] + a->term_dst_offset);
+    uint32_t held = moe_withheld_ranks(a);
 
     for (int t = (int)g.block; t < num_tokens; t += (int)g.num_blocks) {
         for (int k = 0; k < a->topk; ++k) {
             size_t entry = (size_t)t * (size_t)a->topk + (size_t)k;
             int expert = MOE_AT(a, a->rank, route, int32_t)[entry];
-            const char *row = moe_result_row(a, t, k);
+            const char *row = moe_result_row(a, held, t, k);
             char *out = a->heap[a->rank] + term_dst[entry];
 
             if (expert < 0 || term_dst[entry] < 0 || (row != NULL && !moe_is_pull(a, expert))) {
@@ -204,7 +219,7 @@ KERNEL_FN void moe_combine_direct(const intra_moe_args_t *a, int num_tokens, ker
                     out[j] = 0;
                 }
                 if (KERNEL_LEADER(g)) {
-                    moe_report_missing(a, expert, t, k);
+                    moe_report_missing(a, held, expert, t, k);
                 }
             }
         }

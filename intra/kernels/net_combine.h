@@ -17,6 +17,7 @@ KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, const intra_net_peer
                                  int64_t *drops)
 {
     const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
+    uint32_t held = moe_withheld_ranks(a);
     int64_t dropped = 0, withheld = 0;
 
     for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
@@ -25,11 +26,11 @@ KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, const intra_net_peer
         for (int k = 0; k < a->topk; ++k) {
             int expert = route[(size_t)t * (size_t)a->topk + (size_t)k];
 
-            if (expert >= 0 && moe_result_row(a, t, k) == 0) {
-                int held = moe_withheld(a, expert);
+            if (expert >= 0 && moe_result_row(a, held, t, k) == 0) {
+                int by_owner = moe_withheld(a, held, expert);
 
-                withheld += held;
-                dropped += !held;
+                withheld += by_owner;
+                dropped += !by_owner;
             }
         }
     }
