@@ -199,8 +199,10 @@ def aborting(*moes):
     except BaseException:
         for moe in moes:
             if moe._moe is not None:
-                moe._lib.strata_moe_abort_step(moe.handle)
-                moe._end_step()
+                try:
+                    moe.abort_step()
+                except StrataError:
+                    pass  # logged by the library; the first error is the one to raise
         raise
 
 
@@ -477,15 +479,15 @@ class Moe:
         check(status, "strata_moe_combine")
         return self._finish(out, async_op)
 
-    def abort_step(self, stream=None, async_op=False, previous_event=None):
+    def abort_step(self, async_op=False):
         """End the step in progress on this rank without finishing it (strata_moe_abort_step):
         after a call of the step raised, or when the experts' outputs cannot be computed.
         The halves the other ranks wait for run, so they finish the step; this rank's
         tokens get no results. Unless combine_send ran, this rank's experts' results are
         withheld: a rank whose tokens had rows here gets a StrataError of
         STRATA_ERR_CANCELLED from its combine (its other terms are summed). Nothing in
-        progress: nothing happens. Then the next step can start."""
-        self._begin(stream, previous_event)
+        progress: nothing happens. Then the next step can start. It runs on the stream the
+        step's calls ran on (a step's stream does not change mid-step)."""
         status = self._lib.strata_moe_abort_step(self.handle)
         self._after_call(self._step_inputs)
         self._end_step()

@@ -65,6 +65,21 @@ class TestStreams(one_rank.CommTestCase):
             run_experts(recv)
             moe.combine(weights, np.empty_like(x))
 
+    def test_abort_step_on_the_steps_stream(self):
+        """abort_step ends a step whose halves ran on a stream, on that stream (no stream
+        argument: a step's stream does not change mid-step), and the next step is exact."""
+        with self.comm.stream() as stream, self.moe() as moe:
+            x, idx, weights = self.batch()
+            layout = moe.layout(idx)
+            moe.dispatch_send(layout, x, stream=stream, async_op=True)
+            moe.abort_step()
+            recv = moe.dispatch(x, idx, stream=stream)
+            run_experts(recv)
+            out = moe.combine(weights, np.full_like(x, np.nan), stream=stream)
+            np.testing.assert_allclose(out, ref.moe_step(x, idx, weights), rtol=1e-6,
+                                       atol=1e-6)
+            layout.close()
+
     def test_halves_async(self):
         with self.comm.stream() as stream, self.moe() as moe:
             x, idx, weights = self.batch()
