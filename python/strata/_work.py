@@ -46,11 +46,8 @@ def resolve(stream, memory, framework):
 def current_stream(memory, framework):
     """The stream a caller's next work goes on: torch's current one for torch tensors, else
     the legacy default stream (0; a CuPy caller passes its own: work.wait(stream))."""
-    if framework == "torch":
-        import torch
-
-        return int(torch.cuda.current_stream(memory.device).cuda_stream)
-    return 0
+    handle, _ = resolve(None, memory, framework)
+    return 0 if handle is None else handle
 
 
 class Pending:
