@@ -73,11 +73,10 @@ class _Described:
     """What the checks need of a buffer, whatever its kind."""
 
     def __init__(self, address, shape, dtype, contiguous, memory, readonly=False,
-                 requires_grad=False, keep=None):
+                 requires_grad=False):
         self.address, self.shape, self.dtype = address, tuple(int(s) for s in shape), dtype
         self.contiguous, self.memory, self.readonly = contiguous, memory, readonly
         self.requires_grad = requires_grad
-        self.keep = keep  # what keeps the memory valid while the address is used
 
 
 def _torch_memory(tensor):
@@ -88,15 +87,6 @@ def _torch_memory(tensor):
 
     kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
     return Memory(kind, device.index) if device.type == "cuda" else Memory(device.type, None)
-
-
-def _contiguous_bytes(shape, strides, itemsize):
-    step = itemsize
-    for size, stride in zip(reversed(shape), reversed(strides)):
-        if size != 1 and stride != step:
-            return False
-        step *= size
-    return True
 
 
 def _from_cuda_interface(obj, name, kind):
@@ -112,7 +102,7 @@ def _from_cuda_interface(obj, name, kind):
     shape = tuple(info["shape"])
     address, readonly = info["data"]
     strides = info.get("strides")
-    contiguous = strides is None or _contiguous_bytes(shape, strides, _ITEMSIZES[dtype])
+    contiguous = strides is None or _dlpack.c_order(shape, strides, _ITEMSIZES[dtype])
     memory = Memory(kind, None)
     if address:
         from . import _gpu
@@ -126,7 +116,7 @@ def _from_cuda_interface(obj, name, kind):
         except Exception:  # no runtime or no GPU here: the library's own checks remain
             pass
     return _Described(address or 0, shape, dtype, contiguous, memory,
-                      readonly=bool(readonly), keep=obj)
+                      readonly=bool(readonly))
 
 
 def describe(obj, name, memory=HOST):
@@ -136,16 +126,16 @@ def describe(obj, name, memory=HOST):
     if is_torch(obj):
         return _Described(obj.data_ptr(), obj.shape, str(obj.dtype).replace("torch.", ""),
                           obj.is_contiguous(), _torch_memory(obj),
-                          requires_grad=obj.requires_grad, keep=obj)
+                          requires_grad=obj.requires_grad)
     if isinstance(obj, np.ndarray):
         return _Described(obj.ctypes.data, obj.shape, obj.dtype.name, obj.flags.c_contiguous,
-                          HOST, readonly=not obj.flags.writeable, keep=obj)
+                          HOST, readonly=not obj.flags.writeable)
     if hasattr(obj, "__cuda_array_interface__"):
         return _from_cuda_interface(obj, name, "rocm" if memory.kind == "rocm" else "cuda")
     if hasattr(obj, "__dlpack__"):
         t = _dlpack.read(obj, name)
         return _Described(t.address, t.shape, t.dtype, t.contiguous(),
-                          Memory(t.device, None if t.device == "cpu" else t.device_id), keep=t)
+                          Memory(t.device, None if t.device == "cpu" else t.device_id))
     raise ValueError(f"{name} must be a numpy array, a torch tensor, or an array exposing "
                      f"__cuda_array_interface__ or __dlpack__, not {type(obj).__name__}")
 

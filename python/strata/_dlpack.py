@@ -7,6 +7,7 @@ in a capsule named "dltensor" (renamed "used_dltensor" by the consumer that take
 """
 import ctypes
 import threading
+import weakref
 
 # DLDeviceType values strata meets
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_ROCM, KDL_ROCM_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 10, 11, 13
@@ -81,20 +82,35 @@ class Imported:
         self.itemsize = t.dtype.bits // 8
 
     def contiguous(self):
-        """Whether the elements are in C order with no gaps (strides in elements)."""
-        if self.strides is None:
-            return True
-        step = 1
-        for size, stride in zip(reversed(self.shape), reversed(self.strides)):
-            if size != 1 and stride != step:
-                return False
-            step *= size
-        return True
+        """Whether the elements are in C order with no gaps."""
+        return self.strides is None or c_order(self.shape, self.strides, 1)
+
+
+def c_order(shape, strides, unit):
+    """Whether strides (in units of unit: 1 for elements, the item size for bytes) lay the
+    elements out in C order with no gaps."""
+    step = unit
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != step:
+            return False
+        step *= size
+    return True
+
+
+# What each object read through DLPack gave: its capsule's owner keeps the memory valid (a
+# producer may export a copy), so it lives as long as the object does.
+_imports = weakref.WeakKeyDictionary()
 
 
 def read(obj, name):
-    """obj's memory as an Imported, from obj.__dlpack__()."""
-    return Imported(obj.__dlpack__(), name)
+    """obj's memory as an Imported, from obj.__dlpack__(), kept while obj lives (where obj
+    can be weakly referenced; otherwise while the caller holds the Imported)."""
+    imported = Imported(obj.__dlpack__(), name)
+    try:
+        _imports[obj] = imported
+    except TypeError:
+        pass
+    return imported
 
 
 # --- exporting ----------------------------------------------------------------------------

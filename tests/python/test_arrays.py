@@ -95,6 +95,31 @@ class TestForeignArrays(one_rank.CommTestCase):
             moe.dispatch(x, idx)  # none of them started a step
             moe.abort_step()
 
+    def test_dlpack_export_lives_as_long_as_its_array(self):
+        """A producer may export a copy through __dlpack__: what the capsule holds stays
+        alive as long as the array the address came from, not only as long as the check."""
+        import weakref
+
+        class CopyOnExport:
+            def __init__(self, tensor):
+                self.tensor, self.exported = tensor, None
+
+            def __dlpack__(self, stream=None):
+                copy = self.tensor.clone()
+                self.exported = weakref.ref(copy)
+                return torch.utils.dlpack.to_dlpack(copy)
+
+        obj = CopyOnExport(torch.zeros(TOKENS, HIDDEN))
+        address = _buffers.address(obj, "x", "float32", (TOKENS, HIDDEN))
+        gc.collect()
+        copy = obj.exported()
+        self.assertIsNotNone(copy, "the exported copy was freed while its address is in use")
+        self.assertEqual(copy.data_ptr(), address)
+        exported = obj.exported
+        del obj, copy
+        gc.collect()
+        self.assertIsNone(exported(), "the exported copy outlived its array")
+
     def test_cuda_interface_descriptions(self):
         """Against a GPU communicator's memory (checked without one): the interface's
         typestr, strides and read-only flag, and host memory refused."""
