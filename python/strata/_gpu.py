@@ -15,7 +15,7 @@ from . import _types as t
 _NOT_READY = 600
 _HIP_INVALID_VALUE = 1
 # cudaMemcpyKind / hipMemcpyKind
-COPY_TO_DEVICE, COPY_TO_HOST, COPY_DEVICE_TO_DEVICE = 1, 2, 3
+COPY_TO_DEVICE, COPY_TO_HOST = 1, 2
 # cudaStreamLegacy: the default stream of the whole process (0 would mean "none" to
 # libstrata, which then runs on a stream of its own)
 CUDA_STREAM_LEGACY = 1
