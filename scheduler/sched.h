@@ -91,6 +91,9 @@ bool            sched_moe_idle(const sched_moe_t *moe);
 /** A step was started by dispatch_send and waits for dispatch_recv. */
 bool            sched_moe_dispatch_pending(const sched_moe_t *moe);
 strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *recv_p);
+/** strata_moe_expert_wait: local expert `expert`'s rows of the step are all in. */
+strata_status_t sched_moe_expert_wait(sched_moe_t *moe, int expert, int64_t timeout_ns,
+                                      int32_t *rows_p);
 strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y);
 strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weights, void *out);
 /** End the step in progress on this rank with the halves its peers wait for (see

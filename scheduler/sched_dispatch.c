@@ -10,6 +10,8 @@
  */
 #include "sched_internal.h"
 
+#include <stdatomic.h>
+
 #include <inttypes.h>
 #include <string.h>
 
@@ -281,4 +283,52 @@ strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *rec
     moe->cur.state = SCHED_STEP_DISPATCHED;
     *recv_p = moe->recv;
     return moe->cur.status;
+}
+
+/* Whether a step's node dispatch was launched whose experts can be waited for. */
+static strata_status_t sched_expert_wait_check(const sched_moe_t *moe, int32_t *rows_p)
+{
+    if (rows_p == NULL) {
+        UTIL_LOG_ERROR("moe: expert_wait without a place for the row count");
+        return STRATA_ERR_INVALID;
+    }
+    if (moe->cur.state == SCHED_STEP_FAILED) {
+        return sched_refuse_mid_step(moe, "expert_wait");
+    }
+    if (moe->cur.state == SCHED_STEP_DISPATCH_SENT ||
+        intra_moe_dispatches(moe->intra) == 0) {
+        UTIL_LOG_ERROR("moe: expert_wait before dispatch_recv: it launches the node's "
+                       "dispatch (on a stream it returns without waiting); call it first");
+        return STRATA_ERR_INVALID;
+    }
+    return STRATA_OK;
+}
+
+strata_status_t sched_moe_expert_wait(sched_moe_t *moe, int expert, int64_t timeout_ns,
+                                      int32_t *rows_p)
+{
+    uint64_t bound = timeout_ns < 0 ? moe->timeout_ns : (uint64_t)timeout_ns;
+    uint64_t start = util_clock_now_ns();
+    strata_status_t status = sched_expert_wait_check(moe, rows_p);
+
+    for (uint32_t polls = 0; status == STRATA_OK; ++polls) {
+        bool ready;
+
+        status = intra_moe_expert_ready(moe->intra, expert, &ready, rows_p);
+        if (status != STRATA_OK || ready) {
+            return status;
+        }
+        if (moe->failure_host != NULL &&
+            atomic_load_explicit((_Atomic int32_t *)moe->failure_host, memory_order_acquire)) {
+            /* a rank failed: the kernels end within their bounds, and say how */
+            status = sched_drain(moe, "waiting for an expert's rows");
+            continue;
+        }
+        if (util_clock_now_ns() - start >= bound) {
+            *rows_p = 0;
+            return STRATA_ERR_TIMEOUT; /* the step goes on */
+        }
+        util_sleep_ns(polls < 1000 ? 0 : UTIL_NSEC_PER_USEC * 20);
+    }
+    return status;
 }

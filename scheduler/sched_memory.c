@@ -78,7 +78,8 @@ strata_status_t sched_memory_of(sched_moe_t *moe, bool area_in_heap, strata_moe_
     m->tables = sched_net_tables_bytes(geo) +
                 sched_plan_device_bytes(geo, geo->max_tokens, geo->max_entries) +
                 UTIL_MAX(rows, 1) * sizeof(strata_moe_source_t) +
-                (size_t)geo->experts_per_rank * sizeof(int32_t) + sizeof(int32_t);
+                (size_t)geo->experts_per_rank * sizeof(int32_t) + sizeof(int32_t) +
+                intra_moe_ready_bytes(geo->experts_per_rank);
     m->total = heap + (area_in_heap ? 0 : net) + m->work_ring + m->tables;
     return STRATA_OK;
 }

@@ -246,7 +246,7 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
             kernel_store_release_u64(&moe_control(a, source)->combine_flag[a->rank], step);
         }
     }
-    if (!moe_wait_flags(a, control->combine_flag, step, &control->combine_status, g)) {
+    if (!moe_wait_flags(a, control->combine_flag, step, &control->combine_status, 0, g)) {
         return;
     }
     if (a->term_dst_offset >= 0) {

@@ -53,36 +53,80 @@ KERNEL_FN int moe_last_block(uint64_t *done, uint64_t step, kernel_grid_t g)
     return last && KERNEL_LEADER(g);
 }
 
-/* Wait until every rank's flag reaches this step; 0, and a report, if one never does (the
- * bound for a live peer) or the engine announces a failed rank (a dead one). */
+/* --- Per-expert completion ----------------------------------------------------------- */
+
+/* Owner: local expert l's rows of this step are all in its block: their count, then the
+ * step, into the mapped words the host and other streams read. */
+KERNEL_FN void moe_mark_ready(const intra_moe_args_t *a, int local, int32_t rows, uint64_t step)
+{
+    a->ready_rows[local] = rows;
+    kernel_store_release_u64(&a->ready[local], step);
+}
+
+/*
+ * One thread of the owner: mark each Push expert whose landed rows reached what it expects
+ * (Pull experts are marked by the blocks that load them). Sources count a row as landed
+ * once it is written. Nothing before the expected counts of this step are settled.
+ */
+KERNEL_FN void moe_watch_push(const intra_moe_args_t *a, uint64_t step)
+{
+    const uint32_t *landed = MOE_AT(a, a->rank, landed, uint32_t);
+    const int32_t *expected = MOE_AT(a, a->rank, expected, int32_t);
+
+    if (kernel_load_relaxed_u64(&moe_control(a, a->rank)->expected_step) != step) {
+        return;
+    }
+    for (int l = 0; l < a->experts_per_rank; ++l) {
+        if (moe_is_pull(a, a->rank * a->experts_per_rank + l) ||
+            kernel_load_relaxed_u64(&a->ready[l]) >= step) {
+            continue;
+        }
+        if (kernel_load_i32((const int32_t *)&landed[l]) == expected[l]) {
+            kernel_fence_acquire(); /* the sources' rows, released before their counts */
+            moe_mark_ready(a, l, expected[l], step);
+        }
+    }
+}
+
+/* One thread: wait until every rank's flag reaches this step; 0, and a report, if one
+ * never does (the bound for a live peer) or the engine announces a failed rank (a dead
+ * one). watch: meanwhile mark the Push experts whose rows are in (moe_watch_push). */
+KERNEL_FN int moe_wait_words(const intra_moe_args_t *a, const uint64_t *flags, uint64_t step,
+                             intra_moe_status_t *status, int watch)
+{
+    uint64_t start = kernel_timer();
+    uint32_t spins = 0;
+
+    for (int r = 0; r < a->num_ranks; ++r) {
+        while (kernel_load_relaxed_u64(&flags[r]) < step) {
+            if (spins % KERNEL_FAILURE_EVERY == 0 && a->failure != 0 &&
+                kernel_load_i32(a->failure) != 0) {
+                moe_report(status, INTRA_MOE_KERNEL_PEER_FAILED, r, -1, -1, 0);
+                return 0;
+            }
+            if (kernel_timer() - start > a->timeout_ticks) {
+                moe_report(status, INTRA_MOE_KERNEL_TIMEOUT, r, -1, -1, 0);
+                return 0;
+            }
+            if (watch) {
+                moe_watch_push(a, step);
+            }
+            kernel_spin_pause(spins++);
+        }
+    }
+    /* acquire: pairs with the release in each peer's last block, seen above */
+    kernel_fence_acquire();
+    return 1;
+}
+
+/* Every thread of the block: moe_wait_words by thread 0, its answer shared. */
 KERNEL_FN int moe_wait_flags(const intra_moe_args_t *a, const uint64_t *flags, uint64_t step,
-                             intra_moe_status_t *status, kernel_grid_t g)
+                             intra_moe_status_t *status, int watch, kernel_grid_t g)
 {
     KERNEL_SHARED int ok;
 
     if (KERNEL_LEADER(g)) {
-        uint64_t start = kernel_timer();
-        uint32_t spins = 0;
-
-        ok = 1;
-        for (int r = 0; r < a->num_ranks && ok; ++r) {
-            while (kernel_load_relaxed_u64(&flags[r]) < step) {
-                if (spins % KERNEL_FAILURE_EVERY == 0 && a->failure != 0 &&
-                    kernel_load_i32(a->failure) != 0) {
-                    moe_report(status, INTRA_MOE_KERNEL_PEER_FAILED, r, -1, -1, 0);
-                    ok = 0;
-                    break;
-                }
-                if (kernel_timer() - start > a->timeout_ticks) {
-                    moe_report(status, INTRA_MOE_KERNEL_TIMEOUT, r, -1, -1, 0);
-                    ok = 0;
-                    break;
-                }
-                kernel_spin_pause(spins++);
-            }
-        }
-        /* acquire: pairs with the release in each peer's last block, seen above */
-        kernel_fence_acquire();
+        ok = moe_wait_words(a, flags, step, status, watch);
     }
     kernel_block_sync();
     return ok;

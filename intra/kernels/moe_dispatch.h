@@ -37,8 +37,12 @@ KERNEL_FN void moe_push_row(const intra_moe_args_t *a, int token, int k, int exp
                        moe_scales_at(a, MOE_AT(a, owner, recv_scales, char), index,
                                      (size_t)a->scale_stride),
                        moe_token_row(a, token), moe_token_scales(a, token), g);
+        kernel_fence_system(); /* this thread's part of the row, before it counts as landed */
     }
     kernel_block_sync(); /* row is reused by the next call */
+    if (row >= 0 && KERNEL_LEADER(g)) {
+        kernel_atomic_add_u32(MOE_AT(a, owner, landed, uint32_t) + local, 1);
+    }
 }
 
 /* Validate (token, k)'s expert id and record it in route; -1 for none or invalid. */
@@ -64,33 +68,63 @@ KERNEL_FN int moe_route(const intra_moe_args_t *a, int token, int k, kernel_grid
     return (int)expert;
 }
 
-/* Source role: push rows of Push experts, publish rows of tokens that Pull experts need. */
-KERNEL_FN void moe_dispatch_send(const intra_moe_args_t *a, int num_tokens, kernel_grid_t g)
+/* Passes of the source's sends: Push rows go out by the owners' local expert index, the
+ * first experts of every owner first, so that they complete early (moe_watch_push). */
+#define INTRA_MOE_SEND_PASSES 8
+
+KERNEL_FN int moe_send_passes(const intra_moe_args_t *a)
 {
-    for (int t = (int)g.block; t < num_tokens; t += (int)g.num_blocks) {
-        int published = 0;
+    return a->experts_per_rank < INTRA_MOE_SEND_PASSES ? a->experts_per_rank
+                                                       : INTRA_MOE_SEND_PASSES;
+}
 
-        for (int k = 0; k < a->topk; ++k) {
-            int expert = moe_route(a, t, k, g);
+KERNEL_FN int moe_send_pass(const intra_moe_args_t *a, int expert, int passes)
+{
+    return expert % a->experts_per_rank * passes / a->experts_per_rank;
+}
 
-            if (expert < 0) {
-                continue;
+/* Source role: publish rows of tokens that Pull experts need and push rows of Push experts
+ * (the first pass also validates and records every expert id); block 0 meanwhile marks
+ * this rank's experts that are complete. */
+KERNEL_FN void moe_dispatch_send(const intra_moe_args_t *a, int num_tokens, uint64_t step,
+                                 kernel_grid_t g)
+{
+    const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
+    int passes = moe_send_passes(a);
+
+    for (int pass = 0; pass < passes; ++pass) {
+        for (int t = (int)g.block; t < num_tokens; t += (int)g.num_blocks) {
+            int published = 0;
+
+            for (int k = 0; k < a->topk; ++k) {
+                int expert = pass == 0 ? moe_route(a, t, k, g) : route[t * a->topk + k];
+
+                if (expert < 0) {
+                    continue;
+                }
+                if (!moe_is_pull(a, expert)) {
+                    if (moe_send_pass(a, expert, passes) == pass) {
+                        moe_push_row(a, t, k, expert, g);
+                    }
+                } else if (pass == 0 && !published) {
+                    size_t row = (size_t)t;
+                    moe_copy_token(a, MOE_AT(a, a->rank, send_x, char) + row * (size_t)a->row_bytes,
+                                   moe_scales_at(a, MOE_AT(a, a->rank, send_scales, char), row,
+                                                 (size_t)a->scale_stride),
+                                   moe_token_row(a, t), moe_token_scales(a, t), g);
+                    published = 1;
+                }
             }
-            if (!moe_is_pull(a, expert)) {
-                moe_push_row(a, t, k, expert, g);
-            } else if (!published) {
-                size_t row = (size_t)t;
-                moe_copy_token(a, MOE_AT(a, a->rank, send_x, char) + row * (size_t)a->row_bytes,
-                               moe_scales_at(a, MOE_AT(a, a->rank, send_scales, char), row,
-                                             (size_t)a->scale_stride),
-                               moe_token_row(a, t), moe_token_scales(a, t), g);
-                published = 1;
+            if (g.block == 0 && KERNEL_LEADER(g)) {
+                moe_watch_push(a, step);
             }
         }
+        kernel_block_sync(); /* the first pass's route entries, for the block's next ones */
     }
 }
 
-/* Source role, one thread: the CSR of (token, k) entries per Pull expert, for the owners. */
+/* Source role, one thread: how many rows each expert of the node gets from this rank, and
+ * the CSR of (token, k) entries per Pull expert, for the owners. */
 KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a, int num_tokens)
 {
     int32_t *offset = MOE_AT(a, a->rank, pull_offset, int32_t);
@@ -98,13 +132,19 @@ KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a, int num_tokens)
     int32_t *entry  = MOE_AT(a, a->rank, pull_entry, int32_t);
     int entries = num_tokens * a->topk;
 
+    int32_t *sent   = MOE_AT(a, a->rank, sent_count, int32_t);
+
     for (int e = 0; e <= a->num_experts; ++e) {
         offset[e] = 0;
+        if (e < a->num_experts) {
+            sent[e] = 0;
+        }
     }
     for (int i = 0; i < entries; ++i) {
         int64_t e = moe_token_expert(a, i / a->topk, i % a->topk);
-        if (e >= 0 && e < a->num_experts && moe_is_pull(a, (int)e)) {
-            ++offset[e + 1];
+        if (e >= 0 && e < a->num_experts) {
+            ++sent[e];
+            offset[e + 1] += moe_is_pull(a, (int)e);
         }
     }
     for (int e = 0; e < a->num_experts; ++e) {
@@ -128,9 +168,59 @@ KERNEL_FN int moe_pull_count(const intra_moe_args_t *a, int source, int local)
     return offset[expert + 1] - offset[expert];
 }
 
+/* Source role, one thread: the counts out to every owner, before any row. */
+KERNEL_FN void moe_publish_counts(const intra_moe_args_t *a, uint64_t step)
+{
+    kernel_fence_system(); /* the counts, before the flags that announce them */
+    for (int owner = 0; owner < a->num_ranks; ++owner) {
+        kernel_store_release_u64(&moe_control(a, owner)->counts_flag[a->rank], step);
+    }
+}
+
+/* Owner role, one thread: once every source's counts are in, the rows each local expert
+ * gets (at most its capacity); experts that get none are complete at once. */
+KERNEL_FN void moe_settle_expected(const intra_moe_args_t *a, uint64_t step)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    int32_t *expected = MOE_AT(a, a->rank, expected, int32_t);
+
+    if (!moe_wait_words(a, control->counts_flag, step, &control->dispatch_status, 0)) {
+        return; /* reported; the experts are not marked, the step fails */
+    }
+    for (int l = 0; l < a->experts_per_rank; ++l) {
+        int64_t rows = 0;
+
+        for (int source = 0; source < a->num_ranks; ++source) {
+            rows += MOE_AT(a, source, sent_count, int32_t)[a->rank * a->experts_per_rank + l];
+        }
+        expected[l] = (int32_t)(rows < a->capacity ? rows : a->capacity);
+        if (rows == 0) {
+            moe_mark_ready(a, l, 0, step);
+        }
+    }
+    kernel_store_release_u64(&control->expected_step, step);
+}
+
+/* Owner role, after its block loaded a row of Pull expert `local`: count it, and mark the
+ * expert once it has every row. */
+KERNEL_FN void moe_pull_landed(const intra_moe_args_t *a, int local, uint64_t step,
+                               kernel_grid_t g)
+{
+    kernel_fence_system(); /* this thread's part of the row */
+    kernel_block_sync();
+    if (KERNEL_LEADER(g)) {
+        uint32_t rows = kernel_atomic_add_u32(MOE_AT(a, a->rank, landed, uint32_t) + local, 1) + 1;
+
+        if ((int32_t)rows == MOE_AT(a, a->rank, expected, int32_t)[local]) {
+            kernel_fence_acquire(); /* the other blocks' rows of this expert */
+            moe_mark_ready(a, local, (int32_t)rows, step);
+        }
+    }
+}
+
 /* Owner role: load one published row into slot `row`, or tell the source it was dropped. */
 KERNEL_FN void moe_pull_row(const intra_moe_args_t *a, int source, int local, int index,
-                            int row, kernel_grid_t g)
+                            int row, uint64_t step, kernel_grid_t g)
 {
     int expert = a->rank * a->experts_per_rank + local;
     int32_t entry = MOE_AT(a, source, pull_entry, int32_t)
@@ -155,10 +245,11 @@ KERNEL_FN void moe_pull_row(const intra_moe_args_t *a, int source, int local, in
                    moe_scales_at(a, MOE_AT(a, source, send_scales, char), (size_t)token,
                                  (size_t)a->scale_stride),
                    g);
+    moe_pull_landed(a, local, step, g);
 }
 
 /* Owner role: load the rows of Pull experts, sources in rank order, spread over blocks. */
-KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, kernel_grid_t g)
+KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, uint64_t step, kernel_grid_t g)
 {
     uint64_t seen = 0; /* rows before the current list, over all lists */
 
@@ -173,7 +264,7 @@ KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, kernel_grid_t g)
             int first = (int)((g.block + g.num_blocks - seen % g.num_blocks) % g.num_blocks);
 
             for (int i = first; i < n; i += (int)g.num_blocks) {
-                moe_pull_row(a, source, local, i, row + i, g);
+                moe_pull_row(a, source, local, i, row + i, step, g);
             }
             row += n;
             seen += (uint64_t)n;
@@ -181,12 +272,24 @@ KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, kernel_grid_t g)
     }
 }
 
-/* Owner role, last block: per-expert counts, capacity check, push counters back to zero. */
-KERNEL_FN void moe_dispatch_finish(const intra_moe_args_t *a)
+/* Whether a dispatch status leaves the rows in place: the input's errors do, a failed
+ * wait does not. */
+KERNEL_FN int moe_rows_in_place(int32_t code)
+{
+    return code == INTRA_MOE_KERNEL_OK || code == INTRA_MOE_KERNEL_BAD_EXPERT ||
+           code == INTRA_MOE_KERNEL_CAPACITY || code == INTRA_MOE_KERNEL_MODES;
+}
+
+/* Owner role, last block: per-expert counts, capacity check, push and landed counters back
+ * to zero; every expert marked complete, those that were not yet too (where the ranks'
+ * modes disagreed, their rows never added up; the step reports it). */
+KERNEL_FN void moe_dispatch_finish(const intra_moe_args_t *a, uint64_t step)
 {
     int32_t *count = MOE_AT(a, a->rank, recv_count, int32_t);
     uint32_t *counter = MOE_AT(a, a->rank, counter, uint32_t);
+    uint32_t *landed = MOE_AT(a, a->rank, landed, uint32_t);
     intra_moe_control_t *control = moe_control(a, a->rank);
+    int in_place;
 
     for (int local = 0; local < a->experts_per_rank; ++local) {
         int expert = a->rank * a->experts_per_rank + local;
@@ -201,9 +304,16 @@ KERNEL_FN void moe_dispatch_finish(const intra_moe_args_t *a)
             counter[local] = 0; /* every claim of this step happened before its flag */
         }
         count[local] = (int32_t)(requested < a->capacity ? requested : a->capacity);
+        landed[local] = 0; /* every row of this step landed before its flag */
         if (requested > a->capacity) {
             moe_report(&control->dispatch_status, INTRA_MOE_KERNEL_CAPACITY, expert, -1, -1,
                        requested);
+        }
+    }
+    in_place = moe_rows_in_place(kernel_load_i32(&control->dispatch_status.code));
+    for (int local = 0; local < a->experts_per_rank && in_place; ++local) {
+        if (kernel_load_relaxed_u64(&a->ready[local]) < step) {
+            moe_mark_ready(a, local, count[local], step);
         }
     }
 }
@@ -244,25 +354,29 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
     if (g.block == 0 && KERNEL_LEADER(g)) {
         control->digest = a->digest; /* published by the fence before our flags */
         moe_build_pull_lists(a, num_tokens);
+        moe_publish_counts(a, step);
+        moe_settle_expected(a, step);
     }
     if (a->origin_offset >= 0) {
         moe_write_origins(a, g);
     }
-    moe_dispatch_send(a, num_tokens, g);
+    moe_dispatch_send(a, num_tokens, step, g);
     if (moe_last_block(&control->dispatch_send_done, step, g)) {
         for (int owner = 0; owner < a->num_ranks; ++owner) {
             /* release: our pushed rows, published rows, pull lists and digest, to the owner */
             kernel_store_release_u64(&moe_control(a, owner)->dispatch_flag[a->rank], step);
         }
     }
-    if (moe_wait_flags(a, control->dispatch_flag, step, &control->dispatch_status, g)) {
+    if (moe_wait_flags(a, control->dispatch_flag, step, &control->dispatch_status,
+                       g.block == 0, g)) {
         if (g.block == 0 && KERNEL_LEADER(g)) {
             moe_check_digests(a);
+            moe_watch_push(a, step); /* every Push row is in: the rest of those experts */
         }
-        moe_dispatch_pull(a, g);
+        moe_dispatch_pull(a, step, g);
     }
     if (moe_last_block(&control->dispatch_recv_done, step, g)) {
-        moe_dispatch_finish(a);
+        moe_dispatch_finish(a, step);
         kernel_store_release_u64(&control->dispatched, step);
     }
 }

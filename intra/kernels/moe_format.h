@@ -71,6 +71,10 @@ typedef struct intra_moe_control {
     /* The last step whose results this rank withheld (it aborted the step): its sources
      * read it once its combine flag is released, and take no term from it. */
     uint64_t withheld;
+    /* Per-expert completion (moe_ready.h): the last step whose counts each source
+     * published to us, and the last step whose expected rows we settled. */
+    uint64_t counts_flag[INTRA_MOE_MAX_RANKS];
+    uint64_t expected_step;
     intra_moe_status_t dispatch_status;
     intra_moe_status_t combine_status;
     intra_moe_status_t net_status; /* the step across nodes (net_kernels.h) */
@@ -91,6 +95,9 @@ typedef struct intra_moe_heap_offsets {
     size_t pull_offset;   /* int32[num_experts + 1]: CSR of this rank's pull entries */
     size_t pull_cursor;   /* int32[num_experts]: scratch for building it */
     size_t pull_entry;    /* int32[max_tokens * topk]: token * topk + k, by expert */
+    size_t sent_count;    /* int32[num_experts]: rows this rank sends each expert this step */
+    size_t landed;        /* uint32[experts_per_rank]: rows landed this step, owner zeroes */
+    size_t expected;      /* int32[experts_per_rank]: rows each expert gets this step */
     size_t route;         /* int32[max_tokens * topk]: validated expert id or -1 */
     size_t row_slot;      /* int32[max_tokens * topk]: row at the owner, -1 if none */
     size_t send_x;        /* [max_tokens][row_bytes]: tokens published for pull */
@@ -153,6 +160,10 @@ typedef struct intra_moe_args {
     int64_t        origin_offset;   /* heap: int32[max_tokens][2] (rank, token); -1 none */
     int64_t        term_dst_offset; /* heap: int64[max_tokens][topk] heap offsets; -1 none */
     const uint64_t *term_src;       /* reduce: [num_tokens][topk] addresses, 0: no term */
+    /* Per-expert completion, in mapped host memory: the last step whose rows have all
+     * landed in each local expert's block, and how many there are (written before it). */
+    uint64_t      *ready;           /* [experts_per_rank] */
+    int32_t       *ready_rows;      /* [experts_per_rank] */
     intra_moe_source_t *public_src; /* sources: [experts_per_rank][capacity] as the API has them */
     int32_t       *public_count;    /* sources: [experts_per_rank] */
     intra_net_args_t net;           /* the network kernels' (net_kernels.h); ring NULL: none */

@@ -7,6 +7,7 @@
 
 #include <inttypes.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +112,9 @@ static void moe_place_heap(const intra_moe_args_t *a, size_t max_tokens, bool te
     l->pull_offset  = moe_place(&cursor, sizeof(int32_t) * (size_t)(a->num_experts + 1));
     l->pull_cursor  = moe_place(&cursor, sizeof(int32_t) * (size_t)a->num_experts);
     l->pull_entry   = moe_place(&cursor, sizeof(int32_t) * entries);
+    l->sent_count   = moe_place(&cursor, sizeof(int32_t) * (size_t)a->num_experts);
+    l->landed       = moe_place(&cursor, sizeof(uint32_t) * (size_t)a->experts_per_rank);
+    l->expected     = moe_place(&cursor, sizeof(int32_t) * (size_t)a->experts_per_rank);
     l->route        = moe_place(&cursor, sizeof(int32_t) * entries);
     l->row_slot     = moe_place(&cursor, sizeof(int32_t) * entries);
     l->send_x       = moe_place(&cursor, max_tokens * (size_t)a->row_bytes);
@@ -240,12 +244,31 @@ static strata_status_t moe_fit_grid(const intra_device_ops_t *dev, const intra_h
     return STRATA_OK;
 }
 
+/* The per-expert completion marks, in memory the kernels write and the host reads. */
+static strata_status_t moe_alloc_ready(intra_moe_t *moe)
+{
+    intra_moe_args_t *a = &moe->args;
+    size_t bytes = intra_moe_ready_bytes(a->experts_per_rank);
+    void *dev = NULL;
+    strata_status_t status = moe->device->host_alloc(bytes, -1, &moe->ready_host, &dev);
+
+    if (status != STRATA_OK) {
+        moe->ready_host = NULL;
+        return status;
+    }
+    memset(moe->ready_host, 0, bytes);
+    a->ready      = dev;
+    a->ready_rows = (int32_t *)((uint64_t *)dev + a->experts_per_rank);
+    return STRATA_OK;
+}
+
 /* Rebase the heap offsets on the heap allocation and fill in every rank's base. */
 static void moe_bind_heap(intra_moe_t *moe, intra_heap_t *heap, size_t base)
 {
     intra_moe_heap_offsets_t *l = &moe->args.heap_offsets;
     size_t *fields[] = {&l->control,   &l->counter,     &l->recv_count, &l->pull_offset,
-                        &l->pull_cursor, &l->pull_entry, &l->route,     &l->row_slot,
+                        &l->pull_cursor, &l->pull_entry, &l->sent_count, &l->landed,
+                        &l->expected,    &l->route,      &l->row_slot,
                         &l->send_x,    &l->send_scales, &l->recv_x,     &l->recv_scales,
                         &l->recv_src,  &l->expert_y,    &l->combine_recv};
 
@@ -325,6 +348,10 @@ strata_status_t intra_moe_create(const intra_moe_params_t *params, intra_heap_t 
         status = STRATA_ERR_NO_MEMORY;
         goto err_free;
     }
+    status = moe_alloc_ready(moe);
+    if (status != STRATA_OK) {
+        goto err_free;
+    }
     /* A fresh heap allocation is zero on every rank: flags and counters start at 0. */
     status = intra_heap_alloc(heap, "intra-moe", moe->args.heap_offsets.total,
                               INTRA_DEVICE_ALIGNMENT, &base);
@@ -341,6 +368,9 @@ strata_status_t intra_moe_create(const intra_moe_params_t *params, intra_heap_t 
     return STRATA_OK;
 
 err_free:
+    if (moe->ready_host != NULL) {
+        device->host_free(moe->ready_host);
+    }
     free(moe->counts);
     free(moe);
     return status;
@@ -352,8 +382,40 @@ void intra_moe_destroy(intra_moe_t *moe)
         return;
     }
     moe->device->queue_destroy(moe->queue);
+    if (moe->ready_host != NULL) {
+        moe->device->host_free(moe->ready_host);
+    }
     free(moe->counts);
     free(moe);
+}
+
+size_t intra_moe_ready_bytes(int experts_per_rank)
+{
+    return (size_t)experts_per_rank * (sizeof(uint64_t) + sizeof(int32_t));
+}
+
+uint64_t intra_moe_dispatches(const intra_moe_t *moe)
+{
+    return moe->dispatches;
+}
+
+strata_status_t intra_moe_expert_ready(const intra_moe_t *moe, int e, bool *ready_p,
+                                       int32_t *rows_p)
+{
+    const _Atomic uint64_t *steps = moe->ready_host;
+    const int32_t *rows = (const int32_t *)((const uint64_t *)moe->ready_host +
+                                            moe->args.experts_per_rank);
+
+    if (e < 0 || e >= moe->args.experts_per_rank) {
+        UTIL_LOG_ERROR("moe: local expert %d is not one of this rank's %d", e,
+                       moe->args.experts_per_rank);
+        return STRATA_ERR_INVALID;
+    }
+    /* acquire: pairs with the kernels' release of the step after the count */
+    *ready_p = moe->dispatches > 0 &&
+               atomic_load_explicit(&steps[e], memory_order_acquire) >= moe->dispatches;
+    *rows_p  = *ready_p ? rows[e] : 0;
+    return STRATA_OK;
 }
 
 strata_status_t intra_moe_set_tables(intra_moe_t *moe, const intra_moe_tables_t *tables)

@@ -190,6 +190,18 @@ void            intra_moe_name_step(intra_moe_t *moe, uint64_t step);
  *  node by its local rank, else a global rank. */
 int             intra_moe_waited_for(const intra_moe_t *moe, bool *local_p);
 
+/**
+ * Per-expert completion: the dispatches launched so far (the last one's kernels mark its
+ * experts with this number), and whether local expert e's rows of that step are all in
+ * its block (*rows_p: how many). Reads mapped host memory the kernels write; waits for
+ * nothing. STRATA_ERR_INVALID: e out of range.
+ */
+uint64_t        intra_moe_dispatches(const intra_moe_t *moe);
+strata_status_t intra_moe_expert_ready(const intra_moe_t *moe, int e, bool *ready_p,
+                                       int32_t *rows_p);
+/** The mapped words' size for experts_per_rank experts (the object's own allocation). */
+size_t          intra_moe_ready_bytes(int experts_per_rank);
+
 /** The config table of the intra layer (STRATA_INTRA_*). */
 extern const util_config_table_t intra_config_table;
 

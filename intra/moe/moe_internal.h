@@ -26,6 +26,8 @@ struct intra_moe {
     int                       waited_for; /* rank a failed wait was for, -1 none */
     bool                      waited_local; /* waited_for is a local rank, else a global one */
     int32_t                  *counts;    /* [experts_per_rank], host copy */
+    uint64_t                  dispatches; /* dispatch kernels launched */
+    void                     *ready_host; /* the kernels' per-expert marks (intra_moe_ready_bytes) */
     intra_moe_recv_t          recv;
 };
 

@@ -125,6 +125,7 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
     moe->step        += moe->named ? 0 : 1;
     status = moe_launch(moe, INTRA_MOE_KERNEL_DISPATCH, a);
     if (status == STRATA_OK) {
+        moe->dispatches += 1;
         moe->state = MOE_EXPECT_COMBINE; /* the step goes on even if this rank saw an error */
     }
     return status;

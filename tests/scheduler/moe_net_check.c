@@ -35,7 +35,12 @@
  * RANK:WHEN that rank ends the middle step with strata_moe_abort_step after dispatch_send
  * (sent), dispatch_recv (dispatched) or combine_send (combined): the others' results must
  * lack exactly the terms of its experts (none where it aborted after combine_send) with
- * STRATA_ERR_CANCELLED where they lack any, and every later step must stay exact.
+ * STRATA_ERR_CANCELLED where they lack any, and every later step must stay exact. With
+ * --expert-wait 1 each rank waits for its local experts one by one
+ * (strata_moe_expert_wait) before the dispatch is known to be done, and copies each
+ * expert's rows the moment its wait returns: after the dispatch those copies must equal
+ * the expert's rows then, as many as it counts (a mark set before the last row landed
+ * fails here; with --streams the kernels are still running when the waits begin).
  */
 #include "scheduler/moe_net_check.h"
 #include "intra/intra.h"
@@ -60,6 +65,14 @@ bad_input_t g_bad_kind = BAD_NONE;
 /* The rank that aborts that step, and where. */
 int           g_abort_rank = -1;
 abort_point_t g_abort_at   = ABORT_NONE;
+
+/* --expert-wait: each expert's rows as they were when its wait returned. */
+static bool g_expert_wait;
+
+typedef struct expert_copies {
+    int32_t       *rows; /* [num_local_experts] */
+    unsigned char *x;    /* [num_local_experts][capacity][row_bytes] */
+} expert_copies_t;
 
 typedef struct options {
     moe_case_t c;
@@ -175,12 +188,52 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--odd-route")) o->odd_route = atoi(v);
         else if (!strcmp(k, "--refused")) o->refused = v;
         else if (!strcmp(k, "--streams")) o->streams = atoi(v) != 0;
+        else if (!strcmp(k, "--expert-wait")) g_expert_wait = atoi(v) != 0;
         else CHECK(0, "unknown option %s", k);
     }
     o->c.seed = seed ? (unsigned)strtoul(seed, NULL, 10) : 12345u;
     o->kill_step = o->c.steps / 2;
     g_bad_step   = o->c.steps / 2;
     g_seed = o->c.seed;
+}
+
+/* --expert-wait: wait for each local expert in turn and copy its rows at once. */
+static strata_status_t copy_experts(rank_state_t *r, const strata_moe_recv_t *recv,
+                                    expert_copies_t *copies)
+{
+    size_t block = (size_t)recv->capacity * recv->row_bytes;
+
+    copies->rows = calloc((size_t)recv->num_local_experts, sizeof(int32_t));
+    copies->x    = malloc((size_t)recv->num_local_experts * block + 1);
+    CHECK(copies->rows != NULL && copies->x != NULL, "memory");
+    for (int e = 0; e < recv->num_local_experts; ++e) {
+        strata_status_t status = strata_moe_expert_wait(r->moe, e, -1, &copies->rows[e]);
+
+        if (status != STRATA_OK) {
+            return status;
+        }
+        memcpy(copies->x + (size_t)e * block, (const char *)recv->x + (size_t)e * block,
+               (size_t)copies->rows[e] * recv->row_bytes);
+    }
+    return STRATA_OK;
+}
+
+/* After the dispatch: the copies are the experts' rows, as many as they count. */
+static void check_expert_copies(const strata_moe_recv_t *recv, expert_copies_t *copies)
+{
+    size_t block = (size_t)recv->capacity * recv->row_bytes;
+
+    for (int e = 0; e < recv->num_local_experts; ++e) {
+        CHECK(copies->rows[e] == recv->count[e], "expert %d: %d rows when its wait returned, "
+              "%d after the dispatch", recv->first_expert + e, copies->rows[e], recv->count[e]);
+        CHECK(memcmp(copies->x + (size_t)e * block, (const char *)recv->x + (size_t)e * block,
+                     (size_t)copies->rows[e] * recv->row_bytes) == 0,
+              "expert %d: its rows changed after its wait returned", recv->first_expert + e);
+    }
+    free(copies->rows);
+    free(copies->x);
+    copies->rows = NULL;
+    copies->x    = NULL;
 }
 
 /* --abort: this rank ends the step where it was told to, with strata_moe_abort_step; the
@@ -254,6 +307,15 @@ static strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
     if (r->c->capacity > 0 && status == STRATA_ERR_CAPACITY) {
         status = expect; /* the owner of the overflowing expert */
     }
+    if (status == expect && g_expert_wait) { /* dispatch_recv waited: at once */
+        expert_copies_t copies;
+
+        status = copy_experts(r, &recv, &copies);
+        CHECK(status == STRATA_OK, "expert_wait after the dispatch: %s",
+              strata_status_string(status));
+        check_expert_copies(&recv, &copies);
+        status = expect;
+    }
     if (status == expect) {
         check_dispatch(r, &recv);
         status = strata_moe_combine_send(r->moe, NULL);
@@ -292,10 +354,12 @@ static void check_pending(stream_run_t *sr)
  * last step's combine, which ran on the other stream, must be done: the new stream waited
  * for it. This step's combine is checked after the next step's dispatch.
  */
-static strata_status_t run_stream_step(stream_run_t *sr)
+static strata_status_t run_stream_step(stream_run_t *sr, int kill)
+/* kill: 0 no, else the signal this rank raises once its dispatch is enqueued */
 {
     rank_state_t *r = &sr->states[g_step % 2];
     uint64_t dmask[INTRA_MOE_MASK_WORDS], cmask[INTRA_MOE_MASK_WORDS];
+    expert_copies_t copies = {NULL, NULL};
     strata_moe_recv_t recv;
     strata_status_t status;
     const void *x;
@@ -324,13 +388,24 @@ static strata_status_t run_stream_step(stream_run_t *sr)
         status = strata_moe_dispatch(r->moe, x, r->scales ? r->x_scales : NULL, r->idx, n,
                                      &recv);
     }
+    if (kill) {
+        raise(kill); /* its kernels go with it, mid-dispatch */
+    }
+    if (status == STRATA_OK && g_expert_wait) {
+        status = copy_experts(r, &recv, &copies);
+    }
     if (status == STRATA_OK) {
         status = strata_moe_synchronize(r->moe);
     }
     if (status != STRATA_OK) {
+        free(copies.rows);
+        free(copies.x);
         return status;
     }
     check_pending(sr);
+    if (g_expert_wait) {
+        check_expert_copies(&recv, &copies);
+    }
     check_dispatch(r, &recv);
     status = strata_moe_combine_send(r->moe, NULL);
     if (status == STRATA_OK) {
@@ -611,7 +686,9 @@ int main(int argc, char **argv)
         step_start = util_clock_now_ns();
         r.moe = objects[o.two ? g_step % 2 : 0];
         if (o.streams) {
-            if ((status = run_stream_step(&sr)) != STRATA_OK) {
+            status = run_stream_step(&sr, g_step == o.kill_step && g_rank == o.kill
+                                              ? (o.stop ? SIGSTOP : SIGKILL) : 0);
+            if (status != STRATA_OK) {
                 break;
             }
             continue;

@@ -5,7 +5,7 @@
 # across nodes by read and by request; rate control pacing the work ring's commands; adaptive
 # modes on a drifting routing trace (made by strata-tune) and a fixed mode file; bad inputs on
 # one rank; a rank aborting its step (strata_moe_abort_step) at three points; a rank killed, and one stopped, mid-step; steps on host streams that change every
-# step; the network area in a pinned host
+# step, each rank waiting for its experts one by one meanwhile; the network area in a pinned host
 # bounce buffer; and node-reduce combine, and where it is refused. Where strata has ucx, a
 # few cases again over it (STRATA_INTER_TRANSPORT=ucx, tcp between the nodes), a kill among
 # them.
@@ -41,8 +41,10 @@ case_run "2x2 hierarchical, pull, flushed by loopback reads" 4 "$ok" -- $calm ST
 over_line=
 # Stream-ordered steps on two host streams, changing every step, nothing waited for between
 # steps: the object alone orders a step after the last one, still running on the other stream.
-case_run "2x2 flat, streams changing every step" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 40) --streams 1
-case_run "2x2 hierarchical, fp8, streams changing every step" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 40) --streams 1 --dtype fp8 --hidden 256
+# Each rank waits for its experts one by one (strata_moe_expert_wait) while the kernels run,
+# and copies each expert's rows the moment its wait returns: they must be its final rows.
+case_run "2x2 flat, streams changing every step, experts waited for" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 40) --streams 1 --expert-wait 1
+case_run "2x2 hierarchical, fp8, streams changing every step, experts waited for, 3 blocks" 4 "$ok" -- $calm STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 40) --streams 1 --expert-wait 1 --dtype fp8 --hidden 256
 # Two objects at once, one per route, steps alternating between them.
 case_run "2x2, a flat and a hierarchical object at once" 4 "$ok" -- $calm -- -n 4 --nodes 2 -- --steps $(steps 40) --two 1
 # Adaptive: a trace whose hot experts move every 10 steps; the owners switch experts between
@@ -109,6 +111,8 @@ case_run "2x2 hierarchical, rank 2 stalls 5 s, peer timeout 3 s" 4 "$ok" -- STRA
 # a loaded machine.
 case_run "1x4, rank 2 killed mid-step" 3 "rank 2 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 --allow-fail 2 -- --steps 10 --kill 2 --kill-bound-ms 12000
 case_run "2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
+# ... and while the others wait for their experts' rows (strata_moe_expert_wait) on streams.
+case_run "1x4, streams, rank 1 killed while the others wait for their experts" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 --allow-fail 1 -- --steps 10 --streams 1 --expert-wait 1 --kill 1 --kill-bound-ms 12000
 # What each survivor logged: one step number in all its lines, and a last line that names
 # the rank that failed and its node: as the rank the failed wait was for, or among the
 # failed ones (a survivor that ended first may be the one this rank saw fail first).

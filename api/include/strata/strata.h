@@ -418,8 +418,9 @@ typedef struct strata_moe_memory {
                                  returns to peers, and those returned to it */
     uint64_t work_ring;     /**< the ring through which the kernels hand transfers to the
                                  host proxy */
-    uint64_t tables;        /**< the network kernels' and the plan's device tables, and the
-                                 public outputs (sources, counts) */
+    uint64_t tables;        /**< the network kernels' and the plan's device tables, the
+                                 public outputs (sources, counts) and the experts'
+                                 completion marks */
     uint64_t total;         /**< the sum of the above */
 } strata_moe_memory_t;
 
@@ -534,6 +535,23 @@ STRATA_API strata_status_t strata_moe_dispatch_recv(strata_moe_t *moe, strata_mo
 STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
                                                const float *x_scales, const int64_t *topk_idx,
                                                int num_tokens, strata_moe_recv_t *recv_p);
+
+/**
+ * Per-expert completion: wait until local expert local_expert's rows of the step are all in
+ * its block of recv.x (*rows_p: how many, recv.count's value for it), so that its compute
+ * can start while other experts' rows are still arriving. Call it after dispatch_recv,
+ * which on a stream (strata_moe_set_stream) returns without waiting: the kernels mark each
+ * expert as its last row lands, in mapped host memory, and this call reads that mark.
+ * recv.src of the expert is written later, once the whole dispatch is done. Without a
+ * stream dispatch_recv has waited for everything and this returns at once. timeout_ns < 0:
+ * the object's timeout (STRATA_MOE_TIMEOUT); 0 polls. STRATA_ERR_TIMEOUT: not complete
+ * yet, the step goes on (0 in *rows_p). STRATA_ERR_PEER_FAILED: a rank failed and the step
+ * with it. STRATA_ERR_INVALID: no dispatch_recv in this step yet, or an expert outside
+ * 0..num_local_experts-1. Waits on the host; the rows are not written by graph replays this
+ * call knows of (it waits for the step of the last dispatch_recv call).
+ */
+STRATA_API strata_status_t strata_moe_expert_wait(strata_moe_t *moe, int local_expert,
+                                                  int64_t timeout_ns, int32_t *rows_p);
 
 /**
  * First half of combine: return the experts' outputs (expert_y:
