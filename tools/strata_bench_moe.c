@@ -310,6 +310,7 @@ static void moe_measure(bench_intra_t *b, strata_comm_t *comm, bool breakdown,
 typedef struct moe_combine_opts {
     strata_moe_combine_t modes[2];
     int                  count;
+    bool                 overlap; /* --overlap instead of the combine modes or routes */
 } moe_combine_opts_t;
 
 static const char *moe_combine_name(strata_moe_combine_t combine)
@@ -380,7 +381,7 @@ static void moe_usage(FILE *out)
 {
     fprintf(out, "Usage: mpirun -n N strata-bench moe [--ranks-per-node L] [--tokens N[,N...]]\n"
                  "              [--hidden H] [--topk K] [--experts E] [--iters N] [--breakdown]\n"
-                 "              [--progress] [--combine exact,node-reduce]\n"
+                 "              [--progress] [--combine exact,node-reduce | --overlap]\n"
                  "       mpirun -n N strata-bench moe --modes push,pull,adaptive[,fixed:FILE]\n"
                  "              [--ranks-per-node L] [--tokens N] [--experts E] [--topk K]\n"
                  "              [--zipf S] [--seed N] [--trace FILE] [--route flat|hier] [--iters N]\n"
@@ -393,6 +394,9 @@ static void moe_usage(FILE *out)
                  "--combine: instead of the routes and MPI, one hierarchical object per combine\n"
                  "mode (exact, node-reduce: docs/moe.md), one step of each in turn; per mode its\n"
                  "times, and rank 0's rows and payload bytes to other nodes per step.\n"
+                 "--overlap: instead, one object on a stream; per size, rank 0's medians of the\n"
+                 "time to its first and last complete local expert (strata_moe_expert_wait) and\n"
+                 "to the whole dispatch, and 'first expert ready / dispatch done: X'.\n"
                  "--modes: one MoE object per Push/Pull mode, one step of each in turn, on routing\n"
                  "that changes by step: Zipf S (1.4) with a drifting hot set (--seed), or the\n"
                  "routing trace FILE (strata-tune generate; its shape sets tokens, top-k and\n"
@@ -453,6 +457,7 @@ static bool moe_option(bench_intra_t *b, bench_intra_opts_t *o, bench_modes_opts
                        const char *arg)
 {
     switch (opt) {
+    case 'O': c->overlap = true; return true;
     case 'C': return moe_parse_combine(arg, c);
     case 'L': return tool_parse_int(MOE_TOOL, "--ranks-per-node", arg, 1, INT_MAX, per_node_p);
     case 'B': *breakdown_p = true; return true;
@@ -472,7 +477,8 @@ int bench_moe_main(int argc, char **argv)
         {"breakdown", no_argument, NULL, 'B'}, {"modes", required_argument, NULL, 'M'},
         {"zipf", required_argument, NULL, 'Z'}, {"seed", required_argument, NULL, 'S'},
         {"trace", required_argument, NULL, 'T'}, {"route", required_argument, NULL, 'R'},
-        {"combine", required_argument, NULL, 'C'}, {NULL, 0, NULL, 0},
+        {"combine", required_argument, NULL, 'C'}, {"overlap", no_argument, NULL, 'O'},
+        {NULL, 0, NULL, 0},
     };
     bench_modes_opts_t modes = {.zipf = 1.4, .seed = 1, .route = STRATA_MOE_ROUTE_DEFAULT};
     bench_intra_t b = {.hidden = 2048, .topk = 8};
@@ -490,7 +496,7 @@ int bench_moe_main(int argc, char **argv)
     double comm_ms;
 
     optind = 2;
-    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BM:Z:S:T:R:C:", options,
+    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BM:Z:S:T:R:C:O", options,
                               NULL)) != -1) {
         if (opt == 'h') {
             moe_usage(stdout);
@@ -505,6 +511,10 @@ int bench_moe_main(int argc, char **argv)
     }
     if (optind < argc) {
         return tool_usage_error(MOE_TOOL, "unexpected argument '%s'", argv[optind]);
+    }
+    if (combine.overlap && (combine.count > 0 || modes.modes != NULL)) {
+        return tool_usage_error(MOE_TOOL, "--overlap measures one object: not with --combine "
+                                "or --modes");
     }
     experts_given = b.experts;
     bench_intra_start(&b, &argc, &argv);
@@ -575,13 +585,17 @@ int bench_moe_main(int argc, char **argv)
                    "time its busiest node link needs for what it sends\n",
                    (double)link.rate_bps / 1e9);
         }
-        bench_intra_print_header();
+        if (!combine.overlap) {
+            bench_intra_print_header();
+        }
     }
     tool_progress_start(&progress, b.rank == 0, b.progress);
     for (int i = 0; i < o.num_sizes; ++i) {
         b.tokens = o.sizes[i];
         b.iters  = o.iters > 0 ? o.iters : o.sizes[i] >= 1024 ? 10 : 100;
-        if (combine.count > 0) {
+        if (combine.overlap) {
+            bench_moe_overlap(&b, comm, &progress);
+        } else if (combine.count > 0) {
             moe_measure_combine(&b, comm, &combine, breakdown, &progress);
         } else {
             moe_measure(&b, comm, breakdown, &link, &progress);

@@ -8,6 +8,7 @@
 
 #include "strata_bench.h"
 #include "intra/intra.h"
+#include "tool_cli.h"
 
 #include <mpi.h>
 #include <stdbool.h>
@@ -134,6 +135,10 @@ typedef struct bench_modes_opts {
 /** The modes one step each in turn on routing that changes by step; rank 0 prints. */
 int bench_moe_modes(bench_intra_t *b, strata_comm_t *comm, int per_node,
                     const bench_modes_opts_t *o);
+
+/** strata-bench moe --overlap (strata_bench_overlap.c): per step, the first and the last
+ *  local expert complete against the whole dispatch, on a stream; rank 0 prints. */
+void bench_moe_overlap(bench_intra_t *b, strata_comm_t *comm, tool_progress_t *progress);
 
 /** What the shared options give besides the bench state. */
 typedef struct bench_intra_opts {
