@@ -111,8 +111,6 @@ case_run "2x2 hierarchical, rank 2 stalls 5 s, peer timeout 3 s" 4 "$ok" -- STRA
 # a loaded machine.
 case_run "1x4, rank 2 killed mid-step" 3 "rank 2 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 --allow-fail 2 -- --steps 10 --kill 2 --kill-bound-ms 12000
 case_run "2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
-# ... and while the others wait for their experts' rows (strata_moe_expert_wait) on streams.
-case_run "1x4, streams, rank 1 killed while the others wait for their experts" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 --allow-fail 1 -- --steps 10 --streams 1 --expert-wait 1 --kill 1 --kill-bound-ms 12000
 # What each survivor logged: one step number in all its lines, and a last line that names
 # the rank that failed and its node: as the rank the failed wait was for, or among the
 # failed ones (a survivor that ended first may be the one this rank saw fail first).
@@ -127,6 +125,9 @@ for r in 0 1 2; do
         grep "^\[r$r\] .*error" "$log"
     fi
 done
+# A rank killed while the others wait for their experts' rows (strata_moe_expert_wait) on
+# streams: the same bound.
+case_run "1x4, streams, rank 1 killed while the others wait for their experts" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 --allow-fail 1 -- --steps 10 --streams 1 --expert-wait 1 --kill 1 --kill-bound-ms 12000
 # A rank stopped mid-step (SIGSTOP: alive, silent): the same bound, PEER_FAILED or TIMEOUT;
 # strata-run removes the stopped rank once the others are done.
 case_run "2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000
