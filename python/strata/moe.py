@@ -494,6 +494,25 @@ class Moe:
         check(status, "strata_moe_abort_step")
         return self._finish(None, async_op) if async_op else None
 
+    def expert_wait(self, expert, timeout=None):
+        """Wait until local expert `expert`'s rows of the step are all in recv.x, and return
+        how many there are (strata_moe_expert_wait): its compute can start while other
+        experts' rows still arrive. For a dispatch on a stream with async_op=True, after
+        the call (dispatch_recv, or dispatch) returned its Work; without a stream the rows
+        are all in already. recv.src is complete only once the Work is. timeout in seconds,
+        None: the object's (STRATA_MOE_TIMEOUT), 0: poll. A StrataError of
+        STRATA_ERR_TIMEOUT leaves the step running; STRATA_ERR_PEER_FAILED ends it."""
+        if isinstance(expert, bool) or not isinstance(expert, int):
+            raise TypeError(f"expert must be an int, not {type(expert).__name__}")
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be None or at least 0 seconds, not {timeout}")
+        rows = ctypes.c_int32(0)
+        timeout_ns = -1 if timeout is None else int(timeout * 1e9)
+        check(self._lib.strata_moe_expert_wait(self.handle, expert, timeout_ns,
+                                               ctypes.byref(rows)),
+              "strata_moe_expert_wait")
+        return rows.value
+
     def _end_step(self):
         self._step_layout, self._step_tokens, self._step_inputs = None, None, None
 

@@ -94,6 +94,37 @@ class TestStreams(one_rank.CommTestCase):
                                        atol=1e-6)
             layout.close()
 
+    def test_expert_wait(self):
+        """Each local expert waited for alone after an async dispatch: the count it gives is
+        the recv's, and its rows then are the rows the step ends with. Out of range: a
+        a StrataError of
+        STRATA_ERR_INVALID, as before any dispatch; a non-int expert: TypeError."""
+        with self.comm.stream() as stream, self.moe() as moe:
+            with self.assertRaises(StrataError) as caught:
+                moe.expert_wait(0)
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_INVALID)
+            for step in range(3):
+                x, idx, weights = self.batch()
+                work = moe.dispatch(x, idx, stream=stream, async_op=True)
+                rows, copies = [], []
+                for e in range(EXPERTS):  # one rank: every expert is local
+                    rows.append(moe.expert_wait(e, timeout=10.0))
+                    copies.append(np.array(work.result.x[e, :rows[-1]]))
+                recv = work.wait()
+                for e in range(EXPERTS):
+                    self.assertEqual(rows[e], int(recv.count[e]))
+                    np.testing.assert_array_equal(copies[e], recv.x[e, :rows[e]])
+                self.assertEqual(moe.expert_wait(EXPERTS - 1, timeout=0), rows[-1])
+                with self.assertRaises(StrataError) as caught:
+                    moe.expert_wait(EXPERTS)
+                self.assertIs(caught.exception.status, Status.STRATA_ERR_INVALID)
+                with self.assertRaises(TypeError):
+                    moe.expert_wait(1.0)
+                run_experts(recv)
+                out = moe.combine(weights, np.full_like(x, np.nan), stream=stream)
+                np.testing.assert_allclose(out, ref.moe_step(x, idx, weights), rtol=1e-6,
+                                           atol=1e-6)
+
     def test_error_of_the_step_raised_by_wait(self):
         with self.comm.stream() as stream, self.moe(capacity=2) as moe:
             x = np.ones((TOKENS, HIDDEN), np.float32)
