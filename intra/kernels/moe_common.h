@@ -88,30 +88,42 @@ KERNEL_FN void moe_watch_push(const intra_moe_args_t *a, uint64_t step)
     }
 }
 
-/* One thread: wait until every rank's flag reaches this step; 0, and a report, if one
- * never does (the bound for a live peer) or the engine announces a failed rank (a dead
- * one). watch: meanwhile mark the Push experts whose rows are in (moe_watch_push). */
+/* One thread: wait until *word reaches the step, from start (kernel_timer); 0, and a
+ * report naming `who`, if it never does (the bound for a live peer) or the engine announces
+ * a failed rank (a dead one). watch: meanwhile mark the Push experts whose rows are in
+ * (moe_watch_push). No acquire: the caller's. */
+KERNEL_FN int moe_wait_word(const intra_moe_args_t *a, const uint64_t *word, uint64_t step,
+                            int who, intra_moe_status_t *status, int watch, uint64_t start)
+{
+    uint32_t spins = 0;
+
+    while (kernel_load_relaxed_u64(word) < step) {
+        if (spins % KERNEL_FAILURE_EVERY == 0 && a->failure != 0 &&
+            kernel_load_i32(a->failure) != 0) {
+            moe_report(status, INTRA_MOE_KERNEL_PEER_FAILED, who, -1, -1, 0);
+            return 0;
+        }
+        if (kernel_timer() - start > a->timeout_ticks) {
+            moe_report(status, INTRA_MOE_KERNEL_TIMEOUT, who, -1, -1, 0);
+            return 0;
+        }
+        if (watch) {
+            moe_watch_push(a, step);
+        }
+        kernel_spin_pause(spins++);
+    }
+    return 1;
+}
+
+/* One thread: every rank's flag reaches this step (moe_wait_word, one bound for all). */
 KERNEL_FN int moe_wait_words(const intra_moe_args_t *a, const uint64_t *flags, uint64_t step,
                              intra_moe_status_t *status, int watch)
 {
     uint64_t start = kernel_timer();
-    uint32_t spins = 0;
 
     for (int r = 0; r < a->num_ranks; ++r) {
-        while (kernel_load_relaxed_u64(&flags[r]) < step) {
-            if (spins % KERNEL_FAILURE_EVERY == 0 && a->failure != 0 &&
-                kernel_load_i32(a->failure) != 0) {
-                moe_report(status, INTRA_MOE_KERNEL_PEER_FAILED, r, -1, -1, 0);
-                return 0;
-            }
-            if (kernel_timer() - start > a->timeout_ticks) {
-                moe_report(status, INTRA_MOE_KERNEL_TIMEOUT, r, -1, -1, 0);
-                return 0;
-            }
-            if (watch) {
-                moe_watch_push(a, step);
-            }
-            kernel_spin_pause(spins++);
+        if (!moe_wait_word(a, &flags[r], step, r, status, watch, start)) {
+            return 0;
         }
     }
     /* acquire: pairs with the release in each peer's last block, seen above */

@@ -83,44 +83,43 @@ KERNEL_FN int moe_send_pass(const intra_moe_args_t *a, int expert, int passes)
     return expert % a->experts_per_rank * passes / a->experts_per_rank;
 }
 
-/* Source role: publish rows of tokens that Pull experts need and push rows of Push experts
- * (the first pass also validates and records every expert id); block 0 meanwhile marks
- * this rank's experts that are complete. */
-KERNEL_FN void moe_dispatch_send(const intra_moe_args_t *a, int num_tokens, uint64_t step,
-                                 kernel_grid_t g)
+/* Source role, one pass over the tokens: push the rows of Push experts whose local index
+ * falls in this pass; the first pass also validates and records every expert id and
+ * publishes the rows Pull experts need. Block 0 meanwhile marks this rank's experts that
+ * are complete. */
+KERNEL_FN void moe_dispatch_pass(const intra_moe_args_t *a, int num_tokens, int pass,
+                                 uint64_t step, kernel_grid_t g)
 {
     const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
     int passes = moe_send_passes(a);
 
-    for (int pass = 0; pass < passes; ++pass) {
-        for (int t = (int)g.block; t < num_tokens; t += (int)g.num_blocks) {
-            int published = 0;
+    for (int t = (int)g.block; t < num_tokens; t += (int)g.num_blocks) {
+        int published = 0;
 
-            for (int k = 0; k < a->topk; ++k) {
-                int expert = pass == 0 ? moe_route(a, t, k, g) : route[t * a->topk + k];
+        for (int k = 0; k < a->topk; ++k) {
+            int expert = pass == 0 ? moe_route(a, t, k, g) : route[t * a->topk + k];
 
-                if (expert < 0) {
-                    continue;
-                }
-                if (!moe_is_pull(a, expert)) {
-                    if (moe_send_pass(a, expert, passes) == pass) {
-                        moe_push_row(a, t, k, expert, g);
-                    }
-                } else if (pass == 0 && !published) {
-                    size_t row = (size_t)t;
-                    moe_copy_token(a, MOE_AT(a, a->rank, send_x, char) + row * (size_t)a->row_bytes,
-                                   moe_scales_at(a, MOE_AT(a, a->rank, send_scales, char), row,
-                                                 (size_t)a->scale_stride),
-                                   moe_token_row(a, t), moe_token_scales(a, t), g);
-                    published = 1;
-                }
+            if (expert < 0) {
+                continue;
             }
-            if (g.block == 0 && KERNEL_LEADER(g)) {
-                moe_watch_push(a, step);
+            if (!moe_is_pull(a, expert)) {
+                if (moe_send_pass(a, expert, passes) == pass) {
+                    moe_push_row(a, t, k, expert, g);
+                }
+            } else if (pass == 0 && !published) {
+                size_t row = (size_t)t;
+                moe_copy_token(a, MOE_AT(a, a->rank, send_x, char) + row * (size_t)a->row_bytes,
+                               moe_scales_at(a, MOE_AT(a, a->rank, send_scales, char), row,
+                                             (size_t)a->scale_stride),
+                               moe_token_row(a, t), moe_token_scales(a, t), g);
+                published = 1;
             }
         }
-        kernel_block_sync(); /* the first pass's route entries, for the block's next ones */
+        if (g.block == 0 && KERNEL_LEADER(g)) {
+            moe_watch_push(a, step);
+        }
     }
+    kernel_block_sync(); /* the first pass's route entries, for the block's next ones */
 }
 
 /* Source role, one thread: how many rows each expert of the node gets from this rank, and
@@ -248,11 +247,37 @@ KERNEL_FN void moe_pull_row(const intra_moe_args_t *a, int source, int local, in
     moe_pull_landed(a, local, step, g);
 }
 
-/* Owner role: load the rows of Pull experts, sources in rank order, spread over blocks. */
+/* Every thread of the block: a word of this rank's control block reached the step (0, and
+ * a report, if it never does); `who`: the rank it stands for. */
+KERNEL_FN int moe_block_wait(const intra_moe_args_t *a, const uint64_t *word, uint64_t step,
+                             int who, kernel_grid_t g)
+{
+    KERNEL_SHARED int ok;
+
+    if (KERNEL_LEADER(g)) {
+        ok = moe_wait_word(a, word, step, who, &moe_control(a, a->rank)->dispatch_status, 0,
+                           kernel_timer());
+        kernel_fence_acquire();
+    }
+    kernel_block_sync();
+    return ok;
+}
+
+/*
+ * Owner role: load the rows of Pull experts, sources in rank order, spread over blocks. It
+ * runs once the expected counts are settled (so the pull lists of every source are seen),
+ * and waits for a source's published rows only where that source has rows for the expert:
+ * a Pull expert is complete without waiting for the sources that send it nothing, or for
+ * any source's Push rows.
+ */
 KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, uint64_t step, kernel_grid_t g)
 {
+    intra_moe_control_t *control = moe_control(a, a->rank);
     uint64_t seen = 0; /* rows before the current list, over all lists */
 
+    if (!moe_block_wait(a, &control->expected_step, step, a->rank, g)) {
+        return;
+    }
     for (int local = 0; local < a->experts_per_rank; ++local) {
         int row = 0;
 
@@ -263,6 +288,12 @@ KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, uint64_t step, kerne
             int n = moe_pull_count(a, source, local);
             int first = (int)((g.block + g.num_blocks - seen % g.num_blocks) % g.num_blocks);
 
+            if (n == 0) {
+                continue;
+            }
+            if (!moe_block_wait(a, &control->pull_flag[source], step, source, g)) {
+                return;
+            }
             for (int i = first; i < n; i += (int)g.num_blocks) {
                 moe_pull_row(a, source, local, i, row + i, step, g);
             }
@@ -360,7 +391,17 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
     if (a->origin_offset >= 0) {
         moe_write_origins(a, g);
     }
-    moe_dispatch_send(a, num_tokens, step, g);
+    moe_dispatch_pass(a, num_tokens, 0, step, g);
+    if (moe_last_block(&control->pull_published_done, step, g)) {
+        for (int owner = 0; owner < a->num_ranks; ++owner) {
+            /* release: the rows published for Pull experts, to the owner */
+            kernel_store_release_u64(&moe_control(a, owner)->pull_flag[a->rank], step);
+        }
+    }
+    moe_dispatch_pull(a, step, g);
+    for (int pass = 1; pass < moe_send_passes(a); ++pass) {
+        moe_dispatch_pass(a, num_tokens, pass, step, g);
+    }
     if (moe_last_block(&control->dispatch_send_done, step, g)) {
         for (int owner = 0; owner < a->num_ranks; ++owner) {
             /* release: our pushed rows, published rows, pull lists and digest, to the owner */
@@ -373,7 +414,6 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
             moe_check_digests(a);
             moe_watch_push(a, step); /* every Push row is in: the rest of those experts */
         }
-        moe_dispatch_pull(a, step, g);
     }
     if (moe_last_block(&control->dispatch_recv_done, step, g)) {
         moe_dispatch_finish(a, step);

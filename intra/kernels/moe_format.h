@@ -75,6 +75,10 @@ typedef struct intra_moe_control {
      * published to us, and the last step whose expected rows we settled. */
     uint64_t counts_flag[INTRA_MOE_MAX_RANKS];
     uint64_t expected_step;
+    /* [source]: last step whose rows for Pull experts it published to us, and the blocks
+     * of this rank done publishing, summed over steps. */
+    uint64_t pull_flag[INTRA_MOE_MAX_RANKS];
+    uint64_t pull_published_done;
     intra_moe_status_t dispatch_status;
     intra_moe_status_t combine_status;
     intra_moe_status_t net_status; /* the step across nodes (net_kernels.h) */
