@@ -64,25 +64,58 @@ KERNEL_FN void moe_mark_ready(const intra_moe_args_t *a, int local, int32_t rows
 }
 
 /*
- * One thread of the owner: mark each Push expert whose landed rows reached what it expects
- * (Pull experts are marked by the blocks that load them). Sources count a row as landed
- * once it is written. Nothing before the expected counts of this step are settled.
+ * One thread of the owner: once every source's counts are in (not waited for: the caller
+ * tries again later), the rows each local expert gets, at most its capacity; experts that
+ * get none are complete at once. Whether they are settled for this step.
  */
-KERNEL_FN void moe_watch_push(const intra_moe_args_t *a, uint64_t step)
+KERNEL_FN int moe_settle_expected(const intra_moe_args_t *a, uint64_t step)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    int32_t *expected = MOE_AT(a, a->rank, expected, int32_t);
+
+    if (kernel_load_relaxed_u64(&control->expected_step) == step) {
+        return 1;
+    }
+    for (int source = 0; source < a->num_ranks; ++source) {
+        if (kernel_load_relaxed_u64(&control->counts_flag[source]) < step) {
+            return 0;
+        }
+    }
+    kernel_fence_acquire(); /* the counts, released before their flags */
+    for (int l = 0; l < a->experts_per_rank; ++l) {
+        int64_t rows = 0;
+
+        for (int source = 0; source < a->num_ranks; ++source) {
+            rows += MOE_AT(a, source, sent_count, int32_t)[a->rank * a->experts_per_rank + l];
+        }
+        expected[l] = (int32_t)(rows < a->capacity ? rows : a->capacity);
+        if (rows == 0) {
+            moe_mark_ready(a, l, 0, step);
+        }
+    }
+    control->expected_step = step; /* read by this thread alone */
+    return 1;
+}
+
+/*
+ * One thread of the owner (block 0's): mark each local expert whose landed rows reached
+ * what it expects. Push sources and the owner's Pull loads count a row as landed once it
+ * is written. Nothing before every source's counts are in.
+ */
+KERNEL_FN void moe_watch_experts(const intra_moe_args_t *a, uint64_t step)
 {
     const uint32_t *landed = MOE_AT(a, a->rank, landed, uint32_t);
     const int32_t *expected = MOE_AT(a, a->rank, expected, int32_t);
 
-    if (kernel_load_relaxed_u64(&moe_control(a, a->rank)->expected_step) != step) {
+    if (!moe_settle_expected(a, step)) {
         return;
     }
     for (int l = 0; l < a->experts_per_rank; ++l) {
-        if (moe_is_pull(a, a->rank * a->experts_per_rank + l) ||
-            kernel_load_relaxed_u64(&a->ready[l]) >= step) {
+        if (kernel_load_relaxed_u64(&a->ready[l]) >= step) {
             continue;
         }
         if (kernel_load_i32((const int32_t *)&landed[l]) == expected[l]) {
-            kernel_fence_acquire(); /* the sources' rows, released before their counts */
+            kernel_fence_acquire(); /* the rows, written before they were counted */
             moe_mark_ready(a, l, expected[l], step);
         }
     }
@@ -91,7 +124,7 @@ KERNEL_FN void moe_watch_push(const intra_moe_args_t *a, uint64_t step)
 /* One thread: wait until *word reaches the step, from start (kernel_timer); 0, and a
  * report naming `who`, if it never does (the bound for a live peer) or the engine announces
  * a failed rank (a dead one). watch: meanwhile mark the Push experts whose rows are in
- * (moe_watch_push). No acquire: the caller's. */
+ * (moe_watch_experts). No acquire: the caller's. */
 KERNEL_FN int moe_wait_word(const intra_moe_args_t *a, const uint64_t *word, uint64_t step,
                             int who, intra_moe_status_t *status, int watch, uint64_t start)
 {
@@ -108,7 +141,7 @@ KERNEL_FN int moe_wait_word(const intra_moe_args_t *a, const uint64_t *word, uin
             return 0;
         }
         if (watch) {
-            moe_watch_push(a, step);
+            moe_watch_experts(a, step);
         }
         kernel_spin_pause(spins++);
     }

@@ -69,7 +69,7 @@ KERNEL_FN int moe_route(const intra_moe_args_t *a, int token, int k, kernel_grid
 }
 
 /* Passes of the source's sends: Push rows go out by the owners' local expert index, the
- * first experts of every owner first, so that they complete early (moe_watch_push). */
+ * first experts of every owner first, so that they complete early (moe_watch_experts). */
 #define INTRA_MOE_SEND_PASSES 8
 
 KERNEL_FN int moe_send_passes(const intra_moe_args_t *a)
@@ -116,7 +116,7 @@ KERNEL_FN void moe_dispatch_pass(const intra_moe_args_t *a, int num_tokens, int 
             }
         }
         if (g.block == 0 && KERNEL_LEADER(g)) {
-            moe_watch_push(a, step);
+            moe_watch_experts(a, step);
         }
     }
     kernel_block_sync(); /* the first pass's route entries, for the block's next ones */
@@ -176,43 +176,17 @@ KERNEL_FN void moe_publish_counts(const intra_moe_args_t *a, uint64_t step)
     }
 }
 
-/* Owner role, one thread: once every source's counts are in, the rows each local expert
- * gets (at most its capacity); experts that get none are complete at once. */
-KERNEL_FN void moe_settle_expected(const intra_moe_args_t *a, uint64_t step)
-{
-    intra_moe_control_t *control = moe_control(a, a->rank);
-    int32_t *expected = MOE_AT(a, a->rank, expected, int32_t);
-
-    if (!moe_wait_words(a, control->counts_flag, step, &control->dispatch_status, 0)) {
-        return; /* reported; the experts are not marked, the step fails */
-    }
-    for (int l = 0; l < a->experts_per_rank; ++l) {
-        int64_t rows = 0;
-
-        for (int source = 0; source < a->num_ranks; ++source) {
-            rows += MOE_AT(a, source, sent_count, int32_t)[a->rank * a->experts_per_rank + l];
-        }
-        expected[l] = (int32_t)(rows < a->capacity ? rows : a->capacity);
-        if (rows == 0) {
-            moe_mark_ready(a, l, 0, step);
-        }
-    }
-    kernel_store_release_u64(&control->expected_step, step);
-}
-
-/* Owner role, after its block loaded a row of Pull expert `local`: count it, and mark the
- * expert once it has every row. */
+/* Owner role, after its block loaded a row of Pull expert `local`: count it as landed
+ * (block 0 marks the expert complete, moe_watch_experts). */
 KERNEL_FN void moe_pull_landed(const intra_moe_args_t *a, int local, uint64_t step,
                                kernel_grid_t g)
 {
     kernel_fence_system(); /* this thread's part of the row */
     kernel_block_sync();
     if (KERNEL_LEADER(g)) {
-        uint32_t rows = kernel_atomic_add_u32(MOE_AT(a, a->rank, landed, uint32_t) + local, 1) + 1;
-
-        if ((int32_t)rows == MOE_AT(a, a->rank, expected, int32_t)[local]) {
-            kernel_fence_acquire(); /* the other blocks' rows of this expert */
-            moe_mark_ready(a, local, (int32_t)rows, step);
+        kernel_atomic_add_u32(MOE_AT(a, a->rank, landed, uint32_t) + local, 1);
+        if (g.block == 0) {
+            moe_watch_experts(a, step);
         }
     }
 }
@@ -264,20 +238,17 @@ KERNEL_FN int moe_block_wait(const intra_moe_args_t *a, const uint64_t *word, ui
 }
 
 /*
- * Owner role: load the rows of Pull experts, sources in rank order, spread over blocks. It
- * runs once the expected counts are settled (so the pull lists of every source are seen),
- * and waits for a source's published rows only where that source has rows for the expert:
- * a Pull expert is complete without waiting for the sources that send it nothing, or for
- * any source's Push rows.
+ * Owner role: load the rows of Pull experts, sources in rank order, spread over blocks. A
+ * source's pull lists are read once its counts are in, and its rows once it published
+ * them (right after its first pass); a source without rows for the expert is not waited
+ * for. So a Pull expert waits neither for any source's Push rows nor for a source that
+ * sends it nothing.
  */
 KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, uint64_t step, kernel_grid_t g)
 {
     intra_moe_control_t *control = moe_control(a, a->rank);
     uint64_t seen = 0; /* rows before the current list, over all lists */
 
-    if (!moe_block_wait(a, &control->expected_step, step, a->rank, g)) {
-        return;
-    }
     for (int local = 0; local < a->experts_per_rank; ++local) {
         int row = 0;
 
@@ -285,13 +256,13 @@ KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, uint64_t step, kerne
             continue;
         }
         for (int source = 0; source < a->num_ranks; ++source) {
-            int n = moe_pull_count(a, source, local);
-            int first = (int)((g.block + g.num_blocks - seen % g.num_blocks) % g.num_blocks);
+            int n, first = (int)((g.block + g.num_blocks - seen % g.num_blocks) % g.num_blocks);
 
-            if (n == 0) {
-                continue;
+            if (!moe_block_wait(a, &control->counts_flag[source], step, source, g)) {
+                return;
             }
-            if (!moe_block_wait(a, &control->pull_flag[source], step, source, g)) {
+            n = moe_pull_count(a, source, local);
+            if (n > 0 && !moe_block_wait(a, &control->pull_flag[source], step, source, g)) {
                 return;
             }
             for (int i = first; i < n; i += (int)g.num_blocks) {
@@ -386,7 +357,6 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
         control->digest = a->digest; /* published by the fence before our flags */
         moe_build_pull_lists(a, num_tokens);
         moe_publish_counts(a, step);
-        moe_settle_expected(a, step);
     }
     if (a->origin_offset >= 0) {
         moe_write_origins(a, g);
@@ -412,7 +382,7 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
                        g.block == 0, g)) {
         if (g.block == 0 && KERNEL_LEADER(g)) {
             moe_check_digests(a);
-            moe_watch_push(a, step); /* every Push row is in: the rest of those experts */
+            moe_watch_experts(a, step); /* every Push row is in: the rest of those experts */
         }
     }
     if (moe_last_block(&control->dispatch_recv_done, step, g)) {
