@@ -286,19 +286,15 @@ strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *rec
 }
 
 /* Whether a step's node dispatch was launched whose experts can be waited for. */
-static strata_status_t sched_expert_wait_check(const sched_moe_t *moe, int32_t *rows_p)
+static strata_status_t sched_expert_wait_check(const sched_moe_t *moe, const char *call)
 {
-    if (rows_p == NULL) {
-        UTIL_LOG_ERROR("moe: expert_wait without a place for the row count");
-        return STRATA_ERR_INVALID;
-    }
     if (moe->cur.state == SCHED_STEP_FAILED) {
-        return sched_refuse_mid_step(moe, "expert_wait");
+        return sched_refuse_mid_step(moe, call);
     }
     if (moe->cur.state == SCHED_STEP_DISPATCH_SENT ||
         intra_moe_dispatches(moe->intra) == 0) {
-        UTIL_LOG_ERROR("moe: expert_wait before dispatch_recv: it launches the node's "
-                       "dispatch (on a stream it returns without waiting); call it first");
+        UTIL_LOG_ERROR("moe: %s before dispatch_recv: it launches the node's dispatch (on "
+                       "a stream it returns without waiting); call it first", call);
         return STRATA_ERR_INVALID;
     }
     return STRATA_OK;
@@ -309,8 +305,12 @@ strata_status_t sched_moe_expert_wait(sched_moe_t *moe, int expert, int64_t time
 {
     uint64_t bound = timeout_ns < 0 ? moe->timeout_ns : (uint64_t)timeout_ns;
     uint64_t start = util_clock_now_ns();
-    strata_status_t status = sched_expert_wait_check(moe, rows_p);
+    strata_status_t status = rows_p != NULL ? sched_expert_wait_check(moe, "expert_wait")
+                                            : STRATA_ERR_INVALID;
 
+    if (rows_p == NULL) {
+        UTIL_LOG_ERROR("moe: expert_wait without a place for the row count");
+    }
     for (uint32_t polls = 0; status == STRATA_OK; ++polls) {
         bool ready;
 
@@ -329,6 +329,16 @@ strata_status_t sched_moe_expert_wait(sched_moe_t *moe, int expert, int64_t time
             return STRATA_ERR_TIMEOUT; /* the step goes on */
         }
         util_sleep_ns(polls < 1000 ? 0 : UTIL_NSEC_PER_USEC * 20);
+    }
+    return status;
+}
+
+strata_status_t sched_moe_expert_wait_stream(sched_moe_t *moe, int expert, void *stream)
+{
+    strata_status_t status = sched_expert_wait_check(moe, "expert_wait_stream");
+
+    if (status == STRATA_OK) {
+        status = intra_moe_enqueue_expert_wait(moe->intra, expert, stream);
     }
     return status;
 }

@@ -315,6 +315,22 @@ STRATA_API strata_status_t strata_moe_expert_wait(strata_moe_t *moe, int local_e
     return sched_moe_expert_wait(moe->sched, local_expert, timeout_ns, rows_p);
 }
 
+STRATA_API strata_status_t strata_moe_expert_wait_stream(strata_moe_t *moe, int local_expert,
+                                                         void *stream)
+{
+    api_gpu_scope_t scope;
+    strata_status_t status;
+
+    if (moe == NULL) {
+        UTIL_LOG_ERROR("strata_moe_expert_wait_stream: NULL object");
+        return STRATA_ERR_INVALID;
+    }
+    api_moe_enter(moe, &scope);
+    status = sched_moe_expert_wait_stream(moe->sched, local_expert, stream);
+    api_gpu_leave(&scope);
+    return status;
+}
+
 STRATA_API strata_status_t strata_moe_set_stream(strata_moe_t *moe, void *stream)
 {
     api_gpu_scope_t scope;

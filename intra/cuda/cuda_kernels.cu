@@ -24,6 +24,7 @@ CUDA_MOE_ENTRY(net_recv, intra_net_recv_body)
 CUDA_MOE_ENTRY(net_index, intra_net_index_body)
 CUDA_MOE_ENTRY(net_return, intra_net_return_body)
 CUDA_MOE_ENTRY(net_terms, intra_net_terms_body)
+CUDA_MOE_ENTRY(expert_wait, intra_moe_expert_wait_body)
 
 /* The entry point of a kernel id; NULL for an id that names none. */
 static void (*cuda_moe_entry(int kernel))(intra_moe_args_t)
@@ -47,6 +48,8 @@ static void (*cuda_moe_entry(int kernel))(intra_moe_args_t)
         return cuda_moe_net_return;
     case INTRA_MOE_KERNEL_NET_TERMS:
         return cuda_moe_net_terms;
+    case INTRA_MOE_KERNEL_EXPERT_WAIT:
+        return cuda_moe_expert_wait;
     default:
         return NULL;
     }

@@ -41,6 +41,9 @@ void host_moe_run_block(intra_moe_kernel_t kernel, const intra_moe_args_t *args,
     case INTRA_MOE_KERNEL_NET_TERMS:
         intra_net_terms_body(args, grid);
         break;
+    case INTRA_MOE_KERNEL_EXPERT_WAIT:
+        intra_moe_expert_wait_body(args, grid);
+        break;
     case INTRA_MOE_KERNELS:
         break;
     }

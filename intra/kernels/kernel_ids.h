@@ -16,6 +16,7 @@ typedef enum intra_moe_kernel {
     INTRA_MOE_KERNEL_NET_INDEX,
     INTRA_MOE_KERNEL_NET_RETURN,
     INTRA_MOE_KERNEL_NET_TERMS,
+    INTRA_MOE_KERNEL_EXPERT_WAIT, /* on another stream: one expert's rows are all in */
     INTRA_MOE_KERNELS
 } intra_moe_kernel_t;
 
@@ -23,7 +24,8 @@ typedef enum intra_moe_kernel {
  * so no other block (on the host backend: no worker thread) is woken for nothing. */
 static inline int intra_moe_kernel_one_block(intra_moe_kernel_t kernel)
 {
-    return kernel == INTRA_MOE_KERNEL_NET_RECV || kernel == INTRA_MOE_KERNEL_NET_TERMS;
+    return kernel == INTRA_MOE_KERNEL_NET_RECV || kernel == INTRA_MOE_KERNEL_NET_TERMS ||
+           kernel == INTRA_MOE_KERNEL_EXPERT_WAIT;
 }
 
 #endif

@@ -121,6 +121,31 @@ KERNEL_FN void moe_watch_experts(const intra_moe_args_t *a, uint64_t step)
     }
 }
 
+/*
+ * A wait on another stream until local expert args->wait_expert of step args->wait_step is
+ * complete (strata_moe_expert_wait_stream): work enqueued after it there sees its rows. One
+ * thread; it reports nothing: where the step fails, its own kernels report that, and this
+ * ends at the engine's failure word or the object's bound.
+ */
+KERNEL_FN void intra_moe_expert_wait_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    uint64_t start = kernel_timer();
+    uint32_t spins = 0;
+
+    if (g.block != 0 || !KERNEL_LEADER(g)) {
+        return;
+    }
+    while (kernel_load_relaxed_u64(&a->ready[a->wait_expert]) < a->wait_step) {
+        if ((spins % KERNEL_FAILURE_EVERY == 0 && a->failure != 0 &&
+             kernel_load_i32(a->failure) != 0) ||
+            kernel_timer() - start > a->timeout_ticks) {
+            return;
+        }
+        kernel_spin_pause(spins++);
+    }
+    kernel_fence_acquire(); /* the rows, released before the mark */
+}
+
 /* One thread: wait until *word reaches the step, from start (kernel_timer); 0, and a
  * report naming `who`, if it never does (the bound for a live peer) or the engine announces
  * a failed rank (a dead one). watch: meanwhile mark the Push experts whose rows are in

@@ -168,6 +168,8 @@ typedef struct intra_moe_args {
      * landed in each local expert's block, and how many there are (written before it). */
     uint64_t      *ready;           /* [experts_per_rank] */
     int32_t       *ready_rows;      /* [experts_per_rank] */
+    int32_t        wait_expert;     /* the expert-wait kernel's: which expert, which step */
+    uint64_t       wait_step;
     intra_moe_source_t *public_src; /* sources: [experts_per_rank][capacity] as the API has them */
     int32_t       *public_count;    /* sources: [experts_per_rank] */
     intra_net_args_t net;           /* the network kernels' (net_kernels.h); ring NULL: none */

@@ -382,6 +382,7 @@ void intra_moe_destroy(intra_moe_t *moe)
         return;
     }
     moe->device->queue_destroy(moe->queue);
+    intra_moe_release_waits(moe); /* their kernels read the marks */
     if (moe->ready_host != NULL) {
         moe->device->host_free(moe->ready_host);
     }

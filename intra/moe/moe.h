@@ -199,6 +199,16 @@ int             intra_moe_waited_for(const intra_moe_t *moe, bool *local_p);
 uint64_t        intra_moe_dispatches(const intra_moe_t *moe);
 strata_status_t intra_moe_expert_ready(const intra_moe_t *moe, int e, bool *ready_p,
                                        int32_t *rows_p);
+/**
+ * Enqueue on the caller's stream a wait until local expert e's rows of the last dispatch
+ * launched are all in: work enqueued after it there reads them. The wait ends as well at
+ * a failed rank or the object's bound, without a report (the step's kernels report).
+ * STRATA_ERR_UNSUPPORTED while that stream is captured; STRATA_ERR_INVALID: e out of
+ * range, no stream, or no dispatch yet.
+ */
+strata_status_t intra_moe_enqueue_expert_wait(intra_moe_t *moe, int e, void *stream);
+/** The queues of those waits, each waited for (before the marks they read go). */
+void            intra_moe_release_waits(intra_moe_t *moe);
 /** The mapped words' size for experts_per_rank experts (the object's own allocation). */
 size_t          intra_moe_ready_bytes(int experts_per_rank);
 

@@ -7,6 +7,8 @@
 #include "intra/intra.h"
 #include "util/util.h"
 
+#define MOE_WAIT_QUEUES 4
+
 typedef enum moe_state {
     MOE_EXPECT_DISPATCH,
     MOE_EXPECT_COMBINE,
@@ -27,6 +29,13 @@ struct intra_moe {
     bool                      waited_local; /* waited_for is a local rank, else a global one */
     int32_t                  *counts;    /* [experts_per_rank], host copy */
     uint64_t                  dispatches; /* dispatch kernels launched */
+    /* Queues of the expert-wait kernel, each bound to one caller's stream for good (a
+     * queue that changed streams would order the new stream after the old one). */
+    struct {
+        void          *stream;
+        intra_queue_t *queue;
+    } waits[MOE_WAIT_QUEUES];
+    unsigned                  next_wait; /* the slot taken when all are bound */
     void                     *ready_host; /* the kernels' per-expert marks (intra_moe_ready_bytes) */
     intra_moe_recv_t          recv;
 };

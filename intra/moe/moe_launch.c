@@ -4,6 +4,8 @@
  */
 #include "moe_internal.h"
 
+#include <inttypes.h>
+
 #include <string.h>
 
 static bool moe_misaligned(const void *ptr)
@@ -289,4 +291,76 @@ strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
                                                        out);
 
     return status == STRATA_OK ? intra_moe_synchronize(moe) : status;
+}
+
+/* The expert-wait queue bound to stream: found, or made in a free slot (or the oldest one's,
+ * whose stream is waited for first). */
+static strata_status_t moe_wait_queue(intra_moe_t *moe, void *stream, intra_queue_t **queue_p)
+{
+    unsigned slot = MOE_WAIT_QUEUES;
+    strata_status_t status;
+
+    for (unsigned i = 0; i < MOE_WAIT_QUEUES; ++i) {
+        if (moe->waits[i].queue != NULL && moe->waits[i].stream == stream) {
+            *queue_p = moe->waits[i].queue;
+            return STRATA_OK;
+        }
+        if (moe->waits[i].queue == NULL && slot == MOE_WAIT_QUEUES) {
+            slot = i;
+        }
+    }
+    if (slot == MOE_WAIT_QUEUES) {
+        slot = moe->next_wait++ % MOE_WAIT_QUEUES;
+        moe->device->queue_destroy(moe->waits[slot].queue);
+        moe->waits[slot].queue = NULL;
+    }
+    status = moe->device->queue_create(1, &moe->waits[slot].queue);
+    if (status == STRATA_OK) {
+        status = moe->device->queue_set_stream(moe->waits[slot].queue, stream);
+        if (status != STRATA_OK) {
+            moe->device->queue_destroy(moe->waits[slot].queue);
+            moe->waits[slot].queue = NULL;
+        }
+    }
+    moe->waits[slot].stream = stream;
+    *queue_p = moe->waits[slot].queue;
+    return status;
+}
+
+strata_status_t intra_moe_enqueue_expert_wait(intra_moe_t *moe, int e, void *stream)
+{
+    intra_moe_args_t a = moe->args;
+    intra_queue_t *queue;
+    bool capturing = false;
+    strata_status_t status;
+
+    if (e < 0 || e >= moe->args.experts_per_rank || stream == NULL || moe->dispatches == 0) {
+        UTIL_LOG_ERROR("moe: a wait for local expert %d (of %d) on stream %p after %" PRIu64
+                       " dispatches: it needs one of this rank's experts, a stream and a "
+                       "dispatch launched", e, moe->args.experts_per_rank, stream,
+                       moe->dispatches);
+        return STRATA_ERR_INVALID;
+    }
+    status = moe_wait_queue(moe, stream, &queue);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (moe->device->queue_capturing(queue, &capturing) == STRATA_OK && capturing) {
+        UTIL_LOG_ERROR("moe: an expert wait inside a stream capture: a replay would wait for "
+                       "the step it was captured in");
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    a.wait_expert = e;
+    a.wait_step   = moe->dispatches;
+    return moe->device->moe_launch(queue, INTRA_MOE_KERNEL_EXPERT_WAIT, &a);
+}
+
+void intra_moe_release_waits(intra_moe_t *moe)
+{
+    for (unsigned i = 0; i < MOE_WAIT_QUEUES; ++i) {
+        if (moe->waits[i].queue != NULL) {
+            moe->device->queue_destroy(moe->waits[i].queue);
+            moe->waits[i].queue = NULL;
+        }
+    }
 }

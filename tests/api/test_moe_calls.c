@@ -6,7 +6,8 @@
  * strata_moe_dispatch reuses its own layout across steps of different
  * sizes, skipping bad ids (STRATA_ERR_INVALID, the step completed) and refusing a dispatch
  * while a step is in progress; a layout outliving its object is refused by a new object,
- * even one allocated where the old one was; every result is exact.
+ * even one allocated where the old one was; per-expert completion's calls are refused
+ * where they must be; every result is exact.
  */
 #include <strata/strata.h>
 
@@ -320,6 +321,69 @@ static void test_abort_step(void **state)
     check(f, 4);
 }
 
+/*
+ * Per-expert completion's calls: refused before any dispatch_recv (on a new object, and
+ * between dispatch_send and dispatch_recv), for an expert that is not local, without a place
+ * for the count, without a stream or with one that is no stream, and on a stream being
+ * captured; after a dispatch without a stream every expert is complete at once, with the
+ * count the recv has.
+ */
+static void test_expert_wait_calls(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = TOKENS, .mode = STRATA_MOE_MODE_PUSH};
+    strata_moe_layout_t *layout;
+    strata_moe_recv_t recv;
+    strata_moe_t *fresh;
+    int32_t rows = -1;
+    void *stream;
+
+    assert_int_equal(strata_moe_expert_wait(NULL, 0, 0, &rows), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait_stream(NULL, 0, NULL), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_create(f->comm, &p, &fresh), STRATA_OK);
+    log_capture_start();
+    assert_int_equal(strata_moe_expert_wait(fresh, 0, 0, &rows), STRATA_ERR_INVALID);
+    log_capture_stop();
+    assert_true(log_captured("expert_wait before dispatch_recv", NULL, NULL));
+    strata_moe_destroy(fresh);
+
+    fill(f, TOKENS);
+    assert_int_equal(strata_moe_layout_create(f->moe, f->idx, TOKENS, &layout), STRATA_OK);
+    assert_int_equal(strata_moe_dispatch_send(f->moe, layout, f->x, NULL), STRATA_OK);
+    assert_int_equal(strata_moe_expert_wait(f->moe, 0, 0, &rows), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_dispatch_recv(f->moe, &recv), STRATA_OK);
+    for (int e = 0; e < recv.num_local_experts; ++e) {
+        assert_int_equal(strata_moe_expert_wait(f->moe, e, 0, &rows), STRATA_OK);
+        assert_int_equal(rows, recv.count[e]);
+    }
+    assert_int_equal(strata_moe_expert_wait(f->moe, EXPERTS, 0, &rows), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait(f->moe, -1, 0, &rows), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait(f->moe, 0, 0, NULL), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait_stream(f->moe, 0, NULL), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait_stream(f->moe, 0, f), STRATA_ERR_INVALID);
+    assert_int_equal(strata_comm_stream_create(f->comm, &stream), STRATA_OK);
+    assert_int_equal(strata_moe_expert_wait_stream(f->moe, EXPERTS, stream),
+                     STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait_stream(f->moe, 1, stream), STRATA_OK);
+    assert_int_equal(strata_comm_stream_synchronize(f->comm, stream), STRATA_OK);
+    host_stream_set_capturing(stream, true);
+    log_capture_start();
+    assert_int_equal(strata_moe_expert_wait_stream(f->moe, 1, stream), STRATA_ERR_UNSUPPORTED);
+    log_capture_stop();
+    assert_true(log_captured("an expert wait inside a stream capture", NULL, NULL));
+    host_stream_set_capturing(stream, false);
+    memcpy(recv.expert_y, recv.x, (size_t)recv.num_local_experts * (size_t)recv.capacity *
+                                      recv.row_bytes);
+    assert_int_equal(strata_moe_combine(f->moe, NULL, f->w, f->out), STRATA_OK);
+    check(f, TOKENS);
+    strata_moe_layout_destroy(layout);
+    strata_moe_destroy(f->moe); /* its wait queue on the stream goes first */
+    strata_comm_stream_destroy(f->comm, stream);
+    assert_int_equal(strata_moe_create(f->comm, &p, &f->moe), STRATA_OK);
+}
+
 /* A layout of no tokens needs no topk_idx; a bad count or a missing topk_idx is refused
  * with a line saying which. */
 static void test_layout_arguments(void **state)
@@ -403,6 +467,7 @@ int main(void)
         cmocka_unit_test(test_bad_ids_skipped),
         cmocka_unit_test(test_dispatch_during_a_step),
         cmocka_unit_test(test_abort_step),
+        cmocka_unit_test(test_expert_wait_calls),
         cmocka_unit_test(test_layout_arguments),
         cmocka_unit_test(test_layout_of_a_destroyed_object),
     };

@@ -37,7 +37,8 @@
  * lack exactly the terms of its experts (none where it aborted after combine_send) with
  * STRATA_ERR_CANCELLED where they lack any, and every later step must stay exact. With
  * --expert-wait 1 each rank waits for its local experts one by one
- * (strata_moe_expert_wait) before the dispatch is known to be done, and copies each
+ * (strata_moe_expert_wait; 2: strata_moe_expert_wait_stream on a stream of its own, then
+ * the host for that stream) before the dispatch is known to be done, and copies each
  * expert's rows the moment its wait returns: after the dispatch those copies must equal
  * the expert's rows then, as many as it counts (a mark set before the last row landed
  * fails here; with --streams the kernels are still running when the waits begin).
@@ -66,8 +67,12 @@ bad_input_t g_bad_kind = BAD_NONE;
 int           g_abort_rank = -1;
 abort_point_t g_abort_at   = ABORT_NONE;
 
-/* --expert-wait: each expert's rows as they were when its wait returned. */
-static bool g_expert_wait;
+/* --expert-wait: each expert's rows as they were when its wait returned; 1: waited for on
+ * the host, 2: on a stream of its own (strata_moe_expert_wait_stream), which the host then
+ * waits for. */
+static int            g_expert_wait;
+static void          *g_wait_stream;
+static strata_comm_t *g_comm;
 
 typedef struct expert_copies {
     int32_t       *rows; /* [num_local_experts] */
@@ -188,7 +193,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--odd-route")) o->odd_route = atoi(v);
         else if (!strcmp(k, "--refused")) o->refused = v;
         else if (!strcmp(k, "--streams")) o->streams = atoi(v) != 0;
-        else if (!strcmp(k, "--expert-wait")) g_expert_wait = atoi(v) != 0;
+        else if (!strcmp(k, "--expert-wait")) g_expert_wait = atoi(v);
         else CHECK(0, "unknown option %s", k);
     }
     o->c.seed = seed ? (unsigned)strtoul(seed, NULL, 10) : 12345u;
@@ -207,8 +212,21 @@ static strata_status_t copy_experts(rank_state_t *r, const strata_moe_recv_t *re
     copies->x    = malloc((size_t)recv->num_local_experts * block + 1);
     CHECK(copies->rows != NULL && copies->x != NULL, "memory");
     for (int e = 0; e < recv->num_local_experts; ++e) {
-        strata_status_t status = strata_moe_expert_wait(r->moe, e, -1, &copies->rows[e]);
+        strata_status_t status;
 
+        if (g_expert_wait == 2) { /* the stream's wait done: the mark is there */
+            status = strata_moe_expert_wait_stream(r->moe, e, g_wait_stream);
+            if (status == STRATA_OK) {
+                status = strata_comm_stream_synchronize(g_comm, g_wait_stream);
+            }
+            if (status == STRATA_OK) {
+                status = strata_moe_expert_wait(r->moe, e, 0, &copies->rows[e]);
+                CHECK(status != STRATA_ERR_TIMEOUT, "expert %d is not complete once the wait "
+                      "on a stream is done", recv->first_expert + e);
+            }
+        } else {
+            status = strata_moe_expert_wait(r->moe, e, -1, &copies->rows[e]);
+        }
         if (status != STRATA_OK) {
             return status;
         }
@@ -604,6 +622,10 @@ int main(int argc, char **argv)
     parse(argc, argv, &o);
     CHECK(strata_bootstrap_from_env(&bs) == STRATA_OK, "bootstrap");
     CHECK(strata_comm_create(NULL, bs, &comm) == STRATA_OK, "comm_create");
+    g_comm = comm;
+    if (g_expert_wait == 2) {
+        CHECK(strata_comm_stream_create(comm, &g_wait_stream) == STRATA_OK, "stream_create");
+    }
     g_rank  = strata_comm_rank(comm);
     r.rank  = g_rank;
     r.world = strata_comm_size(comm);
@@ -753,6 +775,7 @@ int main(int argc, char **argv)
     }
     strata_moe_destroy(objects[0]);
     strata_moe_destroy(objects[1]);
+    strata_comm_stream_destroy(comm, g_wait_stream);
     strata_comm_destroy(comm);
     strata_bootstrap_destroy(bs);
     free_state(&r);

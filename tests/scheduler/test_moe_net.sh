@@ -41,10 +41,11 @@ case_run "2x2 hierarchical, pull, flushed by loopback reads" 4 "$ok" -- $calm ST
 over_line=
 # Stream-ordered steps on two host streams, changing every step, nothing waited for between
 # steps: the object alone orders a step after the last one, still running on the other stream.
-# Each rank waits for its experts one by one (strata_moe_expert_wait) while the kernels run,
+# Each rank waits for its experts one by one (strata_moe_expert_wait, or on a stream of its
+# own: strata_moe_expert_wait_stream) while the kernels run,
 # and copies each expert's rows the moment its wait returns: they must be its final rows.
 case_run "2x2 flat, streams changing every step, experts waited for" 4 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 40) --streams 1 --expert-wait 1
-case_run "2x2 hierarchical, fp8, streams changing every step, experts waited for, 3 blocks" 4 "$ok" -- $calm STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 40) --streams 1 --expert-wait 1 --dtype fp8 --hidden 256
+case_run "2x2 hierarchical, fp8, streams changing every step, experts waited for on a stream, 3 blocks" 4 "$ok" -- $calm STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 40) --streams 1 --expert-wait 2 --dtype fp8 --hidden 256
 # Two objects at once, one per route, steps alternating between them.
 case_run "2x2, a flat and a hierarchical object at once" 4 "$ok" -- $calm -- -n 4 --nodes 2 -- --steps $(steps 40) --two 1
 # Adaptive: a trace whose hot experts move every 10 steps; the owners switch experts between

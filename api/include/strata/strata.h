@@ -552,6 +552,20 @@ STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
  */
 STRATA_API strata_status_t strata_moe_expert_wait(strata_moe_t *moe, int local_expert,
                                                   int64_t timeout_ns, int32_t *rows_p);
+/**
+ * strata_moe_expert_wait on the device: enqueue on stream (a cudaStream_t or hipStream_t of
+ * the rank's GPU, or a host stream of strata_comm_stream_create; not the object's own, where
+ * the dispatch runs) a wait until local_expert's rows of the step are all in, and return;
+ * kernels enqueued after it on that stream read them. The host waits for nothing. If the
+ * step fails the wait ends within the object's bounds, and strata_moe_synchronize reports
+ * the failure: work behind the wait must not trust the rows then. After dispatch_recv, as
+ * strata_moe_expert_wait; STRATA_ERR_UNSUPPORTED while stream is captured (a replay would
+ * wait for the step it was captured in); STRATA_ERR_INVALID for an expert that is not
+ * local or a NULL or foreign stream. Up to 4 streams keep a queue of their own; a fifth
+ * makes the oldest one's stream finish its work first.
+ */
+STRATA_API strata_status_t strata_moe_expert_wait_stream(strata_moe_t *moe, int local_expert,
+                                                         void *stream);
 
 /**
  * First half of combine: return the experts' outputs (expert_y:
