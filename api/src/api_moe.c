@@ -20,6 +20,24 @@ static void api_moe_enter(const strata_moe_t *moe, api_gpu_scope_t *scope)
     api_gpu_enter(moe->comm->device, moe->comm->gpu_ordinal, scope);
 }
 
+/*
+ * The body of an entry that takes the object: NULL refused, naming the entry; the call made
+ * with the object's GPU current, and the caller's restored after it.
+ */
+#define API_MOE_CALL(moe, call) \
+    do { \
+        api_gpu_scope_t scope_; \
+        strata_status_t status_; \
+        if ((moe) == NULL) { \
+            UTIL_LOG_ERROR("%s: NULL object", __func__); \
+            return STRATA_ERR_INVALID; \
+        } \
+        api_moe_enter((moe), &scope_); \
+        status_ = (call); \
+        api_gpu_leave(&scope_); \
+        return status_; \
+    } while (0)
+
 /* What each rank gives to the object's first collective. */
 typedef struct api_moe_hello {
     uint64_t      pid;   /* with the clock and a count: the object's key, from rank 0's */
@@ -182,32 +200,12 @@ STRATA_API strata_status_t strata_moe_dispatch_send(strata_moe_t *moe,
                                                     const strata_moe_layout_t *layout,
                                                     const void *x, const float *x_scales)
 {
-    api_gpu_scope_t scope;
-    strata_status_t status;
-
-    if (moe == NULL) {
-        UTIL_LOG_ERROR("strata_moe_dispatch_send: NULL object");
-        return STRATA_ERR_INVALID;
-    }
-    api_moe_enter(moe, &scope);
-    status = sched_moe_dispatch_send(moe->sched, layout, x, x_scales);
-    api_gpu_leave(&scope);
-    return status;
+    API_MOE_CALL(moe, sched_moe_dispatch_send(moe->sched, layout, x, x_scales));
 }
 
 STRATA_API strata_status_t strata_moe_dispatch_recv(strata_moe_t *moe, strata_moe_recv_t *recv_p)
 {
-    api_gpu_scope_t scope;
-    strata_status_t status;
-
-    if (moe == NULL) {
-        UTIL_LOG_ERROR("strata_moe_dispatch_recv: NULL object");
-        return STRATA_ERR_INVALID;
-    }
-    api_moe_enter(moe, &scope);
-    status = sched_moe_dispatch_recv(moe->sched, recv_p);
-    api_gpu_leave(&scope);
-    return status;
+    API_MOE_CALL(moe, sched_moe_dispatch_recv(moe->sched, recv_p));
 }
 
 /* Both halves of a dispatch with a layout made for this call. */
@@ -252,33 +250,13 @@ STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
 
 STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void *expert_y)
 {
-    api_gpu_scope_t scope;
-    strata_status_t status;
-
-    if (moe == NULL) {
-        UTIL_LOG_ERROR("strata_moe_combine_send: NULL object");
-        return STRATA_ERR_INVALID;
-    }
-    api_moe_enter(moe, &scope);
-    status = sched_moe_combine_send(moe->sched, expert_y);
-    api_gpu_leave(&scope);
-    return status;
+    API_MOE_CALL(moe, sched_moe_combine_send(moe->sched, expert_y));
 }
 
 STRATA_API strata_status_t strata_moe_combine_recv(strata_moe_t *moe, const float *topk_weights,
                                                    void *out)
 {
-    api_gpu_scope_t scope;
-    strata_status_t status;
-
-    if (moe == NULL) {
-        UTIL_LOG_ERROR("strata_moe_combine_recv: NULL object");
-        return STRATA_ERR_INVALID;
-    }
-    api_moe_enter(moe, &scope);
-    status = sched_moe_combine_recv(moe->sched, topk_weights, out);
-    api_gpu_leave(&scope);
-    return status;
+    API_MOE_CALL(moe, sched_moe_combine_recv(moe->sched, topk_weights, out));
 }
 
 STRATA_API strata_status_t strata_moe_combine(strata_moe_t *moe, const void *expert_y,
@@ -291,17 +269,7 @@ STRATA_API strata_status_t strata_moe_combine(strata_moe_t *moe, const void *exp
 
 STRATA_API strata_status_t strata_moe_abort_step(strata_moe_t *moe)
 {
-    api_gpu_scope_t scope;
-    strata_status_t status;
-
-    if (moe == NULL) {
-        UTIL_LOG_ERROR("strata_moe_abort_step: NULL object");
-        return STRATA_ERR_INVALID;
-    }
-    api_moe_enter(moe, &scope);
-    status = sched_moe_abort_step(moe->sched);
-    api_gpu_leave(&scope);
-    return status;
+    API_MOE_CALL(moe, sched_moe_abort_step(moe->sched));
 }
 
 STRATA_API strata_status_t strata_moe_expert_wait(strata_moe_t *moe, int local_expert,
@@ -318,47 +286,17 @@ STRATA_API strata_status_t strata_moe_expert_wait(strata_moe_t *moe, int local_e
 STRATA_API strata_status_t strata_moe_expert_wait_stream(strata_moe_t *moe, int local_expert,
                                                          void *stream)
 {
-    api_gpu_scope_t scope;
-    strata_status_t status;
-
-    if (moe == NULL) {
-        UTIL_LOG_ERROR("strata_moe_expert_wait_stream: NULL object");
-        return STRATA_ERR_INVALID;
-    }
-    api_moe_enter(moe, &scope);
-    status = sched_moe_expert_wait_stream(moe->sched, local_expert, stream);
-    api_gpu_leave(&scope);
-    return status;
+    API_MOE_CALL(moe, sched_moe_expert_wait_stream(moe->sched, local_expert, stream));
 }
 
 STRATA_API strata_status_t strata_moe_set_stream(strata_moe_t *moe, void *stream)
 {
-    api_gpu_scope_t scope;
-    strata_status_t status;
-
-    if (moe == NULL) {
-        UTIL_LOG_ERROR("strata_moe_set_stream: NULL object");
-        return STRATA_ERR_INVALID;
-    }
-    api_moe_enter(moe, &scope);
-    status = sched_moe_set_stream(moe->sched, stream);
-    api_gpu_leave(&scope);
-    return status;
+    API_MOE_CALL(moe, sched_moe_set_stream(moe->sched, stream));
 }
 
 STRATA_API strata_status_t strata_moe_synchronize(strata_moe_t *moe)
 {
-    api_gpu_scope_t scope;
-    strata_status_t status;
-
-    if (moe == NULL) {
-        UTIL_LOG_ERROR("strata_moe_synchronize: NULL object");
-        return STRATA_ERR_INVALID;
-    }
-    api_moe_enter(moe, &scope);
-    status = sched_moe_synchronize(moe->sched);
-    api_gpu_leave(&scope);
-    return status;
+    API_MOE_CALL(moe, sched_moe_synchronize(moe->sched));
 }
 
 STRATA_API strata_status_t strata_moe_memory_estimate(const strata_moe_params_t *params,
