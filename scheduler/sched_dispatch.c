@@ -300,6 +300,23 @@ static strata_status_t sched_expert_wait_check(const sched_moe_t *moe, const cha
     return STRATA_OK;
 }
 
+/* A rank failed during the wait: the kernels end within their bounds and say how; where
+ * they finished the dispatch first, the expert is complete all the same. */
+static strata_status_t sched_expert_after_failure(sched_moe_t *moe, int expert,
+                                                  int32_t *rows_p)
+{
+    strata_status_t status = sched_drain(moe, "waiting for an expert's rows");
+    bool ready = false;
+
+    if (status == STRATA_OK) {
+        status = intra_moe_expert_ready(moe->intra, expert, &ready, rows_p);
+    }
+    if (status == STRATA_OK && !ready) {
+        status = sched_fail(moe, STRATA_ERR_PEER_FAILED, "waiting for an expert's rows");
+    }
+    return status;
+}
+
 strata_status_t sched_moe_expert_wait(sched_moe_t *moe, int expert, int64_t timeout_ns,
                                       int32_t *rows_p)
 {
@@ -320,9 +337,7 @@ strata_status_t sched_moe_expert_wait(sched_moe_t *moe, int expert, int64_t time
         }
         if (moe->failure_host != NULL &&
             atomic_load_explicit((_Atomic int32_t *)moe->failure_host, memory_order_acquire)) {
-            /* a rank failed: the kernels end within their bounds, and say how */
-            status = sched_drain(moe, "waiting for an expert's rows");
-            continue;
+            return sched_expert_after_failure(moe, expert, rows_p);
         }
         if (util_clock_now_ns() - start >= bound) {
             *rows_p = 0;

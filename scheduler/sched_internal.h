@@ -221,6 +221,8 @@ struct sched_moe {
     uint64_t             timeout_ns;
     int32_t             *failure_host; /* the engine's failure watch (sched_watch_failures) */
     int32_t             *failure_dev;  /* the same word, as the kernels reach it */
+    uint64_t             waits_expired; /* expert waits on streams that ended at their bound,
+                                           as strata_moe_synchronize last reported them */
     void                *stream;     /* the caller's, or NULL: every half waits */
     strata_status_t      deferred;   /* stream: an input error found while draining, kept
                                         for strata_moe_synchronize */

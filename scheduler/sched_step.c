@@ -58,6 +58,22 @@ strata_status_t sched_drain(sched_moe_t *moe, const char *what)
                                : sched_fail(moe, sched_intra_failure(moe, status), what);
 }
 
+/* Expert waits on streams that ended at their bound since the last synchronize: what was
+ * queued behind them may have read incomplete rows (the step itself went on). */
+static strata_status_t sched_expired_waits(sched_moe_t *moe)
+{
+    uint64_t expired = intra_moe_waits_expired(moe->intra);
+
+    if (expired == moe->waits_expired) {
+        return STRATA_OK;
+    }
+    UTIL_LOG_ERROR("moe: %" PRIu64 " expert waits on streams (strata_moe_expert_wait_stream) "
+                   "ended at their bound before their expert was complete: the work queued "
+                   "behind them may have read incomplete rows", expired - moe->waits_expired);
+    moe->waits_expired = expired;
+    return STRATA_ERR_TIMEOUT;
+}
+
 strata_status_t sched_moe_synchronize(sched_moe_t *moe)
 {
     strata_status_t status;
@@ -75,7 +91,7 @@ strata_status_t sched_moe_synchronize(sched_moe_t *moe)
         status        = moe->deferred;
         moe->deferred = STRATA_OK;
     }
-    return status;
+    return status == STRATA_OK ? sched_expired_waits(moe) : status;
 }
 
 strata_status_t sched_launched(sched_moe_t *moe, strata_status_t status, const char *what)

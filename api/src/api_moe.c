@@ -275,12 +275,8 @@ STRATA_API strata_status_t strata_moe_abort_step(strata_moe_t *moe)
 STRATA_API strata_status_t strata_moe_expert_wait(strata_moe_t *moe, int local_expert,
                                                   int64_t timeout_ns, int32_t *rows_p)
 {
-    if (moe == NULL) {
-        UTIL_LOG_ERROR("strata_moe_expert_wait: NULL object");
-        return STRATA_ERR_INVALID;
-    }
-    /* reads mapped host memory: no device call, so no device scope */
-    return sched_moe_expert_wait(moe->sched, local_expert, timeout_ns, rows_p);
+    /* the wait reads mapped host memory; after a failure it waits for the kernels */
+    API_MOE_CALL(moe, sched_moe_expert_wait(moe->sched, local_expert, timeout_ns, rows_p));
 }
 
 STRATA_API strata_status_t strata_moe_expert_wait_stream(strata_moe_t *moe, int local_expert,

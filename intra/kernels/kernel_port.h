@@ -123,6 +123,19 @@ KERNEL_FN uint64_t kernel_load_relaxed_u64(const uint64_t *ptr)
 #endif
 }
 
+/* kernel_load_relaxed_u64 for a 32-bit counter. */
+KERNEL_FN uint32_t kernel_load_relaxed_u32(const uint32_t *ptr)
+{
+#if defined(__CUDACC__)
+    uint32_t value;
+
+    asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(value) : "l"(ptr) : "memory");
+    return value;
+#else
+    return __hip_atomic_load(ptr, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+#endif
+}
+
 KERNEL_FN void kernel_fence_acquire(void)
 {
 #if defined(__CUDACC__)
@@ -240,6 +253,11 @@ KERNEL_FN int32_t kernel_load_i32(const int32_t *ptr)
 KERNEL_FN uint64_t kernel_load_relaxed_u64(const uint64_t *ptr)
 {
     return atomic_load_explicit((_Atomic uint64_t *)ptr, memory_order_acquire);
+}
+
+KERNEL_FN uint32_t kernel_load_relaxed_u32(const uint32_t *ptr)
+{
+    return atomic_load_explicit((_Atomic uint32_t *)ptr, memory_order_acquire);
 }
 
 KERNEL_FN void kernel_fence_acquire(void)

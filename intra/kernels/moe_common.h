@@ -59,8 +59,15 @@ KERNEL_FN int moe_last_block(uint64_t *done, uint64_t step, kernel_grid_t g)
  * step, into the mapped words the host and other streams read. */
 KERNEL_FN void moe_mark_ready(const intra_moe_args_t *a, int local, int32_t rows, uint64_t step)
 {
+    MOE_AT(a, a->rank, marked, uint64_t)[local] = step; /* the kernels' copy, device memory */
     a->ready_rows[local] = rows;
     kernel_store_release_u64(&a->ready[local], step);
+}
+
+/* Whether local expert l is marked for the step (block 0 and the last block read it). */
+KERNEL_FN int moe_marked(const intra_moe_args_t *a, int local, uint64_t step)
+{
+    return MOE_AT(a, a->rank, marked, uint64_t)[local] >= step;
 }
 
 /*
@@ -111,39 +118,14 @@ KERNEL_FN void moe_watch_experts(const intra_moe_args_t *a, uint64_t step)
         return;
     }
     for (int l = 0; l < a->experts_per_rank; ++l) {
-        if (kernel_load_relaxed_u64(&a->ready[l]) >= step) {
+        if (moe_marked(a, l, step)) {
             continue;
         }
-        if (kernel_load_i32((const int32_t *)&landed[l]) == expected[l]) {
+        if (kernel_load_relaxed_u32(&landed[l]) == (uint32_t)expected[l]) {
             kernel_fence_acquire(); /* the rows, written before they were counted */
             moe_mark_ready(a, l, expected[l], step);
         }
     }
-}
-
-/*
- * A wait on another stream until local expert args->wait_expert of step args->wait_step is
- * complete (strata_moe_expert_wait_stream): work enqueued after it there sees its rows. One
- * thread; it reports nothing: where the step fails, its own kernels report that, and this
- * ends at the engine's failure word or the object's bound.
- */
-KERNEL_FN void intra_moe_expert_wait_body(const intra_moe_args_t *a, kernel_grid_t g)
-{
-    uint64_t start = kernel_timer();
-    uint32_t spins = 0;
-
-    if (g.block != 0 || !KERNEL_LEADER(g)) {
-        return;
-    }
-    while (kernel_load_relaxed_u64(&a->ready[a->wait_expert]) < a->wait_step) {
-        if ((spins % KERNEL_FAILURE_EVERY == 0 && a->failure != 0 &&
-             kernel_load_i32(a->failure) != 0) ||
-            kernel_timer() - start > a->timeout_ticks) {
-            return;
-        }
-        kernel_spin_pause(spins++);
-    }
-    kernel_fence_acquire(); /* the rows, released before the mark */
 }
 
 /* One thread: wait until *word reaches the step, from start (kernel_timer); 0, and a
@@ -156,13 +138,14 @@ KERNEL_FN int moe_wait_word(const intra_moe_args_t *a, const uint64_t *word, uin
     uint32_t spins = 0;
 
     while (kernel_load_relaxed_u64(word) < step) {
-        if (spins % KERNEL_FAILURE_EVERY == 0 && a->failure != 0 &&
-            kernel_load_i32(a->failure) != 0) {
-            moe_report(status, INTRA_MOE_KERNEL_PEER_FAILED, who, -1, -1, 0);
-            return 0;
-        }
-        if (kernel_timer() - start > a->timeout_ticks) {
-            moe_report(status, INTRA_MOE_KERNEL_TIMEOUT, who, -1, -1, 0);
+        int failed = spins % KERNEL_FAILURE_EVERY == 0 && a->failure != 0 &&
+                     kernel_load_i32(a->failure) != 0;
+
+        if (failed || kernel_timer() - start > a->timeout_ticks) {
+            moe_report(status, failed ? INTRA_MOE_KERNEL_PEER_FAILED : INTRA_MOE_KERNEL_TIMEOUT,
+                       who, -1, -1, 0);
+            /* recorded apart from the status, which an input error may hold already */
+            kernel_store_release_u64(&moe_control(a, a->rank)->failed_step, step);
             return 0;
         }
         if (watch) {
@@ -285,6 +268,44 @@ KERNEL_FN void moe_copy_token(const intra_moe_args_t *a, char *dst, float *dst_s
     if (a->scale_count > 0) {
         moe_copy_scales(dst_scales, src_scales, a->scale_count, g);
     }
+}
+
+/*
+ * A wait on another stream until local expert args->wait_expert of step args->wait_step is
+ * complete (strata_moe_expert_wait_stream): work enqueued after it there sees its rows. One
+ * thread. It ends, without the mark, where the step failed (this rank's dispatch recorded
+ * a failed wait, the network failed, or the engine announced a failed rank: the step's
+ * kernels report that), or at the object's bound, counted from the moment this rank's
+ * dispatch started; then it counts itself in the mapped words' expired count, which
+ * strata_moe_synchronize reports.
+ */
+KERNEL_FN void intra_moe_expert_wait_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    uint64_t start = kernel_timer(), step = a->wait_step;
+    uint32_t spins = 0;
+    int started = 0;
+
+    if (g.block != 0 || !KERNEL_LEADER(g)) {
+        return;
+    }
+    while (kernel_load_relaxed_u64(&a->ready[a->wait_expert]) < step) {
+        if (!started && kernel_load_relaxed_u64(&control->counts_flag[a->rank]) >= step) {
+            started = 1; /* the dispatch runs: its own bounds hold from here */
+            start   = kernel_timer();
+        }
+        if (kernel_load_relaxed_u64(&control->failed_step) >= step || moe_net_failed(a) ||
+            (spins % KERNEL_FAILURE_EVERY == 0 && a->failure != 0 &&
+             kernel_load_i32(a->failure) != 0)) {
+            return;
+        }
+        if (kernel_timer() - start > a->timeout_ticks) {
+            kernel_atomic_add_u64(a->waits_expired, 1);
+            return;
+        }
+        kernel_spin_pause(spins++);
+    }
+    kernel_fence_acquire(); /* the rows, released before the mark */
 }
 
 #endif

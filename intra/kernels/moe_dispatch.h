@@ -284,7 +284,8 @@ KERNEL_FN int moe_rows_in_place(int32_t code)
 
 /* Owner role, last block: per-expert counts, capacity check, push and landed counters back
  * to zero; every expert marked complete, those that were not yet too (where the ranks'
- * modes disagreed, their rows never added up; the step reports it). */
+ * modes disagreed, their rows never added up; the step reports it), unless a wait of
+ * this step gave up: its rows may be missing. */
 KERNEL_FN void moe_dispatch_finish(const intra_moe_args_t *a, uint64_t step)
 {
     int32_t *count = MOE_AT(a, a->rank, recv_count, int32_t);
@@ -312,9 +313,10 @@ KERNEL_FN void moe_dispatch_finish(const intra_moe_args_t *a, uint64_t step)
                        requested);
         }
     }
-    in_place = moe_rows_in_place(kernel_load_i32(&control->dispatch_status.code));
+    in_place = moe_rows_in_place(kernel_load_i32(&control->dispatch_status.code)) &&
+               kernel_load_relaxed_u64(&control->failed_step) < step;
     for (int local = 0; local < a->experts_per_rank && in_place; ++local) {
-        if (kernel_load_relaxed_u64(&a->ready[local]) < step) {
+        if (!moe_marked(a, local, step)) {
             moe_mark_ready(a, local, count[local], step);
         }
     }

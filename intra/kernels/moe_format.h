@@ -79,6 +79,7 @@ typedef struct intra_moe_control {
      * of this rank done publishing, summed over steps. */
     uint64_t pull_flag[INTRA_MOE_MAX_RANKS];
     uint64_t pull_published_done;
+    uint64_t failed_step; /* the last step a wait of this rank's kernels gave up in */
     intra_moe_status_t dispatch_status;
     intra_moe_status_t combine_status;
     intra_moe_status_t net_status; /* the step across nodes (net_kernels.h) */
@@ -102,6 +103,8 @@ typedef struct intra_moe_heap_offsets {
     size_t sent_count;    /* int32[num_experts]: rows this rank sends each expert this step */
     size_t landed;        /* uint32[experts_per_rank]: rows landed this step, owner zeroes */
     size_t expected;      /* int32[experts_per_rank]: rows each expert gets this step */
+    size_t marked;        /* uint64[experts_per_rank]: last step marked complete (the
+                             kernels' copy of the mapped marks) */
     size_t route;         /* int32[max_tokens * topk]: validated expert id or -1 */
     size_t row_slot;      /* int32[max_tokens * topk]: row at the owner, -1 if none */
     size_t send_x;        /* [max_tokens][row_bytes]: tokens published for pull */
@@ -168,6 +171,7 @@ typedef struct intra_moe_args {
      * landed in each local expert's block, and how many there are (written before it). */
     uint64_t      *ready;           /* [experts_per_rank] */
     int32_t       *ready_rows;      /* [experts_per_rank] */
+    uint64_t      *waits_expired;   /* expert waits on streams that ended at their bound */
     int32_t        wait_expert;     /* the expert-wait kernel's: which expert, which step */
     uint64_t       wait_step;
     intra_moe_source_t *public_src; /* sources: [experts_per_rank][capacity] as the API has them */

@@ -115,6 +115,7 @@ static void moe_place_heap(const intra_moe_args_t *a, size_t max_tokens, bool te
     l->sent_count   = moe_place(&cursor, sizeof(int32_t) * (size_t)a->num_experts);
     l->landed       = moe_place(&cursor, sizeof(uint32_t) * (size_t)a->experts_per_rank);
     l->expected     = moe_place(&cursor, sizeof(int32_t) * (size_t)a->experts_per_rank);
+    l->marked       = moe_place(&cursor, sizeof(uint64_t) * (size_t)a->experts_per_rank);
     l->route        = moe_place(&cursor, sizeof(int32_t) * entries);
     l->row_slot     = moe_place(&cursor, sizeof(int32_t) * entries);
     l->send_x       = moe_place(&cursor, max_tokens * (size_t)a->row_bytes);
@@ -257,8 +258,9 @@ static strata_status_t moe_alloc_ready(intra_moe_t *moe)
         return status;
     }
     memset(moe->ready_host, 0, bytes);
-    a->ready      = dev;
-    a->ready_rows = (int32_t *)((uint64_t *)dev + a->experts_per_rank);
+    a->ready         = dev;
+    a->waits_expired = (uint64_t *)dev + a->experts_per_rank;
+    a->ready_rows    = (int32_t *)((uint64_t *)dev + a->experts_per_rank + 1);
     return STRATA_OK;
 }
 
@@ -268,7 +270,7 @@ static void moe_bind_heap(intra_moe_t *moe, intra_heap_t *heap, size_t base)
     intra_moe_heap_offsets_t *l = &moe->args.heap_offsets;
     size_t *fields[] = {&l->control,   &l->counter,     &l->recv_count, &l->pull_offset,
                         &l->pull_cursor, &l->pull_entry, &l->sent_count, &l->landed,
-                        &l->expected,    &l->route,      &l->row_slot,
+                        &l->expected,    &l->marked,     &l->route,      &l->row_slot,
                         &l->send_x,    &l->send_scales, &l->recv_x,     &l->recv_scales,
                         &l->recv_src,  &l->expert_y,    &l->combine_recv};
 
@@ -390,9 +392,18 @@ void intra_moe_destroy(intra_moe_t *moe)
     free(moe);
 }
 
+/* The mapped words: [experts_per_rank] steps, the expired waits' count, [experts_per_rank]
+ * row counts. */
 size_t intra_moe_ready_bytes(int experts_per_rank)
 {
-    return (size_t)experts_per_rank * (sizeof(uint64_t) + sizeof(int32_t));
+    return (size_t)experts_per_rank * (sizeof(uint64_t) + sizeof(int32_t)) + sizeof(uint64_t);
+}
+
+uint64_t intra_moe_waits_expired(const intra_moe_t *moe)
+{
+    const _Atomic uint64_t *steps = moe->ready_host;
+
+    return atomic_load_explicit(&steps[moe->args.experts_per_rank], memory_order_acquire);
 }
 
 uint64_t intra_moe_dispatches(const intra_moe_t *moe)
@@ -405,12 +416,15 @@ strata_status_t intra_moe_expert_ready(const intra_moe_t *moe, int e, bool *read
 {
     const _Atomic uint64_t *steps = moe->ready_host;
     const int32_t *rows = (const int32_t *)((const uint64_t *)moe->ready_host +
-                                            moe->args.experts_per_rank);
+                                            moe->args.experts_per_rank + 1);
 
     if (e < 0 || e >= moe->args.experts_per_rank) {
         UTIL_LOG_ERROR("moe: local expert %d is not one of this rank's %d", e,
                        moe->args.experts_per_rank);
         return STRATA_ERR_INVALID;
+    }
+    if (moe->captured) {
+        return moe_refuse_captured();
     }
     /* acquire: pairs with the kernels' release of the step after the count */
     *ready_p = moe->dispatches > 0 &&

@@ -194,7 +194,8 @@ int             intra_moe_waited_for(const intra_moe_t *moe, bool *local_p);
  * Per-expert completion: the dispatches launched so far (the last one's kernels mark its
  * experts with this number), and whether local expert e's rows of that step are all in
  * its block (*rows_p: how many). Reads mapped host memory the kernels write; waits for
- * nothing. STRATA_ERR_INVALID: e out of range.
+ * nothing. STRATA_ERR_INVALID: e out of range; STRATA_ERR_UNSUPPORTED once a dispatch was
+ * captured in a graph (its replays advance the kernels' step, not the host's count).
  */
 uint64_t        intra_moe_dispatches(const intra_moe_t *moe);
 strata_status_t intra_moe_expert_ready(const intra_moe_t *moe, int e, bool *ready_p,
@@ -209,6 +210,9 @@ strata_status_t intra_moe_expert_ready(const intra_moe_t *moe, int e, bool *read
 strata_status_t intra_moe_enqueue_expert_wait(intra_moe_t *moe, int e, void *stream);
 /** The queues of those waits, each waited for (before the marks they read go). */
 void            intra_moe_release_waits(intra_moe_t *moe);
+/** Expert waits on streams that ended at their bound without the mark, over the object's
+ *  life (their work may have read incomplete rows). */
+uint64_t        intra_moe_waits_expired(const intra_moe_t *moe);
 /** The mapped words' size for experts_per_rank experts (the object's own allocation). */
 size_t          intra_moe_ready_bytes(int experts_per_rank);
 

@@ -29,6 +29,7 @@ struct intra_moe {
     bool                      waited_local; /* waited_for is a local rank, else a global one */
     int32_t                  *counts;    /* [experts_per_rank], host copy */
     uint64_t                  dispatches; /* dispatch kernels launched */
+    bool                      captured;   /* a dispatch was captured: replays go uncounted */
     /* Queues of the expert-wait kernel, each bound to one caller's stream for good (a
      * queue that changed streams would order the new stream after the old one). */
     struct {
@@ -39,5 +40,8 @@ struct intra_moe {
     void                     *ready_host; /* the kernels' per-expert marks (intra_moe_ready_bytes) */
     intra_moe_recv_t          recv;
 };
+
+/* Per-expert completion after a captured dispatch: refused, logged (moe_launch.c). */
+strata_status_t moe_refuse_captured(void);
 
 #endif

@@ -96,6 +96,7 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
 {
     intra_moe_args_t *a = &moe->args;
     strata_status_t status;
+    bool captured;
 
     if (moe == NULL || s == NULL) {
         UTIL_LOG_ERROR("intra moe: dispatch without an object or a step");
@@ -125,9 +126,11 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
     a->digest         = s->digest;
     moe->num_tokens   = s->num_own;
     moe->step        += moe->named ? 0 : 1;
-    status = moe_launch(moe, INTRA_MOE_KERNEL_DISPATCH, a);
+    captured = intra_moe_capturing(moe);
+    status   = moe_launch(moe, INTRA_MOE_KERNEL_DISPATCH, a);
     if (status == STRATA_OK) {
-        moe->dispatches += 1;
+        moe->dispatches += captured ? 0 : 1; /* the kernels' count grows with each replay */
+        moe->captured    = moe->captured || captured;
         moe->state = MOE_EXPECT_COMBINE; /* the step goes on even if this rank saw an error */
     }
     return status;
@@ -327,6 +330,13 @@ static strata_status_t moe_wait_queue(intra_moe_t *moe, void *stream, intra_queu
     return status;
 }
 
+strata_status_t moe_refuse_captured(void)
+{
+    UTIL_LOG_ERROR("moe: an expert wait on an object whose dispatch was captured in a graph: "
+                   "the host cannot tell which step a replay is in; wait for the stream");
+    return STRATA_ERR_UNSUPPORTED;
+}
+
 strata_status_t intra_moe_enqueue_expert_wait(intra_moe_t *moe, int e, void *stream)
 {
     intra_moe_args_t a = moe->args;
@@ -341,14 +351,23 @@ strata_status_t intra_moe_enqueue_expert_wait(intra_moe_t *moe, int e, void *str
                        moe->dispatches);
         return STRATA_ERR_INVALID;
     }
-    status = moe_wait_queue(moe, stream, &queue);
-    if (status != STRATA_OK) {
-        return status;
+    if (moe->captured) {
+        return moe_refuse_captured();
     }
-    if (moe->device->queue_capturing(queue, &capturing) == STRATA_OK && capturing) {
+    /* before the stream is bound to a queue, which would add a wait to a capture */
+    status = moe->device->stream_capturing(stream, &capturing);
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("moe: %p is no stream of the %s backend", stream, moe->device->name);
+        return STRATA_ERR_INVALID;
+    }
+    if (capturing) {
         UTIL_LOG_ERROR("moe: an expert wait inside a stream capture: a replay would wait for "
                        "the step it was captured in");
         return STRATA_ERR_UNSUPPORTED;
+    }
+    status = moe_wait_queue(moe, stream, &queue);
+    if (status != STRATA_OK) {
+        return status;
     }
     a.wait_expert = e;
     a.wait_step   = moe->dispatches;

@@ -321,12 +321,27 @@ static void test_abort_step(void **state)
     check(f, 4);
 }
 
+/* One step of an object on one rank, identity experts, its results checked. */
+static void fresh_step(fixture_t *f, strata_moe_t *moe)
+{
+    strata_moe_recv_t recv;
+
+    fill(f, TOKENS);
+    assert_int_equal(strata_moe_dispatch(moe, f->x, NULL, f->idx, TOKENS, &recv), STRATA_OK);
+    assert_int_equal(strata_moe_synchronize(moe), STRATA_OK);
+    memcpy(recv.expert_y, recv.x, (size_t)recv.num_local_experts * (size_t)recv.capacity *
+                                      recv.row_bytes);
+    assert_int_equal(strata_moe_combine(moe, NULL, f->w, f->out), STRATA_OK);
+    assert_int_equal(strata_moe_synchronize(moe), STRATA_OK);
+    check(f, TOKENS);
+}
+
 /*
  * Per-expert completion's calls: refused before any dispatch_recv (on a new object, and
  * between dispatch_send and dispatch_recv), for an expert that is not local, without a place
- * for the count, without a stream or with one that is no stream, and on a stream being
- * captured; after a dispatch without a stream every expert is complete at once, with the
- * count the recv has.
+ * for the count, without a stream or with one that is no stream, on a stream being
+ * captured, and once a dispatch of the object was captured; after a dispatch without a
+ * stream every expert is complete at once, with the count the recv has.
  */
 static void test_expert_wait_calls(void **state)
 {
@@ -336,52 +351,68 @@ static void test_expert_wait_calls(void **state)
                              .max_tokens = TOKENS, .mode = STRATA_MOE_MODE_PUSH};
     strata_moe_layout_t *layout;
     strata_moe_recv_t recv;
-    strata_moe_t *fresh;
+    strata_moe_t *moe;
     int32_t rows = -1;
     void *stream;
 
     assert_int_equal(strata_moe_expert_wait(NULL, 0, 0, &rows), STRATA_ERR_INVALID);
     assert_int_equal(strata_moe_expert_wait_stream(NULL, 0, NULL), STRATA_ERR_INVALID);
-    assert_int_equal(strata_moe_create(f->comm, &p, &fresh), STRATA_OK);
+    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_OK);
     log_capture_start();
-    assert_int_equal(strata_moe_expert_wait(fresh, 0, 0, &rows), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait(moe, 0, 0, &rows), STRATA_ERR_INVALID);
     log_capture_stop();
     assert_true(log_captured("expert_wait before dispatch_recv", NULL, NULL));
-    strata_moe_destroy(fresh);
 
     fill(f, TOKENS);
-    assert_int_equal(strata_moe_layout_create(f->moe, f->idx, TOKENS, &layout), STRATA_OK);
-    assert_int_equal(strata_moe_dispatch_send(f->moe, layout, f->x, NULL), STRATA_OK);
-    assert_int_equal(strata_moe_expert_wait(f->moe, 0, 0, &rows), STRATA_ERR_INVALID);
-    assert_int_equal(strata_moe_dispatch_recv(f->moe, &recv), STRATA_OK);
+    assert_int_equal(strata_moe_layout_create(moe, f->idx, TOKENS, &layout), STRATA_OK);
+    assert_int_equal(strata_moe_dispatch_send(moe, layout, f->x, NULL), STRATA_OK);
+    assert_int_equal(strata_moe_expert_wait(moe, 0, 0, &rows), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_dispatch_recv(moe, &recv), STRATA_OK);
     for (int e = 0; e < recv.num_local_experts; ++e) {
-        assert_int_equal(strata_moe_expert_wait(f->moe, e, 0, &rows), STRATA_OK);
+        assert_int_equal(strata_moe_expert_wait(moe, e, 0, &rows), STRATA_OK);
         assert_int_equal(rows, recv.count[e]);
     }
-    assert_int_equal(strata_moe_expert_wait(f->moe, EXPERTS, 0, &rows), STRATA_ERR_INVALID);
-    assert_int_equal(strata_moe_expert_wait(f->moe, -1, 0, &rows), STRATA_ERR_INVALID);
-    assert_int_equal(strata_moe_expert_wait(f->moe, 0, 0, NULL), STRATA_ERR_INVALID);
-    assert_int_equal(strata_moe_expert_wait_stream(f->moe, 0, NULL), STRATA_ERR_INVALID);
-    assert_int_equal(strata_moe_expert_wait_stream(f->moe, 0, f), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait(moe, EXPERTS, 0, &rows), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait(moe, -1, 0, &rows), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait(moe, 0, 0, NULL), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait_stream(moe, 0, NULL), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait_stream(moe, 0, f), STRATA_ERR_INVALID);
     assert_int_equal(strata_comm_stream_create(f->comm, &stream), STRATA_OK);
-    assert_int_equal(strata_moe_expert_wait_stream(f->moe, EXPERTS, stream),
-                     STRATA_ERR_INVALID);
-    assert_int_equal(strata_moe_expert_wait_stream(f->moe, 1, stream), STRATA_OK);
+    assert_int_equal(strata_moe_expert_wait_stream(moe, EXPERTS, stream), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_expert_wait_stream(moe, 1, stream), STRATA_OK);
     assert_int_equal(strata_comm_stream_synchronize(f->comm, stream), STRATA_OK);
     host_stream_set_capturing(stream, true);
     log_capture_start();
-    assert_int_equal(strata_moe_expert_wait_stream(f->moe, 1, stream), STRATA_ERR_UNSUPPORTED);
+    assert_int_equal(strata_moe_expert_wait_stream(moe, 1, stream), STRATA_ERR_UNSUPPORTED);
     log_capture_stop();
     assert_true(log_captured("an expert wait inside a stream capture", NULL, NULL));
     host_stream_set_capturing(stream, false);
     memcpy(recv.expert_y, recv.x, (size_t)recv.num_local_experts * (size_t)recv.capacity *
                                       recv.row_bytes);
-    assert_int_equal(strata_moe_combine(f->moe, NULL, f->w, f->out), STRATA_OK);
+    assert_int_equal(strata_moe_combine(moe, NULL, f->w, f->out), STRATA_OK);
     check(f, TOKENS);
+
+    /* a step captured: the host no longer knows which step the kernels are in */
+    assert_int_equal(strata_moe_set_stream(moe, stream), STRATA_OK);
+    host_stream_set_capturing(stream, true);
+    assert_int_equal(strata_moe_dispatch_send(moe, layout, f->x, NULL), STRATA_OK);
+    assert_int_equal(strata_moe_dispatch_recv(moe, &recv), STRATA_OK);
+    host_stream_set_capturing(stream, false);
+    log_capture_start();
+    assert_int_equal(strata_moe_expert_wait(moe, 0, 0, &rows), STRATA_ERR_UNSUPPORTED);
+    log_capture_stop();
+    assert_true(log_captured("captured in a graph", NULL, NULL));
+    assert_int_equal(strata_moe_expert_wait_stream(moe, 0, stream), STRATA_ERR_UNSUPPORTED);
+    memcpy(recv.expert_y, recv.x, (size_t)recv.num_local_experts * (size_t)recv.capacity *
+                                      recv.row_bytes);
+    assert_int_equal(strata_moe_combine(moe, NULL, f->w, f->out), STRATA_OK);
+    assert_int_equal(strata_moe_synchronize(moe), STRATA_OK);
+    check(f, TOKENS);
+    assert_int_equal(strata_moe_set_stream(moe, NULL), STRATA_OK);
+    fresh_step(f, moe); /* the object steps on */
     strata_moe_layout_destroy(layout);
-    strata_moe_destroy(f->moe); /* its wait queue on the stream goes first */
+    strata_moe_destroy(moe); /* its wait queue on the stream goes first */
     strata_comm_stream_destroy(f->comm, stream);
-    assert_int_equal(strata_moe_create(f->comm, &p, &f->moe), STRATA_OK);
 }
 
 /* A layout of no tokens needs no topk_idx; a bad count or a missing topk_idx is refused

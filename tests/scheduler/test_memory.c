@@ -83,9 +83,10 @@ static strata_moe_memory_t hand(const shape_t *s)
                    arr(4) + arr(8 * mask_words) + 2 * arr(4 * W);
     }
     /* the intra tier's object for the node's experts, with aug tokens per rank */
-    /* counter, recv_count, landed and expected per local expert; pull_cursor and
-     * sent_count per expert of the node */
+    /* counter, recv_count, landed and expected per local expert, and marked (8 bytes);
+     * pull_cursor and sent_count per expert of the node */
     heap = up(up(sizeof(intra_moe_control_t), ALIGN) + up(4 * epr, ALIGN) * 4 +
+              up(8 * epr, ALIGN) +
               up(4 * (epn + 1), ALIGN) + up(4 * epn, ALIGN) * 2 + 3 * up(4 * aug * K, ALIGN) +
               up(aug * row, ALIGN) + m.expert_rows + (P > 0 ? 0 : aug * K * y), ALIGN) + ALIGN;
     /* the scheduler's parts beside it */
@@ -94,7 +95,8 @@ static strata_moe_memory_t hand(const shape_t *s)
     m.node_rows = heap - m.expert_rows - net;
     m.tables += 2 * arr(8 * T * K) + arr(8 * (P > 0 ? P : 1)) + arr(4 * (P + 1)) +
                 arr(4 * entries) + arr(4 * entries * K) + (rows ? rows : 1) * 12 + 4 * epr + 4 +
-                12 * epr; /* the completion marks: a step and a count per local expert */
+                12 * epr + 8; /* the completion marks: a step and a count per local
+                               * expert, and the count of stream waits that expired */
     m.total = heap + m.work_ring + m.tables;
     return m;
 }

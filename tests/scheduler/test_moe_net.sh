@@ -26,7 +26,7 @@ case_run "3x2 hierarchical, 6 experts, topk 6" 6 "$ok" -- $calm STRATA_MOE_ROUTE
 case_run "4x1 hierarchical, 4 experts, topk 3" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 4 -- --steps $(steps 20) --experts 4 --topk 3
 # Every token to one expert on the other node, whose capacity holds 12 rows: the ranks
 # whose tokens lost their term learn it (CAPACITY from combine_recv), on both routes.
-case_run "2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10
+case_run "2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10 --expert-wait 1
 case_run "3x2 flat, all tokens to expert 5, capacity 8" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 6 --nodes 3 -- --steps $(steps 20) --experts 12 --topk 2 --overflow 5:8
 # A work ring of 2 and 4 slots: the kernels wait for the proxy's credit on almost every
 # command, and the credit each block remembers is exercised (posting past the credit fails
@@ -144,7 +144,7 @@ case_run "2x2 hierarchical, node-reduce, bf16, round one of 3 tokens" 4 "$nr" --
 case_run "2x2 hierarchical, node-reduce, fp32, 3 blocks" 4 "$nr" -- $calm STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 40) --dtype fp32 --combine-dtype fp32 --hidden 64 --combine node-reduce
 case_run "3x2 hierarchical, node-reduce, fp16, bounce buffer, pull by request, 16 KiB chunks" 6 "$nr" -- $calm STRATA_INTER_STRIPE_MIN=16k STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=hierarchical STRATA_MOE_PULL_READ=off -- -n 6 --nodes 3 -- --steps $(steps 30) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6 --combine node-reduce
 case_run "4x1 hierarchical, node-reduce, fp8 -> bf16" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 4 -- --steps $(steps 20) --experts 8 --topk 4 --dtype fp8 --hidden 256
-case_run "2x2 hierarchical, node-reduce, all tokens to expert 12, capacity 12" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10
+case_run "2x2 hierarchical, node-reduce, all tokens to expert 12, capacity 12" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10 --expert-wait 1
 case_run "2x2 hierarchical, node-reduce, adaptive on the drifting trace" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
 case_run "2x2 hierarchical, node-reduce, rank 2 passes max_tokens + 1 tokens" 4 "$nr" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over
 # Where node-reduce cannot run and params.combine asks for it, creation is refused on every

@@ -547,8 +547,8 @@ STRATA_API strata_status_t strata_moe_dispatch(strata_moe_t *moe, const void *x,
  * the object's timeout (STRATA_MOE_TIMEOUT); 0 polls. STRATA_ERR_TIMEOUT: not complete
  * yet, the step goes on (0 in *rows_p). STRATA_ERR_PEER_FAILED: a rank failed and the step
  * with it. STRATA_ERR_INVALID: no dispatch_recv in this step yet, or an expert outside
- * 0..num_local_experts-1. Waits on the host; the rows are not written by graph replays this
- * call knows of (it waits for the step of the last dispatch_recv call).
+ * 0..num_local_experts-1. STRATA_ERR_UNSUPPORTED once a dispatch of the object was
+ * captured in a graph: replays advance the kernels' steps, which the host cannot count.
  */
 STRATA_API strata_status_t strata_moe_expert_wait(strata_moe_t *moe, int local_expert,
                                                   int64_t timeout_ns, int32_t *rows_p);
@@ -557,12 +557,16 @@ STRATA_API strata_status_t strata_moe_expert_wait(strata_moe_t *moe, int local_e
  * the rank's GPU, or a host stream of strata_comm_stream_create; not the object's own, where
  * the dispatch runs) a wait until local_expert's rows of the step are all in, and return;
  * kernels enqueued after it on that stream read them. The host waits for nothing. If the
- * step fails the wait ends within the object's bounds, and strata_moe_synchronize reports
- * the failure: work behind the wait must not trust the rows then. After dispatch_recv, as
- * strata_moe_expert_wait; STRATA_ERR_UNSUPPORTED while stream is captured (a replay would
- * wait for the step it was captured in); STRATA_ERR_INVALID for an expert that is not
- * local or a NULL or foreign stream. Up to 4 streams keep a queue of their own; a fifth
- * makes the oldest one's stream finish its work first.
+ * step fails, the wait ends and strata_moe_synchronize reports the failure; a wait that
+ * reached the object's bound (STRATA_INTRA_TIMEOUT, counted from the start of the
+ * dispatch) ends too, and the next strata_moe_synchronize returns STRATA_ERR_TIMEOUT,
+ * naming how many did: work behind such a wait must not trust the rows. After
+ * dispatch_recv, as strata_moe_expert_wait; STRATA_ERR_UNSUPPORTED while stream is captured
+ * (a replay would wait for the step it was captured in) or once a dispatch was;
+ * STRATA_ERR_INVALID for an expert that is not local or a NULL or foreign stream. The
+ * object keeps a queue bound to each stream given (up to 4; a fifth makes the oldest one's
+ * stream finish its work first): a stream given must stay valid until the object is
+ * destroyed.
  */
 STRATA_API strata_status_t strata_moe_expert_wait_stream(strata_moe_t *moe, int local_expert,
                                                          void *stream);
