@@ -274,8 +274,8 @@ KERNEL_FN void moe_copy_token(const intra_moe_args_t *a, char *dst, float *dst_s
  * A wait on another stream until local expert args->wait_expert of step args->wait_step is
  * complete (strata_moe_expert_wait_stream): work enqueued after it there sees its rows. One
  * thread. It ends, without the mark, where the step failed (this rank's dispatch recorded
- * a failed wait, the network failed, or the engine announced a failed rank: the step's
- * kernels report that), or at the object's bound, counted from the moment this rank's
+ * it in failed_step, or the engine announced a failed rank: the step's kernels report
+ * that), or at the object's bound, counted from the moment this rank's
  * dispatch started; then it counts itself in the mapped words' expired count, which
  * strata_moe_synchronize reports.
  */
@@ -294,7 +294,8 @@ KERNEL_FN void intra_moe_expert_wait_body(const intra_moe_args_t *a, kernel_grid
             started = 1; /* the dispatch runs: its own bounds hold from here */
             start   = kernel_timer();
         }
-        if (kernel_load_relaxed_u64(&control->failed_step) >= step || moe_net_failed(a) ||
+        /* not the statuses: the object's stream resets them, unordered with this one */
+        if (kernel_load_relaxed_u64(&control->failed_step) >= step ||
             (spins % KERNEL_FAILURE_EVERY == 0 && a->failure != 0 &&
              kernel_load_i32(a->failure) != 0)) {
             return;

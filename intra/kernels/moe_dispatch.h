@@ -353,6 +353,9 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
     int num_tokens = moe_num_tokens(a);
 
     if (moe_net_failed(a)) {
+        if (g.block == 0 && KERNEL_LEADER(g)) { /* for the waits on other streams */
+            kernel_store_release_u64(&control->failed_step, step);
+        }
         return;
     }
     if (g.block == 0 && KERNEL_LEADER(g)) {
