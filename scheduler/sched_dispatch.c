@@ -10,8 +10,6 @@
  */
 #include "sched_internal.h"
 
-#include <stdatomic.h>
-
 #include <inttypes.h>
 #include <string.h>
 
@@ -322,12 +320,13 @@ strata_status_t sched_moe_expert_wait(sched_moe_t *moe, int expert, int64_t time
 {
     uint64_t bound = timeout_ns < 0 ? moe->timeout_ns : (uint64_t)timeout_ns;
     uint64_t start = util_clock_now_ns();
-    strata_status_t status = rows_p != NULL ? sched_expert_wait_check(moe, "expert_wait")
-                                            : STRATA_ERR_INVALID;
+    strata_status_t status;
 
     if (rows_p == NULL) {
         UTIL_LOG_ERROR("moe: expert_wait without a place for the row count");
+        return STRATA_ERR_INVALID;
     }
+    status = sched_expert_wait_check(moe, "expert_wait");
     for (uint32_t polls = 0; status == STRATA_OK; ++polls) {
         bool ready;
 
@@ -335,13 +334,11 @@ strata_status_t sched_moe_expert_wait(sched_moe_t *moe, int expert, int64_t time
         if (status != STRATA_OK || ready) {
             return status;
         }
-        if (moe->failure_host != NULL &&
-            atomic_load_explicit((_Atomic int32_t *)moe->failure_host, memory_order_acquire)) {
+        if (sched_any_rank_failed(moe)) {
             return sched_expert_after_failure(moe, expert, rows_p);
         }
         if (util_clock_now_ns() - start >= bound) {
-            *rows_p = 0;
-            return STRATA_ERR_TIMEOUT; /* the step goes on */
+            return STRATA_ERR_TIMEOUT; /* the step goes on; *rows_p is 0 */
         }
         util_sleep_ns(polls < 1000 ? 0 : UTIL_NSEC_PER_USEC * 20);
     }

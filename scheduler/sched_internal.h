@@ -341,6 +341,8 @@ strata_status_t sched_settle(sched_moe_t *moe, strata_status_t launched, const c
 /* Wait for the device before the host rewrites what its kernels read: an input error found
  * is kept for strata_moe_synchronize, a failure fails the object. */
 strata_status_t sched_drain(sched_moe_t *moe, const char *what);
+/** Whether the engine's failure watch says a rank failed (sched_moe.c). */
+bool            sched_any_rank_failed(const sched_moe_t *moe);
 /** A call that needs the step to be elsewhere (call names it): logs which calls finish the
  *  step in progress, or that none is, or that the object failed; the status to return. */
 strata_status_t sched_refuse_mid_step(const sched_moe_t *moe, const char *call);

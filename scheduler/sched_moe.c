@@ -119,13 +119,13 @@ static strata_status_t sched_watch_failures(sched_moe_t *moe)
 /* The heap rendezvous' peer check: the engine's failure watch, set once any rank failed. */
 static strata_status_t sched_peers_alive(void *ctx)
 {
-    const sched_moe_t *moe = ctx;
+    return sched_any_rank_failed(ctx) ? STRATA_ERR_PEER_FAILED : STRATA_OK;
+}
 
+bool sched_any_rank_failed(const sched_moe_t *moe)
+{
     return moe->failure_host != NULL &&
-                   atomic_load_explicit((_Atomic int32_t *)moe->failure_host,
-                                        memory_order_acquire) != 0
-               ? STRATA_ERR_PEER_FAILED
-               : STRATA_OK;
+           atomic_load_explicit((_Atomic int32_t *)moe->failure_host, memory_order_acquire) != 0;
 }
 
 /* The node's heap, the intra tier's object, and the scheduler's tables in the heap. */

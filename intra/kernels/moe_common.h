@@ -130,7 +130,7 @@ KERNEL_FN void moe_watch_experts(const intra_moe_args_t *a, uint64_t step)
 
 /* One thread: wait until *word reaches the step, from start (kernel_timer); 0, and a
  * report naming `who`, if it never does (the bound for a live peer) or the engine announces
- * a failed rank (a dead one). watch: meanwhile mark the Push experts whose rows are in
+ * a failed rank (a dead one). watch: meanwhile mark the experts whose rows are in
  * (moe_watch_experts). No acquire: the caller's. */
 KERNEL_FN int moe_wait_word(const intra_moe_args_t *a, const uint64_t *word, uint64_t step,
                             int who, intra_moe_status_t *status, int watch, uint64_t start)

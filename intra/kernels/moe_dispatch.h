@@ -129,15 +129,13 @@ KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a, int num_tokens)
     int32_t *offset = MOE_AT(a, a->rank, pull_offset, int32_t);
     int32_t *cursor = MOE_AT(a, a->rank, pull_cursor, int32_t);
     int32_t *entry  = MOE_AT(a, a->rank, pull_entry, int32_t);
+    int32_t *sent   = MOE_AT(a, a->rank, sent_count, int32_t);
     int entries = num_tokens * a->topk;
 
-    int32_t *sent   = MOE_AT(a, a->rank, sent_count, int32_t);
-
-    for (int e = 0; e <= a->num_experts; ++e) {
+    offset[a->num_experts] = 0;
+    for (int e = 0; e < a->num_experts; ++e) {
         offset[e] = 0;
-        if (e < a->num_experts) {
-            sent[e] = 0;
-        }
+        sent[e]   = 0;
     }
     for (int i = 0; i < entries; ++i) {
         int64_t e = moe_token_expert(a, i / a->topk, i % a->topk);

@@ -71,7 +71,7 @@ typedef struct intra_moe_control {
     /* The last step whose results this rank withheld (it aborted the step): its sources
      * read it once its combine flag is released, and take no term from it. */
     uint64_t withheld;
-    /* Per-expert completion (moe_ready.h): the last step whose counts each source
+    /* Per-expert completion (moe_common.h): the last step whose counts each source
      * published to us, and the last step whose expected rows we settled. */
     uint64_t counts_flag[INTRA_MOE_MAX_RANKS];
     uint64_t expected_step;

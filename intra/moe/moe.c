@@ -245,22 +245,32 @@ static strata_status_t moe_fit_grid(const intra_device_ops_t *dev, const intra_h
     return STRATA_OK;
 }
 
+/* Where the mapped words are from base, as the host or the kernels see it: [experts]
+ * steps, the expired waits' count, [experts] row counts. */
+static void moe_ready_words(void *base, int experts, uint64_t **steps_p, uint64_t **expired_p,
+                            int32_t **rows_p)
+{
+    *steps_p   = base;
+    *expired_p = *steps_p + experts;
+    *rows_p    = (int32_t *)(*expired_p + 1);
+}
+
 /* The per-expert completion marks, in memory the kernels write and the host reads. */
 static strata_status_t moe_alloc_ready(intra_moe_t *moe)
 {
     intra_moe_args_t *a = &moe->args;
     size_t bytes = intra_moe_ready_bytes(a->experts_per_rank);
-    void *dev = NULL;
-    strata_status_t status = moe->device->host_alloc(bytes, -1, &moe->ready_host, &dev);
+    void *host = NULL, *dev = NULL;
+    strata_status_t status = moe->device->host_alloc(bytes, -1, &host, &dev);
 
     if (status != STRATA_OK) {
-        moe->ready_host = NULL;
         return status;
     }
-    memset(moe->ready_host, 0, bytes);
-    a->ready         = dev;
-    a->waits_expired = (uint64_t *)dev + a->experts_per_rank;
-    a->ready_rows    = (int32_t *)((uint64_t *)dev + a->experts_per_rank + 1);
+    memset(host, 0, bytes);
+    moe->ready_host = host;
+    moe_ready_words(host, a->experts_per_rank, &moe->ready_steps, &moe->ready_expired,
+                    &moe->ready_rows);
+    moe_ready_words(dev, a->experts_per_rank, &a->ready, &a->waits_expired, &a->ready_rows);
     return STRATA_OK;
 }
 
@@ -392,18 +402,14 @@ void intra_moe_destroy(intra_moe_t *moe)
     free(moe);
 }
 
-/* The mapped words: [experts_per_rank] steps, the expired waits' count, [experts_per_rank]
- * row counts. */
-size_t intra_moe_ready_bytes(int experts_per_rank)
+size_t intra_moe_ready_bytes(int experts_per_rank) /* as moe_ready_words lays them out */
 {
     return (size_t)experts_per_rank * (sizeof(uint64_t) + sizeof(int32_t)) + sizeof(uint64_t);
 }
 
 uint64_t intra_moe_waits_expired(const intra_moe_t *moe)
 {
-    const _Atomic uint64_t *steps = moe->ready_host;
-
-    return atomic_load_explicit(&steps[moe->args.experts_per_rank], memory_order_acquire);
+    return atomic_load_explicit((_Atomic uint64_t *)moe->ready_expired, memory_order_acquire);
 }
 
 uint64_t intra_moe_dispatches(const intra_moe_t *moe)
@@ -414,10 +420,6 @@ uint64_t intra_moe_dispatches(const intra_moe_t *moe)
 strata_status_t intra_moe_expert_ready(const intra_moe_t *moe, int e, bool *ready_p,
                                        int32_t *rows_p)
 {
-    const _Atomic uint64_t *steps = moe->ready_host;
-    const int32_t *rows = (const int32_t *)((const uint64_t *)moe->ready_host +
-                                            moe->args.experts_per_rank + 1);
-
     if (e < 0 || e >= moe->args.experts_per_rank) {
         UTIL_LOG_ERROR("moe: local expert %d is not one of this rank's %d", e,
                        moe->args.experts_per_rank);
@@ -428,8 +430,9 @@ strata_status_t intra_moe_expert_ready(const intra_moe_t *moe, int e, bool *read
     }
     /* acquire: pairs with the kernels' release of the step after the count */
     *ready_p = moe->dispatches > 0 &&
-               atomic_load_explicit(&steps[e], memory_order_acquire) >= moe->dispatches;
-    *rows_p  = *ready_p ? rows[e] : 0;
+               atomic_load_explicit((_Atomic uint64_t *)&moe->ready_steps[e],
+                                    memory_order_acquire) >= moe->dispatches;
+    *rows_p  = *ready_p ? moe->ready_rows[e] : 0;
     return STRATA_OK;
 }
 

@@ -5,7 +5,6 @@
 #include "moe_internal.h"
 
 #include <inttypes.h>
-
 #include <string.h>
 
 static bool moe_misaligned(const void *ptr)
