@@ -75,6 +75,35 @@ typedef struct rank_state {
     strata_moe_layout_t *layout; /* --streams: the step's, kept until its kernels are done */
 } rank_state_t;
 
+/* --streams: the two streams, the buffers of the steps on each, and the step whose combine
+ * is still to be checked (-1: none). */
+typedef struct stream_run {
+    strata_comm_t *comm;
+    void          *streams[2];
+    rank_state_t   states[2];
+    int            pending;
+} stream_run_t;
+
+/* --expert-wait: 0 none; 1 each expert waited for on the host; 2 on g_wait_stream, a
+ * stream of g_comm's, which the host then waits for (moe_net_steps.c). */
+extern int            g_expert_wait;
+extern void          *g_wait_stream;
+extern strata_comm_t *g_comm;
+
+/* moe_net_steps.c */
+void            alloc_state(rank_state_t *r, const moe_case_t *c);
+void            free_state(rank_state_t *r);
+/** One step; the first status that was not OK, or OK where a refused input gave the
+ *  STRATA_ERR_INVALID it must. kill: 0, or the signal this rank raises mid-step. */
+strata_status_t run_step(rank_state_t *r, int kill, bool disagree);
+/** --streams: the second stream's buffers, and the streams. */
+void            stream_run_start(stream_run_t *sr, strata_comm_t *comm, const rank_state_t *r);
+/** One step on stream g_step % 2; kill as run_step's, raised before the dispatch. */
+strata_status_t run_stream_step(stream_run_t *sr, int kill);
+/** The last step's results, then everything the run made. */
+void            stream_run_end(stream_run_t *sr, rank_state_t *r, strata_status_t status);
+
+/* moe_net_verify.c */
 /** Whether rank s refuses its input this step (the bad input it was told to pass). */
 bool refuses(const moe_case_t *c, int s);
 /** Whether rank s aborts this step (at g_abort_at). */
