@@ -338,7 +338,8 @@ static void fresh_step(fixture_t *f, strata_moe_t *moe)
 
 /*
  * Per-expert completion's calls: refused before any dispatch_recv (on a new object, and
- * between dispatch_send and dispatch_recv), for an expert that is not local, without a place
+ * between dispatch_send and dispatch_recv of a later step, where the last step's marks
+ * would answer), for an expert that is not local, without a place
  * for the count, without a stream or with one that is no stream, on a stream being
  * captured, and once a dispatch of the object was captured; after a dispatch without a
  * stream every expert is complete at once, with the count the recv has.
@@ -363,6 +364,7 @@ static void test_expert_wait_calls(void **state)
     log_capture_stop();
     assert_true(log_captured("expert_wait before dispatch_recv", NULL, NULL));
 
+    fresh_step(f, moe); /* a step done: its marks must not answer for the next one */
     fill(f, TOKENS);
     assert_int_equal(strata_moe_layout_create(moe, f->idx, TOKENS, &layout), STRATA_OK);
     assert_int_equal(strata_moe_dispatch_send(moe, layout, f->x, NULL), STRATA_OK);
