@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -109,6 +110,25 @@ static strata_status_t util_config_parse_int(const char *text, int64_t *value_p,
     return STRATA_OK;
 }
 
+static strata_status_t util_config_parse_real(const char *text, double *value_p, char *err)
+{
+    double number;
+    char *end;
+
+    errno  = 0;
+    number = strtod(text, &end);
+    if (end == text || *end != '\0' || isspace((unsigned char)text[0])) {
+        util_reason(err, "'%s' is not a number", text);
+        return STRATA_ERR_CONFIG;
+    }
+    if (errno == ERANGE || !isfinite(number)) {
+        util_reason(err, "'%s' is not a finite number", text);
+        return STRATA_ERR_CONFIG;
+    }
+    *value_p = number;
+    return STRATA_OK;
+}
+
 static strata_status_t util_config_parse_bool(const char *text, bool *value_p, char *err)
 {
     static const char *const yes[] = {"y", "yes", "on", "true", "1"};
@@ -153,6 +173,7 @@ static strata_status_t util_config_parse_typed(const util_config_field_t *field,
     strata_status_t status;
     uint64_t u64;
     int64_t i64;
+    double real;
     bool flag;
     int index;
     char *copy;
@@ -200,6 +221,12 @@ static strata_status_t util_config_parse_typed(const util_config_field_t *field,
         }
         memcpy(dst, &copy, sizeof(copy));
         return STRATA_OK;
+    case UTIL_CONFIG_REAL:
+        status = util_config_parse_real(text, &real, err);
+        if (status == STRATA_OK) {
+            memcpy(dst, &real, sizeof(real));
+        }
+        return status;
     }
     util_reason(err, "field has an unknown type %d", (int)field->type);
     return STRATA_ERR_INTERNAL;
@@ -431,6 +458,7 @@ static const char *util_config_type_name(util_config_type_t type)
     case UTIL_CONFIG_BOOL:   return "bool";
     case UTIL_CONFIG_ENUM:   return "enum";
     case UTIL_CONFIG_STRING: return "string";
+    case UTIL_CONFIG_REAL:   return "number";
     }
     return "?";
 }
@@ -441,6 +469,7 @@ void util_config_format_value(const util_config_field_t *field, const void *src,
     const char *str;
     uint64_t u64;
     int64_t i64;
+    double real;
     bool flag;
     int index;
 
@@ -474,6 +503,10 @@ void util_config_format_value(const util_config_field_t *field, const void *src,
     case UTIL_CONFIG_STRING:
         memcpy(&str, src, sizeof(str));
         snprintf(buf, buf_size, "%s", str ? str : "");
+        return;
+    case UTIL_CONFIG_REAL:
+        memcpy(&real, src, sizeof(real));
+        snprintf(buf, buf_size, "%.17g", real); /* reads back as the same double */
         return;
     }
     snprintf(buf, buf_size, "?");

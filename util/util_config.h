@@ -25,7 +25,8 @@ typedef enum util_config_type {
     UTIL_CONFIG_TIME,   /**< uint64_t nanoseconds; "10ms", "2s", "500us", "100ns", "1min" */
     UTIL_CONFIG_BOOL,   /**< bool; y/yes/on/true/1 or n/no/off/false/0 */
     UTIL_CONFIG_ENUM,   /**< int index into enum_names; case-insensitive */
-    UTIL_CONFIG_STRING  /**< char *, owned by the struct: free with util_config_release */
+    UTIL_CONFIG_STRING, /**< char *, owned by the struct: free with util_config_release */
+    UTIL_CONFIG_REAL    /**< double; a finite decimal number, e.g. "2", "1.5", "2e-1" */
 } util_config_type_t;
 
 /** One value of any field type, held outside a table's struct (util_config_parse_value's
@@ -36,6 +37,7 @@ typedef union util_config_value {
     bool     flag;  /* BOOL */
     int      index; /* ENUM */
     char    *str;   /* STRING: owned, free with util_config_value_release */
+    double   real;  /* REAL */
 } util_config_value_t;
 
 typedef struct util_config_field {

@@ -35,6 +35,7 @@ static bool fuzz_value_equal(const util_config_field_t *field, const util_config
     case UTIL_CONFIG_BOOL:   return a->flag == b->flag;
     case UTIL_CONFIG_ENUM:   return a->index == b->index;
     case UTIL_CONFIG_STRING: return strcmp(a->str, b->str) == 0;
+    case UTIL_CONFIG_REAL:   return a->real == b->real;
     }
     return false;
 }

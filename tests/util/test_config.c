@@ -18,6 +18,7 @@ typedef struct test_config {
     bool     enabled;
     int      mode;
     char    *name;
+    double   factor;
 } test_config_t;
 
 static const char *const test_modes[] = {"push", "pull", "adaptive", NULL};
@@ -35,6 +36,8 @@ static const util_config_field_t test_fields[] = {
      .offset = offsetof(test_config_t, mode), .enum_names = test_modes},
     {.name = "TEST_CFG_NAME", .default_value = "", .doc = "string", .type = UTIL_CONFIG_STRING,
      .offset = offsetof(test_config_t, name)},
+    {.name = "TEST_CFG_FACTOR", .default_value = "2", .doc = "real", .type = UTIL_CONFIG_REAL,
+     .offset = offsetof(test_config_t, factor)},
 };
 
 static const util_config_table_t test_table = {
@@ -113,6 +116,35 @@ static void test_int_bool_enum(void **state)
     assert_int_equal(util_config_parse_value(&test_fields[4], "pushpull", &mode, err),
                      STRATA_ERR_CONFIG);
     assert_non_null(strstr(err, "push pull adaptive")); /* the error lists the choices */
+}
+
+static void test_real(void **state)
+{
+    char err[UTIL_REASON_LEN], text[32];
+    double real = -1.0;
+
+    (void)state;
+    assert_int_equal(util_config_parse_value(&test_fields[6], "1.5", &real, err), STRATA_OK);
+    assert_true(real == 1.5);
+    assert_int_equal(util_config_parse_value(&test_fields[6], "2e-1", &real, err), STRATA_OK);
+    assert_true(real == 0.2);
+    assert_int_equal(util_config_parse_value(&test_fields[6], "-3", &real, err), STRATA_OK);
+    assert_true(real == -3.0);
+    real = 7.0;
+    for (size_t i = 0; i < 6; ++i) {
+        static const char *const bad[] = {"", "1.5x", "nan", "inf", "1e999", " 2"};
+
+        assert_int_equal(util_config_parse_value(&test_fields[6], bad[i], &real, err),
+                         STRATA_ERR_CONFIG);
+        assert_true(real == 7.0); /* untouched */
+    }
+    util_config_format_value(&test_fields[6], &real, text, sizeof(text));
+    assert_string_equal(text, "7");
+    real = 0.1; /* formatted so that it reads back as the same double */
+    util_config_format_value(&test_fields[6], &real, text, sizeof(text));
+    real = 0.0;
+    assert_int_equal(util_config_parse_value(&test_fields[6], text, &real, err), STRATA_OK);
+    assert_true(real == 0.1);
 }
 
 /* A value with a newline (found by fuzz_config) is refused in one line of message. */
@@ -222,6 +254,7 @@ int main(void)
         cmocka_unit_test(test_size_units),
         cmocka_unit_test(test_time_units),
         cmocka_unit_test(test_int_bool_enum),
+        cmocka_unit_test(test_real),
         cmocka_unit_test(test_error_is_one_line),
         cmocka_unit_test(test_read_defaults_and_env),
         cmocka_unit_test(test_closest_name),
