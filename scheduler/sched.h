@@ -56,6 +56,11 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
 /** See strata_moe_memory_estimate: local, allocates nothing of the object's. */
 strata_status_t sched_moe_estimate(const strata_moe_params_t *params, int world_size,
                                    int num_nodes, strata_moe_memory_t *memory_p);
+/** The largest capacity factor accepted (STRATA_MOE_CAPACITY_FACTOR, the estimate's). */
+#define SCHED_MAX_LOAD_FACTOR 1e6
+/** See strata_moe_load_capacity. */
+strata_status_t sched_load_capacity(const strata_moe_params_t *params, int world_size,
+                                    double factor, int *capacity_p);
 /** After a failed step the network area goes to the engine to release at its destroy. */
 void            sched_moe_destroy(sched_moe_t *moe);
 

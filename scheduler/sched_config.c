@@ -18,6 +18,7 @@ typedef struct sched_moe_config {
     int      flush;
     int      combine;
     int64_t  ring_slots;
+    double   capacity_factor;
 } sched_moe_config_t;
 
 static const char *const sched_route_names[] = {"auto", "flat", "hierarchical", NULL};
@@ -77,6 +78,12 @@ static const util_config_field_t sched_moe_config_fields[] = {
             "on the flat route or a GPU backend combines exactly).",
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, combine),
      .enum_names = sched_combine_names},
+    {.name = "MOE_CAPACITY_FACTOR", .default_value = "0",
+     .doc = "Where params.capacity is 0: the rows kept for each expert as this factor times "
+            "its mean load (max_tokens x topk / experts, times the world size), rounded up; "
+            "rows past it are dropped and reported (STRATA_ERR_CAPACITY). 0: the most an "
+            "expert can receive, max_tokens times the world size, which never drops a row.",
+     .type = UTIL_CONFIG_REAL, .offset = offsetof(sched_moe_config_t, capacity_factor)},
 };
 
 const util_config_table_t sched_moe_config_table = {
@@ -142,6 +149,12 @@ static strata_status_t sched_choose(const sched_moe_config_t *config,
                        "2..65536", config->ring_slots);
         return STRATA_ERR_CONFIG;
     }
+    if (!(config->capacity_factor >= 0.0 && config->capacity_factor <= SCHED_MAX_LOAD_FACTOR)) {
+        UTIL_LOG_ERROR("moe: STRATA_MOE_CAPACITY_FACTOR=%g must be 0..%.0f",
+                       config->capacity_factor, SCHED_MAX_LOAD_FACTOR);
+        return STRATA_ERR_CONFIG;
+    }
+    c->capacity_factor = config->capacity_factor;
     c->ring_slots = (uint32_t)config->ring_slots;
     c->route = params->route;
     if (c->route == STRATA_MOE_ROUTE_DEFAULT) {

@@ -4,6 +4,7 @@
  */
 #include "sched_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +61,37 @@ bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w
         return true;
     }
     return false;
+}
+
+strata_status_t sched_load_capacity(const strata_moe_params_t *params, int world_size,
+                                    double factor, int *capacity_p)
+{
+    double most, rows;
+
+    if (params == NULL || capacity_p == NULL || world_size < 1 || params->num_experts <= 0 ||
+        params->topk <= 0 || params->max_tokens <= 0 ||
+        !(factor >= 0.0 && factor <= SCHED_MAX_LOAD_FACTOR)) {
+        UTIL_LOG_ERROR("moe load capacity: factor %g (0..%.0f), %d ranks (NULL params or "
+                       "result? experts, topk and max_tokens must be positive)", factor,
+                       SCHED_MAX_LOAD_FACTOR, world_size);
+        return STRATA_ERR_INVALID;
+    }
+    /* the load's numerator is an integer, exact in a double; one rounding in the divide */
+    most = fmin((double)params->max_tokens * (double)world_size, (double)INT32_MAX);
+    rows = ceil(factor * ((double)params->max_tokens * (double)params->topk *
+                          (double)world_size / (double)params->num_experts));
+    *capacity_p = factor == 0.0 ? 0 : (int)fmax(1.0, fmin(rows, most));
+    return STRATA_OK;
+}
+
+strata_status_t sched_default_capacity(strata_moe_params_t *params, int world_size,
+                                       const sched_choices_t *choices)
+{
+    if (params->capacity != 0 || choices->capacity_factor == 0.0) {
+        return STRATA_OK;
+    }
+    return sched_load_capacity(params, world_size, choices->capacity_factor,
+                               &params->capacity);
 }
 
 /* Node membership, and the ranks this one exchanges tokens with: on the flat route every

@@ -60,6 +60,7 @@ typedef struct sched_choices {
     int                  net_memory;  /* 0 auto, 1 heap, 2 bounce */
     sched_flush_t        flush;       /* as asked: auto, device or read */
     uint32_t             ring_slots;  /* of the work ring, a power of two */
+    double               capacity_factor; /* STRATA_MOE_CAPACITY_FACTOR; 0: none */
 } sched_choices_t;
 
 /** rank_node and rank_local are the caller's and must outlive the geometry. */
@@ -305,6 +306,10 @@ strata_status_t sched_combine_supported(const sched_geometry_t *geo,
 strata_status_t sched_resolve_combine(sched_moe_t *moe);
 /* sched_geometry.c: what the intra tier does not check itself, the world's shape. */
 bool            sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w);
+/* sched_geometry.c: params->capacity, where it is 0 and the choices give a capacity factor,
+ * from the load (sched_load_capacity). */
+strata_status_t sched_default_capacity(strata_moe_params_t *params, int world_size,
+                                       const sched_choices_t *choices);
 
 /* sched_memory.c: the intra tier's params for the object's geometry; the heap's bytes per
  * rank (area_in_heap: the network area is part of it); every part the object allocates. */

@@ -116,7 +116,11 @@ static strata_status_t sched_estimate_on(const strata_moe_params_t *params,
     strata_status_t status = sched_read_choices(params, &choices);
 
     if (status == STRATA_OK) {
-        status = sched_geometry_init(&moe.geo, params, world, choices.route, choices.spec_tokens);
+        status = sched_default_capacity(&moe.params, world->world_size, &choices);
+    }
+    if (status == STRATA_OK) {
+        status = sched_geometry_init(&moe.geo, &moe.params, world, choices.route,
+                                     choices.spec_tokens);
     }
     if (status == STRATA_OK) {
         sched_combine_fallback(&choices, &moe.geo, NULL);

@@ -284,6 +284,8 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
     strata_status_t status;
 
     if ((status = sched_resolve_config(moe, &choices)) != STRATA_OK ||
+        (status = sched_default_capacity(&moe->params, moe->world.world_size, &choices)) !=
+            STRATA_OK ||
         (status = sched_geometry_init(&moe->geo, &moe->params, &moe->world, choices.route,
                                       choices.spec_tokens)) != STRATA_OK) {
         return status;

@@ -12,14 +12,21 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define INFO_TOOL "strata-info"
 
 enum {
     OPT_WORLD = 256, OPT_NODES, OPT_MAX_TOKENS, OPT_HIDDEN, OPT_TOPK, OPT_EXPERTS, OPT_CAPACITY,
-    OPT_ALIGNMENT, OPT_DTYPE, OPT_COMBINE_DTYPE, OPT_ROUTE, OPT_COMBINE
+    OPT_ALIGNMENT, OPT_DTYPE, OPT_COMBINE_DTYPE, OPT_ROUTE, OPT_COMBINE, OPT_CAPACITY_FACTOR
 };
+
+/* What the options say besides the params. */
+typedef struct info_moe_shape {
+    int    world, nodes;
+    double capacity_factor; /* 0: not given */
+} info_moe_shape_t;
 
 static const char *const info_dtype_names[] = {"bf16", "fp16", "fp32", "fp8", NULL};
 static const char *const info_route_names[] = {"auto", "flat", "hierarchical", NULL};
@@ -29,12 +36,16 @@ void info_moe_memory_usage(FILE *out)
 {
     fprintf(out,
             "       strata-info --moe-memory --world W --nodes N --max-tokens T --hidden H\n"
-            "                   --topk K --experts E [--capacity C] [--alignment A]\n"
+            "                   --topk K --experts E [--capacity C | --capacity-factor F]\n"
+            "                   [--alignment A]\n"
             "                   [--dtype D] [--combine-dtype D] [--route R] [--combine M]\n"
             "  --moe-memory   (first) the bytes each rank of a MoE object of this shape would\n"
             "                 allocate, by part, and 'total: N bytes' last. W ranks spread evenly\n"
             "                 over N nodes; capacity 0 (the default): the most one expert can\n"
-            "                 receive; D: bf16 (default), fp16, fp32, fp8 (tokens only);\n"
+            "                 receive, or STRATA_MOE_CAPACITY_FACTOR x its mean load where that\n"
+            "                 is set; F: the capacity is F x an expert's mean load (max-tokens x\n"
+            "                 topk / experts x W), as the variable would make it;\n"
+            "                 D: bf16 (default), fp16, fp32, fp8 (tokens only);\n"
             "                 R: auto (default: STRATA_MOE_ROUTE), flat, hierarchical;\n"
             "                 M: auto (default: STRATA_MOE_COMBINE), exact, node-reduce\n");
 }
@@ -54,14 +65,17 @@ static bool info_parse_name(const char *option, const char *text, const char *co
 }
 
 /* One option's value into the params; false after a usage error. */
-static bool info_moe_option(int opt, const char *arg, strata_moe_params_t *p, int *world_p,
-                            int *nodes_p)
+static bool info_moe_option(int opt, const char *arg, strata_moe_params_t *p,
+                            info_moe_shape_t *s)
 {
     int value = 0;
 
     switch (opt) {
-    case OPT_WORLD: return tool_parse_int(INFO_TOOL, "--world", arg, 1, INT_MAX, world_p);
-    case OPT_NODES: return tool_parse_int(INFO_TOOL, "--nodes", arg, 1, INT_MAX, nodes_p);
+    case OPT_WORLD: return tool_parse_int(INFO_TOOL, "--world", arg, 1, INT_MAX, &s->world);
+    case OPT_NODES: return tool_parse_int(INFO_TOOL, "--nodes", arg, 1, INT_MAX, &s->nodes);
+    case OPT_CAPACITY_FACTOR:
+        return tool_parse_double(INFO_TOOL, "--capacity-factor", arg, 1e-6, 1e6,
+                                 &s->capacity_factor);
     case OPT_MAX_TOKENS:
         return tool_parse_int(INFO_TOOL, "--max-tokens", arg, 1, INT_MAX, &p->max_tokens);
     case OPT_HIDDEN: return tool_parse_int(INFO_TOOL, "--hidden", arg, 1, INT_MAX, &p->hidden);
@@ -101,15 +115,24 @@ static void info_moe_line(const char *name, uint64_t bytes)
            (double)bytes / (1024.0 * 1024.0));
 }
 
-static void info_moe_print(const strata_moe_params_t *p, int world, int nodes,
+static void info_moe_print(const strata_moe_params_t *p, const info_moe_shape_t *s,
                            const strata_moe_memory_t *m)
 {
+    char capacity[96] = "";
+
+    if (s->capacity_factor > 0.0) {
+        snprintf(capacity, sizeof(capacity), " (%g x an expert's mean load)",
+                 s->capacity_factor);
+    } else if (p->capacity == 0) {
+        snprintf(capacity, sizeof(capacity), " (the most an expert can receive%s)",
+                 getenv("STRATA_MOE_CAPACITY_FACTOR") != NULL
+                     ? ", or as STRATA_MOE_CAPACITY_FACTOR says" : "");
+    }
     printf("moe memory per rank: %d ranks on %d nodes, %d tokens, hidden %d, %s -> %s, "
            "top-%d of %d experts, capacity %d%s, route %s, combine %s\n",
-           world, nodes, p->max_tokens, p->hidden, info_dtype_names[p->dtype],
+           s->world, s->nodes, p->max_tokens, p->hidden, info_dtype_names[p->dtype],
            info_dtype_names[p->combine_dtype], p->topk, p->num_experts, p->capacity,
-           p->capacity == 0 ? " (the most an expert can receive)" : "",
-           info_route_names[p->route], info_combine_names[p->combine]);
+           capacity, info_route_names[p->route], info_combine_names[p->combine]);
     info_moe_line("expert rows", m->expert_rows);
     info_moe_line("node rows", m->node_rows);
     info_moe_line("net headers", m->net_headers);
@@ -139,33 +162,40 @@ int info_moe_memory(int argc, char **argv)
         {"combine-dtype", required_argument, NULL, OPT_COMBINE_DTYPE},
         {"route", required_argument, NULL, OPT_ROUTE},
         {"combine", required_argument, NULL, OPT_COMBINE},
+        {"capacity-factor", required_argument, NULL, OPT_CAPACITY_FACTOR},
         {NULL, 0, NULL, 0},
     };
     strata_moe_params_t p = {.dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16};
+    info_moe_shape_t s = {0};
     strata_moe_memory_t m;
-    int opt, world = 0, nodes = 0;
+    int opt;
 
     optind = 1; /* argv[0] is --moe-memory */
     while ((opt = getopt_long(argc, argv, ":", options, NULL)) != -1) {
         if (opt == '?' || opt == ':') {
             return tool_option_error(INFO_TOOL, argv, options, opt);
         }
-        if (!info_moe_option(opt, optarg, &p, &world, &nodes)) {
+        if (!info_moe_option(opt, optarg, &p, &s)) {
             return TOOL_EXIT_USAGE;
         }
     }
     if (optind < argc) {
         return tool_usage_error(INFO_TOOL, "unexpected argument '%s'", argv[optind]);
     }
-    if (world == 0 || nodes == 0 || p.max_tokens == 0 || p.hidden == 0 || p.topk == 0 ||
+    if (s.world == 0 || s.nodes == 0 || p.max_tokens == 0 || p.hidden == 0 || p.topk == 0 ||
         p.num_experts == 0) {
         return tool_usage_error(INFO_TOOL, "--moe-memory needs --world, --nodes, --max-tokens, "
                                 "--hidden, --topk and --experts");
     }
-    if (strata_moe_memory_estimate(&p, world, nodes, &m) != STRATA_OK) {
+    if (s.capacity_factor > 0.0 && p.capacity > 0) {
+        return tool_usage_error(INFO_TOOL, "--capacity and --capacity-factor: give one");
+    }
+    if ((s.capacity_factor > 0.0 &&
+         strata_moe_load_capacity(&p, s.world, s.capacity_factor, &p.capacity) != STRATA_OK) ||
+        strata_moe_memory_estimate(&p, s.world, s.nodes, &m) != STRATA_OK) {
         fprintf(stderr, "strata-info: no MoE object of this shape can be made (see above)\n");
         return 1;
     }
-    info_moe_print(&p, world, nodes, &m);
+    info_moe_print(&p, &s, &m);
     return 0;
 }

@@ -304,24 +304,23 @@ static void scale_set_round_one(int spec_tokens)
 }
 
 /* The bytes per rank an object of this shape allocates, in GiB; -1 where it cannot be made
- * (node-reduce on the flat route, a capacity past the library's range). */
+ * (node-reduce on the flat route, a shape past the library's range). */
 static double scale_memory(const scale_opts_t *o, const tune_scale_shape_t *shape,
                            tune_route_t route, int combine)
 {
-    double capacity = o->capacity_factor * shape->tokens * (double)shape->world * shape->topk /
-                      shape->experts;
     strata_moe_params_t p = {
         .num_experts = shape->experts, .topk = shape->topk, .hidden = shape->hidden,
         .dtype = shape->dispatch_bytes == 1 ? STRATA_DTYPE_FP8_E4M3 : STRATA_DTYPE_BF16,
         .combine_dtype = shape->combine_bytes == 4 ? STRATA_DTYPE_FP32 : STRATA_DTYPE_BF16,
-        .max_tokens = shape->tokens, .capacity = (int)ceil(capacity),
+        .max_tokens = shape->tokens,
         .route = route == TUNE_ROUTE_FLAT ? STRATA_MOE_ROUTE_FLAT : STRATA_MOE_ROUTE_HIERARCHICAL,
         .combine = combine == TUNE_COMBINE_EXACT ? STRATA_MOE_COMBINE_EXACT
                                                  : STRATA_MOE_COMBINE_NODE_REDUCE,
     };
     strata_moe_memory_t m;
 
-    if (capacity > INT_MAX ||
+    if (strata_moe_load_capacity(&p, shape->world, o->capacity_factor, &p.capacity) !=
+            STRATA_OK ||
         strata_moe_memory_estimate(&p, shape->world, shape->world / shape->ranks_per_node,
                                    &m) != STRATA_OK) {
         return -1.0;

@@ -302,6 +302,13 @@ STRATA_API strata_status_t strata_moe_memory_estimate(const strata_moe_params_t 
     return sched_moe_estimate(params, world_size, num_nodes, memory_p);
 }
 
+STRATA_API strata_status_t strata_moe_load_capacity(const strata_moe_params_t *params,
+                                                    int world_size, double factor,
+                                                    int *capacity_p)
+{
+    return sched_load_capacity(params, world_size, factor, capacity_p);
+}
+
 STRATA_API strata_status_t strata_moe_get_stats(const strata_moe_t *moe,
                                                 strata_moe_stats_t *stats_p)
 {

@@ -86,6 +86,7 @@ typedef struct options {
     int        odd_route;   /* rank that takes the flat route whatever the others do, or -1 */
     const char *refused;  /* creation must fail on every rank with this status's name */
     bool       streams;   /* steps alternate between two streams, nothing waited for */
+    const char *capacity_factor; /* STRATA_MOE_CAPACITY_FACTOR gives the capacity, or NULL */
 } options_t;
 
 static strata_dtype_t parse_dtype(const char *s)
@@ -170,6 +171,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--refused")) o->refused = v;
         else if (!strcmp(k, "--streams")) o->streams = atoi(v) != 0;
         else if (!strcmp(k, "--expert-wait")) g_expert_wait = atoi(v);
+        else if (!strcmp(k, "--capacity-factor")) o->capacity_factor = v;
         else CHECK(0, "unknown option %s", k);
     }
     o->c.seed = seed ? (unsigned)strtoul(seed, NULL, 10) : 12345u;
@@ -349,6 +351,13 @@ int main(int argc, char **argv)
 
         if (g_rank == o.odd_config) {
             setenv("STRATA_MOE_SPEC_TOKENS", "5", 1);
+        }
+        if (o.capacity_factor != NULL) { /* the capacity from the load, as the library says */
+            setenv("STRATA_MOE_CAPACITY_FACTOR", o.capacity_factor, 1);
+            p.capacity = 0;
+            CHECK(strata_moe_load_capacity(&p, r.world, atof(o.capacity_factor),
+                                           &o.c.capacity) == STRATA_OK && o.c.capacity > 0,
+                  "no capacity for factor %s", o.capacity_factor);
         }
         if (g_rank == o.odd_combine) {
             p.combine = STRATA_MOE_COMBINE_NODE_REDUCE;

@@ -98,6 +98,9 @@ void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv)
     const moe_case_t *c = r->c;
 
     memset(r->seen, 0, (size_t)r->world * (size_t)c->max_tokens * (size_t)c->topk);
+    CHECK(c->capacity == 0 || recv->capacity == (c->capacity + 3) / 4 * 4,
+          "capacity %d, expected %d rounded up to the alignment of 4", recv->capacity,
+          c->capacity);
     for (int e = 0; e < recv->num_local_experts; ++e) {
         int g = recv->first_expert + e;
 

@@ -214,6 +214,47 @@ static void test_default_capacity(void **state)
     assert_int_equal(got.total, hand(&explicit).total);
 }
 
+/* The capacity from the load: F x (max_tokens x topk / experts x world), rounded up, within
+ * 1..max_tokens x world; STRATA_MOE_CAPACITY_FACTOR makes it the default. */
+static void test_load_capacity(void **state)
+{
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .max_tokens = 4096, .route = STRATA_MOE_ROUTE_HIERARCHICAL,
+                             .combine = STRATA_MOE_COMBINE_EXACT};
+    shape_t twice = {64, 4096, 16384, STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT};
+    strata_moe_memory_t got;
+    int capacity = -1;
+
+    (void)state;
+    assert_int_equal(strata_moe_load_capacity(&p, 64, 2.0, &capacity), STRATA_OK);
+    assert_int_equal(capacity, 16384); /* the mean is 4096 x 8 / 256 x 64 = 8192 */
+    assert_int_equal(strata_moe_load_capacity(&p, 64, 1.0001, &capacity), STRATA_OK);
+    assert_int_equal(capacity, 8193); /* rounded up */
+    assert_int_equal(strata_moe_load_capacity(&p, 64, 1e-9, &capacity), STRATA_OK);
+    assert_int_equal(capacity, 1);
+    assert_int_equal(strata_moe_load_capacity(&p, 64, 1000.0, &capacity), STRATA_OK);
+    assert_int_equal(capacity, 4096 * 64); /* no more than every token of every rank */
+    assert_int_equal(strata_moe_load_capacity(&p, 64, 0.0, &capacity), STRATA_OK);
+    assert_int_equal(capacity, 0);
+    assert_int_equal(strata_moe_load_capacity(&p, 64, -1.0, &capacity), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_load_capacity(&p, 0, 2.0, &capacity), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_load_capacity(NULL, 64, 2.0, &capacity), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_load_capacity(&p, 64, 2.0, NULL), STRATA_ERR_INVALID);
+
+    setenv("STRATA_MOE_CAPACITY_FACTOR", "2", 1);
+    assert_int_equal(strata_moe_memory_estimate(&p, 64, 8, &got), STRATA_OK);
+    assert_int_equal(got.total, hand(&twice).total);
+    p.capacity = 100; /* a capacity given wins over the variable */
+    assert_int_equal(strata_moe_memory_estimate(&p, 64, 8, &got), STRATA_OK);
+    twice.capacity = 100;
+    assert_int_equal(got.total, hand(&twice).total);
+    setenv("STRATA_MOE_CAPACITY_FACTOR", "-2", 1);
+    assert_int_equal(strata_moe_memory_estimate(&p, 64, 8, &got), STRATA_ERR_CONFIG);
+    setenv("STRATA_MOE_CAPACITY_FACTOR", "two", 1);
+    assert_int_equal(strata_moe_memory_estimate(&p, 64, 8, &got), STRATA_ERR_CONFIG);
+    unsetenv("STRATA_MOE_CAPACITY_FACTOR");
+}
+
 static void test_refusals(void **state)
 {
     strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
@@ -242,7 +283,7 @@ static int clear_variables(void **state)
 {
     static const char *const names[] = {"STRATA_MOE_ROUTE", "STRATA_MOE_FLAT_TOKENS",
                                         "STRATA_MOE_SPEC_TOKENS", "STRATA_MOE_NET_MEMORY",
-                                        "STRATA_MOE_COMBINE"};
+                                        "STRATA_MOE_COMBINE", "STRATA_MOE_CAPACITY_FACTOR"};
 
     (void)state;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
@@ -259,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_target_expert_blocks),
         cmocka_unit_test(test_bounce_buffer),
         cmocka_unit_test(test_default_capacity),
+        cmocka_unit_test(test_load_capacity),
         cmocka_unit_test(test_refusals),
     };
 

@@ -27,6 +27,9 @@ case_run "4x1 hierarchical, 4 experts, topk 3" 4 "$ok" -- $calm STRATA_MOE_ROUTE
 # Every token to one expert on the other node, whose capacity holds 12 rows: the ranks
 # whose tokens lost their term learn it (CAPACITY from combine_recv), on both routes.
 case_run "2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10 --expert-wait 1
+# The same capacity from STRATA_MOE_CAPACITY_FACTOR: 0.4 x the mean load of 24 rows, 10,
+# rounded up to 12.
+case_run "2x2 hierarchical, all tokens to expert 12, capacity 0.4 x the mean load" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 10) --overflow 12 --capacity-factor 0.4
 case_run "3x2 flat, all tokens to expert 5, capacity 8" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 6 --nodes 3 -- --steps $(steps 20) --experts 12 --topk 2 --overflow 5:8
 # A work ring of 2 and 4 slots: the kernels wait for the proxy's credit on almost every
 # command, and the credit each block remembers is exercised (posting past the credit fails

@@ -76,6 +76,14 @@ grep -q '^  net returns *0 bytes' <<<"$("$info" --moe-memory --world 4 --nodes 1
 cli_run "$info" "${mem[@]}" --combine node-reduce --route flat
 [ $? -eq 1 ] && grep -q 'node-reduce combine needs the hierarchical route' "$cli_err" ||
     { cli_show "node-reduce on the flat route: expected exit 1 and the reason"; fail "refusal"; }
+# --capacity-factor F: F x an expert's mean load (8 x 2 / 8 x 4 = 8 rows), as --capacity
+# would give it, named in the first line; with --capacity, a usage error.
+out=$("$info" "${mem[@]/#16/0}" --capacity-factor 2) || fail "--capacity-factor exited $?"
+grep -q 'capacity 16 (2 x an expert.s mean load)' <<<"$out" || fail "factor's capacity: $out"
+[ "$(tail -1 <<<"$out")" = "$("$info" "${mem[@]}" | tail -1)" ] ||
+    fail "--capacity-factor 2 is not --capacity 16: $out"
+cli_usage_error "strata-info: --capacity and --capacity-factor: give one (see --help)" \
+    "$info" "${mem[@]}" --capacity-factor 2 || fail "both capacities"
 cli_usage_error "strata-info: --moe-memory needs --world, --nodes, --max-tokens, --hidden, --topk and --experts (see --help)" \
     "$info" --moe-memory --world 4 || fail "--moe-memory without a shape"
 cli_usage_error "strata-info: --dtype: 'bf17' is not one of the names it takes (see --help)" \

@@ -347,7 +347,8 @@ typedef struct strata_moe_params {
     strata_dtype_t     combine_dtype;    /**< expert outputs and results: bf16, fp16, fp32 */
     int                max_tokens;       /**< per rank and step */
     /** rows kept for each local expert (0: the most it can receive, max_tokens times
-     *  the world size), rounded up to expert_alignment */
+     *  the world size; or, where STRATA_MOE_CAPACITY_FACTOR is set, that factor times its
+     *  mean load, see strata_moe_load_capacity), rounded up to expert_alignment */
     int                capacity;
     int                expert_alignment; /**< rows; 0 or 1: none */
     strata_moe_route_t route;
@@ -476,6 +477,17 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
 STRATA_API strata_status_t strata_moe_memory_estimate(const strata_moe_params_t *params,
                                                       int world_size, int num_nodes,
                                                       strata_moe_memory_t *memory_p);
+/**
+ * Local: the capacity an expert's block gets from its load, factor times its mean load
+ * (params->max_tokens x topk / num_experts, times world_size), rounded up, at least 1 and
+ * at most max_tokens x world_size (before rounding up to expert_alignment). This is what
+ * strata_moe_create uses where params->capacity is 0 and STRATA_MOE_CAPACITY_FACTOR is set;
+ * factor 0 gives 0 (the most an expert can receive). STRATA_ERR_INVALID: NULL, a factor
+ * outside 0..1e6, or sizes that are not positive.
+ */
+STRATA_API strata_status_t strata_moe_load_capacity(const strata_moe_params_t *params,
+                                                    int world_size, double factor,
+                                                    int *capacity_p);
 /** Local; tolerates NULL. After a failed step the network buffers stay registered until
  *  the communicator is destroyed (a dead peer's operations may still be in flight). */
 STRATA_API void strata_moe_destroy(strata_moe_t *moe);
