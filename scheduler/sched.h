@@ -101,6 +101,9 @@ strata_status_t sched_moe_expert_wait(sched_moe_t *moe, int expert, int64_t time
                                       int32_t *rows_p);
 /** strata_moe_expert_wait_stream: the same, as a wait enqueued on the caller's stream. */
 strata_status_t sched_moe_expert_wait_stream(sched_moe_t *moe, int expert, void *stream);
+/** strata_moe_dispatch_counts: the rows each local expert was sent in the step. */
+strata_status_t sched_moe_dispatch_counts(sched_moe_t *moe, int64_t timeout_ns,
+                                          int32_t *counts);
 strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y);
 strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weights, void *out);
 /** End the step in progress on this rank with the halves its peers wait for (see

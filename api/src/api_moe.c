@@ -285,6 +285,12 @@ STRATA_API strata_status_t strata_moe_expert_wait_stream(strata_moe_t *moe, int 
     API_MOE_CALL(moe, sched_moe_expert_wait_stream(moe->sched, local_expert, stream));
 }
 
+STRATA_API strata_status_t strata_moe_dispatch_counts(strata_moe_t *moe, int64_t timeout_ns,
+                                                      int32_t *counts)
+{
+    API_MOE_CALL(moe, sched_moe_dispatch_counts(moe->sched, timeout_ns, counts));
+}
+
 STRATA_API strata_status_t strata_moe_set_stream(strata_moe_t *moe, void *stream)
 {
     API_MOE_CALL(moe, sched_moe_set_stream(moe->sched, stream));

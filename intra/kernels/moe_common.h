@@ -60,8 +60,8 @@ KERNEL_FN int moe_last_block(uint64_t *done, uint64_t step, kernel_grid_t g)
 KERNEL_FN void moe_mark_ready(const intra_moe_args_t *a, int local, int32_t rows, uint64_t step)
 {
     MOE_AT(a, a->rank, marked, uint64_t)[local] = step; /* the kernels' copy, device memory */
-    a->ready_rows[local] = rows;
-    kernel_store_release_u64(&a->ready[local], step);
+    a->marks.ready_rows[local] = rows;
+    kernel_store_release_u64(&a->marks.ready[local], step);
 }
 
 /* Whether local expert l is marked for the step (block 0 and the last block read it). */
@@ -72,8 +72,9 @@ KERNEL_FN int moe_marked(const intra_moe_args_t *a, int local, uint64_t step)
 
 /*
  * One thread of the owner: once every source's counts are in (not waited for: the caller
- * tries again later), the rows each local expert gets, at most its capacity; experts that
- * get none are complete at once. Whether they are settled for this step.
+ * tries again later), the rows each local expert gets, at most its capacity, and for the
+ * host the rows sent to it; experts that get none are complete at once. Whether they are
+ * settled for this step.
  */
 KERNEL_FN int moe_settle_expected(const intra_moe_args_t *a, uint64_t step)
 {
@@ -96,10 +97,12 @@ KERNEL_FN int moe_settle_expected(const intra_moe_args_t *a, uint64_t step)
             rows += MOE_AT(a, source, sent_count, int32_t)[a->rank * a->experts_per_rank + l];
         }
         expected[l] = (int32_t)(rows < a->capacity ? rows : a->capacity);
+        a->marks.routed[l] = (int32_t)rows;
         if (rows == 0) {
             moe_mark_ready(a, l, 0, step);
         }
     }
+    kernel_store_release_u64(a->marks.counts_step, step); /* the counts, to the host */
     control->expected_step = step; /* read by this thread alone */
     return 1;
 }
@@ -289,7 +292,7 @@ KERNEL_FN void intra_moe_expert_wait_body(const intra_moe_args_t *a, kernel_grid
     if (g.block != 0 || !KERNEL_LEADER(g)) {
         return;
     }
-    while (kernel_load_relaxed_u64(&a->ready[a->wait_expert]) < step) {
+    while (kernel_load_relaxed_u64(&a->marks.ready[a->wait_expert]) < step) {
         if (!started && kernel_load_relaxed_u64(&control->counts_flag[a->rank]) >= step) {
             started = 1; /* the dispatch runs: its own bounds hold from here */
             start   = kernel_timer();
@@ -301,7 +304,7 @@ KERNEL_FN void intra_moe_expert_wait_body(const intra_moe_args_t *a, kernel_grid
             return;
         }
         if (kernel_timer() - start > a->timeout_ticks) {
-            kernel_atomic_add_u64(a->waits_expired, 1);
+            kernel_atomic_add_u64(a->marks.waits_expired, 1);
             return;
         }
         kernel_spin_pause(spins++);

@@ -118,6 +118,20 @@ typedef struct intra_moe_heap_offsets {
 } intra_moe_heap_offsets_t;
 
 /** One launch's arguments, passed by value to GPU kernels. */
+/*
+ * What the host learns of a dispatch before it ends, in mapped host memory the owner's
+ * kernels write: for each local expert, the last step whose rows have all landed in its
+ * block and how many there are (written before the step); the last step whose counts are
+ * in, and those counts: the rows every rank sent each local expert, before the capacity.
+ */
+typedef struct intra_moe_marks {
+    uint64_t *ready;         /* [experts_per_rank] */
+    uint64_t *waits_expired; /* expert waits on streams that ended at their bound */
+    uint64_t *counts_step;
+    int32_t  *ready_rows;    /* [experts_per_rank] */
+    int32_t  *routed;        /* [experts_per_rank] */
+} intra_moe_marks_t;
+
 typedef struct intra_moe_args {
     int32_t  rank;
     int32_t  num_ranks;
@@ -167,11 +181,7 @@ typedef struct intra_moe_args {
     int64_t        origin_offset;   /* heap: int32[max_tokens][2] (rank, token); -1 none */
     int64_t        term_dst_offset; /* heap: int64[max_tokens][topk] heap offsets; -1 none */
     const uint64_t *term_src;       /* reduce: [num_tokens][topk] addresses, 0: no term */
-    /* Per-expert completion, in mapped host memory: the last step whose rows have all
-     * landed in each local expert's block, and how many there are (written before it). */
-    uint64_t      *ready;           /* [experts_per_rank] */
-    int32_t       *ready_rows;      /* [experts_per_rank] */
-    uint64_t      *waits_expired;   /* expert waits on streams that ended at their bound */
+    intra_moe_marks_t marks;        /* per-expert completion and counts, mapped host memory */
     int32_t        wait_expert;     /* the expert-wait kernel's: which expert, which step */
     uint64_t       wait_step;
     intra_moe_source_t *public_src; /* sources: [experts_per_rank][capacity] as the API has them */

@@ -246,13 +246,15 @@ static strata_status_t moe_fit_grid(const intra_device_ops_t *dev, const intra_h
 }
 
 /* Where the mapped words are from base, as the host or the kernels see it: [experts]
- * steps, the expired waits' count, [experts] row counts. */
-static void moe_ready_words(void *base, int experts, uint64_t **steps_p, uint64_t **expired_p,
-                            int32_t **rows_p)
+ * steps, the expired waits' count, the counts' step, [experts] row counts, [experts] rows
+ * sent before the capacity. */
+static void moe_ready_words(void *base, int experts, intra_moe_marks_t *m)
 {
-    *steps_p   = base;
-    *expired_p = *steps_p + experts;
-    *rows_p    = (int32_t *)(*expired_p + 1);
+    m->ready         = base;
+    m->waits_expired = m->ready + experts;
+    m->counts_step   = m->waits_expired + 1;
+    m->ready_rows    = (int32_t *)(m->counts_step + 1);
+    m->routed        = m->ready_rows + experts;
 }
 
 /* The per-expert completion marks, in memory the kernels write and the host reads. */
@@ -268,9 +270,8 @@ static strata_status_t moe_alloc_ready(intra_moe_t *moe)
     }
     memset(host, 0, bytes);
     moe->ready_host = host;
-    moe_ready_words(host, a->experts_per_rank, &moe->ready_steps, &moe->ready_expired,
-                    &moe->ready_rows);
-    moe_ready_words(dev, a->experts_per_rank, &a->ready, &a->waits_expired, &a->ready_rows);
+    moe_ready_words(host, a->experts_per_rank, &moe->marks);
+    moe_ready_words(dev, a->experts_per_rank, &a->marks);
     return STRATA_OK;
 }
 
@@ -404,12 +405,14 @@ void intra_moe_destroy(intra_moe_t *moe)
 
 size_t intra_moe_ready_bytes(int experts_per_rank) /* as moe_ready_words lays them out */
 {
-    return (size_t)experts_per_rank * (sizeof(uint64_t) + sizeof(int32_t)) + sizeof(uint64_t);
+    return (size_t)experts_per_rank * (sizeof(uint64_t) + 2 * sizeof(int32_t)) +
+           2 * sizeof(uint64_t);
 }
 
 uint64_t intra_moe_waits_expired(const intra_moe_t *moe)
 {
-    return atomic_load_explicit((_Atomic uint64_t *)moe->ready_expired, memory_order_acquire);
+    return atomic_load_explicit((_Atomic uint64_t *)moe->marks.waits_expired,
+                                memory_order_acquire);
 }
 
 uint64_t intra_moe_dispatches(const intra_moe_t *moe)
@@ -430,9 +433,26 @@ strata_status_t intra_moe_expert_ready(const intra_moe_t *moe, int e, bool *read
     }
     /* acquire: pairs with the kernels' release of the step after the count */
     *ready_p = moe->dispatches > 0 &&
-               atomic_load_explicit((_Atomic uint64_t *)&moe->ready_steps[e],
+               atomic_load_explicit((_Atomic uint64_t *)&moe->marks.ready[e],
                                     memory_order_acquire) >= moe->dispatches;
-    *rows_p  = *ready_p ? moe->ready_rows[e] : 0;
+    *rows_p  = *ready_p ? moe->marks.ready_rows[e] : 0;
+    return STRATA_OK;
+}
+
+strata_status_t intra_moe_counts_ready(const intra_moe_t *moe, bool *ready_p, int32_t *counts)
+{
+    int experts = moe->args.experts_per_rank;
+
+    if (moe->captured) {
+        return moe_refuse_captured();
+    }
+    /* acquire: pairs with the kernels' release of the step after the counts */
+    *ready_p = moe->dispatches > 0 &&
+               atomic_load_explicit((_Atomic uint64_t *)moe->marks.counts_step,
+                                    memory_order_acquire) >= moe->dispatches;
+    for (int e = 0; e < experts; ++e) {
+        counts[e] = *ready_p ? moe->marks.routed[e] : 0;
+    }
     return STRATA_OK;
 }
 

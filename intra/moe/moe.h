@@ -201,6 +201,13 @@ uint64_t        intra_moe_dispatches(const intra_moe_t *moe);
 strata_status_t intra_moe_expert_ready(const intra_moe_t *moe, int e, bool *ready_p,
                                        int32_t *rows_p);
 /**
+ * Whether the last dispatch launched has counted its rows: then counts[e] (for each local
+ * expert) is the rows every rank sent expert e in that step, before its capacity; else
+ * zeros. Reads mapped host memory; waits for nothing. STRATA_ERR_UNSUPPORTED once a
+ * dispatch was captured, as intra_moe_expert_ready.
+ */
+strata_status_t intra_moe_counts_ready(const intra_moe_t *moe, bool *ready_p, int32_t *counts);
+/**
  * Enqueue on the caller's stream a wait until local expert e's rows of the last dispatch
  * launched are all in: work enqueued after it there reads them. The wait ends as well at
  * a failed rank or the object's bound, without a report (the step's kernels report).

@@ -37,9 +37,8 @@ struct intra_moe {
         intra_queue_t *queue;
     } waits[MOE_WAIT_QUEUES];
     unsigned                  next_wait; /* the slot taken when all are bound */
-    void                     *ready_host; /* the kernels' per-expert marks (intra_moe_ready_bytes) */
-    uint64_t                 *ready_steps, *ready_expired; /* in it, as the host sees them */
-    int32_t                  *ready_rows;
+    void                     *ready_host; /* the kernels' marks (intra_moe_ready_bytes) */
+    intra_moe_marks_t         marks;      /* in it, as the host sees them */
     intra_moe_recv_t          recv;
 };
 

@@ -67,6 +67,8 @@ _PROTOTYPES = {
     "strata_moe_abort_step": (_c_status, [_p]),
     "strata_moe_expert_wait": (_c_status, [_p, _int, ctypes.c_int64,
                                            ctypes.POINTER(ctypes.c_int32)]),
+    "strata_moe_dispatch_counts": (_c_status, [_p, ctypes.c_int64,
+                                               ctypes.POINTER(ctypes.c_int32)]),
     "strata_moe_synchronize": (_c_status, [_p]),
     "strata_moe_get_stats": (_c_status, [_p, ctypes.POINTER(t.MoeStats)]),
 }

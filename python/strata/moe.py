@@ -24,6 +24,13 @@ _FRAMEWORK_DTYPES = {
 }
 
 
+def _timeout_ns(timeout):
+    """A wait's bound in seconds as the library takes it: None, the object's (-1)."""
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"timeout must be None or at least 0 seconds, not {timeout}")
+    return -1 if timeout is None else int(timeout * 1e9)
+
+
 def _dtype(value, name):
     """A Dtype from a Dtype, its name ("bf16"), a torch dtype (torch.bfloat16) or a numpy
     one (np.float32)."""
@@ -504,14 +511,22 @@ class Moe:
         STRATA_ERR_TIMEOUT leaves the step running; STRATA_ERR_PEER_FAILED ends it."""
         if isinstance(expert, bool) or not isinstance(expert, int):
             raise TypeError(f"expert must be an int, not {type(expert).__name__}")
-        if timeout is not None and not timeout >= 0:
-            raise ValueError(f"timeout must be None or at least 0 seconds, not {timeout}")
         rows = ctypes.c_int32(0)
-        timeout_ns = -1 if timeout is None else int(timeout * 1e9)
-        check(self._lib.strata_moe_expert_wait(self.handle, expert, timeout_ns,
+        check(self._lib.strata_moe_expert_wait(self.handle, expert, _timeout_ns(timeout),
                                                ctypes.byref(rows)),
               "strata_moe_expert_wait")
         return rows.value
+
+    def dispatch_counts(self, timeout=None):
+        """The rows every rank sent each local expert in the step, before its capacity, as a
+        list (strata_moe_dispatch_counts): count[e] minus recv.count[e] of them were
+        dropped. The node's dispatch counts before it moves any row, so after an async
+        dispatch on a stream this returns while the rows still move (across nodes, once
+        the other nodes' rows have arrived). timeout and errors: as expert_wait."""
+        counts = (ctypes.c_int32 * (self.num_experts // self._comm.size))()
+        check(self._lib.strata_moe_dispatch_counts(self.handle, _timeout_ns(timeout), counts),
+              "strata_moe_dispatch_counts")
+        return list(counts)
 
     def _end_step(self):
         self._step_layout, self._step_tokens, self._step_inputs = None, None, None

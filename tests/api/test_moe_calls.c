@@ -353,27 +353,38 @@ static void test_expert_wait_calls(void **state)
     strata_moe_layout_t *layout;
     strata_moe_recv_t recv;
     strata_moe_t *moe;
-    int32_t rows = -1;
+    int32_t rows = -1, counts[EXPERTS];
     void *stream;
 
     assert_int_equal(strata_moe_expert_wait(NULL, 0, 0, &rows), STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_dispatch_counts(NULL, 0, counts), STRATA_ERR_INVALID);
     assert_int_equal(strata_moe_expert_wait_stream(NULL, 0, NULL), STRATA_ERR_INVALID);
     assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_OK);
     log_capture_start();
     assert_int_equal(strata_moe_expert_wait(moe, 0, 0, &rows), STRATA_ERR_INVALID);
     log_capture_stop();
     assert_true(log_captured("expert_wait before dispatch_recv", NULL, NULL));
+    assert_int_equal(strata_moe_dispatch_counts(moe, 0, counts), STRATA_ERR_INVALID);
 
     fresh_step(f, moe); /* a step done: its marks must not answer for the next one */
     fill(f, TOKENS);
     assert_int_equal(strata_moe_layout_create(moe, f->idx, TOKENS, &layout), STRATA_OK);
     assert_int_equal(strata_moe_dispatch_send(moe, layout, f->x, NULL), STRATA_OK);
     assert_int_equal(strata_moe_expert_wait(moe, 0, 0, &rows), STRATA_ERR_INVALID);
+    counts[0] = -1;
+    log_capture_start();
+    assert_int_equal(strata_moe_dispatch_counts(moe, 0, counts), STRATA_ERR_INVALID);
+    log_capture_stop();
+    assert_true(log_captured("dispatch_counts before dispatch_recv", NULL, NULL));
+    assert_int_equal(counts[0], 0); /* zeros unless OK */
     assert_int_equal(strata_moe_dispatch_recv(moe, &recv), STRATA_OK);
+    assert_int_equal(strata_moe_dispatch_counts(moe, 0, counts), STRATA_OK);
     for (int e = 0; e < recv.num_local_experts; ++e) {
         assert_int_equal(strata_moe_expert_wait(moe, e, 0, &rows), STRATA_OK);
         assert_int_equal(rows, recv.count[e]);
+        assert_int_equal(counts[e], recv.count[e]); /* the default capacity drops nothing */
     }
+    assert_int_equal(strata_moe_dispatch_counts(moe, 0, NULL), STRATA_ERR_INVALID);
     assert_int_equal(strata_moe_expert_wait(moe, EXPERTS, 0, &rows), STRATA_ERR_INVALID);
     assert_int_equal(strata_moe_expert_wait(moe, -1, 0, &rows), STRATA_ERR_INVALID);
     assert_int_equal(strata_moe_expert_wait(moe, 0, 0, NULL), STRATA_ERR_INVALID);
@@ -405,6 +416,7 @@ static void test_expert_wait_calls(void **state)
     log_capture_stop();
     assert_true(log_captured("captured in a graph", NULL, NULL));
     assert_int_equal(strata_moe_expert_wait_stream(moe, 0, stream), STRATA_ERR_UNSUPPORTED);
+    assert_int_equal(strata_moe_dispatch_counts(moe, 0, counts), STRATA_ERR_UNSUPPORTED);
     assert_int_equal(strata_moe_synchronize(moe), STRATA_OK); /* the rows, to copy them */
     memcpy(recv.expert_y, recv.x, (size_t)recv.num_local_experts * (size_t)recv.capacity *
                                       recv.row_bytes);

@@ -96,21 +96,28 @@ class TestStreams(one_rank.CommTestCase):
 
     def test_expert_wait(self):
         """Each local expert waited for alone after an async dispatch: the count it gives is
-        the recv's, and its rows then are the rows the step ends with. Out of range: a
-        a StrataError of
+        the recv's, and its rows then are the rows the step ends with; the step's counts,
+        asked for first, are the rows routed to each expert. Out of range: a StrataError of
         STRATA_ERR_INVALID, as before any dispatch; a non-int expert: TypeError."""
         with self.comm.stream() as stream, self.moe() as moe:
             with self.assertRaises(StrataError) as caught:
                 moe.expert_wait(0)
             self.assertIs(caught.exception.status, Status.STRATA_ERR_INVALID)
+            with self.assertRaises(StrataError) as caught:
+                moe.dispatch_counts()
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_INVALID)
+            with self.assertRaises(ValueError):
+                moe.dispatch_counts(timeout=-1)
             for step in range(3):
                 x, idx, weights = self.batch()
                 work = moe.dispatch(x, idx, stream=stream, async_op=True)
+                counts = moe.dispatch_counts(timeout=10.0)  # rows may still be moving
                 rows, copies = [], []
                 for e in range(EXPERTS):  # one rank: every expert is local
                     rows.append(moe.expert_wait(e, timeout=10.0))
                     copies.append(np.array(work.result.x[e, :rows[-1]]))
                 recv = work.wait()
+                self.assertEqual(counts, [int((idx == e).sum()) for e in range(EXPERTS)])
                 for e in range(EXPERTS):
                     self.assertEqual(rows[e], int(recv.count[e]))
                     np.testing.assert_array_equal(copies[e], recv.x[e, :rows[e]])
@@ -134,6 +141,7 @@ class TestStreams(one_rank.CommTestCase):
             with self.assertRaises(StrataError) as caught:
                 work.wait()
             self.assertIs(caught.exception.status, Status.STRATA_ERR_CAPACITY)
+            self.assertEqual(moe.dispatch_counts()[0], TOKENS)  # 16 sent, 2 kept
             with self.assertRaises(StrataError):
                 moe.combine(np.ones((TOKENS, TOPK), np.float32), np.empty_like(x),
                             stream=stream)

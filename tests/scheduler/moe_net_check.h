@@ -114,6 +114,12 @@ bool withheld(const rank_state_t *r, int64_t e);
 void make_inputs(rank_state_t *r);
 /** Every row this rank's experts received is the reference's, each seen once. */
 void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv);
+/** The most local experts the counts' checks take. */
+#define MAX_LOCAL_EXPERTS 256
+/** The step's counts (strata_moe_dispatch_counts) are the rows every rank routed to each
+ *  local expert, before the capacity: at least what was delivered. */
+void check_counts(const rank_state_t *r, const strata_moe_recv_t *recv,
+                  const int32_t *counts);
 /** Every token's combined row is the reference's (or, where its term was dropped for
  *  capacity, empty with combine_recv's CAPACITY; where its owner withheld it, without that
  *  term, with CANCELLED). */

@@ -155,6 +155,12 @@ strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
         status = expect;
     }
     if (status == expect) {
+        int32_t counts[MAX_LOCAL_EXPERTS];
+
+        CHECK(recv.num_local_experts <= MAX_LOCAL_EXPERTS &&
+                  strata_moe_dispatch_counts(r->moe, 0, counts) == STRATA_OK,
+              "dispatch_counts after dispatch_recv returned (no stream) must answer at once");
+        check_counts(r, &recv, counts);
         check_dispatch(r, &recv);
         status = strata_moe_combine_send(r->moe, NULL);
     }
@@ -200,6 +206,7 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
     rank_state_t *r = &sr->states[g_step % 2];
     uint64_t dmask[INTRA_MOE_MASK_WORDS], cmask[INTRA_MOE_MASK_WORDS];
     expert_copies_t copies = {NULL, NULL};
+    int32_t counts[MAX_LOCAL_EXPERTS];
     strata_moe_recv_t recv;
     strata_status_t status;
     const void *x;
@@ -231,6 +238,10 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
         status = strata_moe_dispatch(r->moe, x, r->scales ? r->x_scales : NULL, r->idx, n,
                                      &recv);
     }
+    if (status == STRATA_OK) { /* the counts, while the rows may still be moving */
+        CHECK(recv.num_local_experts <= MAX_LOCAL_EXPERTS, "too many local experts");
+        status = strata_moe_dispatch_counts(r->moe, -1, counts);
+    }
     if (status == STRATA_OK && g_expert_wait) {
         status = copy_experts(r, &recv, &copies);
     }
@@ -246,6 +257,7 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
     if (g_expert_wait) {
         check_expert_copies(&recv, &copies);
     }
+    check_counts(r, &recv, counts);
     check_dispatch(r, &recv);
     status = strata_moe_combine_send(r->moe, NULL);
     if (status == STRATA_OK) {

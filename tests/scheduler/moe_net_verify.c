@@ -123,6 +123,17 @@ void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv)
     }
 }
 
+void check_counts(const rank_state_t *r, const strata_moe_recv_t *recv, const int32_t *counts)
+{
+    for (int e = 0; e < recv->num_local_experts; ++e) {
+        int g = recv->first_expert + e;
+
+        CHECK(counts[e] == ref_count(r, g) && counts[e] >= recv->count[e],
+              "expert %d: dispatch_counts says %d rows, %d were routed to it and %d "
+              "delivered", g, counts[e], ref_count(r, g), recv->count[e]);
+    }
+}
+
 /* Column h of token t's terms on node (-1: every node), weighted, summed in fp32 in k order;
  * *any_p: whether the token has a term there. */
 static float ref_node_sum(const rank_state_t *r, int t, int h, int node, bool *any_p,

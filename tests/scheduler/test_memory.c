@@ -95,8 +95,9 @@ static strata_moe_memory_t hand(const shape_t *s)
     m.node_rows = heap - m.expert_rows - net;
     m.tables += 2 * arr(8 * T * K) + arr(8 * (P > 0 ? P : 1)) + arr(4 * (P + 1)) +
                 arr(4 * entries) + arr(4 * entries * K) + (rows ? rows : 1) * 12 + 4 * epr + 4 +
-                12 * epr + 8; /* the completion marks: a step and a count per local
-                               * expert, and the count of stream waits that expired */
+                16 * epr + 16; /* the completion marks: a step, a row count and the
+                                * rows sent per local expert; the count of stream waits
+                                * that expired and the counts' step */
     m.total = heap + m.work_ring + m.tables;
     return m;
 }

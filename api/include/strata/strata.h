@@ -582,6 +582,19 @@ STRATA_API strata_status_t strata_moe_expert_wait(strata_moe_t *moe, int local_e
  */
 STRATA_API strata_status_t strata_moe_expert_wait_stream(strata_moe_t *moe, int local_expert,
                                                          void *stream);
+/**
+ * The step's counts: counts[e], for each local expert e, is the number of rows every rank
+ * sent it in this step, before its capacity, so counts[e] - recv.count[e] rows of it were
+ * dropped (and reported). The node's dispatch counts every rank's rows before it moves any,
+ * so on a stream this returns while the rows are still moving: on GPUs the host waits here
+ * for the counts, not for the rows. Across nodes the node's dispatch starts once the
+ * network has delivered the other nodes' rows, so there the counts come after that
+ * exchange. Call it after dispatch_recv; without a stream it returns at once. timeout_ns,
+ * STRATA_ERR_TIMEOUT (the step goes on), STRATA_ERR_PEER_FAILED and the refusals: as
+ * strata_moe_expert_wait. counts: num_local_experts entries, zeros unless STRATA_OK.
+ */
+STRATA_API strata_status_t strata_moe_dispatch_counts(strata_moe_t *moe, int64_t timeout_ns,
+                                                      int32_t *counts);
 
 /**
  * First half of combine: return the experts' outputs (expert_y:
