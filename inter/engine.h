@@ -330,6 +330,30 @@ strata_status_t inter_engine_write_scatter(inter_engine_t *engine, const int *pe
                                            size_t len, bool with_imm, uint32_t imm,
                                            inter_request_t **req_p);
 
+/** One piece of a list write: len bytes from lmr offset loff to the remote offset roff. */
+typedef struct inter_extent {
+    size_t loff;
+    size_t roff;
+    size_t len;
+} inter_extent_t;
+
+/**
+ * List write: every extent to peer in one request, each cut into chunks striped over the
+ * pair's rails as inter_engine_write cuts one write, through at most a bounded number of
+ * operations at once (the proxy fills each again with the next chunk as it completes, so a
+ * list may be longer than the pools). extents: malloc'd, owned by the engine from the call
+ * on (freed with the request, or at once where the call fails). with_imm: once every
+ * chunk has completed, one 8-byte write to the peer's engine control word per rail of the
+ * pair carries imm, so the target counts inter_engine_list_imm_count(peer) of them, each
+ * after that rail's data; no chunk carries it. After an error the immediates do not go.
+ */
+strata_status_t inter_engine_write_list(inter_engine_t *engine, int peer, const inter_mr_t *lmr,
+                                        const inter_rdesc_t *rdesc, inter_extent_t *extents,
+                                        uint32_t num_extents, bool with_imm, uint32_t imm,
+                                        inter_request_t **req_p);
+/** Immediates the target of a list write with an immediate counts: the pair's rails. */
+uint32_t        inter_engine_list_imm_count(const inter_engine_t *engine, int peer);
+
 /** RDMA read; STRATA_ERR_UNSUPPORTED where the transport has none. */
 strata_status_t inter_engine_read(inter_engine_t *engine, int peer, const inter_mr_t *lmr,
                                   size_t loff, const inter_rdesc_t *rdesc, size_t roff,

@@ -171,6 +171,14 @@ struct inter_request {
     /* ring */
     struct inter_ring     *ring;
     bool                   attach;
+    /* list write (inter_list.c): the extents, owned; the next chunk to fill; the data
+     * operations (the first data_ops of ops; the immediates' follow) */
+    inter_extent_t        *extents;
+    uint32_t               num_extents;
+    uint32_t               next_extent, next_chunk, extent_chunks;
+    uint32_t               data_ops, data_retired;
+    const inter_mr_t      *lmr;
+    inter_rdesc_t          rdesc;
 };
 
 /* A work ring as the proxy sees it (inter_ring.c). */
@@ -554,6 +562,24 @@ void            inter_pace_completed(inter_engine_t *engine, const inter_op_t *o
 /* inter_ops.c */
 strata_status_t inter_request_submit(inter_engine_t *engine, inter_request_t *req);
 void             inter_request_finish(inter_request_t *req, strata_status_t status);
+/* Bad input is refused with one log line (see engine.h). */
+strata_status_t inter_check_peer(inter_engine_t *engine, int peer);
+strata_status_t inter_check_local(const inter_mr_t *lmr, size_t off, size_t len);
+strata_status_t inter_check_remote(const inter_engine_t *engine, int peer,
+                                   const inter_rdesc_t *rdesc, size_t off, size_t len);
+strata_status_t inter_check_length(const inter_engine_t *engine, size_t len);
+strata_status_t inter_check_imm(bool with_imm, uint32_t imm);
+/** op becomes a write or read of len bytes on rail (with_imm: imm as the user's). */
+void            inter_fill_rma(const inter_engine_t *engine, inter_op_t *op,
+                               inter_op_kind_t kind, int peer, int rail, const inter_mr_t *lmr,
+                               size_t loff, const inter_rdesc_t *rdesc, size_t roff, size_t len,
+                               bool with_imm, uint32_t imm);
+
+/* inter_list.c */
+/** Proxy: a list write's data operation op finished: true where it was filled with the next
+ *  chunk and queued again; otherwise it is done for good, and once every data operation is,
+ *  the immediates go (or, after an error, count as finished unposted). */
+bool            inter_list_op_done(inter_engine_t *engine, inter_op_t *op);
 
 static inline uint64_t inter_remote_addr(const inter_engine_t *engine, int rail,
                                          const inter_rdesc_t *rdesc, size_t offset)

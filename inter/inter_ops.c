@@ -119,7 +119,7 @@ void inter_request_free(inter_request_t *req)
 
 /* --- Validation ------------------------------------------------------------------------- */
 
-static strata_status_t inter_check_peer(inter_engine_t *engine, int peer)
+strata_status_t inter_check_peer(inter_engine_t *engine, int peer)
 {
     if (peer < 0 || peer >= engine->params.world_size) {
         UTIL_LOG_ERROR("engine: unknown peer %d (ranks are 0..%d)", peer,
@@ -133,7 +133,7 @@ static strata_status_t inter_check_peer(inter_engine_t *engine, int peer)
     return STRATA_OK;
 }
 
-static strata_status_t inter_check_local(const inter_mr_t *lmr, size_t off, size_t len)
+strata_status_t inter_check_local(const inter_mr_t *lmr, size_t off, size_t len)
 {
     if (lmr == NULL || off > lmr->len || len > lmr->len - off) {
         UTIL_LOG_ERROR("engine: local memory [%zu, +%zu) is not inside a registered region "
@@ -143,7 +143,7 @@ static strata_status_t inter_check_local(const inter_mr_t *lmr, size_t off, size
     return STRATA_OK;
 }
 
-static strata_status_t inter_check_remote(const inter_engine_t *engine, int peer,
+strata_status_t inter_check_remote(const inter_engine_t *engine, int peer,
                                           const inter_rdesc_t *rdesc, size_t off, size_t len)
 {
     inter_stripe_params_t stripe;
@@ -163,7 +163,7 @@ static strata_status_t inter_check_remote(const inter_engine_t *engine, int peer
     return STRATA_OK;
 }
 
-static strata_status_t inter_check_length(const inter_engine_t *engine, size_t len)
+strata_status_t inter_check_length(const inter_engine_t *engine, size_t len)
 {
     if (len == 0 || len > engine->rails[0].tp->max_rma_size) {
         UTIL_LOG_ERROR("engine: transfer of %zu bytes (must be 1..%llu)", len,
@@ -173,7 +173,7 @@ static strata_status_t inter_check_length(const inter_engine_t *engine, size_t l
     return STRATA_OK;
 }
 
-static strata_status_t inter_check_imm(bool with_imm, uint32_t imm)
+strata_status_t inter_check_imm(bool with_imm, uint32_t imm)
 {
     if (with_imm && imm >= INTER_IMM_MAX) {
         UTIL_LOG_ERROR("engine: immediate %u out of range (0..%u)", imm, INTER_IMM_MAX - 1);
@@ -184,10 +184,9 @@ static strata_status_t inter_check_imm(bool with_imm, uint32_t imm)
 
 /* --- Writes and reads --------------------------------------------------------------------- */
 
-static void inter_fill_rma(const inter_engine_t *engine, inter_op_t *op, inter_op_kind_t kind,
-                           int peer, int rail, const inter_mr_t *lmr, size_t loff,
-                           const inter_rdesc_t *rdesc, size_t roff, size_t len, bool with_imm,
-                           uint32_t imm)
+void inter_fill_rma(const inter_engine_t *engine, inter_op_t *op, inter_op_kind_t kind, int peer,
+                    int rail, const inter_mr_t *lmr, size_t loff, const inter_rdesc_t *rdesc,
+                    size_t roff, size_t len, bool with_imm, uint32_t imm)
 {
     op->kind     = kind;
     op->peer     = peer;

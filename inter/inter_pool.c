@@ -76,6 +76,9 @@ void inter_pools_destroy(inter_engine_t *engine)
     util_freelist_cleanup(&pools->free_requests);
     util_freelist_cleanup(&pools->free_ops);
     util_freelist_cleanup(&pools->free_copies);
+    for (uint32_t i = 0; pools->requests != NULL && i < engine->params.max_requests; ++i) {
+        free(pools->requests[i].extents); /* list writes never given back */
+    }
     free(pools->requests);
     free(pools->ops);
     free(pools->copies);
@@ -168,6 +171,8 @@ void inter_request_destroy(inter_request_t *req)
         next = op->sibling; /* read first: once given back, another thread may take it */
         util_freelist_push(&pools->free_ops, (uint32_t)(op - pools->ops));
     }
+    free(req->extents); /* a list write's */
+    req->extents = NULL;
     if (req->type == INTER_REQ_SEND && req->buf != NULL) {
         util_freelist_push(&pools->free_copies,
                            (uint32_t)(((char *)req->buf - pools->copies) / pools->copy_size));

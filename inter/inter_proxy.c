@@ -38,6 +38,9 @@ void inter_op_finished(inter_op_t *op, strata_status_t status)
     if (status != STRATA_OK && req->status == STRATA_OK) {
         req->status = status;
     }
+    if (req->extents != NULL && inter_list_op_done(req->engine, op)) {
+        return; /* filled with the list's next chunk and queued again */
+    }
     if (++req->ops_finished == req->num_ops) {
         inter_request_finish(req, req->status);
     }
@@ -186,12 +189,18 @@ static void inter_accept(inter_engine_t *engine, inter_request_t *req)
         inter_ring_accept(engine, req);
         return;
     case INTER_REQ_RMA:
-    case INTER_REQ_SEND:
+    case INTER_REQ_SEND: {
+        /* a list write's immediates wait for its data (inter_list.c) */
+        uint32_t queued = req->extents != NULL ? req->data_ops : req->num_ops, i = 0;
+
         for (inter_op_t *op = req->ops; op != NULL; op = op->sibling) {
             op->req = req;
-            inter_queues_push(&engine->pending, op);
+            if (i++ < queued) {
+                inter_queues_push(&engine->pending, op);
+            }
         }
         return;
+    }
     }
 }
 

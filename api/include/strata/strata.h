@@ -247,6 +247,51 @@ STRATA_API strata_status_t strata_write(strata_comm_t *comm, int peer, const str
                                         size_t src_offset, const strata_mem_desc_t *dst,
                                         size_t dst_offset, size_t len, unsigned flags,
                                         uint32_t imm, strata_request_t **req_p);
+/**
+ * Paged write: page src_pages[i] of src (bytes [src_pages[i] * page_size, + page_size)) to
+ * page dst_pages[i] of the peer's dst, for i < num_pages, in one request: the job of a
+ * KV-cache transfer into a decoder's page table. Pages adjacent in both lists (src_pages[i]
+ * + 1 == src_pages[i + 1], the same for dst) go as one write; every write is cut into
+ * chunks striped over the pair's rails, as strata_write cuts one. Any number of pages: the
+ * request keeps a bounded number of chunks in flight and posts the next as each completes
+ * (the lists are copied at the call, which allocates that copy). With STRATA_WRITE_IMM, once
+ * every page has been written, the peer counts imm strata_write_list_imm_count(comm, me)
+ * times (one per rail of the pair, none per page); it then holds every page. After an
+ * error (a peer failed, the request cancelled) the immediates do not go, and pages may be
+ * written or not; none is written outside those named. A destination page named twice,
+ * a page past either region's end, page_size 0 or no pages: STRATA_ERR_INVALID, one log line
+ * naming it, and no request. Cancellation, STRATA_ERR_BUSY and failures: as strata_write.
+ */
+STRATA_API strata_status_t strata_write_paged(strata_comm_t *comm, int peer,
+                                              const strata_mem_t *src,
+                                              const strata_mem_desc_t *dst, size_t page_size,
+                                              const uint32_t *src_pages,
+                                              const uint32_t *dst_pages, size_t num_pages,
+                                              unsigned flags, uint32_t imm,
+                                              strata_request_t **req_p);
+/** One piece of strata_write_scatter. */
+typedef struct strata_scatter_entry {
+    size_t src_offset; /**< in the source region */
+    size_t dst_offset; /**< in the peer's region */
+    size_t length;     /**< bytes, at least 1 */
+} strata_scatter_entry_t;
+/**
+ * Scatter write: every entry's length bytes from src at src_offset to the peer's dst at
+ * dst_offset, in one request: pieces adjacent in both regions go as one write, and the
+ * rest is as strata_write_paged (chunks, rails, one immediate per rail at the end, any
+ * number of entries). Destination ranges that overlap are refused (STRATA_ERR_INVALID,
+ * naming both entries), as are empty entries and ranges past a region's end.
+ */
+STRATA_API strata_status_t strata_write_scatter(strata_comm_t *comm, int peer,
+                                                const strata_mem_t *src,
+                                                const strata_mem_desc_t *dst,
+                                                const strata_scatter_entry_t *entries,
+                                                size_t num_entries, unsigned flags,
+                                                uint32_t imm, strata_request_t **req_p);
+/** Immediates one strata_write_paged or strata_write_scatter with STRATA_WRITE_IMM from
+ *  peer produces at this rank (the same count at the sender for its peer): the pair's
+ *  rails. */
+STRATA_API uint32_t strata_write_list_imm_count(const strata_comm_t *comm, int peer);
 /** RDMA read; STRATA_ERR_UNSUPPORTED where the transport has none. */
 STRATA_API strata_status_t strata_read(strata_comm_t *comm, int peer, const strata_mem_t *dst,
                                        size_t dst_offset, const strata_mem_desc_t *src,

@@ -1,0 +1,243 @@
+/*
+ * Paged and scatter writes: the caller's list is checked (a destination written twice is
+ * refused), turned into extents, pieces adjacent in both regions merged, and handed to the
+ * engine's list write, which owns them from then on.
+ */
+#include "api/api.h"
+#include "api_comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes one merged extent may reach (it is cut into chunks all the same). */
+#define API_LIST_MERGE_MAX ((size_t)64 << 20)
+
+/* A destination range, and the list entry it came from. */
+typedef struct api_dst_range {
+    size_t offset, length, entry;
+} api_dst_range_t;
+
+static int api_dst_order(const void *a, const void *b)
+{
+    const api_dst_range_t *x = a, *y = b;
+
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* No two of the n ranges overlap; otherwise one line naming two entries that do. */
+static strata_status_t api_dst_disjoint(const char *call, api_dst_range_t *ranges, size_t n,
+                                        const char *what)
+{
+    qsort(ranges, n, sizeof(*ranges), api_dst_order);
+    for (size_t i = 1; i < n; ++i) {
+        if (ranges[i - 1].offset + ranges[i - 1].length > ranges[i].offset) {
+            size_t a = UTIL_MIN(ranges[i - 1].entry, ranges[i].entry);
+            size_t b = UTIL_MAX(ranges[i - 1].entry, ranges[i].entry);
+
+            UTIL_LOG_ERROR("%s: %s %zu and %zu write the same destination bytes (from "
+                           "offset %zu): each may be written once", call, what, a, b,
+                           ranges[i].offset);
+            return STRATA_ERR_INVALID;
+        }
+    }
+    return STRATA_OK;
+}
+
+/* The checks every list write makes of its arguments; one line naming the call. */
+static bool api_list_args_ok(const char *call, const strata_comm_t *comm,
+                             strata_request_t **req_p, unsigned flags, size_t n,
+                             const void *list, const void *list2)
+{
+    if (comm == NULL || req_p == NULL) {
+        UTIL_LOG_ERROR("%s: NULL %s", call, comm == NULL ? "communicator" : "request");
+    } else if ((flags & ~STRATA_WRITE_IMM) != 0) {
+        UTIL_LOG_ERROR("%s: unknown flags 0x%x", call, flags);
+    } else if (n == 0 || n > UINT32_MAX || list == NULL || list2 == NULL) {
+        UTIL_LOG_ERROR("%s: %zu entries (1..%u, and the list not NULL)", call, n, UINT32_MAX);
+    } else {
+        return true;
+    }
+    return false;
+}
+
+/* The extent x grows by len where the next piece continues it in both regions. */
+static bool api_extent_extends(const inter_extent_t *x, size_t loff, size_t roff, size_t len)
+{
+    return x->loff + x->len == loff && x->roff + x->len == roff &&
+           x->len <= API_LIST_MERGE_MAX - len;
+}
+
+/* Pages as extents, adjacent ones merged; *count_p of them. NULL: no memory, or a
+ * destination page named twice (logged). */
+static inter_extent_t *api_pages_extents(const uint32_t *src_pages, const uint32_t *dst_pages,
+                                         size_t n, size_t page, uint32_t *count_p,
+                                         strata_status_t *status_p)
+{
+    inter_extent_t *extents = malloc(n * sizeof(*extents));
+    api_dst_range_t *ranges = malloc(n * sizeof(*ranges));
+    uint32_t count = 0;
+
+    *status_p = extents != NULL && ranges != NULL ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+    for (size_t i = 0; i < n && *status_p == STRATA_OK; ++i) {
+        size_t loff = (size_t)src_pages[i] * page, roff = (size_t)dst_pages[i] * page;
+
+        ranges[i] = (api_dst_range_t){.offset = roff, .length = page, .entry = i};
+        if (count > 0 && api_extent_extends(&extents[count - 1], loff, roff, page)) {
+            extents[count - 1].len += page;
+        } else {
+            extents[count++] = (inter_extent_t){.loff = loff, .roff = roff, .len = page};
+        }
+    }
+    if (*status_p == STRATA_OK) {
+        *status_p = api_dst_disjoint("strata_write_paged", ranges, n, "pages at entries");
+    }
+    free(ranges);
+    if (*status_p != STRATA_OK) {
+        free(extents);
+        return NULL;
+    }
+    *count_p = count;
+    return extents;
+}
+
+/* Every destination page inside the peer's region; else a line naming the first that is
+ * not (the engine would name only the merged extent). */
+static bool api_pages_fit(const strata_mem_desc_t *dst, const uint32_t *dst_pages, size_t n,
+                          size_t page)
+{
+    inter_rdesc_t rdesc;
+
+    memcpy(&rdesc, dst->bytes, sizeof(rdesc));
+    for (size_t i = 0; i < n; ++i) {
+        if ((uint64_t)dst_pages[i] * page + page > rdesc.length) {
+            UTIL_LOG_ERROR("strata_write_paged: destination page %u (entry %zu) ends past the "
+                           "peer's region of %llu bytes", dst_pages[i], i,
+                           (unsigned long long)rdesc.length);
+            return false;
+        }
+    }
+    return true;
+}
+
+static strata_status_t api_write_list(strata_comm_t *comm, int peer, const strata_mem_t *src,
+                                      const strata_mem_desc_t *dst, inter_extent_t *extents,
+                                      uint32_t count, unsigned flags, uint32_t imm,
+                                      strata_request_t **req_p)
+{
+    inter_rdesc_t rdesc;
+    inter_request_t *req;
+    strata_status_t status;
+
+    if (dst == NULL) { /* the engine would log a bad descriptor: say which is missing */
+        UTIL_LOG_ERROR("list write: NULL destination descriptor");
+        free(extents);
+        return STRATA_ERR_INVALID;
+    }
+    memcpy(&rdesc, dst->bytes, sizeof(rdesc));
+    status = inter_engine_write_list(comm->engine, peer, (const inter_mr_t *)(uintptr_t)src,
+                                     &rdesc, extents, count, (flags & STRATA_WRITE_IMM) != 0,
+                                     imm, &req);
+    if (status == STRATA_OK) {
+        *req_p = (strata_request_t *)(void *)req;
+    }
+    return status;
+}
+
+STRATA_API strata_status_t strata_write_paged(strata_comm_t *comm, int peer,
+                                              const strata_mem_t *src,
+                                              const strata_mem_desc_t *dst, size_t page_size,
+                                              const uint32_t *src_pages,
+                                              const uint32_t *dst_pages, size_t num_pages,
+                                              unsigned flags, uint32_t imm,
+                                              strata_request_t **req_p)
+{
+    strata_status_t status;
+    inter_extent_t *extents;
+    uint32_t count = 0;
+
+    if (!api_list_args_ok("strata_write_paged", comm, req_p, flags, num_pages, src_pages,
+                          dst_pages)) {
+        return STRATA_ERR_INVALID;
+    }
+    if (page_size == 0 || page_size > SIZE_MAX / ((size_t)UINT32_MAX + 1)) {
+        UTIL_LOG_ERROR("strata_write_paged: pages of %zu bytes (at least 1, and page index "
+                       "x size must fit in a size_t)", page_size);
+        return STRATA_ERR_INVALID;
+    }
+    if (dst != NULL && !api_pages_fit(dst, dst_pages, num_pages, page_size)) {
+        return STRATA_ERR_INVALID;
+    }
+    extents = api_pages_extents(src_pages, dst_pages, num_pages, page_size, &count, &status);
+    if (extents == NULL) {
+        return status;
+    }
+    return api_write_list(comm, peer, src, dst, extents, count, flags, imm, req_p);
+}
+
+/* Scatter entries as extents, adjacent ones merged; NULL as api_pages_extents. */
+static inter_extent_t *api_scatter_extents(const strata_scatter_entry_t *entries, size_t n,
+                                           uint32_t *count_p, strata_status_t *status_p)
+{
+    inter_extent_t *extents = malloc(n * sizeof(*extents));
+    api_dst_range_t *ranges = malloc(n * sizeof(*ranges));
+    uint32_t count = 0;
+
+    *status_p = extents != NULL && ranges != NULL ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+    for (size_t i = 0; i < n && *status_p == STRATA_OK; ++i) {
+        const strata_scatter_entry_t *e = &entries[i];
+
+        if (e->length == 0 || e->dst_offset > SIZE_MAX - e->length ||
+            e->src_offset > SIZE_MAX - e->length) {
+            UTIL_LOG_ERROR("strata_write_scatter: entry %zu is [%zu, +%zu) -> [%zu, +%zu): "
+                           "empty, or past the end of memory", i, e->src_offset, e->length,
+                           e->dst_offset, e->length);
+            *status_p = STRATA_ERR_INVALID;
+            break;
+        }
+        ranges[i] = (api_dst_range_t){.offset = e->dst_offset, .length = e->length, .entry = i};
+        if (count > 0 &&
+            api_extent_extends(&extents[count - 1], e->src_offset, e->dst_offset, e->length)) {
+            extents[count - 1].len += e->length;
+        } else {
+            extents[count++] = (inter_extent_t){.loff = e->src_offset, .roff = e->dst_offset,
+                                                .len = e->length};
+        }
+    }
+    if (*status_p == STRATA_OK) {
+        *status_p = api_dst_disjoint("strata_write_scatter", ranges, n, "entries");
+    }
+    free(ranges);
+    if (*status_p != STRATA_OK) {
+        free(extents);
+        return NULL;
+    }
+    *count_p = count;
+    return extents;
+}
+
+STRATA_API strata_status_t strata_write_scatter(strata_comm_t *comm, int peer,
+                                                const strata_mem_t *src,
+                                                const strata_mem_desc_t *dst,
+                                                const strata_scatter_entry_t *entries,
+                                                size_t num_entries, unsigned flags,
+                                                uint32_t imm, strata_request_t **req_p)
+{
+    strata_status_t status;
+    inter_extent_t *extents;
+    uint32_t count = 0;
+
+    if (!api_list_args_ok("strata_write_scatter", comm, req_p, flags, num_entries, entries,
+                          entries)) {
+        return STRATA_ERR_INVALID;
+    }
+    extents = api_scatter_extents(entries, num_entries, &count, &status);
+    if (extents == NULL) {
+        return status;
+    }
+    return api_write_list(comm, peer, src, dst, extents, count, flags, imm, req_p);
+}
+
+STRATA_API uint32_t strata_write_list_imm_count(const strata_comm_t *comm, int peer)
+{
+    return comm ? inter_engine_list_imm_count(comm->engine, peer) : 0;
+}
