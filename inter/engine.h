@@ -294,7 +294,8 @@ void inter_engine_mem_release_late(inter_engine_t *engine, inter_mr_t *mr, void 
  * remote region, zero or oversized length, an immediate out of range) is refused with a
  * status and one log line, and no request is made.
  *
- * Submission allocates nothing: requests, their operations (one per chunk, page or scatter
+ * Submission allocates nothing (a list write's extents are the caller's allocation, handed
+ * over): requests, their operations (one per chunk, page or scatter
  * target) and send copies come from pools sized at creation (max_requests; operations for
  * every request to be a write cut into stripe_max_chunks, plus world_size; send copies of
  * msg_size, as many as fit in 16 MiB but at least 64 and at most max_requests). When one

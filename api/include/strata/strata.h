@@ -209,7 +209,8 @@ STRATA_API const char *strata_comm_transport(const strata_comm_t *comm);
  * refuses bad input with STRATA_ERR_INVALID and one log line, creating no request. A peer
  * that dies or goes silent fails everything involving it with STRATA_ERR_PEER_FAILED within
  * STRATA_INTER_PEER_TIMEOUT. Thread-safe: any thread may submit.
- * Submitting allocates nothing: requests (and send copies) come from pools sized when the
+ * Submitting allocates nothing (but for the copy a paged or scatter write takes of its
+ * list): requests (and send copies) come from pools sized when the
  * communicator is created, STRATA_INTER_REQUESTS of them (default 1024). While all are in
  * flight or not yet given back, strata_write, strata_read, strata_send and strata_recv
  * return STRATA_ERR_BUSY and create no request: wait for (or test) one of your requests,
