@@ -172,13 +172,18 @@ struct inter_request {
     struct inter_ring     *ring;
     bool                   attach;
     /* list write (inter_list.c): the extents, owned; the next chunk to fill; the data
-     * operations (the first data_ops of ops; the immediates' follow) */
+     * operations (the first data_ops of ops; the immediates' follow, one per rail); the
+     * chunk each rail's immediate carries (extent UINT32_MAX: none) */
     inter_extent_t        *extents;
     uint32_t               num_extents;
     uint32_t               next_extent, next_chunk, extent_chunks;
     uint32_t               data_ops, data_retired;
     const inter_mr_t      *lmr;
     inter_rdesc_t          rdesc;
+    struct {
+        uint32_t extent, chunk;
+    }                      held[INTER_MAX_RAILS];
+    uint32_t               num_held;
 };
 
 /* A work ring as the proxy sees it (inter_ring.c). */
@@ -515,8 +520,9 @@ strata_status_t inter_request_take_wait(inter_engine_t *engine, inter_req_type_t
 /** Give a request, its operations and its copy back to the pools. Tolerates NULL. */
 void            inter_request_destroy(inter_request_t *req);
 /** A sweep would free a request (seen done and given back) or finish one (a cancelled
- *  receive): counted towards sweeping before the heartbeat's. Any thread. */
-void            inter_pools_reclaimable(inter_engine_t *engine);
+ *  receive): counted towards sweeping before the heartbeat's; soon: sweep at the next
+ *  round (a list write's, which holds up to a quarter of the operations). Any thread. */
+void            inter_pools_reclaimable(inter_engine_t *engine, bool soon);
 /** Proxy: whether enough was given back (or a submitter starves) to sweep before the beat. */
 bool            inter_pools_sweep_due(const inter_engine_t *engine);
 /** Proxy: a sweep starts; what is reclaimable by now it will find. */
@@ -580,6 +586,8 @@ void            inter_fill_rma(const inter_engine_t *engine, inter_op_t *op,
  *  chunk and queued again; otherwise it is done for good, and once every data operation is,
  *  the immediates go (or, after an error, count as finished unposted). */
 bool            inter_list_op_done(inter_engine_t *engine, inter_op_t *op);
+/** Proxy: a list write arrives: its data operations queued (none: its immediates). */
+void            inter_list_accept(inter_engine_t *engine, inter_request_t *req);
 
 static inline uint64_t inter_remote_addr(const inter_engine_t *engine, int rail,
                                          const inter_rdesc_t *rdesc, size_t offset)

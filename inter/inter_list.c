@@ -3,36 +3,37 @@
  * striped over the pair's rails as one write is. The request holds a bounded number of
  * operations; the proxy fills each again with the next chunk as it completes, so a list
  * may be longer than the engine's pools and bytes in flight stay bounded (rate control
- * paces them as any write). With an immediate, once every chunk has completed, one 8-byte
- * write per rail of the pair (from this engine's control word to the peer's, as a barrier
- * writes) carries it: the target counts one per rail, each posted on its rail after that
- * rail's data completed here.
+ * paces them as any write).
+ *
+ * With an immediate, the last chunk of each rail is held back and goes, carrying the
+ * immediate, once every other chunk has completed; a rail with no chunk gets an 8-byte
+ * write from this engine's control word to the peer's (as a barrier writes). The target
+ * counts one per rail. A held-back chunk rather than a separate small write: over tcp a
+ * segment smaller than the path's MSS waits behind unacknowledged data (Nagle) for the
+ * peer's delayed acknowledgement, tens of milliseconds, while a full chunk goes at once.
  */
 #include "inter_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Data operations a list write holds at most at once. */
 #define INTER_LIST_OPS 256
 
-/* Fill op with the list's next chunk and move the cursor on; false when none is left. */
-static bool inter_list_fill(inter_engine_t *engine, inter_request_t *req, inter_op_t *op)
+/* Whether chunk `chunk` of extent `extent` is one the immediates carry. */
+static bool inter_list_held(const inter_request_t *req, uint32_t extent, uint32_t chunk)
 {
-    const inter_extent_t *x;
-    inter_stripe_params_t stripe;
-    inter_chunk_t chunk;
-
-    if (req->next_extent == req->num_extents) {
-        return false;
+    for (uint32_t r = 0; r < req->num_held; ++r) {
+        if (req->held[r].extent == extent && req->held[r].chunk == chunk) {
+            return true;
+        }
     }
-    x = &req->extents[req->next_extent];
-    inter_engine_stripe(engine, req->peer, &stripe);
-    inter_stripe_chunk(&stripe, x->len, req->extent_chunks, req->next_chunk, &chunk);
-    inter_fill_rma(engine, op, INTER_OP_WRITE, req->peer,
-                   inter_rail_for(engine, req->peer, chunk.rail), req->lmr,
-                   x->loff + chunk.offset, &req->rdesc, x->roff + chunk.offset, chunk.length,
-                   false, 0);
-    op->paced = false;
+    return false;
+}
+
+/* Move the cursor past one chunk. */
+static void inter_list_advance(inter_engine_t *engine, inter_request_t *req)
+{
     if (++req->next_chunk == req->extent_chunks) {
         req->next_chunk = 0;
         if (++req->next_extent < req->num_extents) {
@@ -40,18 +41,89 @@ static bool inter_list_fill(inter_engine_t *engine, inter_request_t *req, inter_
                                                            req->extents[req->next_extent].len);
         }
     }
+}
+
+/* Fill op with chunk `chunk` of extent `extent`. */
+static void inter_list_fill_chunk(inter_engine_t *engine, inter_request_t *req, inter_op_t *op,
+                                  uint32_t extent, uint32_t chunk, bool with_imm, uint32_t imm)
+{
+    const inter_extent_t *x = &req->extents[extent];
+    inter_stripe_params_t stripe;
+    inter_chunk_t piece;
+
+    inter_engine_stripe(engine, req->peer, &stripe);
+    inter_stripe_chunk(&stripe, x->len, inter_engine_write_chunks(engine, req->peer, x->len),
+                       chunk, &piece);
+    inter_fill_rma(engine, op, INTER_OP_WRITE, req->peer,
+                   inter_rail_for(engine, req->peer, piece.rail), req->lmr,
+                   x->loff + piece.offset, &req->rdesc, x->roff + piece.offset, piece.length,
+                   with_imm, imm);
+    op->paced = false;
+}
+
+/* Fill op with the list's next chunk that no immediate carries; false when none is left. */
+static bool inter_list_fill(inter_engine_t *engine, inter_request_t *req, inter_op_t *op)
+{
+    while (req->next_extent < req->num_extents &&
+           inter_list_held(req, req->next_extent, req->next_chunk)) {
+        inter_list_advance(engine, req);
+    }
+    if (req->next_extent == req->num_extents) {
+        return false;
+    }
+    inter_list_fill_chunk(engine, req, op, req->next_extent, req->next_chunk, false, 0);
+    inter_list_advance(engine, req);
     return true;
 }
 
-/* The operations after the data ones: one immediate per rail of the pair. */
-static void inter_list_fill_imms(inter_engine_t *engine, inter_request_t *req, inter_op_t *op,
-                                 uint32_t imm)
+/* The immediates' operations, one per rail r of the pair: its last chunk, or, where the
+ * list put none on it, 8 bytes into the peer's control word. */
+static void inter_list_fill_imms(inter_engine_t *engine, inter_request_t *req, uint32_t imm)
 {
-    for (uint32_t r = 0; op != NULL; ++r, op = op->sibling) {
-        inter_fill_rma(engine, op, INTER_OP_WRITE, req->peer, inter_rail_for(engine, req->peer, r),
-                       engine->ctrl_mr, sizeof(uint64_t), &engine->peer_info[req->peer].ctrl, 0,
-                       sizeof(uint64_t), true, imm);
+    inter_op_t *op = req->ops;
+
+    for (uint32_t i = 0; i < req->data_ops; ++i) {
+        op = op->sibling;
     }
+    for (uint32_t r = 0; op != NULL; ++r, op = op->sibling) {
+        if (req->held[r].extent != UINT32_MAX) {
+            inter_list_fill_chunk(engine, req, op, req->held[r].extent, req->held[r].chunk,
+                                  true, imm);
+        } else {
+            inter_fill_rma(engine, op, INTER_OP_WRITE, req->peer,
+                           inter_rail_for(engine, req->peer, r), engine->ctrl_mr,
+                           sizeof(uint64_t), &engine->peer_info[req->peer].ctrl, 0,
+                           sizeof(uint64_t), true, imm);
+        }
+    }
+}
+
+/* Which chunk is the last on each rail (held[r]; extent UINT32_MAX: none); the chunks in
+ * all into *chunks_p. */
+static void inter_list_hold_last(inter_engine_t *engine, inter_request_t *req, uint32_t rails,
+                                 uint64_t *chunks_p)
+{
+    inter_stripe_params_t stripe;
+    inter_chunk_t piece;
+
+    inter_engine_stripe(engine, req->peer, &stripe);
+    for (uint32_t r = 0; r < rails; ++r) {
+        req->held[r].extent = UINT32_MAX;
+    }
+    *chunks_p = 0;
+    for (uint32_t e = 0; e < req->num_extents; ++e) {
+        uint32_t n = inter_engine_write_chunks(engine, req->peer, req->extents[e].len);
+
+        for (uint32_t c = 0; c < n; ++c) {
+            inter_stripe_chunk(&stripe, req->extents[e].len, n, c, &piece);
+            if (rails > 0 && piece.rail < rails) {
+                req->held[piece.rail].extent = e;
+                req->held[piece.rail].chunk  = c;
+            }
+        }
+        *chunks_p += n;
+    }
+    req->num_held = rails;
 }
 
 uint32_t inter_engine_list_imm_count(const inter_engine_t *engine, int peer)
@@ -65,15 +137,13 @@ uint32_t inter_engine_list_imm_count(const inter_engine_t *engine, int peer)
     return stripe.num_rails;
 }
 
-/* Every extent inside both regions; the total of chunks into *chunks_p. */
+/* Every extent inside both regions. */
 static strata_status_t inter_list_check(inter_engine_t *engine, int peer, const inter_mr_t *lmr,
                                         const inter_rdesc_t *rdesc,
-                                        const inter_extent_t *extents, uint32_t num_extents,
-                                        uint64_t *chunks_p)
+                                        const inter_extent_t *extents, uint32_t num_extents)
 {
     strata_status_t status;
 
-    *chunks_p = 0;
     if (extents == NULL || num_extents == 0) {
         UTIL_LOG_ERROR("engine: list write of %u extents", num_extents);
         return STRATA_ERR_INVALID;
@@ -88,7 +158,6 @@ static strata_status_t inter_list_check(inter_engine_t *engine, int peer, const 
                            "refused", i, num_extents, x->loff, x->len, x->roff, x->len);
             return status;
         }
-        *chunks_p += inter_engine_write_chunks(engine, peer, x->len);
     }
     return STRATA_OK;
 }
@@ -98,7 +167,8 @@ strata_status_t inter_engine_write_list(inter_engine_t *engine, int peer, const 
                                         uint32_t num_extents, bool with_imm, uint32_t imm,
                                         inter_request_t **req_p)
 {
-    uint32_t imms = with_imm ? inter_engine_list_imm_count(engine, peer) : 0, data;
+    uint32_t imms = with_imm ? inter_engine_list_imm_count(engine, peer) : 0, held = 0, data;
+    inter_request_t probe = {.peer = peer, .extents = extents, .num_extents = num_extents};
     uint64_t chunks = 0;
     strata_status_t status;
     inter_request_t *req;
@@ -106,13 +176,17 @@ strata_status_t inter_engine_write_list(inter_engine_t *engine, int peer, const 
 
     if ((status = inter_check_peer(engine, peer)) != STRATA_OK ||
         (status = inter_check_imm(with_imm, imm)) != STRATA_OK ||
-        (status = inter_list_check(engine, peer, lmr, rdesc, extents, num_extents, &chunks)) !=
+        (status = inter_list_check(engine, peer, lmr, rdesc, extents, num_extents)) !=
             STRATA_OK) {
         free(extents);
         return status;
     }
+    inter_list_hold_last(engine, &probe, imms, &chunks);
+    for (uint32_t r = 0; r < imms; ++r) {
+        held += probe.held[r].extent != UINT32_MAX;
+    }
     /* A quarter of the pool at most, that other requests still find operations. */
-    data   = (uint32_t)UTIL_MIN(chunks, UTIL_MAX(engine->pools.free_ops.capacity / 4, 1));
+    data   = (uint32_t)UTIL_MIN(chunks - held, UTIL_MAX(engine->pools.free_ops.capacity / 4, 1));
     data   = UTIL_MIN(data, INTER_LIST_OPS);
     status = inter_request_take(engine, INTER_REQ_RMA, data + imms, &req);
     if (status != STRATA_OK) {
@@ -126,11 +200,13 @@ strata_status_t inter_engine_write_list(inter_engine_t *engine, int peer, const 
     req->num_extents   = num_extents;
     req->extent_chunks = inter_engine_write_chunks(engine, peer, extents[0].len);
     req->data_ops      = data;
+    req->num_held      = probe.num_held;
+    memcpy(req->held, probe.held, sizeof(req->held));
     op = req->ops;
     for (uint32_t i = 0; i < data; ++i, op = op->sibling) {
         inter_list_fill(engine, req, op);
     }
-    inter_list_fill_imms(engine, req, op, imm);
+    inter_list_fill_imms(engine, req, imm);
     status = inter_request_submit(engine, req);
     if (status == STRATA_OK) {
         *req_p = req;
@@ -147,11 +223,23 @@ static void inter_list_release_imms(inter_engine_t *engine, inter_request_t *req
         op = op->sibling;
     }
     for (; op != NULL; op = op->sibling) {
-        if (req->status == STRATA_OK) {
+        if (req->status == STRATA_OK && !atomic_load(&req->cancelled)) {
             inter_queues_push(&engine->pending, op);
         } else {
             req->ops_finished++; /* never posted */
         }
+    }
+}
+
+void inter_list_accept(inter_engine_t *engine, inter_request_t *req)
+{
+    inter_op_t *op = req->ops;
+
+    for (uint32_t i = 0; i < req->data_ops; ++i, op = op->sibling) {
+        inter_queues_push(&engine->pending, op);
+    }
+    if (req->data_ops == 0) { /* every chunk is one an immediate carries */
+        inter_list_release_imms(engine, req);
     }
 }
 

@@ -23,7 +23,7 @@ void inter_request_finish(inter_request_t *req, strata_status_t status)
      * consistent, as inter_request_free's pair: of the two, one sees the other's store. */
     atomic_store(&req->done, 1);
     if (atomic_load(&req->released)) {
-        inter_pools_reclaimable(req->engine);
+        inter_pools_reclaimable(req->engine, req->extents != NULL);
     }
     inter_engine_wake(req->engine);
 }
@@ -98,7 +98,7 @@ void inter_request_cancel(inter_request_t *req)
     if (req != NULL) {
         atomic_store(&req->cancelled, true);
         if (req->type == INTER_REQ_RECV) {
-            inter_pools_reclaimable(req->engine); /* a sweep finishes it: worth one soon */
+            inter_pools_reclaimable(req->engine, false); /* a sweep finishes it */
         }
     }
 }
@@ -107,12 +107,13 @@ void inter_request_free(inter_request_t *req)
 {
     if (req != NULL) {
         inter_engine_t *engine = req->engine; /* once given back it may be reused */
+        bool list = req->extents != NULL;
 
         /* User gives it back (release); the proxy frees it when no operation is left, and
          * sooner when told it is done too (inter_request_finish checks the other way). */
         atomic_store(&req->released, true);
         if (atomic_load(&req->done)) {
-            inter_pools_reclaimable(engine);
+            inter_pools_reclaimable(engine, list);
         }
     }
 }

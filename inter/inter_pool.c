@@ -180,9 +180,12 @@ void inter_request_destroy(inter_request_t *req)
     util_freelist_push(&pools->free_requests, (uint32_t)(req - pools->requests));
 }
 
-void inter_pools_reclaimable(inter_engine_t *engine)
+void inter_pools_reclaimable(inter_engine_t *engine, bool soon)
 {
     atomic_fetch_add_explicit(&engine->pools.reclaimable, 1, memory_order_relaxed);
+    if (soon) {
+        atomic_store_explicit(&engine->pools.starved, true, memory_order_relaxed);
+    }
 }
 
 bool inter_pools_sweep_due(const inter_engine_t *engine)

@@ -189,18 +189,17 @@ static void inter_accept(inter_engine_t *engine, inter_request_t *req)
         inter_ring_accept(engine, req);
         return;
     case INTER_REQ_RMA:
-    case INTER_REQ_SEND: {
-        /* a list write's immediates wait for its data (inter_list.c) */
-        uint32_t queued = req->extents != NULL ? req->data_ops : req->num_ops, i = 0;
-
+    case INTER_REQ_SEND:
         for (inter_op_t *op = req->ops; op != NULL; op = op->sibling) {
             op->req = req;
-            if (i++ < queued) {
+            if (req->extents == NULL) {
                 inter_queues_push(&engine->pending, op);
             }
         }
+        if (req->extents != NULL) {
+            inter_list_accept(engine, req); /* its immediates wait for its data */
+        }
         return;
-    }
     }
 }
 

@@ -6,6 +6,7 @@
  *   mpirun -n 4 strata-bench moe [options]             (strata_bench_moe.c)
  *   strata-run -n 4 --nodes 4 --link-rate 1gbit -- strata-bench incast [options]
  *                                                      (strata_bench_incast.c)
+ *   strata-run -n 2 [--nodes 2] -- strata-bench kv [options]  (strata_bench_kv.c)
  *
  * p2p: write-with-immediate between two ranks, through the transfer engine and through raw
  * libfabric calls on the same provider and interface: one-way latency from ping-pong
@@ -313,6 +314,9 @@ static void usage(FILE *out)
             "  moe     mpirun -n N strata-bench moe [options]\n"
             "          two-tier MoE dispatch+combine against MPI_Alltoallv; --modes: Push,\n"
             "          Pull and adaptive on the same routing%s\n"
+            "  kv      strata-run -n 2 [--nodes 2] -- strata-bench kv [options]\n"
+            "          a KV-cache transfer's pages: strata_write_paged against raw libfabric\n"
+            "          writes, one per page\n"
             "  incast  strata-run -n N --nodes N --link-rate RATE --\n"
             "              strata-bench incast [options]\n"
             "          an incast with and without rate control on shaped links\n"
@@ -535,6 +539,9 @@ int main(int argc, char **argv)
     }
     if (strcmp(command, "incast") == 0) {
         return bench_incast_main(argc, argv);
+    }
+    if (strcmp(command, "kv") == 0) {
+        return bench_kv_main(argc, argv);
     }
 #ifdef STRATA_BENCH_HAVE_MPI
     if (strcmp(command, "intra") == 0) {

@@ -31,6 +31,8 @@ int bench_intra_main(int argc, char **argv);
 int bench_moe_main(int argc, char **argv);
 /** strata-bench incast (strata_bench_incast.c), launched by strata-run: argv[1] is "incast". */
 int bench_incast_main(int argc, char **argv);
+/** strata-bench kv (strata_bench_kv.c), launched by strata-run -n 2: argv[1] is "kv". */
+int bench_kv_main(int argc, char **argv);
 
 /** One way to move bytes between rank 0 and rank 1 with write-with-immediate. */
 typedef struct bench_path {
@@ -50,6 +52,10 @@ typedef struct bench_raw bench_raw_t;
 strata_status_t bench_raw_create(strata_bootstrap_t *bs, const char *provider, const char *iface,
                                  size_t buf_size, bench_raw_t **raw_p, bench_path_t *path);
 void            bench_raw_destroy(bench_raw_t *raw);
+/** One write with imm from the raw buffer at loff to the peer's at roff (BENCH_WINDOW in
+ *  flight at most, as the path's write). */
+strata_status_t bench_raw_write_at(bench_raw_t *raw, size_t loff, size_t roff, size_t len,
+                                   uint32_t imm);
 
 #ifdef STRATA_HAVE_UCX
 typedef struct bench_raw_ucx bench_raw_ucx_t;

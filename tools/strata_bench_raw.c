@@ -68,10 +68,11 @@ static int bench_raw_poll(bench_raw_t *raw)
     return (int)n;
 }
 
-static strata_status_t bench_raw_write(void *ctx, size_t len, uint32_t imm)
+strata_status_t bench_raw_write_at(bench_raw_t *raw, size_t loff, size_t roff, size_t len,
+                                   uint32_t imm)
 {
-    bench_raw_t *raw = ctx;
-    uint64_t raddr = (raw->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? raw->peer_base : 0;
+    uint64_t raddr = ((raw->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? raw->peer_base : 0) +
+                     roff;
     ssize_t rc;
 
     while (raw->outstanding >= BENCH_WINDOW) {
@@ -80,8 +81,8 @@ static strata_status_t bench_raw_write(void *ctx, size_t len, uint32_t imm)
         }
     }
     for (;;) {
-        rc = fi_writedata(raw->ep, raw->buf, len, fi_mr_desc(raw->mr), imm, raw->peer, raddr,
-                          raw->peer_key, &raw->ctx[raw->posted % (BENCH_WINDOW * 4)]);
+        rc = fi_writedata(raw->ep, raw->buf + loff, len, fi_mr_desc(raw->mr), imm, raw->peer,
+                          raddr, raw->peer_key, &raw->ctx[raw->posted % (BENCH_WINDOW * 4)]);
         if (rc != -FI_EAGAIN) {
             break;
         }
@@ -95,6 +96,11 @@ static strata_status_t bench_raw_write(void *ctx, size_t len, uint32_t imm)
     raw->outstanding++;
     raw->posted++;
     return STRATA_OK;
+}
+
+static strata_status_t bench_raw_write(void *ctx, size_t len, uint32_t imm)
+{
+    return bench_raw_write_at(ctx, 0, 0, len, imm);
 }
 
 static strata_status_t bench_raw_flush(void *ctx)

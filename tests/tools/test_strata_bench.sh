@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# strata-bench p2p runs end to end on a small size range and prints a row per size, also
+# strata-bench p2p runs end to end on a small size range and prints a row per size, and kv
+# a row and a paged/raw line per page size; p2p also
 # against the same engine without rate control (each engine's rate figures); its
 # command line (version, help, each usage error's message; progress on a terminal); where
 # strata-bench has its intra subcommand (built with MPI) and the build is not sanitized
@@ -35,6 +36,18 @@ if [ $rc -ne 0 ] || [ "$rows" -ne 3 ] ||
     exit 1
 fi
 
+# kv: a row per page size and its paged/raw line, small lists.
+out=$(STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo "$run" -n 2 --timeout 120 -- \
+      "$bench" kv --page-sizes 16k,64k --pages 32 --lists 3 2>&1)
+rc=$?
+rows=$(grep -cE '^\[r0\] +[0-9]+ \|' <<<"$out")
+ratios=$(grep -cE '^\[r0\] paged/raw: pages/s [0-9.]+ \([0-9]+-byte pages, p50\)$' <<<"$out")
+if [ $rc -ne 0 ] || [ "$rows" -ne 2 ] || [ "$ratios" -ne 2 ]; then
+    echo "$out"
+    echo "2 passed, 1 failed"
+    exit 1
+fi
+
 # The command line every tool shares (tests/tools/cli.sh): each mistake its own message.
 . "$(dirname "$0")/cli.sh"
 trap cli_cleanup EXIT
@@ -43,13 +56,17 @@ check() { "$@" || cli_failed=$((cli_failed + 1)); }
 check cli_version strata-bench "$bench"
 check cli_help "$bench" --help
 check cli_help "$bench" -h
-for sub in p2p incast intra moe; do
+for sub in p2p incast intra moe kv; do
     check cli_help "$bench" $sub --help
 done
 check cli_unknown_subcommand strata-bench "$bench"
 check cli_usage_error "strata-bench: unknown option '--bogus' before the subcommand (see --help)" \
     "$bench" --bogus
 check cli_usage_error "strata-bench p2p: unknown option '--bogus' (see --help)" "$bench" p2p --bogus
+check cli_usage_error "strata-bench kv: --pages 40000 is out of range (1..4096) (see --help)" \
+    "$bench" kv --pages 40000
+check cli_usage_error "strata-bench kv: --pages 4096: more than half the 2048 pages of 65536 bytes a 128 MiB region holds (see --help)" \
+    "$bench" kv --pages 4096
 check cli_usage_error "strata-bench p2p: option '--min' needs a value (see --help)" "$bench" p2p --min
 check cli_usage_error "strata-bench p2p: --min: '8x' is not a size (bytes, or with k, m or g) (see --help)" \
     "$bench" p2p --min 8x
