@@ -10,11 +10,13 @@ from ._types import Combine, ConfigField, Dtype, LogLevel, Mode, Phase, Route, S
 from .comm import Communicator
 from .errors import LibraryNotFoundError, LibraryVersionError, StrataError
 from .moe import Layout, Moe, Recv, Stats
+from .p2p import Descriptor, Region, Request
 
 __all__ = [
-    "Combine", "Communicator", "ConfigField", "Dtype", "Layout", "LIBRARY_ENV",
+    "Combine", "Communicator", "ConfigField", "Descriptor", "Dtype", "Layout", "LIBRARY_ENV",
     "LibraryNotFoundError", "LibraryVersionError", "LogLevel", "Mode", "Moe", "Phase", "Recv",
-    "Route", "Stats", "Status", "StrataError", "build_options", "last_error", "library",
+    "Region", "Request", "Route", "Stats", "Status", "StrataError", "build_options",
+    "last_error", "library",
     "library_path",
     "open_library", "status_string", "version",
 ]

@@ -6,9 +6,10 @@ from . import _types as t
 from ._group import GroupBootstrap
 from ._library import check, library
 from .errors import StrataError
+from .p2p import PointToPoint
 
 
-class Communicator:
+class Communicator(PointToPoint):
     """A strata communicator over every rank of the job, or of a process group
     (strata_comm_create).
 
@@ -27,6 +28,10 @@ class Communicator:
     process sees) override STRATA_LOG_LEVEL, STRATA_TOPO_FILE, STRATA_NODE_NAME and
     STRATA_GPU. close() (or the end of a with block) destroys it,
     and first every Moe made on it. Not thread-safe: one thread at a time.
+
+    Point-to-point (docs/p2p.md): register(buffer) gives a Region whose descriptor a peer
+    writes to; write_paged, write_scatter, imm_wait and list_imm_count move a KV cache's
+    pages; send_bytes and recv_bytes carry small messages (descriptors, page lists).
     """
 
     def __init__(self, log_level=None, topo_file=None, node_name=None, gpu=None, group=None):
