@@ -67,37 +67,64 @@ static bool api_extent_extends(const inter_extent_t *x, size_t loff, size_t roff
            x->len <= API_LIST_MERGE_MAX - len;
 }
 
-/* Pages as extents, adjacent ones merged; *count_p of them. NULL: no memory, or a
- * destination page named twice (logged). */
+/* A list's extents as they are made: pieces adjacent in both regions merged, and every
+ * destination range kept for the check that none overlaps another. */
+typedef struct api_list_builder {
+    inter_extent_t  *extents;
+    api_dst_range_t *ranges;
+    uint32_t         count;
+} api_list_builder_t;
+
+static strata_status_t api_list_begin(api_list_builder_t *lb, size_t n)
+{
+    lb->extents = malloc(n * sizeof(*lb->extents));
+    lb->ranges  = malloc(n * sizeof(*lb->ranges));
+    lb->count   = 0;
+    return lb->extents != NULL && lb->ranges != NULL ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+}
+
+/* Entry `entry`: len bytes from loff to roff. */
+static void api_list_add(api_list_builder_t *lb, size_t entry, size_t loff, size_t roff,
+                         size_t len)
+{
+    lb->ranges[entry] = (api_dst_range_t){.offset = roff, .length = len, .entry = entry};
+    if (lb->count > 0 && api_extent_extends(&lb->extents[lb->count - 1], loff, roff, len)) {
+        lb->extents[lb->count - 1].len += len;
+    } else {
+        lb->extents[lb->count++] = (inter_extent_t){.loff = loff, .roff = roff, .len = len};
+    }
+}
+
+/* The extents (*count_p of them) once n entries were added and their destinations found
+ * disjoint; NULL, with *status_p, where an entry or that check failed (logged). */
+static inter_extent_t *api_list_end(api_list_builder_t *lb, size_t n, const char *call,
+                                    const char *what, uint32_t *count_p,
+                                    strata_status_t *status_p)
+{
+    if (*status_p == STRATA_OK) {
+        *status_p = api_dst_disjoint(call, lb->ranges, n, what);
+    }
+    free(lb->ranges);
+    if (*status_p != STRATA_OK) {
+        free(lb->extents);
+        return NULL;
+    }
+    *count_p = lb->count;
+    return lb->extents;
+}
+
+/* Pages as extents; NULL: no memory, or a destination page named twice (logged). */
 static inter_extent_t *api_pages_extents(const uint32_t *src_pages, const uint32_t *dst_pages,
                                          size_t n, size_t page, uint32_t *count_p,
                                          strata_status_t *status_p)
 {
-    inter_extent_t *extents = malloc(n * sizeof(*extents));
-    api_dst_range_t *ranges = malloc(n * sizeof(*ranges));
-    uint32_t count = 0;
+    api_list_builder_t lb;
 
-    *status_p = extents != NULL && ranges != NULL ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+    *status_p = api_list_begin(&lb, n);
     for (size_t i = 0; i < n && *status_p == STRATA_OK; ++i) {
-        size_t loff = (size_t)src_pages[i] * page, roff = (size_t)dst_pages[i] * page;
-
-        ranges[i] = (api_dst_range_t){.offset = roff, .length = page, .entry = i};
-        if (count > 0 && api_extent_extends(&extents[count - 1], loff, roff, page)) {
-            extents[count - 1].len += page;
-        } else {
-            extents[count++] = (inter_extent_t){.loff = loff, .roff = roff, .len = page};
-        }
+        api_list_add(&lb, i, (size_t)src_pages[i] * page, (size_t)dst_pages[i] * page, page);
     }
-    if (*status_p == STRATA_OK) {
-        *status_p = api_dst_disjoint("strata_write_paged", ranges, n, "pages at entries");
-    }
-    free(ranges);
-    if (*status_p != STRATA_OK) {
-        free(extents);
-        return NULL;
-    }
-    *count_p = count;
-    return extents;
+    return api_list_end(&lb, n, "strata_write_paged", "pages at entries", count_p, status_p);
 }
 
 /* Every destination page inside the peer's region; else a line naming the first that is
@@ -174,15 +201,13 @@ STRATA_API strata_status_t strata_write_paged(strata_comm_t *comm, int peer,
     return api_write_list(comm, peer, src, dst, extents, count, flags, imm, req_p);
 }
 
-/* Scatter entries as extents, adjacent ones merged; NULL as api_pages_extents. */
+/* Scatter entries as extents; NULL as api_pages_extents. */
 static inter_extent_t *api_scatter_extents(const strata_scatter_entry_t *entries, size_t n,
                                            uint32_t *count_p, strata_status_t *status_p)
 {
-    inter_extent_t *extents = malloc(n * sizeof(*extents));
-    api_dst_range_t *ranges = malloc(n * sizeof(*ranges));
-    uint32_t count = 0;
+    api_list_builder_t lb;
 
-    *status_p = extents != NULL && ranges != NULL ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+    *status_p = api_list_begin(&lb, n);
     for (size_t i = 0; i < n && *status_p == STRATA_OK; ++i) {
         const strata_scatter_entry_t *e = &entries[i];
 
@@ -194,25 +219,9 @@ static inter_extent_t *api_scatter_extents(const strata_scatter_entry_t *entries
             *status_p = STRATA_ERR_INVALID;
             break;
         }
-        ranges[i] = (api_dst_range_t){.offset = e->dst_offset, .length = e->length, .entry = i};
-        if (count > 0 &&
-            api_extent_extends(&extents[count - 1], e->src_offset, e->dst_offset, e->length)) {
-            extents[count - 1].len += e->length;
-        } else {
-            extents[count++] = (inter_extent_t){.loff = e->src_offset, .roff = e->dst_offset,
-                                                .len = e->length};
-        }
+        api_list_add(&lb, i, e->src_offset, e->dst_offset, e->length);
     }
-    if (*status_p == STRATA_OK) {
-        *status_p = api_dst_disjoint("strata_write_scatter", ranges, n, "entries");
-    }
-    free(ranges);
-    if (*status_p != STRATA_OK) {
-        free(extents);
-        return NULL;
-    }
-    *count_p = count;
-    return extents;
+    return api_list_end(&lb, n, "strata_write_scatter", "entries", count_p, status_p);
 }
 
 STRATA_API strata_status_t strata_write_scatter(strata_comm_t *comm, int peer,
