@@ -10,12 +10,13 @@ from ._types import Combine, ConfigField, Dtype, LogLevel, Mode, Phase, Route, S
 from .comm import Communicator
 from .errors import LibraryNotFoundError, LibraryVersionError, StrataError
 from .moe import Layout, Moe, Recv, Stats
-from .p2p import Descriptor, Region, Request
+from .p2p import Descriptor, Region, Request, TransferPlan
 
 __all__ = [
     "Combine", "Communicator", "ConfigField", "Descriptor", "Dtype", "Layout", "LIBRARY_ENV",
     "LibraryNotFoundError", "LibraryVersionError", "LogLevel", "Mode", "Moe", "Phase", "Recv",
-    "Region", "Request", "Route", "Stats", "Status", "StrataError", "build_options",
+    "Region", "Request", "Route", "Stats", "Status", "StrataError", "TransferPlan",
+    "build_options",
     "last_error", "library",
     "library_path",
     "open_library", "status_string", "version",

@@ -134,6 +134,59 @@ def _uint32_list(values, name):
     return np.ascontiguousarray(arr, dtype=np.uint32)
 
 
+class _TransferPiece(ctypes.Structure):
+    _fields_ = [("tensor", ctypes.c_uint32), ("src_rank", ctypes.c_int),
+                ("src_offset", ctypes.c_size_t), ("dst_rank", ctypes.c_int),
+                ("dst_offset", ctypes.c_size_t), ("length", ctypes.c_size_t)]
+
+
+class TransferPlan:
+    """A weight transfer plan (strata_transfer_plan_create), made by
+    Communicator.transfer_plan: every round, execute() on every rank, then on destinations
+    wait_tensor(t) or wait(). close() frees it (not its region)."""
+
+    def __init__(self, comm, region, pieces, num_tensors, imm_base):
+        table = (_TransferPiece * len(pieces))(*[_TransferPiece(*map(int, p)) for p in pieces])
+        self._comm, self._region, self._plan = comm, region, ctypes.c_void_p()
+        check(comm._lib.strata_transfer_plan_create(
+                  comm.handle, region.handle if region is not None else None, table,
+                  len(pieces), int(num_tensors), int(imm_base), ctypes.byref(self._plan)),
+              "strata_transfer_plan_create")
+
+    @property
+    def handle(self):
+        if not self._plan:
+            raise ValueError("the plan is closed")
+        return self._plan
+
+    def execute(self, timeout=_DEFAULT_TIMEOUT_S):
+        """One round: a source writes its pieces and returns once they are written."""
+        check(self._comm._lib.strata_transfer_plan_execute(self.handle, _timeout_ms(timeout)),
+              "strata_transfer_plan_execute")
+
+    def wait_tensor(self, tensor, timeout=_DEFAULT_TIMEOUT_S):
+        """On a destination: tensor's pieces landing here in this round are all in."""
+        check(self._comm._lib.strata_transfer_plan_wait_tensor(self.handle, int(tensor),
+                                                                _timeout_ms(timeout)),
+              "strata_transfer_plan_wait_tensor")
+
+    def wait(self, timeout=_DEFAULT_TIMEOUT_S):
+        """On a destination: every tensor landing here, this round."""
+        check(self._comm._lib.strata_transfer_plan_wait(self.handle, _timeout_ms(timeout)),
+              "strata_transfer_plan_wait")
+
+    def close(self):
+        if self._plan:
+            self._comm._lib.strata_transfer_plan_destroy(self._plan)
+            self._plan = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 class _ScatterEntry(ctypes.Structure):
     _fields_ = [("src_offset", ctypes.c_size_t), ("dst_offset", ctypes.c_size_t),
                 ("length", ctypes.c_size_t)]
@@ -177,6 +230,15 @@ class PointToPoint:
                                              int(imm or 0), ctypes.byref(req)),
               "strata_write_scatter")
         return Request(self, req, (src, table))
+
+    def transfer_plan(self, region, pieces, num_tensors, imm_base=1000):
+        """Collective: a TransferPlan moving pieces, (tensor, src_rank, src_offset, dst_rank,
+        dst_offset, length) each, between the ranks' regions (this rank's: region, or None
+        where it neither sends nor receives); every rank passes the same pieces."""
+        pieces = list(pieces)
+        if not pieces:
+            raise ValueError("pieces must not be empty")
+        return TransferPlan(self, region, pieces, num_tensors, imm_base)
 
     def list_imm_count(self, peer):
         """Immediates one write_paged or write_scatter with imm from peer produces here."""

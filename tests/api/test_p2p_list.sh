@@ -9,6 +9,7 @@
 set -u
 run=$1 check=$2
 passed=0 failed=0 skipped=0
+seed=none # engine_cases.sh names it on a failure
 log=$(mktemp /tmp/strata-test-p2p-list-XXXXXX)
 trap 'rm -f "$log"' EXIT
 

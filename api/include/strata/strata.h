@@ -293,6 +293,58 @@ STRATA_API strata_status_t strata_write_scatter(strata_comm_t *comm, int peer,
  *  peer produces at this rank (the same count at the sender for its peer): the pair's
  *  rails. */
 STRATA_API uint32_t strata_write_list_imm_count(const strata_comm_t *comm, int peer);
+/**
+ * Weight transfer: a plan made once moves many tensors (or shards of them) from source
+ * ranks to destination ranks, as often as the sources change. Every rank registers one
+ * region (its weights, flat; NULL where it neither sends nor receives) and passes the same
+ * list of pieces. A piece is `length` bytes of tensor `tensor` from src_rank's region at
+ * src_offset to dst_rank's region at dst_offset.
+ */
+typedef struct strata_transfer_piece {
+    uint32_t tensor;     /**< 0..num_tensors-1: what a destination waits for */
+    int      src_rank;
+    size_t   src_offset;
+    int      dst_rank;
+    size_t   dst_offset;
+    size_t   length;     /**< bytes, at least 1 */
+} strata_transfer_piece_t;
+
+typedef struct strata_transfer_plan strata_transfer_plan_t;
+
+/**
+ * Collective: every rank passes the same pieces, num_tensors and imm_base (compared:
+ * STRATA_ERR_CONFIG on every rank where one differs, naming it). Checks every piece (ranks,
+ * tensor ids, ranges inside their regions, no destination byte written twice): a bad one
+ * is STRATA_ERR_INVALID on every rank, with a line naming it. Tensor t is announced with
+ * immediate imm_base + t, so imm_base + num_tensors must not pass STRATA_MOE_IMM_BASE, and
+ * the caller must not wait on those itself. region stays registered while the plan lives.
+ */
+STRATA_API strata_status_t strata_transfer_plan_create(strata_comm_t *comm, strata_mem_t *region,
+                                                       const strata_transfer_piece_t *pieces,
+                                                       size_t num_pieces, uint32_t num_tensors,
+                                                       uint32_t imm_base,
+                                                       strata_transfer_plan_t **plan_p);
+/**
+ * One round: every rank calls it. A source writes its pieces, grouped per tensor and
+ * destination (pieces adjacent in both regions merged), destinations interleaved, at most
+ * 64 MiB per rail in flight, and returns once they are all written (or at the first
+ * failure, STRATA_ERR_PEER_FAILED and the like, or STRATA_ERR_TIMEOUT). A rank that sends
+ * nothing returns at once. Either way the round's waits start. Before a source runs the
+ * next round, its destinations must be done reading this one (a barrier, say).
+ */
+STRATA_API strata_status_t strata_transfer_plan_execute(strata_transfer_plan_t *plan,
+                                                        uint64_t timeout_ms);
+/** On a destination: wait until every piece of tensor landing here in this round is in.
+ *  STRATA_ERR_INVALID where none lands here, or before strata_transfer_plan_execute. */
+STRATA_API strata_status_t strata_transfer_plan_wait_tensor(strata_transfer_plan_t *plan,
+                                                            uint32_t tensor,
+                                                            uint64_t timeout_ms);
+/** On a destination: every tensor landing here, this round. Elsewhere returns at once. */
+STRATA_API strata_status_t strata_transfer_plan_wait(strata_transfer_plan_t *plan,
+                                                     uint64_t timeout_ms);
+/** Tolerates NULL. Not while a round is being executed. */
+STRATA_API void strata_transfer_plan_destroy(strata_transfer_plan_t *plan);
+
 /** RDMA read; STRATA_ERR_UNSUPPORTED where the transport has none. */
 STRATA_API strata_status_t strata_read(strata_comm_t *comm, int peer, const strata_mem_t *dst,
                                        size_t dst_offset, const strata_mem_desc_t *src,

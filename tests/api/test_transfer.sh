@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# A weight transfer plan (strata_transfer_plan_*) under strata-run, checked byte for byte by
+# transfer_check: 2 trainer ranks to 2 inference ranks, three rounds, on tcp over loopback
+# with 1 and 2 rails; between 2 simulated nodes, trainers on one and inference ranks on the
+# other (network namespaces; skipped where they cannot be made); and a trainer killed at
+# the start of a round, the inference ranks' waits ending with STRATA_ERR_PEER_FAILED.
+set -u
+run=$1 check=$2
+passed=0 failed=0 skipped=0
+seed=none # engine_cases.sh names it on a failure
+log=$(mktemp /tmp/strata-test-transfer-XXXXXX)
+trap 'rm -f "$log"' EXIT
+
+. "$(dirname "$0")/../inter/engine_cases.sh"
+
+ok='3 rounds passed'
+calm=STRATA_INTER_PEER_TIMEOUT=20s
+lo="STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo"
+check_case "tcp loopback, 2 trainers -> 2 inference ranks" 4 "$ok" -- $calm $lo -- -n 4 --
+check_case "tcp loopback, 2 rails, 8 KiB chunks" 4 "$ok" -- $calm $lo STRATA_INTER_RAILS=2 STRATA_INTER_STRIPE_MIN=8k -- -n 4 --
+check_case "tcp loopback, a trainer killed" 2 "failed after" -- STRATA_INTER_PEER_TIMEOUT=2s $lo -- -n 4 --allow-fail 0 -- --kill-trainer
+if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
+    check_case "tcp, 2 nodes x 2 ranks (trainers on one node)" 4 "$ok" -- $calm STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0 -- -n 4 --nodes 2 --
+else
+    echo "skipped: network namespaces cannot be made here (need root and iproute2)"
+    skipped=$((skipped + 1))
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
+if [ "$failed" -eq 0 ] && [ "$skipped" -gt 0 ]; then
+    echo "SKIP: the cases that need network namespaces did not run (need root and iproute2); the other $passed passed"
+fi
+[ "$failed" -eq 0 ]
