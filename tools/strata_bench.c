@@ -7,6 +7,7 @@
  *   strata-run -n 4 --nodes 4 --link-rate 1gbit -- strata-bench incast [options]
  *                                                      (strata_bench_incast.c)
  *   strata-run -n 2 [--nodes 2] -- strata-bench kv [options]  (strata_bench_kv.c)
+ *   mpirun -n 4 strata-bench weights [options]         (strata_bench_weights.c)
  *
  * p2p: write-with-immediate between two ranks, through the transfer engine and through raw
  * libfabric calls on the same provider and interface: one-way latency from ping-pong
@@ -314,6 +315,9 @@ static void usage(FILE *out)
             "  moe     mpirun -n N strata-bench moe [options]\n"
             "          two-tier MoE dispatch+combine against MPI_Alltoallv; --modes: Push,\n"
             "          Pull and adaptive on the same routing%s\n"
+            "  weights mpirun -n 4 strata-bench weights [options]\n"
+            "          a model's weights from 2 ranks to 2: a transfer plan against MPI_Isend\n"
+            "          and MPI_Irecv of the same tensors%s\n"
             "  kv      strata-run -n 2 [--nodes 2] -- strata-bench kv [options]\n"
             "          a KV-cache transfer's pages: strata_write_paged against raw libfabric\n"
             "          writes, one per page\n"
@@ -325,7 +329,7 @@ static void usage(FILE *out)
             "  -V, --version  strata's version and build options\n"
             "\n"
             "Exit status: 0 done, 1 a run failed, 2 bad usage.\n",
-            BENCH_MPI_NOTE, BENCH_MPI_NOTE);
+            BENCH_MPI_NOTE, BENCH_MPI_NOTE, BENCH_MPI_NOTE);
 }
 
 static void p2p_usage(FILE *out)
@@ -550,8 +554,12 @@ int main(int argc, char **argv)
     if (strcmp(command, "moe") == 0) {
         return bench_moe_main(argc, argv);
     }
+    if (strcmp(command, "weights") == 0) {
+        return bench_weights_main(argc, argv);
+    }
 #else
-    if (strcmp(command, "intra") == 0 || strcmp(command, "moe") == 0) {
+    if (strcmp(command, "intra") == 0 || strcmp(command, "moe") == 0 ||
+        strcmp(command, "weights") == 0) {
         return tool_usage_error(BENCH_TOOL, "subcommand '%s' is not built in: this "
                                 "strata-bench was built without MPI", command);
     }

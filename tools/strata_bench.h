@@ -31,6 +31,8 @@ int bench_intra_main(int argc, char **argv);
 int bench_moe_main(int argc, char **argv);
 /** strata-bench incast (strata_bench_incast.c), launched by strata-run: argv[1] is "incast". */
 int bench_incast_main(int argc, char **argv);
+/** strata-bench weights (strata_bench_weights.c, built with MPI): argv[1] is "weights". */
+int bench_weights_main(int argc, char **argv);
 /** strata-bench kv (strata_bench_kv.c), launched by strata-run -n 2: argv[1] is "kv". */
 int bench_kv_main(int argc, char **argv);
 

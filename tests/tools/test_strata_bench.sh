@@ -56,7 +56,7 @@ check() { "$@" || cli_failed=$((cli_failed + 1)); }
 check cli_version strata-bench "$bench"
 check cli_help "$bench" --help
 check cli_help "$bench" -h
-for sub in p2p incast intra moe kv; do
+for sub in p2p incast intra moe kv weights; do
     check cli_help "$bench" $sub --help
 done
 check cli_unknown_subcommand strata-bench "$bench"
@@ -234,7 +234,20 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
         echo "7 passed, 1 failed"
         exit 1
     fi
-    echo "8 passed, 0 failed"
+    # weights: a small model, both paths' rows and the ratio line.
+    out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
+          mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \
+          -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo \
+          "$bench" weights --bytes 16m --tensors 100 --rounds 2 2>&1)
+    rc=$?
+    rows=$(grep -cE '^(mpi|strata) +\| +[0-9.]+ +[0-9.]+ \| +[0-9.]+$' <<<"$out")
+    if [ $rc -ne 0 ] || [ "$rows" -ne 2 ] ||
+       ! grep -qE '^weights/mpi: time [0-9.]+ \(p50\)$' <<<"$out"; then
+        echo "$out"
+        echo "8 passed, 1 failed"
+        exit 1
+    fi
+    echo "9 passed, 0 failed"
     exit 0
 fi
 echo "2 passed, 0 failed"
