@@ -43,6 +43,14 @@ static void inter_list_advance(inter_engine_t *engine, inter_request_t *req)
     }
 }
 
+/* The chunk rail of chunk `chunk` (its stripe rail `rail`) of extent `extent`: rotated by
+ * the extent, so that lists of one-chunk extents (pages) spread over the rails too. */
+static uint32_t inter_list_rail(const inter_stripe_params_t *stripe, uint32_t extent,
+                                uint32_t rail)
+{
+    return (rail + extent) % stripe->num_rails;
+}
+
 /* Fill op with chunk `chunk` of extent `extent`. */
 static void inter_list_fill_chunk(inter_engine_t *engine, inter_request_t *req, inter_op_t *op,
                                   uint32_t extent, uint32_t chunk, bool with_imm, uint32_t imm)
@@ -55,7 +63,8 @@ static void inter_list_fill_chunk(inter_engine_t *engine, inter_request_t *req, 
     inter_stripe_chunk(&stripe, x->len, inter_engine_write_chunks(engine, req->peer, x->len),
                        chunk, &piece);
     inter_fill_rma(engine, op, INTER_OP_WRITE, req->peer,
-                   inter_rail_for(engine, req->peer, piece.rail), req->lmr,
+                   inter_rail_for(engine, req->peer, inter_list_rail(&stripe, extent, piece.rail)),
+                   req->lmr,
                    x->loff + piece.offset, &req->rdesc, x->roff + piece.offset, piece.length,
                    with_imm, imm);
     op->paced = false;
@@ -116,9 +125,11 @@ static void inter_list_hold_last(inter_engine_t *engine, inter_request_t *req, u
 
         for (uint32_t c = 0; c < n; ++c) {
             inter_stripe_chunk(&stripe, req->extents[e].len, n, c, &piece);
-            if (rails > 0 && piece.rail < rails) {
-                req->held[piece.rail].extent = e;
-                req->held[piece.rail].chunk  = c;
+            uint32_t rail = inter_list_rail(&stripe, e, piece.rail);
+
+            if (rail < rails) {
+                req->held[rail].extent = e;
+                req->held[rail].chunk  = c;
             }
         }
         *chunks_p += n;
@@ -240,6 +251,9 @@ void inter_list_accept(inter_engine_t *engine, inter_request_t *req)
     }
     if (req->data_ops == 0) { /* every chunk is one an immediate carries */
         inter_list_release_imms(engine, req);
+        if (req->ops_finished == req->num_ops) { /* cancelled before it came: none went */
+            inter_request_finish(req, req->status);
+        }
     }
 }
 

@@ -60,11 +60,15 @@ inter_post_t inter_rma_post(const inter_engine_t *engine, inter_op_t *op)
 
 /* Whether a pending operation may still go: not when its request was cancelled, its work
  * ring failed or was detached (whose owner may have released the memory), or its peer
- * failed. */
+ * failed. A list write's immediates, once released (inter_list.c), go all or none: a
+ * cancel that dropped some would leave the target a count that a later list completes
+ * before its data is in. */
 static strata_status_t inter_pending_check(const inter_engine_t *engine, const inter_op_t *op)
 {
+    bool list_imm = op->ring == NULL && op->with_imm && op->req->extents != NULL;
+
     if (op->ring != NULL ? op->ring->failed || op->ring->detached
-                         : atomic_load(&op->req->cancelled)) {
+                         : atomic_load(&op->req->cancelled) && !list_imm) {
         return STRATA_ERR_CANCELLED;
     }
     return inter_engine_peer_failed(engine, op->peer) ? STRATA_ERR_PEER_FAILED : STRATA_OK;

@@ -63,7 +63,7 @@ static bool api_list_args_ok(const char *call, const strata_comm_t *comm,
 /* The extent x grows by len where the next piece continues it in both regions. */
 static bool api_extent_extends(const inter_extent_t *x, size_t loff, size_t roff, size_t len)
 {
-    return x->loff + x->len == loff && x->roff + x->len == roff &&
+    return x->loff + x->len == loff && x->roff + x->len == roff && len <= API_LIST_MERGE_MAX &&
            x->len <= API_LIST_MERGE_MAX - len;
 }
 

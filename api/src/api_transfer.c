@@ -12,6 +12,7 @@
 
 #define API_TRANSFER_INFLIGHT ((uint64_t)64 << 20) /* bytes in flight per rail */
 #define API_TRANSFER_REQUESTS 64                   /* list writes in flight at most */
+#define API_TRANSFER_EXTENT   ((size_t)64 << 20)   /* bytes one extent may hold */
 
 /* What this rank sends one destination of one tensor: one list write. */
 typedef struct api_transfer_group {
@@ -144,67 +145,98 @@ static strata_status_t api_plan_check(const strata_transfer_plan_t *plan,
     return api_pieces_disjoint(pieces, n);
 }
 
-/* The group of (dst, tensor) in plan->groups[0..num_groups), made if new. */
-static api_transfer_group_t *api_group_of(strata_transfer_plan_t *plan, int dst, uint32_t tensor,
-                                          size_t n)
-{
-    api_transfer_group_t *g;
+/* One of this rank's pieces, by its place in the group order: tensor, destination, then as
+ * listed. */
+typedef struct api_piece_ref {
+    uint32_t tensor;
+    int      dst;
+    size_t   piece;
+} api_piece_ref_t;
 
-    for (size_t i = plan->num_groups; i-- > 0;) { /* pieces of a group usually follow */
-        if (plan->groups[i].dst == dst && plan->groups[i].tensor == tensor) {
-            return &plan->groups[i];
-        }
-    }
-    g = &plan->groups[plan->num_groups++];
-    *g = (api_transfer_group_t){.dst = dst, .tensor = tensor,
-                                .extents = malloc(n * sizeof(inter_extent_t))};
-    return g->extents != NULL ? g : NULL;
-}
-
-static int api_group_order(const void *a, const void *b)
+static int api_ref_order(const void *a, const void *b)
 {
-    const api_transfer_group_t *x = a, *y = b;
+    const api_piece_ref_t *x = a, *y = b;
 
     if (x->tensor != y->tensor) {
         return x->tensor < y->tensor ? -1 : 1;
     }
-    return (x->dst > y->dst) - (x->dst < y->dst);
+    if (x->dst != y->dst) {
+        return x->dst < y->dst ? -1 : 1;
+    }
+    return (x->piece > y->piece) - (x->piece < y->piece);
 }
 
-/* This rank's sends, per (tensor, destination), pieces adjacent in both regions merged,
- * in tensor order with the destinations interleaved; and what it awaits per tensor. */
+/* Piece p into group g: merged with the last extent where it continues it in both regions,
+ * cut into extents of at most API_TRANSFER_EXTENT bytes. */
+static void api_group_add(api_transfer_group_t *g, const strata_transfer_piece_t *p)
+{
+    for (size_t done = 0; done < p->length;) {
+        size_t len = UTIL_MIN(p->length - done, API_TRANSFER_EXTENT);
+        size_t loff = p->src_offset + done, roff = p->dst_offset + done;
+        inter_extent_t *last = g->count > 0 ? &g->extents[g->count - 1] : NULL;
+
+        if (last != NULL && last->loff + last->len == loff && last->roff + last->len == roff &&
+            last->len <= API_TRANSFER_EXTENT - len) {
+            last->len += len;
+        } else {
+            g->extents[g->count++] = (inter_extent_t){.loff = loff, .roff = roff, .len = len};
+        }
+        g->bytes += len;
+        done += len;
+    }
+}
+
+/* The group of refs[first..end): its extents sized for its pieces, filled. */
+static strata_status_t api_group_make(api_transfer_group_t *g, const api_piece_ref_t *refs,
+                                      size_t first, size_t end,
+                                      const strata_transfer_piece_t *pieces)
+{
+    size_t extents = 0;
+
+    for (size_t i = first; i < end; ++i) {
+        extents += (pieces[refs[i].piece].length + API_TRANSFER_EXTENT - 1) / API_TRANSFER_EXTENT;
+    }
+    *g = (api_transfer_group_t){.dst = refs[first].dst, .tensor = refs[first].tensor,
+                                .extents = malloc(extents * sizeof(inter_extent_t))};
+    if (g->extents == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    for (size_t i = first; i < end; ++i) {
+        api_group_add(g, &pieces[refs[i].piece]);
+    }
+    return STRATA_OK;
+}
+
+/* This rank's sends, one group per (tensor, destination) in that order, so consecutive
+ * groups go to different destinations. */
 static strata_status_t api_plan_groups(strata_transfer_plan_t *plan,
                                        const strata_transfer_piece_t *pieces, size_t n)
 {
-    int me = plan->comm->rank;
+    api_piece_ref_t *refs = malloc((n > 0 ? n : 1) * sizeof(*refs));
+    strata_status_t status = STRATA_OK;
+    size_t mine = 0;
 
-    plan->groups = calloc(n, sizeof(*plan->groups));
-    if (plan->groups == NULL) {
+    plan->groups = calloc(n > 0 ? n : 1, sizeof(*plan->groups));
+    if (refs == NULL || plan->groups == NULL) {
+        free(refs);
         return STRATA_ERR_NO_MEMORY;
     }
     for (size_t i = 0; i < n; ++i) {
-        const strata_transfer_piece_t *p = &pieces[i];
-        api_transfer_group_t *g;
-        inter_extent_t *last;
-
-        if (p->src_rank != me) {
-            continue;
+        if (pieces[i].src_rank == plan->comm->rank) {
+            refs[mine++] = (api_piece_ref_t){.tensor = pieces[i].tensor,
+                                             .dst = pieces[i].dst_rank, .piece = i};
         }
-        if ((g = api_group_of(plan, p->dst_rank, p->tensor, n)) == NULL) {
-            return STRATA_ERR_NO_MEMORY;
-        }
-        last = g->count > 0 ? &g->extents[g->count - 1] : NULL;
-        if (last != NULL && last->loff + last->len == p->src_offset &&
-            last->roff + last->len == p->dst_offset) {
-            last->len += p->length;
-        } else {
-            g->extents[g->count++] = (inter_extent_t){.loff = p->src_offset,
-                                                      .roff = p->dst_offset, .len = p->length};
-        }
-        g->bytes += p->length;
     }
-    qsort(plan->groups, plan->num_groups, sizeof(*plan->groups), api_group_order);
-    return STRATA_OK;
+    qsort(refs, mine, sizeof(*refs), api_ref_order);
+    for (size_t first = 0, end; first < mine && status == STRATA_OK; first = end) {
+        for (end = first + 1; end < mine && refs[end].tensor == refs[first].tensor &&
+                              refs[end].dst == refs[first].dst;
+             ++end) {
+        }
+        status = api_group_make(&plan->groups[plan->num_groups++], refs, first, end, pieces);
+    }
+    free(refs);
+    return status;
 }
 
 /* Immediates this rank awaits per tensor a round: one per rail from each source that sends
@@ -309,13 +341,13 @@ STRATA_API strata_status_t strata_transfer_plan_create(strata_comm_t *comm, stra
     if (status == STRATA_OK) {
         status = api_plan_check(plan, pieces, num_pieces);
     }
-    status = api_comm_agree(comm, status, "transfer plan");
     if (status == STRATA_OK) {
         status = api_plan_groups(plan, pieces, num_pieces);
     }
     if (status == STRATA_OK) {
         status = api_plan_expect(plan, pieces, num_pieces);
     }
+    status = api_comm_agree(comm, status, "transfer plan"); /* no rank goes on alone */
     if (status != STRATA_OK) {
         strata_transfer_plan_destroy(plan);
         return status;

@@ -257,6 +257,24 @@ static void run_round(strata_comm_t *comm, region_pair_t *rp, int round, unsigne
     free(dst);
 }
 
+/* Rank 0: a one-page list (its one chunk the immediate's: no data operation) cancelled as
+ * soon as it is made, before the engine took it, still ends. Its immediate, another than
+ * the rounds', may go or not. */
+static void check_cancel_at_once(strata_comm_t *comm, const region_pair_t *rp)
+{
+    uint32_t page[1] = {0};
+    strata_request_t *req;
+    strata_status_t status;
+
+    CHECK(strata_write_paged(comm, 1, rp->src_mem, &rp->dst_descs[1], rp->page, page, page, 1,
+                             STRATA_WRITE_IMM, IMM + 1, &req) == STRATA_OK, "one page");
+    strata_request_cancel(req);
+    status = strata_request_wait(req, 5000);
+    CHECK(status == STRATA_ERR_CANCELLED || status == STRATA_OK,
+          "a list cancelled at once ended with %s", strata_status_string(status));
+    strata_request_free(req);
+}
+
 /* Rank 0: what the calls refuse, each with its line. */
 static void check_refusals(strata_comm_t *comm, const region_pair_t *rp)
 {
@@ -287,6 +305,7 @@ static void check_refusals(strata_comm_t *comm, const region_pair_t *rp)
     CHECK(log_captured(line, NULL, NULL), "the page past the end was not named");
     CHECK(log_captured("entries 0 and 2 write the same destination bytes", NULL, NULL),
           "the overlapping pieces were not named");
+    check_cancel_at_once(comm, rp);
 }
 
 static double now_ms(void)
