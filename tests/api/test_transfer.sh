@@ -25,8 +25,4 @@ else
     echo "skipped: network namespaces cannot be made here (need root and iproute2)"
     skipped=$((skipped + 1))
 fi
-echo "$passed passed, $failed failed, $skipped skipped"
-if [ "$failed" -eq 0 ] && [ "$skipped" -gt 0 ]; then
-    echo "SKIP: the cases that need network namespaces did not run (need root and iproute2); the other $passed passed"
-fi
-[ "$failed" -eq 0 ]
+cases_summary

@@ -1,4 +1,4 @@
-# Sourced by the engine test scripts: check_case runs one engine_check job under strata-run
+# Sourced by the test scripts of strata-run jobs: check_case runs one job under strata-run
 # and counts it. Needs run, check, log, seed, passed and failed set by the caller.
 # check_case NAME EXPECTED_COUNT PATTERN -- env... -- run options... -- args...
 # A case passes when the job exits 0, PATTERN is printed by EXPECTED_COUNT ranks, and no
@@ -19,4 +19,15 @@ check_case() {
         echo "FAIL: $name (exit $rc, $got of $count ranks reported, $teardown teardown errors; seed $seed)"
         grep -v 'error: engine:' "$log" | tail -30
     fi
+}
+
+# The last lines of a script of check_case cases: the counts, a "SKIP:" line where cases
+# that need network namespaces were skipped and nothing failed (ctest then shows the test
+# skipped), and the script's status.
+cases_summary() {
+    echo "$passed passed, $failed failed, $skipped skipped"
+    if [ "$failed" -eq 0 ] && [ "$skipped" -gt 0 ]; then
+        echo "SKIP: the cases that need network namespaces did not run (need root and iproute2); the other $passed passed"
+    fi
+    [ "$failed" -eq 0 ]
 }
