@@ -461,6 +461,10 @@ int main(int argc, char **argv)
                stats.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
                r.node_reduce ? "node-reduce" : "exact",
                stats.tokens_to_nodes, stats.tokens_round_two, mode_changes);
+        /* A rank that leaves once its last step is done may take with it what a slower
+         * rank's last step still waits for (the acknowledgement of a write it received):
+         * leave together, as an application ending its job would. */
+        CHECK(strata_barrier(comm, 60000) == STRATA_OK, "the barrier before leaving");
     }
     if (r.node_reduce && r.nr_values > 0) {
         printf("rank %d: node-reduce against exact: %" PRIu64 " of %" PRIu64 " values differ, "
