@@ -5,42 +5,50 @@
  */
 #include "api/api.h"
 #include "api_comm.h"
+#include "api_list.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* Bytes one merged extent may reach (it is cut into chunks all the same). */
-#define API_LIST_MERGE_MAX ((size_t)64 << 20)
-
-/* A destination range, and the list entry it came from. */
-typedef struct api_dst_range {
-    size_t offset, length, entry;
-} api_dst_range_t;
 
 static int api_dst_order(const void *a, const void *b)
 {
     const api_dst_range_t *x = a, *y = b;
 
+    if (x->rank != y->rank) {
+        return x->rank < y->rank ? -1 : 1;
+    }
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* No two of the n ranges overlap; otherwise one line naming two entries that do. */
-static strata_status_t api_dst_disjoint(const char *call, api_dst_range_t *ranges, size_t n,
-                                        const char *what)
+strata_status_t api_ranges_disjoint(const char *call, api_dst_range_t *ranges, size_t n,
+                                    const char *what)
 {
     qsort(ranges, n, sizeof(*ranges), api_dst_order);
     for (size_t i = 1; i < n; ++i) {
-        if (ranges[i - 1].offset + ranges[i - 1].length > ranges[i].offset) {
-            size_t a = UTIL_MIN(ranges[i - 1].entry, ranges[i].entry);
-            size_t b = UTIL_MAX(ranges[i - 1].entry, ranges[i].entry);
+        const api_dst_range_t *x = &ranges[i - 1], *y = &ranges[i];
 
-            UTIL_LOG_ERROR("%s: %s %zu and %zu write the same destination bytes (from "
-                           "offset %zu): each may be written once", call, what, a, b,
-                           ranges[i].offset);
+        if (x->rank == y->rank && x->offset + x->length > y->offset) {
+            UTIL_LOG_ERROR("%s: %s %zu and %zu write the same destination bytes (rank %d, "
+                           "from offset %zu): each may be written once", call, what,
+                           UTIL_MIN(x->entry, y->entry), UTIL_MAX(x->entry, y->entry), y->rank,
+                           y->offset);
             return STRATA_ERR_INVALID;
         }
     }
     return STRATA_OK;
+}
+
+void api_extent_append(inter_extent_t *extents, uint32_t *count_p, size_t loff, size_t roff,
+                       size_t len)
+{
+    inter_extent_t *x = *count_p > 0 ? &extents[*count_p - 1] : NULL;
+
+    if (x != NULL && x->loff + x->len == loff && x->roff + x->len == roff &&
+        len <= API_LIST_MERGE_MAX && x->len <= API_LIST_MERGE_MAX - len) {
+        x->len += len;
+    } else {
+        extents[(*count_p)++] = (inter_extent_t){.loff = loff, .roff = roff, .len = len};
+    }
 }
 
 /* The checks every list write makes of its arguments; one line naming the call. */
@@ -60,23 +68,18 @@ static bool api_list_args_ok(const char *call, const strata_comm_t *comm,
     return false;
 }
 
-/* The extent x grows by len where the next piece continues it in both regions. */
-static bool api_extent_extends(const inter_extent_t *x, size_t loff, size_t roff, size_t len)
-{
-    return x->loff + x->len == loff && x->roff + x->len == roff && len <= API_LIST_MERGE_MAX &&
-           x->len <= API_LIST_MERGE_MAX - len;
-}
-
 /* A list's extents as they are made: pieces adjacent in both regions merged, and every
  * destination range kept for the check that none overlaps another. */
 typedef struct api_list_builder {
     inter_extent_t  *extents;
     api_dst_range_t *ranges;
     uint32_t         count;
+    int              peer; /* where every range is */
 } api_list_builder_t;
 
-static strata_status_t api_list_begin(api_list_builder_t *lb, size_t n)
+static strata_status_t api_list_begin(api_list_builder_t *lb, size_t n, int peer)
 {
+    lb->peer    = peer;
     lb->extents = malloc(n * sizeof(*lb->extents));
     lb->ranges  = malloc(n * sizeof(*lb->ranges));
     lb->count   = 0;
@@ -87,12 +90,9 @@ static strata_status_t api_list_begin(api_list_builder_t *lb, size_t n)
 static void api_list_add(api_list_builder_t *lb, size_t entry, size_t loff, size_t roff,
                          size_t len)
 {
-    lb->ranges[entry] = (api_dst_range_t){.offset = roff, .length = len, .entry = entry};
-    if (lb->count > 0 && api_extent_extends(&lb->extents[lb->count - 1], loff, roff, len)) {
-        lb->extents[lb->count - 1].len += len;
-    } else {
-        lb->extents[lb->count++] = (inter_extent_t){.loff = loff, .roff = roff, .len = len};
-    }
+    lb->ranges[entry] = (api_dst_range_t){.rank = lb->peer, .offset = roff, .length = len,
+                                          .entry = entry};
+    api_extent_append(lb->extents, &lb->count, loff, roff, len);
 }
 
 /* The extents (*count_p of them) once n entries were added and their destinations found
@@ -102,7 +102,7 @@ static inter_extent_t *api_list_end(api_list_builder_t *lb, size_t n, const char
                                     strata_status_t *status_p)
 {
     if (*status_p == STRATA_OK) {
-        *status_p = api_dst_disjoint(call, lb->ranges, n, what);
+        *status_p = api_ranges_disjoint(call, lb->ranges, n, what);
     }
     free(lb->ranges);
     if (*status_p != STRATA_OK) {
@@ -114,13 +114,13 @@ static inter_extent_t *api_list_end(api_list_builder_t *lb, size_t n, const char
 }
 
 /* Pages as extents; NULL: no memory, or a destination page named twice (logged). */
-static inter_extent_t *api_pages_extents(const uint32_t *src_pages, const uint32_t *dst_pages,
-                                         size_t n, size_t page, uint32_t *count_p,
-                                         strata_status_t *status_p)
+static inter_extent_t *api_pages_extents(int peer, const uint32_t *src_pages,
+                                         const uint32_t *dst_pages, size_t n, size_t page,
+                                         uint32_t *count_p, strata_status_t *status_p)
 {
     api_list_builder_t lb;
 
-    *status_p = api_list_begin(&lb, n);
+    *status_p = api_list_begin(&lb, n, peer);
     for (size_t i = 0; i < n && *status_p == STRATA_OK; ++i) {
         api_list_add(&lb, i, (size_t)src_pages[i] * page, (size_t)dst_pages[i] * page, page);
     }
@@ -194,7 +194,8 @@ STRATA_API strata_status_t strata_write_paged(strata_comm_t *comm, int peer,
     if (dst != NULL && !api_pages_fit(dst, dst_pages, num_pages, page_size)) {
         return STRATA_ERR_INVALID;
     }
-    extents = api_pages_extents(src_pages, dst_pages, num_pages, page_size, &count, &status);
+    extents = api_pages_extents(peer, src_pages, dst_pages, num_pages, page_size, &count,
+                                &status);
     if (extents == NULL) {
         return status;
     }
@@ -202,12 +203,13 @@ STRATA_API strata_status_t strata_write_paged(strata_comm_t *comm, int peer,
 }
 
 /* Scatter entries as extents; NULL as api_pages_extents. */
-static inter_extent_t *api_scatter_extents(const strata_scatter_entry_t *entries, size_t n,
-                                           uint32_t *count_p, strata_status_t *status_p)
+static inter_extent_t *api_scatter_extents(int peer, const strata_scatter_entry_t *entries,
+                                           size_t n, uint32_t *count_p,
+                                           strata_status_t *status_p)
 {
     api_list_builder_t lb;
 
-    *status_p = api_list_begin(&lb, n);
+    *status_p = api_list_begin(&lb, n, peer);
     for (size_t i = 0; i < n && *status_p == STRATA_OK; ++i) {
         const strata_scatter_entry_t *e = &entries[i];
 
@@ -239,7 +241,7 @@ STRATA_API strata_status_t strata_write_scatter(strata_comm_t *comm, int peer,
                           entries)) {
         return STRATA_ERR_INVALID;
     }
-    extents = api_scatter_extents(entries, num_entries, &count, &status);
+    extents = api_scatter_extents(peer, entries, num_entries, &count, &status);
     if (extents == NULL) {
         return status;
     }

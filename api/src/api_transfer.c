@@ -6,13 +6,13 @@
  */
 #include "api/api.h"
 #include "api_comm.h"
+#include "api_list.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define API_TRANSFER_INFLIGHT ((uint64_t)64 << 20) /* bytes in flight per rail */
 #define API_TRANSFER_REQUESTS 64                   /* list writes in flight at most */
-#define API_TRANSFER_EXTENT   ((size_t)64 << 20)   /* bytes one extent may hold */
 
 /* What this rank sends one destination of one tensor: one list write. */
 typedef struct api_transfer_group {
@@ -88,48 +88,22 @@ static bool api_piece_valid(const strata_transfer_plan_t *plan, const strata_tra
     return true;
 }
 
-/* A destination range and the piece it is from, for the overlap check. */
-typedef struct api_piece_key {
-    int    dst_rank;
-    size_t dst_offset, length, piece;
-} api_piece_key_t;
-
-static int api_by_destination(const void *a, const void *b)
-{
-    const api_piece_key_t *x = a, *y = b;
-
-    if (x->dst_rank != y->dst_rank) {
-        return x->dst_rank < y->dst_rank ? -1 : 1;
-    }
-    return x->dst_offset < y->dst_offset ? -1 : x->dst_offset > y->dst_offset;
-}
-
 /* No destination byte is written by two pieces; one line naming two that overlap. */
 static strata_status_t api_pieces_disjoint(const strata_transfer_piece_t *pieces, size_t n)
 {
-    api_piece_key_t *keys = malloc(n * sizeof(*keys));
-    strata_status_t status = STRATA_OK;
+    api_dst_range_t *ranges = malloc(n * sizeof(*ranges));
+    strata_status_t status;
 
-    if (keys == NULL) {
+    if (ranges == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
     for (size_t i = 0; i < n; ++i) {
-        keys[i] = (api_piece_key_t){.dst_rank = pieces[i].dst_rank,
-                                    .dst_offset = pieces[i].dst_offset,
-                                    .length = pieces[i].length, .piece = i};
+        ranges[i] = (api_dst_range_t){.rank = pieces[i].dst_rank,
+                                      .offset = pieces[i].dst_offset,
+                                      .length = pieces[i].length, .entry = i};
     }
-    qsort(keys, n, sizeof(*keys), api_by_destination);
-    for (size_t i = 1; i < n && status == STRATA_OK; ++i) {
-        const api_piece_key_t *a = &keys[i - 1], *b = &keys[i];
-
-        if (a->dst_rank == b->dst_rank && a->dst_offset + a->length > b->dst_offset) {
-            UTIL_LOG_ERROR("transfer plan: pieces %zu and %zu write the same bytes of rank %d "
-                           "(from offset %zu)", UTIL_MIN(a->piece, b->piece),
-                           UTIL_MAX(a->piece, b->piece), b->dst_rank, b->dst_offset);
-            status = STRATA_ERR_INVALID;
-        }
-    }
-    free(keys);
+    status = api_ranges_disjoint("transfer plan", ranges, n, "pieces");
+    free(ranges);
     return status;
 }
 
@@ -166,21 +140,14 @@ static int api_ref_order(const void *a, const void *b)
     return (x->piece > y->piece) - (x->piece < y->piece);
 }
 
-/* Piece p into group g: merged with the last extent where it continues it in both regions,
- * cut into extents of at most API_TRANSFER_EXTENT bytes. */
+/* Piece p into group g, cut into extents of at most API_LIST_MERGE_MAX bytes. */
 static void api_group_add(api_transfer_group_t *g, const strata_transfer_piece_t *p)
 {
     for (size_t done = 0; done < p->length;) {
-        size_t len = UTIL_MIN(p->length - done, API_TRANSFER_EXTENT);
-        size_t loff = p->src_offset + done, roff = p->dst_offset + done;
-        inter_extent_t *last = g->count > 0 ? &g->extents[g->count - 1] : NULL;
+        size_t len = UTIL_MIN(p->length - done, API_LIST_MERGE_MAX);
 
-        if (last != NULL && last->loff + last->len == loff && last->roff + last->len == roff &&
-            last->len <= API_TRANSFER_EXTENT - len) {
-            last->len += len;
-        } else {
-            g->extents[g->count++] = (inter_extent_t){.loff = loff, .roff = roff, .len = len};
-        }
+        api_extent_append(g->extents, &g->count, p->src_offset + done, p->dst_offset + done,
+                          len);
         g->bytes += len;
         done += len;
     }
@@ -194,7 +161,7 @@ static strata_status_t api_group_make(api_transfer_group_t *g, const api_piece_r
     size_t extents = 0;
 
     for (size_t i = first; i < end; ++i) {
-        extents += (pieces[refs[i].piece].length + API_TRANSFER_EXTENT - 1) / API_TRANSFER_EXTENT;
+        extents += (pieces[refs[i].piece].length + API_LIST_MERGE_MAX - 1) / API_LIST_MERGE_MAX;
     }
     *g = (api_transfer_group_t){.dst = refs[first].dst, .tensor = refs[first].tensor,
                                 .extents = malloc(extents * sizeof(inter_extent_t))};
