@@ -93,6 +93,7 @@ typedef struct inter_op {
     uint32_t               counter;  /* ring: the completion counter it raises */
     inter_rate_stamp_t     stamp;    /* rate control: taken when posted, used at completion */
     bool                   paced;    /* held back by its peer's window at least once */
+    bool                   uncancellable; /* goes whatever a cancel says (inter_list.c) */
 } inter_op_t;
 
 /* Requests of one write or read of at most this many bytes, and work ring commands of at
@@ -141,6 +142,11 @@ typedef enum inter_req_type {
     INTER_REQ_RING    /* attach or detach a work ring (the proxy owns the list) */
 } inter_req_type_t;
 
+/* A chunk of a list write: chunk `chunk` of extent `extent` (extent UINT32_MAX: none). */
+typedef struct inter_list_chunk {
+    uint32_t extent, chunk;
+} inter_list_chunk_t;
+
 struct inter_request {
     /* The atomics come first: taking a request from the pool resets them atomically and
      * clears the rest, as a late inter_request_free of its last holder may still read them. */
@@ -180,10 +186,7 @@ struct inter_request {
     uint32_t               data_ops, data_retired;
     const inter_mr_t      *lmr;
     inter_rdesc_t          rdesc;
-    struct {
-        uint32_t extent, chunk;
-    }                      held[INTER_MAX_RAILS];
-    uint32_t               num_held;
+    inter_list_chunk_t     held[INTER_MAX_RAILS];
 };
 
 /* A work ring as the proxy sees it (inter_ring.c). */

@@ -23,7 +23,7 @@
 /* Whether chunk `chunk` of extent `extent` is one the immediates carry. */
 static bool inter_list_held(const inter_request_t *req, uint32_t extent, uint32_t chunk)
 {
-    for (uint32_t r = 0; r < req->num_held; ++r) {
+    for (uint32_t r = 0; r < req->num_ops - req->data_ops; ++r) { /* one per immediate */
         if (req->held[r].extent == extent && req->held[r].chunk == chunk) {
             return true;
         }
@@ -107,34 +107,37 @@ static void inter_list_fill_imms(inter_engine_t *engine, inter_request_t *req, u
     }
 }
 
-/* Which chunk is the last on each rail (held[r]; extent UINT32_MAX: none); the chunks in
- * all into *chunks_p. */
-static void inter_list_hold_last(inter_engine_t *engine, inter_request_t *req, uint32_t rails,
-                                 uint64_t *chunks_p)
+/* The last chunk of each of the first `rails` rails (held[r], extent UINT32_MAX: none);
+ * how many rails have one; the chunks in all into *chunks_p. */
+static uint32_t inter_list_hold_last(inter_engine_t *engine, int peer,
+                                     const inter_extent_t *extents, uint32_t num_extents,
+                                     uint32_t rails, inter_list_chunk_t *held,
+                                     uint64_t *chunks_p)
 {
     inter_stripe_params_t stripe;
     inter_chunk_t piece;
+    uint32_t with_chunk = 0;
 
-    inter_engine_stripe(engine, req->peer, &stripe);
+    inter_engine_stripe(engine, peer, &stripe);
     for (uint32_t r = 0; r < rails; ++r) {
-        req->held[r].extent = UINT32_MAX;
+        held[r].extent = UINT32_MAX;
     }
     *chunks_p = 0;
-    for (uint32_t e = 0; e < req->num_extents; ++e) {
-        uint32_t n = inter_engine_write_chunks(engine, req->peer, req->extents[e].len);
+    for (uint32_t e = 0; e < num_extents; ++e) {
+        uint32_t n = inter_engine_write_chunks(engine, peer, extents[e].len);
 
         for (uint32_t c = 0; c < n; ++c) {
-            inter_stripe_chunk(&stripe, req->extents[e].len, n, c, &piece);
+            inter_stripe_chunk(&stripe, extents[e].len, n, c, &piece);
             uint32_t rail = inter_list_rail(&stripe, e, piece.rail);
 
             if (rail < rails) {
-                req->held[rail].extent = e;
-                req->held[rail].chunk  = c;
+                with_chunk += held[rail].extent == UINT32_MAX;
+                held[rail] = (inter_list_chunk_t){.extent = e, .chunk = c};
             }
         }
         *chunks_p += n;
     }
-    req->num_held = rails;
+    return with_chunk;
 }
 
 uint32_t inter_engine_list_imm_count(const inter_engine_t *engine, int peer)
@@ -178,8 +181,8 @@ strata_status_t inter_engine_write_list(inter_engine_t *engine, int peer, const 
                                         uint32_t num_extents, bool with_imm, uint32_t imm,
                                         inter_request_t **req_p)
 {
-    uint32_t imms = with_imm ? inter_engine_list_imm_count(engine, peer) : 0, held = 0, data;
-    inter_request_t probe = {.peer = peer, .extents = extents, .num_extents = num_extents};
+    uint32_t imms = with_imm ? inter_engine_list_imm_count(engine, peer) : 0, held, data;
+    inter_list_chunk_t last[INTER_MAX_RAILS];
     uint64_t chunks = 0;
     strata_status_t status;
     inter_request_t *req;
@@ -192,10 +195,7 @@ strata_status_t inter_engine_write_list(inter_engine_t *engine, int peer, const 
         free(extents);
         return status;
     }
-    inter_list_hold_last(engine, &probe, imms, &chunks);
-    for (uint32_t r = 0; r < imms; ++r) {
-        held += probe.held[r].extent != UINT32_MAX;
-    }
+    held = inter_list_hold_last(engine, peer, extents, num_extents, imms, last, &chunks);
     /* A quarter of the pool at most, that other requests still find operations. */
     data   = (uint32_t)UTIL_MIN(chunks - held, UTIL_MAX(engine->pools.free_ops.capacity / 4, 1));
     data   = UTIL_MIN(data, INTER_LIST_OPS);
@@ -211,8 +211,7 @@ strata_status_t inter_engine_write_list(inter_engine_t *engine, int peer, const 
     req->num_extents   = num_extents;
     req->extent_chunks = inter_engine_write_chunks(engine, peer, extents[0].len);
     req->data_ops      = data;
-    req->num_held      = probe.num_held;
-    memcpy(req->held, probe.held, sizeof(req->held));
+    memcpy(req->held, last, imms * sizeof(last[0]));
     op = req->ops;
     for (uint32_t i = 0; i < data; ++i, op = op->sibling) {
         inter_list_fill(engine, req, op);
@@ -235,6 +234,7 @@ static void inter_list_release_imms(inter_engine_t *engine, inter_request_t *req
     }
     for (; op != NULL; op = op->sibling) {
         if (req->status == STRATA_OK && !atomic_load(&req->cancelled)) {
+            op->uncancellable = true; /* all go, or the target keeps a partial count */
             inter_queues_push(&engine->pending, op);
         } else {
             req->ops_finished++; /* never posted */

@@ -58,17 +58,13 @@ inter_post_t inter_rma_post(const inter_engine_t *engine, inter_op_t *op)
                           .context = op};
 }
 
-/* Whether a pending operation may still go: not when its request was cancelled, its work
- * ring failed or was detached (whose owner may have released the memory), or its peer
- * failed. A list write's immediates, once released (inter_list.c), go all or none: a
- * cancel that dropped some would leave the target a count that a later list completes
- * before its data is in. */
+/* Whether a pending operation may still go: not when its request was cancelled (unless the
+ * operation is one that must go once queued: a list write's immediates), its work ring
+ * failed or was detached (whose owner may have released the memory), or its peer failed. */
 static strata_status_t inter_pending_check(const inter_engine_t *engine, const inter_op_t *op)
 {
-    bool list_imm = op->ring == NULL && op->with_imm && op->req->extents != NULL;
-
     if (op->ring != NULL ? op->ring->failed || op->ring->detached
-                         : atomic_load(&op->req->cancelled) && !list_imm) {
+                         : atomic_load(&op->req->cancelled) && !op->uncancellable) {
         return STRATA_ERR_CANCELLED;
     }
     return inter_engine_peer_failed(engine, op->peer) ? STRATA_ERR_PEER_FAILED : STRATA_OK;
