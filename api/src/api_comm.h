@@ -61,6 +61,21 @@ strata_status_t api_comm_create(const strata_config_t *config, strata_bootstrap_
 /** A split communicator's bootstrap, destroyed with the communicator (api_comm_split.c). */
 void api_split_bootstrap_destroy(strata_bootstrap_t *bootstrap);
 
+/** Splits and shrinks of one communicator: their numbers are the high bits of the message
+ *  channels their ranks talk over, below API_SPLIT_MAX. */
+#define API_SPLIT_SEQ_BITS 20
+#define API_SPLIT_MAX      ((1u << (32 - API_SPLIT_SEQ_BITS)) - 1)
+
+/**
+ * A communicator over members (parent ranks, in the new order; this rank among them) with
+ * no new rendezvous: its bootstrap's collectives are messages over the parent's engine on
+ * channels (number << API_SPLIT_SEQ_BITS) | seq, seq counting from first_seq + 1. Every
+ * member passes the same number, first_seq and members (api_comm_split.c).
+ */
+strata_status_t api_comm_over_members(strata_comm_t *parent, uint32_t number,
+                                      uint32_t first_seq, const int *members, int n,
+                                      strata_comm_t **sub_p);
+
 /** The public MoE object: its communicator, and the scheduler's object that runs it. */
 struct strata_moe {
     strata_comm_t      *comm;

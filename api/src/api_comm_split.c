@@ -14,8 +14,7 @@
 #include <string.h>
 
 #define API_SPLIT_MAGIC         0x53504c54u /* "SPLT" */
-#define API_SPLIT_SEQ_BITS      20
-#define API_SPLIT_MAX           ((1u << (32 - API_SPLIT_SEQ_BITS)) - 1)
+#define API_SPLIT_WATCH_NS      10000000ull /* between looks at the members' liveness */
 
 /* Where a piece of a member's block goes. */
 typedef struct api_split_piece {
@@ -58,11 +57,48 @@ static bool api_split_cancel(api_split_bootstrap_t *bs, inter_request_t *req)
            STRATA_ERR_TIMEOUT;
 }
 
+/* A member the parent's engine has declared failed, or -1. */
+static int api_split_failed_member(const api_split_bootstrap_t *bs)
+{
+    for (int m = 0; m < bs->base.world_size; ++m) {
+        if (inter_engine_peer_failed(bs->parent->engine, bs->members[m])) {
+            return m;
+        }
+    }
+    return -1;
+}
+
+/* Wait for req within the bootstrap's bound, giving up with STRATA_ERR_PEER_FAILED as soon
+ * as the parent's engine declares a member failed: a piece it owes would never come. */
+static strata_status_t api_split_wait_watched(api_split_bootstrap_t *bs,
+                                              const inter_request_t *req)
+{
+    uint64_t until = util_clock_now_ns() + bs->timeout_ns;
+
+    for (;;) {
+        strata_status_t status = inter_request_wait(req, API_SPLIT_WATCH_NS);
+        int failed;
+
+        if (status != STRATA_ERR_TIMEOUT) {
+            return status;
+        }
+        failed = api_split_failed_member(bs);
+        if (failed >= 0) {
+            UTIL_LOG_ERROR("comm split: member %d (rank %d of the parent) has failed", failed,
+                           bs->members[failed]);
+            return STRATA_ERR_PEER_FAILED;
+        }
+        if (util_clock_now_ns() >= until) {
+            return STRATA_ERR_TIMEOUT;
+        }
+    }
+}
+
 static strata_status_t api_split_wait(api_split_bootstrap_t *bs, inter_request_t *req)
 {
-    strata_status_t status = inter_request_wait(req, bs->timeout_ns);
+    strata_status_t status = api_split_wait_watched(bs, req);
 
-    if (status == STRATA_ERR_TIMEOUT) {
+    if (status == STRATA_ERR_TIMEOUT || status == STRATA_ERR_PEER_FAILED) {
         api_split_cancel(bs, req); /* a send copied its bytes: nothing of ours is lent */
     }
     inter_request_free(req);
@@ -115,10 +151,11 @@ static strata_status_t api_split_recv_piece(api_split_bootstrap_t *bs, uint32_t 
     if (status != STRATA_OK) {
         return status;
     }
-    status = inter_request_wait(req, bs->timeout_ns);
+    status = api_split_wait_watched(bs, req);
     got    = status == STRATA_OK ? inter_request_length(req) : 0;
     member = status == STRATA_OK ? api_split_member(bs, inter_request_source(req)) : -1;
-    if (status == STRATA_ERR_TIMEOUT && !api_split_cancel(bs, req)) {
+    if ((status == STRATA_ERR_TIMEOUT || status == STRATA_ERR_PEER_FAILED) &&
+        !api_split_cancel(bs, req)) {
         bs->message_lent = true; /* a late piece may still land in it */
     }
     inter_request_free(req);
@@ -215,9 +252,9 @@ static int api_split_members(const api_split_vote_t *votes, int size, int rank, 
     return n;
 }
 
-static strata_status_t api_split_bootstrap(strata_comm_t *parent, uint32_t number,
-                                           const int *members, int n,
-                                           api_split_bootstrap_t **bs_p)
+static strata_status_t api_split_bootstrap_create(strata_comm_t *parent, uint32_t number,
+                                                  uint32_t first_seq, const int *members,
+                                                  int n, strata_bootstrap_t **bootstrap_p)
 {
     api_split_bootstrap_t *bs = calloc(1, sizeof(*bs));
     size_t msg = inter_engine_msg_size(parent->engine);
@@ -240,12 +277,18 @@ static strata_status_t api_split_bootstrap(strata_comm_t *parent, uint32_t numbe
     bs->base.rank  = api_split_member(bs, parent->rank);
     bs->parent     = parent;
     bs->split      = number;
+    bs->seq        = first_seq;
     bs->piece_max  = msg - sizeof(api_split_piece_t);
     bs->timeout_ns = api_bootstrap_timeout_ns();
     api_comm_hold(parent);
     atomic_fetch_add_explicit(&parent->split_children, 1, memory_order_relaxed);
-    *bs_p = bs;
+    *bootstrap_p = &bs->base;
     return STRATA_OK;
+}
+
+static const int *api_split_members_of(const strata_bootstrap_t *bootstrap)
+{
+    return ((const api_split_bootstrap_t *)bootstrap)->members;
 }
 
 /* The sub-communicator's settings: the parent's node name and GPU. */
@@ -261,14 +304,34 @@ static strata_config_t api_split_config(const strata_comm_t *parent)
     return config;
 }
 
+strata_status_t api_comm_over_members(strata_comm_t *parent, uint32_t number,
+                                      uint32_t first_seq, const int *members, int n,
+                                      strata_comm_t **sub_p)
+{
+    strata_bootstrap_t *bootstrap;
+    strata_config_t config;
+    strata_status_t status;
+
+    status = api_split_bootstrap_create(parent, number, first_seq, members, n, &bootstrap);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    config = api_split_config(parent);
+    status = api_comm_create(&config, bootstrap, false, sub_p);
+    if (status == STRATA_OK) {
+        (*sub_p)->split_bootstrap = bootstrap;
+    } else {
+        api_split_bootstrap_destroy(bootstrap);
+    }
+    return status;
+}
+
 STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int key,
                                              strata_comm_t **sub_p)
 {
     api_split_vote_t mine = {.color = color, .key = key}, *votes = NULL;
-    api_split_bootstrap_t *bs = NULL;
     strata_status_t status;
-    strata_config_t config;
-    int *members = NULL, n;
+    int *members = NULL;
 
     if (comm == NULL || sub_p == NULL || comm->bootstrap == NULL || color < -1 ||
         comm->splits >= API_SPLIT_MAX) {
@@ -291,20 +354,20 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
         uint32_t number = ++comm->splits;
 
         if (color != -1) {
-            n      = api_split_members(votes, comm->size, comm->rank, members);
-            status = api_split_bootstrap(comm, number, members, n, &bs);
-        }
-    }
-    if (status == STRATA_OK && bs != NULL) {
-        config = api_split_config(comm);
-        status = api_comm_create(&config, &bs->base, false, sub_p);
-        if (status == STRATA_OK) {
-            (*sub_p)->split_bootstrap = &bs->base;
-        } else {
-            api_split_bootstrap_destroy(&bs->base);
+            int n = api_split_members(votes, comm->size, comm->rank, members);
+
+            status = api_comm_over_members(comm, number, 0, members, n, sub_p);
         }
     }
     free(votes);
     free(members);
     return status;
+}
+
+STRATA_API int strata_comm_parent_rank(const strata_comm_t *comm, int rank)
+{
+    if (comm == NULL || comm->split_bootstrap == NULL || rank < 0 || rank >= comm->size) {
+        return -1;
+    }
+    return api_split_members_of(comm->split_bootstrap)[rank];
 }

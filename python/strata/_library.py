@@ -37,6 +37,8 @@ _PROTOTYPES = {
     "strata_comm_create": (_c_status, [ctypes.POINTER(t.Config), _p, ctypes.POINTER(_p)]),
     "strata_comm_destroy": (None, [_p]),
     "strata_comm_split": (_c_status, [_p, _int, _int, ctypes.POINTER(_p)]),
+    "strata_comm_shrink": (_c_status, [_p, ctypes.POINTER(_p)]),
+    "strata_comm_parent_rank": (_int, [_p, _int]),
     "strata_comm_stream_create": (_c_status, [_p, ctypes.POINTER(_p)]),
     "strata_comm_stream_destroy": (None, [_p, _p]),
     "strata_comm_stream_synchronize": (_c_status, [_p, _p]),

@@ -106,13 +106,33 @@ class Communicator(PointToPoint):
         sub = ctypes.c_void_p()
         check(self._lib.strata_comm_split(self.handle, int(color), int(key), ctypes.byref(sub)),
               "strata_comm_split")
-        if not sub.value:
-            return None
-        split = Communicator.__new__(Communicator)
-        split._lib, split._comm, split._bootstrap, split._group = self._lib, sub, None, None
-        split._moes = weakref.WeakSet()
-        split._streams = weakref.WeakSet()
-        return split
+        return self._derived(sub) if sub.value else None
+
+    def shrink(self):
+        """After a StrataError with status STRATA_ERR_PEER_FAILED, every surviving rank
+        calls it: a Communicator over the ranks that are alive, numbered in their order here
+        (strata_comm_shrink). The survivors agree among themselves, with no rendezvous (rank
+        0 may be the one that failed). Raises StrataError (PEER_FAILED) where the others
+        declared this rank failed, or where another rank failed while the new communicator
+        was made (then call it again). This one is then good for nothing but close(); Moe
+        objects are made again on the new one."""
+        shrunk = ctypes.c_void_p()
+        check(self._lib.strata_comm_shrink(self.handle, ctypes.byref(shrunk)),
+              "strata_comm_shrink")
+        return self._derived(shrunk)
+
+    def parent_rank(self, rank):
+        """rank's number in the communicator this one was split or shrunk from; -1 for one
+        made from a bootstrap (strata_comm_parent_rank)."""
+        return self._lib.strata_comm_parent_rank(self.handle, int(rank))
+
+    def _derived(self, handle):
+        """A Communicator over a handle split or shrunk from this one's."""
+        comm = Communicator.__new__(Communicator)
+        comm._lib, comm._comm, comm._bootstrap, comm._group = self._lib, handle, None, None
+        comm._moes = weakref.WeakSet()
+        comm._streams = weakref.WeakSet()
+        return comm
 
     def stream(self):
         """A stream of the communicator's device backend (strata_comm_stream_create): on the

@@ -169,6 +169,28 @@ STRATA_API void strata_comm_destroy(strata_comm_t *comm);
 STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int key,
                                              strata_comm_t **sub_p);
 
+/**
+ * Collective over the ranks of comm that are alive: after a STRATA_ERR_PEER_FAILED, every
+ * surviving rank calls it, and each gets a communicator over the survivors, numbered
+ * densely in their order in comm (strata_comm_parent_rank gives a rank's number in comm).
+ * The survivors agree on who failed among themselves, over comm's engine: no rank plays a
+ * part the others depend on, so rank 0 may be the one that failed, and no new rendezvous
+ * is made. The failure sets are flooded in three rounds, each bounded by the engine's peer
+ * timeout for a rank that stays silent; a rank that fails during them is left out too. A
+ * rank the others have declared failed (one that was stopped, then resumed) gets
+ * STRATA_ERR_PEER_FAILED and no communicator. The new communicator is built like one from
+ * strata_comm_split (an engine of its own, connected to the survivors only; it keeps comm's
+ * engine while it lives); memory registered on comm must be registered again on it, and
+ * MoE objects recreated (strata_moe_recreate). Where another rank fails after the
+ * agreement, building it fails (STRATA_ERR_PEER_FAILED, or STRATA_ERR_BOOTSTRAP) and the
+ * caller calls strata_comm_shrink again. Also valid with no rank failed (a copy of comm).
+ */
+STRATA_API strata_status_t strata_comm_shrink(strata_comm_t *comm, strata_comm_t **shrunk_p);
+
+/** A rank's number in the communicator this one was split or shrunk from; -1 for one made
+ *  by strata_comm_create, or a rank out of range. */
+STRATA_API int strata_comm_parent_rank(const strata_comm_t *comm, int rank);
+
 /* Queries. Each tolerates NULL: indices and ranks are then -1, counts 0, names "". */
 STRATA_API int strata_comm_rank(const strata_comm_t *comm);
 STRATA_API int strata_comm_size(const strata_comm_t *comm);

@@ -1,0 +1,348 @@
+/*
+ * strata_comm_shrink: after a rank failed, the survivors agree on who is alive and make a
+ * communicator over them, with no rendezvous (rank 0 may be the dead one).
+ *
+ * Agreement is a flooding of failure sets over the old communicator's engine. Each rank
+ * starts from the ranks its engine has declared failed (by heartbeat silence or a transport
+ * error). In each of API_SHRINK_ROUNDS rounds it sends its set to every rank outside it and
+ * takes every such rank's set into its own; a rank whose set does not come is in the set
+ * once the engine declares it failed, or once another rank's set names it. A rank that finds itself in another's set was
+ * declared failed by it, and leaves with STRATA_ERR_PEER_FAILED. After the last round the
+ * members are the ranks outside the set, in their old order.
+ *
+ * Why the sets end equal: the engine never takes a failure back, so a round in which no
+ * rank fails leaves every survivor with the union of all sets, and later rounds keep it.
+ * With R rounds that holds unless R failures fall within the agreement itself, one in each
+ * round; the first failure is the one that brought the ranks here, so R = 3 covers two more.
+ * Ranks that nonetheless end with different sets cannot build the new communicator: its
+ * first exchange fails, with STRATA_ERR_PEER_FAILED or STRATA_ERR_BOOTSTRAP, and the caller
+ * shrinks again.
+ */
+#include "api/src/api_bootstrap.h"
+#include "api/src/api_comm.h"
+#include "util/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define API_SHRINK_MAGIC  0x53484b31u /* "SHK1" */
+#define API_SHRINK_ROUNDS 3u
+#define API_SHRINK_POLL_NS 1000000ull /* a wait between looks at the round's receives */
+
+/* One rank's failure set in one round: a bit per rank of the old communicator. */
+typedef struct api_shrink_msg {
+    uint32_t magic;
+    uint32_t round;
+    uint32_t world_size;
+    uint32_t reserved;
+    uint8_t  failed[]; /* (world_size + 7) / 8 bytes */
+} api_shrink_msg_t;
+
+typedef struct api_shrink {
+    strata_comm_t    *comm;
+    uint32_t          number; /* the channels' high bits */
+    size_t            msg_bytes;
+    uint8_t          *failed;   /* [size] this rank's set */
+    api_shrink_msg_t *out;      /* what this rank sends in the round */
+    char             *in;       /* [size][msg_bytes] what each rank sent it */
+    inter_request_t **recvs;    /* [size] */
+    bool              in_lent;  /* a cancelled receive may still write into in */
+    uint64_t          timeout_ns;
+} api_shrink_t;
+
+static bool api_shrink_bit(const uint8_t *bits, int r)
+{
+    return (bits[r / 8] >> (r % 8)) & 1u;
+}
+
+static inter_engine_t *api_shrink_engine(const api_shrink_t *sh)
+{
+    return sh->comm->engine;
+}
+
+static uint32_t api_shrink_channel(const api_shrink_t *sh, uint32_t round)
+{
+    return (sh->number << API_SPLIT_SEQ_BITS) | round;
+}
+
+/* This rank's set as the engine sees it now, added to what it holds. */
+static void api_shrink_take_engine(api_shrink_t *sh)
+{
+    for (int r = 0; r < sh->comm->size; ++r) {
+        if (r != sh->comm->rank && inter_engine_peer_failed(api_shrink_engine(sh), r)) {
+            sh->failed[r] = 1;
+        }
+    }
+}
+
+/* A received set: well formed, of this round; merged. STRATA_ERR_PEER_FAILED where it
+ * holds this rank. */
+static strata_status_t api_shrink_merge(api_shrink_t *sh, int from, uint32_t round,
+                                        const api_shrink_msg_t *msg, size_t got)
+{
+    if (got != sh->msg_bytes || msg->magic != API_SHRINK_MAGIC || msg->round != round ||
+        msg->world_size != (uint32_t)sh->comm->size) {
+        UTIL_LOG_ERROR("comm shrink: a malformed set from rank %d in round %u (%zu bytes)",
+                       from, round, got);
+        return STRATA_ERR_BOOTSTRAP;
+    }
+    if (api_shrink_bit(msg->failed, sh->comm->rank)) {
+        UTIL_LOG_ERROR("comm shrink: rank %d has declared this rank failed: it is not in the "
+                       "shrunk communicator", from);
+        return STRATA_ERR_PEER_FAILED;
+    }
+    for (int r = 0; r < sh->comm->size; ++r) {
+        if (api_shrink_bit(msg->failed, r)) {
+            sh->failed[r] = 1;
+        }
+    }
+    return STRATA_OK;
+}
+
+/* Give up rank r's receive (r is in the set, or the round failed). */
+static void api_shrink_drop(api_shrink_t *sh, int r)
+{
+    inter_request_cancel(sh->recvs[r]);
+    if (inter_request_wait(sh->recvs[r], inter_engine_peer_timeout_ns(api_shrink_engine(sh))) ==
+        STRATA_ERR_TIMEOUT) {
+        sh->in_lent = true; /* it may still write into in */
+    }
+    inter_request_free(sh->recvs[r]);
+    sh->recvs[r] = NULL;
+}
+
+/* Rank r's receive, complete: its set merged, or r in the set where it failed. */
+static strata_status_t api_shrink_take(api_shrink_t *sh, int r, uint32_t round,
+                                       strata_status_t status)
+{
+    inter_request_t *req = sh->recvs[r];
+
+    if (status == STRATA_OK) {
+        status = api_shrink_merge(sh, r, round,
+                                  (const api_shrink_msg_t *)(sh->in + (size_t)r * sh->msg_bytes),
+                                  inter_request_length(req));
+    } else if (status == STRATA_ERR_PEER_FAILED) {
+        sh->failed[r] = 1; /* failed during the agreement: in the set from now on */
+        status        = STRATA_OK;
+    }
+    inter_request_free(req);
+    sh->recvs[r] = NULL;
+    return status;
+}
+
+/* Look once at every receive still out; whether any is. A rank that another's set names
+ * is not waited for: its own engine may be slower to declare it than the other's. */
+static strata_status_t api_shrink_poll(api_shrink_t *sh, uint32_t round, bool *pending_p)
+{
+    strata_status_t status = STRATA_OK;
+
+    *pending_p = false;
+    for (int r = 0; r < sh->comm->size && status == STRATA_OK; ++r) {
+        strata_status_t done;
+
+        if (sh->recvs[r] == NULL) {
+            continue;
+        }
+        if (sh->failed[r]) {
+            api_shrink_drop(sh, r);
+            continue;
+        }
+        done = inter_request_test(sh->recvs[r]);
+        if (done == STRATA_INPROGRESS) {
+            *pending_p = true;
+        } else {
+            status = api_shrink_take(sh, r, round, done);
+        }
+    }
+    return status;
+}
+
+/* Every set of the round, within the bootstrap's bound; the receives left over dropped. */
+static strata_status_t api_shrink_gather(api_shrink_t *sh, uint32_t round)
+{
+    uint64_t until = util_clock_now_ns() + sh->timeout_ns;
+    strata_status_t status;
+    bool pending = true;
+
+    for (;;) {
+        status = api_shrink_poll(sh, round, &pending);
+        if (status != STRATA_OK || !pending) {
+            break;
+        }
+        if (util_clock_now_ns() >= until) {
+            status = STRATA_ERR_TIMEOUT;
+            break;
+        }
+        for (int r = 0; r < sh->comm->size; ++r) { /* a short wait on one of them */
+            if (sh->recvs[r] != NULL) {
+                inter_request_wait(sh->recvs[r], API_SHRINK_POLL_NS);
+                break;
+            }
+        }
+    }
+    for (int r = 0; r < sh->comm->size; ++r) {
+        if (sh->recvs[r] != NULL) {
+            if (status == STRATA_ERR_TIMEOUT) {
+                UTIL_LOG_ERROR("comm shrink: no set from rank %d in round %u", r, round);
+            }
+            api_shrink_drop(sh, r);
+        }
+    }
+    return status;
+}
+
+/* Post a receive for the set of every rank outside this rank's, then send it to them. */
+static void api_shrink_post(api_shrink_t *sh, uint32_t round, const uint8_t *sent)
+{
+    uint32_t channel = api_shrink_channel(sh, round);
+    int me = sh->comm->rank;
+
+    for (int r = 0; r < sh->comm->size; ++r) {
+        if (r == me || sent[r]) {
+            continue;
+        }
+        if (inter_engine_recv_on(api_shrink_engine(sh), channel, r,
+                                 sh->in + (size_t)r * sh->msg_bytes, sh->msg_bytes,
+                                 &sh->recvs[r]) != STRATA_OK) {
+            sh->recvs[r] = NULL; /* declared failed since: collected as such */
+        }
+    }
+    for (int r = 0; r < sh->comm->size; ++r) {
+        inter_request_t *send = NULL;
+
+        if (r == me || sent[r]) {
+            continue;
+        }
+        /* Copied at submission; a send to a rank that fails is its own receive's business. */
+        if (inter_engine_send_on(api_shrink_engine(sh), channel, r, sh->out, sh->msg_bytes,
+                                 &send) == STRATA_OK) {
+            inter_request_free(send);
+        }
+    }
+}
+
+static strata_status_t api_shrink_round(api_shrink_t *sh, uint32_t round)
+{
+    size_t bits = ((size_t)sh->comm->size + 7) / 8;
+    uint8_t *sent = calloc((size_t)sh->comm->size, 1);
+    strata_status_t status;
+
+    if (sent == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    api_shrink_take_engine(sh);
+    memcpy(sent, sh->failed, (size_t)sh->comm->size);
+    *sh->out = (api_shrink_msg_t){.magic = API_SHRINK_MAGIC, .round = round,
+                                  .world_size = (uint32_t)sh->comm->size};
+    memset(sh->out->failed, 0, bits);
+    for (int r = 0; r < sh->comm->size; ++r) {
+        sh->out->failed[r / 8] |= (uint8_t)(sent[r] << (r % 8));
+    }
+    api_shrink_post(sh, round, sent);
+    for (int r = 0; r < sh->comm->size; ++r) {
+        if (r != sh->comm->rank && !sent[r] && sh->recvs[r] == NULL) {
+            sh->failed[r] = 1; /* declared failed before its receive could be posted */
+        }
+    }
+    status = api_shrink_gather(sh, round);
+    free(sent);
+    return status;
+}
+
+static strata_status_t api_shrink_open(api_shrink_t *sh, strata_comm_t *comm, uint32_t number)
+{
+    size_t bits = ((size_t)comm->size + 7) / 8;
+
+    *sh = (api_shrink_t){.comm = comm, .number = number,
+                         .msg_bytes = sizeof(api_shrink_msg_t) + bits,
+                         .timeout_ns = api_bootstrap_timeout_ns()};
+    if (sh->msg_bytes > inter_engine_msg_size(comm->engine)) {
+        UTIL_LOG_ERROR("comm shrink: a failure set of %d ranks (%zu bytes) exceeds the "
+                       "engine's messages (%zu bytes)", comm->size, sh->msg_bytes,
+                       inter_engine_msg_size(comm->engine));
+        return STRATA_ERR_CONFIG;
+    }
+    sh->failed = calloc((size_t)comm->size, 1);
+    sh->out    = calloc(1, sh->msg_bytes);
+    sh->in     = calloc((size_t)comm->size, sh->msg_bytes);
+    sh->recvs  = calloc((size_t)comm->size, sizeof(*sh->recvs));
+    return sh->failed && sh->out && sh->in && sh->recvs ? STRATA_OK : STRATA_ERR_NO_MEMORY;
+}
+
+static void api_shrink_close(api_shrink_t *sh)
+{
+    free(sh->failed);
+    free(sh->out);
+    if (!sh->in_lent) {
+        free(sh->in);
+    }
+    free(sh->recvs);
+}
+
+/* The survivors, in their old order; how many. */
+static int api_shrink_members(const api_shrink_t *sh, int *members)
+{
+    int n = 0;
+
+    for (int r = 0; r < sh->comm->size; ++r) {
+        if (!sh->failed[r]) {
+            members[n++] = r;
+        }
+    }
+    return n;
+}
+
+static void api_shrink_log(const api_shrink_t *sh, int survivors, uint64_t start_ns)
+{
+    char gone[160] = "";
+    size_t used = 0;
+
+    for (int r = 0; r < sh->comm->size && used < sizeof(gone) - 16; ++r) {
+        if (sh->failed[r]) {
+            used += (size_t)snprintf(gone + used, sizeof(gone) - used, "%s%d",
+                                     used ? " " : "", r);
+        }
+    }
+    UTIL_LOG_INFO("comm shrink: %d of %d ranks go on (failed: %s), agreed in %.1f ms",
+                  survivors, sh->comm->size, used ? gone : "none",
+                  (double)(util_clock_now_ns() - start_ns) / 1e6);
+}
+
+STRATA_API strata_status_t strata_comm_shrink(strata_comm_t *comm, strata_comm_t **shrunk_p)
+{
+    uint64_t start_ns = util_clock_now_ns();
+    strata_status_t status;
+    api_shrink_t sh;
+    int *members, n;
+
+    if (comm == NULL || shrunk_p == NULL || comm->bootstrap == NULL ||
+        comm->splits >= API_SPLIT_MAX) {
+        UTIL_LOG_ERROR("strata_comm_shrink: %s",
+                       comm == NULL || shrunk_p == NULL ? "NULL communicator or result"
+                       : comm->bootstrap == NULL        ? "the communicator was destroyed"
+                                                        : "too many splits and shrinks of one "
+                                                          "communicator");
+        return STRATA_ERR_INVALID;
+    }
+    *shrunk_p = NULL;
+    /* Every survivor made the same splits and shrinks before: the same number here. */
+    status = api_shrink_open(&sh, comm, ++comm->splits);
+    for (uint32_t round = 1; round <= API_SHRINK_ROUNDS && status == STRATA_OK; ++round) {
+        status = api_shrink_round(&sh, round);
+    }
+    members = status == STRATA_OK ? malloc(sizeof(int) * (size_t)comm->size) : NULL;
+    if (status == STRATA_OK && members == NULL) {
+        status = STRATA_ERR_NO_MEMORY;
+    }
+    if (status == STRATA_OK) {
+        n = api_shrink_members(&sh, members);
+        api_shrink_log(&sh, n, start_ns);
+        status = api_comm_over_members(comm, sh.number, API_SHRINK_ROUNDS, members, n, shrunk_p);
+    }
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("strata_comm_shrink: %s", strata_status_string(status));
+    }
+    free(members);
+    api_shrink_close(&sh);
+    return status;
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# strata_comm_shrink under strata-run (shrink_check): a rank killed or stopped at a step,
+# the survivors shrinking and going on, checked in a ring; rank 0, another rank and a
+# node's local rank 0 as the victim, on 1 node x 4 ranks and on 2 simulated nodes x 2
+# (network namespaces; skipped where they cannot be made); a second rank dying during the
+# shrink; and a rank whose engine would take 60 s to declare the stopped rank failed, which
+# must learn it from the others' failure sets. Each survivor prints the time from the
+# failure to its first good step, which must be under the peer timeout (2 s) plus 5 s, and
+# plus 4 s for the slow rank's own step timeout.
+set -u
+run=$1 check=$2
+passed=0 failed=0 skipped=0
+seed=none # engine_cases.sh names it on a failure
+log=$(mktemp /tmp/strata-test-shrink-XXXXXX)
+dir=$(mktemp -d /tmp/strata-test-shrink-dir-XXXXXX)
+trap 'rm -f "$log"; rm -rf "$dir"' EXIT
+
+. "$(dirname "$0")/../inter/engine_cases.sh"
+
+ok='shrunk to'
+quick="STRATA_INTER_PEER_TIMEOUT=2s SHRINK_CHECK_DIR=$dir"
+lo="STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo"
+check_case "1 node x 4, rank 0 killed" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --max-ms 7000
+check_case "1 node x 4, rank 2 killed at step 0" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 2 -- --victim 2 --at 0 --max-ms 7000
+check_case "1 node x 4, rank 3 stopped" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 3 -- --victim 3 --stop --max-ms 7000
+check_case "1 node x 4, rank 1 stopped, rank 0 slow to see it" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 -- --victim 1 --stop --slow 0 --max-ms 11000
+check_case "1 node x 4, rank 1 killed, rank 2 dies as the shrink starts" 2 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 --allow-fail 2 -- --victim 1 --second 2 --second-first --max-ms 7000
+check_case "1 node x 4, rank 1 killed, rank 2 dies in the shrink" 2 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 --allow-fail 2 -- --victim 1 --second 2
+if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
+    net="STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0"
+    check_case "2 nodes x 2, rank 0 killed" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 0 -- --victim 0 --max-ms 7000
+    check_case "2 nodes x 2, node 1's local rank 0 stopped" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 2 -- --victim 2 --stop --at 5 --max-ms 7000
+    check_case "2 nodes x 2, rank 3 killed, rank 0 dies in the shrink" 2 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 3 --allow-fail 0 -- --victim 3 --second 0
+else
+    echo "skipped: network namespaces cannot be made here (need root and iproute2)"
+    skipped=$((skipped + 3))
+fi
+cases_summary
