@@ -181,7 +181,7 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
  * STRATA_ERR_PEER_FAILED and no communicator. The new communicator is built like one from
  * strata_comm_split (an engine of its own, connected to the survivors only; it keeps comm's
  * engine while it lives); memory registered on comm must be registered again on it, and
- * MoE objects recreated (strata_moe_recreate). Where another rank fails after the
+ * MoE objects created again on it. Where another rank fails after the
  * agreement, building it fails (STRATA_ERR_PEER_FAILED, or STRATA_ERR_BOOTSTRAP) and the
  * caller calls strata_comm_shrink again. Also valid with no rank failed (a copy of comm).
  */
