@@ -42,9 +42,10 @@ typedef struct api_shrink {
     strata_comm_t    *comm;
     uint32_t          number; /* the channels' high bits */
     size_t            msg_bytes;
+    size_t            slot_bytes; /* of a rank's set in in: msg_bytes, aligned */
     uint8_t          *failed;   /* [size] this rank's set */
     api_shrink_msg_t *out;      /* what this rank sends in the round */
-    char             *in;       /* [size][msg_bytes] what each rank sent it */
+    char             *in;       /* [size][slot_bytes] what each rank sent it */
     inter_request_t **recvs;    /* [size] */
     bool              in_lent;  /* a cancelled receive may still write into in */
     uint64_t          timeout_ns;
@@ -119,7 +120,7 @@ static strata_status_t api_shrink_take(api_shrink_t *sh, int r, uint32_t round,
 
     if (status == STRATA_OK) {
         status = api_shrink_merge(sh, r, round,
-                                  (const api_shrink_msg_t *)(sh->in + (size_t)r * sh->msg_bytes),
+                                  (const api_shrink_msg_t *)(sh->in + (size_t)r * sh->slot_bytes),
                                   inter_request_length(req));
     } else if (status == STRATA_ERR_PEER_FAILED) {
         sh->failed[r] = 1; /* failed during the agreement: in the set from now on */
@@ -202,7 +203,7 @@ static void api_shrink_post(api_shrink_t *sh, uint32_t round, const uint8_t *sen
             continue;
         }
         if (inter_engine_recv_on(api_shrink_engine(sh), channel, r,
-                                 sh->in + (size_t)r * sh->msg_bytes, sh->msg_bytes,
+                                 sh->in + (size_t)r * sh->slot_bytes, sh->msg_bytes,
                                  &sh->recvs[r]) != STRATA_OK) {
             sh->recvs[r] = NULL; /* declared failed since: collected as such */
         }
@@ -264,7 +265,8 @@ static strata_status_t api_shrink_open(api_shrink_t *sh, strata_comm_t *comm, ui
     }
     sh->failed = calloc((size_t)comm->size, 1);
     sh->out    = calloc(1, sh->msg_bytes);
-    sh->in     = calloc((size_t)comm->size, sh->msg_bytes);
+    sh->slot_bytes = (sh->msg_bytes + 7) / 8 * 8;
+    sh->in     = calloc((size_t)comm->size, sh->slot_bytes);
     sh->recvs  = calloc((size_t)comm->size, sizeof(*sh->recvs));
     return sh->failed && sh->out && sh->in && sh->recvs ? STRATA_OK : STRATA_ERR_NO_MEMORY;
 }
