@@ -80,6 +80,26 @@ void            sched_plan_destroy(sched_plan_t *plan);
 strata_status_t sched_plan_refill(sched_moe_t *moe, const int64_t *topk_idx, int num_tokens,
                                   const sched_plan_t **plan_p);
 
+/**
+ * Expert ids (sched_experts.c). After creation and before any step, an object can take the
+ * ids of the object it replaces: global_experts of them, owner[e] the rank that holds
+ * expert e (each rank at most experts_per_rank of them, in increasing id), or -1: masked.
+ */
+strata_status_t sched_moe_map_experts(sched_moe_t *moe, int global_experts, const int32_t *owner);
+/** The caller's number of experts, and the id of this rank's local expert (-1: none there). */
+int             sched_moe_global_experts(const sched_moe_t *moe);
+int             sched_moe_expert_id(const sched_moe_t *moe, int local);
+/** The id of local expert 0 where this rank's ids follow on from it, else -1. */
+int             sched_moe_first_expert(const sched_moe_t *moe);
+/** The rank that holds the caller's expert, -1 if none (masked, or no such expert). */
+int             sched_moe_expert_owner(const sched_moe_t *moe, int expert);
+/** Per token of plan (NULL: the last strata_moe_dispatch's), its slots that named a masked
+ *  expert; and their sum. Either output may be NULL. */
+strata_status_t sched_moe_masked(const sched_moe_t *moe, const sched_plan_t *plan,
+                                 int32_t *per_token, int64_t *slots_p);
+/** The params the object was made with (mode_file: its own copy, valid while it lives). */
+void            sched_moe_params(const sched_moe_t *moe, strata_moe_params_t *params_p);
+
 strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispatch_mask,
                                         const uint64_t *combine_mask);
 /**

@@ -197,7 +197,7 @@ static void sched_fill_recv(sched_moe_t *moe)
     intra_moe_buffers(moe->intra, &ir);
     moe->recv = (strata_moe_recv_t){
         .num_local_experts = ir.experts_per_rank,
-        .first_expert      = moe->geo.rank * moe->geo.experts_per_rank,
+        .first_expert      = sched_moe_first_expert(moe),
         .capacity          = ir.capacity,
         .row_bytes         = ir.row_bytes,
         .y_row_bytes       = moe->geo.y_row_bytes,

@@ -148,6 +148,25 @@ typedef enum sched_state {
     SCHED_STEP_FAILED,
 } sched_state_t;
 
+/* Expert ids of an object made by strata_moe_recreate (sched_experts.c); all NULL for one
+ * made by strata_moe_create, whose ids are the kernels' own. */
+typedef struct sched_experts {
+    int      global;        /* the caller's experts */
+    int32_t *to_internal;   /* [global] the object's id, -1: masked */
+    int32_t *to_global;     /* [params.num_experts] the caller's id, -1: a place none holds */
+    int64_t *scratch;       /* [max_tokens][topk] a dispatch's ids, translated */
+    bool     masked_logged;
+} sched_experts_t;
+
+/* sched_experts.c: topk_idx in the caller's ids into out, in the object's; the plan's per
+ * token counts of masked slots. */
+strata_status_t sched_plan_map_ids(const sched_moe_t *moe, sched_plan_t *plan,
+                                   const int64_t *topk_idx, int num_tokens, int64_t *out);
+/* sched_experts.c: a mask of the caller's experts as the object's. */
+void            sched_experts_mask(const sched_moe_t *moe, const uint64_t *global,
+                                   uint64_t *internal);
+void            sched_experts_free(sched_experts_t *x);
+
 /* The step in progress. */
 typedef struct sched_step {
     sched_state_t       state;
@@ -178,6 +197,8 @@ struct strata_moe_layout {
     int32_t           *tokens;      /* per peer, in token order */
     int32_t           *experts;     /* [entries][topk] node-local ids at the peer, or -1 */
     int64_t           *peer_terms;  /* [num_peers] (token, slot) pairs the peer returns */
+    int32_t           *masked;      /* [num_tokens] slots naming a masked expert (recreated) */
+    int64_t            masked_slots;
     void              *device_mem;  /* the device copies below, one allocation */
     int64_t           *d_clean_idx, *d_node_idx, *d_peer_terms;
     int32_t           *d_peer_first, *d_tokens, *d_experts;
@@ -236,6 +257,7 @@ struct sched_moe {
     size_t               stage_offset;    /* heap: returned terms (bounce) */
     sched_net_t          net;
     sched_modes_t        modes;
+    sched_experts_t      experts;
     sched_step_t         cur;
     sched_plan_t         own_plan;   /* strata_moe_dispatch's, reused step after step */
     strata_moe_source_t *public_src; /* mapped host memory the sources kernel fills */

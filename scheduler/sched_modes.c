@@ -282,6 +282,11 @@ strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispat
         UTIL_LOG_ERROR("moe: in adaptive mode the experts' owners set the modes");
         return STRATA_ERR_INVALID;
     }
+    if (moe->experts.to_internal != NULL) { /* the caller's ids, not the object's */
+        sched_experts_mask(moe, dispatch_mask, m->dispatch_mask);
+        sched_experts_mask(moe, combine_mask, m->combine_mask);
+        return STRATA_OK;
+    }
     memset(m->dispatch_mask, 0, sched_mask_bytes(moe));
     memset(m->combine_mask, 0, sched_mask_bytes(moe));
     if (dispatch_mask != NULL) {

@@ -380,6 +380,7 @@ void sched_moe_destroy(sched_moe_t *moe)
         d->mem_free(moe->own_plan.device_mem);
     }
     sched_plan_release(&moe->own_plan);
+    sched_experts_free(&moe->experts);
     if (moe->failure_host != NULL) {
         inter_engine_unwatch_failures(moe->world.engine, moe->failure_host);
         d->host_free(moe->failure_host);
@@ -398,5 +399,11 @@ void sched_moe_destroy(sched_moe_t *moe)
 void sched_moe_stats(const sched_moe_t *moe, strata_moe_stats_t *stats_p)
 {
     *stats_p = moe->stats;
+}
+
+void sched_moe_params(const sched_moe_t *moe, strata_moe_params_t *params_p)
+{
+    *params_p           = moe->params;
+    params_p->mode_file = moe->modes.mode_file;
 }
 

@@ -272,6 +272,7 @@ strata_status_t sched_plan_build(const sched_geometry_t *geo, const int64_t *top
 
 void sched_plan_release(sched_plan_t *plan)
 {
+    free(plan->masked);
     free(plan->clean_idx);
     free(plan->node_idx);
     free(plan->peer_first);
@@ -365,6 +366,34 @@ static strata_status_t sched_plan_upload(const sched_moe_t *moe, const sched_pla
     return status;
 }
 
+/* sched_plan_build on the ids as the object numbers them (an object with an expert map:
+ * translated into scratch, or a buffer of its own where scratch is NULL). */
+static strata_status_t sched_plan_build_mapped(const sched_moe_t *moe, sched_plan_t *plan,
+                                               const int64_t *topk_idx, int num_tokens,
+                                               bool skip_bad, int64_t *scratch)
+{
+    int64_t *ids = scratch;
+    strata_status_t status;
+
+    plan->masked_slots = 0;
+    if (moe->experts.to_internal == NULL || num_tokens <= 0 || topk_idx == NULL ||
+        num_tokens > moe->geo.max_tokens) {
+        return sched_plan_build(&moe->geo, topk_idx, num_tokens, skip_bad, plan);
+    }
+    if (ids == NULL &&
+        (ids = malloc(sizeof(int64_t) * (size_t)num_tokens * (size_t)moe->geo.topk)) == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    status = sched_plan_map_ids(moe, plan, topk_idx, num_tokens, ids);
+    if (status == STRATA_OK) {
+        status = sched_plan_build(&moe->geo, ids, num_tokens, skip_bad, plan);
+    }
+    if (ids != scratch) {
+        free(ids);
+    }
+    return status;
+}
+
 strata_status_t sched_plan_create(const sched_moe_t *moe, const int64_t *topk_idx, int num_tokens,
                                   bool skip_bad, sched_plan_t **plan_p)
 {
@@ -382,7 +411,7 @@ strata_status_t sched_plan_create(const sched_moe_t *moe, const int64_t *topk_id
     plan->moe        = moe;
     plan->moe_serial = moe->serial;
     plan->device     = moe->world.device;
-    built = sched_plan_build(&moe->geo, topk_idx, num_tokens, skip_bad, plan);
+    built = sched_plan_build_mapped(moe, plan, topk_idx, num_tokens, skip_bad, NULL);
     status = built == STRATA_OK || (skip_bad && built == STRATA_ERR_INVALID) ? STRATA_OK : built;
     if (status == STRATA_OK) {
         status = sched_plan_device_alloc(moe, plan, num_tokens);
@@ -422,7 +451,8 @@ strata_status_t sched_plan_refill(sched_moe_t *moe, const int64_t *topk_idx, int
         return STRATA_ERR_INVALID;
     }
     /* Bad ids become -1 and the plan says so (had_bad_ids): the step reports INVALID. */
-    built = sched_plan_build(&moe->geo, topk_idx, num_tokens, true, &moe->own_plan);
+    built = sched_plan_build_mapped(moe, &moe->own_plan, topk_idx, num_tokens, true,
+                                    moe->experts.scratch);
     if (built != STRATA_OK && built != STRATA_ERR_INVALID) {
         return built;
     }
