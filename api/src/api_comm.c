@@ -553,6 +553,8 @@ STRATA_API void strata_comm_destroy(strata_comm_t *comm)
         api_split_bootstrap_destroy(comm->split_bootstrap);
         comm->split_bootstrap = NULL;
     }
+    strata_bootstrap_destroy(comm->owned_bootstrap); /* strata_comm_expand's */
+    comm->owned_bootstrap = NULL;
     api_comm_release(comm);
 }
 

@@ -51,6 +51,8 @@ struct strata_comm {
     /* A communicator strata_comm_split made: the bootstrap it made for it over the parent's
      * engine, which holds the parent (api_comm_split.c); destroyed with it. */
     strata_bootstrap_t       *split_bootstrap;
+    /* A communicator strata_comm_expand made: the TCP bootstrap it made for it. */
+    strata_bootstrap_t       *owned_bootstrap;
 };
 
 /** strata_comm_create; log_as_rank: this communicator's rank prefixes the log's lines (not
@@ -72,6 +74,13 @@ void api_split_bootstrap_destroy(strata_bootstrap_t *bootstrap);
  * channels (number << API_SPLIT_SEQ_BITS) | seq, seq counting from first_seq + 1. Every
  * member passes the same number, first_seq and members (api_comm_split.c).
  */
+/** The settings of a communicator made from parent (split, shrunk, expanded): the
+ *  parent's node name and GPU. */
+strata_config_t api_comm_inherited_config(const strata_comm_t *parent);
+
+/** The communicator comm was split or shrunk from; NULL for one from a bootstrap. */
+strata_comm_t *api_comm_parent(const strata_comm_t *comm);
+
 strata_status_t api_comm_over_members(strata_comm_t *parent, uint32_t number,
                                       uint32_t first_seq, const int *members, int n,
                                       strata_comm_t **sub_p);
@@ -81,6 +90,11 @@ struct strata_moe {
     strata_comm_t      *comm;
     struct sched_moe   *sched;
 };
+
+/** strata_moe_create; ranks_apart: each rank a node of its own in the object (no node
+ *  tier), for a communicator whose nodes hold unequal numbers of ranks. */
+strata_status_t api_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
+                               bool ranks_apart, strata_moe_t **moe_p);
 
 /** A MoE object keeps the communicator it runs on: torn down by the last release. */
 void api_comm_hold(strata_comm_t *comm);

@@ -291,8 +291,7 @@ static const int *api_split_members_of(const strata_bootstrap_t *bootstrap)
     return ((const api_split_bootstrap_t *)bootstrap)->members;
 }
 
-/* The sub-communicator's settings: the parent's node name and GPU. */
-static strata_config_t api_split_config(const strata_comm_t *parent)
+strata_config_t api_comm_inherited_config(const strata_comm_t *parent)
 {
     strata_config_t config = {.field_mask = STRATA_CONFIG_FIELD_NODE_NAME,
                               .node_name = parent->node_name};
@@ -316,7 +315,7 @@ strata_status_t api_comm_over_members(strata_comm_t *parent, uint32_t number,
     if (status != STRATA_OK) {
         return status;
     }
-    config = api_split_config(parent);
+    config = api_comm_inherited_config(parent);
     status = api_comm_create(&config, bootstrap, false, sub_p);
     if (status == STRATA_OK) {
         (*sub_p)->split_bootstrap = bootstrap;
@@ -362,6 +361,13 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
     free(votes);
     free(members);
     return status;
+}
+
+strata_comm_t *api_comm_parent(const strata_comm_t *comm)
+{
+    return comm->split_bootstrap != NULL
+               ? ((const api_split_bootstrap_t *)comm->split_bootstrap)->parent
+               : NULL;
 }
 
 STRATA_API int strata_comm_parent_rank(const strata_comm_t *comm, int rank)

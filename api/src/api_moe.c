@@ -42,20 +42,22 @@ static void api_moe_enter(const strata_moe_t *moe, api_gpu_scope_t *scope)
 typedef struct api_moe_hello {
     uint64_t      pid;   /* with the clock and a count: the object's key, from rank 0's */
     uint64_t      clock;
+    uint64_t      count; /* objects its process made before */
     unsigned char heap_secret[INTRA_HEAP_SECRET_LEN]; /* drawn by each node's local rank 0 */
 } api_moe_hello_t;
 
 /*
- * The object's key, unique per object and the same on every rank: rank 0's process and
- * clock, and a count of the objects this process made (ranks make them collectively, in the
- * same order). And its node's heap secret, drawn by local rank 0 and taken from it by the
- * node's other ranks in the same collective.
+ * The object's key, unique per object and the same on every rank: rank 0's process, clock
+ * and count of the objects it made (rank 0's: a process that joined the job later, or one
+ * left out of a split, has made fewer than the others). And its node's heap secret, drawn by
+ * local rank 0 and taken from it by the node's other ranks in the same collective.
  */
 static strata_status_t api_moe_job_key(strata_comm_t *comm, char *key, size_t size,
                                        unsigned char secret[INTRA_HEAP_SECRET_LEN])
 {
     static atomic_uint created;
-    api_moe_hello_t mine = {.pid = (uint64_t)getpid(), .clock = util_clock_now_ns()}, *all;
+    api_moe_hello_t mine = {.pid = (uint64_t)getpid(), .clock = util_clock_now_ns(),
+                            .count = atomic_fetch_add(&created, 1u)}, *all;
     int node = comm->rank_node[comm->rank];
     strata_status_t status = STRATA_OK;
 
@@ -70,8 +72,8 @@ static strata_status_t api_moe_job_key(strata_comm_t *comm, char *key, size_t si
         status = api_comm_allgather(comm, &mine, all, sizeof(mine));
     }
     if (status == STRATA_OK) {
-        snprintf(key, size, "strata-moe-%llu-%llx-%u", (unsigned long long)all[0].pid,
-                 (unsigned long long)all[0].clock, atomic_fetch_add(&created, 1u));
+        snprintf(key, size, "strata-moe-%llu-%llx-%llu", (unsigned long long)all[0].pid,
+                 (unsigned long long)all[0].clock, (unsigned long long)all[0].count);
         for (int r = 0; r < comm->size; ++r) {
             if (comm->rank_node[r] == node && comm->rank_local[r] == 0) {
                 memcpy(secret, all[r].heap_secret, INTRA_HEAP_SECRET_LEN);
@@ -84,8 +86,25 @@ static strata_status_t api_moe_job_key(strata_comm_t *comm, char *key, size_t si
     return status;
 }
 
-STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
-                                             strata_moe_t **moe_p)
+/* Each rank a node of its own, for an object whose communicator's nodes hold unequal
+ * numbers of ranks: [0] rank_node, [1] rank_local. */
+static strata_status_t api_moe_ranks_apart(const strata_comm_t *comm, int *layout[2])
+{
+    layout[0] = malloc(sizeof(int) * (size_t)comm->size);
+    layout[1] = calloc((size_t)comm->size, sizeof(int));
+    if (layout[0] == NULL || layout[1] == NULL) {
+        free(layout[0]);
+        free(layout[1]);
+        return STRATA_ERR_NO_MEMORY;
+    }
+    for (int r = 0; r < comm->size; ++r) {
+        layout[0][r] = r;
+    }
+    return STRATA_OK;
+}
+
+strata_status_t api_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
+                               bool ranks_apart, strata_moe_t **moe_p)
 {
     unsigned char heap_secret[INTRA_HEAP_SECRET_LEN];
     char key[96];
@@ -94,13 +113,18 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
     api_gpu_scope_t scope;
     strata_status_t status;
     strata_moe_t *moe;
+    int *apart[2] = {NULL, NULL};
 
     if (comm == NULL || params == NULL || moe_p == NULL) {
         UTIL_LOG_ERROR("strata_moe_create: NULL communicator, parameters or result");
         return STRATA_ERR_INVALID;
     }
     status = api_moe_job_key(comm, key, sizeof(key), heap_secret);
+    if (status == STRATA_OK && ranks_apart) {
+        status = api_moe_ranks_apart(comm, apart);
+    }
     if (status != STRATA_OK) {
+        util_crypto_wipe(heap_secret, sizeof(heap_secret));
         return status;
     }
     /* Each object counts its own range of immediates, taken in turn; objects are made
@@ -111,9 +135,9 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
                                                      sched_moe_imm_count(comm->size),
         .rank            = comm->rank,
         .world_size      = comm->size,
-        .num_nodes       = comm->num_nodes,
-        .rank_node       = comm->rank_node,
-        .rank_local      = comm->rank_local,
+        .num_nodes       = ranks_apart ? comm->size : comm->num_nodes,
+        .rank_node       = ranks_apart ? apart[0] : comm->rank_node,
+        .rank_local      = ranks_apart ? apart[1] : comm->rank_local,
         .engine          = comm->engine,
         .device          = comm->device,
         .job_key         = key,
@@ -125,12 +149,16 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
     moe = calloc(1, sizeof(*moe));
     if (moe == NULL) {
         util_crypto_wipe(heap_secret, sizeof(heap_secret));
+        free(apart[0]);
+        free(apart[1]);
         return STRATA_ERR_NO_MEMORY;
     }
     moe->comm = comm;
     api_moe_enter(moe, &scope);
-    status = sched_moe_create(params, &world, &moe->sched);
+    status = sched_moe_create(params, &world, &moe->sched); /* copies the layout */
     util_crypto_wipe(heap_secret, sizeof(heap_secret));
+    free(apart[0]);
+    free(apart[1]);
     if (status == STRATA_OK) {
         /* A mode or policy file can be missing on one node only. */
         status = api_comm_agree(comm, adapt_moe_start(moe->sched, params->num_experts),
@@ -147,6 +175,12 @@ STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_m
     api_comm_hold(comm);
     *moe_p = moe;
     return STRATA_OK;
+}
+
+STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
+                                             strata_moe_t **moe_p)
+{
+    return api_moe_create(comm, params, false, moe_p);
 }
 
 STRATA_API void strata_moe_destroy(strata_moe_t *moe)

@@ -39,6 +39,8 @@ _PROTOTYPES = {
     "strata_comm_split": (_c_status, [_p, _int, _int, ctypes.POINTER(_p)]),
     "strata_comm_shrink": (_c_status, [_p, ctypes.POINTER(_p)]),
     "strata_comm_parent_rank": (_int, [_p, _int]),
+    "strata_comm_expand": (_c_status, [_p, _int, ctypes.c_char_p, ctypes.c_uint16,
+                                       ctypes.POINTER(_p)]),
     "strata_comm_stream_create": (_c_status, [_p, ctypes.POINTER(_p)]),
     "strata_comm_stream_destroy": (None, [_p, _p]),
     "strata_comm_stream_synchronize": (_c_status, [_p, _p]),
@@ -96,6 +98,10 @@ _PROTOTYPES = {
     "strata_moe_dispatch_counts": (_c_status, [_p, ctypes.c_int64,
                                                ctypes.POINTER(ctypes.c_int32)]),
     "strata_moe_synchronize": (_c_status, [_p]),
+    "strata_moe_recreate": (_c_status, [_p, _p, _p, ctypes.POINTER(_p)]),
+    "strata_moe_expert_id": (_int, [_p, _int]),
+    "strata_moe_masked": (_c_status, [_p, _p, ctypes.POINTER(ctypes.c_int32),
+                                      ctypes.POINTER(ctypes.c_int64)]),
     "strata_moe_get_stats": (_c_status, [_p, ctypes.POINTER(t.MoeStats)]),
 }
 

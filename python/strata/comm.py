@@ -34,7 +34,8 @@ class Communicator(PointToPoint):
     pages; send_bytes and recv_bytes carry small messages (descriptors, page lists).
     """
 
-    def __init__(self, log_level=None, topo_file=None, node_name=None, gpu=None, group=None):
+    def __init__(self, log_level=None, topo_file=None, node_name=None, gpu=None, group=None,
+                 _tcp=None):
         self._lib = library()
         self._comm = None
         self._bootstrap = None
@@ -45,6 +46,14 @@ class Communicator(PointToPoint):
         if group is not None:
             self._group = GroupBootstrap(group)
             bootstrap = ctypes.cast(ctypes.pointer(self._group.struct), ctypes.c_void_p)
+        elif _tcp is not None:  # join(): the built-in rendezvous at a given place
+            root_addr, port, rank, world_size = _tcp
+            bootstrap = ctypes.c_void_p()
+            check(self._lib.strata_bootstrap_tcp_create(str(root_addr).encode(), int(port),
+                                                        int(rank), int(world_size), 0,
+                                                        ctypes.byref(bootstrap)),
+                  "strata_bootstrap_tcp_create")
+            self._bootstrap = bootstrap
         else:
             bootstrap = ctypes.c_void_p()
             check(self._lib.strata_bootstrap_from_env(ctypes.byref(bootstrap)),
@@ -69,6 +78,13 @@ class Communicator(PointToPoint):
     def from_env(cls, **config):
         """The same as Communicator(**config): named for what it reads."""
         return cls(**config)
+
+    @classmethod
+    def join(cls, root_addr, port, rank, world_size, **config):
+        """A process joining a running job: its communicator, as rank rank of world_size,
+        through the rendezvous the job's ranks open with expand(num_joiners, root_addr,
+        port) (strata_bootstrap_tcp_create, then strata_comm_create)."""
+        return cls(_tcp=(root_addr, port, rank, world_size), **config)
 
     @property
     def handle(self):
@@ -120,6 +136,17 @@ class Communicator(PointToPoint):
         check(self._lib.strata_comm_shrink(self.handle, ctypes.byref(shrunk)),
               "strata_comm_shrink")
         return self._derived(shrunk)
+
+    def expand(self, num_joiners, root_addr, port):
+        """Collective over this communicator's ranks and num_joiners processes that call
+        Communicator.join(root_addr, port, rank, size + num_joiners): a Communicator over
+        both, this one's ranks first with their numbers (strata_comm_expand). Rank 0 listens
+        on port; root_addr is how the others reach it."""
+        grown = ctypes.c_void_p()
+        check(self._lib.strata_comm_expand(self.handle, int(num_joiners),
+                                           str(root_addr).encode(), int(port),
+                                           ctypes.byref(grown)), "strata_comm_expand")
+        return self._derived(grown)
 
     def parent_rank(self, rank):
         """rank's number in the communicator this one was split or shrunk from; -1 for one

@@ -261,6 +261,74 @@ class Moe:
         handle = ctypes.c_void_p()
         check(lib.strata_moe_create(comm.handle, ctypes.byref(params), ctypes.byref(handle)),
               "strata_moe_create")
+        self._adopt(lib, handle, comm)
+
+    def recreate(self, comm, expert_owner=None):
+        """Collective over comm (typically this object's communicator's shrink()): a Moe
+        with this one's parameters and expert ids on comm's ranks (strata_moe_recreate).
+        expert_owner: for each expert, the rank of comm that holds it from now on, or -1 to
+        mask it; None keeps every expert where it was and masks those of ranks that are
+        gone. Routing keeps naming the same expert ids; a slot naming a masked expert is
+        left out of the step (masked() says which tokens lost one). Close this object
+        afterwards."""
+        return Moe._recreated(self, comm, expert_owner, self.num_experts, self.topk,
+                              self.hidden, self.max_tokens, self.dtype, self.combine_dtype)
+
+    @classmethod
+    def join(cls, comm, expert_owner, num_experts, topk, hidden, max_tokens, dtype="fp32",
+             combine_dtype=None):
+        """On a process that joined the job (Communicator.join), its part in the others'
+        recreate(comm, expert_owner): the same collective with no old object. The object's
+        parameters come from the others; the shape given here must be theirs (this side's
+        buffer checks use it)."""
+        dtype = _dtype(dtype, "dtype")
+        combine_dtype = dtype if combine_dtype is None else _dtype(combine_dtype, "combine_dtype")
+        if expert_owner is None:
+            raise ValueError("a joining process needs expert_owner")
+        return cls._recreated(None, comm, expert_owner, num_experts, topk, hidden, max_tokens,
+                              dtype, combine_dtype)
+
+    @classmethod
+    def _recreated(cls, old, comm, expert_owner, num_experts, topk, hidden, max_tokens, dtype,
+                   combine_dtype):
+        lib = library()
+        handle = ctypes.c_void_p()
+        owner = None
+        if expert_owner is not None:
+            values = [int(rank) for rank in expert_owner]
+            if len(values) != num_experts:
+                raise ValueError(f"expert_owner has {len(values)} entries, not {num_experts}")
+            owner = (ctypes.c_int32 * len(values))(*values)
+        check(lib.strata_moe_recreate(None if old is None else old.handle, comm.handle, owner,
+                                      ctypes.byref(handle)), "strata_moe_recreate")
+        fresh = cls.__new__(cls)
+        fresh._memory = b.memory_of(comm)
+        fresh.dtype, fresh.combine_dtype = dtype, combine_dtype
+        fresh.num_experts, fresh.topk, fresh.hidden = num_experts, topk, hidden
+        fresh.max_tokens = max_tokens
+        fresh._adopt(lib, handle, comm)
+        return fresh
+
+    def expert_id(self, local_expert):
+        """The expert id of this rank's local place local_expert, -1 for a place no expert
+        uses (strata_moe_expert_id): after recreate() a rank's experts need not follow on
+        from recv.first_expert."""
+        return self._lib.strata_moe_expert_id(self.handle, int(local_expert))
+
+    def masked(self, layout=None):
+        """Per token of layout (None: the routing of the last dispatch()), how many of its
+        top-k slots named a masked expert (strata_moe_masked), as a list."""
+        if layout is not None and (not isinstance(layout, Layout) or layout._moe is not self):
+            raise ValueError("layout must be a Layout made by this Moe's layout()")
+        handle = None if layout is None else layout._handle
+        count = self._dispatched_tokens if layout is None else layout.num_tokens
+        per_token = (ctypes.c_int32 * max(count, 1))()
+        check(self._lib.strata_moe_masked(self.handle, handle, per_token, None),
+              "strata_moe_masked")
+        return list(per_token[:count])
+
+    def _adopt(self, lib, handle, comm):
+        """This object's state around a library handle just made on comm."""
         self._lib, self._moe, self._comm = lib, handle, comm
         self._kept = _Kept(lib.strata_moe_destroy, handle,  # views hold it too
                            also=getattr(comm, "_group", None))
@@ -269,6 +337,7 @@ class Moe:
         self._recv = None          # the step's Recv, once dispatched
         self._step_layout = None   # the layout the step in progress uses
         self._step_tokens = None   # its number of tokens
+        self._dispatched_tokens = 0  # tokens of the last dispatch(), whose routing masked() reads
         self._step_inputs = None   # buffers the library reads until the step's half returns
         self._framework = "numpy"  # of the step's buffers: the arrays it returns
         self._stream = None        # the stream set on the library object (what keeps it)
@@ -424,7 +493,7 @@ class Moe:
         status = self._lib.strata_moe_dispatch(self.handle, xs, scales, idx, num_tokens,
                                                ctypes.byref(raw))
         self._after_call(x, x_scales, host_idx)
-        self._step_tokens = num_tokens
+        self._step_tokens = self._dispatched_tokens = num_tokens
         return self._finish(self._receive(status, raw, "strata_moe_dispatch"), async_op)
 
     def dispatch_send(self, layout, x, x_scales=None, stream=None, async_op=False,

@@ -14,10 +14,22 @@
  * before it, so that the others' agreement must count it and one shrink must do), --slow R (this rank's engine
  * takes 60 s to declare a silent peer failed, and its steps wait 4 s: it learns of the
  * failure from the others' sets), --max-ms T (the time from the failure to the first good
- * step must be below T). Prints, per survivor, "shrunk to N ranks" and that time.
+ * step must be below T), --moe (each step also runs a MoE step, exact against the step
+ * computed plainly: 2 experts per rank, top-2; after a shrink the object is recreated on
+ * the shrunk communicator, the dead ranks' experts masked, and every token's masked slots
+ * must be the ones strata_moe_masked reports), --reassign (the same, the dead ranks' experts
+ * handed to the survivors in turn by an explicit map: nothing masked), --rejoin (after
+ * the steps on the shrunk communicator, its rank 0 starts a replacement for the victim,
+ * which joins through strata_comm_expand's rendezvous; the MoE object is recreated with
+ * every expert back where it first was, the joiner passing no old object; more steps, all
+ * exact; each process then prints "grew back to N ranks"). Prints, per survivor, "shrunk
+ * to N ranks" and that time.
  */
 #include <strata/strata.h>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -25,6 +37,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,7 +65,9 @@ typedef struct ring_msg {
 
 typedef struct options {
     int  victim, second, slow, at, steps, max_ms;
-    bool stop, second_first;
+    bool stop, second_first, moe, reassign, rejoin;
+    const char *join_addr; /* set: this process is the replacement, joining there */
+    int  join_port, join_rank;
 } options_t;
 
 static uint32_t g_wait_ms = WAIT_MS;
@@ -105,6 +121,260 @@ static strata_status_t ring_step(strata_comm_t *comm, const int *first_of, int s
     strata_request_free(recv);
     strata_request_free(send);
     return status == STRATA_OK ? strata_barrier(comm, g_wait_ms) : status;
+}
+
+/* --- MoE steps ------------------------------------------------------------------------- */
+
+#define EXPERTS_PER_RANK 2
+#define TOPK             2
+#define HIDDEN           32
+#define TOKENS           16
+
+static int g_experts; /* 2 per rank of the first communicator */
+
+static uint32_t next_random(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+/* The rank of comm that holds expert e: its first owner where alive, else -1 (masked), or
+ * with reassign, the survivors in turn. */
+static int expert_owner(const int *first_of, int n, int e, bool reassign)
+{
+    int first_owner = e / EXPERTS_PER_RANK, lost = 0;
+
+    for (int r = 0; r < n; ++r) {
+        if (first_of[r] == first_owner) {
+            return r;
+        }
+    }
+    if (!reassign) {
+        return -1;
+    }
+    for (int earlier = 0; earlier < e; ++earlier) { /* experts lost before this one */
+        bool alive = false;
+
+        for (int r = 0; r < n; ++r) {
+            alive = alive || first_of[r] == earlier / EXPERTS_PER_RANK;
+        }
+        lost += !alive;
+    }
+    return lost % n;
+}
+
+/* One step: routing, inputs and weights from the step and this rank's first rank; the
+ * experts compute y = x (e + 1) + e from the id strata_moe_expert_id gives. */
+static strata_status_t moe_step(strata_moe_t *moe, const int *first_of, int n, int step,
+                                bool reassign)
+{
+    static float x[TOKENS][HIDDEN], w[TOKENS][TOPK], out[TOKENS][HIDDEN];
+    static int64_t idx[TOKENS][TOPK];
+    int32_t masked[TOKENS];
+    uint32_t s = (uint32_t)step * 7919u + (uint32_t)g_first_rank * 104729u + 1u;
+    strata_moe_recv_t recv;
+    strata_status_t status;
+    int64_t slots;
+
+    for (int t = 0; t < TOKENS; ++t) {
+        int first = (int)(next_random(&s) % (uint32_t)g_experts);
+
+        idx[t][0] = first;
+        idx[t][1] = (first + 1 + (int)(next_random(&s) % (uint32_t)(g_experts - 1))) % g_experts;
+        for (int k = 0; k < TOPK; ++k) {
+            w[t][k] = (float)(next_random(&s) % 100) / 100.0f;
+        }
+        for (int h = 0; h < HIDDEN; ++h) {
+            x[t][h] = (float)(next_random(&s) % 1000) / 250.0f - 2.0f;
+        }
+    }
+    status = strata_moe_dispatch(moe, x, NULL, &idx[0][0], TOKENS, &recv);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    for (int e = 0; e < recv.num_local_experts; ++e) {
+        int id = strata_moe_expert_id(moe, e);
+
+        CHECK(recv.count[e] == 0 || id >= 0, "local expert %d: %d rows, no id", e,
+              recv.count[e]);
+        for (int r = 0; r < recv.count[e]; ++r) {
+            const float *row = (const float *)((const char *)recv.x +
+                                               ((size_t)e * recv.capacity + r) * recv.row_bytes);
+            float *y = (float *)((char *)recv.expert_y +
+                                 ((size_t)e * recv.capacity + r) * recv.y_row_bytes);
+
+            for (int h = 0; h < HIDDEN; ++h) {
+                y[h] = row[h] * (float)(id + 1) + (float)id;
+            }
+        }
+    }
+    status = strata_moe_combine(moe, NULL, &w[0][0], out);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    CHECK(strata_moe_masked(moe, NULL, masked, &slots) == STRATA_OK, "strata_moe_masked");
+    for (int t = 0; t < TOKENS; ++t) {
+        int lost = 0;
+
+        for (int k = 0; k < TOPK; ++k) {
+            lost += expert_owner(first_of, n, (int)idx[t][k], reassign) < 0;
+        }
+        CHECK(masked[t] == lost, "step %d token %d: %d slots masked, %d expected", step, t,
+              masked[t], lost);
+        for (int h = 0; h < HIDDEN; ++h) {
+            float want = 0.0f;
+
+            for (int k = 0; k < TOPK; ++k) {
+                if (expert_owner(first_of, n, (int)idx[t][k], reassign) >= 0) {
+                    want += w[t][k] * (x[t][h] * (float)(idx[t][k] + 1) + (float)idx[t][k]);
+                }
+            }
+            CHECK(out[t][h] == want, "step %d token %d column %d: %g, not %g", step, t, h,
+                  (double)out[t][h], (double)want);
+        }
+    }
+    return STRATA_OK;
+}
+
+static strata_moe_t *moe_first(strata_comm_t *comm)
+{
+    strata_moe_params_t p = {.num_experts = g_experts, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = TOKENS};
+    strata_moe_t *moe;
+
+    CHECK(strata_moe_create(comm, &p, &moe) == STRATA_OK, "strata_moe_create");
+    return moe;
+}
+
+/* The object on the shrunk communicator; the old one destroyed. */
+static strata_status_t moe_again(strata_moe_t **moe, strata_comm_t *comm, const int *first_of,
+                                 bool reassign)
+{
+    int32_t owner[512];
+    strata_moe_t *fresh;
+    strata_status_t status;
+
+    for (int e = 0; e < g_experts; ++e) {
+        owner[e] = expert_owner(first_of, strata_comm_size(comm), e, true);
+    }
+    status = strata_moe_recreate(*moe, comm, reassign ? owner : NULL, &fresh);
+    if (status == STRATA_OK) {
+        strata_moe_destroy(*moe);
+        *moe = fresh;
+    }
+    return status;
+}
+
+/* --- Growing back ---------------------------------------------------------------------- */
+
+#define GROWN_STEP 1000 /* the steps after the expand count from here, on every process */
+
+typedef struct rendezvous {
+    char     addr[64];
+    uint32_t port;
+} rendezvous_t;
+
+/* This node's address on the engine's interface (loopback where it is lo). */
+static void node_addr(char *addr, size_t len)
+{
+    const char *iface = getenv("STRATA_INTER_IFACE");
+    struct ifaddrs *ifs;
+
+    snprintf(addr, len, "127.0.0.1");
+    if (iface == NULL || !strcmp(iface, "lo") || getifaddrs(&ifs) != 0) {
+        return;
+    }
+    for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET &&
+            !strcmp(i->ifa_name, iface)) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, addr,
+                      (socklen_t)len);
+            break;
+        }
+    }
+    freeifaddrs(ifs);
+}
+
+static uint32_t free_port(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+              getsockname(fd, (struct sockaddr *)&sa, &len) == 0,
+          "no free port");
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* Rank 0 of comm picks the rendezvous and sends it to the others. */
+static void share_rendezvous(strata_comm_t *comm, rendezvous_t *rv)
+{
+    strata_request_t *req;
+
+    if (strata_comm_rank(comm) == 0) {
+        node_addr(rv->addr, sizeof(rv->addr));
+        rv->port = free_port();
+        for (int r = 1; r < strata_comm_size(comm); ++r) {
+            CHECK(strata_send(comm, r, rv, sizeof(*rv), &req) == STRATA_OK &&
+                      strata_request_wait(req, WAIT_MS) == STRATA_OK,
+                  "sending the rendezvous to rank %d", r);
+            strata_request_free(req);
+        }
+        return;
+    }
+    CHECK(strata_recv(comm, 0, rv, sizeof(*rv), &req) == STRATA_OK &&
+              strata_request_wait(req, WAIT_MS) == STRATA_OK,
+          "receiving the rendezvous");
+    strata_request_free(req);
+}
+
+/* This program again, with --join: the replacement of the victim. */
+static pid_t start_joiner(int argc, char **argv, const rendezvous_t *rv, int rank)
+{
+    char port[16], as[16];
+    char *args[64];
+    int n = 0;
+    pid_t pid;
+
+    snprintf(port, sizeof(port), "%u", rv->port);
+    snprintf(as, sizeof(as), "%d", rank);
+    for (int i = 0; i < argc && n < 58; ++i) {
+        args[n++] = argv[i];
+    }
+    args[n++] = "--join";
+    args[n++] = (char *)rv->addr;
+    args[n++] = port;
+    args[n++] = as;
+    args[n]   = NULL;
+    pid = fork();
+    CHECK(pid >= 0, "fork");
+    if (pid == 0) {
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Every expert back on its first rank: the first ranks of a communicator that has them all. */
+static strata_status_t moe_back(strata_moe_t **moe, strata_comm_t *comm, const int *first_of)
+{
+    int32_t owner[512];
+    strata_moe_t *fresh;
+    strata_status_t status;
+
+    for (int e = 0; e < g_experts; ++e) {
+        owner[e] = expert_owner(first_of, strata_comm_size(comm), e, false);
+        CHECK(owner[e] >= 0, "expert %d has no rank after the expand", e);
+    }
+    status = strata_moe_recreate(*moe, comm, owner, &fresh);
+    if (status == STRATA_OK) {
+        strata_moe_destroy(*moe); /* tolerates NULL: the joiner had none */
+        *moe = fresh;
+    }
+    return status;
 }
 
 static void *die_soon(void *arg)
@@ -163,6 +433,16 @@ static void parse(int argc, char **argv, options_t *o)
             o->at = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--steps") && has) {
             o->steps = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--moe")) {
+            o->moe = true;
+        } else if (!strcmp(argv[i], "--rejoin")) {
+            o->rejoin = true;
+        } else if (!strcmp(argv[i], "--join") && i + 3 < argc) {
+            o->join_addr = argv[++i];
+            o->join_port = atoi(argv[++i]);
+            o->join_rank = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--reassign")) {
+            o->moe = o->reassign = true;
         } else if (!strcmp(argv[i], "--second-first")) {
             o->second_first = true;
         } else if (!strcmp(argv[i], "--stop")) {
@@ -208,6 +488,84 @@ static strata_status_t shrink(strata_comm_t **comm, int *first_of, const options
     return STRATA_OK;
 }
 
+/* A step of the job: the ring, then the MoE step where there is an object. */
+static strata_status_t job_step(strata_comm_t *comm, strata_moe_t *moe, const int *first_of,
+                                int step, const options_t *o)
+{
+    strata_status_t status = ring_step(comm, first_of, step);
+
+    if (status == STRATA_OK && moe != NULL) {
+        status = moe_step(moe, first_of, strata_comm_size(comm), step, o->reassign);
+    }
+    return status;
+}
+
+/* The replacement: joins the survivors' expanded communicator in the victim's place. */
+static int run_joiner(const options_t *o)
+{
+    int first_of[256], n = o->join_rank; /* the survivors */
+    strata_bootstrap_t *bs;
+    strata_comm_t *comm;
+    strata_moe_t *moe = NULL;
+
+    g_first_rank = o->victim;
+    CHECK(n > 0 && n < 256, "joining as rank %d", n);
+    CHECK(strata_bootstrap_tcp_create(o->join_addr, (uint16_t)o->join_port, n, n + 1, 0, &bs) ==
+              STRATA_OK,
+          "the rendezvous at %s:%d", o->join_addr, o->join_port);
+    CHECK(strata_comm_create(NULL, bs, &comm) == STRATA_OK, "joining the job");
+    for (int r = 0; r < n; ++r) {
+        first_of[r] = r < o->victim ? r : r + 1;
+    }
+    first_of[n] = o->victim;
+    g_experts   = EXPERTS_PER_RANK * (n + 1);
+    if (o->moe) {
+        CHECK(moe_back(&moe, comm, first_of) == STRATA_OK, "recreating the MoE object");
+    }
+    for (int i = 0; i < o->steps; ++i) {
+        CHECK(job_step(comm, moe, first_of, GROWN_STEP + i, o) == STRATA_OK,
+              "step %d after joining", i);
+    }
+    printf("joined as rank %d: grew back to %d ranks\n", n, n + 1);
+    strata_barrier(comm, WAIT_MS);
+    strata_moe_destroy(moe);
+    strata_comm_destroy(comm);
+    strata_bootstrap_destroy(bs);
+    return 0;
+}
+
+/* The survivors take a replacement in: rendezvous, expand, the experts back where they
+ * were, steps. The joiner's pid on rank 0, else -1. */
+static pid_t grow_back(strata_comm_t **comm, strata_moe_t **moe, int *first_of, int argc,
+                       char **argv, const options_t *o)
+{
+    int n = strata_comm_size(*comm);
+    strata_comm_t *grown;
+    pid_t joiner = -1;
+    rendezvous_t rv;
+
+    share_rendezvous(*comm, &rv);
+    if (strata_comm_rank(*comm) == 0) {
+        joiner = start_joiner(argc, argv, &rv, n);
+    }
+    CHECK(strata_comm_expand(*comm, 1, rv.addr, (uint16_t)rv.port, &grown) == STRATA_OK,
+          "strata_comm_expand at %s:%u", rv.addr, rv.port);
+    CHECK(strata_comm_size(grown) == n + 1 && strata_comm_rank(grown) == strata_comm_rank(*comm),
+          "expanded to rank %d of %d", strata_comm_rank(grown), strata_comm_size(grown));
+    first_of[n] = o->victim;
+    if (*moe != NULL) {
+        CHECK(moe_back(moe, grown, first_of) == STRATA_OK, "recreating the MoE object");
+    }
+    strata_comm_destroy(*comm);
+    *comm = grown;
+    for (int i = 0; i < o->steps; ++i) {
+        CHECK(job_step(grown, *moe, first_of, GROWN_STEP + i, o) == STRATA_OK,
+              "step %d after the expand", i);
+    }
+    printf("grew back to %d ranks\n", n + 1);
+    return joiner;
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = getenv("SHRINK_CHECK_DIR");
@@ -216,10 +574,15 @@ int main(int argc, char **argv)
     strata_comm_t *comm;
     strata_status_t status;
     uint64_t good_ns = 0;
+    strata_moe_t *moe = NULL;
+    pid_t joiner = -1;
     double elapsed_ms;
     options_t o;
 
     parse(argc, argv, &o);
+    if (o.join_addr != NULL) {
+        return run_joiner(&o);
+    }
     CHECK(dir != NULL, "SHRINK_CHECK_DIR is not set");
     if (o.slow >= 0 && getenv("RANK") != NULL && atoi(getenv("RANK")) == o.slow) {
         setenv("STRATA_INTER_PEER_TIMEOUT", "60s", 1);
@@ -234,13 +597,16 @@ int main(int argc, char **argv)
     for (int r = 0; r < strata_comm_size(comm); ++r) {
         first_of[r] = r;
     }
+    g_experts = EXPERTS_PER_RANK * strata_comm_size(comm);
+    moe = o.moe ? moe_first(comm) : NULL;
     for (; step < o.at; ++step) {
-        CHECK(ring_step(comm, first_of, step) == STRATA_OK, "step %d before the failure", step);
+        CHECK(job_step(comm, moe, first_of, step, &o) == STRATA_OK, "step %d before the failure",
+              step);
     }
     if (g_first_rank == o.victim) {
         fail_now(&o, dir);
     }
-    status = ring_step(comm, first_of, step);
+    status = job_step(comm, moe, first_of, step, &o);
     CHECK(status == STRATA_ERR_PEER_FAILED ||
               (g_first_rank == o.slow && status == STRATA_ERR_TIMEOUT),
           "the step with the failure returned %s", strata_status_string(status));
@@ -249,11 +615,14 @@ int main(int argc, char **argv)
             CHECK(++shrinks <= MAX_SHRINKS, "still failing after %d shrinks: %s", MAX_SHRINKS,
                   strata_status_string(status));
             status = shrink(&comm, first_of, &o);
+            if (status == STRATA_OK && moe != NULL) {
+                status = moe_again(&moe, comm, first_of, o.reassign);
+            }
             if (status != STRATA_OK) {
                 continue; /* a second failure: shrink again */
             }
         }
-        status = ring_step(comm, first_of, ++step);
+        status = job_step(comm, moe, first_of, ++step, &o);
         if (status == STRATA_OK && good++ == 0) {
             good_ns = now_ns();
         }
@@ -271,8 +640,18 @@ int main(int argc, char **argv)
           o.max_ms);
     printf("shrunk to %d ranks in %d shrink%s: the failure to the first good step %.0f ms\n",
            strata_comm_size(comm), shrinks, shrinks == 1 ? "" : "s", elapsed_ms);
+    if (o.rejoin) {
+        joiner = grow_back(&comm, &moe, first_of, argc, argv, &o);
+    }
     strata_barrier(comm, WAIT_MS); /* nobody leaves while another still waits on it */
+    strata_moe_destroy(moe);
     strata_comm_destroy(comm);
     strata_bootstrap_destroy(bs);
+    if (joiner > 0) {
+        int how;
+
+        CHECK(waitpid(joiner, &how, 0) == joiner && WIFEXITED(how) && WEXITSTATUS(how) == 0,
+              "the joiner failed");
+    }
     return 0;
 }

@@ -7,7 +7,8 @@
  * sizes, skipping bad ids (STRATA_ERR_INVALID, the step completed) and refusing a dispatch
  * while a step is in progress; a layout outliving its object is refused by a new object,
  * even one allocated where the old one was; per-expert completion's calls are refused
- * where they must be; every result is exact.
+ * where they must be; strata_moe_recreate's refusals, masks and expert ids; every result
+ * is exact.
  */
 #include <strata/strata.h>
 
@@ -432,6 +433,79 @@ static void test_expert_wait_calls(void **state)
 
 /* A layout of no tokens needs no topk_idx; a bad count or a missing topk_idx is refused
  * with a line saying which. */
+/* Each token's slots naming expert 2 or 5. */
+static int masked_in(const fixture_t *f, int t)
+{
+    int n = 0;
+
+    for (int k = 0; k < TOPK; ++k) {
+        n += f->idx[t * TOPK + k] == 2 || f->idx[t * TOPK + k] == 5;
+    }
+    return n;
+}
+
+/* strata_moe_recreate on one rank: its refusals; a map that masks experts 2 and 5 (each
+ * token's masked slots reported, for the dispatch's routing and for a layout; the results
+ * exact without them; the places in increasing id); the default map on the same
+ * communicator, which keeps every expert. */
+static void test_recreate(void **state)
+{
+    fixture_t *f = *state;
+    int32_t owner[EXPERTS] = {0, 0, -1, 0, 0, -1, 0, 0}, bad[EXPERTS] = {0, 0, 0, 0, 0, 0, 0, 1};
+    const int held[6] = {0, 1, 3, 4, 6, 7};
+    strata_moe_t *kept = f->moe, *moe = kept;
+    strata_moe_layout_t *layout;
+    int32_t masked[TOKENS];
+    int64_t slots = -1;
+
+    assert_int_equal(strata_moe_recreate(kept, NULL, NULL, &moe), STRATA_ERR_INVALID);
+    log_capture_start();
+    assert_int_equal(strata_moe_recreate(kept, f->comm, bad, &moe), STRATA_ERR_INVALID);
+    log_capture_stop();
+    assert_true(log_captured("expert_owner[7] is 1", "not -1 or a rank (0..0)", NULL));
+    assert_null(moe);
+
+    assert_int_equal(strata_moe_recreate(kept, f->comm, owner, &moe), STRATA_OK);
+    for (int j = 0; j < 6; ++j) {
+        assert_int_equal(strata_moe_expert_id(moe, j), held[j]);
+    }
+    assert_int_equal(strata_moe_expert_id(moe, 6), -1);
+    f->moe = moe;
+    fill(f, TOKENS);
+    assert_int_equal(step(f, TOKENS), STRATA_OK);
+    assert_int_equal(strata_moe_masked(moe, NULL, masked, &slots), STRATA_OK);
+    for (int t = 0; t < TOKENS; ++t) {
+        assert_int_equal(masked[t], masked_in(f, t));
+        slots -= masked[t];
+    }
+    assert_int_equal(slots, 0);
+    assert_int_equal(strata_moe_layout_create(moe, f->idx, TOKENS, &layout), STRATA_OK);
+    memset(masked, 0xff, sizeof(masked));
+    assert_int_equal(strata_moe_masked(moe, layout, masked, NULL), STRATA_OK);
+    for (int t = 0; t < TOKENS; ++t) {
+        assert_int_equal(masked[t], masked_in(f, t));
+        for (int k = 0; k < TOPK; ++k) { /* what the step summed: the masked slots left out */
+            int64_t *id = &f->idx[t * TOPK + k];
+
+            *id = *id == 2 || *id == 5 ? -1 : *id;
+        }
+    }
+    strata_moe_layout_destroy(layout);
+    check(f, TOKENS);
+    strata_moe_destroy(moe);
+
+    assert_int_equal(strata_moe_recreate(kept, f->comm, NULL, &moe), STRATA_OK);
+    f->moe = moe;
+    assert_int_equal(strata_moe_expert_id(moe, 7), 7);
+    fill(f, TOKENS);
+    assert_int_equal(step(f, TOKENS), STRATA_OK);
+    check(f, TOKENS);
+    assert_int_equal(strata_moe_masked(moe, NULL, NULL, &slots), STRATA_OK);
+    assert_int_equal(slots, 0);
+    strata_moe_destroy(moe);
+    f->moe = kept;
+}
+
 static void test_layout_arguments(void **state)
 {
     fixture_t *f = *state;
@@ -515,6 +589,7 @@ int main(void)
         cmocka_unit_test(test_abort_step),
         cmocka_unit_test(test_expert_wait_calls),
         cmocka_unit_test(test_layout_arguments),
+        cmocka_unit_test(test_recreate),
         cmocka_unit_test(test_layout_of_a_destroyed_object),
     };
 

@@ -1,5 +1,6 @@
-"""Communicator.shrink under strata-run (shrink_worker.py): one of 4 ranks killed, the three
-others shrink to a communicator of 3 and pass a barrier on it."""
+"""Communicator.shrink and Moe.recreate under strata-run (shrink_worker.py): one of 4 ranks
+killed, the three others shrink to a communicator of 3 and run a MoE step on it, the dead
+rank's experts masked, exact against the plain step."""
 import os
 import subprocess
 import sys
@@ -22,8 +23,8 @@ class TestShrink(unittest.TestCase):
         print(proc.stdout)
         self.assertEqual(proc.returncode, 0, proc.stdout)
         for rank, new in ((0, 0), (1, 1), (3, 2)):
-            self.assertIn(f"rank {rank}: shrunk to 3 as rank {new} (parents [0, 1, 3])",
-                          proc.stdout)
+            self.assertIn(f"rank {rank}: shrunk to 3 as rank {new} (parents [0, 1, 3]), "
+                          "masked step exact", proc.stdout)
 
 
 if __name__ == "__main__":

@@ -244,7 +244,8 @@ STRATA_API void strata_moe_layout_destroy(strata_moe_layout_t *layout);
 /**
  * Every rank must set the same masks before the same step: bit e of word e / 64 set moves
  * expert e in Pull form, in dispatch and in combine respectively (NULL: all Push). Refused
- * (STRATA_ERR_INVALID) in adaptive mode, where the experts' owners decide.
+ * (STRATA_ERR_INVALID) in adaptive mode, where the experts' owners decide. On an object
+ * from strata_moe_recreate, e is the old object's expert id.
  */
 STRATA_API strata_status_t strata_moe_set_pull_mask(strata_moe_t *moe,
                                                     const uint64_t *dispatch_mask,
@@ -399,6 +400,50 @@ STRATA_API strata_status_t strata_moe_synchronize(strata_moe_t *moe);
 /** The last completed step's statistics; pointers valid until the next step. */
 STRATA_API strata_status_t strata_moe_get_stats(const strata_moe_t *moe,
                                                 strata_moe_stats_t *stats_p);
+
+/* --- Elastic: going on after a rank failed ---------------------------------------------- */
+
+/**
+ * Collective over comm: a MoE object with old's parameters (not its fixed mode file) and
+ * old's expert ids, for the ranks of comm, typically strata_comm_shrink's result after a
+ * rank of old's communicator failed, or strata_comm_expand's to hand experts back to a
+ * rank that joined. old is only read; destroy it afterwards. A rank that has no old object
+ * (one that joined) passes NULL and takes the parameters from the ranks that have one,
+ * which must all recreate the same object (else STRATA_ERR_CONFIG on every rank).
+ *
+ * expert_owner[e], for each of old's experts: the rank of comm that holds expert e from now
+ * on, or -1: masked. NULL: each expert stays with the rank that held it in old, where that
+ * rank is in comm (comm split or shrunk from old's communicator, in any number of steps),
+ * and is masked where it is not (every rank must then have an old object). Every rank
+ * must pass the same map (else
+ * STRATA_ERR_CONFIG on every rank). A rank holding an expert it did not hold loads its
+ * weights itself; strata moves rows, not weights.
+ *
+ * The new object's ranks all hold room for the most experts any rank holds (a rank with
+ * fewer has places no expert uses, whose counts stay 0), in increasing expert id:
+ * strata_moe_expert_id names the expert of each local place, and recv.first_expert is -1
+ * where a rank's experts do not follow on from one another. Routing (topk_idx) and pull
+ * masks keep naming old's expert ids. A top-k slot that names a masked expert is left out
+ * of the step, as a -1 would be: its term is missing from the token's combined row, and
+ * strata_moe_masked reports it per token (a warning is logged the first time).
+ * STRATA_ERR_UNSUPPORTED for an object in fixed mode with a mode file.
+ */
+STRATA_API strata_status_t strata_moe_recreate(const strata_moe_t *old, strata_comm_t *comm,
+                                               const int32_t *expert_owner,
+                                               strata_moe_t **moe_p);
+
+/** The expert id of this rank's local expert local_expert; -1 for a place no expert uses,
+ *  or an index out of range. */
+STRATA_API int strata_moe_expert_id(const strata_moe_t *moe, int local_expert);
+
+/**
+ * For layout (NULL: the routing of the last strata_moe_dispatch), how many top-k slots of
+ * each token named a masked expert (per_token: [num_tokens], may be NULL) and in all
+ * (slots_p, may be NULL). Always 0 for an object from strata_moe_create.
+ */
+STRATA_API strata_status_t strata_moe_masked(const strata_moe_t *moe,
+                                             const strata_moe_layout_t *layout,
+                                             int32_t *per_token, int64_t *slots_p);
 
 #ifdef __cplusplus
 }

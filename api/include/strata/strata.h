@@ -187,8 +187,23 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
  */
 STRATA_API strata_status_t strata_comm_shrink(strata_comm_t *comm, strata_comm_t **shrunk_p);
 
+/**
+ * Collective over comm's ranks and num_joiners new processes: a communicator over comm's
+ * ranks, numbered as in comm, and the joiners after them (ranks size .. size +
+ * num_joiners - 1). Each joiner makes its communicator as any rank does:
+ * strata_bootstrap_tcp_create(root_addr, port, its rank, size + num_joiners, ...), then
+ * strata_comm_create. Rank 0 of comm listens on port (every address); root_addr is how the
+ * others and the joiners reach it. The rendezvous is bounded by STRATA_BOOTSTRAP_TIMEOUT.
+ * The new communicator has an engine of its own and owns its bootstrap; comm stays as it
+ * is (destroy it once the new one is made). MoE objects move to it with
+ * strata_moe_recreate, the joiners passing NULL for the old object.
+ */
+STRATA_API strata_status_t strata_comm_expand(strata_comm_t *comm, int num_joiners,
+                                              const char *root_addr, uint16_t port,
+                                              strata_comm_t **expanded_p);
+
 /** A rank's number in the communicator this one was split or shrunk from; -1 for one made
- *  by strata_comm_create, or a rank out of range. */
+ *  by strata_comm_create or strata_comm_expand, or a rank out of range. */
 STRATA_API int strata_comm_parent_rank(const strata_comm_t *comm, int rank);
 
 /* Queries. Each tolerates NULL: indices and ranks are then -1, counts 0, names "". */
