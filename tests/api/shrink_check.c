@@ -27,6 +27,8 @@
  */
 #include <strata/strata.h>
 
+#include "common/moe_plain.h"
+
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -192,22 +194,7 @@ static strata_status_t moe_step(strata_moe_t *moe, const int *first_of, int n, i
     if (status != STRATA_OK) {
         return status;
     }
-    for (int e = 0; e < recv.num_local_experts; ++e) {
-        int id = strata_moe_expert_id(moe, e);
-
-        CHECK(recv.count[e] == 0 || id >= 0, "local expert %d: %d rows, no id", e,
-              recv.count[e]);
-        for (int r = 0; r < recv.count[e]; ++r) {
-            const float *row = (const float *)((const char *)recv.x +
-                                               ((size_t)e * recv.capacity + r) * recv.row_bytes);
-            float *y = (float *)((char *)recv.expert_y +
-                                 ((size_t)e * recv.capacity + r) * recv.y_row_bytes);
-
-            for (int h = 0; h < HIDDEN; ++h) {
-                y[h] = row[h] * (float)(id + 1) + (float)id;
-            }
-        }
-    }
+    CHECK(moe_plain_experts(moe, &recv, HIDDEN), "a place with rows and no expert");
     status = strata_moe_combine(moe, NULL, &w[0][0], out);
     if (status != STRATA_OK) {
         return status;

@@ -10,6 +10,8 @@
  */
 #include <strata/strata.h>
 
+#include "common/moe_plain.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,20 +66,7 @@ static void moe_steps(strata_comm_t *sub, uint32_t seed, int experts)
         }
         CHECK(strata_moe_dispatch(moe, x, NULL, &idx[0][0], TOKENS, &recv) == STRATA_OK,
               "dispatch");
-        for (int e = 0; e < recv.num_local_experts; ++e) {
-            int expert = recv.first_expert + e;
-
-            for (int r = 0; r < recv.count[e]; ++r) {
-                const float *row = (const float *)((const char *)recv.x +
-                                                   ((size_t)e * recv.capacity + r) * recv.row_bytes);
-                float *y = (float *)((char *)recv.expert_y +
-                                     ((size_t)e * recv.capacity + r) * recv.y_row_bytes);
-
-                for (int h = 0; h < HIDDEN; ++h) {
-                    y[h] = row[h] * (float)(expert + 1) + (float)expert;
-                }
-            }
-        }
+        CHECK(moe_plain_experts(moe, &recv, HIDDEN), "a place with rows and no expert");
         CHECK(strata_moe_combine(moe, NULL, &w[0][0], out) == STRATA_OK, "combine");
         for (int t = 0; t < TOKENS; ++t) {
             for (int h = 0; h < HIDDEN; ++h) {
