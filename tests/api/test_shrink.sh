@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # strata_comm_shrink under strata-run (shrink_check): a rank killed or stopped at a step,
-# the survivors shrinking and going on, checked in a ring; rank 0, another rank and a
+# the survivors shrinking and going on, checked in a ring (the step of the failure drawn
+# from STRATA_TEST_SEED, or at random, in most cases); rank 0, another rank and a
 # node's local rank 0 as the victim, on 1 node x 4 ranks and on 2 simulated nodes x 2
 # (network namespaces; skipped where they cannot be made); a second rank dying during the
 # shrink; and a rank whose engine would take 60 s to declare the stopped rank failed, which
@@ -14,7 +15,8 @@
 set -u
 run=$1 check=$2
 passed=0 failed=0 skipped=0
-seed=none # engine_cases.sh names it on a failure
+seed=${STRATA_TEST_SEED:-$RANDOM} # engine_cases.sh names it on a failure
+at=$((seed % 6)) # the step at which the victim fails, where a case leaves it to chance
 log=$(mktemp /tmp/strata-test-shrink-XXXXXX)
 dir=$(mktemp -d /tmp/strata-test-shrink-dir-XXXXXX)
 trap 'rm -f "$log"; rm -rf "$dir"' EXIT
@@ -24,20 +26,20 @@ trap 'rm -f "$log"; rm -rf "$dir"' EXIT
 ok='shrunk to'
 quick="STRATA_INTER_PEER_TIMEOUT=2s SHRINK_CHECK_DIR=$dir"
 lo="STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo"
-check_case "1 node x 4, rank 0 killed" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --max-ms 7000
+check_case "1 node x 4, rank 0 killed" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --at $at --max-ms 7000
 check_case "1 node x 4, rank 2 killed at step 0" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 2 -- --victim 2 --at 0 --max-ms 7000
-check_case "1 node x 4, rank 3 stopped" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 3 -- --victim 3 --stop --max-ms 7000
+check_case "1 node x 4, rank 3 stopped" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 3 -- --victim 3 --stop --at $at --max-ms 7000
 check_case "1 node x 4, rank 1 stopped, rank 0 slow to see it" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 -- --victim 1 --stop --slow 0 --max-ms 11000
 check_case "1 node x 4, rank 1 killed, rank 2 dies as the shrink starts" 2 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 --allow-fail 2 -- --victim 1 --second 2 --second-first --max-ms 7000
 check_case "1 node x 4, rank 1 killed, rank 2 dies in the shrink" 2 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 --allow-fail 2 -- --victim 1 --second 2
-check_case "1 node x 4, rank 0 killed, MoE with its experts masked" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --moe --max-ms 7000
+check_case "1 node x 4, rank 0 killed, MoE with its experts masked" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --moe --at $at --max-ms 7000
 check_case "1 node x 4, rank 1 killed, MoE masked, then a replacement joins" 4 "grew back to 4 ranks" -- $quick $lo -- -n 4 --allow-fail 1 -- --victim 1 --moe --rejoin
 if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
     net="STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0"
-    check_case "2 nodes x 2, rank 0 killed" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 0 -- --victim 0 --max-ms 7000
+    check_case "2 nodes x 2, rank 0 killed" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 0 -- --victim 0 --at $at --max-ms 7000
     check_case "2 nodes x 2, node 1's local rank 0 stopped" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 2 -- --victim 2 --stop --at 5 --max-ms 7000
     check_case "2 nodes x 2, rank 3 killed, rank 0 dies in the shrink" 2 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 3 --allow-fail 0 -- --victim 3 --second 0
-    check_case "2 nodes x 2, rank 1 killed, MoE with its experts reassigned" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 1 -- --victim 1 --reassign --max-ms 7000
+    check_case "2 nodes x 2, rank 1 killed, MoE with its experts reassigned" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 1 -- --victim 1 --reassign --at $at --max-ms 7000
     check_case "2 nodes x 2, rank 0 killed, MoE reassigned, then a replacement joins" 4 "grew back to 4 ranks" -- $quick $net -- -n 4 --nodes 2 --allow-fail 0 -- --victim 0 --reassign --rejoin
     check_case "2 nodes x 2, rank 3 killed, rank 0 dies in the shrink, MoE masked" 2 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 3 --allow-fail 0 -- --victim 3 --second 0 --moe
 else
