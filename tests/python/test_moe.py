@@ -68,6 +68,30 @@ class TestRoundTrip(MoeTest):
                 out = moe.combine(weights, np.empty_like(x))
                 self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
 
+    def test_recreate_with_experts_masked(self):
+        """Moe.recreate on the same communicator with experts 2 and 5 masked: the places
+        named by expert_id, the masked slots per token, the step exact without them; and
+        the map's refusals."""
+        with self.moe() as moe:
+            owner = [-1 if e in (2, 5) else 0 for e in range(EXPERTS)]
+            with self.assertRaisesRegex(ValueError, "expert_owner has 7 entries, not 8"):
+                moe.recreate(self.comm, owner[:7])
+            with self.assertRaisesRegex(ValueError, "needs expert_owner"):
+                strata.Moe.join(self.comm, None, EXPERTS, TOPK, HIDDEN, MAX_TOKENS)
+            with moe.recreate(self.comm, owner) as again:
+                self.assertEqual([again.expert_id(j) for j in range(7)], [0, 1, 3, 4, 6, 7, -1])
+                x, idx, weights = self.batch()
+                recv = again.dispatch(x, idx)
+                for e in range(recv.num_local_experts):
+                    n = int(recv.count[e])
+                    recv.expert_y[e, :n] = ref.expert(again.expert_id(e), recv.x[e, :n])
+                out = again.combine(weights, np.empty_like(x))
+                masked = np.isin(idx, (2, 5))
+                self.assertEqual(again.masked(), [int(m) for m in masked.sum(axis=1)])
+                self.assertTrue(masked.any())
+                expected = ref.moe_step(x, np.where(masked, -1, idx), weights)
+                self.assertTrue(np.array_equal(out, expected))
+
     def test_recv_views(self):
         with self.moe() as moe:
             x, idx, weights = self.batch()
