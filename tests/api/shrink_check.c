@@ -22,8 +22,10 @@
  * the steps on the shrunk communicator, its rank 0 starts a replacement for the victim,
  * which joins through strata_comm_expand's rendezvous; the MoE object is recreated with
  * every expert back where it first was, the joiner passing no old object; more steps, all
- * exact; each process then prints "grew back to N ranks"). Prints, per survivor, "shrunk
- * to N ranks" and that time.
+ * exact; each process then prints "grew back to N ranks"), --map-refusals (with --moe:
+ * before the recreation, rank 0 alone passes a map naming a rank that is not there, then
+ * one unlike the others', and every rank must get INVALID, then CONFIG). Prints, per
+ * survivor, "shrunk to N ranks" and that time.
  */
 #include <strata/strata.h>
 
@@ -67,7 +69,7 @@ typedef struct ring_msg {
 
 typedef struct options {
     int  victim, second, slow, at, steps, max_ms;
-    bool stop, second_first, moe, reassign, rejoin;
+    bool stop, second_first, moe, reassign, rejoin, map_refusals;
     const char *join_addr; /* set: this process is the replacement, joining there */
     int  join_port, join_rank;
 } options_t;
@@ -235,8 +237,32 @@ static strata_moe_t *moe_first(strata_comm_t *comm)
 }
 
 /* The object on the shrunk communicator; the old one destroyed. */
+/* Recreations every rank must refuse because one rank's map is wrong: rank 0 of comm passes
+ * a map naming a rank comm has not (INVALID), then one unlike the others' (CONFIG). */
+static void moe_refusals(strata_moe_t *moe, strata_comm_t *comm, const int32_t *owner)
+{
+    int32_t mine[512];
+    strata_moe_t *fresh = NULL;
+    strata_status_t status;
+
+    memcpy(mine, owner, sizeof(int32_t) * (size_t)g_experts);
+    if (strata_comm_rank(comm) == 0) {
+        mine[0] = strata_comm_size(comm);
+    }
+    status = strata_moe_recreate(moe, comm, mine, &fresh);
+    CHECK(status == STRATA_ERR_INVALID && fresh == NULL,
+          "a map with rank %d on rank 0: recreate returned %s", strata_comm_size(comm),
+          strata_status_string(status));
+    if (strata_comm_rank(comm) == 0) {
+        mine[0] = -1;
+    }
+    status = strata_moe_recreate(moe, comm, mine, &fresh);
+    CHECK(status == STRATA_ERR_CONFIG && fresh == NULL,
+          "rank 0's map unlike the others': recreate returned %s", strata_status_string(status));
+}
+
 static strata_status_t moe_again(strata_moe_t **moe, strata_comm_t *comm, const int *first_of,
-                                 bool reassign)
+                                 bool reassign, bool refusals)
 {
     int32_t owner[512];
     strata_moe_t *fresh;
@@ -244,6 +270,9 @@ static strata_status_t moe_again(strata_moe_t **moe, strata_comm_t *comm, const 
 
     for (int e = 0; e < g_experts; ++e) {
         owner[e] = expert_owner(first_of, strata_comm_size(comm), e, true);
+    }
+    if (refusals) {
+        moe_refusals(*moe, comm, owner);
     }
     status = strata_moe_recreate(*moe, comm, reassign ? owner : NULL, &fresh);
     if (status == STRATA_OK) {
@@ -422,6 +451,8 @@ static void parse(int argc, char **argv, options_t *o)
             o->steps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--moe")) {
             o->moe = true;
+        } else if (!strcmp(argv[i], "--map-refusals")) {
+            o->moe = o->map_refusals = true;
         } else if (!strcmp(argv[i], "--rejoin")) {
             o->rejoin = true;
         } else if (!strcmp(argv[i], "--join") && i + 3 < argc) {
@@ -603,7 +634,7 @@ int main(int argc, char **argv)
                   strata_status_string(status));
             status = shrink(&comm, first_of, &o);
             if (status == STRATA_OK && moe != NULL) {
-                status = moe_again(&moe, comm, first_of, o.reassign);
+                status = moe_again(&moe, comm, first_of, o.reassign, o.map_refusals);
             }
             if (status != STRATA_OK) {
                 continue; /* a second failure: shrink again */

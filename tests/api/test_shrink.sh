@@ -32,7 +32,7 @@ check_case "1 node x 4, rank 3 stopped" 3 "$ok" -- $quick $lo -- -n 4 --allow-fa
 check_case "1 node x 4, rank 1 stopped, rank 0 slow to see it" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 -- --victim 1 --stop --slow 0 --max-ms 11000
 check_case "1 node x 4, rank 1 killed, rank 2 dies as the shrink starts" 2 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 --allow-fail 2 -- --victim 1 --second 2 --second-first --max-ms 7000
 check_case "1 node x 4, rank 1 killed, rank 2 dies in the shrink" 2 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 --allow-fail 2 -- --victim 1 --second 2
-check_case "1 node x 4, rank 0 killed, MoE with its experts masked" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --moe --at $at --max-ms 7000
+check_case "1 node x 4, rank 0 killed, MoE with its experts masked, one rank's bad maps refused everywhere" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --moe --map-refusals --at $at --max-ms 7000
 check_case "1 node x 4, rank 1 killed, MoE masked, then a replacement joins" 4 "grew back to 4 ranks" -- $quick $lo -- -n 4 --allow-fail 1 -- --victim 1 --moe --rejoin
 if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
     net="STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0"
