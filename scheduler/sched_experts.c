@@ -108,15 +108,16 @@ strata_status_t sched_plan_map_ids(const sched_moe_t *moe, sched_plan_t *plan,
                                    const int64_t *topk_idx, int num_tokens, int64_t *out)
 {
     int topk = moe->geo.topk;
-    int32_t *masked = NULL;
+    int32_t *masked;
 
-    if (num_tokens > 0) {
-        masked = realloc(plan->masked, sizeof(int32_t) * (size_t)num_tokens);
-        if (masked == NULL) {
-            return STRATA_ERR_NO_MEMORY;
-        }
-        plan->masked = masked;
+    /* Once per plan, for the most tokens a plan holds: the object's own plan is refilled
+     * every step. */
+    if (plan->masked == NULL &&
+        (plan->masked = malloc(sizeof(int32_t) * (size_t)UTIL_MAX(moe->geo.max_tokens, 1))) ==
+            NULL) {
+        return STRATA_ERR_NO_MEMORY;
     }
+    masked             = plan->masked;
     plan->masked_slots = 0;
     for (int t = 0; t < num_tokens; ++t) {
         masked[t] = 0;

@@ -158,8 +158,8 @@ typedef struct sched_experts {
     bool     masked_logged;
 } sched_experts_t;
 
-/* sched_experts.c: topk_idx in the caller's ids into out, in the object's; the plan's per
- * token counts of masked slots. */
+/* sched_experts.c: topk_idx (at most max_tokens tokens) in the caller's ids into out, in
+ * the object's; the plan's per token counts of masked slots. */
 strata_status_t sched_plan_map_ids(const sched_moe_t *moe, sched_plan_t *plan,
                                    const int64_t *topk_idx, int num_tokens, int64_t *out);
 /* sched_experts.c: a mask of the caller's experts as the object's. */

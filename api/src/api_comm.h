@@ -68,12 +68,6 @@ void api_split_bootstrap_destroy(strata_bootstrap_t *bootstrap);
 #define API_SPLIT_SEQ_BITS 20
 #define API_SPLIT_MAX      ((1u << (32 - API_SPLIT_SEQ_BITS)) - 1)
 
-/**
- * A communicator over members (parent ranks, in the new order; this rank among them) with
- * no new rendezvous: its bootstrap's collectives are messages over the parent's engine on
- * channels (number << API_SPLIT_SEQ_BITS) | seq, seq counting from first_seq + 1. Every
- * member passes the same number, first_seq and members (api_comm_split.c).
- */
 /** The settings of a communicator made from parent (split, shrunk, expanded): the
  *  parent's node name and GPU. */
 strata_config_t api_comm_inherited_config(const strata_comm_t *parent);
@@ -81,6 +75,12 @@ strata_config_t api_comm_inherited_config(const strata_comm_t *parent);
 /** The communicator comm was split or shrunk from; NULL for one from a bootstrap. */
 strata_comm_t *api_comm_parent(const strata_comm_t *comm);
 
+/**
+ * A communicator over members (parent ranks, in the new order; this rank among them) with
+ * no new rendezvous: its bootstrap's collectives are messages over the parent's engine on
+ * channels (number << API_SPLIT_SEQ_BITS) | seq, seq counting from first_seq + 1. Every
+ * member passes the same number, first_seq and members (api_comm_split.c).
+ */
 strata_status_t api_comm_over_members(strata_comm_t *parent, uint32_t number,
                                       uint32_t first_seq, const int *members, int n,
                                       strata_comm_t **sub_p);

@@ -6,9 +6,10 @@
  * starts from the ranks its engine has declared failed (by heartbeat silence or a transport
  * error). In each of API_SHRINK_ROUNDS rounds it sends its set to every rank outside it and
  * takes every such rank's set into its own; a rank whose set does not come is in the set
- * once the engine declares it failed, or once another rank's set names it. A rank that finds itself in another's set was
- * declared failed by it, and leaves with STRATA_ERR_PEER_FAILED. After the last round the
- * members are the ranks outside the set, in their old order.
+ * once the engine declares it failed, or once another rank's set names it. A rank that
+ * finds itself in another's set was declared failed by it, and leaves with
+ * STRATA_ERR_PEER_FAILED. After the last round the members are the ranks outside the set,
+ * in their old order.
  *
  * Why the sets end equal: the engine never takes a failure back, so a round in which no
  * rank fails leaves every survivor with the union of all sets, and later rounds keep it.
@@ -25,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define API_SHRINK_MAGIC  0x53484b31u /* "SHK1" */
-#define API_SHRINK_ROUNDS 3u
+#define API_SHRINK_MAGIC   0x53484b31u /* "SHK1" */
+#define API_SHRINK_ROUNDS  3u
 #define API_SHRINK_POLL_NS 1000000ull /* a wait between looks at the round's receives */
 
 /* One rank's failure set in one round: a bit per rank of the old communicator. */
@@ -44,7 +45,7 @@ typedef struct api_shrink {
     size_t            msg_bytes;
     size_t            slot_bytes; /* of a rank's set in in: msg_bytes, aligned */
     uint8_t          *failed;   /* [size] this rank's set */
-    api_shrink_msg_t *out;      /* what this rank sends in the round */
+    api_shrink_msg_t *out;      /* what this rank sends in the round: its set then */
     char             *in;       /* [size][slot_bytes] what each rank sent it */
     inter_request_t **recvs;    /* [size] */
     bool              in_lent;  /* a cancelled receive may still write into in */
@@ -192,26 +193,31 @@ static strata_status_t api_shrink_gather(api_shrink_t *sh, uint32_t round)
     return status;
 }
 
-/* Post a receive for the set of every rank outside this rank's, then send it to them. */
-static void api_shrink_post(api_shrink_t *sh, uint32_t round, const uint8_t *sent)
+/* Whether rank r is another rank outside the set this rank sends in the round. */
+static bool api_shrink_partner(const api_shrink_t *sh, int r)
+{
+    return r != sh->comm->rank && !api_shrink_bit(sh->out->failed, r);
+}
+
+/* Post a receive for the set of every rank outside this rank's, then send it to them; a
+ * rank whose receive cannot be posted (declared failed since) joins the set. */
+static void api_shrink_post(api_shrink_t *sh, uint32_t round)
 {
     uint32_t channel = api_shrink_channel(sh, round);
-    int me = sh->comm->rank;
 
     for (int r = 0; r < sh->comm->size; ++r) {
-        if (r == me || sent[r]) {
-            continue;
-        }
-        if (inter_engine_recv_on(api_shrink_engine(sh), channel, r,
+        if (api_shrink_partner(sh, r) &&
+            inter_engine_recv_on(api_shrink_engine(sh), channel, r,
                                  sh->in + (size_t)r * sh->slot_bytes, sh->msg_bytes,
                                  &sh->recvs[r]) != STRATA_OK) {
-            sh->recvs[r] = NULL; /* declared failed since: collected as such */
+            sh->recvs[r]  = NULL;
+            sh->failed[r] = 1;
         }
     }
     for (int r = 0; r < sh->comm->size; ++r) {
         inter_request_t *send = NULL;
 
-        if (r == me || sent[r]) {
+        if (!api_shrink_partner(sh, r)) {
             continue;
         }
         /* Copied at submission; a send to a rank that fails is its own receive's business. */
@@ -225,29 +231,16 @@ static void api_shrink_post(api_shrink_t *sh, uint32_t round, const uint8_t *sen
 static strata_status_t api_shrink_round(api_shrink_t *sh, uint32_t round)
 {
     size_t bits = ((size_t)sh->comm->size + 7) / 8;
-    uint8_t *sent = calloc((size_t)sh->comm->size, 1);
-    strata_status_t status;
 
-    if (sent == NULL) {
-        return STRATA_ERR_NO_MEMORY;
-    }
     api_shrink_take_engine(sh);
-    memcpy(sent, sh->failed, (size_t)sh->comm->size);
     *sh->out = (api_shrink_msg_t){.magic = API_SHRINK_MAGIC, .round = round,
                                   .world_size = (uint32_t)sh->comm->size};
     memset(sh->out->failed, 0, bits);
     for (int r = 0; r < sh->comm->size; ++r) {
-        sh->out->failed[r / 8] |= (uint8_t)(sent[r] << (r % 8));
+        sh->out->failed[r / 8] |= (uint8_t)(sh->failed[r] << (r % 8));
     }
-    api_shrink_post(sh, round, sent);
-    for (int r = 0; r < sh->comm->size; ++r) {
-        if (r != sh->comm->rank && !sent[r] && sh->recvs[r] == NULL) {
-            sh->failed[r] = 1; /* declared failed before its receive could be posted */
-        }
-    }
-    status = api_shrink_gather(sh, round);
-    free(sent);
-    return status;
+    api_shrink_post(sh, round);
+    return api_shrink_gather(sh, round);
 }
 
 static strata_status_t api_shrink_open(api_shrink_t *sh, strata_comm_t *comm, uint32_t number)

@@ -85,25 +85,42 @@ static strata_status_t api_moe_owner_check(const int32_t *owner, int experts, in
     return STRATA_OK;
 }
 
-/* Collective: every rank passed the same map, or CONFIG on every rank. */
-static strata_status_t api_moe_owner_agree(strata_comm_t *comm, const int32_t *owner,
-                                           int experts)
+/* A rank's outcome so far and its map's digest, gathered in one collective. */
+typedef struct api_moe_map_vote {
+    int32_t  status;
+    int32_t  reserved;
+    uint64_t digest;
+} api_moe_map_vote_t;
+
+/* Collective: every rank's outcome (the first failed one's, logged, fails it everywhere),
+ * and every rank passed the same map, or CONFIG on every rank. */
+static strata_status_t api_moe_owner_agree(strata_comm_t *comm, strata_status_t mine,
+                                           const int32_t *owner, int experts)
 {
     unsigned char digest[UTIL_SHA256_LEN];
-    uint64_t mine, *all = calloc((size_t)comm->size, sizeof(uint64_t));
+    api_moe_map_vote_t vote = {.status = mine}, *all;
     strata_status_t status;
     util_sha256_t sha;
 
-    util_sha256_init(&sha);
-    util_sha256_update(&sha, owner, sizeof(int32_t) * (size_t)experts);
-    util_sha256_final(&sha, digest);
-    memcpy(&mine, digest, sizeof(mine));
+    if (mine == STRATA_OK) {
+        util_sha256_init(&sha);
+        util_sha256_update(&sha, owner, sizeof(int32_t) * (size_t)experts);
+        util_sha256_final(&sha, digest);
+        memcpy(&vote.digest, digest, sizeof(vote.digest));
+    }
+    all = calloc((size_t)comm->size, sizeof(*all));
     if (all == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    status = api_comm_allgather(comm, &mine, all, sizeof(mine));
+    status = api_comm_allgather(comm, &vote, all, sizeof(vote));
     for (int r = 0; r < comm->size && status == STRATA_OK; ++r) {
-        if (all[r] != mine) {
+        if (all[r].status != STRATA_OK) {
+            if (r != comm->rank) {
+                UTIL_LOG_ERROR("strata_moe_recreate: rank %d failed: %s", r,
+                               strata_status_string((strata_status_t)all[r].status));
+            }
+            status = (strata_status_t)all[r].status;
+        } else if (all[r].digest != vote.digest) {
             UTIL_LOG_ERROR("strata_moe_recreate: rank %d passed another expert_owner map than "
                            "rank %d", r, comm->rank);
             status = STRATA_ERR_CONFIG;
@@ -115,6 +132,7 @@ static strata_status_t api_moe_owner_agree(strata_comm_t *comm, const int32_t *o
 
 /* What each rank knows of the object to recreate: a rank that joined has no old object. */
 typedef struct api_moe_card {
+    int32_t status;  /* of this rank's part so far: one failed fails it on every rank */
     int32_t has_old;
     int32_t global_experts;
     int32_t topk, hidden, dtype, combine_dtype, max_tokens, capacity, expert_alignment;
@@ -155,8 +173,9 @@ static strata_status_t api_moe_card(const strata_moe_t *old, api_moe_card_t *car
     return STRATA_OK;
 }
 
-/* Collective: every rank's card; the object to recreate as the ranks that have one agree on
- * it (CONFIG where they differ, INVALID where none has one). */
+/* Collective: every rank's card; a rank's failure (logged) fails it on every rank; the
+ * object to recreate as the ranks that have one agree on it (CONFIG where they differ,
+ * INVALID where none has one). */
 static strata_status_t api_moe_cards(strata_comm_t *comm, const api_moe_card_t *mine,
                                      api_moe_card_t *chosen)
 {
@@ -168,6 +187,15 @@ static strata_status_t api_moe_cards(strata_comm_t *comm, const api_moe_card_t *
         return STRATA_ERR_NO_MEMORY;
     }
     status = api_comm_allgather(comm, mine, all, sizeof(*mine));
+    for (int r = 0; r < comm->size && status == STRATA_OK; ++r) {
+        if (all[r].status != STRATA_OK) {
+            if (r != comm->rank) {
+                UTIL_LOG_ERROR("strata_moe_recreate: rank %d failed: %s", r,
+                               strata_status_string((strata_status_t)all[r].status));
+            }
+            status = (strata_status_t)all[r].status;
+        }
+    }
     for (int r = 0; r < comm->size && status == STRATA_OK; ++r) {
         if (!all[r].has_old) {
             continue;
@@ -251,10 +279,8 @@ STRATA_API strata_status_t strata_moe_recreate(const strata_moe_t *old, strata_c
     }
     *moe_p = NULL;
     /* Collective from here on: a rank that cannot go on takes part and fails it everywhere. */
-    status = api_comm_agree(comm, api_moe_card(old, &mine), "strata_moe_recreate");
-    if (status == STRATA_OK) {
-        status = api_moe_cards(comm, &mine, &card);
-    }
+    mine.status = api_moe_card(old, &mine);
+    status      = api_moe_cards(comm, &mine, &card);
     if (status == STRATA_OK) {
         owner  = malloc(sizeof(int32_t) * (size_t)card.global_experts);
         status = owner == NULL ? STRATA_ERR_NO_MEMORY
@@ -263,10 +289,7 @@ STRATA_API strata_status_t strata_moe_recreate(const strata_moe_t *old, strata_c
         if (status == STRATA_OK) {
             status = api_moe_owner_check(owner, card.global_experts, comm->size, &per_rank);
         }
-        status = api_comm_agree(comm, status, "strata_moe_recreate");
-    }
-    if (status == STRATA_OK) {
-        status = api_moe_owner_agree(comm, owner, card.global_experts);
+        status = api_moe_owner_agree(comm, status, owner, card.global_experts);
     }
     if (status == STRATA_OK) {
         params = api_moe_recreated_params(&card, comm->size, per_rank);
