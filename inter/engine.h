@@ -239,6 +239,11 @@ strata_status_t inter_engine_peer_rate(inter_engine_t *engine, int peer, inter_p
  * when INTER_MAX_FAILURE_WATCHES words are watched already.
  */
 strata_status_t inter_engine_watch_failures(inter_engine_t *engine, int32_t *word);
+/** The same for the failures of n of the engine's ranks only (copied), for the members of a
+ *  communicator that outlived others on this engine: a failure of any other rank leaves
+ *  the word alone. */
+strata_status_t inter_engine_watch_failures_of(inter_engine_t *engine, int32_t *word,
+                                               const int *ranks, int n);
 /** Stop watching word (tolerates one not watched); the proxy no longer writes it on return. */
 void            inter_engine_unwatch_failures(inter_engine_t *engine, int32_t *word);
 
@@ -385,6 +390,10 @@ strata_status_t inter_request_wait(const inter_request_t *req, uint64_t timeout_
 /** For a completed recv: bytes received and the sender. */
 size_t          inter_request_length(const inter_request_t *req);
 int             inter_request_source(const inter_request_t *req);
+/** Have inter_request_source report a receive's sender as ranks[sender] (ranks: one entry
+ *  per rank of the engine, kept by the caller until the request is freed), for a
+ *  communicator that numbers the engine's ranks its own way. */
+void            inter_request_report_source(inter_request_t *req, const int *ranks);
 /**
  * Cancel: parts not yet posted are never posted; the request completes with
  * STRATA_ERR_CANCELLED (bytes already in flight may still land). No effect once done.
@@ -408,6 +417,10 @@ uint32_t inter_engine_write_chunks(const inter_engine_t *engine, int peer, size_
  */
 strata_status_t inter_engine_imm_wait(inter_engine_t *engine, uint32_t imm, uint64_t count,
                                       int from_peer, uint64_t timeout_ns);
+/** The same, failing where any of peers[0..n) (and no other rank) fails first: for a
+ *  communicator over some of the engine's ranks. */
+strata_status_t inter_engine_imm_wait_from(inter_engine_t *engine, uint32_t imm, uint64_t count,
+                                           const int *peers, int n, uint64_t timeout_ns);
 
 typedef void (*inter_imm_fn_t)(void *arg, uint32_t imm, strata_status_t status);
 
@@ -454,6 +467,12 @@ typedef struct inter_ring_params {
     const inter_mr_t    *regions[INTER_RING_MAX_REGIONS];
     size_t               region_offsets[INTER_RING_MAX_REGIONS];
     const inter_rdesc_t *remote[INTER_RING_MAX_REGIONS];
+    /** The ring's peers, for a communicator over some of the engine's ranks: a command's
+     *  peer p is the engine's rank peers[p] (num_peers of them, copied; remote[r] holds
+     *  num_peers descriptors, in that order), and only a failure of one of them fails the
+     *  ring. NULL: every rank, p itself (remote[r] holds world_size). */
+    const int           *peers;
+    int                  num_peers;
     bool                 host_stamps;  /**< command stamps are util_clock_now_ns() */
     /** Called by the proxy, where the network writes into memory whose readers must be told
      *  only once those writes are visible to them (GPU memory under GPUDirect RDMA), before

@@ -343,6 +343,7 @@ void inter_engine_destroy(inter_engine_t *engine)
         util_ring_cleanup(&engine->ring);
     }
     pthread_mutex_destroy(&engine->mr_lock);
+    inter_engine_unwatch_all(engine);
     pthread_mutex_destroy(&engine->watch_lock);
     pthread_mutex_destroy(&engine->barrier_lock);
     pthread_mutex_destroy(&engine->progress_lock);

@@ -167,6 +167,7 @@ struct inter_request {
     size_t                 cap;
     size_t                 length;
     int                    source;
+    const int             *source_ranks; /* where set: source reported as source_ranks[source] */
     uint32_t               channel;   /* messages of that channel only (0: the user's) */
     struct inter_request  *next_recv;
     /* notify */
@@ -202,7 +203,9 @@ struct inter_ring {
     int                num_regions;
     const inter_mr_t  *regions[INTER_RING_MAX_REGIONS];
     size_t             region_offsets[INTER_RING_MAX_REGIONS];
-    inter_rdesc_t     *remote;        /* [num_regions][world] */
+    inter_rdesc_t     *remote;        /* [num_regions][num_peers] */
+    int                num_peers;
+    int               *peers;         /* [num_peers] the engine's rank of each ring peer */
     bool               host_stamps;
     inter_op_t        *ops;           /* [slots] */
     bool              *done;          /* [slots] */
@@ -299,6 +302,13 @@ typedef struct inter_late_release {
     void                     (*free_fn)(void *ptr);
 } inter_late_release_t;
 
+/* A word the proxy stores STRATA_ERR_PEER_FAILED into when one of ranks fails (NULL: any). */
+typedef struct inter_watch {
+    int32_t *word; /* NULL: the entry is free */
+    int     *ranks;
+    int      num_ranks;
+} inter_watch_t;
+
 struct inter_engine {
     inter_engine_params_t  params;
     const inter_transport_ops_t *ops;
@@ -319,7 +329,7 @@ struct inter_engine {
     atomic_uint_fast64_t   key_counter;
     pthread_mutex_t        mr_lock;     /* registrations from several threads */
     pthread_mutex_t        watch_lock;  /* the failure watches, set by users, read by the proxy */
-    int32_t               *watches[INTER_MAX_FAILURE_WATCHES];
+    inter_watch_t          watches[INTER_MAX_FAILURE_WATCHES];
     inter_mr_t            *mrs;         /* live registrations, closed first at destroy */
     bool                   beat_by_send; /* proxy: heartbeats by send (see inter_heartbeat) */
     inter_op_t            *beat_ops;    /* [world] heartbeat sends, slot -1 when none is out */
@@ -402,8 +412,10 @@ static inline bool inter_counter_take(_Atomic uint64_t *counter, uint64_t count)
 
 /** Wake waiters sleeping on the engine (after anything they may wait for changed). */
 void inter_engine_wake(inter_engine_t *engine);
-/** Store STRATA_ERR_PEER_FAILED into every watched failure word (the proxy, as a peer fails). */
-void inter_engine_announce_failure(inter_engine_t *engine);
+/** Store STRATA_ERR_PEER_FAILED into every failure word watching peer (the proxy, as it
+ *  fails); forget every watch (the engine's destroy). */
+void inter_engine_announce_failure(inter_engine_t *engine, int peer);
+void inter_engine_unwatch_all(inter_engine_t *engine);
 
 /* inter_proxy.c */
 void *inter_proxy_main(void *arg);
@@ -479,7 +491,8 @@ void inter_ring_flush_done(inter_engine_t *engine, inter_op_t *op, strata_status
 inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ring_params_t *p);
 void inter_ring_init_mem(const inter_ring_params_t *p);
 void inter_ring_publish(inter_engine_t *engine);             /* after a round of polling */
-void inter_ring_fail_all(inter_engine_t *engine, strata_status_t status);
+/** Fail every attached ring that has peer among its peers (peer failed). */
+void inter_ring_fail_peer(inter_engine_t *engine, int peer, strata_status_t status);
 void inter_ring_accept(inter_engine_t *engine, inter_request_t *req);
 void inter_ring_sweep(inter_engine_t *engine);               /* free retired rings now idle */
 void inter_ring_free(inter_ring_t *ring);

@@ -29,8 +29,8 @@ void inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why)
         return;
     }
     UTIL_LOG_WARN("engine: peer %d failed: %s", peer, why);
-    inter_ring_fail_all(engine, STRATA_ERR_PEER_FAILED);
-    inter_engine_announce_failure(engine);
+    inter_ring_fail_peer(engine, peer, STRATA_ERR_PEER_FAILED);
+    inter_engine_announce_failure(engine, peer);
     for (inter_request_t *req = engine->active; req != NULL; req = req->next_active) {
         if (!atomic_load(&req->done) && req->type != INTER_REQ_NOTIFY &&
             inter_request_involves(req, peer)) {

@@ -90,7 +90,13 @@ size_t inter_request_length(const inter_request_t *req)
 
 int inter_request_source(const inter_request_t *req)
 {
-    return req->source;
+    return req->source_ranks != NULL && req->source >= 0 ? req->source_ranks[req->source]
+                                                         : req->source;
+}
+
+void inter_request_report_source(inter_request_t *req, const int *ranks)
+{
+    req->source_ranks = ranks;
 }
 
 void inter_request_cancel(inter_request_t *req)
@@ -502,6 +508,22 @@ strata_status_t inter_engine_imm_wait(inter_engine_t *engine, uint32_t imm, uint
     }
     return inter_counter_wait(engine, &engine->imm_count[imm], count,
                               from_peer >= 0 ? &from_peer : NULL, 1, timeout_ns);
+}
+
+strata_status_t inter_engine_imm_wait_from(inter_engine_t *engine, uint32_t imm, uint64_t count,
+                                           const int *peers, int n, uint64_t timeout_ns)
+{
+    bool valid = imm < INTER_IMM_MAX && peers != NULL && n >= 1;
+
+    for (int i = 0; valid && i < n; ++i) {
+        valid = peers[i] >= 0 && peers[i] < engine->params.world_size;
+    }
+    if (!valid) {
+        UTIL_LOG_ERROR("engine: wait on immediate %u from %d peers (each a rank of %d)", imm,
+                       n, engine->params.world_size);
+        return STRATA_ERR_INVALID;
+    }
+    return inter_counter_wait(engine, &engine->imm_count[imm], count, peers, n, timeout_ns);
 }
 
 strata_status_t inter_engine_imm_notify(inter_engine_t *engine, uint32_t imm, uint64_t count,

@@ -20,6 +20,7 @@ void inter_ring_free(inter_ring_t *ring)
 {
     if (ring != NULL) {
         free(ring->remote);
+        free(ring->peers);
         free(ring->ops);
         free(ring->done);
         free(ring->counts);
@@ -31,7 +32,24 @@ void inter_ring_free(inter_ring_t *ring)
     }
 }
 
-static strata_status_t inter_ring_check_params(const inter_ring_params_t *p)
+/* A ring's peers: engine ranks, each once. */
+static bool inter_ring_peers_valid(const inter_engine_t *engine, const inter_ring_params_t *p)
+{
+    for (int i = 0; i < p->num_peers; ++i) {
+        if (p->peers[i] < 0 || p->peers[i] >= engine->params.world_size) {
+            return false;
+        }
+        for (int j = 0; j < i; ++j) {
+            if (p->peers[j] == p->peers[i]) {
+                return false;
+            }
+        }
+    }
+    return p->peers == NULL || p->num_peers >= 1;
+}
+
+static strata_status_t inter_ring_check_params(const inter_engine_t *engine,
+                                               const inter_ring_params_t *p)
 {
     if (p == NULL || p->mem == NULL || p->slots < 2 || p->slots > 65536 ||
         (p->slots & (p->slots - 1)) != 0 || p->num_regions < 1 ||
@@ -41,6 +59,11 @@ static strata_status_t inter_ring_check_params(const inter_ring_params_t *p)
                        "(1..%d), immediates %u + %u (at most %u)", p ? p->slots : 0,
                        p ? p->num_regions : 0, INTER_RING_MAX_REGIONS, p ? p->imm_base : 0,
                        p ? p->num_imms : 0, INTER_IMM_MAX);
+        return STRATA_ERR_INVALID;
+    }
+    if (!inter_ring_peers_valid(engine, p)) {
+        UTIL_LOG_ERROR("engine: work ring over %d peers that are not distinct ranks of the "
+                       "engine's %d", p->num_peers, engine->params.world_size);
         return STRATA_ERR_INVALID;
     }
     for (int r = 0; r < p->num_regions; ++r) {
@@ -55,7 +78,7 @@ static strata_status_t inter_ring_check_params(const inter_ring_params_t *p)
 
 inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ring_params_t *p)
 {
-    size_t world = (size_t)engine->params.world_size;
+    size_t world = p->peers != NULL ? (size_t)p->num_peers : (size_t)engine->params.world_size;
     size_t counts = (size_t)p->num_counters + p->num_imms + 1;
     inter_ring_t *ring = calloc(1, sizeof(*ring));
 
@@ -63,6 +86,7 @@ inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ring_para
         return NULL;
     }
     ring->remote = calloc((size_t)p->num_regions * world, sizeof(inter_rdesc_t));
+    ring->peers    = calloc(world, sizeof(int));
     ring->ops      = calloc(p->slots, sizeof(inter_op_t));
     ring->done     = calloc(p->slots, sizeof(bool));
     ring->counts   = calloc(counts, sizeof(uint64_t));
@@ -72,11 +96,15 @@ inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ring_para
         ring->held        = calloc(counts, sizeof(uint32_t));
         ring->held_counts = calloc(counts, sizeof(uint64_t));
     }
-    if (ring->remote == NULL || ring->ops == NULL || ring->done == NULL ||
+    if (ring->remote == NULL || ring->peers == NULL || ring->ops == NULL || ring->done == NULL ||
         ring->counts == NULL || ring->dirty == NULL || ring->is_dirty == NULL ||
         (p->flush_by_read && (ring->held == NULL || ring->held_counts == NULL))) {
         inter_ring_free(ring);
         return NULL;
+    }
+    ring->num_peers = (int)world;
+    for (size_t i = 0; i < world; ++i) {
+        ring->peers[i] = p->peers != NULL ? p->peers[i] : (int)i;
     }
     ring->flush_by_read = p->flush_by_read;
     ring->mem         = p->mem;
@@ -133,7 +161,7 @@ static strata_status_t inter_ring_request(inter_engine_t *engine, inter_ring_t *
 strata_status_t inter_engine_ring_attach(inter_engine_t *engine, const inter_ring_params_t *params,
                                          inter_ring_t **ring_p)
 {
-    strata_status_t status = inter_ring_check_params(params);
+    strata_status_t status = inter_ring_check_params(engine, params);
     inter_ring_t *ring;
 
     if (status != STRATA_OK) {
@@ -250,8 +278,8 @@ void inter_ring_accept(inter_engine_t *engine, inter_request_t *req)
     }
     ring->next    = engine->rings;
     engine->rings = ring;
-    for (int p = 0; p < engine->params.world_size; ++p) {
-        if (inter_engine_peer_failed(engine, p)) {
+    for (int p = 0; p < ring->num_peers; ++p) {
+        if (inter_engine_peer_failed(engine, ring->peers[p])) {
             inter_ring_set_failure(ring, STRATA_ERR_PEER_FAILED);
         }
     }
@@ -268,15 +296,14 @@ static bool inter_ring_cmd_valid(const inter_engine_t *engine, const inter_ring_
     uint64_t offset;
 
     if ((cmd->op != UTIL_WORK_WRITE && cmd->op != UTIL_WORK_WRITE_IMM &&
-         cmd->op != UTIL_WORK_READ) || cmd->peer < 0 || cmd->peer >= engine->params.world_size ||
+         cmd->op != UTIL_WORK_READ) || cmd->peer < 0 || cmd->peer >= ring->num_peers ||
         cmd->region >= (uint32_t)ring->num_regions || cmd->counter >= mem->num_counters ||
         cmd->length == 0 || cmd->length > engine->rails[0].tp->max_rma_size ||
         (cmd->op == UTIL_WORK_WRITE_IMM && cmd->imm >= INTER_IMM_MAX)) {
         return false;
     }
     lmr   = ring->regions[cmd->region];
-    rdesc = &ring->remote[(size_t)cmd->region * (size_t)engine->params.world_size +
-                          (size_t)cmd->peer];
+    rdesc = &ring->remote[(size_t)cmd->region * (size_t)ring->num_peers + (size_t)cmd->peer];
     offset = ring->region_offsets[cmd->region] + cmd->offset;
     return offset >= cmd->offset && offset <= lmr->len && cmd->length <= lmr->len - offset &&
            rdesc->magic == INTER_RDESC_MAGIC && cmd->remote_offset <= rdesc->length &&
@@ -287,18 +314,17 @@ static void inter_ring_fill_op(const inter_engine_t *engine, inter_ring_t *ring,
                                const util_work_cmd_t *cmd, uint64_t ticket)
 {
     const inter_mr_t *lmr = ring->regions[cmd->region];
-    const inter_rdesc_t *rdesc = &ring->remote[(size_t)cmd->region *
-                                                   (size_t)engine->params.world_size +
+    const inter_rdesc_t *rdesc = &ring->remote[(size_t)cmd->region * (size_t)ring->num_peers +
                                                (size_t)cmd->peer];
+    int peer = ring->peers[cmd->peer], rail;
     inter_stripe_params_t stripe;
-    int rail;
 
-    inter_engine_stripe(engine, cmd->peer, &stripe);
-    rail = inter_rail_for(engine, cmd->peer, (uint32_t)(ticket % stripe.num_rails));
+    inter_engine_stripe(engine, peer, &stripe);
+    rail = inter_rail_for(engine, peer, (uint32_t)(ticket % stripe.num_rails));
     *op = (inter_op_t){
         .kind     = cmd->op == UTIL_WORK_READ ? INTER_OP_READ : INTER_OP_WRITE,
         .rail     = rail,
-        .peer     = cmd->peer,
+        .peer     = peer,
         .lbuf     = (char *)lmr->addr + ring->region_offsets[cmd->region] + cmd->offset,
         .len      = cmd->length,
         .desc     = lmr->tmr[rail].desc,
@@ -393,7 +419,7 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
             inter_ring_set_failure(ring, STRATA_ERR_INVALID);
             break;
         }
-        if (inter_engine_peer_failed(engine, cmd.peer)) {
+        if (inter_engine_peer_failed(engine, ring->peers[cmd.peer])) {
             inter_ring_set_failure(ring, STRATA_ERR_PEER_FAILED);
             break;
         }
@@ -403,7 +429,7 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
              * with them, in that peer's queue, and the ring goes on to other peers. */
             inter_queues_push(&engine->pending, op);
         } else {
-            atomic_store_explicit(&engine->proxy_target, cmd.peer, memory_order_relaxed);
+            atomic_store_explicit(&engine->proxy_target, op->peer, memory_order_relaxed);
             now    = util_clock_now_ns();
             post   = inter_rma_post(engine, op);
             status = inter_post_one(engine, &post);
@@ -412,7 +438,7 @@ static int inter_ring_drain(inter_engine_t *engine, inter_ring_t *ring)
                 break; /* the transport's queue is full: the same ticket next loop */
             }
             if (status != STRATA_OK) {
-                inter_proxy_fail_peer(engine, cmd.peer, "posting a work ring command failed");
+                inter_proxy_fail_peer(engine, op->peer, "posting a work ring command failed");
                 break;
             }
             inter_ring_note_delay(ring, &cmd);
@@ -660,10 +686,15 @@ void inter_ring_publish(inter_engine_t *engine)
     }
 }
 
-void inter_ring_fail_all(inter_engine_t *engine, strata_status_t status)
+void inter_ring_fail_peer(inter_engine_t *engine, int peer, strata_status_t status)
 {
     for (inter_ring_t *ring = engine->rings; ring != NULL; ring = ring->next) {
-        inter_ring_set_failure(ring, status);
+        for (int p = 0; p < ring->num_peers; ++p) {
+            if (ring->peers[p] == peer) {
+                inter_ring_set_failure(ring, status);
+                break;
+            }
+        }
     }
 }
 

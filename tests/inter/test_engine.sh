@@ -2,7 +2,8 @@
 # The transfer engine over real libfabric providers, several processes each: tcp;ofi_rxm on
 # loopback (2 and 4 ranks, 1 and 2 rails), tcp between 2 simulated nodes x 2 ranks (network
 # namespaces; skipped where they cannot be made), shm, work rings fed by host threads, a
-# rank killed mid-transfer (also while producers feed a ring), chunks posted last first (the
+# rank killed mid-transfer (also while producers feed a ring, after which a ring and a failure
+# watch over the survivors alone go on), chunks posted last first (the
 # order EFA SRD may deliver them in), ranks quiet past the peer timeout with heartbeats by
 # inject and by send, progress by the waiting caller and by a thread, submissions paced by
 # rate control, STRATA_INTER_SHARED_MEMORY=no, and the chaos transport (delays, pieces and
@@ -48,9 +49,10 @@ forbid='as expected'
 check_case "ucx, shared memory forbidden" 2 "$forbid" -- $ucx $tcp_only -- -n 2 -- --forbid-shm
 check_case "ucx, shared memory forbidden and named in STRATA_UCX_TLS (refused)" 2 "$forbid" -- $ucx $tcp_only STRATA_UCX_TLS=posix,tcp -- -n 2 -- --forbid-shm
 dead='failed after'
+ring_on="the survivors' ring and watch went on"
 check_case "ucx tcp, rank 2 of 3 killed" 2 "$dead" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 check_case "ucx tcp, rank 2 of 3 killed, progress thread" 2 "$dead" -- $quick STRATA_INTER_PROGRESS=thread $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
-check_case "ucx tcp, rank 1 of 3 killed under a work ring" 2 "$dead" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 1 -- --kill-ring 1
+check_case "ucx tcp, rank 1 of 3 killed under a work ring, the survivors' ring goes on" 2 "$ring_on" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 1 -- --kill-ring 1
 ucx_shm_before=$(ls /dev/shm 2>/dev/null | grep -c ucx)
 check_case "ucx, shared memory allowed, rank 1 of 3 killed" 2 "$dead" -- $quick $ucx -- -n 3 --allow-fail 1 -- --kill 1
 # UCX's own segments (its names say ucx; other jobs' are not counted) do not outlive the job.
@@ -85,6 +87,7 @@ fi
 else
 ok='all checks passed'
 dead='failed after'
+ring_on="the survivors' ring and watch went on"
 # Runs that kill nobody get a peer timeout no scheduling hiccup on a loaded machine reaches;
 # the kill runs use a short one and check that the death is seen within it (plus slack).
 calm=STRATA_INTER_PEER_TIMEOUT=20s
@@ -135,7 +138,7 @@ check_case "shm, shared memory forbidden (refused)" 2 "$forbid" -- STRATA_INTER_
 check_case "tcp, rank 2 of 3 killed" 2 "$dead" -- $quick $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 check_case "tcp, rank 2 of 3 killed, progress thread" 2 "$dead" -- $quick STRATA_INTER_PROGRESS=thread $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 shm_before=$(ls /dev/shm 2>/dev/null | wc -l)
-check_case "tcp, rank 1 of 3 killed under a work ring, rate control on" 2 "$dead" -- $quick $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RATE_CONTROL=on STRATA_INTER_STRIPE_MIN=16k -- -n 3 --allow-fail 1 -- --kill-ring 1
+check_case "tcp, rank 1 of 3 killed under a work ring, rate control on, the survivors' ring goes on" 2 "$ring_on" -- $quick $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RATE_CONTROL=on STRATA_INTER_STRIPE_MIN=16k -- -n 3 --allow-fail 1 -- --kill-ring 1
 check_case "shm, rank 1 of 3 killed" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=shm -- -n 3 --allow-fail 1 -- --kill 1
 # The killed rank's shared memory (and the survivors', whose stuck transport stays open)
 # must not outlive the job: strata-run removes what its ranks left in /dev/shm.
