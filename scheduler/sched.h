@@ -32,6 +32,9 @@ typedef struct sched_moe_world {
     const int                     *rank_node;  /**< [world_size], copied */
     const int                     *rank_local; /**< [world_size], copied */
     inter_engine_t                *engine;
+    /** The engine's rank of each rank ([world_size], kept, not copied: the communicator's,
+     *  which outlives the object), for a communicator on another's engine; NULL: the same. */
+    const int                     *engine_ranks;
     const struct intra_device_ops *device;
     const char                    *job_key;    /**< the same on every rank, unique per object */
     /** INTRA_HEAP_SECRET_LEN random bytes, the same on every rank of the node: what admits

@@ -370,6 +370,9 @@ strata_status_t sched_settle(sched_moe_t *moe, strata_status_t launched, const c
 strata_status_t sched_drain(sched_moe_t *moe, const char *what);
 /** Whether the engine's failure watch says a rank failed (sched_moe.c). */
 bool            sched_any_rank_failed(const sched_moe_t *moe);
+/** The engine's rank of the object's rank r, and whether the engine has declared it failed. */
+int             sched_engine_rank(const sched_moe_t *moe, int r);
+bool            sched_peer_failed(const sched_moe_t *moe, int r);
 /** A call that needs the step to be elsewhere (call names it): logs which calls finish the
  *  step in progress, or that none is, or that the object failed; the status to return. */
 strata_status_t sched_refuse_mid_step(const sched_moe_t *moe, const char *call);

@@ -107,7 +107,11 @@ static strata_status_t sched_watch_failures(sched_moe_t *moe)
     if (status != STRATA_OK) {
         return status;
     }
-    status = inter_engine_watch_failures(moe->world.engine, moe->failure_host);
+    status = moe->world.engine_ranks == NULL
+                 ? inter_engine_watch_failures(moe->world.engine, moe->failure_host)
+                 : inter_engine_watch_failures_of(moe->world.engine, moe->failure_host,
+                                                  moe->world.engine_ranks,
+                                                  moe->world.world_size);
     if (status != STRATA_OK) {
         d->host_free(moe->failure_host);
         moe->failure_host = NULL;
@@ -120,6 +124,16 @@ static strata_status_t sched_watch_failures(sched_moe_t *moe)
 static strata_status_t sched_peers_alive(void *ctx)
 {
     return sched_any_rank_failed(ctx) ? STRATA_ERR_PEER_FAILED : STRATA_OK;
+}
+
+int sched_engine_rank(const sched_moe_t *moe, int r)
+{
+    return moe->world.engine_ranks != NULL ? moe->world.engine_ranks[r] : r;
+}
+
+bool sched_peer_failed(const sched_moe_t *moe, int r)
+{
+    return inter_engine_peer_failed(moe->world.engine, sched_engine_rank(moe, r));
 }
 
 bool sched_any_rank_failed(const sched_moe_t *moe)

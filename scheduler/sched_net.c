@@ -146,6 +146,8 @@ static strata_status_t sched_net_ring(sched_moe_t *moe)
     p.regions[0]        = net->mr;
     p.region_offsets[0] = net->mr_offset;
     p.remote[0]         = net->desc;
+    p.peers             = moe->world.engine_ranks; /* commands name the object's ranks */
+    p.num_peers         = moe->world.engine_ranks != NULL ? moe->geo.world_size : 0;
     if (!net->bounce && net->flush == SCHED_FLUSH_DEVICE && d->flush_remote_writes != NULL) {
         p.flush_fn  = sched_flush_writes; /* GPU memory the NIC writes, flushed by the GPU */
         p.flush_ctx = moe;

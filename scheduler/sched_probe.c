@@ -61,11 +61,13 @@ static strata_status_t sched_probe_net(sched_moe_t *moe, bool read, size_t bytes
 
     for (;;) {
         if (read) {
-            status = inter_engine_read(moe->world.engine, peer, moe->net.mr, local,
+            status = inter_engine_read(moe->world.engine, sched_engine_rank(moe, peer),
+                                       moe->net.mr, local,
                                        &moe->net.desc[peer], moe->net.offsets.ret_in, bytes,
                                        &req);
         } else {
-            status = inter_engine_write(moe->world.engine, peer, moe->net.mr, local,
+            status = inter_engine_write(moe->world.engine, sched_engine_rank(moe, peer),
+                                        moe->net.mr, local,
                                         &moe->net.desc[peer], moe->net.offsets.ret_in, bytes,
                                         false, 0, &req);
         }

@@ -164,7 +164,7 @@ static void sched_failed_ranks(const sched_moe_t *moe, char *text, size_t len)
 
     text[0] = '\0';
     for (int r = 0; r < moe->geo.world_size; ++r) {
-        if (!inter_engine_peer_failed(moe->world.engine, r)) {
+        if (!sched_peer_failed(moe, r)) {
             continue;
         }
         if (listed == 4 || used >= len) {
@@ -200,7 +200,7 @@ strata_status_t sched_intra_failure(sched_moe_t *moe, strata_status_t status)
     }
     do {
         for (int r = 0; r < moe->world.world_size; ++r) {
-            if (inter_engine_peer_failed(moe->world.engine, r)) {
+            if (sched_peer_failed(moe, r)) {
                 UTIL_LOG_ERROR("moe: rank %d failed during step %" PRIu64, r, moe->cur.step);
                 return STRATA_ERR_PEER_FAILED;
             }

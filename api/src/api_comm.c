@@ -150,7 +150,7 @@ static strata_status_t api_comm_check_peers(void *arg)
     strata_comm_t *comm = arg;
 
     for (int r = 0; comm->engine != NULL && r < comm->size; ++r) {
-        if (r != comm->rank && inter_engine_peer_failed(comm->engine, r)) {
+        if (r != comm->rank && api_peer_failed(comm, r)) {
             if (!comm->peer_failure_logged) {
                 comm->peer_failure_logged = true;
                 UTIL_LOG_ERROR("comm: rank %d has failed: no collective of this communicator "
@@ -451,6 +451,8 @@ strata_status_t api_comm_create(const strata_config_t *config, strata_bootstrap_
     }
     atomic_init(&comm->refs, 1); /* the caller's; each MoE object adds its own */
     atomic_init(&comm->split_children, 0);
+    atomic_init(&comm->engine_sharers, 0);
+    comm->moe_imm_base = STRATA_MOE_IMM_BASE;
     comm->gpu         = -1;
     comm->gpu_ordinal = -1;
     comm->bootstrap = bootstrap;
@@ -506,17 +508,29 @@ static void api_comm_free(strata_comm_t *comm)
 {
     api_gpu_scope_t scope;
 
+    strata_comm_t *owner = comm->engine_owner;
+
     api_bootstrap_set_check(comm->bootstrap, NULL, comm);
-    api_gpu_enter(comm->device, comm->gpu_ordinal, &scope); /* registered GPU memory goes */
-    inter_engine_destroy(comm->engine); /* before the topology its rail names come from */
-    api_gpu_leave(&scope);
-    topo_rail_plan_destroy(comm->plan);
-    topo_destroy(comm->topo);
+    if (owner == NULL) {
+        api_gpu_enter(comm->device, comm->gpu_ordinal, &scope); /* registered GPU memory goes */
+        inter_engine_destroy(comm->engine); /* before the topology its rail names come from */
+        api_gpu_leave(&scope);
+        topo_rail_plan_destroy(comm->plan);
+        topo_destroy(comm->topo);
+    }
     free(comm->rank_node);
     free(comm->rank_local);
     free(comm->node_size);
     free(comm->all_ranks);
+    free(comm->engine_ranks);
+    free(comm->parent_ranks);
+    free(comm->rank_of_engine);
     free(comm);
+    if (owner != NULL) { /* the engine, topology and plan it lent */
+        atomic_fetch_sub_explicit(&owner->engine_sharers, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&owner->split_children, 1, memory_order_relaxed);
+        api_comm_release(owner);
+    }
 }
 
 void api_comm_hold(strata_comm_t *comm)

@@ -53,7 +53,36 @@ struct strata_comm {
     strata_bootstrap_t       *split_bootstrap;
     /* A communicator strata_comm_expand made: the TCP bootstrap it made for it. */
     strata_bootstrap_t       *owned_bootstrap;
+    /* A communicator strata_comm_shrink made runs on the engine of the one it was shrunk
+     * from (engine_owner, held, with its topology and rail plan), whose rank engine_ranks[r]
+     * its rank r is; rank_of_engine says the reverse (-1: not a member). All NULL for one
+     * with an engine of its own. */
+    strata_comm_t            *engine_owner;
+    int                      *engine_ranks;   /* [size] */
+    int                      *parent_ranks;   /* [size] members in engine_owner: kept after
+                                                 strata_comm_destroy, while children hold it */
+    int                      *rank_of_engine; /* [the engine's world size] */
+    atomic_int                engine_sharers; /* shrunk communicators on its engine, alive */
+    uint32_t                  user_channel;   /* of strata_send and strata_recv (0 but shrunk) */
+    uint32_t                  moe_imm_base;   /* the first immediate of its MoE objects */
 };
+
+/** The engine's rank of comm's rank r (r itself where comm has an engine of its own); -1
+ *  where r is not one of comm's ranks. */
+int api_engine_rank(const strata_comm_t *comm, int r);
+
+/** A peer a call names, as the engine numbers it: false, with a line naming call, where it
+ *  is not one of comm's ranks (any_ok: -1 stands for any rank). Passed through where comm
+ *  has an engine of its own, whose own checks then apply. */
+bool api_engine_peer(const strata_comm_t *comm, const char *call, int peer, bool any_ok,
+                     int *engine_peer_p);
+
+/** inter_engine_imm_wait with from_peer one of comm's ranks, or -1: any of them. */
+strata_status_t api_imm_wait(strata_comm_t *comm, uint32_t imm, uint64_t count, int from_peer,
+                             uint64_t timeout_ns);
+
+/** Whether the engine has declared comm's rank r failed. */
+bool api_peer_failed(const strata_comm_t *comm, int r);
 
 /** strata_comm_create; log_as_rank: this communicator's rank prefixes the log's lines (not
  *  for one split from another, whose ranks the process's lines keep). */
@@ -66,11 +95,34 @@ void api_split_bootstrap_destroy(strata_bootstrap_t *bootstrap);
 /** Splits and shrinks of one communicator: their numbers are the high bits of the message
  *  channels their ranks talk over, below API_SPLIT_MAX. */
 #define API_SPLIT_SEQ_BITS 20
+#define API_SPLIT_SEQ_MASK ((1u << API_SPLIT_SEQ_BITS) - 1)
 #define API_SPLIT_MAX      ((1u << (32 - API_SPLIT_SEQ_BITS)) - 1)
+
+/** A bootstrap over parent's engine among members (parent ranks, in the new order; this rank
+ *  among them): collectives on channels (number << API_SPLIT_SEQ_BITS) | seq, seq counting
+ *  from first_seq + 1 (api_comm_split.c). It holds parent until destroyed. */
+strata_status_t api_split_bootstrap_create(strata_comm_t *parent, uint32_t number,
+                                           uint32_t first_seq, const int *members, int n,
+                                           strata_bootstrap_t **bootstrap_p);
+
+/** Whether a communicator shrunk from comm is alive on comm's engine: comm's splits and
+ *  shrinks would then draw channel numbers the shrunk one draws too, so they are refused
+ *  (API_SHRUNK_ALREADY says why). */
+bool api_comm_shrunk_already(const strata_comm_t *comm);
+#define API_SHRUNK_ALREADY "a communicator shrunk from this one is alive: split or shrink " \
+                           "that one (the newest), not this one"
 
 /** The settings of a communicator made from parent (split, shrunk, expanded): the
  *  parent's node name and GPU. */
 strata_config_t api_comm_inherited_config(const strata_comm_t *parent);
+
+/**
+ * The communicator the survivors of parent agreed on (members: parent ranks, in order; this
+ * rank among them) on parent's engine, over bootstrap (a split bootstrap, owned from now
+ * on): no collective, no new connection (api_comm.c).
+ */
+strata_status_t api_comm_create_shrunk(strata_comm_t *parent, const int *members, int n,
+                                       strata_bootstrap_t *bootstrap, strata_comm_t **comm_p);
 
 /** The communicator comm was split or shrunk from; NULL for one from a bootstrap. */
 strata_comm_t *api_comm_parent(const strata_comm_t *comm);

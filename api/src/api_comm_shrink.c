@@ -71,7 +71,7 @@ static uint32_t api_shrink_channel(const api_shrink_t *sh, uint32_t round)
 static void api_shrink_take_engine(api_shrink_t *sh)
 {
     for (int r = 0; r < sh->comm->size; ++r) {
-        if (r != sh->comm->rank && inter_engine_peer_failed(api_shrink_engine(sh), r)) {
+        if (r != sh->comm->rank && api_peer_failed(sh->comm, r)) {
             sh->failed[r] = 1;
         }
     }
@@ -207,7 +207,7 @@ static void api_shrink_post(api_shrink_t *sh, uint32_t round)
 
     for (int r = 0; r < sh->comm->size; ++r) {
         if (api_shrink_partner(sh, r) &&
-            inter_engine_recv_on(api_shrink_engine(sh), channel, r,
+            inter_engine_recv_on(api_shrink_engine(sh), channel, api_engine_rank(sh->comm, r),
                                  sh->in + (size_t)r * sh->slot_bytes, sh->msg_bytes,
                                  &sh->recvs[r]) != STRATA_OK) {
             sh->recvs[r]  = NULL;
@@ -221,8 +221,8 @@ static void api_shrink_post(api_shrink_t *sh, uint32_t round)
             continue;
         }
         /* Copied at submission; a send to a rank that fails is its own receive's business. */
-        if (inter_engine_send_on(api_shrink_engine(sh), channel, r, sh->out, sh->msg_bytes,
-                                 &send) == STRATA_OK) {
+        if (inter_engine_send_on(api_shrink_engine(sh), channel, api_engine_rank(sh->comm, r),
+                                 sh->out, sh->msg_bytes, &send) == STRATA_OK) {
             inter_request_free(send);
         }
     }
@@ -303,6 +303,54 @@ static void api_shrink_log(const api_shrink_t *sh, int survivors, uint64_t start
                   (double)(util_clock_now_ns() - start_ns) / 1e6);
 }
 
+/* The new communicator's first collective: every member holds the same members (the
+ * rounds' argument says they do; this is where they would find out otherwise). */
+static strata_status_t api_shrink_confirm(strata_comm_t *shrunk, const int *members)
+{
+    uint64_t digest = 1469598103934665603ull, *all;
+    strata_status_t status;
+
+    for (int r = 0; r < shrunk->size; ++r) {
+        digest = (digest ^ (uint64_t)(uint32_t)members[r]) * 1099511628211ull;
+    }
+    all = calloc((size_t)shrunk->size, sizeof(*all));
+    if (all == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    status = api_comm_allgather(shrunk, &digest, all, sizeof(digest));
+    for (int r = 0; r < shrunk->size && status == STRATA_OK; ++r) {
+        if (all[r] != digest) {
+            UTIL_LOG_ERROR("comm shrink: rank %d of the shrunk communicator agreed on other "
+                           "members: shrink again", r);
+            status = STRATA_ERR_BOOTSTRAP;
+        }
+    }
+    free(all);
+    return status;
+}
+
+/* The survivors' communicator on comm's engine, with a bootstrap over it for collectives. */
+static strata_status_t api_shrink_create(strata_comm_t *comm, uint32_t number,
+                                         const int *members, int n, strata_comm_t **shrunk_p)
+{
+    strata_bootstrap_t *bootstrap;
+    strata_status_t status;
+
+    status = api_split_bootstrap_create(comm, number, API_SHRINK_ROUNDS, members, n,
+                                        &bootstrap);
+    if (status == STRATA_OK) {
+        status = api_comm_create_shrunk(comm, members, n, bootstrap, shrunk_p);
+    }
+    if (status == STRATA_OK) {
+        status = api_shrink_confirm(*shrunk_p, members);
+    }
+    if (status != STRATA_OK && *shrunk_p != NULL) {
+        strata_comm_destroy(*shrunk_p);
+        *shrunk_p = NULL;
+    }
+    return status;
+}
+
 STRATA_API strata_status_t strata_comm_shrink(strata_comm_t *comm, strata_comm_t **shrunk_p)
 {
     uint64_t start_ns = util_clock_now_ns();
@@ -311,12 +359,13 @@ STRATA_API strata_status_t strata_comm_shrink(strata_comm_t *comm, strata_comm_t
     int *members, n;
 
     if (comm == NULL || shrunk_p == NULL || comm->bootstrap == NULL ||
-        comm->splits >= API_SPLIT_MAX) {
+        comm->splits >= API_SPLIT_MAX || api_comm_shrunk_already(comm)) {
         UTIL_LOG_ERROR("strata_comm_shrink: %s",
                        comm == NULL || shrunk_p == NULL ? "NULL communicator or result"
                        : comm->bootstrap == NULL        ? "the communicator was destroyed"
-                                                        : "too many splits and shrinks of one "
-                                                          "communicator");
+                       : comm->splits >= API_SPLIT_MAX  ? "too many splits and shrinks of one "
+                                                          "communicator"
+                                                        : API_SHRUNK_ALREADY);
         return STRATA_ERR_INVALID;
     }
     *shrunk_p = NULL;
@@ -332,7 +381,7 @@ STRATA_API strata_status_t strata_comm_shrink(strata_comm_t *comm, strata_comm_t
     if (status == STRATA_OK) {
         n = api_shrink_members(&sh, members);
         api_shrink_log(&sh, n, start_ns);
-        status = api_comm_over_members(comm, sh.number, API_SHRINK_ROUNDS, members, n, shrunk_p);
+        status = api_shrink_create(comm, sh.number, members, n, shrunk_p);
     }
     if (status != STRATA_OK) {
         UTIL_LOG_ERROR("strata_comm_shrink: %s", strata_status_string(status));

@@ -61,7 +61,7 @@ static bool api_split_cancel(api_split_bootstrap_t *bs, inter_request_t *req)
 static int api_split_failed_member(const api_split_bootstrap_t *bs)
 {
     for (int m = 0; m < bs->base.world_size; ++m) {
-        if (inter_engine_peer_failed(bs->parent->engine, bs->members[m])) {
+        if (api_peer_failed(bs->parent, bs->members[m])) {
             return m;
         }
     }
@@ -123,8 +123,9 @@ static strata_status_t api_split_send(api_split_bootstrap_t *bs, uint32_t channe
         if (len > 0) {
             memcpy(bs->message + sizeof(piece), block + offset, len);
         }
-        status = inter_engine_send_on(engine, channel, bs->members[member], bs->message,
-                                      sizeof(piece) + len, &req);
+        status = inter_engine_send_on(engine, channel,
+                                      api_engine_rank(bs->parent, bs->members[member]),
+                                      bs->message, sizeof(piece) + len, &req);
         if (status == STRATA_OK) {
             status = api_split_wait(bs, req);
         }
@@ -151,6 +152,7 @@ static strata_status_t api_split_recv_piece(api_split_bootstrap_t *bs, uint32_t 
     if (status != STRATA_OK) {
         return status;
     }
+    inter_request_report_source(req, bs->parent->rank_of_engine); /* as parent ranks */
     status = api_split_wait_watched(bs, req);
     got    = status == STRATA_OK ? inter_request_length(req) : 0;
     member = status == STRATA_OK ? api_split_member(bs, inter_request_source(req)) : -1;
@@ -180,8 +182,12 @@ static strata_status_t api_split_allgather(void *ctx, const void *send_buf, void
                                            size_t size)
 {
     api_split_bootstrap_t *bs = ctx;
-    uint32_t channel = (bs->split << API_SPLIT_SEQ_BITS) |
-                       (++bs->seq & ((1u << API_SPLIT_SEQ_BITS) - 1));
+    uint32_t channel;
+
+    if ((++bs->seq & API_SPLIT_SEQ_MASK) == 0) {
+        ++bs->seq; /* sequence 0 is a shrunk communicator's channel for strata_send */
+    }
+    channel = (bs->split << API_SPLIT_SEQ_BITS) | (bs->seq & API_SPLIT_SEQ_MASK);
     size_t pieces = size == 0 ? 1 : (size + bs->piece_max - 1) / bs->piece_max;
     size_t expected = pieces * (size_t)(bs->base.world_size - 1), len;
     strata_status_t status = STRATA_OK;
@@ -252,9 +258,9 @@ static int api_split_members(const api_split_vote_t *votes, int size, int rank, 
     return n;
 }
 
-static strata_status_t api_split_bootstrap_create(strata_comm_t *parent, uint32_t number,
-                                                  uint32_t first_seq, const int *members,
-                                                  int n, strata_bootstrap_t **bootstrap_p)
+strata_status_t api_split_bootstrap_create(strata_comm_t *parent, uint32_t number,
+                                           uint32_t first_seq, const int *members, int n,
+                                           strata_bootstrap_t **bootstrap_p)
 {
     api_split_bootstrap_t *bs = calloc(1, sizeof(*bs));
     size_t msg = inter_engine_msg_size(parent->engine);
@@ -333,13 +339,15 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
     int *members = NULL;
 
     if (comm == NULL || sub_p == NULL || comm->bootstrap == NULL || color < -1 ||
-        comm->splits >= API_SPLIT_MAX) {
+        comm->splits >= API_SPLIT_MAX || api_comm_shrunk_already(comm)) {
         UTIL_LOG_ERROR("strata_comm_split: %s", comm == NULL || sub_p == NULL
                                                     ? "NULL communicator or result"
                                                 : color < -1 ? "color below -1"
                                                 : comm->splits >= API_SPLIT_MAX
                                                     ? "too many splits of one communicator"
-                                                    : "the communicator was destroyed");
+                                                : comm->bootstrap == NULL
+                                                    ? "the communicator was destroyed"
+                                                    : API_SHRUNK_ALREADY);
         return STRATA_ERR_INVALID;
     }
     *sub_p  = NULL;
@@ -365,6 +373,9 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
 
 strata_comm_t *api_comm_parent(const strata_comm_t *comm)
 {
+    if (comm->engine_owner != NULL) { /* shrunk: held, so known after a destroy too */
+        return comm->engine_owner;
+    }
     return comm->split_bootstrap != NULL
                ? ((const api_split_bootstrap_t *)comm->split_bootstrap)->parent
                : NULL;
@@ -372,7 +383,13 @@ strata_comm_t *api_comm_parent(const strata_comm_t *comm)
 
 STRATA_API int strata_comm_parent_rank(const strata_comm_t *comm, int rank)
 {
-    if (comm == NULL || comm->split_bootstrap == NULL || rank < 0 || rank >= comm->size) {
+    if (comm == NULL || rank < 0 || rank >= comm->size) {
+        return -1;
+    }
+    if (comm->parent_ranks != NULL) {
+        return comm->parent_ranks[rank];
+    }
+    if (comm->split_bootstrap == NULL) {
         return -1;
     }
     return api_split_members_of(comm->split_bootstrap)[rank];

@@ -129,16 +129,17 @@ strata_status_t api_moe_create(strata_comm_t *comm, const strata_moe_params_t *p
     }
     /* Each object counts its own range of immediates, taken in turn; objects are made
      * collectively, in the same order on every rank, so every rank takes the same. */
-    slots = (INTER_IMM_MAX - STRATA_MOE_IMM_BASE) / sched_moe_imm_count(comm->size);
+    slots = (INTER_IMM_MAX - comm->moe_imm_base) / sched_moe_imm_count(comm->size);
     world = (sched_moe_world_t){
-        .imm_base        = STRATA_MOE_IMM_BASE + (slots > 0 ? comm->moe_created++ % slots : 0) *
-                                                     sched_moe_imm_count(comm->size),
+        .imm_base        = comm->moe_imm_base + (slots > 0 ? comm->moe_created++ % slots : 0) *
+                                                    sched_moe_imm_count(comm->size),
         .rank            = comm->rank,
         .world_size      = comm->size,
         .num_nodes       = ranks_apart ? comm->size : comm->num_nodes,
         .rank_node       = ranks_apart ? apart[0] : comm->rank_node,
         .rank_local      = ranks_apart ? apart[1] : comm->rank_local,
         .engine          = comm->engine,
+        .engine_ranks    = comm->engine_ranks,
         .device          = comm->device,
         .job_key         = key,
         .heap_secret     = heap_secret,

@@ -97,6 +97,9 @@ STRATA_API strata_status_t strata_write(strata_comm_t *comm, int peer, const str
         UTIL_LOG_ERROR("strata_write: unknown flags 0x%x", flags);
         return STRATA_ERR_INVALID;
     }
+    if (!api_engine_peer(comm, "strata_write", peer, false, &peer)) {
+        return STRATA_ERR_INVALID;
+    }
     status = inter_engine_write(comm->engine, peer, api_mr(src), src_offset, api_rdesc(dst, &rdesc),
                                 dst_offset, len, (flags & STRATA_WRITE_IMM) != 0, imm, &req);
     if (status == STRATA_OK) {
@@ -113,7 +116,8 @@ STRATA_API strata_status_t strata_read(strata_comm_t *comm, int peer, const stra
     inter_request_t *req;
     strata_status_t status;
 
-    if (!api_args_ok("strata_read", comm, req_p)) {
+    if (!api_args_ok("strata_read", comm, req_p) ||
+        !api_engine_peer(comm, "strata_read", peer, false, &peer)) {
         return STRATA_ERR_INVALID;
     }
     status = inter_engine_read(comm->engine, peer, api_mr(dst), dst_offset, api_rdesc(src, &rdesc),
@@ -130,10 +134,11 @@ STRATA_API strata_status_t strata_send(strata_comm_t *comm, int peer, const void
     inter_request_t *req;
     strata_status_t status;
 
-    if (!api_args_ok("strata_send", comm, req_p)) {
+    if (!api_args_ok("strata_send", comm, req_p) ||
+        !api_engine_peer(comm, "strata_send", peer, false, &peer)) {
         return STRATA_ERR_INVALID;
     }
-    status = inter_engine_send(comm->engine, peer, buf, len, &req);
+    status = inter_engine_send_on(comm->engine, comm->user_channel, peer, buf, len, &req);
     if (status == STRATA_OK) {
         *req_p = (strata_request_t *)(void *)req;
     }
@@ -146,11 +151,13 @@ STRATA_API strata_status_t strata_recv(strata_comm_t *comm, int peer, void *buf,
     inter_request_t *req;
     strata_status_t status;
 
-    if (!api_args_ok("strata_recv", comm, req_p)) {
+    if (!api_args_ok("strata_recv", comm, req_p) ||
+        !api_engine_peer(comm, "strata_recv", peer, true, &peer)) {
         return STRATA_ERR_INVALID;
     }
-    status = inter_engine_recv(comm->engine, peer, buf, cap, &req);
+    status = inter_engine_recv_on(comm->engine, comm->user_channel, peer, buf, cap, &req);
     if (status == STRATA_OK) {
+        inter_request_report_source(req, comm->rank_of_engine); /* NULL: the engine's own */
         *req_p = (strata_request_t *)(void *)req;
     }
     return status;
@@ -188,7 +195,13 @@ STRATA_API void strata_request_free(strata_request_t *req)
 
 STRATA_API uint32_t strata_write_imm_count(const strata_comm_t *comm, int peer, size_t len)
 {
-    return comm ? inter_engine_write_chunks(comm->engine, peer, len) : 0;
+    int engine_peer;
+
+    if (comm == NULL || !api_engine_peer(comm, "strata_write_imm_count", peer, false,
+                                         &engine_peer)) {
+        return 0;
+    }
+    return inter_engine_write_chunks(comm->engine, engine_peer, len);
 }
 
 STRATA_API strata_status_t strata_imm_wait(strata_comm_t *comm, uint32_t imm, uint64_t count,
@@ -197,7 +210,7 @@ STRATA_API strata_status_t strata_imm_wait(strata_comm_t *comm, uint32_t imm, ui
     if (!api_args_ok("strata_imm_wait", comm, comm)) {
         return STRATA_ERR_INVALID;
     }
-    return inter_engine_imm_wait(comm->engine, imm, count, from_peer, api_ms_to_ns(timeout_ms));
+    return api_imm_wait(comm, imm, count, from_peer, api_ms_to_ns(timeout_ms));
 }
 
 STRATA_API strata_status_t strata_barrier(strata_comm_t *comm, uint64_t timeout_ms)

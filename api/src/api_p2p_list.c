@@ -160,6 +160,10 @@ static strata_status_t api_write_list(strata_comm_t *comm, int peer, const strat
         free(extents);
         return STRATA_ERR_INVALID;
     }
+    if (!api_engine_peer(comm, "list write", peer, false, &peer)) {
+        free(extents);
+        return STRATA_ERR_INVALID;
+    }
     memcpy(&rdesc, dst->bytes, sizeof(rdesc));
     status = inter_engine_write_list(comm->engine, peer, (const inter_mr_t *)(uintptr_t)src,
                                      &rdesc, extents, count, (flags & STRATA_WRITE_IMM) != 0,
@@ -250,5 +254,11 @@ STRATA_API strata_status_t strata_write_scatter(strata_comm_t *comm, int peer,
 
 STRATA_API uint32_t strata_write_list_imm_count(const strata_comm_t *comm, int peer)
 {
-    return comm ? inter_engine_list_imm_count(comm->engine, peer) : 0;
+    int engine_peer;
+
+    if (comm == NULL || !api_engine_peer(comm, "strata_write_list_imm_count", peer, false,
+                                         &engine_peer)) {
+        return 0;
+    }
+    return inter_engine_list_imm_count(comm->engine, engine_peer);
 }

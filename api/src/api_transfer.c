@@ -226,8 +226,8 @@ static strata_status_t api_plan_expect(strata_transfer_plan_t *plan,
 
         if (p->dst_rank == me && !*first) {
             *first = 1;
-            plan->expect[p->tensor] += inter_engine_list_imm_count(plan->comm->engine,
-                                                                   p->src_rank);
+            plan->expect[p->tensor] += inter_engine_list_imm_count(
+                plan->comm->engine, api_engine_rank(plan->comm, p->src_rank));
         }
     }
     free(seen);
@@ -371,7 +371,8 @@ static strata_status_t api_submit_group(strata_transfer_plan_t *plan,
         return STRATA_ERR_NO_MEMORY;
     }
     memcpy(copy, g->extents, g->count * sizeof(*copy));
-    return inter_engine_write_list(plan->comm->engine, g->dst, plan->lmr, &plan->descs[g->dst],
+    return inter_engine_write_list(plan->comm->engine, api_engine_rank(plan->comm, g->dst),
+                                   plan->lmr, &plan->descs[g->dst],
                                    copy, g->count, true, plan->imm_base + g->tensor, req_p);
 }
 
@@ -452,10 +453,9 @@ STRATA_API strata_status_t strata_transfer_plan_wait_tensor(strata_transfer_plan
     if (plan->landed[tensor]) {
         return STRATA_OK;
     }
-    status = inter_engine_imm_wait(plan->comm->engine, plan->imm_base + tensor,
-                                   plan->expect[tensor], -1,
-                                   timeout_ms > UINT64_MAX / UTIL_NSEC_PER_MSEC
-                                       ? UINT64_MAX / 2 : timeout_ms * UTIL_NSEC_PER_MSEC);
+    status = api_imm_wait(plan->comm, plan->imm_base + tensor, plan->expect[tensor], -1,
+                          timeout_ms > UINT64_MAX / UTIL_NSEC_PER_MSEC
+                              ? UINT64_MAX / 2 : timeout_ms * UTIL_NSEC_PER_MSEC);
     plan->landed[tensor] = status == STRATA_OK;
     return status;
 }

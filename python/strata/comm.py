@@ -130,8 +130,9 @@ class Communicator(PointToPoint):
         (strata_comm_shrink). The survivors agree among themselves, with no rendezvous (rank
         0 may be the one that failed). Raises StrataError (PEER_FAILED) where the others
         declared this rank failed, or where another rank failed while the new communicator
-        was made (then call it again). This one is then good for nothing but close(); Moe
-        objects are made again on the new one."""
+        was made (then call it again). The new one runs on this one's engine: its
+        connections and registered memory stay good. This one is then good for nothing but
+        close(); Moe objects are made again on the new one."""
         shrunk = ctypes.c_void_p()
         check(self._lib.strata_comm_shrink(self.handle, ctypes.byref(shrunk)),
               "strata_comm_shrink")

@@ -10,10 +10,13 @@
  *
  * Options: --victim R (the rank that fails), --stop (SIGSTOP instead of SIGKILL), --at S
  * (the step it fails in, default 3), --steps N (after the shrink, default 5), --second R
- * (this rank dies too, a few milliseconds into its shrink; with --second-first, just
+ * (this rank dies too, a few milliseconds into its shrink, or as the shrink returns where
+ * it was quicker, never in the middle of a step; with --second-first, just
  * before it, so that the others' agreement must count it and one shrink must do), --slow R (this rank's engine
- * takes 60 s to declare a silent peer failed, and its steps wait 4 s: it learns of the
- * failure from the others' sets), --max-ms T (the time from the failure to the first good
+ * takes 60 s, or --slow-timeout S seconds, to declare a silent peer failed, and its steps
+ * wait 4 s: it learns of the failure from the others' sets; when its engine declares the
+ * victim failed at last, the shrunk communicator, which the victim is not in, must go on),
+ * --until-ms T (steps on the shrunk communicator go on until T ms after the failure), --max-ms T (the time from the failure to the first good
  * step must be below T), --moe (each step also runs a MoE step, exact against the step
  * computed plainly: 2 experts per rank, top-2; after a shrink the object is recreated on
  * the shrunk communicator, the dead ranks' experts masked, and every token's masked slots
@@ -24,8 +27,13 @@
  * every expert back where it first was, the joiner passing no old object; more steps, all
  * exact; each process then prints "grew back to N ranks"), --map-refusals (with --moe:
  * before the recreation, rank 0 alone passes a map naming a rank that is not there, then
- * one unlike the others', and every rank must get INVALID, then CONFIG). Prints, per
- * survivor, "shrunk to N ranks" and that time.
+ * one unlike the others', and every rank must get INVALID, then CONFIG), --registered
+ * (each step also writes, with an immediate, into the right neighbour's buffer that the
+ * first communicator registered, through the descriptors exchanged then, and checks what
+ * its left neighbour wrote: the shrunk communicators run on the first one's engine, so its
+ * registrations and descriptors stay good after the first communicator is destroyed; not
+ * with --rejoin, whose joiner has none). Prints, per survivor, "shrunk to N ranks" and
+ * that time.
  */
 #include <strata/strata.h>
 
@@ -68,8 +76,8 @@ typedef struct ring_msg {
 } ring_msg_t;
 
 typedef struct options {
-    int  victim, second, slow, at, steps, max_ms;
-    bool stop, second_first, moe, reassign, rejoin, map_refusals;
+    int  victim, second, slow, slow_timeout, at, steps, max_ms, until_ms;
+    bool stop, second_first, moe, reassign, rejoin, map_refusals, registered;
     const char *join_addr; /* set: this process is the replacement, joining there */
     int  join_port, join_rank;
 } options_t;
@@ -125,6 +133,59 @@ static strata_status_t ring_step(strata_comm_t *comm, const int *first_of, int s
     strata_request_free(recv);
     strata_request_free(send);
     return status == STRATA_OK ? strata_barrier(comm, g_wait_ms) : status;
+}
+
+/* --- Writes into memory the first communicator registered ------------------------------ */
+
+#define MAX_FIRST 256
+
+static strata_mem_t     *g_reg_mem;
+static uint64_t          g_reg_buf[MAX_FIRST];        /* [first rank] what it wrote here */
+static strata_mem_desc_t g_reg_descs[MAX_FIRST];      /* [first rank] its buffer */
+
+/* Register the buffer on the first communicator and gather every rank's descriptor. */
+static void registered_setup(strata_comm_t *comm, strata_bootstrap_t *bs)
+{
+    strata_mem_desc_t mine;
+
+    CHECK(strata_mem_register(comm, g_reg_buf, sizeof(g_reg_buf), &g_reg_mem) == STRATA_OK,
+          "registering the buffer");
+    strata_mem_descriptor(g_reg_mem, &mine);
+    CHECK(bs->allgather(bs->ctx, &mine, g_reg_descs, sizeof(mine)) == STRATA_OK,
+          "exchanging the descriptors");
+}
+
+/* Write this rank's pattern into its slot at the right neighbour, wait for the left one's
+ * (its own immediate per step: one left over from a failed step cannot stand in), check. */
+static strata_status_t registered_step(strata_comm_t *comm, const int *first_of, int step)
+{
+    int n = strata_comm_size(comm), me = strata_comm_rank(comm);
+    int right = (me + 1) % n, left = (me + n - 1) % n, from = first_of[left];
+    uint32_t imm = 1 + (uint32_t)step % 30000;
+    size_t slot = sizeof(uint64_t) * (size_t)g_first_rank;
+    strata_request_t *req = NULL;
+    strata_status_t status;
+
+    if (n == 1) {
+        return STRATA_OK;
+    }
+    g_reg_buf[g_first_rank] = pattern_of(g_first_rank, step);
+    status = strata_write(comm, right, g_reg_mem, slot, &g_reg_descs[first_of[right]], slot,
+                          sizeof(uint64_t), STRATA_WRITE_IMM, imm, &req);
+    if (status == STRATA_OK) {
+        status = strata_request_wait(req, g_wait_ms);
+    }
+    strata_request_free(req);
+    if (status == STRATA_OK) {
+        status = strata_imm_wait(comm, imm, strata_write_imm_count(comm, left, sizeof(uint64_t)),
+                                 left, g_wait_ms);
+    }
+    if (status == STRATA_OK) {
+        CHECK(g_reg_buf[from] == pattern_of(from, step),
+              "step %d: the registered buffer holds %016llx from first rank %d, not its "
+              "pattern", step, (unsigned long long)g_reg_buf[from], from);
+    }
+    return status;
 }
 
 /* --- MoE steps ------------------------------------------------------------------------- */
@@ -393,11 +454,22 @@ static strata_status_t moe_back(strata_moe_t **moe, strata_comm_t *comm, const i
     return status;
 }
 
+/* The second rank's death: 1 to 20 ms into its shrink, or, where the shrink returned
+ * sooner, before its first step after it. Never in the middle of a step, which the others
+ * could end differently (some having heard from it, some not) and so run apart. */
+static pthread_mutex_t g_death_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool            g_in_shrink, g_die_at_step;
+
 static void *die_soon(void *arg)
 {
     (void)arg;
     usleep(1000 + (useconds_t)(getpid() % 20) * 1000);
-    raise(SIGKILL);
+    pthread_mutex_lock(&g_death_lock);
+    if (g_in_shrink) {
+        raise(SIGKILL);
+    }
+    g_die_at_step = true;
+    pthread_mutex_unlock(&g_death_lock);
     return NULL;
 }
 
@@ -433,7 +505,8 @@ static uint64_t failed_at(const char *dir)
 
 static void parse(int argc, char **argv, options_t *o)
 {
-    *o = (options_t){.victim = 1, .second = -1, .slow = -1, .at = 3, .steps = 5};
+    *o = (options_t){.victim = 1, .second = -1, .slow = -1, .slow_timeout = 60, .at = 3,
+                     .steps = 5};
     for (int i = 1; i < argc; ++i) {
         bool has = i + 1 < argc;
 
@@ -443,6 +516,10 @@ static void parse(int argc, char **argv, options_t *o)
             o->second = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--slow") && has) {
             o->slow = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--slow-timeout") && has) {
+            o->slow_timeout = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--until-ms") && has) {
+            o->until_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--max-ms") && has) {
             o->max_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--at") && has) {
@@ -461,6 +538,8 @@ static void parse(int argc, char **argv, options_t *o)
             o->join_rank = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--reassign")) {
             o->moe = o->reassign = true;
+        } else if (!strcmp(argv[i], "--registered")) {
+            o->registered = true;
         } else if (!strcmp(argv[i], "--second-first")) {
             o->second_first = true;
         } else if (!strcmp(argv[i], "--stop")) {
@@ -484,9 +563,19 @@ static strata_status_t shrink(strata_comm_t **comm, int *first_of, const options
         raise(SIGKILL);
     }
     if (g_first_rank == o->second) {
+        g_in_shrink = true;
         CHECK(pthread_create(&killer, NULL, die_soon, NULL) == 0, "thread");
     }
     status = strata_comm_shrink(*comm, &shrunk);
+    if (g_first_rank == o->second) {
+        pthread_mutex_lock(&g_death_lock);
+        g_in_shrink = false;
+        pthread_mutex_unlock(&g_death_lock);
+        pthread_join(killer, NULL);
+        if (g_die_at_step) {
+            raise(SIGKILL);
+        }
+    }
     if (status != STRATA_OK) {
         return status;
     }
@@ -512,6 +601,9 @@ static strata_status_t job_step(strata_comm_t *comm, strata_moe_t *moe, const in
 {
     strata_status_t status = ring_step(comm, first_of, step);
 
+    if (status == STRATA_OK && o->registered) {
+        status = registered_step(comm, first_of, step);
+    }
     if (status == STRATA_OK && moe != NULL) {
         status = moe_step(moe, first_of, strata_comm_size(comm), step, o->reassign);
     }
@@ -588,6 +680,7 @@ int main(int argc, char **argv)
 {
     const char *dir = getenv("SHRINK_CHECK_DIR");
     int first_of[256], shrinks = 0, expected, step = 0;
+    uint64_t until_ns;
     strata_bootstrap_t *bs;
     strata_comm_t *comm;
     strata_status_t status;
@@ -603,7 +696,10 @@ int main(int argc, char **argv)
     }
     CHECK(dir != NULL, "SHRINK_CHECK_DIR is not set");
     if (o.slow >= 0 && getenv("RANK") != NULL && atoi(getenv("RANK")) == o.slow) {
-        setenv("STRATA_INTER_PEER_TIMEOUT", "60s", 1);
+        char timeout[32];
+
+        snprintf(timeout, sizeof(timeout), "%ds", o.slow_timeout);
+        setenv("STRATA_INTER_PEER_TIMEOUT", timeout, 1);
         g_wait_ms = 4000;
     }
     CHECK(strata_bootstrap_from_env(&bs) == STRATA_OK, "bootstrap");
@@ -616,6 +712,10 @@ int main(int argc, char **argv)
         first_of[r] = r;
     }
     g_experts = EXPERTS_PER_RANK * strata_comm_size(comm);
+    CHECK(!o.registered || !o.rejoin, "--registered with --rejoin: the joiner registered nothing");
+    if (o.registered) {
+        registered_setup(comm, bs);
+    }
     moe = o.moe ? moe_first(comm) : NULL;
     for (; step < o.at; ++step) {
         CHECK(job_step(comm, moe, first_of, step, &o) == STRATA_OK, "step %d before the failure",
@@ -628,7 +728,8 @@ int main(int argc, char **argv)
     CHECK(status == STRATA_ERR_PEER_FAILED ||
               (g_first_rank == o.slow && status == STRATA_ERR_TIMEOUT),
           "the step with the failure returned %s", strata_status_string(status));
-    for (int good = 0; good < o.steps;) {
+    until_ns = o.until_ms > 0 ? failed_at(dir) + (uint64_t)o.until_ms * 1000000ull : 0;
+    for (int good = 0; good < o.steps || now_ns() < until_ns;) {
         if (status != STRATA_OK) {
             CHECK(++shrinks <= MAX_SHRINKS, "still failing after %d shrinks: %s", MAX_SHRINKS,
                   strata_status_string(status));
@@ -662,6 +763,9 @@ int main(int argc, char **argv)
         joiner = grow_back(&comm, &moe, first_of, argc, argv, &o);
     }
     strata_barrier(comm, WAIT_MS); /* nobody leaves while another still waits on it */
+    if (g_reg_mem != NULL) {
+        strata_mem_deregister(comm, g_reg_mem); /* the first communicator's, on this engine */
+    }
     strata_moe_destroy(moe);
     strata_comm_destroy(comm);
     strata_bootstrap_destroy(bs);

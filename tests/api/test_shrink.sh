@@ -12,7 +12,13 @@
 # the first communicator, after it on an object strata_moe_recreate made): the dead ranks'
 # experts masked, or reassigned to the survivors, every combined row exact; and a
 # replacement process that joins the survivors (strata_comm_expand) and gets its experts
-# back (strata_moe_recreate), steps exact again on all 4.
+# back (strata_moe_recreate), steps exact again on all 4. A rank "dies in the shrink" 1 to
+# 20 ms after it starts it, or, where the shrink was quicker, as it returns (before its
+# first step on the shrunk communicator). Where a case says "registered",
+# each step also writes into memory the first communicator registered, through the
+# descriptors exchanged then: the shrunk communicators run on the first one's engine. And a
+# rank whose engine declares the stopped victim failed only after the shrink must see the
+# shrunk communicator's steps (MoE included) go on.
 set -u
 run=$1 check=$2
 passed=0 failed=0 skipped=0
@@ -27,17 +33,18 @@ trap 'rm -f "$log"; rm -rf "$dir"' EXIT
 ok='shrunk to'
 quick="STRATA_INTER_PEER_TIMEOUT=2s SHRINK_CHECK_DIR=$dir"
 lo="STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo"
-check_case "1 node x 4, rank 0 killed" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --at $at --max-ms 7000
+check_case "1 node x 4, rank 0 killed, registered" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --at $at --registered --max-ms 7000
 check_case "1 node x 4, rank 2 killed at step 0" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 2 -- --victim 2 --at 0 --max-ms 7000
 check_case "1 node x 4, rank 3 stopped" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 3 -- --victim 3 --stop --at $at --max-ms 7000
 check_case "1 node x 4, rank 1 stopped, rank 0 slow to see it" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 -- --victim 1 --stop --slow 0 --max-ms 11000
 check_case "1 node x 4, rank 1 killed, rank 2 dies as the shrink starts" 2 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 --allow-fail 2 -- --victim 1 --second 2 --second-first --max-ms 7000
-check_case "1 node x 4, rank 1 killed, rank 2 dies in the shrink" 2 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 --allow-fail 2 -- --victim 1 --second 2 --max-ms 9000
+check_case "1 node x 4, rank 1 killed, rank 2 dies in the shrink, registered" 2 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 --allow-fail 2 -- --victim 1 --second 2 --registered --max-ms 9000
+check_case "1 node x 4, rank 1 stopped, rank 0's engine declares it failed after the shrink, MoE, registered" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 -- --victim 1 --stop --slow 0 --slow-timeout 6 --until-ms 8000 --moe --registered --max-ms 11000
 check_case "1 node x 4, rank 0 killed, MoE with its experts masked, one rank's bad maps refused everywhere" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --moe --map-refusals --at $at --max-ms 7000
 check_case "1 node x 4, rank 1 killed, MoE masked, then a replacement joins" 4 "grew back to 4 ranks" -- $quick $lo -- -n 4 --allow-fail 1 -- --victim 1 --moe --rejoin
 if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
     net="STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=eth0"
-    check_case "2 nodes x 2, rank 0 killed" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 0 -- --victim 0 --at $at --max-ms 7000
+    check_case "2 nodes x 2, rank 0 killed, registered" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 0 -- --victim 0 --at $at --registered --max-ms 7000
     check_case "2 nodes x 2, node 1's local rank 0 stopped" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 2 -- --victim 2 --stop --at 5 --max-ms 7000
     check_case "2 nodes x 2, rank 3 killed, rank 0 dies in the shrink" 2 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 3 --allow-fail 0 -- --victim 3 --second 0 --max-ms 9000
     check_case "2 nodes x 2, rank 1 killed, MoE with its experts reassigned" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 1 -- --victim 1 --reassign --at $at --max-ms 7000

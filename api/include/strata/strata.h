@@ -178,12 +178,15 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
  * is made. The failure sets are flooded in three rounds, each bounded by the engine's peer
  * timeout for a rank that stays silent; a rank that fails during them is left out too. A
  * rank the others have declared failed (one that was stopped, then resumed) gets
- * STRATA_ERR_PEER_FAILED and no communicator. The new communicator is built like one from
- * strata_comm_split (an engine of its own, connected to the survivors only; it keeps comm's
- * engine while it lives); memory registered on comm must be registered again on it, and
- * MoE objects created again on it. Where another rank fails after the
- * agreement, building it fails (STRATA_ERR_PEER_FAILED, or STRATA_ERR_BOOTSTRAP) and the
- * caller calls strata_comm_shrink again. Also valid with no rank failed (a copy of comm).
+ *  * STRATA_ERR_PEER_FAILED and no communicator. The new communicator runs on comm's engine
+ * (kept while it lives; comm may be destroyed first): nothing connects again, memory
+ * registered on comm and the descriptors peers hold of it work on it, and MoE objects are
+ * made again on it (strata_moe_recreate). Its one collective, a check that every member
+ * agreed on the same members, fails where another rank fails after the agreement
+ * (STRATA_ERR_PEER_FAILED, or STRATA_ERR_BOOTSTRAP) and the caller calls strata_comm_shrink
+ * again. Also valid with no rank failed (a copy of comm). While a communicator shrunk from
+ * comm is alive, comm refuses to be split or shrunk again (STRATA_ERR_INVALID): shrink the
+ * newest.
  */
 STRATA_API strata_status_t strata_comm_shrink(strata_comm_t *comm, strata_comm_t **shrunk_p);
 
