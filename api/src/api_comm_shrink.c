@@ -15,9 +15,9 @@
  * rank fails leaves every survivor with the union of all sets, and later rounds keep it.
  * With R rounds that holds unless R failures fall within the agreement itself, one in each
  * round; the first failure is the one that brought the ranks here, so R = 3 covers two more.
- * Ranks that nonetheless end with different sets cannot build the new communicator: its
+ * Ranks that nonetheless end with different sets cannot use the new communicator: its
  * first exchange fails, with STRATA_ERR_PEER_FAILED or STRATA_ERR_BOOTSTRAP, and the caller
- * shrinks again.
+ * shrinks it again.
  */
 #include "api/src/api_bootstrap.h"
 #include "api/src/api_comm.h"
@@ -303,33 +303,10 @@ static void api_shrink_log(const api_shrink_t *sh, int survivors, uint64_t start
                   (double)(util_clock_now_ns() - start_ns) / 1e6);
 }
 
-/* The new communicator's first collective: every member holds the same members (the
- * rounds' argument says they do; this is where they would find out otherwise). */
-static strata_status_t api_shrink_confirm(strata_comm_t *shrunk, const int *members)
-{
-    uint64_t digest = 1469598103934665603ull, *all;
-    strata_status_t status;
-
-    for (int r = 0; r < shrunk->size; ++r) {
-        digest = (digest ^ (uint64_t)(uint32_t)members[r]) * 1099511628211ull;
-    }
-    all = calloc((size_t)shrunk->size, sizeof(*all));
-    if (all == NULL) {
-        return STRATA_ERR_NO_MEMORY;
-    }
-    status = api_comm_allgather(shrunk, &digest, all, sizeof(digest));
-    for (int r = 0; r < shrunk->size && status == STRATA_OK; ++r) {
-        if (all[r] != digest) {
-            UTIL_LOG_ERROR("comm shrink: rank %d of the shrunk communicator agreed on other "
-                           "members: shrink again", r);
-            status = STRATA_ERR_BOOTSTRAP;
-        }
-    }
-    free(all);
-    return status;
-}
-
-/* The survivors' communicator on comm's engine, with a bootstrap over it for collectives. */
+/* The survivors' communicator on comm's engine, with a bootstrap over it for collectives.
+ * Made locally, with no exchange: an exchange here could fail on some members and not on
+ * others (a rank dying in it), leaving them on different communicators, while the rounds
+ * ended alike on all. A rank that dies from now on is a failure of the new communicator. */
 static strata_status_t api_shrink_create(strata_comm_t *comm, uint32_t number,
                                          const int *members, int n, strata_comm_t **shrunk_p)
 {
@@ -338,17 +315,8 @@ static strata_status_t api_shrink_create(strata_comm_t *comm, uint32_t number,
 
     status = api_split_bootstrap_create(comm, number, API_SHRINK_ROUNDS, members, n,
                                         &bootstrap);
-    if (status == STRATA_OK) {
-        status = api_comm_create_shrunk(comm, members, n, bootstrap, shrunk_p);
-    }
-    if (status == STRATA_OK) {
-        status = api_shrink_confirm(*shrunk_p, members);
-    }
-    if (status != STRATA_OK && *shrunk_p != NULL) {
-        strata_comm_destroy(*shrunk_p);
-        *shrunk_p = NULL;
-    }
-    return status;
+    return status == STRATA_OK ? api_comm_create_shrunk(comm, members, n, bootstrap, shrunk_p)
+                               : status;
 }
 
 STRATA_API strata_status_t strata_comm_shrink(strata_comm_t *comm, strata_comm_t **shrunk_p)

@@ -129,8 +129,8 @@ class Communicator(PointToPoint):
         calls it: a Communicator over the ranks that are alive, numbered in their order here
         (strata_comm_shrink). The survivors agree among themselves, with no rendezvous (rank
         0 may be the one that failed). Raises StrataError (PEER_FAILED) where the others
-        declared this rank failed, or where another rank failed while the new communicator
-        was made (then call it again). The new one runs on this one's engine: its
+        declared this rank failed. A rank that fails once they agreed is a failure of the
+        new one: shrink that in turn. The new one runs on this one's engine: its
         connections and registered memory stay good. This one is then good for nothing but
         close(); Moe objects are made again on the new one."""
         shrunk = ctypes.c_void_p()

@@ -181,12 +181,11 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
  *  * STRATA_ERR_PEER_FAILED and no communicator. The new communicator runs on comm's engine
  * (kept while it lives; comm may be destroyed first): nothing connects again, memory
  * registered on comm and the descriptors peers hold of it work on it, and MoE objects are
- * made again on it (strata_moe_recreate). Its one collective, a check that every member
- * agreed on the same members, fails where another rank fails after the agreement
- * (STRATA_ERR_PEER_FAILED, or STRATA_ERR_BOOTSTRAP) and the caller calls strata_comm_shrink
- * again. Also valid with no rank failed (a copy of comm). While a communicator shrunk from
- * comm is alive, comm refuses to be split or shrunk again (STRATA_ERR_INVALID): shrink the
- * newest.
+ * made again on it (strata_moe_recreate). It is made without an exchange once the
+ * survivors agree: a rank that fails after that is a failure of the new communicator, whose
+ * next collective returns STRATA_ERR_PEER_FAILED; shrink it in turn. Also valid with no
+ * rank failed (a copy of comm). While a communicator shrunk from comm is alive, comm
+ * refuses to be split or shrunk again (STRATA_ERR_INVALID): shrink the newest.
  */
 STRATA_API strata_status_t strata_comm_shrink(strata_comm_t *comm, strata_comm_t **shrunk_p);
 
