@@ -16,7 +16,8 @@
  * takes 60 s, or --slow-timeout S seconds, to declare a silent peer failed, and its steps
  * wait 4 s: it learns of the failure from the others' sets; when its engine declares the
  * victim failed at last, the shrunk communicator, which the victim is not in, must go on),
- * --until-ms T (steps on the shrunk communicator go on until T ms after the failure), --max-ms T (the time from the failure to the first good
+ * --step-ms M (a pause of M ms after each step on the shrunk communicator, so that its
+ * steps span a time every rank agrees on without a clock: --steps N of them), --max-ms T (the time from the failure to the first good
  * step must be below T), --moe (each step also runs a MoE step, exact against the step
  * computed plainly: 2 experts per rank, top-2; after a shrink the object is recreated on
  * the shrunk communicator, the dead ranks' experts masked, and every token's masked slots
@@ -76,7 +77,7 @@ typedef struct ring_msg {
 } ring_msg_t;
 
 typedef struct options {
-    int  victim, second, slow, slow_timeout, at, steps, max_ms, until_ms;
+    int  victim, second, slow, slow_timeout, at, steps, max_ms, step_ms;
     bool stop, second_first, moe, reassign, rejoin, map_refusals, registered;
     const char *join_addr; /* set: this process is the replacement, joining there */
     int  join_port, join_rank;
@@ -518,8 +519,8 @@ static void parse(int argc, char **argv, options_t *o)
             o->slow = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--slow-timeout") && has) {
             o->slow_timeout = atoi(argv[++i]);
-        } else if (!strcmp(argv[i], "--until-ms") && has) {
-            o->until_ms = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--step-ms") && has) {
+            o->step_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--max-ms") && has) {
             o->max_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--at") && has) {
@@ -680,7 +681,6 @@ int main(int argc, char **argv)
 {
     const char *dir = getenv("SHRINK_CHECK_DIR");
     int first_of[256], shrinks = 0, expected, step = 0;
-    uint64_t until_ns;
     strata_bootstrap_t *bs;
     strata_comm_t *comm;
     strata_status_t status;
@@ -728,8 +728,7 @@ int main(int argc, char **argv)
     CHECK(status == STRATA_ERR_PEER_FAILED ||
               (g_first_rank == o.slow && status == STRATA_ERR_TIMEOUT),
           "the step with the failure returned %s", strata_status_string(status));
-    until_ns = o.until_ms > 0 ? failed_at(dir) + (uint64_t)o.until_ms * 1000000ull : 0;
-    for (int good = 0; good < o.steps || now_ns() < until_ns;) {
+    for (int good = 0; good < o.steps;) {
         if (status != STRATA_OK) {
             CHECK(++shrinks <= MAX_SHRINKS, "still failing after %d shrinks: %s", MAX_SHRINKS,
                   strata_status_string(status));
@@ -747,6 +746,8 @@ int main(int argc, char **argv)
         }
         if (status != STRATA_OK) {
             good = 0;
+        } else if (o.step_ms > 0) {
+            usleep((useconds_t)o.step_ms * 1000);
         }
     }
     CHECK(strata_comm_size(comm) == expected, "shrunk to %d ranks, %d expected",
