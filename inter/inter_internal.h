@@ -491,6 +491,13 @@ void inter_ring_flush_done(inter_engine_t *engine, inter_op_t *op, strata_status
 inter_ring_t *inter_ring_new(const inter_engine_t *engine, const inter_ring_params_t *p);
 void inter_ring_init_mem(const inter_ring_params_t *p);
 void inter_ring_publish(inter_engine_t *engine);             /* after a round of polling */
+/** A ring word producers and the proxy share, as an atomic. */
+static inline _Atomic uint64_t *inter_ring_word(uint64_t *word)
+{
+    return (_Atomic uint64_t *)word;
+}
+/** Store status into the ring's failure word, once (producers and waiters stop). */
+void inter_ring_set_failure(inter_ring_t *ring, strata_status_t status);
 /** Fail every attached ring that has peer among its peers (peer failed). */
 void inter_ring_fail_peer(inter_engine_t *engine, int peer, strata_status_t status);
 void inter_ring_accept(inter_engine_t *engine, inter_request_t *req);
