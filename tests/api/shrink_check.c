@@ -36,52 +36,26 @@
  * with --rejoin, whose joiner has none). Prints, per survivor, "shrunk to N ranks" and
  * that time.
  */
-#include <strata/strata.h>
+#include "api/shrink_check.h"
 
-#include "common/moe_plain.h"
-
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(cond, ...) \
-    do { \
-        if (!(cond)) { \
-            fprintf(stderr, "shrink_check rank %d: ", g_first_rank); \
-            fprintf(stderr, __VA_ARGS__); \
-            fprintf(stderr, "\n"); \
-            exit(1); \
-        } \
-    } while (0)
+int g_first_rank;
 
-#define WAIT_MS     30000u
 #define MAX_SHRINKS 3
-
-static int g_first_rank;
 
 typedef struct ring_msg {
     int32_t  first_rank; /* the sender's rank in the first communicator */
     int32_t  step;
     uint64_t pattern;
 } ring_msg_t;
-
-typedef struct options {
-    int  victim, second, slow, slow_timeout, at, steps, max_ms, step_ms;
-    bool stop, second_first, moe, reassign, rejoin, map_refusals, registered;
-    const char *join_addr; /* set: this process is the replacement, joining there */
-    int  join_port, join_rank;
-} options_t;
 
 static uint32_t g_wait_ms = WAIT_MS;
 
@@ -185,272 +159,6 @@ static strata_status_t registered_step(strata_comm_t *comm, const int *first_of,
         CHECK(g_reg_buf[from] == pattern_of(from, step),
               "step %d: the registered buffer holds %016llx from first rank %d, not its "
               "pattern", step, (unsigned long long)g_reg_buf[from], from);
-    }
-    return status;
-}
-
-/* --- MoE steps ------------------------------------------------------------------------- */
-
-#define EXPERTS_PER_RANK 2
-#define TOPK             2
-#define HIDDEN           32
-#define TOKENS           16
-
-static int g_experts; /* 2 per rank of the first communicator */
-
-static uint32_t next_random(uint32_t *s)
-{
-    *s = *s * 1664525u + 1013904223u;
-    return *s >> 8;
-}
-
-/* The rank of comm that holds expert e: its first owner where alive, else -1 (masked), or
- * with reassign, the survivors in turn. */
-static int expert_owner(const int *first_of, int n, int e, bool reassign)
-{
-    int first_owner = e / EXPERTS_PER_RANK, lost = 0;
-
-    for (int r = 0; r < n; ++r) {
-        if (first_of[r] == first_owner) {
-            return r;
-        }
-    }
-    if (!reassign) {
-        return -1;
-    }
-    for (int earlier = 0; earlier < e; ++earlier) { /* experts lost before this one */
-        bool alive = false;
-
-        for (int r = 0; r < n; ++r) {
-            alive = alive || first_of[r] == earlier / EXPERTS_PER_RANK;
-        }
-        lost += !alive;
-    }
-    return lost % n;
-}
-
-/* One step: routing, inputs and weights from the step and this rank's first rank; the
- * experts compute y = x (e + 1) + e from the id strata_moe_expert_id gives. */
-static strata_status_t moe_step(strata_moe_t *moe, const int *first_of, int n, int step,
-                                bool reassign)
-{
-    static float x[TOKENS][HIDDEN], w[TOKENS][TOPK], out[TOKENS][HIDDEN];
-    static int64_t idx[TOKENS][TOPK];
-    int32_t masked[TOKENS];
-    uint32_t s = (uint32_t)step * 7919u + (uint32_t)g_first_rank * 104729u + 1u;
-    strata_moe_recv_t recv;
-    strata_status_t status;
-    int64_t slots;
-
-    for (int t = 0; t < TOKENS; ++t) {
-        int first = (int)(next_random(&s) % (uint32_t)g_experts);
-
-        idx[t][0] = first;
-        idx[t][1] = (first + 1 + (int)(next_random(&s) % (uint32_t)(g_experts - 1))) % g_experts;
-        for (int k = 0; k < TOPK; ++k) {
-            w[t][k] = (float)(next_random(&s) % 100) / 100.0f;
-        }
-        for (int h = 0; h < HIDDEN; ++h) {
-            x[t][h] = (float)(next_random(&s) % 1000) / 250.0f - 2.0f;
-        }
-    }
-    status = strata_moe_dispatch(moe, x, NULL, &idx[0][0], TOKENS, &recv);
-    if (status != STRATA_OK) {
-        return status;
-    }
-    CHECK(moe_plain_experts(moe, &recv, HIDDEN), "a place with rows and no expert");
-    status = strata_moe_combine(moe, NULL, &w[0][0], out);
-    if (status != STRATA_OK) {
-        return status;
-    }
-    CHECK(strata_moe_masked(moe, NULL, masked, &slots) == STRATA_OK, "strata_moe_masked");
-    for (int t = 0; t < TOKENS; ++t) {
-        int lost = 0;
-
-        for (int k = 0; k < TOPK; ++k) {
-            lost += expert_owner(first_of, n, (int)idx[t][k], reassign) < 0;
-        }
-        CHECK(masked[t] == lost, "step %d token %d: %d slots masked, %d expected", step, t,
-              masked[t], lost);
-        for (int h = 0; h < HIDDEN; ++h) {
-            float want = 0.0f;
-
-            for (int k = 0; k < TOPK; ++k) {
-                if (expert_owner(first_of, n, (int)idx[t][k], reassign) >= 0) {
-                    want += w[t][k] * (x[t][h] * (float)(idx[t][k] + 1) + (float)idx[t][k]);
-                }
-            }
-            CHECK(out[t][h] == want, "step %d token %d column %d: %g, not %g", step, t, h,
-                  (double)out[t][h], (double)want);
-        }
-    }
-    return STRATA_OK;
-}
-
-static strata_moe_t *moe_first(strata_comm_t *comm)
-{
-    strata_moe_params_t p = {.num_experts = g_experts, .topk = TOPK, .hidden = HIDDEN,
-                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
-                             .max_tokens = TOKENS};
-    strata_moe_t *moe;
-
-    CHECK(strata_moe_create(comm, &p, &moe) == STRATA_OK, "strata_moe_create");
-    return moe;
-}
-
-/* The object on the shrunk communicator; the old one destroyed. */
-/* Recreations every rank must refuse because one rank's map is wrong: rank 0 of comm passes
- * a map naming a rank comm has not (INVALID), then one unlike the others' (CONFIG). */
-static void moe_refusals(strata_moe_t *moe, strata_comm_t *comm, const int32_t *owner)
-{
-    int32_t mine[512];
-    strata_moe_t *fresh = NULL;
-    strata_status_t status;
-
-    memcpy(mine, owner, sizeof(int32_t) * (size_t)g_experts);
-    if (strata_comm_rank(comm) == 0) {
-        mine[0] = strata_comm_size(comm);
-    }
-    status = strata_moe_recreate(moe, comm, mine, &fresh);
-    CHECK(status == STRATA_ERR_INVALID && fresh == NULL,
-          "a map with rank %d on rank 0: recreate returned %s", strata_comm_size(comm),
-          strata_status_string(status));
-    if (strata_comm_rank(comm) == 0) {
-        mine[0] = -1;
-    }
-    status = strata_moe_recreate(moe, comm, mine, &fresh);
-    CHECK(status == STRATA_ERR_CONFIG && fresh == NULL,
-          "rank 0's map unlike the others': recreate returned %s", strata_status_string(status));
-}
-
-static strata_status_t moe_again(strata_moe_t **moe, strata_comm_t *comm, const int *first_of,
-                                 bool reassign, bool refusals)
-{
-    int32_t owner[512];
-    strata_moe_t *fresh;
-    strata_status_t status;
-
-    for (int e = 0; e < g_experts; ++e) {
-        owner[e] = expert_owner(first_of, strata_comm_size(comm), e, true);
-    }
-    if (refusals) {
-        moe_refusals(*moe, comm, owner);
-    }
-    status = strata_moe_recreate(*moe, comm, reassign ? owner : NULL, &fresh);
-    if (status == STRATA_OK) {
-        strata_moe_destroy(*moe);
-        *moe = fresh;
-    }
-    return status;
-}
-
-/* --- Growing back ---------------------------------------------------------------------- */
-
-#define GROWN_STEP 1000 /* the steps after the expand count from here, on every process */
-
-typedef struct rendezvous {
-    char     addr[64];
-    uint32_t port;
-} rendezvous_t;
-
-/* This node's address on the engine's interface (loopback where it is lo). */
-static void node_addr(char *addr, size_t len)
-{
-    const char *iface = getenv("STRATA_INTER_IFACE");
-    struct ifaddrs *ifs;
-
-    snprintf(addr, len, "127.0.0.1");
-    if (iface == NULL || !strcmp(iface, "lo") || getifaddrs(&ifs) != 0) {
-        return;
-    }
-    for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
-        if (i->ifa_addr != NULL && i->ifa_addr->sa_family == AF_INET &&
-            !strcmp(i->ifa_name, iface)) {
-            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, addr,
-                      (socklen_t)len);
-            break;
-        }
-    }
-    freeifaddrs(ifs);
-}
-
-static uint32_t free_port(void)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-              getsockname(fd, (struct sockaddr *)&sa, &len) == 0,
-          "no free port");
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-/* Rank 0 of comm picks the rendezvous and sends it to the others. */
-static void share_rendezvous(strata_comm_t *comm, rendezvous_t *rv)
-{
-    strata_request_t *req;
-
-    if (strata_comm_rank(comm) == 0) {
-        node_addr(rv->addr, sizeof(rv->addr));
-        rv->port = free_port();
-        for (int r = 1; r < strata_comm_size(comm); ++r) {
-            CHECK(strata_send(comm, r, rv, sizeof(*rv), &req) == STRATA_OK &&
-                      strata_request_wait(req, WAIT_MS) == STRATA_OK,
-                  "sending the rendezvous to rank %d", r);
-            strata_request_free(req);
-        }
-        return;
-    }
-    CHECK(strata_recv(comm, 0, rv, sizeof(*rv), &req) == STRATA_OK &&
-              strata_request_wait(req, WAIT_MS) == STRATA_OK,
-          "receiving the rendezvous");
-    strata_request_free(req);
-}
-
-/* This program again, with --join: the replacement of the victim. */
-static pid_t start_joiner(int argc, char **argv, const rendezvous_t *rv, int rank)
-{
-    char port[16], as[16];
-    char *args[64];
-    int n = 0;
-    pid_t pid;
-
-    snprintf(port, sizeof(port), "%u", rv->port);
-    snprintf(as, sizeof(as), "%d", rank);
-    for (int i = 0; i < argc && n < 58; ++i) {
-        args[n++] = argv[i];
-    }
-    args[n++] = "--join";
-    args[n++] = (char *)rv->addr;
-    args[n++] = port;
-    args[n++] = as;
-    args[n]   = NULL;
-    pid = fork();
-    CHECK(pid >= 0, "fork");
-    if (pid == 0) {
-        execv("/proc/self/exe", args);
-        _exit(127);
-    }
-    return pid;
-}
-
-/* Every expert back on its first rank: the first ranks of a communicator that has them all. */
-static strata_status_t moe_back(strata_moe_t **moe, strata_comm_t *comm, const int *first_of)
-{
-    int32_t owner[512];
-    strata_moe_t *fresh;
-    strata_status_t status;
-
-    for (int e = 0; e < g_experts; ++e) {
-        owner[e] = expert_owner(first_of, strata_comm_size(comm), e, false);
-        CHECK(owner[e] >= 0, "expert %d has no rank after the expand", e);
-    }
-    status = strata_moe_recreate(*moe, comm, owner, &fresh);
-    if (status == STRATA_OK) {
-        strata_moe_destroy(*moe); /* tolerates NULL: the joiner had none */
-        *moe = fresh;
     }
     return status;
 }
@@ -597,7 +305,7 @@ static strata_status_t shrink(strata_comm_t **comm, int *first_of, const options
 }
 
 /* A step of the job: the ring, then the MoE step where there is an object. */
-static strata_status_t job_step(strata_comm_t *comm, strata_moe_t *moe, const int *first_of,
+strata_status_t job_step(strata_comm_t *comm, strata_moe_t *moe, const int *first_of,
                                 int step, const options_t *o)
 {
     strata_status_t status = ring_step(comm, first_of, step);
@@ -609,72 +317,6 @@ static strata_status_t job_step(strata_comm_t *comm, strata_moe_t *moe, const in
         status = moe_step(moe, first_of, strata_comm_size(comm), step, o->reassign);
     }
     return status;
-}
-
-/* The replacement: joins the survivors' expanded communicator in the victim's place. */
-static int run_joiner(const options_t *o)
-{
-    int first_of[256], n = o->join_rank; /* the survivors */
-    strata_bootstrap_t *bs;
-    strata_comm_t *comm;
-    strata_moe_t *moe = NULL;
-
-    g_first_rank = o->victim;
-    CHECK(n > 0 && n < 256, "joining as rank %d", n);
-    CHECK(strata_bootstrap_tcp_create(o->join_addr, (uint16_t)o->join_port, n, n + 1, 0, &bs) ==
-              STRATA_OK,
-          "the rendezvous at %s:%d", o->join_addr, o->join_port);
-    CHECK(strata_comm_create(NULL, bs, &comm) == STRATA_OK, "joining the job");
-    for (int r = 0; r < n; ++r) {
-        first_of[r] = r < o->victim ? r : r + 1;
-    }
-    first_of[n] = o->victim;
-    g_experts   = EXPERTS_PER_RANK * (n + 1);
-    if (o->moe) {
-        CHECK(moe_back(&moe, comm, first_of) == STRATA_OK, "recreating the MoE object");
-    }
-    for (int i = 0; i < o->steps; ++i) {
-        CHECK(job_step(comm, moe, first_of, GROWN_STEP + i, o) == STRATA_OK,
-              "step %d after joining", i);
-    }
-    printf("joined as rank %d: grew back to %d ranks\n", n, n + 1);
-    strata_barrier(comm, WAIT_MS);
-    strata_moe_destroy(moe);
-    strata_comm_destroy(comm);
-    strata_bootstrap_destroy(bs);
-    return 0;
-}
-
-/* The survivors take a replacement in: rendezvous, expand, the experts back where they
- * were, steps. The joiner's pid on rank 0, else -1. */
-static pid_t grow_back(strata_comm_t **comm, strata_moe_t **moe, int *first_of, int argc,
-                       char **argv, const options_t *o)
-{
-    int n = strata_comm_size(*comm);
-    strata_comm_t *grown;
-    pid_t joiner = -1;
-    rendezvous_t rv;
-
-    share_rendezvous(*comm, &rv);
-    if (strata_comm_rank(*comm) == 0) {
-        joiner = start_joiner(argc, argv, &rv, n);
-    }
-    CHECK(strata_comm_expand(*comm, 1, rv.addr, (uint16_t)rv.port, &grown) == STRATA_OK,
-          "strata_comm_expand at %s:%u", rv.addr, rv.port);
-    CHECK(strata_comm_size(grown) == n + 1 && strata_comm_rank(grown) == strata_comm_rank(*comm),
-          "expanded to rank %d of %d", strata_comm_rank(grown), strata_comm_size(grown));
-    first_of[n] = o->victim;
-    if (*moe != NULL) {
-        CHECK(moe_back(moe, grown, first_of) == STRATA_OK, "recreating the MoE object");
-    }
-    strata_comm_destroy(*comm);
-    *comm = grown;
-    for (int i = 0; i < o->steps; ++i) {
-        CHECK(job_step(grown, *moe, first_of, GROWN_STEP + i, o) == STRATA_OK,
-              "step %d after the expand", i);
-    }
-    printf("grew back to %d ranks\n", n + 1);
-    return joiner;
 }
 
 int main(int argc, char **argv)
