@@ -127,16 +127,6 @@ strata_status_t api_comm_create_shrunk(strata_comm_t *parent, const int *members
 /** The communicator comm was split or shrunk from; NULL for one from a bootstrap. */
 strata_comm_t *api_comm_parent(const strata_comm_t *comm);
 
-/**
- * A communicator over members (parent ranks, in the new order; this rank among them) with
- * no new rendezvous: its bootstrap's collectives are messages over the parent's engine on
- * channels (number << API_SPLIT_SEQ_BITS) | seq, seq counting from first_seq + 1. Every
- * member passes the same number, first_seq and members (api_comm_split.c).
- */
-strata_status_t api_comm_over_members(strata_comm_t *parent, uint32_t number,
-                                      uint32_t first_seq, const int *members, int n,
-                                      strata_comm_t **sub_p);
-
 /** The public MoE object: its communicator, and the scheduler's object that runs it. */
 struct strata_moe {
     strata_comm_t      *comm;

@@ -309,15 +309,17 @@ strata_config_t api_comm_inherited_config(const strata_comm_t *parent)
     return config;
 }
 
-strata_status_t api_comm_over_members(strata_comm_t *parent, uint32_t number,
-                                      uint32_t first_seq, const int *members, int n,
-                                      strata_comm_t **sub_p)
+/* A communicator over members (parent ranks, in the new order; this rank among them), with
+ * an engine of its own, made over a bootstrap on the parent's engine: every member passes
+ * the same number and members. */
+static strata_status_t api_comm_over_members(strata_comm_t *parent, uint32_t number,
+                                             const int *members, int n, strata_comm_t **sub_p)
 {
     strata_bootstrap_t *bootstrap;
     strata_config_t config;
     strata_status_t status;
 
-    status = api_split_bootstrap_create(parent, number, first_seq, members, n, &bootstrap);
+    status = api_split_bootstrap_create(parent, number, 0, members, n, &bootstrap);
     if (status != STRATA_OK) {
         return status;
     }
@@ -363,7 +365,7 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
         if (color != -1) {
             int n = api_split_members(votes, comm->size, comm->rank, members);
 
-            status = api_comm_over_members(comm, number, 0, members, n, sub_p);
+            status = api_comm_over_members(comm, number, members, n, sub_p);
         }
     }
     free(votes);
