@@ -8,15 +8,16 @@ check_case() {
     local envs=() opts=()
     while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
     while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
+    local start=$SECONDS
     env "${envs[@]}" "$run" --timeout 120 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1
-    local rc=$? got teardown
+    local rc=$? got teardown took=$((SECONDS - start))
     got=$(grep -c "$pattern" "$log")
     teardown=$(grep -c 'registrations still open\|ofi: closing the .* failed\|ucx: .*ucp_mem_unmap\|verbs: closing .* failed' "$log")
     if [ $rc -eq 0 ] && [ "$got" -eq "$count" ] && [ "$teardown" -eq 0 ]; then
-        passed=$((passed + 1)); echo "ok: $name"
+        passed=$((passed + 1)); echo "ok: $name (${took} s)"
     else
         failed=$((failed + 1))
-        echo "FAIL: $name (exit $rc, $got of $count ranks reported, $teardown teardown errors; seed $seed)"
+        echo "FAIL: $name (exit $rc after ${took} s, $got of $count ranks reported, $teardown teardown errors; seed $seed)"
         grep -v 'error: engine:' "$log" | tail -30
     fi
 }
