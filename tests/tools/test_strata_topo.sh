@@ -85,6 +85,13 @@ grep -q 'No GPU found' <<<"$out" && grep -q 'No network device found' <<<"$out" 
 # Live discovery never fails for lack of hardware.
 "$topo_bin" >"$work/live" 2>&1 && pass || fail "discovery failed: $(cat "$work/live")"
 
+# Discovery reads the same machine without hwloc's pci component (its linux component finds
+# the PCI devices from sysfs): the sanitizer builds' tests run that way (tests/CMakeLists.txt).
+env -u HWLOC_COMPONENTS "$topo_bin" --json >"$work/with-pci.json" 2>&1 &&
+    HWLOC_COMPONENTS=-pci "$topo_bin" --json >"$work/without-pci.json" 2>&1 &&
+    diff -u "$work/with-pci.json" "$work/without-pci.json" >"$work/diff" && pass ||
+    fail "discovery without hwloc's pci component differs: $(cat "$work/diff")"
+
 # Exit codes: 1 unreadable topology (one line on stderr), 2 usage.
 expect_exit() {
     local want=$1; shift
