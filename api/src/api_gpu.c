@@ -7,6 +7,7 @@
 #include "api_gpu.h"
 #include "util/util.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 
 /* The backend that drives a vendor's GPUs, by name. */
@@ -194,14 +195,52 @@ static void api_gpu_proxy_place(const topo_t *topo, const topo_rail_t *rail, int
     params->proxy_numa_node = numa >= 0 ? topo_numa(topo, numa)->os_index : -1;
 }
 
+/* The engine's name for the memory ops allocates. */
+static inter_mem_kind_t api_gpu_mem_kind(const intra_device_ops_t *ops)
+{
+    return ops->memory == INTRA_MEMORY_CUDA ? INTER_MEM_CUDA
+           : ops->memory == INTRA_MEMORY_HIP ? INTER_MEM_ROCM
+                                             : INTER_MEM_HOST;
+}
+
+strata_status_t api_gpu_mem_place(const intra_device_ops_t *ops, const void *addr, size_t len,
+                                  const char *what, api_gpu_memory_t *memory_p)
+{
+    char reason[UTIL_REASON_LEN] = "";
+    uintptr_t base = 0, start = (uintptr_t)addr;
+    size_t size = 0;
+    int device = -1;
+    strata_status_t status;
+
+    *memory_p = (api_gpu_memory_t){.kind = INTER_MEM_HOST, .device = 0};
+    if (ops->mem_locate == NULL || addr == NULL) {
+        return STRATA_OK; /* all host memory; the engine refuses NULL itself */
+    }
+    status = ops->mem_locate(addr, &device, &base, &size, reason);
+    if (status != STRATA_OK) {
+        UTIL_LOG_ERROR("%s: cannot register %zu bytes at %p: %s (strata registers %s device "
+                       "memory and host memory)", what, len, addr, reason, ops->name);
+        return status;
+    }
+    if (device < 0) {
+        return STRATA_OK;
+    }
+    if (start < base || len > size || start - base > size - len) {
+        UTIL_LOG_ERROR("%s: cannot register %zu bytes at %p: the range runs past the end of "
+                       "its allocation on %s GPU %d (%zu bytes from %#" PRIxPTR ")", what, len,
+                       addr, ops->name, device, size, base);
+        return STRATA_ERR_INVALID;
+    }
+    *memory_p = (api_gpu_memory_t){.kind = api_gpu_mem_kind(ops), .device = device};
+    return STRATA_OK;
+}
+
 void api_gpu_engine_params(const intra_device_ops_t *ops, const topo_t *topo,
                            const topo_rail_plan_t *plan, int gpu, inter_engine_params_t *params)
 {
     const topo_rail_t *rail = (gpu >= 0) ? &plan->rails[gpu] : NULL;
 
-    params->device_memory = ops->memory == INTRA_MEMORY_CUDA  ? INTER_MEM_CUDA
-                            : ops->memory == INTRA_MEMORY_HIP ? INTER_MEM_ROCM
-                                                              : INTER_MEM_HOST;
+    params->device_memory = api_gpu_mem_kind(ops);
     if (params->num_rails == 0) {
         params->num_rails = rail ? UTIL_MAX(1, UTIL_MIN(rail->num_rails, INTER_MAX_RAILS)) : 1;
     }

@@ -68,6 +68,22 @@ void api_gpu_leave(const api_gpu_scope_t *scope);
  * params->num_rails is 0 (STRATA_INTER_RAILS unset), one rail per NIC, 1..INTER_MAX_RAILS;
  * and the CPUs of the first NIC's NUMA node (else the GPU's) for the proxy.
  */
+/** Where memory handed to strata_mem_register lies, for the engine. */
+typedef struct api_gpu_memory {
+    inter_mem_kind_t kind;   /**< host, or the backend's device memory */
+    int              device; /**< the GPU holding it (0 for host memory) */
+} api_gpu_memory_t;
+
+/**
+ * Whether [addr, addr + len) is host memory or device memory of ops (mem_locate), and on
+ * which GPU. STRATA_ERR_INVALID, logged, for a device range that runs past the end of its
+ * allocation (peers may write anywhere in a registered range); STRATA_ERR_UNSUPPORTED,
+ * logged, for memory the network can register as neither (managed memory). what names the
+ * caller in the log.
+ */
+strata_status_t api_gpu_mem_place(const intra_device_ops_t *ops, const void *addr, size_t len,
+                                  const char *what, api_gpu_memory_t *memory_p);
+
 void api_gpu_engine_params(const intra_device_ops_t *ops, const topo_t *topo,
                            const topo_rail_plan_t *plan, int gpu, inter_engine_params_t *params);
 

@@ -4,6 +4,7 @@
  */
 #include "api/api.h"
 #include "api_comm.h"
+#include "api_gpu.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -48,13 +49,29 @@ static uint64_t api_ms_to_ns(uint64_t ms)
 STRATA_API strata_status_t strata_mem_register(strata_comm_t *comm, void *addr, size_t len,
                                                strata_mem_t **mem_p)
 {
+    api_gpu_memory_t memory = {.kind = INTER_MEM_HOST};
+    api_gpu_scope_t scope;
     inter_mr_t *mr;
     strata_status_t status;
 
     if (!api_args_ok("strata_mem_register", comm, mem_p)) {
         return STRATA_ERR_INVALID;
     }
-    status = inter_engine_mem_register(comm->engine, addr, len, &mr);
+    api_gpu_enter(comm->device, comm->gpu_ordinal, &scope); /* the runtime's calls, on our GPU */
+    status = api_gpu_mem_place(comm->device, addr, len, "strata_mem_register", &memory);
+    if (status == STRATA_OK) {
+        status = inter_engine_mem_register_kind(comm->engine, addr, len, memory.kind,
+                                                memory.device, &mr);
+    }
+    api_gpu_leave(&scope);
+    if (status == STRATA_ERR_UNSUPPORTED && memory.kind != INTER_MEM_HOST) {
+        UTIL_LOG_ERROR("strata_mem_register: %zu bytes of %s GPU %d memory: a rail of this "
+                       "communicator cannot register device memory (its provider lacks "
+                       "FI_HMEM, or neither a peer-memory module nor a dma-buf of it is "
+                       "there); strata does not stage these transfers through host memory: "
+                       "register a pinned host buffer and copy through it", len,
+                       comm->device->name, memory.device);
+    }
     if (status == STRATA_OK) {
         *mem_p = (strata_mem_t *)(void *)mr;
     }

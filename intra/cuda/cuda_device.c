@@ -98,6 +98,48 @@ static strata_status_t cuda_mem_export_dmabuf(void *ptr, size_t size, int *fd_p,
 }
 #define GPU_MEM_EXPORT_DMABUF cuda_mem_export_dmabuf
 
+/*
+ * Where ptr is: device memory by the runtime's pointer attributes, its allocation by the
+ * driver's cuMemGetAddressRange; memory the runtime does not know (pageable, or pinned by
+ * another runtime) is host memory.
+ */
+static strata_status_t cuda_mem_locate(const void *ptr, int *device_p, uintptr_t *base_p,
+                                       size_t *size_p, char *reason)
+{
+    struct cudaPointerAttributes attr;
+    cudaError_t error = cudaPointerGetAttributes(&attr, ptr);
+    cu_mem_range_fn_t range;
+    unsigned long long base = 0;
+    size_t size = 0;
+    int rc;
+
+    if (error != cudaSuccess) {
+        util_reason(reason, "cudaPointerGetAttributes: %s", cudaGetErrorName(error));
+        (void)cudaGetLastError(); /* not sticky: the next call must not see it */
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    if (attr.type == cudaMemoryTypeManaged) {
+        util_reason(reason, "%p is managed memory (cudaMallocManaged), which migrates "
+                    "between host and GPU", ptr);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    if (attr.type != cudaMemoryTypeDevice) {
+        *device_p = -1;
+        return STRATA_OK;
+    }
+    *(void **)&range = cuda_driver_fn("cuMemGetAddressRange");
+    rc = range != NULL ? range(&base, &size, (unsigned long long)(uintptr_t)ptr) : -1;
+    if (rc != 0) {
+        util_reason(reason, "the CUDA driver gives no allocation for %p (CUresult %d)", ptr, rc);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    *device_p = attr.device;
+    *base_p   = (uintptr_t)base;
+    *size_p   = size;
+    return STRATA_OK;
+}
+#define GPU_MEM_LOCATE cuda_mem_locate
+
 #define GPU_THREAD_CHOSE_DEVICE cuda_thread_chose_device
 
 #define GPU_NAME                      "cuda"

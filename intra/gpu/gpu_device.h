@@ -1,11 +1,14 @@
 /*
  * The body of a GPU device backend, written once for the CUDA and HIP runtimes, whose APIs
  * match name for name. The including file maps the gpu* names below onto cuda* or hip*,
- * names its ops table (GPU_OPS), its kernel launcher (GPU_MOE_LAUNCH, in the .cu/.hip file)
- * and its timer rate, then includes this file once.
+ * names its ops table (GPU_OPS), its kernel launcher (GPU_MOE_LAUNCH, in the .cu/.hip file),
+ * its pointer query (GPU_MEM_LOCATE) and its timer rate, then includes this file once.
  */
 #ifndef GPU_OPS
 #error "define the gpu* runtime names and GPU_OPS before including gpu_device.h"
+#endif
+#ifndef GPU_MEM_LOCATE
+#error "define GPU_MEM_LOCATE (where a pointer is: intra_device_ops_t.mem_locate)"
 #endif
 
 #include "util/util.h"
@@ -468,6 +471,7 @@ const intra_device_ops_t GPU_OPS = {
 #ifdef GPU_MEM_EXPORT_DMABUF
     .mem_export_dmabuf  = GPU_MEM_EXPORT_DMABUF,
 #endif
+    .mem_locate         = GPU_MEM_LOCATE,
     .mem_copy           = gpu_mem_copy,
     .mem_set            = gpu_mem_set,
     .synchronize        = gpu_synchronize,

@@ -103,6 +103,55 @@ static strata_status_t hip_mem_export_dmabuf(void *ptr, size_t size, int *fd_p,
 }
 #define GPU_MEM_EXPORT_DMABUF hip_mem_export_dmabuf
 
+/*
+ * Where ptr is: device memory by the runtime's pointer attributes (their type field is
+ * memoryType before ROCm 6), its allocation by hipMemGetAddressRange. Runtimes before
+ * ROCm 6 answer hipErrorInvalidValue for memory they do not know: host memory.
+ */
+static strata_status_t hip_mem_locate(const void *ptr, int *device_p, uintptr_t *base_p,
+                                      size_t *size_p, char *reason)
+{
+    hipPointerAttribute_t attr;
+    hipError_t error = hipPointerGetAttributes(&attr, ptr);
+    hipDeviceptr_t base = NULL;
+    size_t size = 0;
+
+    if (error == hipErrorInvalidValue) {
+        (void)hipGetLastError(); /* not sticky: the next call must not see it */
+        *device_p = -1;
+        return STRATA_OK;
+    }
+    if (error != hipSuccess) {
+        util_reason(reason, "hipPointerGetAttributes: %s", hipGetErrorName(error));
+        (void)hipGetLastError();
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    if (attr.isManaged) {
+        util_reason(reason, "%p is managed memory (hipMallocManaged), which migrates between "
+                    "host and GPU", ptr);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+#if HIP_VERSION >= 60000000
+    if (attr.type != hipMemoryTypeDevice) {
+#else
+    if (attr.memoryType != hipMemoryTypeDevice) {
+#endif
+        *device_p = -1;
+        return STRATA_OK;
+    }
+    error = hipMemGetAddressRange(&base, &size, (hipDeviceptr_t)(uintptr_t)ptr);
+    if (error != hipSuccess) {
+        util_reason(reason, "hipMemGetAddressRange(%p): %s", ptr, hipGetErrorName(error));
+        (void)hipGetLastError();
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    *device_p = attr.device;
+    *base_p   = (uintptr_t)base;
+    *size_p   = size;
+    return STRATA_OK;
+}
+#define GPU_MEM_LOCATE hip_mem_locate
+
 /* Fine-grained: coherent between GPUs while kernels run (see gpu_region_create). */
 #define GPU_REGION_MALLOC(ptr_p, size) hipExtMallocWithFlags(ptr_p, size, hipDeviceMallocFinegrained)
 #define GPU_MOE_RESIDENT_BLOCKS       hip_moe_resident_blocks

@@ -2,8 +2,9 @@
 peer writes to, paged and scatter writes, immediates counted at the target, and small
 messages (docs/p2p.md). Communicator inherits these methods.
 
-This version registers host memory (numpy arrays, CPU torch tensors, DLPack arrays on the
-host); a device tensor is refused with ValueError.
+Regions are host memory (numpy arrays, CPU torch tensors, DLPack arrays on the host) or,
+on a communicator of a GPU backend, device memory of that backend (CUDA or ROCm tensors and
+arrays), which the network then reads and writes in place where its rails can register it.
 """
 import ctypes
 
@@ -43,14 +44,18 @@ class Descriptor:
 class Region:
     """A buffer registered with the communicator's engine (strata_mem_register): the source
     of writes from this rank, and, through its descriptor, their destination from a peer.
-    Keeps the buffer alive; close() (or the end of a with block) deregisters it, which must
+    Host memory, or device memory of the communicator's GPU backend (StrataError with
+    STRATA_ERR_UNSUPPORTED where its rails cannot register device memory). Keeps the buffer
+    alive; close() (or the end of a with block) deregisters it, which must
     wait until no request uses it."""
 
     def __init__(self, comm, buffer):
-        d = b.describe(buffer, "buffer")
-        if d.memory.kind != "cpu":
-            raise ValueError("buffer is on a GPU: this version registers host memory only "
-                             "(numpy arrays, CPU tensors)")
+        backend = b.memory_of(comm).kind
+        d = b.describe(buffer, "buffer", b.memory_of(comm))
+        if d.memory.kind not in ("cpu", backend):
+            also = "" if backend == "cpu" else f" and {backend.upper()} device memory"
+            raise ValueError(f"buffer is {b._where(d.memory)}; this communicator "
+                             f"({comm.device_backend} backend) registers host memory{also}")
         if not d.contiguous:
             raise ValueError("buffer is not C-contiguous: pass a contiguous copy")
         self.nbytes = int(np.prod(d.shape, dtype=np.int64)) * b._ITEMSIZES.get(d.dtype, 1)
@@ -196,7 +201,8 @@ class PointToPoint:
     """The communicator's point-to-point calls (mixed into Communicator)."""
 
     def register(self, buffer):
-        """A Region of buffer (host memory), whose descriptor a peer can write to."""
+        """A Region of buffer (host memory, or the communicator's GPU memory), whose
+        descriptor a peer can write to."""
         return Region(self, buffer)
 
     def write_paged(self, peer, src, dst, page_bytes, src_pages, dst_pages, imm=None):

@@ -75,6 +75,29 @@ static intra_device_ops_t test_ops(void)
     return ops;
 }
 
+/* Memory as a GPU backend places it: arena's first half is a 4 KiB allocation on GPU 2,
+ * its second half managed memory; anything else is host memory. */
+static char arena[8192];
+
+static strata_status_t test_mem_locate(const void *ptr, int *device_p, uintptr_t *base_p,
+                                       size_t *size_p, char *reason)
+{
+    uintptr_t at = (uintptr_t)ptr, first = (uintptr_t)arena;
+
+    if (at < first || at >= first + sizeof(arena)) {
+        *device_p = -1;
+        return STRATA_OK;
+    }
+    if (at >= first + 4096) {
+        util_reason(reason, "%p is managed memory", ptr);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    *device_p = 2;
+    *base_p   = first;
+    *size_p   = 4096;
+    return STRATA_OK;
+}
+
 static int setup(void **state)
 {
     char err[UTIL_REASON_LEN];
@@ -245,6 +268,39 @@ static void test_blocks_fit_the_gpu(void **state)
     assert_int_equal(intra_moe_fit_blocks(32, 264, 0), 32);
 }
 
+/* What strata_mem_register hands the engine: the kind and GPU of device memory, a range
+ * inside its allocation only. */
+static void test_memory_placed(void **state)
+{
+    intra_device_ops_t ops = test_ops();
+    api_gpu_memory_t memory;
+    char host[64];
+
+    (void)state;
+    ops.memory     = INTRA_MEMORY_CUDA;
+    ops.mem_locate = test_mem_locate;
+    assert_int_equal(api_gpu_mem_place(&ops, arena + 100, 3996, "test", &memory), STRATA_OK);
+    assert_int_equal(memory.kind, INTER_MEM_CUDA);
+    assert_int_equal(memory.device, 2);
+    assert_int_equal(api_gpu_mem_place(&ops, arena, 4096, "test", &memory), STRATA_OK);
+    assert_int_equal(api_gpu_mem_place(&ops, host, sizeof(host), "test", &memory), STRATA_OK);
+    assert_int_equal(memory.kind, INTER_MEM_HOST);
+    assert_int_equal(memory.device, 0);
+    /* One byte past the allocation's end, or a length that wraps: peers could write there. */
+    assert_int_equal(api_gpu_mem_place(&ops, arena + 100, 3997, "test", &memory),
+                     STRATA_ERR_INVALID);
+    assert_int_equal(api_gpu_mem_place(&ops, arena + 1, SIZE_MAX, "test", &memory),
+                     STRATA_ERR_INVALID);
+    assert_int_equal(api_gpu_mem_place(&ops, arena + 5000, 16, "test", &memory),
+                     STRATA_ERR_UNSUPPORTED);
+    ops.memory = INTRA_MEMORY_HIP;
+    assert_int_equal(api_gpu_mem_place(&ops, arena, 16, "test", &memory), STRATA_OK);
+    assert_int_equal(memory.kind, INTER_MEM_ROCM);
+    /* The host backend: every address is host memory. */
+    assert_int_equal(api_gpu_mem_place(&host_device_ops, arena, 16, "test", &memory), STRATA_OK);
+    assert_int_equal(memory.kind, INTER_MEM_HOST);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -256,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_scope_gives_the_gpu_back),
         cmocka_unit_test(test_mig_refused),
         cmocka_unit_test(test_blocks_fit_the_gpu),
+        cmocka_unit_test(test_memory_placed),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);

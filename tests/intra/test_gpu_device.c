@@ -1,7 +1,8 @@
 /*
  * The GPU device backends (CUDA, HIP) on a machine with a GPU: allocation, fill, copies
- * both ways, then MoE dispatch/combine with 2 and 4 processes sharing the GPU through IPC
- * handles, with the same checks as the host backend's test. Each backend compiled in but
+ * both ways, where a pointer's memory is (device, pageable or pinned host), then MoE
+ * dispatch/combine with 2 and 4 processes sharing the GPU through IPC handles, with the
+ * same checks as the host backend's test. Each backend compiled in but
  * without a usable device here is skipped with the reason. GPU runtimes do not survive
  * fork(), and the MoE check forks its ranks, so this process never touches a GPU itself:
  * probes and the round trip run in children too.
@@ -66,6 +67,32 @@ static int usable_gpus(const intra_device_ops_t **found)
     return n;
 }
 
+/* In the round trip's child: where mem_locate places device memory (inside a, of size
+ * bytes), pageable host memory and pinned host memory. */
+static bool locates(const intra_device_ops_t *gpu, void *a, size_t size)
+{
+    char why[UTIL_REASON_LEN] = "", pageable[64];
+    void *pinned = NULL, *pinned_dev = NULL;
+    uintptr_t base = 0;
+    size_t alloc = 0;
+    int current = -1, device = -2, host = -2, host_pinned = -2;
+    bool ok;
+
+    ok = gpu->current_device(&current) == STRATA_OK &&
+         gpu->mem_locate((char *)a + 100, &device, &base, &alloc, why) == STRATA_OK &&
+         device == current && base == (uintptr_t)a && alloc >= size &&
+         gpu->mem_locate(pageable, &host, &base, &alloc, why) == STRATA_OK && host == -1 &&
+         gpu->host_alloc(4096, -1, &pinned, &pinned_dev) == STRATA_OK &&
+         gpu->mem_locate(pinned, &host_pinned, &base, &alloc, why) == STRATA_OK &&
+         host_pinned == -1;
+    if (!ok) {
+        fprintf(stderr, "%s: mem_locate: device %d (current %d), host %d, pinned %d: %s\n",
+                gpu->name, device, current, host, host_pinned, why);
+    }
+    gpu->host_free(pinned);
+    return ok;
+}
+
 /* Runs in a child: plain checks, as cmocka's assertions would unwind into the runner. */
 static bool roundtrip(const intra_device_ops_t *gpu)
 {
@@ -84,7 +111,8 @@ static bool roundtrip(const intra_device_ops_t *gpu)
          gpu->mem_copy((char *)b + 100, a, 1000) == STRATA_OK &&
          gpu->mem_copy(back, b, sizeof(back)) == STRATA_OK &&
          gpu->synchronize() == STRATA_OK && back[99] == 0x33 &&
-         memcmp(back + 100, host, 1000) == 0 && back[1100] == 0x33;
+         memcmp(back + 100, host, 1000) == 0 && back[1100] == 0x33 &&
+         locates(gpu, a, sizeof(host));
     gpu->mem_free(a);
     gpu->mem_free(b);
     a = NULL;

@@ -4,7 +4,8 @@ run a step and the recv comes back as Arrays on the GPU; host memory is refused;
 a stream of the caller's with async_op returns a Work whose wait() orders the stream and
 whose synchronize() gives the result; and, where torch has CUDA, torch in gives torch out on
 the same GPU, on torch's current stream, and strata.torch.MoEDispatcher (forward and
-backward) and strata.ep.Buffer run on CUDA tensors."""
+backward) and strata.ep.Buffer run on CUDA tensors; device memory registers as a region
+for point-to-point writes where the rails can register it."""
 import ctypes
 import unittest
 
@@ -111,6 +112,27 @@ class TestDevice(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, r"^x is in host memory; this "
                                                     r"communicator's buffers are on CUDA GPU"):
                 moe.dispatch(self.x, self.idx)
+
+    def test_register_device_memory(self):
+        """A device array registers as a region where the rails can register device memory
+        (written then from and into device memory in place, checked byte for byte), and is
+        refused with STRATA_ERR_UNSUPPORTED where they cannot; never as host memory."""
+        data = self.rng.integers(0, 256, 4096, dtype=np.uint8)
+        src, dst = DeviceArray(self.rt, data), DeviceArray(self.rt, np.zeros(4096, np.uint8))
+        try:
+            src_region = self.comm.register(src)
+        except strata.StrataError as refused:
+            self.assertIs(refused.status, strata.Status.STRATA_ERR_UNSUPPORTED)
+            self.skipTest("the rails here cannot register device memory")
+        me = self.comm.rank
+        with src_region, self.comm.register(dst) as dst_region:
+            self.assertEqual(src_region.nbytes, 4096)
+            self.comm.write_scatter(me, src_region, dst_region.descriptor,
+                                    [(0, 100, 3000)], imm=9).wait()
+            self.comm.imm_wait(9, self.comm.list_imm_count(me), peer=me)
+            want = np.zeros(4096, np.uint8)
+            want[100:3100] = data[:3000]
+            np.testing.assert_array_equal(dst.read(), want)
 
     def test_async_on_a_stream_of_the_callers(self):
         stream = ctypes.c_void_p()

@@ -27,6 +27,18 @@ class P2PTest(one_rank.CommTestCase):
         with self.assertRaises(ValueError):
             self.comm.register(np.zeros((8, 16), np.float32)[:, ::2])  # strided
 
+    def test_device_memory_on_a_host_communicator(self):
+        class OnGpu:  # says it is CUDA memory; never read
+            __cuda_array_interface__ = {"shape": (64,), "typestr": "|u1", "strides": None,
+                                        "data": (1 << 40, False), "version": 3}
+
+        if self.comm.device_backend != "host":
+            self.skipTest(f"the communicator runs on {self.comm.device_backend}")
+        with self.assertRaisesRegex(ValueError, r"^buffer is (in CUDA memory|on CUDA GPU \d+); "
+                                                r"this communicator \(host backend\) registers "
+                                                r"host memory$"):
+            self.comm.register(OnGpu())
+
     def test_refusals(self):
         cache = np.zeros((8, 1024), np.uint8)
         with self.comm.register(cache) as region:

@@ -46,9 +46,13 @@ typedef struct strata_mem_desc {
 
 /**
  * Register [addr, addr+len) for transfers (on every rail). Free with strata_mem_deregister.
- * STRATA_ERR_INVALID for a range that wraps around the address space or that is not all
- * mapped memory of the process (a length past the end of the buffer): peers may write
- * anywhere in it.
+ * Host memory, or device memory of the communicator's GPU backend (strata_comm_device_backend),
+ * which the NICs then read and write in place. STRATA_ERR_INVALID for a range that wraps
+ * around the address space, or that is not all mapped memory of the process or not inside
+ * one device allocation (a length past the end of the buffer): peers may write anywhere in
+ * it. STRATA_ERR_UNSUPPORTED for managed memory, and for device memory where a rail cannot
+ * register it (no FI_HMEM, peer-memory module or dma-buf): strata does not stage these
+ * transfers through host memory.
  */
 STRATA_API strata_status_t strata_mem_register(strata_comm_t *comm, void *addr, size_t len,
                                                strata_mem_t **mem_p);
