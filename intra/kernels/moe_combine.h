@@ -226,10 +226,22 @@ KERNEL_FN void moe_combine_direct(const intra_moe_args_t *a, int num_tokens, ker
     }
 }
 
+/* This combine's number among the object's combines, read once by thread 0 and shared. */
+KERNEL_FN uint64_t moe_combine_ordinal(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    KERNEL_SHARED uint64_t ordinal;
+
+    if (KERNEL_LEADER(g)) {
+        ordinal = kernel_load_relaxed_u64(&moe_control(a, a->rank)->combined) + 1;
+    }
+    kernel_block_sync();
+    return ordinal;
+}
+
 KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     intra_moe_control_t *control = moe_control(a, a->rank);
-    uint64_t step = moe_step(a, 0, g);
+    uint64_t step = moe_step(a, 0, g), ordinal = moe_combine_ordinal(a, g);
 
     if (moe_net_failed(a)) {
         return;
@@ -240,7 +252,8 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
         /* seen by the sources through the release of our flag below */
         kernel_store_release_u64(&control->withheld, step);
     }
-    if (moe_last_block(&control->combine_send_done, step, g)) {
+    if (moe_last_block(&control->combine_send_done, ordinal, g)) {
+        control->combined = ordinal; /* for the next combine, after this one on the queue */
         for (int source = 0; source < a->num_ranks; ++source) {
             /* release: our pushed and published result rows, to the source */
             kernel_store_release_u64(&moe_control(a, source)->combine_flag[a->rank], step);

@@ -71,16 +71,21 @@ KERNEL_FN int moe_marked(const intra_moe_args_t *a, int local, uint64_t step)
 }
 
 /*
- * One thread of the owner: once every source's counts are in (not waited for: the caller
- * tries again later), the rows each local expert gets, at most its capacity, and for the
- * host the rows sent to it; experts that get none are complete at once. Whether they are
- * settled for this step.
+ * One thread of the owner, in the last dispatch round of a step: once every source's
+ * counts are in (not waited for: the caller tries again later), the rows each local expert
+ * has when complete (earlier rounds' and this one's, at most its capacity), and for the
+ * host the rows sent to it (moe_watch_experts then marks each expert whose rows are all
+ * in). Whether they are settled for this step; never in an earlier round.
  */
 KERNEL_FN int moe_settle_expected(const intra_moe_args_t *a, uint64_t step)
 {
     intra_moe_control_t *control = moe_control(a, a->rank);
     int32_t *expected = MOE_AT(a, a->rank, expected, int32_t);
+    const int32_t *round_base = MOE_AT(a, a->rank, round_base, int32_t);
 
+    if (a->more_rounds) {
+        return 0;
+    }
     if (kernel_load_relaxed_u64(&control->expected_step) == step) {
         return 1;
     }
@@ -91,16 +96,13 @@ KERNEL_FN int moe_settle_expected(const intra_moe_args_t *a, uint64_t step)
     }
     kernel_fence_acquire(); /* the counts, released before their flags */
     for (int l = 0; l < a->experts_per_rank; ++l) {
-        int64_t rows = 0;
+        int64_t rows = round_base[l];
 
         for (int source = 0; source < a->num_ranks; ++source) {
             rows += MOE_AT(a, source, sent_count, int32_t)[a->rank * a->experts_per_rank + l];
         }
         expected[l] = (int32_t)(rows < a->capacity ? rows : a->capacity);
         a->marks.routed[l] = (int32_t)rows;
-        if (rows == 0) {
-            moe_mark_ready(a, l, 0, step);
-        }
     }
     kernel_store_release_u64(a->marks.counts_step, step); /* the counts, to the host */
     control->expected_step = step; /* read by this thread alone */
@@ -110,7 +112,8 @@ KERNEL_FN int moe_settle_expected(const intra_moe_args_t *a, uint64_t step)
 /*
  * One thread of the owner (block 0's): mark each local expert whose landed rows reached
  * what it expects. Push sources and the owner's Pull loads count a row as landed once it
- * is written. Nothing before every source's counts are in.
+ * is written; the count runs over the step's dispatch rounds. Nothing before every
+ * source's counts are in, nor before the last round.
  */
 KERNEL_FN void moe_watch_experts(const intra_moe_args_t *a, uint64_t step)
 {
@@ -215,9 +218,16 @@ KERNEL_FN int moe_num_tokens(const intra_moe_args_t *a)
     return a->num_tokens_dev != 0 ? kernel_load_i32(a->num_tokens_dev) : a->num_tokens;
 }
 
+/* Tokens below are numbered over the step (the round's aug_base + t, moe_format.h). */
 KERNEL_FN int moe_received(const intra_moe_args_t *a, int token)
 {
-    return a->aug_entry != 0 && token >= a->num_own;
+    return a->aug_entry != 0 && token >= a->aug_base + a->num_own;
+}
+
+/* An own token's row in x and topk_idx. */
+KERNEL_FN size_t moe_own_row(const intra_moe_args_t *a, int token)
+{
+    return (size_t)(a->own_base + (token - a->aug_base));
 }
 
 /* Token t's row and scales: the caller's x, or where the network put its entry. */
@@ -226,7 +236,7 @@ KERNEL_FN const char *moe_token_row(const intra_moe_args_t *a, int token)
     if (moe_received(a, token)) {
         return a->entry_base + a->aug_entry[token] + a->record_bytes;
     }
-    return (const char *)a->x + (size_t)token * (size_t)a->row_bytes;
+    return (const char *)a->x + moe_own_row(a, token) * (size_t)a->row_bytes;
 }
 
 KERNEL_FN const float *moe_token_scales(const intra_moe_args_t *a, int token)
@@ -237,7 +247,7 @@ KERNEL_FN const float *moe_token_scales(const intra_moe_args_t *a, int token)
     if (moe_received(a, token)) {
         return (const float *)(moe_token_row(a, token) + a->row_bytes);
     }
-    return a->x_scales + (size_t)token * (size_t)a->scale_count;
+    return a->x_scales + moe_own_row(a, token) * (size_t)a->scale_count;
 }
 
 KERNEL_FN int64_t moe_token_expert(const intra_moe_args_t *a, int token, int k)
@@ -245,7 +255,7 @@ KERNEL_FN int64_t moe_token_expert(const intra_moe_args_t *a, int token, int k)
     if (moe_received(a, token)) {
         return a->aug_topk[(size_t)token * (size_t)a->topk + (size_t)k];
     }
-    return a->topk_idx[(size_t)token * (size_t)a->topk + (size_t)k];
+    return a->topk_idx[moe_own_row(a, token) * (size_t)a->topk + (size_t)k];
 }
 
 KERNEL_FN int moe_copy_scales(float *dst, const float *src, int count, kernel_grid_t g)

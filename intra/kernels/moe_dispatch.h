@@ -93,8 +93,8 @@ KERNEL_FN void moe_dispatch_pass(const intra_moe_args_t *a, int num_tokens, int 
     const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
     int passes = moe_send_passes(a);
 
-    for (int t = (int)g.block; t < num_tokens; t += (int)g.num_blocks) {
-        int published = 0;
+    for (int i = (int)g.block; i < num_tokens; i += (int)g.num_blocks) {
+        int t = a->aug_base + i, published = 0; /* numbered over the step */
 
         for (int k = 0; k < a->topk; ++k) {
             int expert = pass == 0 ? moe_route(a, t, k, g) : route[t * a->topk + k];
@@ -107,7 +107,7 @@ KERNEL_FN void moe_dispatch_pass(const intra_moe_args_t *a, int num_tokens, int 
                     moe_push_row(a, t, k, expert, g);
                 }
             } else if (pass == 0 && !published) {
-                size_t row = (size_t)t;
+                size_t row = (size_t)i; /* the round's own place for it */
                 moe_copy_token(a, MOE_AT(a, a->rank, send_x, char) + row * (size_t)a->row_bytes,
                                moe_scales_at(a, MOE_AT(a, a->rank, send_scales, char), row,
                                              (size_t)a->scale_stride),
@@ -122,22 +122,23 @@ KERNEL_FN void moe_dispatch_pass(const intra_moe_args_t *a, int num_tokens, int 
     kernel_block_sync(); /* the first pass's route entries, for the block's next ones */
 }
 
-/* Source role, one thread: how many rows each expert of the node gets from this rank, and
- * the CSR of (token, k) entries per Pull expert, for the owners. */
+/* Source role, one thread: how many rows each expert of the node gets from this rank in
+ * this round, and the CSR of (token, k) entries per Pull expert, for the owners (tokens
+ * numbered over the step: entry token * topk + k). */
 KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a, int num_tokens)
 {
     int32_t *offset = MOE_AT(a, a->rank, pull_offset, int32_t);
     int32_t *cursor = MOE_AT(a, a->rank, pull_cursor, int32_t);
     int32_t *entry  = MOE_AT(a, a->rank, pull_entry, int32_t);
     int32_t *sent   = MOE_AT(a, a->rank, sent_count, int32_t);
-    int entries = num_tokens * a->topk;
+    int entries = num_tokens * a->topk, first = a->aug_base * a->topk;
 
     offset[a->num_experts] = 0;
     for (int e = 0; e < a->num_experts; ++e) {
         offset[e] = 0;
         sent[e]   = 0;
     }
-    for (int i = 0; i < entries; ++i) {
+    for (int i = first; i < first + entries; ++i) {
         int64_t e = moe_token_expert(a, i / a->topk, i % a->topk);
         if (e >= 0 && e < a->num_experts) {
             ++sent[e];
@@ -148,7 +149,7 @@ KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a, int num_tokens)
         offset[e + 1] += offset[e];
         cursor[e] = offset[e];
     }
-    for (int i = 0; i < entries; ++i) {
+    for (int i = first; i < first + entries; ++i) {
         int64_t e = moe_token_expert(a, i / a->topk, i % a->topk);
         if (e >= 0 && e < a->num_experts && moe_is_pull(a, (int)e)) {
             entry[cursor[e]++] = i;
@@ -189,9 +190,10 @@ KERNEL_FN void moe_pull_landed(const intra_moe_args_t *a, int local, uint64_t st
     }
 }
 
-/* Owner role: load one published row into slot `row`, or tell the source it was dropped. */
-KERNEL_FN void moe_pull_row(const intra_moe_args_t *a, int source, int local, int index,
-                            int row, uint64_t step, kernel_grid_t g)
+/* Owner role: load one published row into slot `row`, or tell the source it was dropped;
+ * source_base: the source's aug_base this round (where its send_x rows start). */
+KERNEL_FN void moe_pull_row(const intra_moe_args_t *a, int source, int64_t source_base,
+                            int local, int index, int row, uint64_t step, kernel_grid_t g)
 {
     int expert = a->rank * a->experts_per_rank + local;
     int32_t entry = MOE_AT(a, source, pull_entry, int32_t)
@@ -212,9 +214,10 @@ KERNEL_FN void moe_pull_row(const intra_moe_args_t *a, int source, int local, in
     moe_copy_token(a, MOE_AT(a, a->rank, recv_x, char) + slot * (size_t)a->row_bytes,
                    moe_scales_at(a, MOE_AT(a, a->rank, recv_scales, char), slot,
                                  (size_t)a->scale_stride),
-                   MOE_AT(a, source, send_x, char) + (size_t)token * (size_t)a->row_bytes,
-                   moe_scales_at(a, MOE_AT(a, source, send_scales, char), (size_t)token,
-                                 (size_t)a->scale_stride),
+                   MOE_AT(a, source, send_x, char) +
+                       (size_t)(token - source_base) * (size_t)a->row_bytes,
+                   moe_scales_at(a, MOE_AT(a, source, send_scales, char),
+                                 (size_t)(token - source_base), (size_t)a->scale_stride),
                    g);
     moe_pull_landed(a, local, step, g);
 }
@@ -236,19 +239,20 @@ KERNEL_FN int moe_block_wait(const intra_moe_args_t *a, const uint64_t *word, ui
 }
 
 /*
- * Owner role: load the rows of Pull experts, sources in rank order, spread over blocks. A
- * source's pull lists are read once its counts are in, and its rows once it published
- * them (right after its first pass); a source without rows for the expert is not waited
- * for. So a Pull expert waits neither for any source's Push rows nor for a source that
- * sends it nothing.
+ * Owner role: load the rows of Pull experts, sources in rank order, spread over blocks,
+ * after the rows the expert got in the step's earlier rounds. A source's pull lists are
+ * read once its counts are in, and its rows once it published them (right after its first
+ * pass); a source without rows for the expert is not waited for. So a Pull expert waits
+ * neither for any source's Push rows nor for a source that sends it nothing.
  */
 KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, uint64_t step, kernel_grid_t g)
 {
     intra_moe_control_t *control = moe_control(a, a->rank);
+    const int32_t *round_base = MOE_AT(a, a->rank, round_base, int32_t);
     uint64_t seen = 0; /* rows before the current list, over all lists */
 
     for (int local = 0; local < a->experts_per_rank; ++local) {
-        int row = 0;
+        int row = round_base[local];
 
         if (!moe_is_pull(a, a->rank * a->experts_per_rank + local)) {
             continue;
@@ -264,7 +268,8 @@ KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, uint64_t step, kerne
                 return;
             }
             for (int i = first; i < n; i += (int)g.num_blocks) {
-                moe_pull_row(a, source, local, i, row + i, step, g);
+                moe_pull_row(a, source, moe_control(a, source)->aug_base, local, i, row + i,
+                             step, g);
             }
             row += n;
             seen += (uint64_t)n;
@@ -280,36 +285,46 @@ KERNEL_FN int moe_rows_in_place(int32_t code)
            code == INTRA_MOE_KERNEL_CAPACITY || code == INTRA_MOE_KERNEL_MODES;
 }
 
-/* Owner role, last block: per-expert counts, capacity check, push and landed counters back
- * to zero; every expert marked complete, those that were not yet too (where the ranks'
- * modes disagreed, their rows never added up; the step reports it), unless a wait of
- * this step gave up: its rows may be missing. */
+/* Owner role, last block of a round: per-expert counts so far, capacity check. After the
+ * step's last round, push and landed counters and round bases back to zero, and every
+ * expert marked complete, those that were not yet too (where the ranks' modes disagreed,
+ * their rows never added up; the step reports it), unless a wait of this step gave up:
+ * its rows may be missing. After an earlier round they carry on: the next round's rows
+ * follow these. */
 KERNEL_FN void moe_dispatch_finish(const intra_moe_args_t *a, uint64_t step)
 {
     int32_t *count = MOE_AT(a, a->rank, recv_count, int32_t);
     uint32_t *counter = MOE_AT(a, a->rank, counter, uint32_t);
     uint32_t *landed = MOE_AT(a, a->rank, landed, uint32_t);
+    int32_t *round_base = MOE_AT(a, a->rank, round_base, int32_t);
     intra_moe_control_t *control = moe_control(a, a->rank);
-    int in_place;
+    int in_place, last = !a->more_rounds;
 
     for (int local = 0; local < a->experts_per_rank; ++local) {
         int expert = a->rank * a->experts_per_rank + local;
-        int64_t requested = 0;
+        int64_t requested = round_base[local]; /* rows of the step so far, capacity aside */
 
         if (moe_is_pull(a, expert)) {
             for (int source = 0; source < a->num_ranks; ++source) {
                 requested += moe_pull_count(a, source, local);
             }
         } else {
-            requested = counter[local];
-            counter[local] = 0; /* every claim of this step happened before its flag */
+            requested = counter[local]; /* claims go on from the earlier rounds' */
         }
         count[local] = (int32_t)(requested < a->capacity ? requested : a->capacity);
-        landed[local] = 0; /* every row of this step landed before its flag */
+        /* every claim and row of this round happened before its flags */
+        counter[local]    = last ? 0 : (uint32_t)requested;
+        round_base[local] = last ? 0 : (int32_t)requested;
+        if (last) {
+            landed[local] = 0;
+        }
         if (requested > a->capacity) {
             moe_report(&control->dispatch_status, INTRA_MOE_KERNEL_CAPACITY, expert, -1, -1,
                        requested);
         }
+    }
+    if (!last) {
+        return;
     }
     in_place = moe_rows_in_place(kernel_load_i32(&control->dispatch_status.code)) &&
                kernel_load_relaxed_u64(&control->failed_step) < step;
@@ -320,16 +335,18 @@ KERNEL_FN void moe_dispatch_finish(const intra_moe_args_t *a, uint64_t step)
     }
 }
 
-/* Own tokens' origins, for the owners' sources kernel: (this rank, the token). */
+/* Own tokens' origins, for the owners' sources kernel: (this rank, the token's row). */
 KERNEL_FN void moe_write_origins(const intra_moe_args_t *a, kernel_grid_t g)
 {
     int32_t *origin = (int32_t *)(a->heap[a->rank] + a->origin_offset);
     int own = a->aug_entry != 0 ? a->num_own : a->num_tokens;
 
-    for (int t = (int)(g.block * g.num_threads + g.thread); t < own;
-         t += (int)(g.num_blocks * g.num_threads)) {
+    for (int i = (int)(g.block * g.num_threads + g.thread); i < own;
+         i += (int)(g.num_blocks * g.num_threads)) {
+        int t = a->aug_base + i;
+
         origin[2 * t]     = a->origin_rank;
-        origin[2 * t + 1] = t;
+        origin[2 * t + 1] = (int32_t)moe_own_row(a, t);
     }
 }
 
@@ -344,6 +361,30 @@ KERNEL_FN void moe_check_digests(const intra_moe_args_t *a)
     }
 }
 
+/*
+ * Every thread of the block, in a later dispatch round of a step: every local rank has
+ * finished the round before (its last block released dispatched), which read the sources'
+ * counts and pull lists and set the owners' counters. A step's first round needs no such
+ * wait: the step before ended with a combine, which every rank entered after its dispatch.
+ */
+KERNEL_FN int moe_round_barrier(const intra_moe_args_t *a, uint64_t step, kernel_grid_t g)
+{
+    KERNEL_SHARED int ok;
+
+    if (KERNEL_LEADER(g)) {
+        uint64_t start = kernel_timer();
+
+        ok = 1;
+        for (int r = 0; r < a->num_ranks && ok; ++r) {
+            ok = moe_wait_word(a, &moe_control(a, r)->dispatched, step - 1, r,
+                               &moe_control(a, a->rank)->dispatch_status, 0, start);
+        }
+        kernel_fence_acquire();
+    }
+    kernel_block_sync();
+    return ok;
+}
+
 KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     intra_moe_control_t *control = moe_control(a, a->rank);
@@ -356,8 +397,12 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
         }
         return;
     }
+    if (a->later_round && !moe_round_barrier(a, step, g)) {
+        return;
+    }
     if (g.block == 0 && KERNEL_LEADER(g)) {
-        control->digest = a->digest; /* published by the fence before our flags */
+        control->digest   = a->digest;   /* published by the fence before our flags */
+        control->aug_base = a->aug_base; /* and where this round's Pull rows start */
         moe_build_pull_lists(a, num_tokens);
         moe_publish_counts(a, step);
     }

@@ -67,6 +67,9 @@ typedef struct intra_moe_control {
     /* Dispatches completed, written by the last block of each: kernels read their step
      * here rather than from their arguments, so that a captured graph can replay them. */
     uint64_t dispatched;
+    /* Combines completed, written by the last block of each: the count its blocks are
+     * summed against (a step's dispatch may take several launches, its combine takes one). */
+    uint64_t combined;
     uint64_t digest;       /* of the modes this rank moves the current step in */
     /* The last step whose results this rank withheld (it aborted the step): its sources
      * read it once its combine flag is released, and take no term from it. */
@@ -80,6 +83,10 @@ typedef struct intra_moe_control {
     uint64_t pull_flag[INTRA_MOE_MAX_RANKS];
     uint64_t pull_published_done;
     uint64_t failed_step; /* the last step a wait of this rank's kernels gave up in */
+    /* The table index of the first token of this rank's current dispatch round (its
+     * aug_base): owners find the rows it publishes for Pull at send_x[token - aug_base].
+     * Written before the counts, and read after their flag. */
+    int64_t  aug_base;
     intra_moe_status_t dispatch_status;
     intra_moe_status_t combine_status;
     intra_moe_status_t net_status; /* the step across nodes (net_kernels.h) */
@@ -103,11 +110,14 @@ typedef struct intra_moe_heap_offsets {
     size_t sent_count;    /* int32[num_experts]: rows this rank sends each expert this step */
     size_t landed;        /* uint32[experts_per_rank]: rows landed this step, owner zeroes */
     size_t expected;      /* int32[experts_per_rank]: rows each expert gets this step */
+    size_t round_base;    /* int32[experts_per_rank]: rows each expert was sent in the
+                             step's earlier dispatch rounds (capacity aside); 0 in the first */
     size_t marked;        /* uint64[experts_per_rank]: last step marked complete (the
                              kernels' copy of the mapped marks) */
     size_t route;         /* int32[max_tokens * topk]: validated expert id or -1 */
     size_t row_slot;      /* int32[max_tokens * topk]: row at the owner, -1 if none */
-    size_t send_x;        /* [max_tokens][row_bytes]: tokens published for pull */
+    size_t send_x;        /* [max_tokens][row_bytes]: tokens published for pull, by their
+                             index in the dispatch round */
     size_t send_scales;   /* [max_tokens][scale_stride] */
     size_t recv_x;        /* [experts_per_rank][capacity][row_bytes] */
     size_t recv_scales;   /* [experts_per_rank][capacity][scale_stride] */
@@ -140,6 +150,18 @@ typedef struct intra_moe_args {
     int32_t  topk;
     int32_t  capacity;
     int32_t  num_tokens;
+    /*
+     * A step's dispatch may come in rounds, each a launch with some of its tokens; the
+     * experts' blocks fill over the rounds and combine follows the last. Tokens are
+     * numbered over the whole step: a round's token t (0 <= t < its count) is the step's
+     * aug_base + t in the tables (route, row_slot, pull lists, origins, term_dst,
+     * aug_entry, aug_topk), and own token t is row own_base + t of x and topk_idx. One
+     * round: both 0, more_rounds 0.
+     */
+    int32_t  aug_base;
+    int32_t  own_base;
+    int32_t  more_rounds;  /* nonzero: another round of this step's dispatch follows */
+    int32_t  later_round;  /* nonzero: a round of this step's dispatch came before */
     int32_t  row_bytes;    /* dispatched token row, a multiple of 16 */
     int32_t  scale_count;  /* fp32 scales per row, 0 without */
     int32_t  scale_stride; /* bytes between scale rows in the heap, a multiple of 16 */

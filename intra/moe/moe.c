@@ -115,6 +115,7 @@ static void moe_place_heap(const intra_moe_args_t *a, size_t max_tokens, bool te
     l->sent_count   = moe_place(&cursor, sizeof(int32_t) * (size_t)a->num_experts);
     l->landed       = moe_place(&cursor, sizeof(uint32_t) * (size_t)a->experts_per_rank);
     l->expected     = moe_place(&cursor, sizeof(int32_t) * (size_t)a->experts_per_rank);
+    l->round_base   = moe_place(&cursor, sizeof(int32_t) * (size_t)a->experts_per_rank);
     l->marked       = moe_place(&cursor, sizeof(uint64_t) * (size_t)a->experts_per_rank);
     l->route        = moe_place(&cursor, sizeof(int32_t) * entries);
     l->row_slot     = moe_place(&cursor, sizeof(int32_t) * entries);

@@ -89,6 +89,16 @@ void            intra_moe_destroy(intra_moe_t *moe);
 strata_status_t intra_moe_dispatch(intra_moe_t *moe, const void *x, const float *x_scales,
                                    const int64_t *topk_idx, int num_tokens,
                                    const uint64_t *pull_mask, intra_moe_recv_t *recv_p);
+/**
+ * The same dispatch in rounds (1..max_tokens): rounds launches, each with the next slice of
+ * this rank's tokens (round r: tokens num_tokens * r / rounds up to num_tokens * (r + 1) /
+ * rounds), the experts' blocks filling over them; what the receiver gets, and the combine
+ * after it, are those of one dispatch. Every local rank passes the same number of rounds.
+ */
+strata_status_t intra_moe_dispatch_rounds(intra_moe_t *moe, const void *x,
+                                          const float *x_scales, const int64_t *topk_idx,
+                                          int num_tokens, int rounds,
+                                          const uint64_t *pull_mask, intra_moe_recv_t *recv_p);
 
 /**
  * Return the experts' outputs to their tokens: out[t] = sum over k of topk_weights[t][k] *
@@ -119,12 +129,22 @@ typedef struct intra_moe_tables {
     int32_t            *public_count;    /**< device address, [experts_per_rank] */
 } intra_moe_tables_t;
 
-/** One dispatch: own tokens from x, and (aug_entry not NULL) those the network brought. */
+/**
+ * One dispatch: own tokens from x, and (aug_entry not NULL) those the network brought. A
+ * step's dispatch may be several of them, its rounds (every local rank launching as many):
+ * each numbers its tokens on from the step's earlier rounds (aug_base) and takes its own
+ * tokens from row own_base of x and topk_idx on; all but the last say more_rounds. The
+ * experts' blocks fill over the rounds; combine comes after the last, for the whole step.
+ * A step in one round leaves the three at 0.
+ */
 typedef struct intra_moe_step {
     const void     *x;
     const float    *x_scales;
-    const int64_t  *topk_idx;       /**< [num_own][topk] node-local ids, device memory */
+    const int64_t  *topk_idx;       /**< [own_base + num_own][topk] node-local ids, device */
     int             num_own;
+    int             own_base;       /**< rounds: row of x and topk_idx of the first own token */
+    int             aug_base;       /**< rounds: the step's index of the round's first token */
+    bool            more_rounds;    /**< rounds: another dispatch of this step follows */
     const int32_t  *num_tokens_dev; /**< received: own + received, written by the device */
     const char     *entry_base;     /**< received: entries at entry_base + aug_entry[t] */
     const int64_t  *aug_entry;

@@ -22,7 +22,9 @@ struct intra_moe {
     moe_state_t               state;
     int                       max_tokens;
     bool                      terms_direct; /* no combine_recv: term_dst must be set */
-    int                       num_tokens; /* of the step's dispatch, where the host knows it */
+    int                       num_tokens; /* own tokens of the step's dispatch (all its
+                                             rounds), where the host knows it */
+    bool                      rounds_open; /* a round said more_rounds: the step goes on */
     uint64_t                  step;       /* the step messages name (intra_moe_name_step) */
     bool                      named;      /* the caller names the steps; else dispatches count */
     int                       waited_for; /* rank a failed wait was for, -1 none */

@@ -77,8 +77,30 @@ static void moe_set_mask(intra_moe_args_t *a, const uint64_t *pull_mask)
     }
 }
 
-static bool moe_step_valid(const intra_moe_step_t *s)
+/* A round's place in its step: the first starts at token 0, and its own tokens and its
+ * tokens numbered over the step fit the object. */
+static bool moe_round_valid(const intra_moe_t *moe, const intra_moe_step_t *s)
 {
+    if (s->own_base < 0 || s->aug_base < 0 || s->own_base > moe->max_tokens - s->num_own ||
+        s->aug_base > moe->max_tokens - s->num_own) {
+        UTIL_LOG_ERROR("intra moe: a dispatch round of %d tokens from row %d (step token %d) "
+                       "does not fit %d tokens", s->num_own, s->own_base, s->aug_base,
+                       moe->max_tokens);
+        return false;
+    }
+    if (!moe->rounds_open && (s->own_base != 0 || s->aug_base != 0)) {
+        UTIL_LOG_ERROR("intra moe: a step's first dispatch round starts at token 0, not at "
+                       "row %d (step token %d)", s->own_base, s->aug_base);
+        return false;
+    }
+    return true;
+}
+
+static bool moe_step_valid(const intra_moe_t *moe, const intra_moe_step_t *s)
+{
+    if (!moe_round_valid(moe, s)) {
+        return false;
+    }
     if (s->aug_entry == NULL) {
         return true;
     }
@@ -105,7 +127,7 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
     if (status == STRATA_OK) {
         status = moe_check_dispatch(moe, s->x, s->x_scales, s->topk_idx, s->num_own);
     }
-    if (status == STRATA_OK && !moe_step_valid(s)) {
+    if (status == STRATA_OK && !moe_step_valid(moe, s)) {
         status = STRATA_ERR_INVALID;
     }
     if (status != STRATA_OK) {
@@ -114,6 +136,10 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
     moe_set_mask(a, s->pull_mask);
     a->num_tokens     = s->num_own;
     a->num_own        = s->num_own;
+    a->aug_base       = s->aug_base;
+    a->own_base       = s->own_base;
+    a->more_rounds    = s->more_rounds;
+    a->later_round    = moe->rounds_open;
     a->x              = s->x;
     a->x_scales       = s->x_scales;
     a->topk_idx       = s->topk_idx;
@@ -123,14 +149,16 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
     a->aug_topk       = s->aug_topk;
     a->record_bytes   = s->record_bytes;
     a->digest         = s->digest;
-    moe->num_tokens   = s->num_own;
-    moe->step        += moe->named ? 0 : 1;
+    moe->num_tokens   = s->own_base + s->num_own;
+    moe->step        += moe->named || moe->rounds_open ? 0 : 1;
     captured = intra_moe_capturing(moe);
     status   = moe_launch(moe, INTRA_MOE_KERNEL_DISPATCH, a);
     if (status == STRATA_OK) {
         moe->dispatches += captured ? 0 : 1; /* the kernels' count grows with each replay */
         moe->captured    = moe->captured || captured;
-        moe->state = MOE_EXPECT_COMBINE; /* the step goes on even if this rank saw an error */
+        moe->rounds_open = s->more_rounds;
+        /* the step goes on even if this rank saw an error */
+        moe->state = s->more_rounds ? MOE_EXPECT_DISPATCH : MOE_EXPECT_COMBINE;
     }
     return status;
 }
@@ -152,6 +180,11 @@ static strata_status_t moe_launch_combine(intra_moe_t *moe, const void *expert_y
     strata_status_t status;
 
     moe_set_mask(&moe->args, pull_mask);
+    moe->args.num_tokens   = moe->num_tokens; /* every round's own tokens */
+    moe->args.aug_base     = 0;
+    moe->args.own_base     = 0;
+    moe->args.more_rounds  = 0;
+    moe->args.later_round  = 0;
     moe->args.expert_y     = expert_y;
     moe->args.topk_weights = topk_weights;
     moe->args.out          = out;
@@ -255,19 +288,47 @@ strata_status_t intra_moe_enqueue_net(intra_moe_t *moe, intra_moe_kernel_t kerne
 
 /* --- The synchronous calls of one node's step ------------------------------------------------ */
 
-strata_status_t intra_moe_dispatch(intra_moe_t *moe, const void *x, const float *x_scales,
-                                   const int64_t *topk_idx, int num_tokens,
-                                   const uint64_t *pull_mask, intra_moe_recv_t *recv_p)
+/* The rounds of a dispatch, launched one after the other: only the first may be refused
+ * (the arguments are those of the whole dispatch); a later one that cannot be launched
+ * fails the object. */
+static strata_status_t moe_launch_rounds(intra_moe_t *moe, intra_moe_step_t *step,
+                                         int num_tokens, int rounds)
+{
+    strata_status_t status = STRATA_OK;
+
+    for (int r = 0; r < rounds && status == STRATA_OK; ++r) {
+        int first = (int)((int64_t)num_tokens * r / rounds);
+
+        step->own_base    = first;
+        step->aug_base    = first;
+        step->num_own     = (int)((int64_t)num_tokens * (r + 1) / rounds) - first;
+        step->more_rounds = r + 1 < rounds;
+        status = intra_moe_enqueue_dispatch(moe, step);
+    }
+    return status;
+}
+
+strata_status_t intra_moe_dispatch_rounds(intra_moe_t *moe, const void *x,
+                                          const float *x_scales, const int64_t *topk_idx,
+                                          int num_tokens, int rounds,
+                                          const uint64_t *pull_mask, intra_moe_recv_t *recv_p)
 {
     intra_moe_step_t step = {.x = x, .x_scales = x_scales, .topk_idx = topk_idx,
-                             .num_own = num_tokens, .pull_mask = pull_mask};
+                             .pull_mask = pull_mask};
     strata_status_t status, copied;
 
     if (moe == NULL || recv_p == NULL) {
         UTIL_LOG_ERROR("intra moe: dispatch without an object or a result");
         return STRATA_ERR_INVALID;
     }
-    status = intra_moe_enqueue_dispatch(moe, &step);
+    if (rounds < 1 || rounds > moe->max_tokens) {
+        UTIL_LOG_ERROR("intra moe: a dispatch in %d rounds; 1 to %d", rounds, moe->max_tokens);
+        return STRATA_ERR_INVALID;
+    }
+    status = moe_check_dispatch(moe, x, x_scales, topk_idx, num_tokens);
+    if (status == STRATA_OK) {
+        status = moe_launch_rounds(moe, &step, num_tokens, rounds);
+    }
     if (status != STRATA_OK) {
         return status;
     }
@@ -283,6 +344,14 @@ strata_status_t intra_moe_dispatch(intra_moe_t *moe, const void *x, const float 
     }
     *recv_p = moe->recv;
     return status;
+}
+
+strata_status_t intra_moe_dispatch(intra_moe_t *moe, const void *x, const float *x_scales,
+                                   const int64_t *topk_idx, int num_tokens,
+                                   const uint64_t *pull_mask, intra_moe_recv_t *recv_p)
+{
+    return intra_moe_dispatch_rounds(moe, x, x_scales, topk_idx, num_tokens, 1, pull_mask,
+                                     recv_p);
 }
 
 strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,

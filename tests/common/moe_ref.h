@@ -30,6 +30,7 @@ typedef struct moe_case {
     unsigned       seed;
     moe_scenario_t scenario;
     unsigned       blocks;   /* kernel blocks; 0: the backend's default */
+    int            rounds;   /* dispatch rounds per step (intra_moe_dispatch_rounds); 0: 1 */
     /* A routing given in full (from a trace), or NULL: [steps][ranks][max_tokens][topk],
      * every rank sending max_tokens tokens every step. */
     const int64_t *routes;

@@ -52,19 +52,34 @@ static int check_fail(const rank_ctx_t *r, const char *fmt, ...)
     return 1;
 }
 
-/* Rows of expert e before (rank, t, k) in source-rank then entry order; the entry's place. */
+static int rounds_of(const moe_case_t *c)
+{
+    return c->rounds > 0 ? c->rounds : 1;
+}
+
+/* The first of n tokens in dispatch round r (intra_moe_dispatch_rounds' slices). */
+static int round_first(int n, int r, int rounds)
+{
+    return (int)((int64_t)n * r / rounds);
+}
+
+/* Rows of expert e before (rank, t, k) in round, then source-rank, then entry order; the
+ * entry's place. */
 static int64_t ref_position(const moe_case_t *c, int step, int64_t e, int rank, int t, int k)
 {
+    int rounds = rounds_of(c);
     int64_t before = 0;
 
-    for (int s = 0; s < c->ranks; ++s) {
-        int n = gen_tokens(c, step, s);
-        for (int tt = 0; tt < n; ++tt) {
-            for (int kk = 0; kk < c->topk; ++kk) {
-                if (s == rank && tt == t && kk == k) {
-                    return before;
+    for (int r = 0; r < rounds; ++r) {
+        for (int s = 0; s < c->ranks; ++s) {
+            int n = gen_tokens(c, step, s), end = round_first(n, r + 1, rounds);
+            for (int tt = round_first(n, r, rounds); tt < end; ++tt) {
+                for (int kk = 0; kk < c->topk; ++kk) {
+                    if (s == rank && tt == t && kk == k) {
+                        return before;
+                    }
+                    before += ref_route(c, step, s, tt, kk) == e;
                 }
-                before += ref_route(c, step, s, tt, kk) == e;
             }
         }
     }
@@ -346,6 +361,33 @@ static int check_combine(rank_ctx_t *r, strata_status_t st, int n, const uint64_
     return failed;
 }
 
+/* After the dispatch (all its rounds): every local expert marked complete with its rows,
+ * and the counts every rank sent it, capacity aside, published for the host. */
+static int check_marks(rank_ctx_t *r, intra_moe_t *moe, const intra_moe_recv_t *recv)
+{
+    int32_t counts[INTRA_MOE_MAX_EXPERTS];
+    bool ready = false;
+
+    if (intra_moe_counts_ready(moe, &ready, counts) != STRATA_OK || !ready) {
+        return check_fail(r, "the step's counts are not published after its dispatch");
+    }
+    for (int le = 0; le < r->per_rank; ++le) {
+        int64_t e = (int64_t)r->rank * r->per_rank + le;
+        int32_t rows = -1;
+
+        if (intra_moe_expert_ready(moe, le, &ready, &rows) != STRATA_OK || !ready ||
+            rows != recv->count[le]) {
+            return check_fail(r, "expert %" PRId64 " is %s with %d rows after its dispatch of "
+                              "%d", e, ready ? "marked" : "not marked", rows, recv->count[le]);
+        }
+        if (counts[le] != ref_requested(r->c, r->step, e)) {
+            return check_fail(r, "expert %" PRId64 " was sent %d rows, the counts say, not %"
+                              PRId64, e, counts[le], ref_requested(r->c, r->step, e));
+        }
+    }
+    return 0;
+}
+
 static int rank_step(rank_ctx_t *r, intra_moe_t *moe)
 {
     uint64_t dmask[INTRA_MOE_MASK_WORDS], cmask[INTRA_MOE_MASK_WORDS];
@@ -359,9 +401,10 @@ static int rank_step(rank_ctx_t *r, intra_moe_t *moe)
     if (put_inputs(r, n)) {
         return 1;
     }
-    st = intra_moe_dispatch(moe, r->d_x, r->scales ? r->d_scales : NULL, r->d_idx, n, dmask,
-                            &recv);
-    if (check_dispatch(r, st, &recv, dmask) || put_expert_y(r, &recv, &y)) {
+    st = intra_moe_dispatch_rounds(moe, r->d_x, r->scales ? r->d_scales : NULL, r->d_idx, n,
+                                   rounds_of(r->c), dmask, &recv);
+    if (check_dispatch(r, st, &recv, dmask) || check_marks(r, moe, &recv) ||
+        put_expert_y(r, &recv, &y)) {
         return 1;
     }
     /* Results for this rank's tokens are checked under the mask their rows went out with. */

@@ -90,6 +90,31 @@ static void test_capacity_overflow(void **state)
                           .seed = test_seed() + 100, .scenario = MOE_SCENARIO_OVERFLOW});
 }
 
+/* A step's dispatch in rounds, each with a slice of every rank's tokens (some of them
+ * empty): the experts' blocks fill over the rounds, Push and Pull, and what arrives and
+ * what combine returns are exactly one dispatch's. */
+static void test_dispatch_in_rounds(void **state)
+{
+    (void)state;
+    run_case((moe_case_t){.device = "host", .ranks = 3, .experts = 9, .topk = 4,
+                          .hidden = 128, .max_tokens = 40, .steps = test_steps(60),
+                          .blocks = 2, .rounds = 3, .dtype = STRATA_DTYPE_BF16,
+                          .combine_dtype = STRATA_DTYPE_BF16, .seed = test_seed() + 300,
+                          .scenario = MOE_SCENARIO_EXACT});
+    run_case((moe_case_t){.device = "host", .ranks = 2, .experts = 8, .topk = 2,
+                          .hidden = 256, .max_tokens = 16, .steps = test_steps(40),
+                          .blocks = 1, .rounds = 7, .dtype = STRATA_DTYPE_FP8_E4M3,
+                          .combine_dtype = STRATA_DTYPE_FP32, .seed = test_seed() + 310,
+                          .scenario = MOE_SCENARIO_EXACT});
+    /* Rows past capacity: earlier rounds' rows come first, Pull rows in round order. */
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    run_case((moe_case_t){.device = "host", .ranks = 3, .experts = 6, .topk = 2, .hidden = 64,
+                          .max_tokens = 32, .capacity = 5, .steps = test_steps(60),
+                          .rounds = 4, .dtype = STRATA_DTYPE_BF16,
+                          .combine_dtype = STRATA_DTYPE_FP32, .seed = test_seed() + 320,
+                          .scenario = MOE_SCENARIO_OVERFLOW});
+}
+
 static void test_bad_expert_ids(void **state)
 {
     (void)state;
@@ -234,6 +259,7 @@ int main(void)
         cmocka_unit_test(test_three_ranks),
         cmocka_unit_test(test_four_ranks),
         cmocka_unit_test(test_capacity_overflow),
+        cmocka_unit_test(test_dispatch_in_rounds),
         cmocka_unit_test(test_bad_expert_ids),
     };
 
