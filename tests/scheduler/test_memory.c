@@ -83,9 +83,9 @@ static strata_moe_memory_t hand(const shape_t *s)
                    arr(4) + arr(8 * mask_words) + 2 * arr(4 * W);
     }
     /* the intra tier's object for the node's experts, with aug tokens per rank */
-    /* counter, recv_count, landed and expected per local expert, and marked (8 bytes);
-     * pull_cursor and sent_count per expert of the node */
-    heap = up(up(sizeof(intra_moe_control_t), ALIGN) + up(4 * epr, ALIGN) * 4 +
+    /* counter, recv_count, landed, expected and round_base per local expert, and marked
+     * (8 bytes); pull_cursor and sent_count per expert of the node */
+    heap = up(up(sizeof(intra_moe_control_t), ALIGN) + up(4 * epr, ALIGN) * 5 +
               up(8 * epr, ALIGN) +
               up(4 * (epn + 1), ALIGN) + up(4 * epn, ALIGN) * 2 + 3 * up(4 * aug * K, ALIGN) +
               up(aug * row, ALIGN) + m.expert_rows + (P > 0 ? 0 : aug * K * y), ALIGN) + ALIGN;
