@@ -77,9 +77,9 @@ typedef struct intra_device_ops {
      * Where ptr points, for registering it with the network: *device_p is the ordinal of the
      * GPU whose memory (of this backend) holds it, and [*base_p, *base_p + *size_p) the
      * allocation it lies in; or -1 for host memory, pageable or pinned (base and size are
-     * then not set). STRATA_ERR_UNSUPPORTED, with reason (UTIL_REASON_LEN), for memory that
-     * is neither to a NIC (managed memory, which migrates between them) or that the runtime
-     * cannot place. NULL where all memory is host memory (the host).
+     * then not set). STRATA_ERR_UNSUPPORTED, with reason (UTIL_REASON_LEN), for memory a
+     * NIC cannot register as either (managed memory, which migrates between them) or that
+     * the runtime cannot place. NULL where all memory is host memory (the host).
      */
     strata_status_t (*mem_locate)(const void *ptr, int *device_p, uintptr_t *base_p,
                                   size_t *size_p, char *reason);

@@ -62,12 +62,6 @@ typedef struct api_gpu_scope {
 void api_gpu_enter(const intra_device_ops_t *ops, int ordinal, api_gpu_scope_t *scope);
 void api_gpu_leave(const api_gpu_scope_t *scope);
 
-/**
- * What a rank's GPU gives its engine: the device memory of ops to register, and the rails
- * of the plan's NICs for gpu (-1: none), each naming its NIC as preferred device; where
- * params->num_rails is 0 (STRATA_INTER_RAILS unset), one rail per NIC, 1..INTER_MAX_RAILS;
- * and the CPUs of the first NIC's NUMA node (else the GPU's) for the proxy.
- */
 /** Where memory handed to strata_mem_register lies, for the engine. */
 typedef struct api_gpu_memory {
     inter_mem_kind_t kind;   /**< host, or the backend's device memory */
@@ -84,6 +78,12 @@ typedef struct api_gpu_memory {
 strata_status_t api_gpu_mem_place(const intra_device_ops_t *ops, const void *addr, size_t len,
                                   const char *what, api_gpu_memory_t *memory_p);
 
+/**
+ * What a rank's GPU gives its engine: the device memory of ops to register, and the rails
+ * of the plan's NICs for gpu (-1: none), each naming its NIC as preferred device; where
+ * params->num_rails is 0 (STRATA_INTER_RAILS unset), one rail per NIC, 1..INTER_MAX_RAILS;
+ * and the CPUs of the first NIC's NUMA node (else the GPU's) for the proxy.
+ */
 void api_gpu_engine_params(const intra_device_ops_t *ops, const topo_t *topo,
                            const topo_rail_plan_t *plan, int gpu, inter_engine_params_t *params);
 

@@ -50,8 +50,9 @@ class Region:
     wait until no request uses it."""
 
     def __init__(self, comm, buffer):
-        backend = b.memory_of(comm).kind
-        d = b.describe(buffer, "buffer", b.memory_of(comm))
+        memory = b.memory_of(comm)
+        backend = memory.kind
+        d = b.describe(buffer, "buffer", memory)
         if d.memory.kind not in ("cpu", backend):
             also = "" if backend == "cpu" else f" and {backend.upper()} device memory"
             raise ValueError(f"buffer is {b._where(d.memory)}; this communicator "

@@ -197,6 +197,32 @@ static void test_call_order_and_arguments(void **state)
     assert_int_equal(intra_moe_combine(moe, recv.expert_y, w, NULL, out), STRATA_OK);
     assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 0, NULL, &recv), STRATA_OK);
     assert_int_equal(intra_moe_combine(moe, recv.expert_y, NULL, NULL, NULL), STRATA_OK);
+    /* Rounds: 1..max_tokens of them; a step's first round starts at token 0; a round fits;
+     * no combine before the last round. */
+    assert_int_equal(intra_moe_dispatch_rounds(moe, x, NULL, idx, 16, 0, NULL, &recv),
+                     STRATA_ERR_INVALID);
+    assert_int_equal(intra_moe_dispatch_rounds(moe, x, NULL, idx, 16, 17, NULL, &recv),
+                     STRATA_ERR_INVALID);
+    {
+        intra_moe_step_t round = {.x = x, .topk_idx = idx, .num_own = 4, .own_base = 4,
+                                  .aug_base = 4, .more_rounds = true};
+
+        assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID);
+        round.own_base = round.aug_base = 0;
+        assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_OK);
+        assert_int_equal(intra_moe_enqueue_combine(moe, recv.expert_y, w, NULL, out),
+                         STRATA_ERR_INVALID);
+        round.own_base = round.aug_base = 13; /* 13 + 4 > 16 */
+        round.more_rounds = false;
+        assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID);
+        round.own_base = round.aug_base = 4;
+        assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_OK);
+        assert_int_equal(intra_moe_synchronize(moe), STRATA_OK);
+        assert_int_equal(intra_moe_combine(moe, recv.expert_y, w, NULL, out), STRATA_OK);
+    }
+    assert_int_equal(intra_moe_dispatch_rounds(moe, x, NULL, idx, 16, 16, NULL, &recv),
+                     STRATA_OK);
+    assert_int_equal(intra_moe_combine(moe, recv.expert_y, w, NULL, out), STRATA_OK);
     intra_moe_destroy(moe);
     intra_heap_destroy(heap);
 }
