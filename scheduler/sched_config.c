@@ -19,12 +19,15 @@ typedef struct sched_moe_config {
     int      combine;
     int64_t  ring_slots;
     double   capacity_factor;
+    int      exchange;
+    uint64_t window_bytes;
 } sched_moe_config_t;
 
 static const char *const sched_route_names[] = {"auto", "flat", "hierarchical", NULL};
 static const char *const sched_net_memory_names[] = {"auto", "heap", "bounce", NULL};
 static const char *const sched_flush_names[] = {"auto", "device", "read", NULL};
 static const char *const sched_combine_names[] = {"exact", "node-reduce", NULL};
+static const char *const sched_exchange_names[] = {"worst-case", "streamed", NULL};
 
 static const util_config_field_t sched_moe_config_fields[] = {
     {.name = "MOE_ROUTE", .default_value = "auto",
@@ -84,6 +87,18 @@ static const util_config_field_t sched_moe_config_fields[] = {
             "rows past it are dropped and reported (STRATA_ERR_CAPACITY). 0: the most an "
             "expert can receive, max_tokens times the world size, which never drops a row.",
      .type = UTIL_CONFIG_REAL, .offset = offsetof(sched_moe_config_t, capacity_factor)},
+    {.name = "MOE_EXCHANGE", .default_value = "worst-case",
+     .doc = "How a step's rows cross the network where params.exchange leaves it open: "
+            "worst-case (areas for every peer's every token, one pass) or streamed (rounds "
+            "of a slice of every rank's tokens through areas of STRATA_MOE_WINDOW_BYTES; "
+            "exact combine).",
+     .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, exchange),
+     .enum_names = sched_exchange_names},
+    {.name = "MOE_WINDOW_BYTES", .default_value = "256m",
+     .doc = "Streamed exchange: the bytes per rank of a dispatch round's network areas "
+            "(round one, overflow, two staging buffers); a round takes as many of each "
+            "rank's tokens as they hold, at least one.",
+     .type = UTIL_CONFIG_SIZE, .offset = offsetof(sched_moe_config_t, window_bytes)},
 };
 
 const util_config_table_t sched_moe_config_table = {
@@ -170,6 +185,10 @@ static strata_status_t sched_choose(const sched_moe_config_t *config,
                                           : STRATA_MOE_COMBINE_EXACT;
     }
     c->spec_tokens = (int)UTIL_MIN(config->spec_tokens, (int64_t)params->max_tokens);
+    c->streamed    = params->exchange == STRATA_MOE_EXCHANGE_DEFAULT
+                         ? config->exchange == 1
+                         : params->exchange == STRATA_MOE_EXCHANGE_STREAMED;
+    c->window_bytes = config->window_bytes;
     c->net_memory  = config->net_memory;
     c->flush       = (sched_flush_t)config->flush;
     return STRATA_OK;
@@ -217,11 +236,12 @@ void sched_combine_fallback(sched_choices_t *c, const sched_geometry_t *geo,
     bool host = device == NULL || device->memory == INTRA_MEMORY_HOST;
 
     if (!c->combine_from_env || c->combine != STRATA_MOE_COMBINE_NODE_REDUCE ||
-        geo->num_peers == 0 || (!flat && host)) {
+        geo->num_peers == 0 || (!flat && host && !geo->streamed)) {
         return;
     }
     UTIL_LOG_INFO("moe: STRATA_MOE_COMBINE=node-reduce does not apply to this object (%s): it "
-                  "combines exactly", flat ? "flat route" : device->name);
+                  "combines exactly", flat ? "flat route"
+                                           : geo->streamed ? "streamed exchange" : device->name);
     c->combine = STRATA_MOE_COMBINE_EXACT;
 }
 
@@ -236,6 +256,12 @@ strata_status_t sched_combine_supported(const sched_geometry_t *geo, strata_moe_
         UTIL_LOG_ERROR("moe: node-reduce combine needs the hierarchical route, and this "
                        "object's is flat (max_tokens %d): set STRATA_MOE_ROUTE=hierarchical "
                        "or params.route, or STRATA_MOE_COMBINE=exact", geo->max_tokens);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    if (geo->streamed) {
+        UTIL_LOG_ERROR("moe: node-reduce combine does not run with the streamed exchange in "
+                       "this version: set STRATA_MOE_COMBINE=exact, or the worst-case "
+                       "exchange");
         return STRATA_ERR_UNSUPPORTED;
     }
     if (device != NULL && device->memory != INTRA_MEMORY_HOST) {

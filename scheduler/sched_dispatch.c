@@ -6,7 +6,9 @@
  * round trip; in round two the receiver, knowing every count, hands each source a place in
  * its overflow area (a grant) or fetches Pull entries itself by RDMA read. Then the node's
  * dispatch takes this rank's tokens and the received ones, read where the network put
- * them, to their experts' ranks.
+ * them, to their experts' ranks. With the streamed exchange (geo.rounds > 1) all of that
+ * runs once per round, each with a slice of every rank's tokens, through areas sized for a
+ * round (docs/moe.md "The streamed exchange").
  */
 #include "sched_internal.h"
 
@@ -77,6 +79,7 @@ static strata_status_t sched_start_step(sched_moe_t *moe, const sched_plan_t *pl
         return sched_fail(moe, status, "reading the step's modes");
     }
     if (moe->geo.num_peers > 0) {
+        moe->net.args.round = 0;
         status = sched_net_prepare(moe);
         if (status == STRATA_OK) {
             status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_SEND, &moe->net.args);
@@ -160,13 +163,13 @@ static strata_status_t sched_exchange(sched_moe_t *moe)
     return sched_settle(moe, status, what);
 }
 
-/* Through the intra tier to the experts' ranks on this node, then the rows' sources. */
-static strata_status_t sched_dispatch_node(sched_moe_t *moe)
+/* The node's dispatch of this step's tokens and those the network brought. */
+static intra_moe_step_t sched_node_step(sched_moe_t *moe, const uint64_t *node_mask)
 {
-    uint64_t node_mask[SCHED_MASK_WORDS];
     const sched_plan_t *plan = moe->cur.plan;
     bool across = moe->geo.num_peers > 0;
-    intra_moe_step_t step = {
+
+    return (intra_moe_step_t){
         .x              = moe->cur.x,
         .x_scales       = moe->cur.x_scales,
         .topk_idx       = plan->d_node_idx,
@@ -179,15 +182,71 @@ static strata_status_t sched_dispatch_node(sched_moe_t *moe)
         .pull_mask      = node_mask,
         .digest         = moe->modes.digest,
     };
+}
+
+/* Through the intra tier to the experts' ranks on this node, then the rows' sources. */
+static strata_status_t sched_dispatch_node(sched_moe_t *moe)
+{
+    uint64_t node_mask[SCHED_MASK_WORDS];
+    intra_moe_step_t step;
     strata_status_t status;
 
     sched_node_mask(moe, moe->modes.step_mask, node_mask);
+    step   = sched_node_step(moe, node_mask);
     status = intra_moe_enqueue_dispatch(moe->intra, &step);
     if (status == STRATA_OK) {
         status = intra_moe_enqueue_sources(moe->intra);
     }
     /* Arguments were checked at dispatch_send: any refusal here ends the step. */
     return sched_settle(moe, status, "inside the node");
+}
+
+/* One round of a streamed dispatch: the network's (round 0's NET_SEND went out with
+ * dispatch_send), then the node's, for the round's slice of every rank's tokens. */
+static strata_status_t sched_dispatch_round(sched_moe_t *moe, int round,
+                                            const intra_moe_step_t *whole)
+{
+    int window = moe->geo.window_tokens, own = moe->cur.plan->num_tokens;
+    intra_moe_step_t step = *whole;
+    strata_status_t status = STRATA_OK;
+
+    moe->net.args.round = round;
+    if (round > 0) {
+        status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_SEND, &moe->net.args);
+    }
+    if (status == STRATA_OK) {
+        status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_RECV, &moe->net.args);
+    }
+    if (status == STRATA_OK) {
+        status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_INDEX, &moe->net.args);
+    }
+    step.own_base     = (int)UTIL_MIN((int64_t)round * window, (int64_t)own);
+    step.num_own      = (int)UTIL_MIN(((int64_t)round + 1) * window, (int64_t)own) - step.own_base;
+    step.aug_base_dev = moe->net.num_aug + 1; /* NET_RECV's count of the earlier rounds */
+    step.more_rounds  = round + 1 < moe->geo.rounds;
+    if (status == STRATA_OK) {
+        status = intra_moe_enqueue_dispatch(moe->intra, &step);
+    }
+    return status;
+}
+
+/* The streamed exchange: every round through the network and the node, then the sources;
+ * nothing waits between rounds but the kernels. */
+static strata_status_t sched_dispatch_streamed(sched_moe_t *moe)
+{
+    uint64_t node_mask[SCHED_MASK_WORDS];
+    intra_moe_step_t whole;
+    strata_status_t status = STRATA_OK;
+
+    sched_node_mask(moe, moe->modes.step_mask, node_mask);
+    whole = sched_node_step(moe, node_mask);
+    for (int round = 0; round < moe->geo.rounds && status == STRATA_OK; ++round) {
+        status = sched_dispatch_round(moe, round, &whole);
+    }
+    if (status == STRATA_OK) {
+        status = intra_moe_enqueue_sources(moe->intra);
+    }
+    return sched_settle(moe, status, "dispatching in rounds");
 }
 
 static void sched_fill_recv(sched_moe_t *moe)
@@ -228,17 +287,14 @@ static strata_status_t sched_dispatch_stats(sched_moe_t *moe)
             return status;
         }
         for (int i = 0; i < n; ++i) {
-            int spec = UTIL_MIN(ps[i].send_push, moe->geo.spec_tokens);
-
-            rows   += (uint64_t)(ps[i].send_push + ps[i].send_pull);
+            rows   += (uint64_t)ps[i].step_sent;
             /* node-reduce: one partial row per token received, and our tokens' weights */
             terms  += moe->geo.node_reduce ? (uint64_t)(ps[i].recv_push + ps[i].recv_pull)
                                            : (uint64_t)ps[i].num_terms;
             weights += moe->geo.node_reduce ? (uint64_t)(ps[i].send_push + ps[i].send_pull) *
                                                   (uint64_t)moe->geo.topk * sizeof(float)
                                             : 0;
-            second += (uint64_t)(ps[i].send_push - spec) +
-                      (moe->pull_read ? 0 : (uint64_t)ps[i].send_pull);
+            second += (uint64_t)ps[i].step_later;
         }
     }
     moe->stats.tokens_to_nodes  = rows;
@@ -259,14 +315,22 @@ strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *rec
     if (moe->cur.state != SCHED_STEP_DISPATCH_SENT) {
         return sched_refuse_mid_step(moe, "dispatch_recv");
     }
-    if (moe->geo.num_peers > 0 && (status = sched_exchange(moe)) != STRATA_OK) {
-        return status;
+    if (moe->geo.rounds > 1) {
+        /* the rounds interleave the two phases: they count as the network's wait */
+        if ((status = sched_dispatch_streamed(moe)) != STRATA_OK) {
+            return status;
+        }
+        sched_phase_end(moe, STRATA_MOE_PHASE_DISPATCH_WAIT);
+    } else {
+        if (moe->geo.num_peers > 0 && (status = sched_exchange(moe)) != STRATA_OK) {
+            return status;
+        }
+        sched_phase_end(moe, STRATA_MOE_PHASE_DISPATCH_WAIT);
+        if ((status = sched_dispatch_node(moe)) != STRATA_OK) {
+            return status;
+        }
+        sched_phase_end(moe, STRATA_MOE_PHASE_INTRA_DISPATCH);
     }
-    sched_phase_end(moe, STRATA_MOE_PHASE_DISPATCH_WAIT);
-    if ((status = sched_dispatch_node(moe)) != STRATA_OK) {
-        return status;
-    }
-    sched_phase_end(moe, STRATA_MOE_PHASE_INTRA_DISPATCH);
     if (moe->stream == NULL || moe->modes.decider != NULL) {
         if ((status = sched_modes_publish(moe)) != STRATA_OK) {
             return sched_fail(moe, status, "publishing the owners' modes");

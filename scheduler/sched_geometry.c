@@ -57,6 +57,11 @@ bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w
         UTIL_LOG_ERROR("moe: combine %d is not a strata_moe_combine_t (%d..%d)",
                        (int)p->combine, STRATA_MOE_COMBINE_DEFAULT,
                        STRATA_MOE_COMBINE_NODE_REDUCE);
+    } else if ((int)p->exchange < STRATA_MOE_EXCHANGE_DEFAULT ||
+               (int)p->exchange > STRATA_MOE_EXCHANGE_STREAMED) {
+        UTIL_LOG_ERROR("moe: exchange %d is not a strata_moe_exchange_t (%d..%d)",
+                       (int)p->exchange, STRATA_MOE_EXCHANGE_DEFAULT,
+                       STRATA_MOE_EXCHANGE_STREAMED);
     } else {
         return true;
     }
@@ -171,11 +176,30 @@ strata_status_t sched_geometry_init(sched_geometry_t *geo, const strata_moe_para
     geo->topk        = params->topk;
     geo->max_tokens  = params->max_tokens;
     geo->spec_tokens = spec_tokens;
+    geo->window_tokens = params->max_tokens; /* one round, unless sched_geometry_window */
+    geo->rounds      = 1;
     status = sched_map_peers(geo);
     if (status == STRATA_OK) {
         sched_size_rows(geo, params);
     }
     return status;
+}
+
+void sched_geometry_window(sched_geometry_t *geo, bool streamed, uint64_t window_bytes)
+{
+    /* a round's dispatch areas: round one, overflow and two staging buffers, per peer */
+    uint64_t per_token = 4 * (uint64_t)geo->num_peers * geo->entry_bytes;
+    uint64_t tokens = per_token > 0 ? window_bytes / per_token : 0;
+
+    geo->streamed      = streamed;
+    geo->window_tokens = geo->max_tokens;
+    geo->rounds        = 1;
+    if (!streamed || geo->num_peers == 0) {
+        return; /* one node: nothing crosses a network */
+    }
+    geo->window_tokens = (int)UTIL_MAX(UTIL_MIN(tokens, (uint64_t)geo->max_tokens), 1);
+    geo->rounds        = (geo->max_tokens + geo->window_tokens - 1) / geo->window_tokens;
+    geo->spec_tokens   = UTIL_MIN(geo->spec_tokens, geo->window_tokens);
 }
 
 void sched_geometry_cleanup(sched_geometry_t *geo)

@@ -33,6 +33,11 @@ typedef struct sched_geometry {
     int               *peers;       /* [num_peers] ranks this rank exchanges tokens with */
     int               *peer_index;  /* [world_size] index in peers, or -1 */
     int                max_aug;     /* own tokens plus every peer's */
+    /* The streamed exchange (sched_geometry_window): across nodes a step's dispatch crosses
+     * the network in `rounds` rounds of window_tokens of every rank's own tokens (one round
+     * of max_tokens otherwise, and on one node). */
+    bool               streamed;
+    int                window_tokens, rounds;
     int                max_entries; /* a plan's entries: tokens x min(peers, topk) */
     int                spec_tokens;
     int                scale_count;
@@ -61,12 +66,18 @@ typedef struct sched_choices {
     sched_flush_t        flush;       /* as asked: auto, device or read */
     uint32_t             ring_slots;  /* of the work ring, a power of two */
     double               capacity_factor; /* STRATA_MOE_CAPACITY_FACTOR; 0: none */
+    bool                 streamed;     /* params.exchange, else STRATA_MOE_EXCHANGE */
+    uint64_t             window_bytes; /* STRATA_MOE_WINDOW_BYTES */
 } sched_choices_t;
 
 /** rank_node and rank_local are the caller's and must outlive the geometry. */
 strata_status_t sched_geometry_init(sched_geometry_t *geo, const strata_moe_params_t *params,
                                     const sched_moe_world_t *world, strata_moe_route_t route,
                                     int spec_tokens);
+/** The exchange's rounds: streamed (across nodes), as many own tokens per round as a
+ *  round's dispatch areas hold in window_bytes (at least one); else one round. */
+void            sched_geometry_window(sched_geometry_t *geo, bool streamed,
+                                      uint64_t window_bytes);
 void            sched_geometry_cleanup(sched_geometry_t *geo);
 
 /* Offsets in the network area, the same on every rank. */
@@ -115,6 +126,7 @@ typedef struct sched_net {
     uint64_t          *mask;        /* [mask_words] */
     int32_t           *node_ranks;  /* [world] */
     int32_t           *rank_node;   /* [world] */
+    int32_t           *round_seg;   /* streamed: [rounds][num_peers][2] */
     intra_net_args_t   args;        /* the launches' arguments; per-step fields set each step */
 } sched_net_t;
 

@@ -304,6 +304,7 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
                                       choices.spec_tokens)) != STRATA_OK) {
         return status;
     }
+    sched_geometry_window(&moe->geo, choices.streamed, choices.window_bytes);
     sched_combine_fallback(&choices, &moe->geo, moe->world.device);
     moe->net.ring_slots = choices.ring_slots;
     moe->params.combine = choices.combine;
@@ -361,6 +362,9 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
     moe->stats.route             = moe->geo.route;
     moe->stats.num_local_experts = moe->geo.experts_per_rank;
     moe->stats.net_bounce        = moe->net.bounce;
+    moe->stats.exchange          = moe->geo.streamed ? STRATA_MOE_EXCHANGE_STREAMED
+                                                     : STRATA_MOE_EXCHANGE_WORST_CASE;
+    moe->stats.exchange_rounds   = moe->geo.rounds;
     UTIL_LOG_INFO("moe: %d experts, top-%d, hidden %d, %s route, %s combine, %d peers, round "
                   "one %d tokens, capacity %d, network area %zu bytes in %s, pull across "
                   "nodes by %s", params->num_experts, params->topk, params->hidden,
@@ -369,6 +373,11 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
                   moe->geo.num_peers, moe->geo.spec_tokens, moe->geo.capacity,
                   moe->net.offsets.total, moe->net.bounce ? "a host bounce buffer" : "the heap",
                   moe->pull_read ? "read" : "request");
+    if (moe->geo.rounds > 1) {
+        UTIL_LOG_INFO("moe: streamed exchange: a step's dispatch crosses the network in %d "
+                      "rounds of %d of each rank's tokens", moe->geo.rounds,
+                      moe->geo.window_tokens);
+    }
     *moe_p = moe;
     return STRATA_OK;
 }

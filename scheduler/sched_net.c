@@ -17,6 +17,7 @@ strata_status_t sched_net_place(sched_moe_t *moe)
     sched_net_offsets_t *l = &moe->net.offsets;
     size_t world = (size_t)geo->world_size, cursor = 0, max_tokens = (size_t)geo->max_tokens;
     size_t peers = (size_t)geo->num_peers, topk = (size_t)geo->topk;
+    size_t window = (size_t)geo->window_tokens, stagings = geo->rounds > 1 ? 2 : 1;
 
     memset(l, 0, sizeof(*l));
     if (peers == 0) {
@@ -37,8 +38,8 @@ strata_status_t sched_net_place(sched_moe_t *moe)
     l->out_headers = sched_place(&cursor, world * geo->header_bytes);
     l->out_grants  = sched_place(&cursor, world * INTRA_NET_CTRL_BYTES);
     l->spec        = sched_place(&cursor, peers * (size_t)geo->spec_tokens * geo->entry_bytes);
-    l->overflow    = sched_place(&cursor, peers * max_tokens * geo->entry_bytes);
-    l->staging     = sched_place(&cursor, peers * max_tokens * geo->entry_bytes);
+    l->overflow    = sched_place(&cursor, peers * window * geo->entry_bytes);
+    l->staging     = sched_place(&cursor, stagings * peers * window * geo->entry_bytes);
     l->ret_out     = sched_place(&cursor, l->ret_out_bytes);
     l->ret_in      = sched_place(&cursor, l->ret_in_bytes);
     if (geo->node_reduce) {
@@ -164,7 +165,8 @@ static strata_status_t sched_net_ring(sched_moe_t *moe)
 
 /* Offsets of the network kernels' tables in their one device allocation. */
 typedef struct sched_net_tables_place {
-    size_t state, peers, ticket, slots, tsrc, entry, atopk, naug, mask, ranks, nodes, total;
+    size_t state, peers, ticket, slots, tsrc, entry, atopk, naug, mask, ranks, nodes, segs;
+    size_t total;
 } sched_net_tables_place_t;
 
 static void sched_net_tables_place(const sched_geometry_t *geo, sched_net_tables_place_t *t)
@@ -178,10 +180,14 @@ static void sched_net_tables_place(const sched_geometry_t *geo, sched_net_tables
     t->tsrc   = sched_place(&cursor, (size_t)geo->max_tokens * topk * sizeof(uint64_t));
     t->entry  = sched_place(&cursor, aug * sizeof(int64_t));
     t->atopk  = sched_place(&cursor, aug * topk * sizeof(int64_t));
-    t->naug   = sched_place(&cursor, sizeof(int32_t));
+    t->naug   = sched_place(&cursor, 2 * sizeof(int32_t));
     t->mask   = sched_place(&cursor, (size_t)geo->mask_words * sizeof(uint64_t));
     t->ranks  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
     t->nodes  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
+    t->segs   = geo->rounds > 1 ? sched_place(&cursor, (size_t)geo->rounds *
+                                                       (size_t)geo->num_peers * 2 *
+                                                       sizeof(int32_t))
+                                : 0;
     t->total  = cursor;
 }
 
@@ -224,6 +230,7 @@ static strata_status_t sched_net_tables(sched_moe_t *moe)
         net->mask       = (uint64_t *)(base + t.mask);
         net->node_ranks = (int32_t *)(base + t.ranks);
         net->rank_node  = (int32_t *)(base + t.nodes);
+        net->round_seg  = geo->rounds > 1 ? (int32_t *)(base + t.segs) : NULL;
         status = d->mem_set(base, 0, t.total);
     }
     for (int p = 0; p < geo->num_peers && status == STRATA_OK; ++p) {
@@ -271,6 +278,8 @@ static void sched_net_args(sched_moe_t *moe)
         .timeout_ticks = moe->timeout_ns / 1000u * moe->world.device->timer_ticks_per_us,
         .world = geo->world_size, .rank = geo->rank, .num_peers = geo->num_peers,
         .spec_tokens = geo->spec_tokens, .max_tokens = geo->max_tokens,
+        .rounds = geo->rounds, .window_tokens = geo->window_tokens,
+        .round_seg = net->round_seg,
         .pull_read = moe->pull_read,
         .host_stamps = moe->world.device->memory == INTRA_MEMORY_HOST, .bounce = net->bounce,
         .entry_bytes = (int32_t)geo->entry_bytes, .record_bytes = (int32_t)geo->record_bytes,
@@ -309,7 +318,7 @@ typedef struct sched_net_card {
     int32_t  node_reduce;
     int32_t  route;
     int32_t  shape[7]; /* experts, topk, hidden, dtype, combine dtype, max_tokens, capacity */
-    int32_t  pad;
+    int32_t  window_tokens; /* a round's own tokens: max_tokens unless streamed */
 } sched_net_card_t;
 
 static sched_net_card_t sched_net_card(const sched_moe_t *moe)
@@ -321,6 +330,7 @@ static sched_net_card_t sched_net_card(const sched_moe_t *moe)
         .chunk_bytes = inter_engine_chunk_bytes(moe->world.engine),
         .node_reduce = p->combine == STRATA_MOE_COMBINE_NODE_REDUCE,
         .route       = (int32_t)moe->geo.route,
+        .window_tokens = moe->geo.streamed ? moe->geo.window_tokens : 0,
         .shape       = {p->num_experts, p->topk, p->hidden, (int32_t)p->dtype,
                         (int32_t)p->combine_dtype, p->max_tokens, moe->geo.capacity},
     };
@@ -352,6 +362,12 @@ static strata_status_t sched_card_compare(const sched_net_card_t *theirs,
                        (unsigned long long)theirs->chunk_bytes, mine->spec_tokens,
                        mine->pull_read ? "read" : "request",
                        (unsigned long long)mine->chunk_bytes);
+    } else if (theirs->window_tokens != mine->window_tokens) {
+        UTIL_LOG_ERROR("moe: rank %d streams %d of each rank's tokens a round across nodes, "
+                       "this rank %d streams %d (0: the worst-case exchange): "
+                       "STRATA_MOE_EXCHANGE (or params.exchange) and STRATA_MOE_WINDOW_BYTES "
+                       "must match on every rank", r, theirs->window_tokens, me,
+                       mine->window_tokens);
     } else if (theirs->node_reduce != mine->node_reduce) {
         UTIL_LOG_ERROR("moe: rank %d combines %s, this rank %d %s: STRATA_MOE_COMBINE (or "
                        "params.combine) must match on every rank", r,

@@ -19,7 +19,8 @@
 
 enum {
     OPT_WORLD = 256, OPT_NODES, OPT_MAX_TOKENS, OPT_HIDDEN, OPT_TOPK, OPT_EXPERTS, OPT_CAPACITY,
-    OPT_ALIGNMENT, OPT_DTYPE, OPT_COMBINE_DTYPE, OPT_ROUTE, OPT_COMBINE, OPT_CAPACITY_FACTOR
+    OPT_ALIGNMENT, OPT_DTYPE, OPT_COMBINE_DTYPE, OPT_ROUTE, OPT_COMBINE, OPT_CAPACITY_FACTOR,
+    OPT_EXCHANGE
 };
 
 /* What the options say besides the params. */
@@ -31,6 +32,7 @@ typedef struct info_moe_shape {
 static const char *const info_dtype_names[] = {"bf16", "fp16", "fp32", "fp8", NULL};
 static const char *const info_route_names[] = {"auto", "flat", "hierarchical", NULL};
 static const char *const info_combine_names[] = {"auto", "exact", "node-reduce", NULL};
+static const char *const info_exchange_names[] = {"auto", "worst-case", "streamed", NULL};
 
 void info_moe_memory_usage(FILE *out)
 {
@@ -39,6 +41,7 @@ void info_moe_memory_usage(FILE *out)
             "                   --topk K --experts E [--capacity C | --capacity-factor F]\n"
             "                   [--alignment A]\n"
             "                   [--dtype D] [--combine-dtype D] [--route R] [--combine M]\n"
+            "                   [--exchange X]\n"
             "  --moe-memory   (first) the bytes each rank of a MoE object of this shape would\n"
             "                 allocate, by part, and 'total: N bytes' last. W ranks spread evenly\n"
             "                 over N nodes; capacity 0 (the default): the most one expert can\n"
@@ -47,7 +50,9 @@ void info_moe_memory_usage(FILE *out)
             "                 topk / experts x W), as the variable would make it;\n"
             "                 D: bf16 (default), fp16, fp32, fp8 (tokens only);\n"
             "                 R: auto (default: STRATA_MOE_ROUTE), flat, hierarchical;\n"
-            "                 M: auto (default: STRATA_MOE_COMBINE), exact, node-reduce\n");
+            "                 M: auto (default: STRATA_MOE_COMBINE), exact, node-reduce;\n"
+            "                 X: auto (default: STRATA_MOE_EXCHANGE), worst-case, streamed\n"
+            "                 (its areas sized by STRATA_MOE_WINDOW_BYTES)\n");
 }
 
 /* The index of text in names, or a usage error. */
@@ -100,6 +105,12 @@ static bool info_moe_option(int opt, const char *arg, strata_moe_params_t *p,
         }
         p->route = (strata_moe_route_t)value;
         return true;
+    case OPT_EXCHANGE:
+        if (!info_parse_name("--exchange", arg, info_exchange_names, &value)) {
+            return false;
+        }
+        p->exchange = (strata_moe_exchange_t)value;
+        return true;
     default: /* OPT_COMBINE */
         if (!info_parse_name("--combine", arg, info_combine_names, &value)) {
             return false;
@@ -129,10 +140,11 @@ static void info_moe_print(const strata_moe_params_t *p, const info_moe_shape_t 
                      ? ", or as STRATA_MOE_CAPACITY_FACTOR says" : "");
     }
     printf("moe memory per rank: %d ranks on %d nodes, %d tokens, hidden %d, %s -> %s, "
-           "top-%d of %d experts, capacity %d%s, route %s, combine %s\n",
+           "top-%d of %d experts, capacity %d%s, route %s, combine %s, exchange %s\n",
            s->world, s->nodes, p->max_tokens, p->hidden, info_dtype_names[p->dtype],
            info_dtype_names[p->combine_dtype], p->topk, p->num_experts, p->capacity,
-           capacity, info_route_names[p->route], info_combine_names[p->combine]);
+           capacity, info_route_names[p->route], info_combine_names[p->combine],
+           info_exchange_names[p->exchange]);
     info_moe_line("expert rows", m->expert_rows);
     info_moe_line("node rows", m->node_rows);
     info_moe_line("net headers", m->net_headers);
@@ -163,6 +175,7 @@ int info_moe_memory(int argc, char **argv)
         {"route", required_argument, NULL, OPT_ROUTE},
         {"combine", required_argument, NULL, OPT_COMBINE},
         {"capacity-factor", required_argument, NULL, OPT_CAPACITY_FACTOR},
+        {"exchange", required_argument, NULL, OPT_EXCHANGE},
         {NULL, 0, NULL, 0},
     };
     strata_moe_params_t p = {.dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16};

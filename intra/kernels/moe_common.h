@@ -218,16 +218,23 @@ KERNEL_FN int moe_num_tokens(const intra_moe_args_t *a)
     return a->num_tokens_dev != 0 ? kernel_load_i32(a->num_tokens_dev) : a->num_tokens;
 }
 
+/* The step's index of this round's first token: the host's, or across nodes in rounds
+ * the device's (only the network kernels know how many tokens earlier rounds brought). */
+KERNEL_FN int moe_aug_base(const intra_moe_args_t *a)
+{
+    return a->aug_base_dev != 0 ? kernel_load_i32(a->aug_base_dev) : a->aug_base;
+}
+
 /* Tokens below are numbered over the step (the round's aug_base + t, moe_format.h). */
 KERNEL_FN int moe_received(const intra_moe_args_t *a, int token)
 {
-    return a->aug_entry != 0 && token >= a->aug_base + a->num_own;
+    return a->aug_entry != 0 && token >= moe_aug_base(a) + a->num_own;
 }
 
 /* An own token's row in x and topk_idx. */
 KERNEL_FN size_t moe_own_row(const intra_moe_args_t *a, int token)
 {
-    return (size_t)(a->own_base + (token - a->aug_base));
+    return (size_t)(a->own_base + (token - moe_aug_base(a)));
 }
 
 /* Token t's row and scales: the caller's x, or where the network put its entry. */

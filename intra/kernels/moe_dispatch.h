@@ -91,10 +91,10 @@ KERNEL_FN void moe_dispatch_pass(const intra_moe_args_t *a, int num_tokens, int 
                                  uint64_t step, kernel_grid_t g)
 {
     const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
-    int passes = moe_send_passes(a);
+    int passes = moe_send_passes(a), base = moe_aug_base(a);
 
     for (int i = (int)g.block; i < num_tokens; i += (int)g.num_blocks) {
-        int t = a->aug_base + i, published = 0; /* numbered over the step */
+        int t = base + i, published = 0; /* numbered over the step */
 
         for (int k = 0; k < a->topk; ++k) {
             int expert = pass == 0 ? moe_route(a, t, k, g) : route[t * a->topk + k];
@@ -131,7 +131,7 @@ KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a, int num_tokens)
     int32_t *cursor = MOE_AT(a, a->rank, pull_cursor, int32_t);
     int32_t *entry  = MOE_AT(a, a->rank, pull_entry, int32_t);
     int32_t *sent   = MOE_AT(a, a->rank, sent_count, int32_t);
-    int entries = num_tokens * a->topk, first = a->aug_base * a->topk;
+    int entries = num_tokens * a->topk, first = moe_aug_base(a) * a->topk;
 
     offset[a->num_experts] = 0;
     for (int e = 0; e < a->num_experts; ++e) {
@@ -339,11 +339,11 @@ KERNEL_FN void moe_dispatch_finish(const intra_moe_args_t *a, uint64_t step)
 KERNEL_FN void moe_write_origins(const intra_moe_args_t *a, kernel_grid_t g)
 {
     int32_t *origin = (int32_t *)(a->heap[a->rank] + a->origin_offset);
-    int own = a->aug_entry != 0 ? a->num_own : a->num_tokens;
+    int own = a->aug_entry != 0 ? a->num_own : a->num_tokens, base = moe_aug_base(a);
 
     for (int i = (int)(g.block * g.num_threads + g.thread); i < own;
          i += (int)(g.num_blocks * g.num_threads)) {
-        int t = a->aug_base + i;
+        int t = base + i;
 
         origin[2 * t]     = a->origin_rank;
         origin[2 * t + 1] = (int32_t)moe_own_row(a, t);
@@ -402,7 +402,7 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
     }
     if (g.block == 0 && KERNEL_LEADER(g)) {
         control->digest   = a->digest;   /* published by the fence before our flags */
-        control->aug_base = a->aug_base; /* and where this round's Pull rows start */
+        control->aug_base = moe_aug_base(a); /* and where this round's Pull rows start */
         moe_build_pull_lists(a, num_tokens);
         moe_publish_counts(a, step);
     }

@@ -156,7 +156,8 @@ typedef struct intra_moe_args {
      * numbered over the whole step: a round's token t (0 <= t < its count) is the step's
      * aug_base + t in the tables (route, row_slot, pull lists, origins, term_dst,
      * aug_entry, aug_topk), and own token t is row own_base + t of x and topk_idx. One
-     * round: both 0, more_rounds 0.
+     * round: both 0, more_rounds 0. Across nodes in rounds only the device knows how many
+     * tokens the earlier rounds brought: aug_base_dev, where not NULL, holds aug_base.
      */
     int32_t  aug_base;
     int32_t  own_base;
@@ -197,6 +198,7 @@ typedef struct intra_moe_args {
     int32_t        record_bytes;
     int32_t        origin_rank;     /* the global rank of this rank's own tokens */
     const int32_t *num_tokens_dev;
+    const int32_t *aug_base_dev;    /* rounds across nodes: the round's aug_base, or NULL */
     const char    *entry_base;
     const int64_t *aug_entry;       /* [max_tokens] byte offsets, from num_own on */
     const int64_t *aug_topk;        /* [max_tokens][topk], from num_own on */

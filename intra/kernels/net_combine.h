@@ -10,27 +10,47 @@
 
 /* --- NET_RETURN and NET_TERMS --------------------------------------------------------- */
 
+/* Peer p's entries received in round r of the step's dispatch: the step's index of the
+ * first, and how many. */
+KERNEL_FN void net_received_in(const intra_net_args_t *n, int p, int r, int *first_p,
+                               int *count_p)
+{
+    const intra_net_peer_t *peer = &n->peers[p];
+    const int32_t *seg;
+
+    if (n->rounds == 1) {
+        *first_p = peer->aug_first;
+        *count_p = peer->recv_push + peer->recv_pull;
+        return;
+    }
+    seg      = &n->round_seg[((size_t)r * (size_t)n->num_peers + (size_t)p) * 2];
+    *first_p = seg[0];
+    *count_p = seg[1];
+}
+
 /* Of the terms this node returns to peer p, those it has no row for (the node's combine
  * put zeros in their place), in the block's drops words: [0] dropped for capacity here,
  * [1] withheld by an owner here that aborted the step. */
-KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, const intra_net_peer_t *peer,
-                                 int64_t *drops)
+KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, int p, int64_t *drops)
 {
     const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
     uint32_t held = moe_withheld_ranks(a);
     int64_t dropped = 0, withheld = 0;
 
-    for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
-        int t = peer->aug_first + q;
+    for (int r = 0; r < a->net.rounds; ++r) {
+        int first, count;
 
-        for (int k = 0; k < a->topk; ++k) {
-            int expert = route[(size_t)t * (size_t)a->topk + (size_t)k];
+        net_received_in(&a->net, p, r, &first, &count);
+        for (int t = first; t < first + count; ++t) {
+            for (int k = 0; k < a->topk; ++k) {
+                int expert = route[(size_t)t * (size_t)a->topk + (size_t)k];
 
-            if (expert >= 0 && moe_result_row(a, held, t, k) == 0) {
-                int by_owner = moe_withheld(a, held, expert);
+                if (expert >= 0 && moe_result_row(a, held, t, k) == 0) {
+                    int by_owner = moe_withheld(a, held, expert);
 
-                withheld += by_owner;
-                dropped += !by_owner;
+                    withheld += by_owner;
+                    dropped += !by_owner;
+                }
             }
         }
     }
@@ -127,7 +147,7 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
     }
     kernel_block_sync(); /* every partial is out before the count lands past them */
     if (KERNEL_LEADER(g)) {
-        net_missing_terms(a, peer, (int64_t *)(out + (size_t)entries * y));
+        net_missing_terms(a, p, (int64_t *)(out + (size_t)entries * y));
     }
     return net_post_block(a, g, peer->rank, n->ret_out + (uint64_t)p * block,
                           n->ret_in + (uint64_t)peer->ret_at,
@@ -172,7 +192,7 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
             continue;
         }
         if (KERNEL_LEADER(g)) {
-            net_missing_terms(a, peer, (int64_t *)(stage + terms));
+            net_missing_terms(a, p, (int64_t *)(stage + terms));
         }
         kernel_block_sync(); /* the count is in before the bounce copies it */
         if (n->bounce) { /* the owners wrote them in the heap; they leave from the area */
@@ -192,7 +212,6 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
 KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
-    uint64_t step = net_step(a, g);
 
     if (g.block != 0 || !KERNEL_LEADER(g) || net_stopped(a)) {
         return;
@@ -228,7 +247,8 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
                  INTRA_NET_WAIT_SENDS) &&
         net_wait(a, &n->counters[INTRA_NET_COUNTER_READ], n->state->reads, -1,
                  INTRA_NET_WAIT_READS)) {
-        kernel_store_release_u64(&n->state->step, step);
+        /* the steps completed: the wire protocol's count goes on from there (net_step) */
+        kernel_store_release_u64(&n->state->step, kernel_load_relaxed_u64(&n->state->step) + 1);
     }
 }
 

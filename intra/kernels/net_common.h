@@ -19,15 +19,70 @@ KERNEL_FN int net_stopped(const intra_moe_args_t *a)
     return kernel_load_i32(&net_status(a)->code) != 0;
 }
 
+/* The wire protocol's step: one per round of a step's dispatch (net_format.h). */
 KERNEL_FN uint64_t net_step(const intra_moe_args_t *a, kernel_grid_t g)
 {
     KERNEL_SHARED uint64_t step;
 
     if (KERNEL_LEADER(g)) {
-        step = kernel_load_acquire_u64(&a->net.state->step) + 1;
+        step = kernel_load_acquire_u64(&a->net.state->step) * (uint64_t)a->net.rounds +
+               (uint64_t)a->net.round + 1;
     }
     kernel_block_sync();
     return step;
+}
+
+/* This round's own tokens: [net_own_first, net_own_end) of the step's. */
+KERNEL_FN int net_own_first(const intra_net_args_t *n)
+{
+    int64_t first = (int64_t)n->round * n->window_tokens;
+
+    return first < n->num_own ? (int)first : n->num_own;
+}
+
+KERNEL_FN int net_own_end(const intra_net_args_t *n)
+{
+    int64_t end = ((int64_t)n->round + 1) * n->window_tokens;
+
+    return end < n->num_own ? (int)end : n->num_own;
+}
+
+/* The first of peer p's entries (in token order) whose token is at least token. */
+KERNEL_FN int net_entry_from(const intra_net_args_t *n, int p, int token)
+{
+    int lo = n->peer_first[p], hi = n->peer_first[p + 1];
+
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+
+        if (n->tokens[mid] < token) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/* Peer p's entries of this round: [*begin_p, *end_p). */
+KERNEL_FN void net_round_entries(const intra_net_args_t *n, int p, int *begin_p, int *end_p)
+{
+    if (n->rounds == 1) {
+        *begin_p = n->peer_first[p];
+        *end_p   = n->peer_first[p + 1];
+        return;
+    }
+    *begin_p = net_entry_from(n, p, net_own_first(n));
+    *end_p   = net_entry_from(n, p, net_own_end(n));
+}
+
+/* Offset of peer p's block of our staging area in the wire step's round (by parity). */
+KERNEL_FN uint64_t net_staging_at(const intra_net_args_t *n, uint64_t step, int p)
+{
+    uint64_t buffer = n->rounds > 1 ? (step & 1u) : 0;
+
+    return n->staging + (buffer * (uint64_t)n->num_peers + (uint64_t)p) *
+                            (uint64_t)n->window_tokens * (uint64_t)n->entry_bytes;
 }
 
 /* net_stopped as the whole block sees it: another block may report a failure at any time,

@@ -51,19 +51,21 @@ KERNEL_FN void net_partial_src(const intra_moe_args_t *a, int e, const char *row
 }
 
 /*
- * One thread: the peer's entries in staging order (Push ones first, then Pull), and where
- * each of their terms will come back: the peer returns them in that order, packed, into our
- * ret_in block for it.
+ * One thread: the peer's entries of this round in staging order (Push ones first, then
+ * Pull), and where each of their terms will come back: the peer returns them in that order,
+ * packed, into our ret_in block for it, after those of the step's earlier rounds.
  */
 KERNEL_FN void net_order_peer(const intra_moe_args_t *a, int p)
 {
     const intra_net_args_t *n = &a->net;
     intra_net_peer_t *peer = &n->peers[p];
     char *back = n->area + n->ret_in + net_ret_at(a, p);
-    int slot = 0, term = 0, count[2] = {0, 0};
+    int begin, end, slot = 0, count[2] = {0, 0}, spec;
+    int term = n->round > 0 ? peer->sent_terms : 0;
 
+    net_round_entries(n, p, &begin, &end);
     for (int pass = 0; pass < 2; ++pass) {
-        for (int e = n->peer_first[p]; e < n->peer_first[p + 1]; ++e) {
+        for (int e = begin; e < end; ++e) {
             const int32_t *experts = &n->experts[(size_t)e * (size_t)a->topk];
 
             if (net_entry_pulls(a, peer->node, experts) != pass) {
@@ -83,16 +85,24 @@ KERNEL_FN void net_order_peer(const intra_moe_args_t *a, int p)
             }
         }
     }
-    peer->send_push = count[0];
-    peer->send_pull = count[1];
+    spec             = count[0] < n->spec_tokens ? count[0] : n->spec_tokens;
+    peer->send_push  = count[0];
+    peer->send_pull  = count[1];
+    peer->sent_terms = term;
+    peer->step_sent  = (n->round > 0 ? peer->step_sent : 0) + count[0] + count[1];
+    peer->step_later = (n->round > 0 ? peer->step_later : 0) + count[0] - spec +
+                       (n->pull_read ? 0 : count[1]);
 }
 
-/* The whole block: every entry for the peer, [record][row][scales], into its staging. */
+/* The whole block: the peer's entries of this round, [record][row][scales], into its
+ * staging. */
 KERNEL_FN void net_pack_peer(const intra_moe_args_t *a, int p, char *staging, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
+    int begin, end;
 
-    for (int e = n->peer_first[p]; e < n->peer_first[p + 1]; ++e) {
+    net_round_entries(n, p, &begin, &end);
+    for (int e = begin; e < end; ++e) {
         char *entry = staging + (size_t)n->slot_of[e] * (size_t)n->entry_bytes;
         int32_t *record = (int32_t *)entry;
         int token = n->tokens[e];
@@ -109,19 +119,14 @@ KERNEL_FN void net_pack_peer(const intra_moe_args_t *a, int p, char *staging, ke
     }
 }
 
-/* One thread: the header, then round one (the first Push entries into our private slot). */
-KERNEL_FN int net_send_round_one(const intra_moe_args_t *a, int p, uint64_t step)
+/* One thread: the header: the round's counts, our modes, where our tokens' terms return. */
+KERNEL_FN int net_send_header(const intra_moe_args_t *a, int p, uint64_t step)
 {
     const intra_net_args_t *n = &a->net;
     const intra_net_peer_t *peer = &n->peers[p];
-    int dest = peer->rank, first = peer->send_push < n->spec_tokens ? peer->send_push
-                                                                     : n->spec_tokens;
-    uint64_t out = n->out_headers + (uint64_t)dest * (uint64_t)n->header_bytes;
-    uint64_t staging = n->staging + (uint64_t)p * (uint64_t)n->max_tokens *
-                                        (uint64_t)n->entry_bytes;
+    uint64_t out = n->out_headers + (uint64_t)peer->rank * (uint64_t)n->header_bytes;
     intra_net_header_t *h = (intra_net_header_t *)(n->area + out);
     uint64_t *next = (uint64_t *)(h + 1);
-    int64_t posted, spec = 0;
 
     h->magic       = INTRA_NET_HEADER_MAGIC;
     h->pad         = 0;
@@ -133,29 +138,44 @@ KERNEL_FN int net_send_round_one(const intra_moe_args_t *a, int p, uint64_t step
     for (int w = 0; w < n->own_words; ++w) {
         next[w] = n->next[w];
     }
-    posted = net_post(a, UTIL_WORK_WRITE_IMM, dest, out,
-                      n->headers + ((uint64_t)n->rank * 2 + (step & 1)) * (uint64_t)n->header_bytes,
-                      (uint64_t)n->header_bytes,
-                      n->imm_base + net_imm_index(n, INTRA_NET_IMM_HEADER, n->rank),
-                      INTRA_NET_COUNTER_SEND);
-    if (posted && first > 0) {
-        spec = net_post_chunks(a, UTIL_WORK_WRITE_IMM, dest, staging,
-                               n->spec + (uint64_t)peer->index_there *
-                                             (uint64_t)n->spec_tokens *
-                                             (uint64_t)n->entry_bytes,
-                               (uint64_t)first * (uint64_t)n->entry_bytes,
-                               n->imm_base + net_imm_index(n, INTRA_NET_IMM_SPEC, n->rank),
-                               INTRA_NET_COUNTER_SEND);
-    }
-    if (!posted || spec < 0) {
+    if (!net_post(a, UTIL_WORK_WRITE_IMM, peer->rank, out,
+                  n->headers + ((uint64_t)n->rank * 2 + (step & 1)) * (uint64_t)n->header_bytes,
+                  (uint64_t)n->header_bytes,
+                  n->imm_base + net_imm_index(n, INTRA_NET_IMM_HEADER, n->rank),
+                  INTRA_NET_COUNTER_SEND)) {
         return 0;
     }
-    net_count_posted(a, posted + spec);
+    net_count_posted(a, 1);
+    return 1;
+}
+
+/* One thread: round one, the first Push entries, into our private slot at the peer. */
+KERNEL_FN int net_send_spec(const intra_moe_args_t *a, int p, uint64_t step)
+{
+    const intra_net_args_t *n = &a->net;
+    const intra_net_peer_t *peer = &n->peers[p];
+    int first = peer->send_push < n->spec_tokens ? peer->send_push : n->spec_tokens;
+    int64_t spec;
+
+    if (first == 0) {
+        return 1;
+    }
+    spec = net_post_chunks(a, UTIL_WORK_WRITE_IMM, peer->rank, net_staging_at(n, step, p),
+                           n->spec + (uint64_t)peer->index_there *
+                                         (uint64_t)n->spec_tokens * (uint64_t)n->entry_bytes,
+                           (uint64_t)first * (uint64_t)n->entry_bytes,
+                           n->imm_base + net_imm_index(n, INTRA_NET_IMM_SPEC, n->rank),
+                           INTRA_NET_COUNTER_SEND);
+    if (spec < 0) {
+        return 0;
+    }
+    net_count_posted(a, spec);
     return 1;
 }
 
 /* Own tokens' terms computed on this node: where reduce finds them. Those on other nodes
- * are set by net_order_peer; slots routed nowhere have none. */
+ * are set by net_order_peer; slots routed nowhere have none. Every round's own tokens at
+ * once, in the step's first. */
 KERNEL_FN void net_local_terms(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
@@ -172,32 +192,92 @@ KERNEL_FN void net_local_terms(const intra_moe_args_t *a, kernel_grid_t g)
     }
 }
 
+/* The whole block: the peer's entries ordered and packed into its staging, then (thread 0)
+ * the header; round one too unless the block must wait for the peer's credit first. */
+KERNEL_FN int net_send_peer(const intra_moe_args_t *a, int p, uint64_t step, int with_spec,
+                            kernel_grid_t g)
+{
+    KERNEL_SHARED int ok;
+
+    if (KERNEL_LEADER(g)) {
+        net_order_peer(a, p);
+    }
+    kernel_block_sync();
+    net_pack_peer(a, p, a->net.area + net_staging_at(&a->net, step, p), g);
+    kernel_fence_system(); /* each thread's part of the entries, before the posts */
+    kernel_block_sync();
+    if (KERNEL_LEADER(g)) {
+        ok = net_send_header(a, p, step) && (!with_spec || net_send_spec(a, p, step));
+    }
+    kernel_block_sync();
+    return ok;
+}
+
+/*
+ * One thread, before a later round of a step's dispatch is packed: our transfers so far are
+ * done, so staging may be written again. Our spec and overflow areas are free too: only our
+ * own dispatch of the round before read them (it copies each row on, to its owner or to the
+ * rows it publishes for Pull), and it ran before this launch; so the header we send each
+ * peer next is its credit to write them again.
+ */
+KERNEL_FN int net_round_ready(const intra_moe_args_t *a)
+{
+    const intra_net_args_t *n = &a->net;
+
+    return net_wait(a, &n->counters[INTRA_NET_COUNTER_SEND],
+                    kernel_load_relaxed_u64(&n->state->posted), -1, INTRA_NET_WAIT_SENDS);
+}
+
+/* One thread, in a later round: the peer's header of this round, its credit, before round
+ * one goes into its slot for us. */
+KERNEL_FN int net_send_credited_spec(const intra_moe_args_t *a, int p, uint64_t step)
+{
+    const intra_net_args_t *n = &a->net;
+    const intra_net_peer_t *peer = &n->peers[p];
+
+    if (peer->send_push == 0 || n->spec_tokens == 0) {
+        return 1;
+    }
+    return net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_HEADER, peer->rank)], step,
+                    peer->rank, INTRA_NET_WAIT_ROUND) &&
+           net_send_spec(a, p, step);
+}
+
+/*
+ * A step's first round: per peer, order, pack, header and round one. A later round first
+ * waits for net_round_ready, then sends every header of the block's peers before it waits
+ * for any peer's (each rank's headers go out without waiting on another rank, so no two
+ * ranks wait on each other), and writes each peer's round one once its header came.
+ */
 KERNEL_FN void intra_net_send_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
     uint64_t step = net_step(a, g);
+    int later = n->round > 0;
+    KERNEL_SHARED int ok;
 
     if (net_block_stopped(a, g)) {
         return;
     }
-    net_local_terms(a, g);
-    for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {
-        char *staging = n->area + n->staging +
-                        (size_t)p * (size_t)n->max_tokens * (size_t)n->entry_bytes;
-        KERNEL_SHARED int ok;
-
+    if (!later) {
+        net_local_terms(a, g);
+    } else {
         if (KERNEL_LEADER(g)) {
-            net_order_peer(a, p);
-        }
-        kernel_block_sync();
-        net_pack_peer(a, p, staging, g);
-        kernel_fence_system(); /* each thread's part of the entries, before the posts */
-        kernel_block_sync();
-        if (KERNEL_LEADER(g)) {
-            ok = net_send_round_one(a, p, step);
+            ok = net_round_ready(a);
         }
         kernel_block_sync();
         if (!ok) {
+            return;
+        }
+    }
+    for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {
+        if (!net_send_peer(a, p, step, !later, g)) {
+            return;
+        }
+    }
+    for (int p = (int)g.block; later && KERNEL_LEADER(g) && p < n->num_peers;
+         p += (int)g.num_blocks) {
+        if (!net_send_credited_spec(a, p, step)) {
             return;
         }
     }
@@ -228,7 +308,7 @@ KERNEL_FN int net_read_headers(const intra_moe_args_t *a, uint64_t step)
             return 0;
         }
         h       = net_header_read(wire);
-        verdict = net_header_check(&h, step, n->max_tokens, n->digest);
+        verdict = net_header_check(&h, step, n->window_tokens, n->digest);
         if (verdict == NET_WIRE_BAD) {
             net_protocol_error(a, peer->rank, INTRA_NET_WAIT_HEADER, h.step);
             return 0;
@@ -244,13 +324,20 @@ KERNEL_FN int net_read_headers(const intra_moe_args_t *a, uint64_t step)
     return 1;
 }
 
+/* The step's index of this round's first token: after the earlier rounds' tokens. */
+KERNEL_FN int net_round_aug_base(const intra_net_args_t *n)
+{
+    return n->round == 0 ? 0 : n->num_aug[1] + n->num_aug[0];
+}
+
 /* Places in our overflow area; grants where the source writes, reads where we fetch. Each
- * source's rest lands contiguously: its round-two Push entries, then the Pull ones. */
+ * source's rest lands contiguously: its round-two Push entries, then the Pull ones. The
+ * round's tokens: our own, then each peer's entries, numbered over the step from base. */
 KERNEL_FN int net_grant_round_two(const intra_moe_args_t *a, uint64_t step)
 {
     const intra_net_args_t *n = &a->net;
     int64_t cursor = 0, posted = 0, reads = 0;
-    int aug = n->num_own;
+    int base = net_round_aug_base(n), aug = net_own_end(n) - net_own_first(n);
 
     for (int p = 0; p < n->num_peers; ++p) {
         intra_net_peer_t *peer = &n->peers[p];
@@ -259,7 +346,13 @@ KERNEL_FN int net_grant_round_two(const intra_moe_args_t *a, uint64_t step)
 
         peer->recv_offset = cursor;
         peer->granted     = rest + (n->pull_read ? 0 : peer->recv_pull);
-        peer->aug_first   = aug;
+        peer->aug_first   = base + aug;
+        if (n->rounds > 1) {
+            int32_t *seg = &n->round_seg[((size_t)n->round * (size_t)n->num_peers + (size_t)p) * 2];
+
+            seg[0] = peer->aug_first;
+            seg[1] = peer->recv_push + peer->recv_pull;
+        }
         cursor += rest + peer->recv_pull;
         aug    += peer->recv_push + peer->recv_pull;
         if (peer->granted > 0) {
@@ -284,8 +377,8 @@ KERNEL_FN int net_grant_round_two(const intra_moe_args_t *a, uint64_t step)
             int64_t c = net_post_chunks(
                 a, UTIL_WORK_READ, peer->rank,
                 n->overflow + (uint64_t)(peer->recv_offset + rest) * (uint64_t)n->entry_bytes,
-                n->staging + ((uint64_t)peer->index_there * (uint64_t)n->max_tokens +
-                              (uint64_t)peer->recv_push) * (uint64_t)n->entry_bytes,
+                net_staging_at(n, step, peer->index_there) +
+                    (uint64_t)peer->recv_push * (uint64_t)n->entry_bytes,
                 (uint64_t)peer->recv_pull * (uint64_t)n->entry_bytes, 0, INTRA_NET_COUNTER_READ);
 
             if (c < 0) {
@@ -294,7 +387,8 @@ KERNEL_FN int net_grant_round_two(const intra_moe_args_t *a, uint64_t step)
             reads += c;
         }
     }
-    *a->net.num_aug = aug;
+    n->num_aug[0] = aug;
+    n->num_aug[1] = base;
     net_count_posted(a, posted);
     n->state->reads += (uint64_t)reads;
     return 1;
@@ -323,14 +417,13 @@ KERNEL_FN int net_send_round_two(const intra_moe_args_t *a, uint64_t step)
         }
         grant = net_grant_read(wire);
         if (!net_grant_check(&grant, step, first, peer->send_push + peer->send_pull,
-                             (int64_t)n->num_peers * (int64_t)n->max_tokens)) {
+                             (int64_t)n->num_peers * (int64_t)n->window_tokens)) {
             net_protocol_error(a, peer->rank, INTRA_NET_WAIT_GRANT, grant.step);
             return 0;
         }
         posted = net_post_chunks(
             a, UTIL_WORK_WRITE_IMM, peer->rank,
-            n->staging + ((uint64_t)p * (uint64_t)n->max_tokens + (uint64_t)first) *
-                             (uint64_t)n->entry_bytes,
+            net_staging_at(n, step, p) + (uint64_t)first * (uint64_t)n->entry_bytes,
             n->overflow + (uint64_t)grant.offset * (uint64_t)n->entry_bytes,
             (uint64_t)grant.count * (uint64_t)n->entry_bytes,
             n->imm_base + net_imm_index(n, INTRA_NET_IMM_OVERFLOW, n->rank),
@@ -403,7 +496,7 @@ KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
     intra_net_peer_t *peer = &n->peers[p];
     int first = peer->recv_push < n->spec_tokens ? peer->recv_push : n->spec_tokens;
     int64_t stage = n->ret_stage + (int64_t)p * (int64_t)n->ret_out_block;
-    int terms = 0;
+    int terms = n->round > 0 ? peer->num_terms : 0; /* after the earlier rounds' */
 
     for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
         uint64_t at = q < first ? n->spec + ((uint64_t)p * (uint64_t)n->spec_tokens +
@@ -440,14 +533,17 @@ KERNEL_FN void intra_net_index_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
     uint64_t step = net_step(a, g);
-    size_t own = (size_t)n->num_own * (size_t)a->topk;
+    size_t first = (size_t)net_own_first(n) * (size_t)a->topk;
+    size_t own = (size_t)net_own_end(n) * (size_t)a->topk - first;
+    size_t base = (size_t)n->num_aug[1] * (size_t)a->topk; /* the round's own tokens */
 
     if (net_stopped(a)) {
         return;
     }
     for (size_t i = g.block * g.num_threads + g.thread; i < own;
          i += (size_t)g.num_blocks * g.num_threads) {
-        n->term_dst[i] = n->node_idx[i] >= 0 ? n->terms + (int64_t)i * a->y_row_bytes : -1;
+        n->term_dst[base + i] = n->node_idx[first + i] >= 0
+                                    ? n->terms + (int64_t)(first + i) * a->y_row_bytes : -1;
     }
     for (int p = (int)g.block; KERNEL_LEADER(g) && p < n->num_peers; p += (int)g.num_blocks) {
         if (!net_index_peer(a, p, step)) {

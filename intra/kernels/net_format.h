@@ -59,6 +59,7 @@ enum {
     INTRA_NET_WAIT_SENDS,
     INTRA_NET_BAD_ENTRY, /* protocol: a record with a token or expert out of range */
     INTRA_NET_WAIT_WEIGHTS,
+    INTRA_NET_WAIT_ROUND, /* a dispatch round's header from the peer: its credit for round one */
 };
 
 /* What a source writes to each peer first, every step, even with no tokens; followed by
@@ -101,8 +102,14 @@ typedef struct intra_net_peer {
     int32_t  num_terms;   /* terms we return to it */
     int64_t  ret_at;      /* where in its ret_in they go (from its header) */
     int64_t  recv_offset; /* overflow entry given to the peer */
-    int32_t  aug_first;   /* our first token index of its entries */
+    int32_t  aug_first;   /* our first token index of its entries (this round's) */
     int32_t  node;
+    /* Over the rounds of a step's dispatch (rounds > 1): the terms the peer returns for
+     * the entries we sent in the earlier rounds (where the next round's come back), and
+     * for the step's statistics the entries we sent and those of them in round two. */
+    int32_t  sent_terms;
+    int32_t  step_sent, step_later;
+    int32_t  pad;
     uint64_t spec_seen, overflow_seen, grant_seen, combine_seen, weights_seen;
 } intra_net_peer_t;
 
@@ -134,6 +141,17 @@ typedef struct intra_net_args {
     intra_net_peer_t  *peers;     /* [num_peers] */
     char              *area;      /* this rank's network area (registered) */
     int32_t  world, rank, num_peers, spec_tokens, max_tokens, pull_read, host_stamps;
+    /*
+     * A step's dispatch crosses the network in rounds (the streamed exchange): round r
+     * takes every rank's own tokens [r * window_tokens, (r + 1) * window_tokens), and the
+     * spec, overflow and staging areas hold one round's entries (staging two: by the round's
+     * parity, so that a round is packed while the peers may still read the last one). One
+     * round: window_tokens is max_tokens. Each round is a step of the wire protocol: its
+     * headers, grants and counts are numbered state->step * rounds + round + 1.
+     */
+    int32_t  rounds, round, window_tokens;
+    int32_t *round_seg;   /* rounds > 1: [rounds][num_peers][2] each peer's entries received
+                           * in each round: the step's index of the first, and how many */
     int32_t  bounce;      /* the area is not in the heap: terms are copied into it */
     int32_t  entry_bytes, record_bytes, scale_bytes, header_bytes, own_words;
     int32_t  experts_per_rank, local_size, experts_per_node;
@@ -145,8 +163,9 @@ typedef struct intra_net_args {
     uint64_t out_headers; /* [world] being sent, by peer */
     uint64_t out_grants;  /* [world] being sent, by peer */
     uint64_t spec;        /* [num_peers][spec_tokens] entries, by source's peer index */
-    uint64_t overflow;    /* [num_peers * max_tokens] entries, handed out by grants */
-    uint64_t staging;     /* [num_peers][max_tokens] entries, by destination's peer index */
+    uint64_t overflow;    /* [num_peers * window_tokens] entries, handed out by grants */
+    uint64_t staging;     /* [1 or 2][num_peers][window_tokens] entries, by destination's
+                           * peer index */
     uint64_t ret_out;     /* [num_peers] blocks of ret_out_block: terms being returned */
     uint64_t ret_in;      /* ret_in_bytes: the peers' returns to us, block after block */
     uint64_t ret_out_block, ret_in_bytes;
@@ -178,7 +197,8 @@ typedef struct intra_net_args {
     uint64_t *term_src;   /* [max_tokens][topk] address of each own token's term */
     int64_t  *aug_entry;  /* [max_aug] area offset of each received entry */
     int64_t  *aug_topk;   /* [max_aug][topk] */
-    int32_t  *num_aug;    /* own tokens and received entries */
+    int32_t  *num_aug;    /* [2]: the round's own tokens and received entries; the
+                           * step's tokens before the round (its aug_base) */
     int64_t  *term_dst;   /* [max_aug][topk] heap offsets (the intra tier's term_dst) */
     int32_t  *origin;     /* [max_aug][2] in the heap (the intra tier's origin table) */
     const void  *x;

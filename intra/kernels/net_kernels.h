@@ -21,6 +21,10 @@
  *               one weighted partial row per token of its, in one write);
  *   NET_TERMS   one thread: wait for our tokens' terms and for our own transfers.
  * Every counter it waits on only grows: a wait is for a running total, nothing is reset.
+ * With the streamed exchange a step's dispatch is NET_SEND, NET_RECV, NET_INDEX and the
+ * node's dispatch once per round, each for a slice of every rank's own tokens; a later
+ * round's NET_SEND waits for our transfers, sends its headers, and writes each peer's
+ * round one once that peer's header of the round (its credit) has come.
  */
 #ifndef STRATA_INTRA_NET_KERNELS_H
 #define STRATA_INTRA_NET_KERNELS_H

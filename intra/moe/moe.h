@@ -146,6 +146,9 @@ typedef struct intra_moe_step {
     int             aug_base;       /**< rounds: the step's index of the round's first token */
     bool            more_rounds;    /**< rounds: another dispatch of this step follows */
     const int32_t  *num_tokens_dev; /**< received: own + received, written by the device */
+    /** received, in rounds: the round's aug_base as the device counts it (aug_base is then
+     *  not read) */
+    const int32_t  *aug_base_dev;
     const char     *entry_base;     /**< received: entries at entry_base + aug_entry[t] */
     const int64_t  *aug_entry;
     const int64_t  *aug_topk;

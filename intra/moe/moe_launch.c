@@ -144,6 +144,7 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
     a->x_scales       = s->x_scales;
     a->topk_idx       = s->topk_idx;
     a->num_tokens_dev = s->num_tokens_dev;
+    a->aug_base_dev   = s->aug_base_dev;
     a->entry_base     = s->entry_base;
     a->aug_entry      = s->aug_entry;
     a->aug_topk       = s->aug_topk;

@@ -20,6 +20,7 @@ static const char *const moe_net_waits[] = {
     [INTRA_NET_WAIT_TERMS] = "combine terms",            [INTRA_NET_WAIT_SENDS] = "our transfers",
     [INTRA_NET_BAD_ENTRY] = "a token entry",
     [INTRA_NET_WAIT_WEIGHTS] = "combine weights",
+    [INTRA_NET_WAIT_ROUND] = "a peer's header of the next dispatch round",
 };
 
 static const char *moe_net_what(int32_t what)

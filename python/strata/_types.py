@@ -89,6 +89,14 @@ class Combine(enum.IntEnum):
     NODE_REDUCE = 2
 
 
+class Exchange(enum.IntEnum):
+    """strata_moe_exchange_t: how a step's rows cross the network."""
+
+    DEFAULT = 0
+    WORST_CASE = 1
+    STREAMED = 2
+
+
 class Phase(enum.IntEnum):
     """strata_moe_phase_t: the phases of a step that the statistics time."""
 
@@ -146,6 +154,7 @@ class MoeParams(ctypes.Structure):
         ("mode", _enum),
         ("mode_file", ctypes.c_char_p),
         ("combine", _enum),
+        ("exchange", _enum),
     ]
 
 
@@ -214,6 +223,8 @@ class MoeStats(ctypes.Structure):
         ("commands_posted", ctypes.c_uint64),
         ("post_delay_ns", ctypes.c_uint64),
         ("memory", MoeMemory),
+        ("exchange", _enum),
+        ("exchange_rounds", ctypes.c_int),
     ]
 
 

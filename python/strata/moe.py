@@ -124,6 +124,8 @@ class Stats:
     commands_posted: int
     post_delay_ns: int
     memory: dict  # strata_moe_memory_t's parts -> bytes this rank holds (fixed at creation)
+    exchange: t.Exchange  # how rows cross the network (fixed at creation)
+    exchange_rounds: int  # rounds of a step's dispatch across nodes
 
 
 class _Kept:
@@ -239,7 +241,8 @@ class Moe:
 
     def __init__(self, comm, num_experts, topk, hidden, max_tokens, dtype="fp32",
                  combine_dtype=None, capacity=0, expert_alignment=0, route=t.Route.DEFAULT,
-                 mode=t.Mode.DEFAULT, mode_file=None, combine=t.Combine.DEFAULT):
+                 mode=t.Mode.DEFAULT, mode_file=None, combine=t.Combine.DEFAULT,
+                 exchange=t.Exchange.DEFAULT):
         self._lib = None
         self._moe = None
         self._memory = b.memory_of(comm)  # where the buffers must be: the host, or its GPU
@@ -256,7 +259,8 @@ class Moe:
                              expert_alignment=expert_alignment, route=int(t.Route(route)),
                              mode=int(t.Mode(mode)),
                              mode_file=None if mode_file is None else str(mode_file).encode(),
-                             combine=int(t.Combine(combine)))
+                             combine=int(t.Combine(combine)),
+                             exchange=int(t.Exchange(exchange)))
         lib = library()
         handle = ctypes.c_void_p()
         check(lib.strata_moe_create(comm.handle, ctypes.byref(params), ctypes.byref(handle)),
@@ -636,7 +640,8 @@ class Moe:
                      host_copied_bytes=raw.host_copied_bytes, net_bounce=bool(raw.net_bounce),
                      commands_posted=raw.commands_posted, post_delay_ns=raw.post_delay_ns,
                      memory={name: getattr(raw.memory, name)
-                             for name, _ in t.MoeMemory._fields_})
+                             for name, _ in t.MoeMemory._fields_},
+                     exchange=t.Exchange(raw.exchange), exchange_rounds=raw.exchange_rounds)
 
     # --- lifetime --------------------------------------------------------------------------
 

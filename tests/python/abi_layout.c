@@ -36,6 +36,7 @@ static void print_structs(void)
     FIELD(strata_moe_params_t, mode);
     FIELD(strata_moe_params_t, mode_file);
     FIELD(strata_moe_params_t, combine);
+    FIELD(strata_moe_params_t, exchange);
 
     STRUCT(strata_moe_source_t);
     FIELD(strata_moe_source_t, rank);
@@ -72,6 +73,8 @@ static void print_structs(void)
     FIELD(strata_moe_stats_t, commands_posted);
     FIELD(strata_moe_stats_t, post_delay_ns);
     FIELD(strata_moe_stats_t, memory);
+    FIELD(strata_moe_stats_t, exchange);
+    FIELD(strata_moe_stats_t, exchange_rounds);
 
     STRUCT(strata_moe_memory_t);
     FIELD(strata_moe_memory_t, expert_rows);
@@ -132,6 +135,12 @@ static void print_enums(void)
     CONST(STRATA_MOE_MODE_PULL);
     CONST(STRATA_MOE_MODE_ADAPTIVE);
     CONST(STRATA_MOE_MODE_FIXED);
+    CONST(STRATA_MOE_COMBINE_DEFAULT);
+    CONST(STRATA_MOE_COMBINE_EXACT);
+    CONST(STRATA_MOE_COMBINE_NODE_REDUCE);
+    CONST(STRATA_MOE_EXCHANGE_DEFAULT);
+    CONST(STRATA_MOE_EXCHANGE_WORST_CASE);
+    CONST(STRATA_MOE_EXCHANGE_STREAMED);
     CONST(STRATA_MOE_PHASE_PACK);
     CONST(STRATA_MOE_PHASE_DISPATCH_WAIT);
     CONST(STRATA_MOE_PHASE_INTRA_DISPATCH);

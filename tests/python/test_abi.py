@@ -34,6 +34,8 @@ ENUMS = [
     (t.ConfigField, "STRATA_CONFIG_FIELD_"),
     (t.Route, "STRATA_MOE_ROUTE_"),
     (t.Mode, "STRATA_MOE_MODE_"),
+    (t.Combine, "STRATA_MOE_COMBINE_"),
+    (t.Exchange, "STRATA_MOE_EXCHANGE_"),
     (t.Phase, "STRATA_MOE_PHASE_"),
 ]
 

@@ -155,6 +155,25 @@ class TestRoundTrip(MoeTest):
             strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
                        max_tokens=MAX_TOKENS, combine=7)
 
+    def test_exchange_reaches_the_library(self):
+        # The exchange asked for is the one the object reports (stats: the library's own
+        # resolution of the field); on one node a step is one round either way, and exact.
+        # A value outside strata.Exchange is refused by the package itself.
+        x, idx, weights = self.batch()
+        for exchange in (strata.Exchange.WORST_CASE, strata.Exchange.STREAMED):
+            with strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                            max_tokens=MAX_TOKENS, exchange=exchange) as moe:
+                recv = moe.dispatch(x, idx)
+                run_experts(recv)
+                out = moe.combine(weights, np.empty_like(x))
+                stats = moe.stats()
+                self.assertIs(stats.exchange, exchange)
+                self.assertEqual(stats.exchange_rounds, 1)
+                self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+        with self.assertRaises(ValueError):
+            strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                       max_tokens=MAX_TOKENS, exchange=3)
+
     def test_fp16(self):
         with self.moe(dtype="fp16") as moe:
             x, idx, weights = self.batch(dtype=np.float16)

@@ -15,7 +15,8 @@
  * and every rank must see that step fail (INTERNAL where the masks are compared, or
  * PEER_FAILED / TIMEOUT where it then waits on a rank that gave up).
  * With --odd-config RANK that rank sends another number of tokens in round one: creation
- * must fail on every rank with STRATA_ERR_CONFIG (--odd-route RANK: that rank takes the flat
+ * must fail on every rank with STRATA_ERR_CONFIG (--odd-exchange RANK: that rank takes the
+ * worst-case exchange, the same; --odd-route RANK: that rank takes the flat
  * route, with --refused). With --bad-input RANK:KIND that rank
  * passes a bad input in the middle of the run (KIND: over, max_tokens + 1 tokens; negative,
  * -1 tokens; null-x, no x) on two steps in a row: it must get STRATA_ERR_INVALID from its dispatch and its
@@ -75,6 +76,7 @@ typedef struct options {
     bool       stop;       /* it stops (SIGSTOP) instead of dying */
     bool       two;        /* a second object, of the other route, on odd steps */
     int        odd_config; /* rank whose round one differs, or -1 */
+    bool       odd_exchange; /* that rank's exchange differs instead (worst-case) */
     int        disagree;   /* rank that sets other masks mid-run, or -1 */
     int        stall;      /* rank that sleeps before a dispatch mid-run, or -1 */
     int        overflow;   /* the expert every token goes to, or -1 */
@@ -154,6 +156,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--stop")) { o->kill = atoi(v); o->stop = true; }
         else if (!strcmp(k, "--two")) o->two = atoi(v) != 0;
         else if (!strcmp(k, "--odd-config")) o->odd_config = atoi(v);
+        else if (!strcmp(k, "--odd-exchange")) o->odd_config = atoi(v), o->odd_exchange = true;
         else if (!strcmp(k, "--disagree")) o->disagree = atoi(v);
         else if (!strcmp(k, "--bad-input")) parse_bad_input(v);
         else if (!strcmp(k, "--abort")) parse_abort(v);
@@ -350,7 +353,8 @@ int main(int argc, char **argv)
         const char *env = getenv("STRATA_MOE_COMBINE");
 
         if (g_rank == o.odd_config) {
-            setenv("STRATA_MOE_SPEC_TOKENS", "5", 1);
+            setenv(o.odd_exchange ? "STRATA_MOE_EXCHANGE" : "STRATA_MOE_SPEC_TOKENS",
+                   o.odd_exchange ? "worst-case" : "5", 1);
         }
         if (o.capacity_factor != NULL) { /* the capacity from the load, as the library says */
             setenv("STRATA_MOE_CAPACITY_FACTOR", o.capacity_factor, 1);
@@ -383,8 +387,9 @@ int main(int argc, char **argv)
         CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
         check_memory(&p, &r, objects[0]);
         CHECK(strata_moe_get_stats(objects[0], &stats) == STRATA_OK, "stats");
-        /* STRATA_MOE_COMBINE=node-reduce leaves a flat object exact */
+        /* STRATA_MOE_COMBINE=node-reduce leaves a flat or streamed object exact */
         r.node_reduce = r.num_nodes > 1 && stats.route == STRATA_MOE_ROUTE_HIERARCHICAL &&
+                        stats.exchange != STRATA_MOE_EXCHANGE_STREAMED &&
                         (o.combine == STRATA_MOE_COMBINE_NODE_REDUCE ||
                          (o.combine == STRATA_MOE_COMBINE_DEFAULT && env != NULL &&
                           strcmp(env, "node-reduce") == 0));
@@ -455,11 +460,17 @@ int main(int argc, char **argv)
             CHECK(strata_moe_get_stats(objects[i], &stats) == STRATA_OK && stats.steps == want,
                   "stats of object %d: %" PRIu64 " steps, not %" PRIu64, i, stats.steps, want);
         }
-        printf("rank %d: %d steps passed (%s route, %s combine, last step %" PRIu64 " tokens "
+        char streamed[64] = "";
+
+        if (stats.exchange == STRATA_MOE_EXCHANGE_STREAMED) {
+            snprintf(streamed, sizeof(streamed), ", streamed exchange in %d rounds",
+                     stats.exchange_rounds);
+        }
+        printf("rank %d: %d steps passed (%s route, %s combine%s, last step %" PRIu64 " tokens "
                "to other nodes, %" PRIu64 " in round two; %d mode changes, every rank "
                "agreeing)\n", g_rank, o.c.steps,
                stats.route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
-               r.node_reduce ? "node-reduce" : "exact",
+               r.node_reduce ? "node-reduce" : "exact", streamed,
                stats.tokens_to_nodes, stats.tokens_round_two, mode_changes);
         /* A rank that leaves once its last step is done may take with it what a slower
          * rank's last step still waits for (the acknowledgement of a write it received):

@@ -33,6 +33,7 @@ typedef struct shape {
     int world, tokens, capacity;
     strata_moe_route_t route;
     strata_moe_combine_t combine;
+    uint64_t window; /* streamed exchange: STRATA_MOE_WINDOW_BYTES; 0: worst-case */
 } shape_t;
 
 static uint64_t up(uint64_t n, uint64_t unit)
@@ -59,7 +60,17 @@ static strata_moe_memory_t hand(const shape_t *s)
     uint64_t entries = T * (P < K ? (P > 0 ? P : 1) : K), mask_words = (EXPERTS + 63) / 64;
     uint64_t header = up(sizeof(intra_net_header_t) + 8 * ((epr + 63) / 64), 64);
     uint64_t board = up(8 * (8 + mask_words), 64), net = 0, heap;
+    /* streamed: a window's tokens, as many as 4 entries per peer and token fit (round one,
+     * overflow, two staging buffers), 1..T; rounds to cover T */
+    uint64_t Tw = T, rounds = 1, stagings = 1;
     strata_moe_memory_t m = {0};
+
+    if (s->window > 0 && P > 0) {
+        Tw       = s->window / (4 * P * entry);
+        Tw       = Tw < 1 ? 1 : Tw > T ? T : Tw;
+        rounds   = (T + Tw - 1) / Tw;
+        stagings = rounds > 1 ? 2 : 1;
+    }
 
     m.expert_rows = up(rows * row, ALIGN) + up(rows * sizeof(intra_moe_source_t), ALIGN) +
                     up(rows * y, ALIGN);
@@ -67,9 +78,9 @@ static strata_moe_memory_t hand(const shape_t *s)
         uint64_t terms = K < (flat ? epr : epn) ? K : (flat ? epr : epn);
 
         m.net_headers   = arr(2 * W * header) + arr(W * 64) + arr(W * header) + arr(W * 64);
-        m.net_round_one = arr(P * (T < SPEC ? T : SPEC) * entry);
-        m.net_round_two = arr(P * T * entry);
-        m.net_staging   = arr(P * T * entry);
+        m.net_round_one = arr(P * (Tw < SPEC ? Tw : SPEC) * entry);
+        m.net_round_two = arr(P * Tw * entry);
+        m.net_staging   = arr(stagings * P * Tw * entry);
         /* out: per peer, T entries of `terms` rows; in: what comes back to the own tokens,
          * one row per token and slot (node-reduce: per entry), and each peer's drop count */
         m.net_returns   = arr(P * (T * terms * y + 16)) +
@@ -80,7 +91,8 @@ static strata_moe_memory_t hand(const shape_t *s)
               m.net_returns;
         m.tables = arr(sizeof(intra_net_state_t)) + arr(P * sizeof(intra_net_peer_t)) + arr(8) +
                    arr(4 * entries) + arr(8 * T * K) + arr(8 * aug) + arr(8 * aug * K) +
-                   arr(4) + arr(8 * mask_words) + 2 * arr(4 * W);
+                   arr(8) + arr(8 * mask_words) + 2 * arr(4 * W) +
+                   (rounds > 1 ? arr(rounds * P * 8) : 0); /* each round's entries */
     }
     /* the intra tier's object for the node's experts, with aug tokens per rank */
     /* counter, recv_count, landed, expected and round_base per local expert, and marked
@@ -107,15 +119,21 @@ static void check_shape(const shape_t *s)
     strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
                              .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
                              .max_tokens = s->tokens, .capacity = s->capacity,
-                             .route = s->route, .combine = s->combine};
+                             .route = s->route, .combine = s->combine,
+                             .exchange = s->window > 0 ? STRATA_MOE_EXCHANGE_STREAMED
+                                                       : STRATA_MOE_EXCHANGE_WORST_CASE};
     strata_moe_memory_t want = hand(s), got;
+    char window[32];
 
     print_message("EP%d, %d tokens, capacity %d, %s, %s: %.2f GiB\n", s->world, s->tokens,
                   s->capacity, s->route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
                   s->combine == STRATA_MOE_COMBINE_NODE_REDUCE ? "node-reduce" : "exact",
                   (double)want.total / (1 << 30));
+    snprintf(window, sizeof(window), "%llu", (unsigned long long)s->window);
+    setenv("STRATA_MOE_WINDOW_BYTES", window, 1);
     assert_int_equal(strata_moe_memory_estimate(&p, s->world, s->world / LOCAL, &got),
                      STRATA_OK);
+    unsetenv("STRATA_MOE_WINDOW_BYTES");
     assert_int_equal(got.expert_rows, want.expert_rows);
     assert_int_equal(got.net_headers, want.net_headers);
     assert_int_equal(got.net_round_one, want.net_round_one);
@@ -146,7 +164,7 @@ static void test_ep_sizes_hierarchical_exact(void **state)
     for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); ++w) {
         for (size_t t = 0; t < sizeof(tokens) / sizeof(tokens[0]); ++t) {
             shape_t s = {worlds[w], tokens[t], mean_x2(worlds[w], tokens[t]),
-                         STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT};
+                         STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT, 0};
             check_shape(&s);
         }
     }
@@ -154,11 +172,12 @@ static void test_ep_sizes_hierarchical_exact(void **state)
 
 static void test_flat_and_node_reduce(void **state)
 {
-    shape_t flat = {16, 128, mean_x2(16, 128), STRATA_MOE_ROUTE_FLAT, STRATA_MOE_COMBINE_EXACT};
+    shape_t flat = {16, 128, mean_x2(16, 128), STRATA_MOE_ROUTE_FLAT, STRATA_MOE_COMBINE_EXACT,
+                    0};
     shape_t reduce = {64, 4096, 16384, STRATA_MOE_ROUTE_HIERARCHICAL,
-                      STRATA_MOE_COMBINE_NODE_REDUCE};
+                      STRATA_MOE_COMBINE_NODE_REDUCE, 0};
     shape_t flat256 = {256, 128, mean_x2(256, 128), STRATA_MOE_ROUTE_FLAT,
-                       STRATA_MOE_COMBINE_EXACT};
+                       STRATA_MOE_COMBINE_EXACT, 0};
 
     (void)state;
     check_shape(&flat);
@@ -169,7 +188,8 @@ static void test_flat_and_node_reduce(void **state)
 /* The target shape of docs/moe.md: the expert blocks are 1.75 GiB per rank. */
 static void test_target_expert_blocks(void **state)
 {
-    shape_t s = {64, 4096, 16384, STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT};
+    shape_t s = {64, 4096, 16384, STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT,
+                 0};
     strata_moe_memory_t m = hand(&s);
 
     (void)state;
@@ -177,12 +197,50 @@ static void test_target_expert_blocks(void **state)
     assert_int_equal(m.expert_rows, 4ull * 16384 * (2 * 2 * HIDDEN + 12));
 }
 
+/*
+ * The streamed exchange: round one, round two and staging hold a window's tokens, whatever
+ * max_tokens and the world (EP64 and EP256 prefill: under 200 MiB in the default window);
+ * a window smaller than one token's share still takes one token a round; one large enough
+ * for every token is a single round, with one staging buffer.
+ */
+static void test_streamed(void **state)
+{
+    static const int worlds[] = {16, 64, 256};
+    uint64_t window = 256ull << 20;
+
+    (void)state;
+    for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); ++w) {
+        shape_t s = {worlds[w], 4096, mean_x2(worlds[w], 4096), STRATA_MOE_ROUTE_HIERARCHICAL,
+                     STRATA_MOE_COMBINE_EXACT, window};
+        strata_moe_memory_t m = hand(&s);
+
+        check_shape(&s);
+        assert_true(m.net_round_one + m.net_round_two + m.net_staging <= window);
+    }
+    for (uint64_t small = 1; small < 1u << 20; small *= 37) {
+        shape_t s = {64, 128, mean_x2(64, 128), STRATA_MOE_ROUTE_FLAT, STRATA_MOE_COMBINE_EXACT,
+                     small};
+
+        check_shape(&s);
+    }
+    {
+        shape_t whole = {16, 128, mean_x2(16, 128), STRATA_MOE_ROUTE_HIERARCHICAL,
+                         STRATA_MOE_COMBINE_EXACT, window};
+        shape_t worst = whole;
+
+        worst.window = 0;
+        check_shape(&whole);
+        assert_int_equal(hand(&whole).total, hand(&worst).total);
+    }
+}
+
 /* STRATA_MOE_NET_MEMORY=bounce: the network area is a pinned host buffer, not in the heap,
  * and the heap holds a stage for the terms being returned (P blocks of T x t rows), counted
  * with the returns. */
 static void test_bounce_buffer(void **state)
 {
-    shape_t s = {64, 4096, 16384, STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT};
+    shape_t s = {64, 4096, 16384, STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT,
+                 0};
     strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
                              .max_tokens = s.tokens, .capacity = s.capacity, .route = s.route,
                              .combine = s.combine};
@@ -204,7 +262,7 @@ static void test_bounce_buffer(void **state)
 static void test_default_capacity(void **state)
 {
     shape_t explicit = {16, 128, 128 * 16, STRATA_MOE_ROUTE_HIERARCHICAL,
-                        STRATA_MOE_COMBINE_EXACT};
+                        STRATA_MOE_COMBINE_EXACT, 0};
     strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
                              .max_tokens = 128, .route = STRATA_MOE_ROUTE_HIERARCHICAL,
                              .combine = STRATA_MOE_COMBINE_EXACT};
@@ -222,7 +280,8 @@ static void test_load_capacity(void **state)
     strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
                              .max_tokens = 4096, .route = STRATA_MOE_ROUTE_HIERARCHICAL,
                              .combine = STRATA_MOE_COMBINE_EXACT};
-    shape_t twice = {64, 4096, 16384, STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT};
+    shape_t twice = {64, 4096, 16384, STRATA_MOE_ROUTE_HIERARCHICAL, STRATA_MOE_COMBINE_EXACT,
+                     0};
     strata_moe_memory_t got;
     int capacity = -1;
 
@@ -274,7 +333,13 @@ static void test_refusals(void **state)
     p.num_experts = EXPERTS;
     p.combine = STRATA_MOE_COMBINE_NODE_REDUCE; /* needs the hierarchical route */
     assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &m), STRATA_ERR_UNSUPPORTED);
+    p.route = STRATA_MOE_ROUTE_HIERARCHICAL;
+    p.exchange = STRATA_MOE_EXCHANGE_STREAMED; /* node-reduce is not streamed */
+    assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &m), STRATA_ERR_UNSUPPORTED);
+    p.exchange = (strata_moe_exchange_t)3;
     p.combine = STRATA_MOE_COMBINE_EXACT;
+    assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &m), STRATA_ERR_INVALID);
+    p.exchange = STRATA_MOE_EXCHANGE_DEFAULT;
     p.combine_dtype = STRATA_DTYPE_FP8_E4M3; /* outputs are never fp8 */
     assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &m), STRATA_ERR_INVALID);
 }
@@ -284,7 +349,8 @@ static int clear_variables(void **state)
 {
     static const char *const names[] = {"STRATA_MOE_ROUTE", "STRATA_MOE_FLAT_TOKENS",
                                         "STRATA_MOE_SPEC_TOKENS", "STRATA_MOE_NET_MEMORY",
-                                        "STRATA_MOE_COMBINE", "STRATA_MOE_CAPACITY_FACTOR"};
+                                        "STRATA_MOE_COMBINE", "STRATA_MOE_CAPACITY_FACTOR",
+                                        "STRATA_MOE_EXCHANGE", "STRATA_MOE_WINDOW_BYTES"};
 
     (void)state;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
@@ -299,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_ep_sizes_hierarchical_exact),
         cmocka_unit_test(test_flat_and_node_reduce),
         cmocka_unit_test(test_target_expert_blocks),
+        cmocka_unit_test(test_streamed),
         cmocka_unit_test(test_bounce_buffer),
         cmocka_unit_test(test_default_capacity),
         cmocka_unit_test(test_load_capacity),

@@ -76,6 +76,20 @@ grep -q '^  net returns *0 bytes' <<<"$("$info" --moe-memory --world 4 --nodes 1
 cli_run "$info" "${mem[@]}" --combine node-reduce --route flat
 [ $? -eq 1 ] && grep -q 'node-reduce combine needs the hierarchical route' "$cli_err" ||
     { cli_show "node-reduce on the flat route: expected exit 1 and the reason"; fail "refusal"; }
+# --exchange streamed: round two and staging hold a window's tokens (1152 bytes: 4 x 1 peer
+# x 144-byte entries x 2 tokens), staging twice, each part rounded up to 256 bytes; round
+# one (8 tokens worst-case, 2 here) shrinks with them. Node-reduce is refused there.
+out=$(STRATA_MOE_WINDOW_BYTES=1152 "$info" "${mem[@]}" --exchange streamed) ||
+    fail "--exchange streamed exited $?"
+grep -q 'exchange streamed$' <<<"$(head -1 <<<"$out")" || fail "streamed not named: $out"
+for part in "round one *512" "round two *512" "staging *768"; do
+    grep -q "^  net $part bytes" <<<"$out" || fail "streamed net $part: $out"
+done
+grep -q '^  net staging *1280 bytes' <<<"$("$info" "${mem[@]}" --exchange worst-case)" ||
+    fail "worst-case staging of 8 tokens"
+cli_run "$info" "${mem[@]}" --exchange streamed --combine node-reduce
+[ $? -eq 1 ] && grep -q 'node-reduce combine does not run with the streamed exchange' "$cli_err" ||
+    { cli_show "node-reduce, streamed: expected exit 1 and the reason"; fail "refusal"; }
 # --capacity-factor F: F x an expert's mean load (8 x 2 / 8 x 4 = 8 rows), as --capacity
 # would give it, named in the first line; with --capacity, a usage error.
 out=$("$info" "${mem[@]/#16/0}" --capacity-factor 2) || fail "--capacity-factor exited $?"

@@ -73,6 +73,17 @@ typedef enum strata_moe_combine {
     STRATA_MOE_COMBINE_NODE_REDUCE = 2,
 } strata_moe_combine_t;
 
+/** How a step's rows cross the network (docs/moe.md "The streamed exchange"). */
+typedef enum strata_moe_exchange {
+    STRATA_MOE_EXCHANGE_DEFAULT    = 0, /**< STRATA_MOE_EXCHANGE: worst-case or streamed */
+    /** the network areas hold a whole step's worst case: every peer's every token */
+    STRATA_MOE_EXCHANGE_WORST_CASE = 1,
+    /** a step's dispatch crosses the network in rounds of a slice of every rank's tokens,
+     *  through areas sized by STRATA_MOE_WINDOW_BYTES whatever max_tokens; exact combine
+     *  only (node-reduce is refused, or from STRATA_MOE_COMBINE left exact) */
+    STRATA_MOE_EXCHANGE_STREAMED   = 2,
+} strata_moe_exchange_t;
+
 typedef struct strata_moe_params {
     int                num_experts;      /**< over all ranks; a multiple of the world size */
     int                topk;             /**< experts per token, 1..min(num_experts, 32) */
@@ -92,6 +103,8 @@ typedef struct strata_moe_params {
     const char        *mode_file;
     /** how combine sums a token's terms across nodes: exact (the default) or node-reduce */
     strata_moe_combine_t combine;
+    /** how rows cross the network: worst-case areas (the default) or streamed */
+    strata_moe_exchange_t exchange;
 } strata_moe_params_t;
 
 /** Where a received row came from: its rank, token index there, and top-k slot. */
@@ -187,6 +200,10 @@ typedef struct strata_moe_stats {
      *  strata_moe_memory_estimate returns for its params and world where the estimate's
      *  assumptions hold (where the area is: see there). */
     strata_moe_memory_t memory;
+    /** How rows cross the network (fixed at creation): worst-case or streamed, and the
+     *  rounds a step's dispatch takes across nodes (1 on one node or worst-case). */
+    strata_moe_exchange_t exchange;
+    int                   exchange_rounds;
 } strata_moe_stats_t;
 
 /**
