@@ -90,6 +90,7 @@ void moe_breakdown_print(const char *row, moe_breakdown_t *bd, uint64_t step_p50
 typedef struct moe_route {
     strata_moe_route_t   route;
     strata_moe_combine_t combine;
+    strata_moe_exchange_t exchange;
     strata_moe_t        *moe;
     strata_moe_layout_t *layout;
     bench_intra_samples_t      samples;
@@ -104,7 +105,8 @@ static void moe_route_open(bench_intra_t *b, strata_comm_t *comm, moe_route_t *r
     strata_moe_params_t p = {.num_experts = b->experts, .topk = b->topk, .hidden = b->hidden,
                              .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
                              .max_tokens = b->tokens, .route = r->route,
-                             .mode = STRATA_MOE_MODE_PUSH, .combine = r->combine};
+                             .mode = STRATA_MOE_MODE_PUSH, .combine = r->combine,
+                             .exchange = r->exchange};
     uint64_t t0;
 
     bench_barrier(b);
@@ -306,59 +308,84 @@ static void moe_measure(bench_intra_t *b, strata_comm_t *comm, bool breakdown,
     }
 }
 
-/* --combine: the modes to compare, in the order given. */
-typedef struct moe_combine_opts {
-    strata_moe_combine_t modes[2];
-    int                  count;
-    bool                 overlap; /* --overlap instead of the combine modes or routes */
-} moe_combine_opts_t;
+/* --combine or --exchange: the modes to compare, in the order given. */
+typedef struct moe_variant_opts {
+    int  modes[2];   /* strata_moe_combine_t or strata_moe_exchange_t values */
+    int  count;
+    bool exchange;   /* the modes are --exchange's */
+    bool overlap;    /* --overlap instead of the modes or routes */
+} moe_variant_opts_t;
 
-static const char *moe_combine_name(strata_moe_combine_t combine)
+static const char *const moe_combine_names[] = {
+    [STRATA_MOE_COMBINE_EXACT] = "exact", [STRATA_MOE_COMBINE_NODE_REDUCE] = "node-reduce"};
+static const char *const moe_exchange_names[] = {
+    [STRATA_MOE_EXCHANGE_WORST_CASE] = "worst-case", [STRATA_MOE_EXCHANGE_STREAMED] = "streamed"};
+
+static const char *moe_variant_name(const moe_variant_opts_t *c, const moe_route_t *r)
 {
-    return combine == STRATA_MOE_COMBINE_NODE_REDUCE ? "node-reduce" : "exact";
+    return c->exchange ? moe_exchange_names[r->exchange] : moe_combine_names[r->combine];
 }
 
-static void moe_print_combine(const bench_intra_t *b, moe_route_t *objs, int count,
-                              bool breakdown)
+/* --exchange with both modes: streamed's step against worst-case's, whatever the order. */
+static void moe_print_exchange_ratio(const moe_route_t *objs)
 {
-    for (int i = 0; i < count; ++i) {
+    const moe_route_t *streamed = objs[0].exchange == STRATA_MOE_EXCHANGE_STREAMED ? &objs[0]
+                                                                                  : &objs[1];
+    const moe_route_t *worst = streamed == &objs[0] ? &objs[1] : &objs[0];
+
+    printf("streamed/worst-case: step p50 %.2f, p99 %.2f\n",
+           (double)streamed->result.step.p50 / (double)worst->result.step.p50,
+           (double)streamed->result.step.p99 / (double)worst->result.step.p99);
+}
+
+static void moe_print_variants(const bench_intra_t *b, const moe_variant_opts_t *c,
+                               moe_route_t *objs, bool breakdown)
+{
+    for (int i = 0; i < c->count; ++i) {
         char row[32];
 
-        snprintf(row, sizeof(row), "hier %s", moe_combine_name(objs[i].combine));
+        snprintf(row, sizeof(row), "hier %s", moe_variant_name(c, &objs[i]));
         bench_intra_print_row(row, b->tokens, &objs[i].result, &objs[0].result);
     }
-    for (int i = 0; i < count; ++i) {
-        printf("%6d combine %s: rank 0 to other nodes per step: %llu rows, %llu payload bytes "
-               "with combine; step p50 %.1f us, p99 %.1f us\n", b->tokens,
-               moe_combine_name(objs[i].combine),
+    for (int i = 0; i < c->count; ++i) {
+        printf("%6d %s %s: rank 0 to other nodes per step: %llu rows, %llu payload bytes "
+               "with combine; %d dispatch rounds; step p50 %.1f us, p99 %.1f us\n", b->tokens,
+               c->exchange ? "exchange" : "combine", moe_variant_name(c, &objs[i]),
                (unsigned long long)objs[i].stats.tokens_to_nodes,
                (unsigned long long)objs[i].stats.bytes_to_nodes,
+               objs[i].stats.exchange_rounds,
                (double)objs[i].result.step.p50 / 1e3, (double)objs[i].result.step.p99 / 1e3);
     }
-    for (int i = 0; breakdown && i < count; ++i) {
+    if (c->exchange && c->count == 2) {
+        moe_print_exchange_ratio(objs);
+    }
+    for (int i = 0; breakdown && i < c->count; ++i) {
         char row[32];
 
-        snprintf(row, sizeof(row), "%6d %s ", b->tokens, moe_combine_name(objs[i].combine));
+        snprintf(row, sizeof(row), "%6d %s ", b->tokens, moe_variant_name(c, &objs[i]));
         moe_breakdown_print(row, &objs[i].bd, objs[i].result.step.p50);
     }
     fflush(stdout);
 }
 
 /*
- * --combine: one hierarchical object per combine mode, one step of each in turn (the order
- * rotating), so that the modes see the same moments of a shared machine.
+ * --combine or --exchange: one hierarchical object per mode, one step of each in turn (the
+ * order rotating), so that the modes see the same moments of a shared machine.
  */
-static void moe_measure_combine(bench_intra_t *b, strata_comm_t *comm,
-                                const moe_combine_opts_t *c, bool breakdown,
-                                tool_progress_t *progress)
+static void moe_measure_variants(bench_intra_t *b, strata_comm_t *comm,
+                                 const moe_variant_opts_t *c, bool breakdown,
+                                 tool_progress_t *progress)
 {
     static moe_route_t objs[2];
 
     bench_intra_route(b);
     for (int i = 0; i < c->count; ++i) {
         memset(&objs[i], 0, sizeof(objs[i]));
-        objs[i].route   = STRATA_MOE_ROUTE_HIERARCHICAL;
-        objs[i].combine = c->modes[i];
+        objs[i].route    = STRATA_MOE_ROUTE_HIERARCHICAL;
+        objs[i].combine  = c->exchange ? STRATA_MOE_COMBINE_EXACT
+                                       : (strata_moe_combine_t)c->modes[i];
+        objs[i].exchange = c->exchange ? (strata_moe_exchange_t)c->modes[i]
+                                       : STRATA_MOE_EXCHANGE_DEFAULT;
         moe_route_open(b, comm, &objs[i]);
     }
     for (int i = -2; i < b->iters; ++i) {
@@ -373,7 +400,7 @@ static void moe_measure_combine(bench_intra_t *b, strata_comm_t *comm,
     }
     if (b->rank == 0) {
         tool_progress_end(progress);
-        moe_print_combine(b, objs, c->count, breakdown);
+        moe_print_variants(b, c, objs, breakdown);
     }
 }
 
@@ -381,7 +408,8 @@ static void moe_usage(FILE *out)
 {
     fprintf(out, "Usage: mpirun -n N strata-bench moe [--ranks-per-node L] [--tokens N[,N...]]\n"
                  "              [--hidden H] [--topk K] [--experts E] [--iters N] [--breakdown]\n"
-                 "              [--progress] [--combine exact,node-reduce | --overlap]\n"
+                 "              [--progress] [--combine exact,node-reduce |\n"
+                 "              --exchange worst-case,streamed | --overlap]\n"
                  "       mpirun -n N strata-bench moe --modes push,pull,adaptive[,fixed:FILE]\n"
                  "              [--ranks-per-node L] [--tokens N] [--experts E] [--topk K]\n"
                  "              [--zipf S] [--seed N] [--trace FILE] [--route flat|hier] [--iters N]\n"
@@ -394,6 +422,9 @@ static void moe_usage(FILE *out)
                  "--combine: instead of the routes and MPI, one hierarchical object per combine\n"
                  "mode (exact, node-reduce: docs/moe.md), one step of each in turn; per mode its\n"
                  "times, and rank 0's rows and payload bytes to other nodes per step.\n"
+                 "--exchange: the same per exchange (worst-case, streamed: docs/moe.md; the\n"
+                 "window is STRATA_MOE_WINDOW_BYTES), exact combine, and with both\n"
+                 "'streamed/worst-case: step p50 X, p99 Y'.\n"
                  "--overlap: instead, one object on a stream; per size, rank 0's medians of the\n"
                  "time to its first and last complete local expert (strata_moe_expert_wait) and\n"
                  "to the whole dispatch, and 'first expert ready / dispatch done: X'.\n"
@@ -421,30 +452,45 @@ static bool moe_parse_route(const char *text, strata_moe_route_t *route_p)
     return true;
 }
 
-/* "exact,node-reduce": one or two modes, each once. */
-static bool moe_parse_combine(const char *text, moe_combine_opts_t *c)
+/* The index of name in names (entries 1 and 2), or 0. */
+static int moe_mode_index(const char *const *names, const char *name)
 {
+    for (int i = 1; i <= 2; ++i) {
+        if (strcmp(name, names[i]) == 0) {
+            return i;
+        }
+    }
+    return 0;
+}
+
+/* --combine "exact,node-reduce" or --exchange "worst-case,streamed": one or two modes,
+ * each once, and not both options. */
+static bool moe_parse_variants(const char *option, const char *text, bool exchange,
+                               moe_variant_opts_t *c)
+{
+    const char *const *names = exchange ? moe_exchange_names : moe_combine_names;
     char copy[64], *save = NULL;
 
-    c->count = 0;
+    if (c->count > 0 && c->exchange != exchange) {
+        tool_usage_error(MOE_TOOL, "--combine and --exchange: give one");
+        return false;
+    }
+    c->count    = 0;
+    c->exchange = exchange;
     snprintf(copy, sizeof(copy), "%s", text);
     for (char *name = strtok_r(copy, ",", &save); name != NULL;
          name = strtok_r(NULL, ",", &save)) {
-        strata_moe_combine_t mode = strcmp(name, "exact") == 0 ? STRATA_MOE_COMBINE_EXACT
-                                    : strcmp(name, "node-reduce") == 0
-                                        ? STRATA_MOE_COMBINE_NODE_REDUCE
-                                        : STRATA_MOE_COMBINE_DEFAULT;
+        int mode = moe_mode_index(names, name);
 
-        if (mode == STRATA_MOE_COMBINE_DEFAULT || c->count == 2 ||
-            (c->count == 1 && c->modes[0] == mode)) {
-            tool_usage_error(MOE_TOOL, "--combine '%s' is not exact, node-reduce or both, "
-                             "each once", text);
+        if (mode == 0 || c->count == 2 || (c->count == 1 && c->modes[0] == mode)) {
+            tool_usage_error(MOE_TOOL, "%s '%s' is not %s, %s or both, each once", option,
+                             text, names[1], names[2]);
             return false;
         }
         c->modes[c->count++] = mode;
     }
     if (c->count == 0) {
-        tool_usage_error(MOE_TOOL, "--combine '%s' names no mode", text);
+        tool_usage_error(MOE_TOOL, "%s '%s' names no mode", option, text);
         return false;
     }
     return true;
@@ -453,12 +499,13 @@ static bool moe_parse_combine(const char *text, moe_combine_opts_t *c)
 /* The options of moe into m, c, *per_node_p and *breakdown_p, the shared ones into b and o;
  * false after a usage error naming the option and its value. */
 static bool moe_option(bench_intra_t *b, bench_intra_opts_t *o, bench_modes_opts_t *m,
-                       moe_combine_opts_t *c, int *per_node_p, bool *breakdown_p, int opt,
+                       moe_variant_opts_t *c, int *per_node_p, bool *breakdown_p, int opt,
                        const char *arg)
 {
     switch (opt) {
     case 'O': c->overlap = true; return true;
-    case 'C': return moe_parse_combine(arg, c);
+    case 'C': return moe_parse_variants("--combine", arg, false, c);
+    case 'X': return moe_parse_variants("--exchange", arg, true, c);
     case 'L': return tool_parse_int(MOE_TOOL, "--ranks-per-node", arg, 1, INT_MAX, per_node_p);
     case 'B': *breakdown_p = true; return true;
     case 'M': m->modes = arg; return true;
@@ -478,12 +525,13 @@ int bench_moe_main(int argc, char **argv)
         {"zipf", required_argument, NULL, 'Z'}, {"seed", required_argument, NULL, 'S'},
         {"trace", required_argument, NULL, 'T'}, {"route", required_argument, NULL, 'R'},
         {"combine", required_argument, NULL, 'C'}, {"overlap", no_argument, NULL, 'O'},
+        {"exchange", required_argument, NULL, 'X'},
         {NULL, 0, NULL, 0},
     };
     bench_modes_opts_t modes = {.zipf = 1.4, .seed = 1, .route = STRATA_MOE_ROUTE_DEFAULT};
     bench_intra_t b = {.hidden = 2048, .topk = 8};
     bench_intra_opts_t o = {.sizes = {128, 2048}, .num_sizes = 2};
-    moe_combine_opts_t combine = {.count = 0};
+    moe_variant_opts_t combine = {.count = 0};
     int per_node = 0, experts_given, opt;
     bool breakdown = false;
     moe_link_t link = {0};
@@ -496,7 +544,7 @@ int bench_moe_main(int argc, char **argv)
     double comm_ms;
 
     optind = 2;
-    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BM:Z:S:T:R:C:O", options,
+    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BM:Z:S:T:R:C:OX:", options,
                               NULL)) != -1) {
         if (opt == 'h') {
             moe_usage(stdout);
@@ -513,8 +561,8 @@ int bench_moe_main(int argc, char **argv)
         return tool_usage_error(MOE_TOOL, "unexpected argument '%s'", argv[optind]);
     }
     if (combine.overlap && (combine.count > 0 || modes.modes != NULL)) {
-        return tool_usage_error(MOE_TOOL, "--overlap measures one object: not with --combine "
-                                "or --modes");
+        return tool_usage_error(MOE_TOOL, "--overlap measures one object: not with --combine, "
+                                "--exchange or --modes");
     }
     experts_given = b.experts;
     bench_intra_start(&b, &argc, &argv);
@@ -576,7 +624,8 @@ int bench_moe_main(int argc, char **argv)
                "# communicator created in %.1f ms (slowest rank)\n",
                b.size, strata_comm_num_nodes(comm), strata_comm_transport(comm), b.hidden,
                b.topk, b.experts,
-               combine.count > 0   ? "the first --combine mode"
+               combine.count > 0   ? (combine.exchange ? "the first --exchange mode"
+                                                       : "the first --combine mode")
                : b.launcher != NULL ? "the flat route (no MPI here: launched by strata-run)"
                                     : "MPI_Alltoallv in the same processes",
                comm_ms);
@@ -596,7 +645,7 @@ int bench_moe_main(int argc, char **argv)
         if (combine.overlap) {
             bench_moe_overlap(&b, comm, &progress);
         } else if (combine.count > 0) {
-            moe_measure_combine(&b, comm, &combine, breakdown, &progress);
+            moe_measure_variants(&b, comm, &combine, breakdown, &progress);
         } else {
             moe_measure(&b, comm, breakdown, &link, &progress);
         }

@@ -111,6 +111,8 @@ if "$bench" intra --help >/dev/null 2>&1; then # built with MPI
         "$bench" moe --modes
     check cli_usage_error "strata-bench moe: --combine 'exact,exact' is not exact, node-reduce or both, each once (see --help)" \
         "$bench" moe --combine exact,exact
+    check cli_usage_error "strata-bench moe: --combine and --exchange: give one (see --help)" \
+        "$bench" moe --combine exact --exchange streamed
 else
     check cli_usage_error "strata-bench: subcommand 'intra' is not built in: this strata-bench was built without MPI (see --help)" \
         "$bench" intra
@@ -175,11 +177,30 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
           --combine exact,node-reduce 2>&1)
     rc=$?
     rows=$(grep -cE '^ +32 hier (exact|node-reduce) +\|' <<<"$out")
-    bytes() { sed -nE "s/^ +32 combine $1: rank 0 to other nodes per step: ([0-9]+) rows, ([0-9]+) payload bytes with combine; step p50 [0-9.]+ us, p99 [0-9.]+ us\$/\1 \2/p" <<<"$out"; }
+    bytes() { sed -nE "s/^ +32 combine $1: rank 0 to other nodes per step: ([0-9]+) rows, ([0-9]+) payload bytes with combine; 1 dispatch rounds; step p50 [0-9.]+ us, p99 [0-9.]+ us\$/\1 \2/p" <<<"$out"; }
     read -r exact_rows exact_bytes <<<"$(bytes exact)"
     read -r nr_rows nr_bytes <<<"$(bytes node-reduce)"
     if [ $rc -ne 0 ] || [ "$rows" -ne 2 ] || [ -z "${exact_bytes:-}" ] || [ -z "${nr_bytes:-}" ] ||
        [ "$exact_rows" != "$nr_rows" ] || [ "$nr_bytes" -ge "$exact_bytes" ]; then
+        echo "$out"
+        echo "4 passed, 1 failed"
+        exit 1
+    fi
+    # moe --exchange: worst-case and streamed, one step of each in turn, with a window of 8
+    # tokens a round (hidden 256: 4 x 1 peer x 560-byte entries x 8): the same rows cross
+    # nodes, worst-case in one round and streamed in 4, and the ratio line.
+    out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
+          mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \
+          -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo -x STRATA_MOE_WINDOW_BYTES=17920 \
+          "$bench" moe --ranks-per-node 2 --tokens 32 --hidden 256 --iters 3 \
+          --exchange worst-case,streamed 2>&1)
+    rc=$?
+    rounds() { sed -nE "s/^ +32 exchange $1: rank 0 to other nodes per step: ([0-9]+) rows, [0-9]+ payload bytes with combine; ([0-9]+) dispatch rounds; step p50 [0-9.]+ us, p99 [0-9.]+ us\$/\1 \2/p" <<<"$out"; }
+    read -r wc_rows wc_rounds <<<"$(rounds worst-case)"
+    read -r st_rows st_rounds <<<"$(rounds streamed)"
+    if [ $rc -ne 0 ] || [ -z "${st_rows:-}" ] || [ "${wc_rows:-}" != "$st_rows" ] ||
+       [ "${wc_rounds:-}" != 1 ] || [ "$st_rounds" != 4 ] ||
+       ! grep -qE '^streamed/worst-case: step p50 [0-9]+\.[0-9]+, p99 [0-9]+\.[0-9]+$' <<<"$out"; then
         echo "$out"
         echo "4 passed, 1 failed"
         exit 1
