@@ -7,7 +7,9 @@
  * tokens, its terms array. Each rank then sums its tokens' terms, read where they landed,
  * in fp32 in k order, so the result does not depend on the route. Within one node the
  * intra tier's combine does all of it in one pass. The inter-node leg is always written by
- * the rank holding the terms: it alone knows where they go.
+ * the rank holding the terms: it alone knows where they go. With the streamed exchange
+ * every expert combines in Pull form and the network kernels gather the terms round by
+ * round, each round's tokens summed as their terms arrive (docs/moe.md).
  */
 #include "sched_internal.h"
 
@@ -38,6 +40,11 @@ static strata_status_t sched_send_terms(sched_moe_t *moe, const void *expert_y)
         return STRATA_OK;
     }
     sched_node_mask(moe, moe->modes.combine_mask, node_mask);
+    if (moe->geo.rounds > 1) {
+        /* streamed: the owners publish every row, which the network kernels gather */
+        memset(node_mask, 0xff, sizeof(node_mask));
+        moe->net.args.round = 0;
+    }
     status = sched_launched(moe,
                             expert_y == NULL
                                 ? intra_moe_enqueue_abort(moe->intra, NULL, node_mask)
@@ -70,6 +77,43 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
     return status == STRATA_OK
                ? sched_send_terms(moe, expert_y ? expert_y : moe->recv.expert_y)
                : status;
+}
+
+/*
+ * The streamed exchange: per round (the first one's terms left with combine_send), our
+ * tokens' terms of the round from every peer, then their sums; and the next round's terms
+ * out. Nothing waits on the host between rounds. out NULL (aborting): the protocol only.
+ */
+static strata_status_t sched_reduce_rounds(sched_moe_t *moe, const float *topk_weights,
+                                           void *out)
+{
+    int64_t window = moe->geo.window_tokens, own = moe->cur.plan->num_tokens;
+    size_t topk = (size_t)moe->geo.topk;
+    strata_status_t status = STRATA_OK;
+
+    for (int round = 0; round < moe->geo.rounds && status == STRATA_OK; ++round) {
+        int first = (int)UTIL_MIN(round * window, own);
+        int count = (int)UTIL_MIN((round + 1) * window, own) - first;
+
+        moe->net.args.round = round;
+        if (round > 0) {
+            status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_RETURN,
+                                           &moe->net.args);
+        }
+        if (status == STRATA_OK) {
+            status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_TERMS,
+                                           &moe->net.args);
+        }
+        if (status == STRATA_OK && out != NULL && count > 0) {
+            status = intra_moe_enqueue_reduce(
+                moe->intra, moe->net.term_src + (size_t)first * topk,
+                topk_weights + (size_t)first * topk, count,
+                (char *)out + (size_t)first * moe->geo.y_row_bytes);
+        }
+    }
+    status = sched_settle(moe, status, "returning terms between nodes in rounds");
+    sched_phase_end(moe, STRATA_MOE_PHASE_COMBINE_WAIT);
+    return status;
 }
 
 /* Our tokens' terms from every peer and our own transfers done, then the sums; out NULL
@@ -167,6 +211,7 @@ strata_status_t sched_moe_combine_recv(sched_moe_t *moe, const float *topk_weigh
         return STRATA_ERR_INVALID;
     }
     status = moe->geo.num_peers == 0 ? sched_combine_node(moe, topk_weights, out)
+             : moe->geo.rounds > 1   ? sched_reduce_rounds(moe, topk_weights, out)
                                      : sched_reduce_terms(moe, topk_weights, out);
     if (status != STRATA_OK) {
         return status;
@@ -207,6 +252,7 @@ strata_status_t sched_moe_abort_step(sched_moe_t *moe)
         /* fall through */
     case SCHED_STEP_COMBINE_SENT:
         status = moe->geo.num_peers == 0 ? sched_combine_node(moe, NULL, NULL)
+                 : moe->geo.rounds > 1   ? sched_reduce_rounds(moe, NULL, NULL)
                                          : sched_reduce_terms(moe, NULL, NULL);
         break;
     }

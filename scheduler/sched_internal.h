@@ -126,7 +126,7 @@ typedef struct sched_net {
     uint64_t          *mask;        /* [mask_words] */
     int32_t           *node_ranks;  /* [world] */
     int32_t           *rank_node;   /* [world] */
-    int32_t           *round_seg;   /* streamed: [rounds][num_peers][2] */
+    int64_t           *round_seg;   /* streamed: [rounds][num_peers + 1][3] */
     intra_net_args_t   args;        /* the launches' arguments; per-step fields set each step */
 } sched_net_t;
 

@@ -65,7 +65,8 @@ strata_status_t sched_memory_of(sched_moe_t *moe, bool area_in_heap, strata_moe_
     sched_memory_net(&moe->net.offsets, m);
     m->expert_rows = intra_moe_expert_bytes(&ip, geo->local_size);
     m->node_rows   = heap - m->expert_rows - (area_in_heap ? net : 0);
-    if (!area_in_heap && geo->num_peers > 0) { /* the returned terms' stage in the heap */
+    if (!area_in_heap && geo->num_peers > 0 && geo->rounds == 1) { /* the returned terms'
+                                                                    * stage in the heap */
         size_t stage = sched_round_up(moe->net.offsets.ret_out_bytes, INTRA_DEVICE_ALIGNMENT);
 
         m->node_rows   -= stage;

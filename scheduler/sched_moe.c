@@ -22,7 +22,7 @@ typedef struct sched_heap_part {
 
 /* The parts in placing order: origins, term destinations, mode boards, and across nodes
  * the own tokens' terms and the network area (or, with a bounce buffer, the stage of the
- * returned terms). */
+ * returned terms), those two terms' parts in one round only. */
 static int sched_heap_parts(sched_moe_t *moe, bool area_in_heap, sched_heap_part_t *parts)
 {
     const sched_geometry_t *geo = &moe->geo;
@@ -36,13 +36,17 @@ static int sched_heap_parts(sched_moe_t *moe, bool area_in_heap, sched_heap_part
                                      &moe->term_dst_offset};
     parts[n++] = (sched_heap_part_t){"sched-modes", 2 * geo->board_bytes,
                                      &moe->modes.board_offset};
-    if (geo->num_peers > 0) {
+    /* In rounds combine reads the owners' rows where they publish them: no terms of its
+     * own, nor a stage for those it returns. */
+    if (geo->num_peers > 0 && geo->rounds == 1) {
         parts[n++] = (sched_heap_part_t){"sched-terms", rows, &moe->terms_offset};
-        parts[n++] = area_in_heap
-                         ? (sched_heap_part_t){"sched-net", moe->net.offsets.total,
-                                               &moe->net.area_heap}
-                         : (sched_heap_part_t){"sched-stage", moe->net.offsets.ret_out_bytes,
-                                               &moe->stage_offset};
+    }
+    if (geo->num_peers > 0 && area_in_heap) {
+        parts[n++] = (sched_heap_part_t){"sched-net", moe->net.offsets.total,
+                                         &moe->net.area_heap};
+    } else if (geo->num_peers > 0 && geo->rounds == 1) {
+        parts[n++] = (sched_heap_part_t){"sched-stage", moe->net.offsets.ret_out_bytes,
+                                         &moe->stage_offset};
     }
     return n;
 }

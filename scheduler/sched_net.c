@@ -26,11 +26,13 @@ strata_status_t sched_net_place(sched_moe_t *moe)
     /* an entry's terms are on one rank (flat) or one node (hierarchical) of the receiver */
     l->entry_terms   = UTIL_MIN(geo->topk, geo->route == STRATA_MOE_ROUTE_FLAT
                                                ? geo->experts_per_rank : geo->experts_per_node);
-    l->ret_out_block = INTRA_NET_RET_BLOCK(max_tokens, l->entry_terms, geo->y_row_bytes);
-    l->ret_out_bytes = peers * l->ret_out_block;
-    /* what comes back to this rank's tokens, from all peers: at most one term per token
-     * and slot, or with node-reduce one partial row per entry; and each peer's drop count */
-    l->ret_in_bytes  = (geo->node_reduce ? (size_t)geo->max_entries : max_tokens * topk) *
+    /* in rounds, a round's entries' terms: each of two buffers, by round */
+    l->ret_out_block = INTRA_NET_RET_BLOCK(window, l->entry_terms, geo->y_row_bytes);
+    l->ret_out_bytes = stagings * peers * l->ret_out_block;
+    /* what comes back to this rank's tokens (of a round), from all peers: at most one term
+     * per token and slot, or with node-reduce one partial row per entry; and each peer's
+     * drop count */
+    l->ret_in_bytes  = (geo->node_reduce ? (size_t)geo->max_entries : window * topk) *
                            geo->y_row_bytes +
                        peers * INTRA_NET_DROPS_BYTES;
     l->headers     = sched_place(&cursor, 2 * world * geo->header_bytes);
@@ -41,7 +43,7 @@ strata_status_t sched_net_place(sched_moe_t *moe)
     l->overflow    = sched_place(&cursor, peers * window * geo->entry_bytes);
     l->staging     = sched_place(&cursor, stagings * peers * window * geo->entry_bytes);
     l->ret_out     = sched_place(&cursor, l->ret_out_bytes);
-    l->ret_in      = sched_place(&cursor, l->ret_in_bytes);
+    l->ret_in      = sched_place(&cursor, stagings * l->ret_in_bytes);
     if (geo->node_reduce) {
         l->w_out = sched_place(&cursor, peers * max_tokens * topk * sizeof(float));
         l->w_in  = sched_place(&cursor, peers * max_tokens * topk * sizeof(float));
@@ -185,8 +187,8 @@ static void sched_net_tables_place(const sched_geometry_t *geo, sched_net_tables
     t->ranks  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
     t->nodes  = sched_place(&cursor, (size_t)geo->world_size * sizeof(int32_t));
     t->segs   = geo->rounds > 1 ? sched_place(&cursor, (size_t)geo->rounds *
-                                                       (size_t)geo->num_peers * 2 *
-                                                       sizeof(int32_t))
+                                                       ((size_t)geo->num_peers + 1) * 3 *
+                                                       sizeof(int64_t))
                                 : 0;
     t->total  = cursor;
 }
@@ -230,7 +232,7 @@ static strata_status_t sched_net_tables(sched_moe_t *moe)
         net->mask       = (uint64_t *)(base + t.mask);
         net->node_ranks = (int32_t *)(base + t.ranks);
         net->rank_node  = (int32_t *)(base + t.nodes);
-        net->round_seg  = geo->rounds > 1 ? (int32_t *)(base + t.segs) : NULL;
+        net->round_seg  = geo->rounds > 1 ? (int64_t *)(base + t.segs) : NULL;
         status = d->mem_set(base, 0, t.total);
     }
     for (int p = 0; p < geo->num_peers && status == STRATA_OK; ++p) {

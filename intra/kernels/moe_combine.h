@@ -262,8 +262,11 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
     if (!moe_wait_flags(a, control->combine_flag, step, &control->combine_status, 0, g)) {
         return;
     }
-    if (a->term_dst_offset >= 0) { /* every round's tokens: the last round's and those before */
-        moe_combine_direct(a, moe_aug_base(a) + moe_num_tokens(a), g);
+    if (a->term_dst_offset >= 0 && a->net.rounds > 1) {
+        return; /* the streamed exchange: the network kernels gather the terms, by round */
+    }
+    if (a->term_dst_offset >= 0) {
+        moe_combine_direct(a, moe_num_tokens(a), g);
     } else if (a->out != NULL) {
         moe_combine_reduce(a, g);
     }

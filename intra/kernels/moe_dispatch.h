@@ -259,6 +259,7 @@ KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, uint64_t step, kerne
         }
         for (int source = 0; source < a->num_ranks; ++source) {
             int n, first = (int)((g.block + g.num_blocks - seen % g.num_blocks) % g.num_blocks);
+            int64_t base;
 
             if (!moe_block_wait(a, &control->counts_flag[source], step, source, g)) {
                 return;
@@ -267,9 +268,9 @@ KERNEL_FN void moe_dispatch_pull(const intra_moe_args_t *a, uint64_t step, kerne
             if (n > 0 && !moe_block_wait(a, &control->pull_flag[source], step, source, g)) {
                 return;
             }
+            base = n > 0 ? moe_control(a, source)->aug_base : 0; /* its rows' first token */
             for (int i = first; i < n; i += (int)g.num_blocks) {
-                moe_pull_row(a, source, moe_control(a, source)->aug_base, local, i, row + i,
-                             step, g);
+                moe_pull_row(a, source, base, local, i, row + i, step, g);
             }
             row += n;
             seen += (uint64_t)n;

@@ -10,52 +10,109 @@
 
 /* --- NET_RETURN and NET_TERMS --------------------------------------------------------- */
 
-/* Peer p's entries received in round r of the step's dispatch: the step's index of the
- * first, and how many. */
-KERNEL_FN void net_received_in(const intra_net_args_t *n, int p, int r, int *first_p,
-                               int *count_p)
-{
-    const intra_net_peer_t *peer = &n->peers[p];
-    const int32_t *seg;
-
-    if (n->rounds == 1) {
-        *first_p = peer->aug_first;
-        *count_p = peer->recv_push + peer->recv_pull;
-        return;
-    }
-    seg      = &n->round_seg[((size_t)r * (size_t)n->num_peers + (size_t)p) * 2];
-    *first_p = seg[0];
-    *count_p = seg[1];
-}
-
 /* Of the terms this node returns to peer p, those it has no row for (the node's combine
  * put zeros in their place), in the block's drops words: [0] dropped for capacity here,
  * [1] withheld by an owner here that aborted the step. */
 KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, int p, int64_t *drops)
 {
+    const intra_net_peer_t *peer = &a->net.peers[p];
     const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
     uint32_t held = moe_withheld_ranks(a);
     int64_t dropped = 0, withheld = 0;
 
-    for (int r = 0; r < a->net.rounds; ++r) {
-        int first, count;
+    for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
+        int t = peer->aug_first + q;
 
-        net_received_in(&a->net, p, r, &first, &count);
-        for (int t = first; t < first + count; ++t) {
-            for (int k = 0; k < a->topk; ++k) {
-                int expert = route[(size_t)t * (size_t)a->topk + (size_t)k];
+        for (int k = 0; k < a->topk; ++k) {
+            int expert = route[(size_t)t * (size_t)a->topk + (size_t)k];
 
-                if (expert >= 0 && moe_result_row(a, held, t, k) == 0) {
-                    int by_owner = moe_withheld(a, held, expert);
+            if (expert >= 0 && moe_result_row(a, held, t, k) == 0) {
+                int by_owner = moe_withheld(a, held, expert);
 
-                    withheld += by_owner;
-                    dropped += !by_owner;
-                }
+                withheld += by_owner;
+                dropped += !by_owner;
             }
         }
     }
     drops[0] = dropped;
     drops[1] = withheld;
+}
+
+/* --- The streamed exchange's combine (NET_RETURN once per round) ------------------------ */
+
+/*
+ * The whole block, round r: the terms of the entries peer p sent us in dispatch round r,
+ * gathered where their owners published them (every expert combines in Pull form), zeros
+ * for those missing, then the counts of those, into our ret_out buffer for p, posted to
+ * where p's header of the round said. Every round and peer, even with no terms: the
+ * transfer is also p's credit for the buffer of the round after next (it waits for it in
+ * NET_TERMS before it sends again).
+ */
+KERNEL_FN int net_return_round(const intra_moe_args_t *a, int p, uint64_t step, uint32_t held,
+                               kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    const int64_t *seg = net_round_seg(n, n->round, p);
+    const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
+    uint64_t block = (net_ret_buffer(n, step) * (uint64_t)n->num_peers + (uint64_t)p) *
+                     n->ret_out_block;
+    size_t y = (size_t)a->y_row_bytes, term = 0;
+    char *out = n->area + n->ret_out + block;
+    int64_t missing[2] = {0, 0};
+
+    for (int64_t t = seg[0]; t < seg[0] + seg[1]; ++t) {
+        for (int k = 0; k < a->topk; ++k) {
+            int expert = route[(size_t)t * (size_t)a->topk + (size_t)k];
+            const char *row = expert >= 0 ? moe_result_row(a, held, (int)t, k) : 0;
+            char *dst = out + term * y;
+
+            if (expert < 0) {
+                continue;
+            }
+            term += 1;
+            if (row != 0) {
+                kernel_copy_block(dst, row, y, g);
+                continue;
+            }
+            for (size_t j = g.thread; j < y; j += g.num_threads) {
+                dst[j] = 0;
+            }
+            missing[moe_withheld(a, held, expert)] += 1;
+        }
+    }
+    if (KERNEL_LEADER(g)) {
+        ((int64_t *)(out + term * y))[0] = missing[0];
+        ((int64_t *)(out + term * y))[1] = missing[1];
+    }
+    return net_post_block(a, g, n->peers[p].rank, n->ret_out + block,
+                          n->ret_in + net_ret_buffer(n, step) * n->ret_in_bytes + (uint64_t)seg[2],
+                          term * y + INTRA_NET_DROPS_BYTES, INTRA_NET_IMM_COMBINE);
+}
+
+/* Every thread: where reduce finds this round's own tokens' terms computed on this node:
+ * the rows their owners published; none for those missing, reported (the step's input). */
+KERNEL_FN void net_local_round_terms(const intra_moe_args_t *a, uint32_t held, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    const int64_t *own = net_round_seg(n, n->round, n->num_peers);
+    const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
+    size_t first = (size_t)net_own_first(n) * (size_t)a->topk;
+    size_t slots = (size_t)own[1] * (size_t)a->topk, base = (size_t)own[0] * (size_t)a->topk;
+
+    for (size_t i = g.block * g.num_threads + g.thread; i < slots;
+         i += (size_t)g.num_blocks * g.num_threads) {
+        int token = (int)((first + i) / (size_t)a->topk), k = (int)((first + i) % (size_t)a->topk);
+        const char *row;
+
+        if (n->node_idx[first + i] < 0) {
+            continue; /* another node's, or none */
+        }
+        row = moe_result_row(a, held, (int)((base + i) / (size_t)a->topk), k);
+        n->term_src[first + i] = (uint64_t)(uintptr_t)row;
+        if (row == 0) {
+            moe_report_missing(a, held, route[base + i], token, k);
+        }
+    }
 }
 
 /* --- Node-reduce combine (NET_RETURN launched from combine_recv) ----------------------- */
@@ -170,6 +227,26 @@ KERNEL_FN void net_node_reduce(const intra_moe_args_t *a, kernel_grid_t g)
     }
 }
 
+/*
+ * In rounds: this round's own tokens' terms found here, and each peer's block of the round.
+ * The ret_out buffer was last sent from two rounds ago, and that block has arrived: the
+ * peer waited for it (NET_TERMS) before it sent its block of the round before this one,
+ * which our NET_TERMS waited for before this launch.
+ */
+KERNEL_FN void net_return_rounds(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    uint64_t step = net_step(a, g);
+    uint32_t held = moe_withheld_ranks(a);
+
+    net_local_round_terms(a, held, g);
+    for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {
+        if (!net_return_round(a, p, step, held, g)) {
+            return;
+        }
+    }
+}
+
 /* Each peer's terms, with the counts of those missing here after them, in one transfer. */
 KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
@@ -181,6 +258,10 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
     }
     if (n->node_reduce) {
         net_node_reduce(a, g);
+        return;
+    }
+    if (n->rounds > 1) {
+        net_return_rounds(a, g);
         return;
     }
     for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {
@@ -212,18 +293,21 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
 KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
+    uint64_t step = net_step(a, g);
+    const char *ret_in = n->area + n->ret_in + net_ret_buffer(n, step) * n->ret_in_bytes;
 
     if (g.block != 0 || !KERNEL_LEADER(g) || net_stopped(a)) {
         return;
     }
-    /* at: where peer p's block starts in ret_in (net_ret_at, kept as the loop goes) */
+    /* at: where peer p's block starts in ret_in (net_ret_at, kept as the loop goes); in
+     * rounds every peer sends a block, even without terms */
     for (uint64_t p = 0, at = 0, terms = 0; p < (uint64_t)n->num_peers;
          ++p, at += terms + INTRA_NET_DROPS_BYTES) {
         intra_net_peer_t *peer = &n->peers[p];
         const uint64_t *drops;
 
-        terms = net_ret_rows(n, (int)p) * (uint64_t)a->y_row_bytes;
-        if (terms == 0) {
+        terms = net_ret_rows(a, (int)p) * (uint64_t)a->y_row_bytes;
+        if (terms == 0 && n->rounds == 1) {
             continue;
         }
         peer->combine_seen += net_chunks(n, terms + INTRA_NET_DROPS_BYTES);
@@ -231,7 +315,7 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
                       peer->combine_seen, peer->rank, INTRA_NET_WAIT_TERMS)) {
             return;
         }
-        drops = (const uint64_t *)(n->area + n->ret_in + at + terms);
+        drops = (const uint64_t *)(ret_in + at + terms);
         for (int why = 0; why < 2; ++why) { /* the step's input, not a failure */
             uint64_t missing = kernel_load_acquire_u64(&drops[why]);
 
@@ -242,6 +326,9 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
                            peer->rank, -1, -1, (int64_t)missing);
             }
         }
+    }
+    if (n->round + 1 < n->rounds) {
+        return; /* the step goes on: its next combine round */
     }
     if (net_wait(a, &n->counters[INTRA_NET_COUNTER_SEND], n->state->posted, -1,
                  INTRA_NET_WAIT_SENDS) &&

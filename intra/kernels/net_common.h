@@ -228,24 +228,54 @@ KERNEL_FN int net_post_block(const intra_moe_args_t *a, kernel_grid_t g, int pee
     return ok;
 }
 
-/* Rows peer p returns for our tokens: their terms there, or with node-reduce, one partial
- * row per entry. */
-KERNEL_FN uint64_t net_ret_rows(const intra_net_args_t *n, int p)
+/* The terms of our entries for peer p in this dispatch round. */
+KERNEL_FN uint64_t net_round_terms(const intra_moe_args_t *a, int p)
 {
-    return n->node_reduce ? (uint64_t)(n->peer_first[p + 1] - n->peer_first[p])
-                          : (uint64_t)n->peer_terms[p];
+    const intra_net_args_t *n = &a->net;
+    uint64_t terms = 0;
+    int begin, end;
+
+    net_round_entries(n, p, &begin, &end);
+    for (size_t i = (size_t)begin * (size_t)a->topk; i < (size_t)end * (size_t)a->topk; ++i) {
+        terms += n->experts[i] >= 0;
+    }
+    return terms;
 }
 
-/* Where peer p's returns start in our ret_in: after the blocks of the peers before it,
- * each its rows and the count of drops (every row and count 16-byte aligned). */
+/* Rows peer p returns for our tokens: their terms there (in rounds, those of this round's
+ * entries), or with node-reduce, one partial row per entry. */
+KERNEL_FN uint64_t net_ret_rows(const intra_moe_args_t *a, int p)
+{
+    const intra_net_args_t *n = &a->net;
+
+    return n->node_reduce ? (uint64_t)(n->peer_first[p + 1] - n->peer_first[p])
+           : n->rounds > 1 ? net_round_terms(a, p)
+                           : (uint64_t)n->peer_terms[p];
+}
+
+/* Where peer p's returns start in our ret_in (one buffer of it, in rounds): after the
+ * blocks of the peers before it, each its rows and the count of drops (every row and count
+ * 16-byte aligned). */
 KERNEL_FN uint64_t net_ret_at(const intra_moe_args_t *a, int p)
 {
     uint64_t at = 0;
 
     for (int q = 0; q < p; ++q) {
-        at += net_ret_rows(&a->net, q) * (uint64_t)a->y_row_bytes + INTRA_NET_DROPS_BYTES;
+        at += net_ret_rows(a, q) * (uint64_t)a->y_row_bytes + INTRA_NET_DROPS_BYTES;
     }
     return at;
+}
+
+/* In rounds: which of the two ret_out and ret_in buffers the wire step's round uses. */
+KERNEL_FN uint64_t net_ret_buffer(const intra_net_args_t *n, uint64_t step)
+{
+    return n->rounds > 1 ? (step & 1u) : 0;
+}
+
+/* In rounds: round r's record of peer p (p = num_peers: our own tokens), net_format.h. */
+KERNEL_FN int64_t *net_round_seg(const intra_net_args_t *n, int r, int p)
+{
+    return &n->round_seg[((size_t)r * ((size_t)n->num_peers + 1) + (size_t)p) * 3];
 }
 
 #endif

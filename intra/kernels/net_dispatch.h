@@ -55,13 +55,13 @@ KERNEL_FN void net_partial_src(const intra_moe_args_t *a, int e, const char *row
  * Pull), and where each of their terms will come back: the peer returns them in that order,
  * packed, into our ret_in block for it, after those of the step's earlier rounds.
  */
-KERNEL_FN void net_order_peer(const intra_moe_args_t *a, int p)
+KERNEL_FN void net_order_peer(const intra_moe_args_t *a, int p, uint64_t step)
 {
     const intra_net_args_t *n = &a->net;
     intra_net_peer_t *peer = &n->peers[p];
-    char *back = n->area + n->ret_in + net_ret_at(a, p);
-    int begin, end, slot = 0, count[2] = {0, 0}, spec;
-    int term = n->round > 0 ? peer->sent_terms : 0;
+    char *back = n->area + n->ret_in + net_ret_buffer(n, step) * n->ret_in_bytes +
+                 net_ret_at(a, p);
+    int begin, end, slot = 0, count[2] = {0, 0}, spec, term = 0;
 
     net_round_entries(n, p, &begin, &end);
     for (int pass = 0; pass < 2; ++pass) {
@@ -88,7 +88,6 @@ KERNEL_FN void net_order_peer(const intra_moe_args_t *a, int p)
     spec             = count[0] < n->spec_tokens ? count[0] : n->spec_tokens;
     peer->send_push  = count[0];
     peer->send_pull  = count[1];
-    peer->sent_terms = term;
     peer->step_sent  = (n->round > 0 ? peer->step_sent : 0) + count[0] + count[1];
     peer->step_later = (n->round > 0 ? peer->step_later : 0) + count[0] - spec +
                        (n->pull_read ? 0 : count[1]);
@@ -173,9 +172,9 @@ KERNEL_FN int net_send_spec(const intra_moe_args_t *a, int p, uint64_t step)
     return 1;
 }
 
-/* Own tokens' terms computed on this node: where reduce finds them. Those on other nodes
- * are set by net_order_peer; slots routed nowhere have none. Every round's own tokens at
- * once, in the step's first. */
+/* Own tokens' terms computed on this node: where reduce finds them (in rounds, found by
+ * NET_RETURN once their rows are known). Those on other nodes are set by net_order_peer;
+ * slots routed nowhere have none. Every round's own tokens at once, in the step's first. */
 KERNEL_FN void net_local_terms(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
@@ -184,8 +183,9 @@ KERNEL_FN void net_local_terms(const intra_moe_args_t *a, kernel_grid_t g)
     for (size_t i = g.block * g.num_threads + g.thread; i < slots;
          i += (size_t)g.num_blocks * g.num_threads) {
         if (n->node_idx[i] >= 0) {
-            n->term_src[i] = (uint64_t)(uintptr_t)(a->heap[a->rank] + n->terms +
-                                                   i * (size_t)a->y_row_bytes);
+            n->term_src[i] = n->rounds > 1 ? 0
+                                           : (uint64_t)(uintptr_t)(a->heap[a->rank] + n->terms +
+                                                                   i * (size_t)a->y_row_bytes);
         } else if (n->clean_idx[i] < 0) {
             n->term_src[i] = 0;
         }
@@ -200,7 +200,7 @@ KERNEL_FN int net_send_peer(const intra_moe_args_t *a, int p, uint64_t step, int
     KERNEL_SHARED int ok;
 
     if (KERNEL_LEADER(g)) {
-        net_order_peer(a, p);
+        net_order_peer(a, p, step);
     }
     kernel_block_sync();
     net_pack_peer(a, p, a->net.area + net_staging_at(&a->net, step, p), g);
@@ -348,10 +348,11 @@ KERNEL_FN int net_grant_round_two(const intra_moe_args_t *a, uint64_t step)
         peer->granted     = rest + (n->pull_read ? 0 : peer->recv_pull);
         peer->aug_first   = base + aug;
         if (n->rounds > 1) {
-            int32_t *seg = &n->round_seg[((size_t)n->round * (size_t)n->num_peers + (size_t)p) * 2];
+            int64_t *seg = net_round_seg(n, n->round, p);
 
             seg[0] = peer->aug_first;
             seg[1] = peer->recv_push + peer->recv_pull;
+            seg[2] = peer->ret_at;
         }
         cursor += rest + peer->recv_pull;
         aug    += peer->recv_push + peer->recv_pull;
@@ -389,6 +390,13 @@ KERNEL_FN int net_grant_round_two(const intra_moe_args_t *a, uint64_t step)
     }
     n->num_aug[0] = aug;
     n->num_aug[1] = base;
+    if (n->rounds > 1) {
+        int64_t *own = net_round_seg(n, n->round, n->num_peers);
+
+        own[0] = base;
+        own[1] = net_own_end(n) - net_own_first(n);
+        own[2] = 0;
+    }
     net_count_posted(a, posted);
     n->state->reads += (uint64_t)reads;
     return 1;
@@ -489,14 +497,15 @@ KERNEL_FN int net_returns_fit(const intra_moe_args_t *a, const intra_net_peer_t 
     return net_ret_at_check(peer->ret_at, rows, (uint64_t)a->y_row_bytes, a->net.ret_in_bytes);
 }
 
-/* One thread: the peer's received entries checked and indexed for the node's kernels. */
+/* One thread: the peer's received entries checked and indexed for the node's kernels. In
+ * rounds no term has a destination: combine gathers them where their owners publish them. */
 KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
 {
     const intra_net_args_t *n = &a->net;
     intra_net_peer_t *peer = &n->peers[p];
     int first = peer->recv_push < n->spec_tokens ? peer->recv_push : n->spec_tokens;
     int64_t stage = n->ret_stage + (int64_t)p * (int64_t)n->ret_out_block;
-    int terms = n->round > 0 ? peer->num_terms : 0; /* after the earlier rounds' */
+    int terms = 0;
 
     for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
         uint64_t at = q < first ? n->spec + ((uint64_t)p * (uint64_t)n->spec_tokens +
@@ -518,11 +527,15 @@ KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
         n->origin[2 * aug + 1] = token;
         for (int k = 0; k < a->topk; ++k) {
             n->term_dst[aug * (size_t)a->topk + (size_t)k] =
-                experts[k] < 0 ? -1 : stage + (int64_t)terms++ * a->y_row_bytes;
+                experts[k] < 0 || n->rounds > 1 ? -1 : stage + (int64_t)terms * a->y_row_bytes;
+            terms += experts[k] >= 0;
         }
     }
-    peer->num_terms = terms;
-    if (!net_returns_fit(a, peer)) {
+    /* the step's, over the rounds (statistics) */
+    peer->num_terms = (n->rounds > 1 && n->round > 0 ? peer->num_terms : 0) + terms;
+    if (n->rounds > 1 ? !net_ret_at_check(peer->ret_at, (uint64_t)terms,
+                                          (uint64_t)a->y_row_bytes, n->ret_in_bytes)
+                      : !net_returns_fit(a, peer)) { /* in rounds: the round's, in a buffer */
         net_protocol_error(a, peer->rank, INTRA_NET_BAD_ENTRY, step);
         return 0;
     }
@@ -542,7 +555,7 @@ KERNEL_FN void intra_net_index_body(const intra_moe_args_t *a, kernel_grid_t g)
     }
     for (size_t i = g.block * g.num_threads + g.thread; i < own;
          i += (size_t)g.num_blocks * g.num_threads) {
-        n->term_dst[base + i] = n->node_idx[first + i] >= 0
+        n->term_dst[base + i] = n->node_idx[first + i] >= 0 && n->rounds == 1
                                     ? n->terms + (int64_t)(first + i) * a->y_row_bytes : -1;
     }
     for (int p = (int)g.block; KERNEL_LEADER(g) && p < n->num_peers; p += (int)g.num_blocks) {

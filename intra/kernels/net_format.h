@@ -104,12 +104,9 @@ typedef struct intra_net_peer {
     int64_t  recv_offset; /* overflow entry given to the peer */
     int32_t  aug_first;   /* our first token index of its entries (this round's) */
     int32_t  node;
-    /* Over the rounds of a step's dispatch (rounds > 1): the terms the peer returns for
-     * the entries we sent in the earlier rounds (where the next round's come back), and
-     * for the step's statistics the entries we sent and those of them in round two. */
-    int32_t  sent_terms;
+    /* Over the rounds of a step's dispatch, for its statistics: the entries we sent, and
+     * those of them in round two. */
     int32_t  step_sent, step_later;
-    int32_t  pad;
     uint64_t spec_seen, overflow_seen, grant_seen, combine_seen, weights_seen;
 } intra_net_peer_t;
 
@@ -147,11 +144,17 @@ typedef struct intra_net_args {
      * spec, overflow and staging areas hold one round's entries (staging two: by the round's
      * parity, so that a round is packed while the peers may still read the last one). One
      * round: window_tokens is max_tokens. Each round is a step of the wire protocol: its
-     * headers, grants and counts are numbered state->step * rounds + round + 1.
+     * headers, grants and counts are numbered state->step * rounds + round + 1. Combine
+     * then runs in as many rounds: each returns the terms of one dispatch round's entries,
+     * through ret_out and ret_in buffers of a round's size, two of each by the parity of
+     * that number; every expert combines in Pull form, and the terms are gathered where
+     * their owners published them.
      */
     int32_t  rounds, round, window_tokens;
-    int32_t *round_seg;   /* rounds > 1: [rounds][num_peers][2] each peer's entries received
-                           * in each round: the step's index of the first, and how many */
+    int64_t *round_seg;   /* rounds > 1: [rounds][num_peers + 1][3]: for each round and peer
+                           * the entries received from it (the step's index of the first,
+                           * how many) and where in its ret_in their terms go; at num_peers
+                           * our own tokens (the step's index of the first, how many) */
     int32_t  bounce;      /* the area is not in the heap: terms are copied into it */
     int32_t  entry_bytes, record_bytes, scale_bytes, header_bytes, own_words;
     int32_t  experts_per_rank, local_size, experts_per_node;
@@ -166,8 +169,10 @@ typedef struct intra_net_args {
     uint64_t overflow;    /* [num_peers * window_tokens] entries, handed out by grants */
     uint64_t staging;     /* [1 or 2][num_peers][window_tokens] entries, by destination's
                            * peer index */
-    uint64_t ret_out;     /* [num_peers] blocks of ret_out_block: terms being returned */
-    uint64_t ret_in;      /* ret_in_bytes: the peers' returns to us, block after block */
+    uint64_t ret_out;     /* [1 or 2][num_peers] blocks of ret_out_block: terms being
+                           * returned */
+    uint64_t ret_in;      /* [1 or 2] of ret_in_bytes: the peers' returns to us, block
+                           * after block */
     uint64_t ret_out_block, ret_in_bytes;
     int32_t  entry_terms; /* the most terms an entry has at its receiver: min(topk, the
                            * experts of a peer rank (flat route) or node) */

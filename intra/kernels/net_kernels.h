@@ -24,7 +24,10 @@
  * With the streamed exchange a step's dispatch is NET_SEND, NET_RECV, NET_INDEX and the
  * node's dispatch once per round, each for a slice of every rank's own tokens; a later
  * round's NET_SEND waits for our transfers, sends its headers, and writes each peer's
- * round one once that peer's header of the round (its credit) has come.
+ * round one once that peer's header of the round (its credit) has come. Its combine is
+ * NET_RETURN, NET_TERMS and the reduce once per round: NET_RETURN gathers the round's
+ * terms where their owners published them and sends every peer a block, even an empty
+ * one, which is also that peer's credit.
  */
 #ifndef STRATA_INTRA_NET_KERNELS_H
 #define STRATA_INTRA_NET_KERNELS_H

@@ -60,13 +60,15 @@ static strata_moe_memory_t hand(const shape_t *s)
     uint64_t entries = T * (P < K ? (P > 0 ? P : 1) : K), mask_words = (EXPERTS + 63) / 64;
     uint64_t header = up(sizeof(intra_net_header_t) + 8 * ((epr + 63) / 64), 64);
     uint64_t board = up(8 * (8 + mask_words), 64), net = 0, heap;
-    /* streamed: a window's tokens, as many as 4 entries per peer and token fit (round one,
-     * overflow, two staging buffers), 1..T; rounds to cover T */
+    uint64_t terms = K < (flat ? epr : epn) ? K : (flat ? epr : epn);
+    /* streamed: a window's tokens, as many as fit of, per token, 4 entries per peer (round
+     * one, overflow, two staging buffers), two buffers of the terms returned to each peer,
+     * and two of those returned to it; 1..T; rounds to cover T */
     uint64_t Tw = T, rounds = 1, stagings = 1;
     strata_moe_memory_t m = {0};
 
     if (s->window > 0 && P > 0) {
-        Tw       = s->window / (4 * P * entry);
+        Tw       = s->window / (P * (4 * entry + 2 * terms * y) + 2 * K * y);
         Tw       = Tw < 1 ? 1 : Tw > T ? T : Tw;
         rounds   = (T + Tw - 1) / Tw;
         stagings = rounds > 1 ? 2 : 1;
@@ -75,16 +77,15 @@ static strata_moe_memory_t hand(const shape_t *s)
     m.expert_rows = up(rows * row, ALIGN) + up(rows * sizeof(intra_moe_source_t), ALIGN) +
                     up(rows * y, ALIGN);
     if (P > 0) {
-        uint64_t terms = K < (flat ? epr : epn) ? K : (flat ? epr : epn);
-
         m.net_headers   = arr(2 * W * header) + arr(W * 64) + arr(W * header) + arr(W * 64);
         m.net_round_one = arr(P * (Tw < SPEC ? Tw : SPEC) * entry);
         m.net_round_two = arr(P * Tw * entry);
         m.net_staging   = arr(stagings * P * Tw * entry);
         /* out: per peer, T entries of `terms` rows; in: what comes back to the own tokens,
-         * one row per token and slot (node-reduce: per entry), and each peer's drop count */
-        m.net_returns   = arr(P * (T * terms * y + 16)) +
-                          arr((reduce ? entries : T * K) * y + P * 16) +
+         * one row per token and slot (node-reduce: per entry), and each peer's drop count;
+         * streamed: Tw tokens, two buffers of each */
+        m.net_returns   = arr(stagings * P * (Tw * terms * y + 16)) +
+                          arr(stagings * ((reduce ? entries : Tw * K) * y + P * 16)) +
                           (reduce ? 2 * arr(P * T * K * 4) : 0);
         m.work_ring     = util_work_ring_bytes(RING, 2, (uint32_t)(IMM_KINDS * W));
         net = m.net_headers + m.net_round_one + m.net_round_two + m.net_staging +
@@ -92,7 +93,7 @@ static strata_moe_memory_t hand(const shape_t *s)
         m.tables = arr(sizeof(intra_net_state_t)) + arr(P * sizeof(intra_net_peer_t)) + arr(8) +
                    arr(4 * entries) + arr(8 * T * K) + arr(8 * aug) + arr(8 * aug * K) +
                    arr(8) + arr(8 * mask_words) + 2 * arr(4 * W) +
-                   (rounds > 1 ? arr(rounds * P * 8) : 0); /* each round's entries */
+                   (rounds > 1 ? arr(rounds * (P + 1) * 3 * 8) : 0); /* each round's record */
     }
     /* the intra tier's object for the node's experts, with aug tokens per rank */
     /* counter, recv_count, landed, expected and round_base per local expert, and marked
@@ -102,8 +103,9 @@ static strata_moe_memory_t hand(const shape_t *s)
               up(4 * (epn + 1), ALIGN) + up(4 * epn, ALIGN) * 2 + 3 * up(4 * aug * K, ALIGN) +
               up(aug * row, ALIGN) + m.expert_rows + (P > 0 ? 0 : aug * K * y), ALIGN) + ALIGN;
     /* the scheduler's parts beside it */
+    /* the own tokens' terms: not in rounds, which read them where their owners put them */
     heap += ALIGN + arr(8 * aug) + arr(8 * aug * K) + arr(2 * board) +
-            (P > 0 ? arr(T * K * y) + arr(net) : 0);
+            (P > 0 && rounds == 1 ? arr(T * K * y) : 0) + (P > 0 ? arr(net) : 0);
     m.node_rows = heap - m.expert_rows - net;
     m.tables += 2 * arr(8 * T * K) + arr(8 * (P > 0 ? P : 1)) + arr(4 * (P + 1)) +
                 arr(4 * entries) + arr(4 * entries * K) + (rows ? rows : 1) * 12 + 4 * epr + 4 +
@@ -198,8 +200,9 @@ static void test_target_expert_blocks(void **state)
 }
 
 /*
- * The streamed exchange: round one, round two and staging hold a window's tokens, whatever
- * max_tokens and the world (EP64 and EP256 prefill: under 200 MiB in the default window);
+ * The streamed exchange: round one, round two, staging and the returns hold a window's
+ * tokens, whatever max_tokens and the world (EP64 and EP256 prefill: within the default
+ * window), and the heap has no terms of the own tokens;
  * a window smaller than one token's share still takes one token a round; one large enough
  * for every token is a single round, with one staging buffer.
  */
@@ -215,7 +218,8 @@ static void test_streamed(void **state)
         strata_moe_memory_t m = hand(&s);
 
         check_shape(&s);
-        assert_true(m.net_round_one + m.net_round_two + m.net_staging <= window);
+        assert_true(m.net_round_one + m.net_round_two + m.net_staging + m.net_returns <=
+                    window);
     }
     for (uint64_t small = 1; small < 1u << 20; small *= 37) {
         shape_t s = {64, 128, mean_x2(64, 128), STRATA_MOE_ROUTE_FLAT, STRATA_MOE_COMBINE_EXACT,

@@ -163,21 +163,22 @@ case_run "2x2 flat, rank 1 alone asks for node-reduce" 4 "creation refused: inva
 case_run "2x2 hierarchical, rank 1 alone takes the flat route" 4 "creation refused: invalid configuration" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --odd-route 1 --refused "invalid configuration"
 case_run "2x2 hierarchical, params.combine 7" 4 "creation refused: invalid argument" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --combine bogus --refused "invalid argument"
 
-# The streamed exchange: a step's dispatch crosses the network in rounds of a slice of every
-# rank's tokens, through areas that STRATA_MOE_WINDOW_BYTES sizes. Windows of a few KiB make
-# rounds of 1 to 6 tokens, so that every step crosses 4 to 24 rounds (every rank checks
-# every row and combined value, as above), both staging buffers take turns, and later
-# rounds wait for their peers' credit.
+# The streamed exchange: a step's dispatch and combine cross the network in rounds of a
+# slice of every rank's tokens, through areas that STRATA_MOE_WINDOW_BYTES sizes. Windows of
+# 4 to 64 KiB make rounds of 1 to 6 tokens, so that every step crosses 4 to 24 rounds (every
+# rank checks every row and combined value, as above), both buffers of staging and of the
+# returns take turns, and later rounds wait for their peers' credit.
 st="STRATA_MOE_EXCHANGE=streamed"
 sok='streamed exchange in'
 case_run "streamed: 2x2 flat, bf16, 1-token rounds" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 40)
 case_run "streamed: 2x2 hierarchical, fp8, no round one, 3 blocks" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=32k STRATA_MOE_SPEC_TOKENS=0 STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 40) --dtype fp8 --hidden 256
-case_run "streamed: 3x2 hierarchical, pull by read, 6 experts, topk 6" 6 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_MODE=pull STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 30) --experts 6 --topk 6
-case_run "streamed: 2x2 flat, pull by request, bounce buffer, work ring of 2 slots" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_MODE=pull STRATA_MOE_PULL_READ=off STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_RING_SLOTS=2 STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 30)
-case_run "streamed: 2x2 hierarchical, streams changing every step, experts waited for on a stream" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 30) --streams 1 --expert-wait 2
+case_run "streamed: 3x2 hierarchical, pull by read, 6 experts, topk 6" 6 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_MODE=pull STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 30) --experts 6 --topk 6
+case_run "streamed: 2x2 flat, pull by request, bounce buffer, work ring of 2 slots" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=48k STRATA_MOE_MODE=pull STRATA_MOE_PULL_READ=off STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_RING_SLOTS=2 STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 30)
+case_run "streamed: 2x2 hierarchical, streams changing every step, experts waited for on a stream" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 30) --streams 1 --expert-wait 2
 case_run "streamed: 2x2 flat, adaptive on the drifting trace" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=4k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
 case_run "streamed: 2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10 --expert-wait 1
 case_run "streamed: 2x2 hierarchical, rank 3 aborts its step after dispatch_recv" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --abort 3:dispatched
+case_run "streamed: 2x2 flat, fp16, rank 1 aborts its step after combine_send" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=32k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --abort 1:combined --dtype fp16 --combine-dtype fp16
 case_run "streamed: 2x2 flat, rank 2 passes max_tokens + 1 tokens" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over
 # STRATA_MOE_COMBINE=node-reduce leaves a streamed object exact; params.combine asking for it
 # is refused; a rank alone on the worst-case exchange fails creation everywhere.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Two-tier MoE end to end at 16 ranks on 8 simulated nodes (2 ranks each), small shapes:
 # both routes, in Push, in Pull (by read and by request), with pull masks changing by step,
-# node-reduce combine, and adaptive on a drifting routing trace; every rank checks its data
-# exactly (node-reduce against a reference that sums in its order). On 2 cores
+# node-reduce combine, the streamed exchange, and adaptive on a drifting routing trace; every
+# rank checks its data exactly (node-reduce against a reference that sums in its order). On 2 cores
 # the whole file takes about a minute; the sanitizer builds run 6 steps in the fixed modes
 # (adaptive keeps its 30: it must see an expert change mode).
 set -u
@@ -25,6 +25,16 @@ done
 case_run "16x8 hierarchical, node-reduce" 16 "steps passed (hierarchical route, node-reduce combine" \
     -- $calm STRATA_MOE_ROUTE=hierarchical -- "${world[@]}" -- --steps $(steps 20 6) "${shape[@]}" \
     --combine node-reduce
+# The streamed exchange: windows of 2 tokens a round (per peer and token four 160-byte
+# entries and two rows of up to t terms returned, t = 2 flat and 4 hierarchical; 14 and 7
+# peers), so each step crosses 4 rounds; pull masks by step.
+case_run "16x8 flat, streamed in 4 rounds" 16 "streamed exchange in 4 rounds" -- $calm \
+    STRATA_MOE_ROUTE=flat STRATA_MOE_EXCHANGE=streamed STRATA_MOE_WINDOW_BYTES=36k -- \
+    "${world[@]}" -- --steps $(steps 20 6) "${shape[@]}"
+case_run "16x8 hierarchical, streamed in 4 rounds, pull by request" 16 \
+    "streamed exchange in 4 rounds" -- $calm STRATA_MOE_ROUTE=hierarchical \
+    STRATA_MOE_EXCHANGE=streamed STRATA_MOE_WINDOW_BYTES=26k STRATA_MOE_PULL_READ=off -- \
+    "${world[@]}" -- --steps $(steps 20 6) "${shape[@]}"
 # Hot experts that move every 5 steps: the owners switch experts between Push and Pull.
 "$tune" generate --experts 32 --ranks 16 --ranks-per-node 2 --tokens 8 --topk 4 --hidden 64 \
     --zipf 1.6 --drift-period 5 --drift-fraction 1 --steps 30 --seed "$seed" -o "$dir/drift.trace" ||

@@ -187,11 +187,12 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
         exit 1
     fi
     # moe --exchange: worst-case and streamed, one step of each in turn, with a window of 8
-    # tokens a round (hidden 256: 4 x 1 peer x 560-byte entries x 8): the same rows cross
-    # nodes, worst-case in one round and streamed in 4, and the ratio line.
+    # tokens a round (hidden 256, top-8, 1 peer: per token four 560-byte entries, and two
+    # buffers each of 8 returned and 8 received 512-byte rows: 18624 bytes): the same rows
+    # cross nodes, worst-case in one round and streamed in 4, and the ratio line.
     out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
           mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \
-          -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo -x STRATA_MOE_WINDOW_BYTES=17920 \
+          -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo -x STRATA_MOE_WINDOW_BYTES=148992 \
           "$bench" moe --ranks-per-node 2 --tokens 32 --hidden 256 --iters 3 \
           --exchange worst-case,streamed 2>&1)
     rc=$?

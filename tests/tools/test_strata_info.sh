@@ -76,13 +76,15 @@ grep -q '^  net returns *0 bytes' <<<"$("$info" --moe-memory --world 4 --nodes 1
 cli_run "$info" "${mem[@]}" --combine node-reduce --route flat
 [ $? -eq 1 ] && grep -q 'node-reduce combine needs the hierarchical route' "$cli_err" ||
     { cli_show "node-reduce on the flat route: expected exit 1 and the reason"; fail "refusal"; }
-# --exchange streamed: round two and staging hold a window's tokens (1152 bytes: 4 x 1 peer
-# x 144-byte entries x 2 tokens), staging twice, each part rounded up to 256 bytes; round
-# one (8 tokens worst-case, 2 here) shrinks with them. Node-reduce is refused there.
-out=$(STRATA_MOE_WINDOW_BYTES=1152 "$info" "${mem[@]}" --exchange streamed) ||
+# --exchange streamed: round two, staging and the returns hold a window's tokens (3200
+# bytes: 2 tokens, each four 144-byte entries for the 1 peer, two buffers of 2 returned
+# terms and two of 2 received, rows of 128 bytes), staging and returns twice, each part
+# rounded up to 256 bytes; round one (8 tokens worst-case, 2 here) shrinks with them.
+# Node-reduce is refused there.
+out=$(STRATA_MOE_WINDOW_BYTES=3200 "$info" "${mem[@]}" --exchange streamed) ||
     fail "--exchange streamed exited $?"
 grep -q 'exchange streamed$' <<<"$(head -1 <<<"$out")" || fail "streamed not named: $out"
-for part in "round one *512" "round two *512" "staging *768"; do
+for part in "round one *512" "round two *512" "staging *768" "returns *2560"; do
     grep -q "^  net $part bytes" <<<"$out" || fail "streamed net $part: $out"
 done
 grep -q '^  net staging *1280 bytes' <<<"$("$info" "${mem[@]}" --exchange worst-case)" ||
