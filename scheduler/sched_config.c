@@ -95,9 +95,10 @@ static const util_config_field_t sched_moe_config_fields[] = {
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, exchange),
      .enum_names = sched_exchange_names},
     {.name = "MOE_WINDOW_BYTES", .default_value = "256m",
-     .doc = "Streamed exchange: the bytes per rank of a dispatch round's network areas "
-            "(round one, overflow, two staging buffers); a round takes as many of each "
-            "rank's tokens as they hold, at least one.",
+     .doc = "Streamed exchange: the bytes per rank of a round's network areas (round one, "
+            "overflow, two staging buffers, and two buffers each of the terms returned to "
+            "peers and to this rank); a round takes as many of each rank's tokens as they "
+            "hold, at least one.",
      .type = UTIL_CONFIG_SIZE, .offset = offsetof(sched_moe_config_t, window_bytes)},
 };
 

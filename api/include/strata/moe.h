@@ -78,9 +78,10 @@ typedef enum strata_moe_exchange {
     STRATA_MOE_EXCHANGE_DEFAULT    = 0, /**< STRATA_MOE_EXCHANGE: worst-case or streamed */
     /** the network areas hold a whole step's worst case: every peer's every token */
     STRATA_MOE_EXCHANGE_WORST_CASE = 1,
-    /** a step's dispatch crosses the network in rounds of a slice of every rank's tokens,
-     *  through areas sized by STRATA_MOE_WINDOW_BYTES whatever max_tokens; exact combine
-     *  only (node-reduce is refused, or from STRATA_MOE_COMBINE left exact) */
+    /** a step's dispatch and combine cross the network in rounds of a slice of every
+     *  rank's tokens, through areas sized by STRATA_MOE_WINDOW_BYTES whatever max_tokens
+     *  and the world; exact combine only (node-reduce is refused, or from
+     *  STRATA_MOE_COMBINE left exact) */
     STRATA_MOE_EXCHANGE_STREAMED   = 2,
 } strata_moe_exchange_t;
 
