@@ -170,6 +170,10 @@ static strata_status_t sched_choose(const sched_moe_config_t *config,
                        config->capacity_factor, SCHED_MAX_LOAD_FACTOR);
         return STRATA_ERR_CONFIG;
     }
+    if (config->window_bytes == 0) {
+        UTIL_LOG_ERROR("moe: STRATA_MOE_WINDOW_BYTES=0: a window holds at least one token");
+        return STRATA_ERR_CONFIG;
+    }
     c->capacity_factor = config->capacity_factor;
     c->ring_slots = (uint32_t)config->ring_slots;
     c->route = params->route;

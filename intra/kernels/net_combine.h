@@ -44,16 +44,17 @@ KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, int p, int64_t *drop
  * The whole block, round r: the terms of the entries peer p sent us in dispatch round r,
  * gathered where their owners published them (every expert combines in Pull form), zeros
  * for those missing, then the counts of those, into our ret_out buffer for p, posted to
- * where p's header of the round said. Every round and peer, even with no terms: the
- * transfer is also p's credit for the buffer of the round after next (it waits for it in
- * NET_TERMS before it sends again).
+ * where p's header of the round said. The slots with a term are those of the records
+ * NET_INDEX checked against p's block (aug_topk), whatever the node's tables hold if its
+ * dispatch failed. Every round and peer, even with no terms: the transfer is also p's
+ * credit for the buffer of the round after next (it waits for it in NET_TERMS before it
+ * sends again).
  */
 KERNEL_FN int net_return_round(const intra_moe_args_t *a, int p, uint64_t step, uint32_t held,
                                kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
     const int64_t *seg = net_round_seg(n, n->round, p);
-    const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
     uint64_t block = (net_ret_buffer(n, step) * (uint64_t)n->num_peers + (uint64_t)p) *
                      n->ret_out_block;
     size_t y = (size_t)a->y_row_bytes, term = 0;
@@ -62,7 +63,7 @@ KERNEL_FN int net_return_round(const intra_moe_args_t *a, int p, uint64_t step, 
 
     for (int64_t t = seg[0]; t < seg[0] + seg[1]; ++t) {
         for (int k = 0; k < a->topk; ++k) {
-            int expert = route[(size_t)t * (size_t)a->topk + (size_t)k];
+            int64_t expert = n->aug_topk[(size_t)t * (size_t)a->topk + (size_t)k];
             const char *row = expert >= 0 ? moe_result_row(a, held, (int)t, k) : 0;
             char *dst = out + term * y;
 
@@ -77,7 +78,7 @@ KERNEL_FN int net_return_round(const intra_moe_args_t *a, int p, uint64_t step, 
             for (size_t j = g.thread; j < y; j += g.num_threads) {
                 dst[j] = 0;
             }
-            missing[moe_withheld(a, held, expert)] += 1;
+            missing[moe_withheld(a, held, (int)expert)] += 1;
         }
     }
     if (KERNEL_LEADER(g)) {
@@ -288,8 +289,8 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
     }
 }
 
-/* Our tokens' terms from every peer, and every transfer of ours done: the step is over
- * here, and its areas may be written again. */
+/* Our tokens' terms from every peer (in rounds, the round's), and after the last round
+ * every transfer of ours done: the step is over here, and its areas may be written again. */
 KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;

@@ -53,7 +53,7 @@ KERNEL_FN void net_partial_src(const intra_moe_args_t *a, int e, const char *row
 /*
  * One thread: the peer's entries of this round in staging order (Push ones first, then
  * Pull), and where each of their terms will come back: the peer returns them in that order,
- * packed, into our ret_in block for it, after those of the step's earlier rounds.
+ * packed, into our ret_in block for it (in rounds, in the round's buffer of ret_in).
  */
 KERNEL_FN void net_order_peer(const intra_moe_args_t *a, int p, uint64_t step)
 {
@@ -290,7 +290,16 @@ KERNEL_FN void net_protocol_error(const intra_moe_args_t *a, int peer, int what,
     moe_report(net_status(a), INTRA_MOE_KERNEL_NET_PROTOCOL, peer, what, -1, (int64_t)step);
 }
 
-/* Every peer's header for this step: its counts, checked, and its modes agreeing. */
+/* The most entries a peer sends us in this round: its own tokens of the round, at most. */
+KERNEL_FN int32_t net_round_limit(const intra_net_args_t *n)
+{
+    int64_t left = (int64_t)n->max_tokens - (int64_t)n->round * n->window_tokens;
+
+    return left < n->window_tokens ? (int32_t)left : n->window_tokens;
+}
+
+/* Every peer's header for this wire step (a round, in rounds): its counts, checked against
+ * the round's tokens (so a step's entries never pass max_tokens), and its modes agreeing. */
 KERNEL_FN int net_read_headers(const intra_moe_args_t *a, uint64_t step)
 {
     const intra_net_args_t *n = &a->net;
@@ -308,7 +317,7 @@ KERNEL_FN int net_read_headers(const intra_moe_args_t *a, uint64_t step)
             return 0;
         }
         h       = net_header_read(wire);
-        verdict = net_header_check(&h, step, n->window_tokens, n->digest);
+        verdict = net_header_check(&h, step, net_round_limit(n), n->digest);
         if (verdict == NET_WIRE_BAD) {
             net_protocol_error(a, peer->rank, INTRA_NET_WAIT_HEADER, h.step);
             return 0;

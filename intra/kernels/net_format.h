@@ -141,8 +141,9 @@ typedef struct intra_net_args {
     /*
      * A step's dispatch crosses the network in rounds (the streamed exchange): round r
      * takes every rank's own tokens [r * window_tokens, (r + 1) * window_tokens), and the
-     * spec, overflow and staging areas hold one round's entries (staging two: by the round's
-     * parity, so that a round is packed while the peers may still read the last one). One
+     * spec, overflow and staging areas hold one round's entries (staging two: by the parity
+     * of the round's wire step, below, so that a round is packed while the peers may still
+     * read the last one). One
      * round: window_tokens is max_tokens. Each round is a step of the wire protocol: its
      * headers, grants and counts are numbered state->step * rounds + round + 1. Combine
      * then runs in as many rounds: each returns the terms of one dispatch round's entries,

@@ -132,7 +132,9 @@ static void check_shape(const shape_t *s)
                   s->combine == STRATA_MOE_COMBINE_NODE_REDUCE ? "node-reduce" : "exact",
                   (double)want.total / (1 << 30));
     snprintf(window, sizeof(window), "%llu", (unsigned long long)s->window);
-    setenv("STRATA_MOE_WINDOW_BYTES", window, 1);
+    if (s->window > 0) {
+        setenv("STRATA_MOE_WINDOW_BYTES", window, 1);
+    }
     assert_int_equal(strata_moe_memory_estimate(&p, s->world, s->world / LOCAL, &got),
                      STRATA_OK);
     unsetenv("STRATA_MOE_WINDOW_BYTES");
@@ -340,6 +342,10 @@ static void test_refusals(void **state)
     p.route = STRATA_MOE_ROUTE_HIERARCHICAL;
     p.exchange = STRATA_MOE_EXCHANGE_STREAMED; /* node-reduce is not streamed */
     assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &m), STRATA_ERR_UNSUPPORTED);
+    p.combine = STRATA_MOE_COMBINE_EXACT;
+    setenv("STRATA_MOE_WINDOW_BYTES", "0", 1); /* a window holds at least one token */
+    assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &m), STRATA_ERR_CONFIG);
+    unsetenv("STRATA_MOE_WINDOW_BYTES");
     p.exchange = (strata_moe_exchange_t)3;
     p.combine = STRATA_MOE_COMBINE_EXACT;
     assert_int_equal(strata_moe_memory_estimate(&p, 16, 2, &m), STRATA_ERR_INVALID);

@@ -202,7 +202,9 @@ typedef struct strata_moe_stats {
      *  assumptions hold (where the area is: see there). */
     strata_moe_memory_t memory;
     /** How rows cross the network (fixed at creation): worst-case or streamed, and the
-     *  rounds a step's dispatch takes across nodes (1 on one node or worst-case). */
+     *  rounds a step's dispatch and combine take across nodes (1 on one node or
+     *  worst-case). In rounds the phases interleave: dispatch's time is all DISPATCH_WAIT,
+     *  combine_recv's all COMBINE_WAIT. */
     strata_moe_exchange_t exchange;
     int                   exchange_rounds;
 } strata_moe_stats_t;
