@@ -87,13 +87,13 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
 static strata_status_t sched_reduce_rounds(sched_moe_t *moe, const float *topk_weights,
                                            void *out)
 {
-    int64_t window = moe->geo.window_tokens, own = moe->cur.plan->num_tokens;
     size_t topk = (size_t)moe->geo.topk;
     strata_status_t status = STRATA_OK;
 
     for (int round = 0; round < moe->geo.rounds && status == STRATA_OK; ++round) {
-        int first = (int)UTIL_MIN(round * window, own);
-        int count = (int)UTIL_MIN((round + 1) * window, own) - first;
+        int first, count;
+
+        sched_round_tokens(&moe->geo, round, moe->cur.plan->num_tokens, &first, &count);
 
         moe->net.args.round = round;
         if (round > 0) {

@@ -206,7 +206,6 @@ static strata_status_t sched_dispatch_node(sched_moe_t *moe)
 static strata_status_t sched_dispatch_round(sched_moe_t *moe, int round,
                                             const intra_moe_step_t *whole)
 {
-    int window = moe->geo.window_tokens, own = moe->cur.plan->num_tokens;
     intra_moe_step_t step = *whole;
     strata_status_t status = STRATA_OK;
 
@@ -220,8 +219,8 @@ static strata_status_t sched_dispatch_round(sched_moe_t *moe, int round,
     if (status == STRATA_OK) {
         status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_INDEX, &moe->net.args);
     }
-    step.own_base     = (int)UTIL_MIN((int64_t)round * window, (int64_t)own);
-    step.num_own      = (int)UTIL_MIN(((int64_t)round + 1) * window, (int64_t)own) - step.own_base;
+    sched_round_tokens(&moe->geo, round, moe->cur.plan->num_tokens, &step.own_base,
+                       &step.num_own);
     step.aug_base_dev = moe->net.num_aug + 1; /* NET_RECV's count of the earlier rounds */
     step.more_rounds  = round + 1 < moe->geo.rounds;
     if (status == STRATA_OK) {

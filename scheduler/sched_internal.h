@@ -295,6 +295,17 @@ static inline size_t sched_place(size_t *cursor, size_t bytes)
     return at;
 }
 
+/* Round `round`'s slice of a rank's own tokens (the streamed exchange): [*first_p,
+ * *first_p + *count_p) of its num_tokens, as the network kernels take it (net_own_first). */
+static inline void sched_round_tokens(const sched_geometry_t *geo, int round, int num_tokens,
+                                      int *first_p, int *count_p)
+{
+    int64_t window = geo->window_tokens;
+
+    *first_p = (int)UTIL_MIN(round * window, (int64_t)num_tokens);
+    *count_p = (int)UTIL_MIN((round + 1) * window, (int64_t)num_tokens) - *first_p;
+}
+
 static inline bool sched_mask_test(const uint64_t *mask, int bit)
 {
     return (mask[bit / 64] >> (bit % 64)) & 1u;

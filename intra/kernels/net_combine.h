@@ -13,9 +13,9 @@
 /* Of the terms this node returns to peer p, those it has no row for (the node's combine
  * put zeros in their place), in the block's drops words: [0] dropped for capacity here,
  * [1] withheld by an owner here that aborted the step. */
-KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, int p, int64_t *drops)
+KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, const intra_net_peer_t *peer,
+                                 int64_t *drops)
 {
-    const intra_net_peer_t *peer = &a->net.peers[p];
     const int32_t *route = MOE_AT(a, a->rank, route, int32_t);
     uint32_t held = moe_withheld_ranks(a);
     int64_t dropped = 0, withheld = 0;
@@ -205,7 +205,7 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
     }
     kernel_block_sync(); /* every partial is out before the count lands past them */
     if (KERNEL_LEADER(g)) {
-        net_missing_terms(a, p, (int64_t *)(out + (size_t)entries * y));
+        net_missing_terms(a, peer, (int64_t *)(out + (size_t)entries * y));
     }
     return net_post_block(a, g, peer->rank, n->ret_out + (uint64_t)p * block,
                           n->ret_in + (uint64_t)peer->ret_at,
@@ -274,7 +274,7 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
             continue;
         }
         if (KERNEL_LEADER(g)) {
-            net_missing_terms(a, p, (int64_t *)(stage + terms));
+            net_missing_terms(a, peer, (int64_t *)(stage + terms));
         }
         kernel_block_sync(); /* the count is in before the bounce copies it */
         if (n->bounce) { /* the owners wrote them in the heap; they leave from the area */
