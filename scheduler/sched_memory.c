@@ -20,6 +20,8 @@ void sched_intra_params(const sched_moe_t *moe, intra_moe_params_t *ip)
         .dtype         = moe->params.dtype,
         .combine_dtype = moe->params.combine_dtype,
         .max_tokens    = geo->max_aug,
+        /* a round numbers its own slice and at most as many tokens from each peer */
+        .round_tokens  = geo->rounds > 1 ? geo->window_tokens * (1 + geo->num_peers) : 0,
         .capacity      = geo->capacity,
         .timeout_ns    = moe->timeout_ns,
         .failure       = moe->failure_dev,

@@ -116,9 +116,9 @@ typedef struct intra_moe_heap_offsets {
                              kernels' copy of the mapped marks) */
     size_t route;         /* int32[max_tokens * topk]: validated expert id or -1 */
     size_t row_slot;      /* int32[max_tokens * topk]: row at the owner, -1 if none */
-    size_t send_x;        /* [max_tokens][row_bytes]: tokens published for pull, by their
-                             index in the dispatch round */
-    size_t send_scales;   /* [max_tokens][scale_stride] */
+    size_t send_x;        /* [round_tokens][row_bytes]: tokens published for pull, by
+                             their index in the dispatch round */
+    size_t send_scales;   /* [round_tokens][scale_stride] */
     size_t recv_x;        /* [experts_per_rank][capacity][row_bytes] */
     size_t recv_scales;   /* [experts_per_rank][capacity][scale_stride] */
     size_t recv_src;      /* intra_moe_source_t[experts_per_rank][capacity] */
@@ -150,6 +150,7 @@ typedef struct intra_moe_args {
     int32_t  topk;
     int32_t  capacity;
     int32_t  num_tokens;
+    int32_t  round_tokens; /* the most tokens one round numbers: send_x's rows */
     /*
      * A step's dispatch may come in rounds, each a launch with some of its tokens; the
      * experts' blocks fill over the rounds and combine follows the last. Tokens are

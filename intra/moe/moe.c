@@ -82,9 +82,10 @@ static bool moe_params_valid(const intra_moe_params_t *p, int local_size)
                        "in the token and combine types%s", p->hidden,
                        p->dtype == STRATA_DTYPE_FP8_E4M3 ? ", and fp8 a multiple of 128" : "");
     } else if (p->max_tokens < 1 || p->max_tokens > (1 << 24) || p->capacity < 0 ||
-               (int64_t)p->max_tokens * p->topk > INT32_MAX) {
-        UTIL_LOG_ERROR("intra moe: max_tokens %d or capacity %d out of range", p->max_tokens,
-                       p->capacity);
+               (int64_t)p->max_tokens * p->topk > INT32_MAX || p->round_tokens < 0 ||
+               p->round_tokens > p->max_tokens) {
+        UTIL_LOG_ERROR("intra moe: max_tokens %d, round_tokens %d (0..max_tokens) or "
+                       "capacity %d out of range", p->max_tokens, p->round_tokens, p->capacity);
     } else {
         return true;
     }
@@ -100,8 +101,8 @@ static size_t moe_place(size_t *cursor, size_t bytes)
 }
 
 /* The buffers of one rank's part, from offset 0; the shape fields of args must be set. */
-static void moe_place_heap(const intra_moe_args_t *a, size_t max_tokens, bool terms_direct,
-                           intra_moe_heap_offsets_t *l)
+static void moe_place_heap(const intra_moe_args_t *a, size_t max_tokens, size_t round_tokens,
+                           bool terms_direct, intra_moe_heap_offsets_t *l)
 {
     size_t cursor = 0, entries = max_tokens * (size_t)a->topk;
     size_t rows = (size_t)a->experts_per_rank * (size_t)a->capacity;
@@ -119,8 +120,8 @@ static void moe_place_heap(const intra_moe_args_t *a, size_t max_tokens, bool te
     l->marked       = moe_place(&cursor, sizeof(uint64_t) * (size_t)a->experts_per_rank);
     l->route        = moe_place(&cursor, sizeof(int32_t) * entries);
     l->row_slot     = moe_place(&cursor, sizeof(int32_t) * entries);
-    l->send_x       = moe_place(&cursor, max_tokens * (size_t)a->row_bytes);
-    l->send_scales  = moe_place(&cursor, max_tokens * (size_t)a->scale_stride);
+    l->send_x       = moe_place(&cursor, round_tokens * (size_t)a->row_bytes);
+    l->send_scales  = moe_place(&cursor, round_tokens * (size_t)a->scale_stride);
     l->recv_x       = moe_place(&cursor, rows * (size_t)a->row_bytes);
     l->recv_scales  = moe_place(&cursor, rows * (size_t)a->scale_stride);
     l->recv_src     = moe_place(&cursor, rows * sizeof(intra_moe_source_t));
@@ -151,7 +152,9 @@ static bool moe_shape(const intra_moe_params_t *p, int local_size, intra_moe_arg
     a->scale_stride     = (int32_t)((scales * sizeof(float) + 15) / 16 * 16);
     a->y_elem           = moe_y_elem(p->combine_dtype);
     a->y_row_bytes      = (int32_t)((size_t)p->hidden * moe_elem_size(p->combine_dtype));
-    moe_place_heap(a, (size_t)p->max_tokens, p->terms_direct, &a->heap_offsets);
+    a->round_tokens     = p->round_tokens > 0 ? p->round_tokens : p->max_tokens;
+    moe_place_heap(a, (size_t)p->max_tokens, (size_t)a->round_tokens, p->terms_direct,
+                   &a->heap_offsets);
     return a->heap_offsets.total < SIZE_MAX / 2;
 }
 

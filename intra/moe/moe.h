@@ -27,6 +27,9 @@ typedef struct intra_moe_params {
     strata_dtype_t dtype;         /**< tokens; fp8 comes with scales */
     strata_dtype_t combine_dtype; /**< expert outputs and results: bf16, fp16 or fp32 */
     int            max_tokens;    /**< per rank and step */
+    /** The most tokens one dispatch round numbers, its own and those it received: the
+     *  rows published for Pull hold one round. 0: max_tokens (a round may be the step). */
+    int            round_tokens;
     int            capacity;      /**< rows per local expert; 0: max_tokens * local ranks */
     unsigned       num_blocks;    /**< kernel blocks; 0: STRATA_INTRA_BLOCKS or the backend's */
     uint64_t       timeout_ns;    /**< bound on each wait for a live peer; 0: STRATA_INTRA_TIMEOUT */

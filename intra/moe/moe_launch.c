@@ -88,6 +88,11 @@ static bool moe_round_valid(const intra_moe_t *moe, const intra_moe_step_t *s)
                        moe->max_tokens);
         return false;
     }
+    if (s->num_own > moe->args.round_tokens) {
+        UTIL_LOG_ERROR("intra moe: a dispatch round of %d tokens; a round holds at most %d",
+                       s->num_own, moe->args.round_tokens);
+        return false;
+    }
     if (!moe->rounds_open && (s->own_base != 0 || s->aug_base != 0)) {
         UTIL_LOG_ERROR("intra moe: a step's first dispatch round starts at token 0, not at "
                        "row %d (step token %d)", s->own_base, s->aug_base);

@@ -429,7 +429,9 @@ static int rank_main(const moe_case_t *c, int rank, const char *key, int done_fd
     intra_moe_params_t p = {.num_experts = c->experts, .topk = c->topk, .hidden = c->hidden,
                             .dtype = c->dtype, .combine_dtype = c->combine_dtype,
                             .max_tokens = c->max_tokens, .capacity = c->capacity,
-                            .num_blocks = c->blocks};
+                            .num_blocks = c->blocks,
+                            /* the rows published for Pull hold the largest round alone */
+                            .round_tokens = (c->max_tokens + rounds_of(c) - 1) / rounds_of(c)};
     rank_ctx_t r = {.c = c, .rank = rank, .per_rank = c->experts / c->ranks,
                     .dev = intra_device_find(c->device)};
     intra_heap_params_t hp = {.device = r.dev, .local_rank = rank, .local_size = c->ranks,

@@ -156,6 +156,14 @@ static void test_bad_parameters(void **state)
     assert_int_equal(intra_moe_heap_size(&p, 2), 0);
     p = good, p.capacity = -1;
     assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.round_tokens = -1;
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.round_tokens = good.max_tokens + 1;
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.round_tokens = 4; /* the rows published for Pull: 12 fewer of 256 bytes */
+    assert_int_equal(intra_moe_heap_size(&p, 2), intra_moe_heap_size(&good, 2) - 12 * 256);
+    p.round_tokens = good.max_tokens; /* the same as 0 */
+    assert_int_equal(intra_moe_heap_size(&p, 2), intra_moe_heap_size(&good, 2));
     assert_int_equal(intra_moe_heap_size(&good, INTRA_MOE_MAX_RANKS + 1), 0);
 }
 
@@ -227,6 +235,44 @@ static void test_call_order_and_arguments(void **state)
     intra_heap_destroy(heap);
 }
 
+/* An object whose rounds hold 4 tokens: a dispatch of 16 in one round is refused, in 4
+ * rounds it passes; combine sums what the rounds brought. */
+static void test_round_tokens(void **state)
+{
+    intra_moe_params_t p = good;
+    intra_heap_params_t hp = {.device = intra_device_find("host"), .local_rank = 0,
+                              .local_size = 1, .job_key = "test-moe-round-tokens",
+                              .timeout_ns = UTIL_NSEC_PER_SEC};
+    static int64_t idx[16 * 2];
+    static float w[16 * 2];
+    static _Alignas(16) uint16_t x[16 * 128], out[16 * 128];
+    intra_moe_recv_t recv;
+    intra_heap_t *heap;
+    intra_moe_t *moe;
+
+    (void)state;
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    p.round_tokens = 4;
+    hp.size = intra_moe_heap_size(&p, 1);
+    for (int i = 0; i < 32; ++i) {
+        idx[i] = i % 8;
+        w[i]   = 1.0f;
+    }
+    assert_int_equal(intra_heap_create(&hp, &heap), STRATA_OK);
+    assert_int_equal(intra_moe_create(&p, heap, &moe), STRATA_OK);
+    assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 16, NULL, &recv), STRATA_ERR_INVALID);
+    assert_int_equal(intra_moe_dispatch_rounds(moe, x, NULL, idx, 16, 3, NULL, &recv),
+                     STRATA_ERR_INVALID); /* rounds of 5 and 6 tokens */
+    assert_int_equal(intra_moe_dispatch_rounds(moe, x, NULL, idx, 16, 4, NULL, &recv),
+                     STRATA_OK);
+    for (int e = 0; e < 8; ++e) {
+        assert_int_equal(recv.count[e], 4); /* 32 entries over 8 experts */
+    }
+    assert_int_equal(intra_moe_combine(moe, recv.expert_y, w, NULL, out), STRATA_OK);
+    intra_moe_destroy(moe);
+    intra_heap_destroy(heap);
+}
+
 /* Local rank 1 joins the heap but never dispatches: rank 0 times out, then stays failed. */
 static void test_missing_peer_times_out(void **state)
 {
@@ -286,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_four_ranks),
         cmocka_unit_test(test_capacity_overflow),
         cmocka_unit_test(test_dispatch_in_rounds),
+        cmocka_unit_test(test_round_tokens),
         cmocka_unit_test(test_bad_expert_ids),
     };
 

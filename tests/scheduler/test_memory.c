@@ -95,13 +95,14 @@ static strata_moe_memory_t hand(const shape_t *s)
                    arr(8) + arr(8 * mask_words) + 2 * arr(4 * W) +
                    (rounds > 1 ? arr(rounds * (P + 1) * 3 * 8) : 0); /* each round's record */
     }
-    /* the intra tier's object for the node's experts, with aug tokens per rank */
+    /* the intra tier's object for the node's experts, with aug tokens per rank; the rows
+     * published for Pull hold one round's (Tw of its own and of each peer's) */
     /* counter, recv_count, landed, expected and round_base per local expert, and marked
      * (8 bytes); pull_cursor and sent_count per expert of the node */
     heap = up(up(sizeof(intra_moe_control_t), ALIGN) + up(4 * epr, ALIGN) * 5 +
               up(8 * epr, ALIGN) +
               up(4 * (epn + 1), ALIGN) + up(4 * epn, ALIGN) * 2 + 3 * up(4 * aug * K, ALIGN) +
-              up(aug * row, ALIGN) + m.expert_rows + (P > 0 ? 0 : aug * K * y), ALIGN) + ALIGN;
+              up(Tw * (1 + P) * row, ALIGN) + m.expert_rows + (P > 0 ? 0 : aug * K * y), ALIGN) + ALIGN;
     /* the scheduler's parts beside it */
     /* the own tokens' terms: not in rounds, which read them where their owners put them */
     heap += ALIGN + arr(8 * aug) + arr(8 * aug * K) + arr(2 * board) +
