@@ -5,6 +5,7 @@
 #include "sched_internal.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <string.h>
 
 typedef struct sched_moe_config {
@@ -81,11 +82,12 @@ static const util_config_field_t sched_moe_config_fields[] = {
             "on the flat route or a GPU backend combines exactly).",
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, combine),
      .enum_names = sched_combine_names},
-    {.name = "MOE_CAPACITY_FACTOR", .default_value = "0",
+    {.name = "MOE_CAPACITY_FACTOR", .default_value = "auto",
      .doc = "Where params.capacity is 0: the rows kept for each expert as this factor times "
             "its mean load (max_tokens x topk / experts, times the world size), rounded up; "
             "rows past it are dropped and reported (STRATA_ERR_CAPACITY). 0: the most an "
-            "expert can receive, max_tokens times the world size, which never drops a row.",
+            "expert can receive, max_tokens times the world size, which never drops a row. "
+            "auto: 2 on the streamed exchange, 0 on the worst-case one.",
      .type = UTIL_CONFIG_REAL, .offset = offsetof(sched_moe_config_t, capacity_factor)},
     {.name = "MOE_EXCHANGE", .default_value = "worst-case",
      .doc = "How a step's rows cross the network where params.exchange leaves it open: "
@@ -165,7 +167,8 @@ static strata_status_t sched_choose(const sched_moe_config_t *config,
                        "2..65536", config->ring_slots);
         return STRATA_ERR_CONFIG;
     }
-    if (!(config->capacity_factor >= 0.0 && config->capacity_factor <= SCHED_MAX_LOAD_FACTOR)) {
+    if (!isnan(config->capacity_factor) &&
+        !(config->capacity_factor >= 0.0 && config->capacity_factor <= SCHED_MAX_LOAD_FACTOR)) {
         UTIL_LOG_ERROR("moe: STRATA_MOE_CAPACITY_FACTOR=%g must be 0..%.0f",
                        config->capacity_factor, SCHED_MAX_LOAD_FACTOR);
         return STRATA_ERR_CONFIG;
@@ -174,7 +177,6 @@ static strata_status_t sched_choose(const sched_moe_config_t *config,
         UTIL_LOG_ERROR("moe: STRATA_MOE_WINDOW_BYTES=0: a window holds at least one token");
         return STRATA_ERR_CONFIG;
     }
-    c->capacity_factor = config->capacity_factor;
     c->ring_slots = (uint32_t)config->ring_slots;
     c->route = params->route;
     if (c->route == STRATA_MOE_ROUTE_DEFAULT) {
@@ -194,6 +196,11 @@ static strata_status_t sched_choose(const sched_moe_config_t *config,
                          ? config->exchange == 1
                          : params->exchange == STRATA_MOE_EXCHANGE_STREAMED;
     c->window_bytes = config->window_bytes;
+    /* the streamed exchange's areas hold rounds, not the worst case: its experts' blocks
+     * follow the load too, unless the variable asks otherwise */
+    c->capacity_factor = !isnan(config->capacity_factor) ? config->capacity_factor
+                         : c->streamed                   ? STRATA_MOE_STREAMED_CAPACITY_FACTOR
+                                                         : 0.0;
     c->net_memory  = config->net_memory;
     c->flush       = (sched_flush_t)config->flush;
     return STRATA_OK;

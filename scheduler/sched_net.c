@@ -347,7 +347,8 @@ static strata_status_t sched_card_compare(const sched_net_card_t *theirs,
         UTIL_LOG_ERROR("moe: rank %d made its object for the %s route, %d experts, top-%d, "
                        "hidden %d, %d tokens, capacity %d; this rank %d for the %s route, %d, "
                        "%d, %d, %d, %d: every rank must pass the same params, and the same "
-                       "STRATA_MOE_ROUTE and STRATA_MOE_FLAT_TOKENS", r,
+                       "STRATA_MOE_ROUTE, STRATA_MOE_FLAT_TOKENS and STRATA_MOE_CAPACITY_FACTOR "
+                       "(whose default follows the exchange)", r,
                        theirs->route == STRATA_MOE_ROUTE_FLAT ? "flat" : "hierarchical",
                        theirs->shape[0], theirs->shape[1], theirs->shape[2], theirs->shape[5],
                        theirs->shape[6], me,

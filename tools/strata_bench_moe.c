@@ -109,6 +109,12 @@ static void moe_route_open(bench_intra_t *b, strata_comm_t *comm, moe_route_t *r
                              .exchange = r->exchange};
     uint64_t t0;
 
+    if (r->exchange == STRATA_MOE_EXCHANGE_STREAMED) {
+        /* the worst-case exchange's capacity, so that the two differ in the exchange alone
+         * (the streamed one's default, twice the mean load, may drop rows) */
+        p.capacity = b->tokens * b->size;
+    }
+
     bench_barrier(b);
     t0 = util_clock_now_ns();
     BENCH_TRY(strata_moe_create(comm, &p, &r->moe));

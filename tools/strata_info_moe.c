@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define INFO_TOOL "strata-info"
 
@@ -44,10 +45,11 @@ void info_moe_memory_usage(FILE *out)
             "                   [--exchange X]\n"
             "  --moe-memory   (first) the bytes each rank of a MoE object of this shape would\n"
             "                 allocate, by part, and 'total: N bytes' last. W ranks spread evenly\n"
-            "                 over N nodes; capacity 0 (the default): the most one expert can\n"
-            "                 receive, or STRATA_MOE_CAPACITY_FACTOR x its mean load where that\n"
-            "                 is set; F: the capacity is F x an expert's mean load (max-tokens x\n"
-            "                 topk / experts x W), as the variable would make it;\n"
+            "                 over N nodes; capacity 0 (the default): STRATA_MOE_CAPACITY_FACTOR\n"
+            "                 x an expert's mean load (auto: 2 on the streamed exchange; on the\n"
+            "                 worst-case one the most one expert can receive); F: the capacity\n"
+            "                 is F x an expert's mean load (max-tokens x topk / experts x W), as\n"
+            "                 the variable would make it;\n"
             "                 D: bf16 (default), fp16, fp32, fp8 (tokens only);\n"
             "                 R: auto (default: STRATA_MOE_ROUTE), flat, hierarchical;\n"
             "                 M: auto (default: STRATA_MOE_COMBINE), exact, node-reduce;\n"
@@ -126,6 +128,23 @@ static void info_moe_line(const char *name, uint64_t bytes)
            (double)bytes / (1024.0 * 1024.0));
 }
 
+/* What capacity 0 gives: STRATA_MOE_CAPACITY_FACTOR's, whose default (auto) depends on the
+ * exchange. */
+static void info_default_capacity(const strata_moe_params_t *p, char *text, size_t size)
+{
+    const char *factor = getenv("STRATA_MOE_CAPACITY_FACTOR");
+
+    if ((factor != NULL && strcasecmp(factor, "auto") != 0) ||
+        p->exchange == STRATA_MOE_EXCHANGE_DEFAULT) {
+        snprintf(text, size, " (as STRATA_MOE_CAPACITY_FACTOR and the exchange say)");
+    } else if (p->exchange == STRATA_MOE_EXCHANGE_STREAMED) {
+        snprintf(text, size, " (%g x an expert's mean load, the streamed exchange's)",
+                 STRATA_MOE_STREAMED_CAPACITY_FACTOR);
+    } else {
+        snprintf(text, size, " (the most an expert can receive)");
+    }
+}
+
 static void info_moe_print(const strata_moe_params_t *p, const info_moe_shape_t *s,
                            const strata_moe_memory_t *m)
 {
@@ -135,9 +154,7 @@ static void info_moe_print(const strata_moe_params_t *p, const info_moe_shape_t 
         snprintf(capacity, sizeof(capacity), " (%g x an expert's mean load)",
                  s->capacity_factor);
     } else if (p->capacity == 0) {
-        snprintf(capacity, sizeof(capacity), " (the most an expert can receive%s)",
-                 getenv("STRATA_MOE_CAPACITY_FACTOR") != NULL
-                     ? ", or as STRATA_MOE_CAPACITY_FACTOR says" : "");
+        info_default_capacity(p, capacity, sizeof(capacity));
     }
     printf("moe memory per rank: %d ranks on %d nodes, %d tokens, hidden %d, %s -> %s, "
            "top-%d of %d experts, capacity %d%s, route %s, combine %s, exchange %s\n",

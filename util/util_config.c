@@ -115,6 +115,10 @@ static strata_status_t util_config_parse_real(const char *text, double *value_p,
     double number;
     char *end;
 
+    if (strcasecmp(text, "auto") == 0) {
+        *value_p = NAN; /* the field's user decides */
+        return STRATA_OK;
+    }
     errno  = 0;
     number = strtod(text, &end);
     if (end == text || *end != '\0' || isspace((unsigned char)text[0])) {
@@ -506,6 +510,10 @@ void util_config_format_value(const util_config_field_t *field, const void *src,
         return;
     case UTIL_CONFIG_REAL:
         memcpy(&real, src, sizeof(real));
+        if (isnan(real)) {
+            snprintf(buf, buf_size, "auto");
+            return;
+        }
         snprintf(buf, buf_size, "%.17g", real); /* reads back as the same double */
         return;
     }

@@ -26,7 +26,8 @@ typedef enum util_config_type {
     UTIL_CONFIG_BOOL,   /**< bool; y/yes/on/true/1 or n/no/off/false/0 */
     UTIL_CONFIG_ENUM,   /**< int index into enum_names; case-insensitive */
     UTIL_CONFIG_STRING, /**< char *, owned by the struct: free with util_config_release */
-    UTIL_CONFIG_REAL    /**< double; a finite decimal number, e.g. "2", "1.5", "2e-1" */
+    UTIL_CONFIG_REAL    /**< double; a finite decimal number, e.g. "2", "1.5", "2e-1", or
+                             "auto", stored as NAN: the field's doc says what it gives */
 } util_config_type_t;
 
 /** One value of any field type, held outside a table's struct (util_config_parse_value's

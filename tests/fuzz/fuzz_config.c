@@ -9,6 +9,8 @@
 #include "api/api.h"
 #include "util/util.h"
 
+#include <math.h>
+
 #define FUZZ_VALUE_MAX 4096
 
 static const util_config_field_t *fuzz_field(const char *name)
@@ -35,7 +37,7 @@ static bool fuzz_value_equal(const util_config_field_t *field, const util_config
     case UTIL_CONFIG_BOOL:   return a->flag == b->flag;
     case UTIL_CONFIG_ENUM:   return a->index == b->index;
     case UTIL_CONFIG_STRING: return strcmp(a->str, b->str) == 0;
-    case UTIL_CONFIG_REAL:   return a->real == b->real;
+    case UTIL_CONFIG_REAL:   return a->real == b->real || (isnan(a->real) && isnan(b->real));
     }
     return false;
 }

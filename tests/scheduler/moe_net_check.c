@@ -32,7 +32,10 @@
  * alone. With --overflow EXPERT:CAPACITY every token goes to that one expert, whose
  * capacity is far too small: its rows are exact up to the capacity, every token's result is
  * exact or lacks its term, and a rank whose token lacks its term must get
- * STRATA_ERR_CAPACITY from combine_recv, wherever the term was dropped. With --abort
+ * STRATA_ERR_CAPACITY from combine_recv, wherever the term was dropped. On the streamed
+ * exchange with no capacity given (and no STRATA_MOE_CAPACITY_FACTOR) every expert's
+ * capacity must be twice its mean load, and rows past it are checked as dropped, the
+ * same way. With --abort
  * RANK:WHEN that rank ends the middle step with strata_moe_abort_step after dispatch_send
  * (sent), dispatch_recv (dispatched) or combine_send (combined): the others' results must
  * lack exactly the terms of its experts (none where it aborted after combine_send) with
@@ -387,6 +390,12 @@ int main(int argc, char **argv)
         CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
         check_memory(&p, &r, objects[0]);
         CHECK(strata_moe_get_stats(objects[0], &stats) == STRATA_OK, "stats");
+        if (p.capacity == 0 && stats.exchange == STRATA_MOE_EXCHANGE_STREAMED &&
+            getenv("STRATA_MOE_CAPACITY_FACTOR") == NULL) {
+            /* the streamed exchange's default: twice the mean load, rows past it dropped */
+            CHECK(strata_moe_load_capacity(&p, r.world, 2.0, &o.c.capacity) == STRATA_OK,
+                  "no capacity of twice the mean load");
+        }
         /* STRATA_MOE_COMBINE=node-reduce leaves a flat or streamed object exact */
         r.node_reduce = r.num_nodes > 1 && stats.route == STRATA_MOE_ROUTE_HIERARCHICAL &&
                         stats.exchange != STRATA_MOE_EXCHANGE_STREAMED &&
@@ -460,11 +469,11 @@ int main(int argc, char **argv)
             CHECK(strata_moe_get_stats(objects[i], &stats) == STRATA_OK && stats.steps == want,
                   "stats of object %d: %" PRIu64 " steps, not %" PRIu64, i, stats.steps, want);
         }
-        char streamed[64] = "";
+        char streamed[128] = "";
 
         if (stats.exchange == STRATA_MOE_EXCHANGE_STREAMED) {
-            snprintf(streamed, sizeof(streamed), ", streamed exchange in %d rounds",
-                     stats.exchange_rounds);
+            snprintf(streamed, sizeof(streamed), ", streamed exchange in %d rounds, capacity "
+                     "%d", stats.exchange_rounds, o.c.capacity);
         }
         printf("rank %d: %d steps passed (%s route, %s combine%s, last step %" PRIu64 " tokens "
                "to other nodes, %" PRIu64 " in round two; %d mode changes, every rank "
@@ -476,6 +485,10 @@ int main(int argc, char **argv)
          * rank's last step still waits for (the acknowledgement of a write it received):
          * leave together, as an application ending its job would. */
         CHECK(strata_barrier(comm, 60000) == STRATA_OK, "the barrier before leaving");
+    }
+    if (r.short_results > 0) {
+        printf("rank %d: %" PRIu64 " results lacked terms dropped past their experts' "
+               "capacity, each exact without them\n", g_rank, r.short_results);
     }
     if (r.node_reduce && r.nr_values > 0) {
         printf("rank %d: node-reduce against exact: %" PRIu64 " of %" PRIu64 " values differ, "

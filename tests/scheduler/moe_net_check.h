@@ -72,6 +72,7 @@ typedef struct rank_state {
      * largest difference relative to the sum of the magnitudes of the value's terms. */
     uint64_t          nr_values, nr_differ;
     double            nr_worst; /* in units of the combine dtype's rounding unit */
+    uint64_t          short_results; /* tokens whose result lacked terms past capacity */
     strata_moe_layout_t *layout; /* --streams: the step's, kept until its kernels are done */
 } rank_state_t;
 
@@ -120,9 +121,10 @@ void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv);
  *  local expert, before the capacity: at least what was delivered. */
 void check_counts(const rank_state_t *r, const strata_moe_recv_t *recv,
                   const int32_t *counts);
-/** Every token's combined row is the reference's (or, where its term was dropped for
- *  capacity, empty with combine_recv's CAPACITY; where its owner withheld it, without that
- *  term, with CANCELLED). */
+/** Every token's combined row is the reference's (or, where terms were dropped for
+ *  capacity, the reference without some of those whose experts overflowed, with
+ *  combine_recv's CAPACITY; where its owner withheld it, without that term, with
+ *  CANCELLED). */
 void check_combine(rank_state_t *r, strata_status_t combined);
 /** The combine dtype's unit roundoff: half the distance from 1 to the next value. */
 double ref_unit(strata_dtype_t dtype);

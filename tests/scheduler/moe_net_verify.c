@@ -134,10 +134,11 @@ void check_counts(const rank_state_t *r, const strata_moe_recv_t *recv, const in
     }
 }
 
-/* Column h of token t's terms on node (-1: every node), weighted, summed in fp32 in k order;
- * *any_p: whether the token has a term there. */
-static float ref_node_sum(const rank_state_t *r, int t, int h, int node, bool *any_p,
-                          double *magnitude_p)
+/* Column h of token t's terms on node (-1: every node), weighted, summed in fp32 in k order,
+ * but for the slots in dropped (bit k: its row was past its expert's capacity); *any_p:
+ * whether the token has a term there. */
+static float ref_node_sum(const rank_state_t *r, int t, int h, int node, uint32_t dropped,
+                          bool *any_p, double *magnitude_p)
 {
     const moe_case_t *c = r->c;
     unsigned char yrow[16];
@@ -149,7 +150,7 @@ static float ref_node_sum(const rank_state_t *r, int t, int h, int node, bool *a
         int64_t e = ref_route(c, g_step, r->rank, t, k);
 
         if (e < 0 || (node >= 0 && r->rank_node[e / (c->experts / r->world)] != node) ||
-            withheld(r, e)) {
+            withheld(r, e) || (dropped >> k & 1u) != 0) {
             continue;
         }
         ref_store(yrow, 0, c->combine_dtype, gen_y(c, g_step, (int)e, r->rank, t, h));
@@ -171,7 +172,8 @@ double ref_unit(strata_dtype_t dtype)
 /* Node-reduce's value against the exact one, within the bound docs/moe.md derives: three
  * roundings to the combine dtype (this result, the exact one, the other nodes' partial
  * rows), and fp32 reassociation, of the sum of the terms' magnitudes. */
-static void ref_against_exact(rank_state_t *r, int t, int h, const unsigned char *ref)
+static void ref_against_exact(rank_state_t *r, int t, int h, uint32_t dropped,
+                              const unsigned char *ref)
 {
     strata_dtype_t dtype = r->c->combine_dtype;
     unsigned char exact[16];
@@ -179,7 +181,7 @@ static void ref_against_exact(rank_state_t *r, int t, int h, const unsigned char
     double bound = 3.0 + 2.0 * (r->c->topk + r->num_nodes) * 0x1p-24 / unit;
     bool any;
 
-    ref_store(exact, 0, dtype, ref_node_sum(r, t, h, -1, &any, &magnitude));
+    ref_store(exact, 0, dtype, ref_node_sum(r, t, h, -1, dropped, &any, &magnitude));
     diff = fabs((double)ref_load(exact, 0, dtype) - (double)ref_load(ref, h, dtype));
     r->nr_values += 1;
     r->nr_differ += diff != 0.0;
@@ -194,7 +196,7 @@ static void ref_against_exact(rank_state_t *r, int t, int h, const unsigned char
 /* Column h of token t's result. Exact: every term in fp32 in k order. Node-reduce: each
  * node's terms so, this node's kept in fp32, another's rounded to the combine dtype (the
  * row that node returns), the partials added in node order; rounded once. */
-static void ref_column(rank_state_t *r, int t, int h, unsigned char *ref)
+static void ref_column(rank_state_t *r, int t, int h, uint32_t dropped, unsigned char *ref)
 {
     strata_dtype_t dtype = r->c->combine_dtype;
     unsigned char part[16];
@@ -203,11 +205,11 @@ static void ref_column(rank_state_t *r, int t, int h, unsigned char *ref)
     bool any;
 
     if (!r->node_reduce) {
-        ref_store(ref, h, dtype, ref_node_sum(r, t, h, -1, &any, &magnitude));
+        ref_store(ref, h, dtype, ref_node_sum(r, t, h, -1, dropped, &any, &magnitude));
         return;
     }
     for (int node = 0; node < r->num_nodes; ++node) {
-        float sum = ref_node_sum(r, t, h, node, &any, &magnitude);
+        float sum = ref_node_sum(r, t, h, node, dropped, &any, &magnitude);
 
         if (node == r->node) {
             acc = acc + sum;
@@ -217,7 +219,7 @@ static void ref_column(rank_state_t *r, int t, int h, unsigned char *ref)
         }
     }
     ref_store(ref, h, dtype, acc);
-    ref_against_exact(r, t, h, ref);
+    ref_against_exact(r, t, h, dropped, ref);
 }
 
 bool aborts(int s)
@@ -253,6 +255,51 @@ static void check_withheld(const rank_state_t *r, strata_status_t combined)
           strata_status_string(combined), lost ? "some" : "none");
 }
 
+/* Token t's row, as the reference makes it with the slots in dropped left out. */
+static void ref_row(rank_state_t *r, int t, uint32_t dropped, unsigned char *ref)
+{
+    for (int h = 0; h < r->c->hidden; ++h) {
+        ref_column(r, t, h, dropped, ref);
+    }
+}
+
+/* The slots of token t whose expert was routed more rows this step than its capacity (the
+ * rows past it are dropped, which of them depends on arrival order). */
+static uint32_t ref_overflowed(const rank_state_t *r, int t)
+{
+    int capacity = (r->c->capacity + 3) / 4 * 4; /* rounded up to the alignment of 4 */
+    uint32_t slots = 0;
+
+    for (int k = 0; k < r->c->topk; ++k) {
+        int64_t e = ref_route(r->c, g_step, r->rank, t, k);
+
+        slots |= e >= 0 && ref_count(r, e) > capacity ? 1u << k : 0u;
+    }
+    return slots;
+}
+
+/* A row that is not the token's whole result: it must be the result without some of the
+ * terms whose experts overflowed, and the rank must be told (CAPACITY). */
+static void check_dropped(rank_state_t *r, int t, const unsigned char *got,
+                          strata_status_t combined)
+{
+    uint32_t overflowed = ref_overflowed(r, t);
+    unsigned char *ref = r->ref + (size_t)t * r->y_row_bytes;
+
+    for (uint32_t dropped = overflowed; dropped != 0; dropped = (dropped - 1) & overflowed) {
+        ref_row(r, t, dropped, ref);
+        if (memcmp(ref, got, r->y_row_bytes) == 0) {
+            CHECK(combined == STRATA_ERR_CAPACITY, "token %d lost terms (slots 0x%x), and "
+                  "combine_recv returned %s, not CAPACITY", t, dropped,
+                  strata_status_string(combined));
+            r->short_results += 1;
+            return;
+        }
+    }
+    CHECK(false, "token %d's combined row differs, and is not its result without any of "
+          "its terms past their experts' capacity (slots 0x%x)", t, overflowed);
+}
+
 void check_combine(rank_state_t *r, strata_status_t combined)
 {
     const moe_case_t *c = r->c;
@@ -264,16 +311,9 @@ void check_combine(rank_state_t *r, strata_status_t combined)
         unsigned char *ref = r->ref + (size_t)t * r->y_row_bytes;
         const unsigned char *got = r->out + (size_t)t * r->y_row_bytes;
 
-        for (int h = 0; h < c->hidden; ++h) {
-            ref_column(r, t, h, ref);
-        }
-        if (r->c->capacity > 0 && memcmp(ref, got, r->y_row_bytes) != 0) {
-            /* its one term was dropped: the result is zeros, and the rank must be told */
-            for (size_t i = 0; i < r->y_row_bytes; ++i) {
-                CHECK(got[i] == 0, "token %d's row is neither its result nor empty", t);
-            }
-            CHECK(combined == STRATA_ERR_CAPACITY, "token %d lost its term, and combine_recv "
-                  "returned %s, not CAPACITY", t, strata_status_string(combined));
+        ref_row(r, t, 0, ref);
+        if (c->capacity > 0 && memcmp(ref, got, r->y_row_bytes) != 0) {
+            check_dropped(r, t, got, combined);
             continue;
         }
         CHECK(memcmp(ref, got, r->y_row_bytes) == 0, "token %d's combined row differs", t);

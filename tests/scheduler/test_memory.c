@@ -322,6 +322,49 @@ static void test_load_capacity(void **state)
     unsetenv("STRATA_MOE_CAPACITY_FACTOR");
 }
 
+/* Capacity 0 on the streamed exchange: twice the mean load unless the variable says
+ * otherwise (auto, its default, is that; 0 the most an expert can receive); on the
+ * worst-case exchange auto is the most. Both worlds of the issue's prefill shape fit
+ * 2.4 GiB, all but the expert rows 512 MiB. */
+static void test_streamed_capacity(void **state)
+{
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
+                             .max_tokens = 4096, .route = STRATA_MOE_ROUTE_HIERARCHICAL,
+                             .combine = STRATA_MOE_COMBINE_EXACT,
+                             .exchange = STRATA_MOE_EXCHANGE_STREAMED};
+    static const int worlds[] = {64, 256};
+    strata_moe_memory_t got;
+
+    (void)state;
+    for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); ++w) {
+        shape_t s = {worlds[w], 4096, mean_x2(worlds[w], 4096), STRATA_MOE_ROUTE_HIERARCHICAL,
+                     STRATA_MOE_COMBINE_EXACT, 256ull << 20};
+
+        assert_int_equal(strata_moe_memory_estimate(&p, worlds[w], worlds[w] / LOCAL, &got),
+                         STRATA_OK);
+        assert_int_equal(got.total, hand(&s).total);
+        assert_true(got.total <= (uint64_t)(2.4 * (1 << 30)));
+        assert_true(got.total - got.expert_rows <= 512u << 20);
+    }
+    setenv("STRATA_MOE_CAPACITY_FACTOR", "auto", 1);
+    assert_int_equal(strata_moe_memory_estimate(&p, 64, 8, &got), STRATA_OK);
+    assert_int_equal(got.total, hand(&(shape_t){64, 4096, mean_x2(64, 4096),
+                                               STRATA_MOE_ROUTE_HIERARCHICAL,
+                                               STRATA_MOE_COMBINE_EXACT, 256ull << 20}).total);
+    setenv("STRATA_MOE_CAPACITY_FACTOR", "0", 1);
+    assert_int_equal(strata_moe_memory_estimate(&p, 64, 8, &got), STRATA_OK);
+    assert_int_equal(got.total, hand(&(shape_t){64, 4096, 4096 * 64,
+                                               STRATA_MOE_ROUTE_HIERARCHICAL,
+                                               STRATA_MOE_COMBINE_EXACT, 256ull << 20}).total);
+    unsetenv("STRATA_MOE_CAPACITY_FACTOR");
+    p.exchange = STRATA_MOE_EXCHANGE_WORST_CASE;
+    assert_int_equal(strata_moe_memory_estimate(&p, 64, 8, &got), STRATA_OK);
+    assert_int_equal(got.total, hand(&(shape_t){64, 4096, 4096 * 64,
+                                               STRATA_MOE_ROUTE_HIERARCHICAL,
+                                               STRATA_MOE_COMBINE_EXACT, 0}).total);
+}
+
 static void test_refusals(void **state)
 {
     strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
@@ -380,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_bounce_buffer),
         cmocka_unit_test(test_default_capacity),
         cmocka_unit_test(test_load_capacity),
+        cmocka_unit_test(test_streamed_capacity),
         cmocka_unit_test(test_refusals),
     };
 

@@ -167,26 +167,33 @@ case_run "2x2 hierarchical, params.combine 7" 4 "creation refused: invalid argum
 # slice of every rank's tokens, through areas that STRATA_MOE_WINDOW_BYTES sizes. Windows of
 # 4 to 64 KiB make rounds of 1 to 6 tokens, so that every step crosses 4 to 24 rounds (every
 # rank checks every row and combined value, as above), both buffers of staging and of the
-# returns take turns, and later rounds wait for their peers' credit.
+# returns take turns, and later rounds wait for their peers' credit. The streamed exchange's
+# experts hold twice their mean load by default: rows past it are dropped, and every rank
+# checks that its results lacking terms lack only some of those past capacity, exactly, with
+# CAPACITY. Where a case checks what a rank aborting or refused withholds, or runs on
+# streams, STRATA_MOE_CAPACITY_FACTOR=0 (exact, never drops) keeps drops out of it ($never).
 st="STRATA_MOE_EXCHANGE=streamed"
+never="STRATA_MOE_CAPACITY_FACTOR=0"
 sok='streamed exchange in'
+short='results lacked terms dropped past'
 case_run "streamed: 2x2 flat, bf16, 1-token rounds" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 40)
 case_run "streamed: 2x2 hierarchical, fp8, no round one, 3 blocks" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=32k STRATA_MOE_SPEC_TOKENS=0 STRATA_INTRA_BLOCKS=3 STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 40) --dtype fp8 --hidden 256
 case_run "streamed: 3x2 hierarchical, pull by read, 6 experts, topk 6" 6 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_MODE=pull STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 30) --experts 6 --topk 6
 case_run "streamed: 2x2 flat, pull by request, bounce buffer, work ring of 2 slots" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=48k STRATA_MOE_MODE=pull STRATA_MOE_PULL_READ=off STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_RING_SLOTS=2 STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 30)
-case_run "streamed: 2x2 hierarchical, streams changing every step, experts waited for on a stream" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 30) --streams 1 --expert-wait 2
-case_run "streamed: 2x2 flat, adaptive on the drifting trace" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=4k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
+case_run "streamed: 2x2 hierarchical, streams changing every step, experts waited for on a stream" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 30) --streams 1 --expert-wait 2
+case_run "streamed: 2x2 flat, adaptive on the drifting trace, rows past twice the mean load dropped" 4 "$short" -- $calm $st STRATA_MOE_WINDOW_BYTES=4k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
 case_run "streamed: 2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10 --expert-wait 1
-case_run "streamed: 2x2 hierarchical, rank 3 aborts its step after dispatch_recv" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --abort 3:dispatched
-case_run "streamed: 2x2 flat, fp16, rank 1 aborts its step after combine_send" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=32k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --abort 1:combined --dtype fp16 --combine-dtype fp16
-case_run "streamed: 2x2 flat, rank 2 passes max_tokens + 1 tokens" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over
+case_run "streamed: 2x2 hierarchical, rank 3 aborts its step after dispatch_recv" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --abort 3:dispatched
+case_run "streamed: 2x2 flat, fp16, rank 1 aborts its step after combine_send" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=32k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --abort 1:combined --dtype fp16 --combine-dtype fp16
+case_run "streamed: 2x2 flat, rank 2 passes max_tokens + 1 tokens" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over
 # STRATA_MOE_COMBINE=node-reduce leaves a streamed object exact; params.combine asking for it
 # is refused; a rank alone on the worst-case exchange fails creation everywhere.
 case_run "streamed: 2x2 hierarchical, STRATA_MOE_COMBINE=node-reduce combines exactly" 4 "exact combine, $sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_COMBINE=node-reduce STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 10)
 case_run "streamed: 2x2 hierarchical, node-reduce refused" 4 "creation refused: operation not supported" -- $calm $st STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --combine node-reduce --refused "not supported"
-# (The default window holds every token here: the ranks differ in the exchange alone, not
-# also in round one's size, which a small window would clamp.)
-case_run "streamed: 2x2, rank 1 alone on the worst-case exchange" 4 "and STRATA_MOE_WINDOW_BYTES must match on every rank" -- $calm $st -- -n 4 --nodes 2 -- --odd-exchange 1
+# (The default window holds every token here, and the capacity is given: the ranks differ in
+# the exchange alone, not also in round one's size, which a small window would clamp, or in
+# the capacity, which follows the exchange by default.)
+case_run "streamed: 2x2, rank 1 alone on the worst-case exchange" 4 "and STRATA_MOE_WINDOW_BYTES must match on every rank" -- $calm $st $never -- -n 4 --nodes 2 -- --odd-exchange 1
 # A rank killed or stopped inside a round: the same bounds as above.
 case_run "streamed: 2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
 case_run "streamed: 2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000

@@ -27,7 +27,8 @@ case_run "16x8 hierarchical, node-reduce" 16 "steps passed (hierarchical route, 
     --combine node-reduce
 # The streamed exchange: windows of 2 tokens a round (per peer and token four 160-byte
 # entries and two rows of up to t terms returned, t = 2 flat and 4 hierarchical; 14 and 7
-# peers), so each step crosses 4 rounds; pull masks by step.
+# peers), so each step crosses 4 rounds; pull masks by step; the streamed exchange's default
+# capacity, twice the mean load (rows past it dropped, and checked so).
 case_run "16x8 flat, streamed in 4 rounds" 16 "streamed exchange in 4 rounds" -- $calm \
     STRATA_MOE_ROUTE=flat STRATA_MOE_EXCHANGE=streamed STRATA_MOE_WINDOW_BYTES=36k -- \
     "${world[@]}" -- --steps $(steps 20 6) "${shape[@]}"

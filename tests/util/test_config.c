@@ -3,6 +3,7 @@
  */
 #include "util/util.h"
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -145,6 +146,11 @@ static void test_real(void **state)
     real = 0.0;
     assert_int_equal(util_config_parse_value(&test_fields[6], text, &real, err), STRATA_OK);
     assert_true(real == 0.1);
+    /* "auto", any case, leaves the choice to the field's user: NAN, formatted back as auto */
+    assert_int_equal(util_config_parse_value(&test_fields[6], "AUTO", &real, err), STRATA_OK);
+    assert_true(isnan(real));
+    util_config_format_value(&test_fields[6], &real, text, sizeof(text));
+    assert_string_equal(text, "auto");
 }
 
 /* A value with a newline (found by fuzz_config) is refused in one line of message. */

@@ -85,6 +85,11 @@ typedef enum strata_moe_exchange {
     STRATA_MOE_EXCHANGE_STREAMED   = 2,
 } strata_moe_exchange_t;
 
+/** The capacity factor of the streamed exchange where params.capacity is 0 and
+ *  STRATA_MOE_CAPACITY_FACTOR is auto (its default): its experts' blocks follow the load,
+ *  as its areas do. The worst-case exchange's default is the most an expert can receive. */
+#define STRATA_MOE_STREAMED_CAPACITY_FACTOR 2.0
+
 typedef struct strata_moe_params {
     int                num_experts;      /**< over all ranks; a multiple of the world size */
     int                topk;             /**< experts per token, 1..min(num_experts, 32) */
@@ -93,9 +98,11 @@ typedef struct strata_moe_params {
     strata_dtype_t     dtype;            /**< tokens; fp8 comes with per-128-column scales */
     strata_dtype_t     combine_dtype;    /**< expert outputs and results: bf16, fp16, fp32 */
     int                max_tokens;       /**< per rank and step */
-    /** rows kept for each local expert (0: the most it can receive, max_tokens times
-     *  the world size; or, where STRATA_MOE_CAPACITY_FACTOR is set, that factor times its
-     *  mean load, see strata_moe_load_capacity), rounded up to expert_alignment */
+    /** rows kept for each local expert, rounded up to expert_alignment. 0: where
+     *  STRATA_MOE_CAPACITY_FACTOR is a number, that factor times its mean load (see
+     *  strata_moe_load_capacity; 0, the most it can receive, max_tokens times the world
+     *  size); where it is auto (the default), STRATA_MOE_STREAMED_CAPACITY_FACTOR times
+     *  the mean load on the streamed exchange and the most on the worst-case one */
     int                capacity;
     int                expert_alignment; /**< rows; 0 or 1: none */
     strata_moe_route_t route;
@@ -236,7 +243,8 @@ STRATA_API strata_status_t strata_moe_memory_estimate(const strata_moe_params_t 
  * Local: the capacity an expert's block gets from its load, factor times its mean load
  * (params->max_tokens x topk / num_experts, times world_size), rounded up, at least 1 and
  * at most max_tokens x world_size (before rounding up to expert_alignment). This is what
- * strata_moe_create uses where params->capacity is 0 and STRATA_MOE_CAPACITY_FACTOR is set;
+ * strata_moe_create uses where params->capacity is 0 and STRATA_MOE_CAPACITY_FACTOR is set
+ * (or, on the streamed exchange, auto: factor STRATA_MOE_STREAMED_CAPACITY_FACTOR);
  * factor 0 gives 0 (the most an expert can receive). STRATA_ERR_INVALID: NULL, a factor
  * outside 0..1e6, or sizes that are not positive.
  */
