@@ -67,6 +67,8 @@ static void scale_usage(FILE *out)
             "  --hidden H (7168)  --topk K (8)  --experts E (256)  --spec-tokens N (32)\n"
             "  --capacity-factor F (2)  the memory columns' capacity: F x an expert's mean\n"
             "                     load (tokens x EP x topk / experts); 0: the most it can get\n"
+            "                     (GiB: the worst-case exchange per combine, and the streamed\n"
+            "                     one with exact combine)\n"
             "Exit status: 0 printed, 1 a file could not be read or has no GPU or NIC,\n"
             "2 bad usage.\n");
 }
@@ -289,8 +291,9 @@ static void scale_print_header(const scale_opts_t *o, const scale_setup_t *setup
            o->spec_tokens);
     printf("# MB: 10^6 bytes per NIC per step, one way. GiB: memory per rank, from the "
            "library's sizing function\n# (strata_moe_memory_estimate; not modelled), capacity "
-           "%g x an expert's mean load%s.\n", o->capacity_factor,
-           o->capacity_factor > 0.0 ? "" : " (0: the most it can receive)");
+           "%g x an expert's mean load%s;\n# the worst-case exchange, and the streamed one "
+           "with exact combine and the default\n# window (STRATA_MOE_WINDOW_BYTES).\n",
+           o->capacity_factor, o->capacity_factor > 0.0 ? "" : " (0: the most it can receive)");
 }
 
 /* The memory columns' objects take round one as the model does: the library reads it from
@@ -306,7 +309,7 @@ static void scale_set_round_one(int spec_tokens)
 /* The bytes per rank an object of this shape allocates, in GiB; -1 where it cannot be made
  * (node-reduce on the flat route, a shape past the library's range). */
 static double scale_memory(const scale_opts_t *o, const tune_scale_shape_t *shape,
-                           tune_route_t route, int combine)
+                           tune_route_t route, int combine, strata_moe_exchange_t exchange)
 {
     strata_moe_params_t p = {
         .num_experts = shape->experts, .topk = shape->topk, .hidden = shape->hidden,
@@ -316,6 +319,7 @@ static double scale_memory(const scale_opts_t *o, const tune_scale_shape_t *shap
         .route = route == TUNE_ROUTE_FLAT ? STRATA_MOE_ROUTE_FLAT : STRATA_MOE_ROUTE_HIERARCHICAL,
         .combine = combine == TUNE_COMBINE_EXACT ? STRATA_MOE_COMBINE_EXACT
                                                  : STRATA_MOE_COMBINE_NODE_REDUCE,
+        .exchange = exchange,
     };
     strata_moe_memory_t m;
 
@@ -326,6 +330,15 @@ static double scale_memory(const scale_opts_t *o, const tune_scale_shape_t *shap
         return -1.0;
     }
     return (double)m.total / (1024.0 * 1024.0 * 1024.0);
+}
+
+static void scale_print_gib(double gib)
+{
+    if (gib >= 0.0) {
+        printf(" | %.2f", gib);
+    } else {
+        printf(" | -");
+    }
 }
 
 static void scale_print_row(const scale_opts_t *o, const tune_scale_shape_t *shape,
@@ -341,14 +354,12 @@ static void scale_print_row(const scale_opts_t *o, const tune_scale_shape_t *sha
         }
     }
     for (int c = 0; c < TUNE_COMBINES; ++c) {
-        double gib = r->combine_ok[c] ? scale_memory(o, shape, route, c) : -1.0;
-
-        if (gib >= 0.0) {
-            printf(" | %.2f", gib);
-        } else {
-            printf(" | -");
-        }
+        scale_print_gib(r->combine_ok[c]
+                            ? scale_memory(o, shape, route, c, STRATA_MOE_EXCHANGE_WORST_CASE)
+                            : -1.0);
     }
+    scale_print_gib(scale_memory(o, shape, route, TUNE_COMBINE_EXACT,
+                                 STRATA_MOE_EXCHANGE_STREAMED));
     printf(" |\n");
 }
 
@@ -365,8 +376,9 @@ static void scale_print_table(const scale_opts_t *o, const scale_setup_t *setup,
     printf("\n## %d tokens per rank, dispatch %s (entry %.0f bytes)\n\n", tokens,
            dispatch_bytes == 1 ? "fp8" : "bf16", tune_scale_entry_bytes(&shape));
     printf("| EP | nodes | route | entries/peer | dispatch us | dispatch MB/NIC | exact us | "
-           "exact MB/NIC | node-reduce us | node-reduce MB/NIC | exact GiB | node-reduce GiB |\n");
-    printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "exact MB/NIC | node-reduce us | node-reduce MB/NIC | exact GiB | node-reduce GiB | "
+           "streamed GiB |\n");
+    printf("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < o->ep.count; ++i) {
         shape.world = o->ep.values[i];
         for (int route = 0; route < TUNE_ROUTES; ++route) {

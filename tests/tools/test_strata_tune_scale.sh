@@ -45,25 +45,32 @@ for ep in 8 16 32 64 256; do
             fail "EP $ep $route: not one row per table: $out"
     done
 done
-bad=$(awk -F'|' '/^\| [0-9]/ { if (NF != 14) print "columns: " $0
+bad=$(awk -F'|' '/^\| [0-9]/ { if (NF != 15) print "columns: " $0
                                 if ($4 ~ /flat/ && $10 !~ /-/) print "flat node-reduce: " $0
                                 if ($4 ~ /hier/ && $10 ~ /-/) print "hier node-reduce: " $0
                                 if ($4 ~ /flat/ && $13 !~ /-/) print "flat node-reduce GiB: " $0
                                 if ($12 + 0 <= 0) print "no memory: " $0
+                                if ($14 + 0 <= 0) print "no streamed memory: " $0
                                 if ($2 == 8 && $7 + 0 != 0) print "EP8 bytes: " $0 }' <<<"$out")
 [ -z "$bad" ] || fail "$bad"
 # The memory columns are the library's sizing function: strata-info --moe-memory's total
 # for the same object (EP64 prefill, capacity 2 x 4096 x 64 x 8 / 256 = 16384 rows).
 info=$(dirname "$tune")/strata-info
-for combine in exact node-reduce; do
+# The last column is the streamed exchange's (exact combine), below the worst case's.
+for combine in exact node-reduce streamed; do
     total=$("$info" --moe-memory --world 64 --nodes 8 --max-tokens 4096 --hidden 7168 --topk 8 \
-        --experts 256 --capacity 16384 --route hierarchical --combine $combine |
+        --experts 256 --capacity 16384 --route hierarchical \
+        --combine $([ $combine = node-reduce ] && echo node-reduce || echo exact) \
+        --exchange $([ $combine = streamed ] && echo streamed || echo worst-case) |
         awk '/^total:/ {printf "%.2f", $2 / 2^30}') || fail "strata-info --moe-memory: $?"
-    column=$([ $combine = exact ] && echo 12 || echo 13)
+    column=$(case $combine in exact) echo 12;; node-reduce) echo 13;; *) echo 14;; esac)
     got=$("$tune" scale --ep 64 --tokens 4096 | awk -F'|' -v c=$column '/^\| 64 \| 8 \| hier/ {print $c + 0}')
     [ "$got" = "$total" ] || fail "EP64 prefill $combine: $got GiB, strata-info says $total"
     [ $combine = exact ] && exact_gib=$got
+    [ $combine = streamed ] && streamed_gib=$got
 done
+awk -v a="$streamed_gib" -v b="$exact_gib" 'BEGIN {exit !(a < b / 3)}' ||
+    fail "streamed ($streamed_gib GiB) is not below a third of worst-case ($exact_gib GiB)"
 half=$("$tune" scale --ep 64 --tokens 4096 --capacity-factor 1 | awk -F'|' '/^\| 64 \| 8 \| hier/ {print $12 + 0}')
 awk -v a="$half" -v b="$exact_gib" 'BEGIN {exit !(a < b)}' ||
     fail "capacity factor 1 ($half GiB) is not below factor 2 ($exact_gib GiB)"
