@@ -167,36 +167,51 @@ static void test_bad_parameters(void **state)
     assert_int_equal(intra_moe_heap_size(&good, INTRA_MOE_MAX_RANKS + 1), 0);
 }
 
+/* One rank alone on the host backend: 16 tokens of 128 bf16 columns, token t to experts
+ * 2t % 8 and (2t + 1) % 8 with weight 0.5, and its heap for params p. */
+static struct {
+    int64_t  idx[16 * 2];
+    float    w[16 * 2];
+    _Alignas(16) uint16_t x[16 * 128], out[16 * 128];
+} g_alone;
+
+static intra_heap_t *alone_heap(const intra_moe_params_t *p, const char *key)
+{
+    intra_heap_params_t hp = {.device = intra_device_find("host"), .local_rank = 0,
+                              .local_size = 1, .size = intra_moe_heap_size(p, 1),
+                              .job_key = key, .timeout_ns = UTIL_NSEC_PER_SEC};
+    intra_heap_t *heap;
+
+    for (int i = 0; i < 32; ++i) {
+        g_alone.idx[i] = i % 8;
+        g_alone.w[i]   = 0.5f;
+    }
+    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
+    assert_int_equal(intra_heap_create(&hp, &heap), STRATA_OK);
+    return heap;
+}
+
 /* One rank alone: calls out of order and bad arguments are refused, and the object lives on. */
 static void test_call_order_and_arguments(void **state)
 {
-    intra_heap_params_t hp = {.device = intra_device_find("host"), .local_rank = 0,
-                              .local_size = 1, .size = intra_moe_heap_size(&good, 1),
-                              .job_key = "test-moe-alone", .timeout_ns = UTIL_NSEC_PER_SEC};
-    static int64_t idx[16 * 2];
-    static float w[16 * 2];
-    static _Alignas(16) uint16_t x[16 * 128], out[16 * 128];
+    const int64_t *idx = g_alone.idx;
+    const float *w = g_alone.w;
+    uint16_t *x = g_alone.x, *out = g_alone.out;
+    intra_heap_t *heap = alone_heap(&good, "test-moe-alone");
     intra_moe_recv_t recv;
-    intra_heap_t *heap;
     intra_moe_t *moe;
     intra_moe_params_t p = good;
 
     (void)state;
-    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
-    assert_int_equal(intra_heap_create(&hp, &heap), STRATA_OK);
     p.topk = INTRA_MOE_MAX_TOPK + 1;
     assert_int_equal(intra_moe_create(&p, heap, &moe), STRATA_ERR_INVALID);
     assert_int_equal(intra_moe_create(&good, heap, &moe), STRATA_OK);
     assert_int_equal(intra_moe_combine(moe, recv.expert_y = x, w, NULL, out),
                      STRATA_ERR_INVALID); /* combine before dispatch */
-    for (int i = 0; i < 32; ++i) {
-        idx[i] = i % 8;
-        w[i]   = 0.5f;
-    }
     assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 17, NULL, &recv), STRATA_ERR_INVALID);
     assert_int_equal(intra_moe_dispatch(moe, (char *)x + 2, NULL, idx, 4, NULL, &recv),
                      STRATA_ERR_INVALID); /* misaligned */
-    assert_int_equal(intra_moe_dispatch(moe, x, (float *)w, idx, 4, NULL, &recv),
+    assert_int_equal(intra_moe_dispatch(moe, x, w, idx, 4, NULL, &recv),
                      STRATA_ERR_INVALID); /* scales for bf16 */
     assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 16, NULL, &recv), STRATA_OK);
     assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 16, NULL, &recv),
@@ -240,25 +255,15 @@ static void test_call_order_and_arguments(void **state)
 static void test_round_tokens(void **state)
 {
     intra_moe_params_t p = good;
-    intra_heap_params_t hp = {.device = intra_device_find("host"), .local_rank = 0,
-                              .local_size = 1, .job_key = "test-moe-round-tokens",
-                              .timeout_ns = UTIL_NSEC_PER_SEC};
-    static int64_t idx[16 * 2];
-    static float w[16 * 2];
-    static _Alignas(16) uint16_t x[16 * 128], out[16 * 128];
-    intra_moe_recv_t recv;
+    const int64_t *idx = g_alone.idx;
+    uint16_t *x = g_alone.x;
     intra_heap_t *heap;
+    intra_moe_recv_t recv;
     intra_moe_t *moe;
 
     (void)state;
-    util_log_set_level(STRATA_LOG_LEVEL_ERROR);
     p.round_tokens = 4;
-    hp.size = intra_moe_heap_size(&p, 1);
-    for (int i = 0; i < 32; ++i) {
-        idx[i] = i % 8;
-        w[i]   = 1.0f;
-    }
-    assert_int_equal(intra_heap_create(&hp, &heap), STRATA_OK);
+    heap = alone_heap(&p, "test-moe-round-tokens");
     assert_int_equal(intra_moe_create(&p, heap, &moe), STRATA_OK);
     assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 16, NULL, &recv), STRATA_ERR_INVALID);
     assert_int_equal(intra_moe_dispatch_rounds(moe, x, NULL, idx, 16, 3, NULL, &recv),
@@ -268,7 +273,8 @@ static void test_round_tokens(void **state)
     for (int e = 0; e < 8; ++e) {
         assert_int_equal(recv.count[e], 4); /* 32 entries over 8 experts */
     }
-    assert_int_equal(intra_moe_combine(moe, recv.expert_y, w, NULL, out), STRATA_OK);
+    assert_int_equal(intra_moe_combine(moe, recv.expert_y, g_alone.w, NULL, g_alone.out),
+                     STRATA_OK);
     intra_moe_destroy(moe);
     intra_heap_destroy(heap);
 }
