@@ -148,6 +148,7 @@ typedef struct sched_moe_shape {
     int           rank;      /**< this rank's in the object's communicator */
     size_t        row_bytes; /**< one token row on the wire */
     strata_moe_mode_t mode;  /**< resolved from the params and STRATA_MOE_MODE */
+    strata_moe_exchange_t exchange; /**< resolved from the params and STRATA_MOE_EXCHANGE */
     const char   *mode_file; /**< FIXED: the mask file; ADAPTIVE: a policy file, or NULL */
 } sched_moe_shape_t;
 

@@ -108,6 +108,8 @@ void sched_moe_shape(const sched_moe_t *moe, sched_moe_shape_t *shape_p)
         .rank              = moe->geo.rank,
         .row_bytes         = moe->geo.row_bytes,
         .mode              = moe->modes.mode,
+        .exchange          = moe->geo.streamed ? STRATA_MOE_EXCHANGE_STREAMED
+                                               : STRATA_MOE_EXCHANGE_WORST_CASE,
         .mode_file         = moe->modes.mode_file,
     };
 }

@@ -109,9 +109,10 @@ static void moe_route_open(bench_intra_t *b, strata_comm_t *comm, moe_route_t *r
                              .exchange = r->exchange};
     uint64_t t0;
 
-    if (r->exchange == STRATA_MOE_EXCHANGE_STREAMED) {
-        /* the worst-case exchange's capacity, so that the two differ in the exchange alone
-         * (the streamed one's default, twice the mean load, may drop rows) */
+    if (r->exchange != STRATA_MOE_EXCHANGE_DEFAULT) {
+        /* --exchange: the most an expert can receive on both, so that they differ in the
+         * exchange alone (whatever STRATA_MOE_CAPACITY_FACTOR says; the streamed one's
+         * default, twice the mean load, may drop rows) */
         p.capacity = b->tokens * b->size;
     }
 

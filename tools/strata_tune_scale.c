@@ -323,8 +323,14 @@ static double scale_memory(const scale_opts_t *o, const tune_scale_shape_t *shap
     };
     strata_moe_memory_t m;
 
-    if (strata_moe_load_capacity(&p, shape->world, o->capacity_factor, &p.capacity) !=
-            STRATA_OK ||
+    if (strata_moe_load_capacity(&p, shape->world, o->capacity_factor, &p.capacity) ==
+            STRATA_OK &&
+        p.capacity == 0) { /* factor 0: the most, which the streamed default is not */
+        long long most = (long long)shape->tokens * shape->world;
+
+        p.capacity = most > INT_MAX ? INT_MAX : (int)most;
+    }
+    if (p.capacity == 0 ||
         strata_moe_memory_estimate(&p, shape->world, shape->world / shape->ranks_per_node,
                                    &m) != STRATA_OK) {
         return -1.0;

@@ -332,6 +332,14 @@ strata_status_t intra_moe_dispatch_rounds(intra_moe_t *moe, const void *x,
         return STRATA_ERR_INVALID;
     }
     status = moe_check_dispatch(moe, x, x_scales, topk_idx, num_tokens);
+    if (status == STRATA_OK && (num_tokens + rounds - 1) / rounds > moe->args.round_tokens) {
+        /* the largest slice, checked before the first launch: a later round refused would
+         * leave the step open */
+        UTIL_LOG_ERROR("intra moe: a dispatch of %d tokens in %d round(s) has one of %d "
+                       "tokens; a round holds at most %d", num_tokens, rounds,
+                       (num_tokens + rounds - 1) / rounds, moe->args.round_tokens);
+        status = STRATA_ERR_INVALID;
+    }
     if (status == STRATA_OK) {
         status = moe_launch_rounds(moe, &step, num_tokens, rounds);
     }

@@ -113,12 +113,16 @@ class Buffer:
             raise ValueError(f"x of {dtype}: strata.ep moves bfloat16, float16 or float32 rows")
         key = (num_experts, topk, hidden, dtype, max_tokens, with_weights)
         if key not in self._objects:
+            # every row delivered, as DeepEP's buffers do, whatever the exchange's default
+            # capacity (the streamed one's drops rows past twice the mean load)
+            capacity = max_tokens * self.group_size
             moe = Moe(self.comm, num_experts=num_experts, topk=topk, hidden=hidden,
-                      max_tokens=max_tokens, dtype=dtype)
+                      max_tokens=max_tokens, dtype=dtype, capacity=capacity)
             weights = None
             if with_weights:  # each row's token's top-k weights travel beside it
                 weights = Moe(self.comm, num_experts=num_experts, topk=topk,
-                              hidden=(topk + 3) // 4 * 4, max_tokens=max_tokens, dtype="fp32")
+                              hidden=(topk + 3) // 4 * 4, max_tokens=max_tokens, dtype="fp32",
+                              capacity=capacity)
             self._objects[key] = (moe, weights)
         return self._objects[key]
 

@@ -506,6 +506,32 @@ static void test_recreate(void **state)
     f->moe = kept;
 }
 
+/* The exchange an object took travels to its recreation, and so does its capacity (the
+ * streamed exchange's default, twice the mean load of 16 x 2 / 8 rows: 8, not the worst
+ * case's 16). */
+static void test_recreate_keeps_the_exchange(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = TOKENS, .expert_alignment = 4,
+                             .exchange = STRATA_MOE_EXCHANGE_STREAMED};
+    strata_moe_t *old = NULL, *again = NULL;
+    strata_moe_stats_t stats;
+    strata_moe_recv_t recv;
+
+    assert_int_equal(strata_moe_create(f->comm, &p, &old), STRATA_OK);
+    assert_int_equal(strata_moe_recreate(old, f->comm, NULL, &again), STRATA_OK);
+    assert_int_equal(strata_moe_get_stats(again, &stats), STRATA_OK);
+    assert_int_equal(stats.exchange, STRATA_MOE_EXCHANGE_STREAMED);
+    fill(f, 1);
+    assert_int_equal(strata_moe_dispatch(again, f->x, NULL, f->idx, 1, &recv), STRATA_OK);
+    assert_int_equal(recv.capacity, 8);
+    assert_int_equal(strata_moe_combine(again, NULL, f->w, f->out), STRATA_OK);
+    strata_moe_destroy(again);
+    strata_moe_destroy(old);
+}
+
 static void test_layout_arguments(void **state)
 {
     fixture_t *f = *state;
@@ -590,6 +616,7 @@ int main(void)
         cmocka_unit_test(test_expert_wait_calls),
         cmocka_unit_test(test_layout_arguments),
         cmocka_unit_test(test_recreate),
+        cmocka_unit_test(test_recreate_keeps_the_exchange),
         cmocka_unit_test(test_layout_of_a_destroyed_object),
     };
 

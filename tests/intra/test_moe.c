@@ -250,28 +250,42 @@ static void test_call_order_and_arguments(void **state)
     intra_heap_destroy(heap);
 }
 
-/* An object whose rounds hold 4 tokens: a dispatch of 16 in one round is refused, in 4
- * rounds it passes; combine sums what the rounds brought. */
+/* An object whose rounds hold 5 tokens: a dispatch of 16 in one round, or in 3 (the last of
+ * 6), is refused before anything runs; in 4 rounds, every expert in Pull form, each row
+ * arrives from the round's published rows: the token's own. */
 static void test_round_tokens(void **state)
 {
     intra_moe_params_t p = good;
     const int64_t *idx = g_alone.idx;
+    const uint64_t all_pull = 0xff;
     uint16_t *x = g_alone.x;
     intra_heap_t *heap;
     intra_moe_recv_t recv;
     intra_moe_t *moe;
 
     (void)state;
-    p.round_tokens = 4;
+    p.round_tokens = 5;
     heap = alone_heap(&p, "test-moe-round-tokens");
+    for (int i = 0; i < 16 * 128; ++i) {
+        x[i] = (uint16_t)(i / 128 * 257 + i % 128 + 1); /* token t's row, its own */
+    }
     assert_int_equal(intra_moe_create(&p, heap, &moe), STRATA_OK);
-    assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 16, NULL, &recv), STRATA_ERR_INVALID);
-    assert_int_equal(intra_moe_dispatch_rounds(moe, x, NULL, idx, 16, 3, NULL, &recv),
-                     STRATA_ERR_INVALID); /* rounds of 5 and 6 tokens */
-    assert_int_equal(intra_moe_dispatch_rounds(moe, x, NULL, idx, 16, 4, NULL, &recv),
+    assert_int_equal(intra_moe_dispatch(moe, x, NULL, idx, 16, &all_pull, &recv),
+                     STRATA_ERR_INVALID);
+    assert_int_equal(intra_moe_dispatch_rounds(moe, x, NULL, idx, 16, 3, &all_pull, &recv),
+                     STRATA_ERR_INVALID); /* rounds of 5, 5 and 6 tokens */
+    assert_int_equal(intra_moe_dispatch_rounds(moe, x, NULL, idx, 16, 4, &all_pull, &recv),
                      STRATA_OK);
     for (int e = 0; e < 8; ++e) {
         assert_int_equal(recv.count[e], 4); /* 32 entries over 8 experts */
+        for (int row = 0; row < recv.count[e]; ++row) {
+            size_t at = (size_t)e * (size_t)recv.capacity + (size_t)row;
+            int token = recv.src[at].token;
+
+            assert_true(token >= 0 && token < 16 && idx[token * 2 + recv.src[at].slot] == e);
+            assert_memory_equal((const char *)recv.x + at * recv.row_bytes, x + token * 128,
+                                recv.row_bytes);
+        }
     }
     assert_int_equal(intra_moe_combine(moe, recv.expert_y, g_alone.w, NULL, g_alone.out),
                      STRATA_OK);

@@ -157,12 +157,14 @@ class TestRoundTrip(MoeTest):
 
     def test_exchange_reaches_the_library(self):
         # The exchange asked for is the one the object reports (stats: the library's own
-        # resolution of the field); on one node a step is one round either way, and exact.
-        # A value outside strata.Exchange is refused by the package itself.
+        # resolution of the field); on one node a step is one round either way, and exact
+        # with a capacity that holds every row (the streamed default, twice the mean load,
+        # may drop some). A value outside strata.Exchange is refused by the package itself.
         x, idx, weights = self.batch()
         for exchange in (strata.Exchange.WORST_CASE, strata.Exchange.STREAMED):
             with strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
-                            max_tokens=MAX_TOKENS, exchange=exchange) as moe:
+                            max_tokens=MAX_TOKENS, exchange=exchange,
+                            capacity=MAX_TOKENS * self.comm.size) as moe:
                 recv = moe.dispatch(x, idx)
                 run_experts(recv)
                 out = moe.combine(weights, np.empty_like(x))

@@ -58,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 int      g_rank, g_step;
@@ -390,8 +391,10 @@ int main(int argc, char **argv)
         CHECK(status == STRATA_OK, "moe_create: %s", strata_status_string(status));
         check_memory(&p, &r, objects[0]);
         CHECK(strata_moe_get_stats(objects[0], &stats) == STRATA_OK, "stats");
+        const char *factor = getenv("STRATA_MOE_CAPACITY_FACTOR");
+
         if (p.capacity == 0 && stats.exchange == STRATA_MOE_EXCHANGE_STREAMED &&
-            getenv("STRATA_MOE_CAPACITY_FACTOR") == NULL) {
+            (factor == NULL || strcasecmp(factor, "auto") == 0)) {
             /* the streamed exchange's default: twice the mean load, rows past it dropped */
             CHECK(strata_moe_load_capacity(&p, r.world, 2.0, &o.c.capacity) == STRATA_OK,
                   "no capacity of twice the mean load");

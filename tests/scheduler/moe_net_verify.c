@@ -232,10 +232,10 @@ bool withheld(const rank_state_t *r, int64_t e)
     return aborts((int)(e / (r->c->experts / r->world))) && g_abort_at != ABORT_COMBINED;
 }
 
-/* The status combine_recv must return where no term was dropped for capacity: CANCELLED
- * where one of this rank's terms was withheld, OK where none was (or CANCELLED where this
- * rank may have gathered withheld terms for another node's tokens: on the aborting rank's
- * node). */
+/* The status combine_recv must return where no result lacks a term dropped for capacity:
+ * CANCELLED where one of this rank's terms was withheld, OK where none was (or CANCELLED
+ * where this rank may have gathered withheld terms for another node's tokens: on the
+ * aborting rank's node). */
 static void check_withheld(const rank_state_t *r, strata_status_t combined)
 {
     bool lost = false, gatherer;
@@ -303,10 +303,8 @@ static void check_dropped(rank_state_t *r, int t, const unsigned char *got,
 void check_combine(rank_state_t *r, strata_status_t combined)
 {
     const moe_case_t *c = r->c;
+    uint64_t short_before = r->short_results;
 
-    if (c->capacity == 0) {
-        check_withheld(r, combined);
-    }
     for (int t = 0; t < r->n; ++t) {
         unsigned char *ref = r->ref + (size_t)t * r->y_row_bytes;
         const unsigned char *got = r->out + (size_t)t * r->y_row_bytes;
@@ -317,6 +315,9 @@ void check_combine(rank_state_t *r, strata_status_t combined)
             continue;
         }
         CHECK(memcmp(ref, got, r->y_row_bytes) == 0, "token %d's combined row differs", t);
+    }
+    if (r->short_results == short_before) { /* nothing lost for capacity: OK, or CANCELLED */
+        check_withheld(r, combined);
     }
 }
 
