@@ -80,9 +80,10 @@ strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
 }
 
 /*
- * The streamed exchange: per round (the first one's terms left with combine_send), our
- * tokens' terms of the round from every peer, then their sums; and the next round's terms
- * out. Nothing waits on the host between rounds. out NULL (aborting): the protocol only.
+ * The streamed exchange: per round (the first one's terms left with combine_send, unless
+ * node-reduce waited for the weights), our tokens' terms of the round from every peer,
+ * then their sums; and the next round's terms out. Nothing waits on the host between
+ * rounds. out NULL (aborting): the protocol only, and zero weights for other nodes.
  */
 static strata_status_t sched_reduce_rounds(sched_moe_t *moe, const float *topk_weights,
                                            void *out)
@@ -90,13 +91,14 @@ static strata_status_t sched_reduce_rounds(sched_moe_t *moe, const float *topk_w
     size_t topk = (size_t)moe->geo.topk;
     strata_status_t status = STRATA_OK;
 
+    moe->net.args.topk_weights = out != NULL ? topk_weights : NULL;
     for (int round = 0; round < moe->geo.rounds && status == STRATA_OK; ++round) {
         int first, count;
 
         sched_round_tokens(&moe->geo, round, moe->cur.plan->num_tokens, &first, &count);
 
         moe->net.args.round = round;
-        if (round > 0) {
+        if (round > 0 || moe->geo.node_reduce) {
             status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_RETURN,
                                            &moe->net.args);
         }
@@ -107,7 +109,7 @@ static strata_status_t sched_reduce_rounds(sched_moe_t *moe, const float *topk_w
         if (status == STRATA_OK && out != NULL && count > 0) {
             status = intra_moe_enqueue_reduce(
                 moe->intra, moe->net.term_src + (size_t)first * topk,
-                topk_weights + (size_t)first * topk, count,
+                topk_weights + (size_t)first * topk, first, count,
                 (char *)out + (size_t)first * moe->geo.y_row_bytes);
         }
     }
@@ -141,7 +143,8 @@ static strata_status_t sched_reduce_terms(sched_moe_t *moe, const float *topk_we
     }
     sched_phase_end(moe, STRATA_MOE_PHASE_COMBINE_WAIT);
     status = sched_settle(moe, intra_moe_enqueue_reduce(moe->intra, moe->net.term_src,
-                                                        topk_weights, plan->num_tokens, out),
+                                                        topk_weights, 0, plan->num_tokens,
+                                                        out),
                           "summing terms");
     sched_phase_end(moe, STRATA_MOE_PHASE_REDUCE);
     return status;

@@ -248,12 +248,11 @@ void sched_combine_fallback(sched_choices_t *c, const sched_geometry_t *geo,
     bool host = device == NULL || device->memory == INTRA_MEMORY_HOST;
 
     if (!c->combine_from_env || c->combine != STRATA_MOE_COMBINE_NODE_REDUCE ||
-        geo->num_peers == 0 || (!flat && host && !geo->streamed)) {
+        geo->num_peers == 0 || (!flat && host)) {
         return;
     }
     UTIL_LOG_INFO("moe: STRATA_MOE_COMBINE=node-reduce does not apply to this object (%s): it "
-                  "combines exactly", flat ? "flat route"
-                                           : geo->streamed ? "streamed exchange" : device->name);
+                  "combines exactly", flat ? "flat route" : device->name);
     c->combine = STRATA_MOE_COMBINE_EXACT;
 }
 
@@ -268,12 +267,6 @@ strata_status_t sched_combine_supported(const sched_geometry_t *geo, strata_moe_
         UTIL_LOG_ERROR("moe: node-reduce combine needs the hierarchical route, and this "
                        "object's is flat (max_tokens %d): set STRATA_MOE_ROUTE=hierarchical "
                        "or params.route, or STRATA_MOE_COMBINE=exact", geo->max_tokens);
-        return STRATA_ERR_UNSUPPORTED;
-    }
-    if (geo->streamed) {
-        UTIL_LOG_ERROR("moe: node-reduce combine does not run with the streamed exchange in "
-                       "this version: set STRATA_MOE_COMBINE=exact, or the worst-case "
-                       "exchange");
         return STRATA_ERR_UNSUPPORTED;
     }
     if (device != NULL && device->memory != INTRA_MEMORY_HOST) {

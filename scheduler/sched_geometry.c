@@ -185,16 +185,19 @@ strata_status_t sched_geometry_init(sched_geometry_t *geo, const strata_moe_para
     return status;
 }
 
-void sched_geometry_window(sched_geometry_t *geo, bool streamed, uint64_t window_bytes)
+void sched_geometry_window(sched_geometry_t *geo, bool streamed, uint64_t window_bytes,
+                           bool node_reduce)
 {
     /* a round's areas, two of each buffer a round fills while its peer may read the one
      * before: per peer round one, overflow, staging and the terms returned (at most t a
-     * token), and the terms returned to our own tokens (at most topk) */
+     * token), with node-reduce the weights sent and received; and the terms returned to
+     * our own tokens (at most topk) */
     uint64_t terms = (uint64_t)UTIL_MIN(geo->topk, geo->route == STRATA_MOE_ROUTE_FLAT
                                                        ? geo->experts_per_rank
                                                        : geo->experts_per_node);
+    uint64_t weights = node_reduce ? 4 * (uint64_t)geo->topk * sizeof(float) : 0;
     uint64_t per_token = (uint64_t)geo->num_peers * (4 * geo->entry_bytes +
-                                                     2 * terms * geo->y_row_bytes) +
+                                                     2 * terms * geo->y_row_bytes + weights) +
                          2 * (uint64_t)geo->topk * geo->y_row_bytes;
     uint64_t tokens = per_token > 0 ? window_bytes / per_token : 0;
 

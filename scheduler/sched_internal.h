@@ -75,10 +75,10 @@ strata_status_t sched_geometry_init(sched_geometry_t *geo, const strata_moe_para
                                     const sched_moe_world_t *world, strata_moe_route_t route,
                                     int spec_tokens);
 /** The exchange's rounds: streamed (across nodes), as many own tokens per round as a
- *  round's network areas (dispatch and returns) hold in window_bytes (at least one); else
- *  one round. */
+ *  round's network areas (dispatch and returns, and with node-reduce the weights) hold in
+ *  window_bytes (at least one); else one round. */
 void            sched_geometry_window(sched_geometry_t *geo, bool streamed,
-                                      uint64_t window_bytes);
+                                      uint64_t window_bytes, bool node_reduce);
 void            sched_geometry_cleanup(sched_geometry_t *geo);
 
 /* Offsets in the network area, the same on every rank. */

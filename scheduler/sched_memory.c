@@ -126,8 +126,9 @@ static strata_status_t sched_estimate_on(const strata_moe_params_t *params,
                                      choices.spec_tokens);
     }
     if (status == STRATA_OK) {
-        sched_geometry_window(&moe.geo, choices.streamed, choices.window_bytes);
         sched_combine_fallback(&choices, &moe.geo, NULL);
+        sched_geometry_window(&moe.geo, choices.streamed, choices.window_bytes,
+                              choices.combine == STRATA_MOE_COMBINE_NODE_REDUCE);
         status = sched_combine_supported(&moe.geo, choices.combine, NULL);
     }
     if (status == STRATA_OK) {

@@ -308,8 +308,9 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
                                       choices.spec_tokens)) != STRATA_OK) {
         return status;
     }
-    sched_geometry_window(&moe->geo, choices.streamed, choices.window_bytes);
     sched_combine_fallback(&choices, &moe->geo, moe->world.device);
+    sched_geometry_window(&moe->geo, choices.streamed, choices.window_bytes,
+                          choices.combine == STRATA_MOE_COMBINE_NODE_REDUCE);
     moe->net.ring_slots = choices.ring_slots;
     moe->params.combine = choices.combine;
     moe->params.capacity = moe->geo.capacity;

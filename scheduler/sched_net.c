@@ -30,9 +30,10 @@ strata_status_t sched_net_place(sched_moe_t *moe)
     l->ret_out_block = INTRA_NET_RET_BLOCK(window, l->entry_terms, geo->y_row_bytes);
     l->ret_out_bytes = stagings * peers * l->ret_out_block;
     /* what comes back to this rank's tokens (of a round), from all peers: at most one term
-     * per token and slot, or with node-reduce one partial row per entry; and each peer's
-     * drop count */
-    l->ret_in_bytes  = (geo->node_reduce ? (size_t)geo->max_entries : window * topk) *
+     * per token and slot, or with node-reduce in one pass one partial row per entry (in
+     * rounds, fewer than the round's slots); and each peer's drop count */
+    l->ret_in_bytes  = (geo->node_reduce && geo->rounds == 1 ? (size_t)geo->max_entries
+                                                             : window * topk) *
                            geo->y_row_bytes +
                        peers * INTRA_NET_DROPS_BYTES;
     l->headers     = sched_place(&cursor, 2 * world * geo->header_bytes);
@@ -44,9 +45,12 @@ strata_status_t sched_net_place(sched_moe_t *moe)
     l->staging     = sched_place(&cursor, stagings * peers * window * geo->entry_bytes);
     l->ret_out     = sched_place(&cursor, l->ret_out_bytes);
     l->ret_in      = sched_place(&cursor, stagings * l->ret_in_bytes);
-    if (geo->node_reduce) {
-        l->w_out = sched_place(&cursor, peers * max_tokens * topk * sizeof(float));
-        l->w_in  = sched_place(&cursor, peers * max_tokens * topk * sizeof(float));
+    if (geo->node_reduce) { /* the weights of a step's entries, or of a round's (two) */
+        size_t weights = stagings * peers * (geo->rounds > 1 ? window : max_tokens) * topk *
+                         sizeof(float);
+
+        l->w_out = sched_place(&cursor, weights);
+        l->w_in  = sched_place(&cursor, weights);
     }
     l->total       = cursor;
     return STRATA_OK;

@@ -40,6 +40,31 @@ KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, const intra_net_peer
 
 /* --- The streamed exchange's combine (NET_RETURN once per round) ------------------------ */
 
+/* In rounds: our ret_out block for peer p in the wire step's round (one of two buffers). */
+KERNEL_FN uint64_t net_round_out(const intra_net_args_t *n, uint64_t step, int p)
+{
+    return n->ret_out + (net_ret_buffer(n, step) * (uint64_t)n->num_peers + (uint64_t)p) *
+                            n->ret_out_block;
+}
+
+/* The whole block: the round's block for peer p, its rows written, then the counts of the
+ * terms missing here after them, posted to where p's header of the round said. */
+KERNEL_FN int net_post_round(const intra_moe_args_t *a, int p, uint64_t step, uint64_t rows,
+                             const int64_t *missing, kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    uint64_t out = net_round_out(n, step, p), y = (uint64_t)a->y_row_bytes;
+
+    if (KERNEL_LEADER(g)) {
+        ((int64_t *)(n->area + out + rows * y))[0] = missing[0];
+        ((int64_t *)(n->area + out + rows * y))[1] = missing[1];
+    }
+    return net_post_block(a, g, n->peers[p].rank, out,
+                          n->ret_in + net_ret_buffer(n, step) * n->ret_in_bytes +
+                              (uint64_t)net_round_seg(n, n->round, p)[2],
+                          rows * y + INTRA_NET_DROPS_BYTES, INTRA_NET_IMM_COMBINE);
+}
+
 /*
  * The whole block, round r: the terms of the entries peer p sent us in dispatch round r,
  * gathered where their owners published them (every expert combines in Pull form), zeros
@@ -55,10 +80,8 @@ KERNEL_FN int net_return_round(const intra_moe_args_t *a, int p, uint64_t step, 
 {
     const intra_net_args_t *n = &a->net;
     const int64_t *seg = net_round_seg(n, n->round, p);
-    uint64_t block = (net_ret_buffer(n, step) * (uint64_t)n->num_peers + (uint64_t)p) *
-                     n->ret_out_block;
     size_t y = (size_t)a->y_row_bytes, term = 0;
-    char *out = n->area + n->ret_out + block;
+    char *out = n->area + net_round_out(n, step, p);
     int64_t missing[2] = {0, 0};
 
     for (int64_t t = seg[0]; t < seg[0] + seg[1]; ++t) {
@@ -81,13 +104,7 @@ KERNEL_FN int net_return_round(const intra_moe_args_t *a, int p, uint64_t step, 
             missing[moe_withheld(a, held, (int)expert)] += 1;
         }
     }
-    if (KERNEL_LEADER(g)) {
-        ((int64_t *)(out + term * y))[0] = missing[0];
-        ((int64_t *)(out + term * y))[1] = missing[1];
-    }
-    return net_post_block(a, g, n->peers[p].rank, n->ret_out + block,
-                          n->ret_in + net_ret_buffer(n, step) * n->ret_in_bytes + (uint64_t)seg[2],
-                          term * y + INTRA_NET_DROPS_BYTES, INTRA_NET_IMM_COMBINE);
+    return net_post_round(a, p, step, term, missing, g);
 }
 
 /* Every thread: where reduce finds this round's own tokens' terms computed on this node:
@@ -118,35 +135,52 @@ KERNEL_FN void net_local_round_terms(const intra_moe_args_t *a, uint32_t held, k
 
 /* --- Node-reduce combine (NET_RETURN launched from combine_recv) ----------------------- */
 
+/* Node-reduce: one block of w_out or w_in, a peer's weights: of the step's entries, or in
+ * rounds of one round's (then two buffers of blocks, by the parity of the round's wire
+ * step, as ret_in). */
 KERNEL_FN size_t net_weights_block(const intra_moe_args_t *a)
 {
-    return (size_t)a->net.max_tokens * (size_t)a->topk * sizeof(float);
+    const intra_net_args_t *n = &a->net;
+
+    return (size_t)(n->rounds > 1 ? n->window_tokens : n->max_tokens) * (size_t)a->topk *
+           sizeof(float);
 }
 
-/* The whole block: the weights of the tokens we sent peer p, in its staging order, to the
- * node that holds their terms. */
-KERNEL_FN int net_send_weights(const intra_moe_args_t *a, int p, kernel_grid_t g)
+/* Where the block of peer index p is in w_out or w_in for the wire step's round. */
+KERNEL_FN uint64_t net_weights_at(const intra_moe_args_t *a, uint64_t step, int p)
+{
+    const intra_net_args_t *n = &a->net;
+
+    return (net_ret_buffer(n, step) * (uint64_t)n->num_peers + (uint64_t)p) *
+           (uint64_t)net_weights_block(a);
+}
+
+/* The whole block: the weights of the tokens we sent peer p (in rounds, in dispatch round
+ * r, whose wire step is step), in its staging order, to the node that holds their terms. */
+KERNEL_FN int net_send_weights(const intra_moe_args_t *a, int p, int r, uint64_t step,
+                               kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
     const intra_net_peer_t *peer = &n->peers[p];
-    size_t topk = (size_t)a->topk, block = net_weights_block(a);
-    float *out = (float *)(n->area + n->w_out + (size_t)p * block);
-    int entries = peer->send_push + peer->send_pull;
+    size_t topk = (size_t)a->topk;
+    float *out = (float *)(n->area + n->w_out + net_weights_at(a, step, p));
+    int begin, end;
 
-    if (entries == 0) {
+    net_entries_of_round(n, p, r, &begin, &end);
+    if (begin == end) {
         return 1;
     }
-    for (int e = n->peer_first[p] + (int)g.thread; e < n->peer_first[p + 1];
-         e += (int)g.num_threads) {
+    for (int e = begin + (int)g.thread; e < end; e += (int)g.num_threads) {
         for (size_t k = 0; k < topk; ++k) { /* none: this rank aborted the step */
             out[(size_t)n->slot_of[e] * topk + k] =
                 n->topk_weights != NULL ? n->topk_weights[(size_t)n->tokens[e] * topk + k]
                                         : 0.0f;
         }
     }
-    return net_post_block(a, g, peer->rank, n->w_out + (uint64_t)p * block,
-                          n->w_in + (uint64_t)peer->index_there * block,
-                          (uint64_t)entries * topk * sizeof(float), INTRA_NET_IMM_WEIGHTS);
+    return net_post_block(a, g, peer->rank, n->w_out + net_weights_at(a, step, p),
+                          n->w_in + net_weights_at(a, step, peer->index_there),
+                          (uint64_t)(end - begin) * topk * sizeof(float),
+                          INTRA_NET_IMM_WEIGHTS);
 }
 
 /* One thread: peer p's weights for the tokens it sent us have landed. */
@@ -175,7 +209,7 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
     size_t block = (size_t)n->ret_out_block;
     const char *terms = a->heap[a->rank] + n->ret_stage + (size_t)p * block;
     char *out = n->area + n->ret_out + (size_t)p * block;
-    const float *w = (const float *)(n->area + n->w_in + (size_t)p * net_weights_block(a));
+    const float *w = (const float *)(n->area + n->w_in + net_weights_at(a, 0, p));
     int entries = peer->recv_push + peer->recv_pull, term = 0;
     KERNEL_SHARED int ok;
 
@@ -217,7 +251,7 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
 KERNEL_FN void net_node_reduce(const intra_moe_args_t *a, kernel_grid_t g)
 {
     for (int p = (int)g.block; p < a->net.num_peers; p += (int)g.num_blocks) {
-        if (!net_send_weights(a, p, g)) {
+        if (!net_send_weights(a, p, 0, 0, g)) {
             return;
         }
     }
@@ -229,10 +263,74 @@ KERNEL_FN void net_node_reduce(const intra_moe_args_t *a, kernel_grid_t g)
 }
 
 /*
- * In rounds: this round's own tokens' terms found here, and each peer's block of the round.
- * The ret_out buffer was last sent from two rounds ago, and that block has arrived: the
- * peer waited for it (NET_TERMS) before it sent its block of the round before this one,
- * which our NET_TERMS waited for before this launch.
+ * Node-reduce, round r, the whole block: for each entry peer p sent us in dispatch round r,
+ * once p's weights of the round are in, the sum over its terms here of weight x term, in
+ * fp32 in k order, gathered where their owners published them (a term missing here adds
+ * nothing and is counted), as one row in the combine dtype; then the counts; into our
+ * ret_out buffer for p, posted where p's header of the round said. Every round and peer,
+ * even with no entries: the credit net_return_round's block is.
+ */
+KERNEL_FN int net_partials_round(const intra_moe_args_t *a, int p, uint64_t step, uint32_t held,
+                                 kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+    const int64_t *seg = net_round_seg(n, n->round, p);
+    const float *w = (const float *)(n->area + n->w_in + net_weights_at(a, step, p));
+    size_t topk = (size_t)a->topk, y = (size_t)a->y_row_bytes;
+    char *out = n->area + net_round_out(n, step, p);
+    int64_t missing[2] = {0, 0};
+    KERNEL_SHARED int ok;
+
+    if (KERNEL_LEADER(g)) {
+        ok = seg[1] == 0 || net_wait_weights(a, p, (int)seg[1]);
+    }
+    kernel_block_sync();
+    if (!ok) {
+        return 0;
+    }
+    for (int64_t q = 0; q < seg[1]; ++q) {
+        const int64_t *experts = &n->aug_topk[(size_t)(seg[0] + q) * topk];
+        const char *rows[INTRA_MOE_MAX_TOPK];
+        float weights[INTRA_MOE_MAX_TOPK];
+        int m = 0;
+
+        for (size_t k = 0; k < topk; ++k) {
+            const char *row = experts[k] >= 0
+                                  ? moe_result_row(a, held, (int)(seg[0] + q), (int)k)
+                                  : 0;
+
+            if (row != 0) {
+                rows[m]      = row;
+                weights[m++] = w[(size_t)q * topk + k];
+            } else if (experts[k] >= 0) {
+                missing[moe_withheld(a, held, (int)experts[k])] += 1;
+            }
+        }
+        moe_sum_rows(a, rows, weights, m, out + (size_t)q * y, g);
+    }
+    return net_post_round(a, p, step, (uint64_t)seg[1], missing, g);
+}
+
+/* Node-reduce in rounds, the whole block: our weights for peer p go out a round ahead (the
+ * first round sends those of the first two), so that a block waits only in round 0 for
+ * weights posted in the same launch. The buffer of w_in that round r+1's weights fill was
+ * last read for round r-1, by the peer's launch that sent its block of round r-1, which our
+ * NET_TERMS waited for before this launch; so was our w_out buffer's last transfer of it. */
+KERNEL_FN int net_send_weights_ahead(const intra_moe_args_t *a, int p, uint64_t step,
+                                     kernel_grid_t g)
+{
+    const intra_net_args_t *n = &a->net;
+
+    return (n->round > 0 || net_send_weights(a, p, 0, step, g)) &&
+           (n->round + 1 == n->rounds || net_send_weights(a, p, n->round + 1, step + 1, g));
+}
+
+/*
+ * In rounds: this round's own tokens' terms found here, and each peer's block of the round
+ * (with node-reduce, every peer's weights first, then its partial rows). The ret_out buffer
+ * was last sent from two rounds ago, and that block has arrived: the peer waited for it
+ * (NET_TERMS) before it sent its block of the round before this one, which our NET_TERMS
+ * waited for before this launch.
  */
 KERNEL_FN void net_return_rounds(const intra_moe_args_t *a, kernel_grid_t g)
 {
@@ -241,8 +339,14 @@ KERNEL_FN void net_return_rounds(const intra_moe_args_t *a, kernel_grid_t g)
     uint32_t held = moe_withheld_ranks(a);
 
     net_local_round_terms(a, held, g);
+    for (int p = (int)g.block; n->node_reduce && p < n->num_peers; p += (int)g.num_blocks) {
+        if (!net_send_weights_ahead(a, p, step, g)) {
+            return;
+        }
+    }
     for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {
-        if (!net_return_round(a, p, step, held, g)) {
+        if (!(n->node_reduce ? net_partials_round(a, p, step, held, g)
+                             : net_return_round(a, p, step, held, g))) {
             return;
         }
     }
@@ -257,12 +361,12 @@ KERNEL_FN void intra_net_return_body(const intra_moe_args_t *a, kernel_grid_t g)
     if (net_block_stopped(a, g)) {
         return;
     }
-    if (n->node_reduce) {
-        net_node_reduce(a, g);
-        return;
-    }
     if (n->rounds > 1) {
         net_return_rounds(a, g);
+        return;
+    }
+    if (n->node_reduce) {
+        net_node_reduce(a, g);
         return;
     }
     for (int p = (int)g.block; p < n->num_peers; p += (int)g.num_blocks) {

@@ -32,19 +32,23 @@ KERNEL_FN uint64_t net_step(const intra_moe_args_t *a, kernel_grid_t g)
     return step;
 }
 
-/* This round's own tokens: [net_own_first, net_own_end) of the step's. */
-KERNEL_FN int net_own_first(const intra_net_args_t *n)
+/* The first of the step's own tokens that round r takes (r = rounds: the end). */
+KERNEL_FN int net_round_token(const intra_net_args_t *n, int r)
 {
-    int64_t first = (int64_t)n->round * n->window_tokens;
+    int64_t first = (int64_t)r * n->window_tokens;
 
     return first < n->num_own ? (int)first : n->num_own;
 }
 
+/* This round's own tokens: [net_own_first, net_own_end) of the step's. */
+KERNEL_FN int net_own_first(const intra_net_args_t *n)
+{
+    return net_round_token(n, n->round);
+}
+
 KERNEL_FN int net_own_end(const intra_net_args_t *n)
 {
-    int64_t end = ((int64_t)n->round + 1) * n->window_tokens;
-
-    return end < n->num_own ? (int)end : n->num_own;
+    return net_round_token(n, n->round + 1);
 }
 
 /* The first of peer p's entries (in token order) whose token is at least token. */
@@ -64,16 +68,23 @@ KERNEL_FN int net_entry_from(const intra_net_args_t *n, int p, int token)
     return lo;
 }
 
-/* Peer p's entries of this round: [*begin_p, *end_p). */
-KERNEL_FN void net_round_entries(const intra_net_args_t *n, int p, int *begin_p, int *end_p)
+/* Peer p's entries of round r: [*begin_p, *end_p). */
+KERNEL_FN void net_entries_of_round(const intra_net_args_t *n, int p, int r, int *begin_p,
+                                    int *end_p)
 {
     if (n->rounds == 1) {
         *begin_p = n->peer_first[p];
         *end_p   = n->peer_first[p + 1];
         return;
     }
-    *begin_p = net_entry_from(n, p, net_own_first(n));
-    *end_p   = net_entry_from(n, p, net_own_end(n));
+    *begin_p = net_entry_from(n, p, net_round_token(n, r));
+    *end_p   = net_entry_from(n, p, net_round_token(n, r + 1));
+}
+
+/* Peer p's entries of this round: [*begin_p, *end_p). */
+KERNEL_FN void net_round_entries(const intra_net_args_t *n, int p, int *begin_p, int *end_p)
+{
+    net_entries_of_round(n, p, n->round, begin_p, end_p);
 }
 
 /* Offset of peer p's block of our staging area in the wire step's round (by parity). */
@@ -242,15 +253,18 @@ KERNEL_FN uint64_t net_round_terms(const intra_moe_args_t *a, int p)
     return terms;
 }
 
-/* Rows peer p returns for our tokens: their terms there (in rounds, those of this round's
- * entries), or with node-reduce, one partial row per entry. */
+/* Rows peer p returns for our tokens (in rounds, for this round's entries): their terms
+ * there, or with node-reduce, one partial row per entry. */
 KERNEL_FN uint64_t net_ret_rows(const intra_moe_args_t *a, int p)
 {
     const intra_net_args_t *n = &a->net;
+    int begin, end;
 
-    return n->node_reduce ? (uint64_t)(n->peer_first[p + 1] - n->peer_first[p])
-           : n->rounds > 1 ? net_round_terms(a, p)
-                           : (uint64_t)n->peer_terms[p];
+    if (n->node_reduce) {
+        net_round_entries(n, p, &begin, &end);
+        return (uint64_t)(end - begin);
+    }
+    return n->rounds > 1 ? net_round_terms(a, p) : (uint64_t)n->peer_terms[p];
 }
 
 /* Where peer p's returns start in our ret_in (one buffer of it, in rounds): after the

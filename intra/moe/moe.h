@@ -192,10 +192,13 @@ strata_status_t intra_moe_enqueue_abort(intra_moe_t *moe, const void *expert_y,
                                         const uint64_t *pull_mask);
 /**
  * out[t] = sum over k of topk_weights[t][k] * y(t, k), y(t, k) at address term_src[t][k] (0:
- * none), accumulated in fp32 in k order and rounded once. Involves no peer.
+ * none), accumulated in fp32 in k order and rounded once. Involves no peer. The tokens are
+ * the step's from first_token on (with node-reduce the network tables, which are the
+ * step's, say on which node each term was summed).
  */
 strata_status_t intra_moe_enqueue_reduce(intra_moe_t *moe, const uint64_t *term_src,
-                                         const float *topk_weights, int num_tokens, void *out);
+                                         const float *topk_weights, int first_token,
+                                         int num_tokens, void *out);
 /** One of the network kernels (INTRA_MOE_KERNEL_NET_*) with its arguments. */
 strata_status_t intra_moe_enqueue_net(intra_moe_t *moe, intra_moe_kernel_t kernel,
                                       const intra_net_args_t *net);

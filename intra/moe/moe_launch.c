@@ -258,11 +258,12 @@ strata_status_t intra_moe_enqueue_abort(intra_moe_t *moe, const void *expert_y,
 }
 
 strata_status_t intra_moe_enqueue_reduce(intra_moe_t *moe, const uint64_t *term_src,
-                                         const float *topk_weights, int num_tokens, void *out)
+                                         const float *topk_weights, int first_token,
+                                         int num_tokens, void *out)
 {
     intra_moe_args_t args;
 
-    if (moe == NULL || num_tokens < 0 ||
+    if (moe == NULL || num_tokens < 0 || first_token < 0 ||
         (num_tokens > 0 && (term_src == NULL || topk_weights == NULL || out == NULL ||
                             moe_misaligned(out)))) {
         UTIL_LOG_ERROR("intra moe: reduce of %d tokens needs term addresses, topk_weights and "
@@ -277,6 +278,9 @@ strata_status_t intra_moe_enqueue_reduce(intra_moe_t *moe, const uint64_t *term_
     args.term_src     = term_src;
     args.topk_weights = topk_weights;
     args.out          = out;
+    if (args.net.clean_idx != NULL) {
+        args.net.clean_idx += (size_t)first_token * (size_t)args.topk;
+    }
     return moe_launch(moe, INTRA_MOE_KERNEL_REDUCE, &args);
 }
 

@@ -399,9 +399,8 @@ int main(int argc, char **argv)
             CHECK(strata_moe_load_capacity(&p, r.world, 2.0, &o.c.capacity) == STRATA_OK,
                   "no capacity of twice the mean load");
         }
-        /* STRATA_MOE_COMBINE=node-reduce leaves a flat or streamed object exact */
+        /* STRATA_MOE_COMBINE=node-reduce leaves a flat object exact */
         r.node_reduce = r.num_nodes > 1 && stats.route == STRATA_MOE_ROUTE_HIERARCHICAL &&
-                        stats.exchange != STRATA_MOE_EXCHANGE_STREAMED &&
                         (o.combine == STRATA_MOE_COMBINE_NODE_REDUCE ||
                          (o.combine == STRATA_MOE_COMBINE_DEFAULT && env != NULL &&
                           strcmp(env, "node-reduce") == 0));

@@ -186,10 +186,12 @@ case_run "streamed: 2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$
 case_run "streamed: 2x2 hierarchical, rank 3 aborts its step after dispatch_recv" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --abort 3:dispatched
 case_run "streamed: 2x2 flat, fp16, rank 1 aborts its step after combine_send" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=32k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --abort 1:combined --dtype fp16 --combine-dtype fp16
 case_run "streamed: 2x2 flat, rank 2 passes max_tokens + 1 tokens" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over
-# STRATA_MOE_COMBINE=node-reduce leaves a streamed object exact; params.combine asking for it
-# is refused; a rank alone on the worst-case exchange fails creation everywhere.
-case_run "streamed: 2x2 hierarchical, STRATA_MOE_COMBINE=node-reduce combines exactly" 4 "exact combine, $sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_COMBINE=node-reduce STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 10)
-case_run "streamed: 2x2 hierarchical, node-reduce refused" 4 "creation refused: operation not supported" -- $calm $st STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --combine node-reduce --refused "not supported"
+# Node-reduce in rounds: each round's terms summed where they were computed, one row per
+# entry back, the weights a round ahead (checked within each node's rounding, as above).
+case_run "streamed: 2x2 hierarchical, node-reduce (STRATA_MOE_COMBINE), 1-token rounds" 4 "node-reduce combine, $sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_COMBINE=node-reduce STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20)
+case_run "streamed: 3x2 hierarchical, node-reduce, fp16, bounce buffer, pull by request" 6 "node-reduce combine, $sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=32k STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_PULL_READ=off STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 20) --dtype fp16 --combine-dtype fp16 --experts 24 --topk 6 --combine node-reduce
+case_run "streamed: 2x2 hierarchical, node-reduce, all tokens to expert 12, capacity 12" 4 "node-reduce combine, $sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10 --combine node-reduce
+case_run "streamed: 2x2 hierarchical, node-reduce, rank 0 aborts its step after dispatch_recv" 4 "node-reduce combine, $sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_COMBINE=node-reduce STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --abort 0:dispatched
 # (The default window holds every token here, and the capacity is given: the ranks differ in
 # the exchange alone, not also in round one's size, which a small window would clamp, or in
 # the capacity, which follows the exchange by default.)
@@ -197,6 +199,7 @@ case_run "streamed: 2x2, rank 1 alone on the worst-case exchange" 4 "and STRATA_
 # A rank killed or stopped inside a round: the same bounds as above.
 case_run "streamed: 2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
 case_run "streamed: 2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000
+case_run "streamed: 2x2 hierarchical, node-reduce, rank 2 killed mid-step" 3 "rank 2 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_COMBINE=node-reduce STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 2 -- --steps 10 --kill 2 --kill-bound-ms 12000
 
 # Over the UCX transport (where built): tcp between the simulated nodes, as real nodes would
 # talk (they share this host's memory, so UCX's shared-memory transports are forbidden).

@@ -36,6 +36,12 @@ case_run "16x8 hierarchical, streamed in 4 rounds, pull by request" 16 \
     "streamed exchange in 4 rounds" -- $calm STRATA_MOE_ROUTE=hierarchical \
     STRATA_MOE_EXCHANGE=streamed STRATA_MOE_WINDOW_BYTES=26k STRATA_MOE_PULL_READ=off -- \
     "${world[@]}" -- --steps $(steps 20 6) "${shape[@]}"
+# Node-reduce in rounds: the weights (4 x 4 bytes a token per peer, twice each way) leave
+# the same window 2 tokens.
+case_run "16x8 hierarchical, node-reduce, streamed in 4 rounds" 16 \
+    "node-reduce combine, streamed exchange in 4 rounds" -- $calm STRATA_MOE_ROUTE=hierarchical \
+    STRATA_MOE_EXCHANGE=streamed STRATA_MOE_WINDOW_BYTES=26k -- "${world[@]}" -- \
+    --steps $(steps 20 6) "${shape[@]}" --combine node-reduce
 # Hot experts that move every 5 steps: the owners switch experts between Push and Pull.
 "$tune" generate --experts 32 --ranks 16 --ranks-per-node 2 --tokens 8 --topk 4 --hidden 64 \
     --zipf 1.6 --drift-period 5 --drift-fraction 1 --steps 30 --seed "$seed" -o "$dir/drift.trace" ||

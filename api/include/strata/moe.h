@@ -80,8 +80,7 @@ typedef enum strata_moe_exchange {
     STRATA_MOE_EXCHANGE_WORST_CASE = 1,
     /** a step's dispatch and combine cross the network in rounds of a slice of every
      *  rank's tokens, through areas sized by STRATA_MOE_WINDOW_BYTES whatever max_tokens
-     *  and the world; exact combine only (node-reduce is refused, or from
-     *  STRATA_MOE_COMBINE left exact) */
+     *  and the world; either combine (node-reduce sums a round's terms per node) */
     STRATA_MOE_EXCHANGE_STREAMED   = 2,
 } strata_moe_exchange_t;
 
