@@ -196,7 +196,9 @@ KERNEL_FN void moe_combine_reduce(const intra_moe_args_t *a, kernel_grid_t g)
 
 /* Source role, direct form: Push terms are already where term_dst says (their owners put
  * them there); Pull terms are fetched there; a dropped term becomes zeros, so that a later
- * sum lacks it. Slots routed nowhere on this node are left alone. */
+ * sum lacks it, and is reported here if the token is this rank's own (another node's
+ * token's missing terms go back counted with its terms, to be reported at its rank). Slots
+ * routed nowhere on this node are left alone. */
 KERNEL_FN void moe_combine_direct(const intra_moe_args_t *a, int num_tokens, kernel_grid_t g)
 {
     const int64_t *term_dst = (const int64_t *)(a->heap[a->rank] + a->term_dst_offset);
@@ -218,7 +220,7 @@ KERNEL_FN void moe_combine_direct(const intra_moe_args_t *a, int num_tokens, ker
                 for (int j = (int)g.thread; j < a->y_row_bytes; j += (int)g.num_threads) {
                     out[j] = 0;
                 }
-                if (KERNEL_LEADER(g)) {
+                if (KERNEL_LEADER(g) && !moe_received(a, t)) {
                     moe_report_missing(a, held, expert, t, k);
                 }
             }

@@ -32,7 +32,9 @@
  * alone. With --overflow EXPERT:CAPACITY every token goes to that one expert, whose
  * capacity is far too small: its rows are exact up to the capacity, every token's result is
  * exact or lacks its term, and a rank whose token lacks its term must get
- * STRATA_ERR_CAPACITY from combine_recv, wherever the term was dropped. On the streamed
+ * STRATA_ERR_CAPACITY from combine_recv, wherever the term was dropped; a rank none of
+ * whose tokens went to an expert that overflowed must not (--overflow E:C:FROM: only ranks
+ * from FROM on send to E, the others' tokens fit their experts). On the streamed
  * exchange with no capacity given (and no STRATA_MOE_CAPACITY_FACTOR) every expert's
  * capacity must be twice its mean load, and rows past it are checked as dropped, the
  * same way. With --abort
@@ -84,6 +86,7 @@ typedef struct options {
     int        disagree;   /* rank that sets other masks mid-run, or -1 */
     int        stall;      /* rank that sleeps before a dispatch mid-run, or -1 */
     int        overflow;   /* the expert every token goes to, or -1 */
+    int        overflow_from; /* the first rank whose tokens do (the others' fit) */
     unsigned   stall_ms;
     int        kill_step;
     uint64_t   kill_bound_ms; /* survivors must see the failure within this */
@@ -136,6 +139,17 @@ static void parse_abort(const char *v)
                                                 "--abort RANK:sent|dispatched|combined");
 }
 
+/* --overflow EXPERT[:CAPACITY[:FROM]] (capacity 8, every rank's tokens by default). */
+static void parse_overflow(options_t *o, const char *v)
+{
+    const char *capacity = strchr(v, ':');
+    const char *from = capacity != NULL ? strchr(capacity + 1, ':') : NULL;
+
+    o->overflow      = atoi(v);
+    o->c.capacity    = capacity != NULL ? atoi(capacity + 1) : 8;
+    o->overflow_from = from != NULL ? atoi(from + 1) : 0;
+}
+
 static void parse(int argc, char **argv, options_t *o)
 {
     const char *seed = getenv("STRATA_TEST_SEED");
@@ -164,7 +178,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--disagree")) o->disagree = atoi(v);
         else if (!strcmp(k, "--bad-input")) parse_bad_input(v);
         else if (!strcmp(k, "--abort")) parse_abort(v);
-        else if (!strcmp(k, "--overflow")) { o->overflow = atoi(v); o->c.capacity = strchr(v, ':') ? atoi(strchr(v, ':') + 1) : 8; }
+        else if (!strcmp(k, "--overflow")) parse_overflow(o, v);
         else if (!strcmp(k, "--stall")) { o->stall = atoi(v); o->stall_ms = strchr(v, ':') ? (unsigned)atoi(strchr(v, ':') + 1) : 5000; }
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--trace")) o->trace = v;
@@ -221,19 +235,28 @@ static int64_t *load_trace(const char *path, moe_case_t *c)
  * Every rank moved every expert in the same mode this step (gathered from all ranks), and
  * how many experts changed mode since the last step.
  */
-/* Every token of every step to one expert (its first choice; the others none). */
-static int64_t *overflow_routes(const moe_case_t *c, int expert)
+/* Every token of every step of the ranks from `from` on to one expert (its first choice;
+ * the others none); the ranks before them send each token to one other expert, in turn,
+ * so that those experts stay far below any capacity. */
+static int64_t *overflow_routes(const moe_case_t *c, int expert, int from)
 {
-    size_t n = (size_t)c->steps * (size_t)c->ranks * (size_t)c->max_tokens * (size_t)c->topk;
-    int64_t *routes = malloc(n * sizeof(int64_t));
+    size_t tokens = (size_t)c->steps * (size_t)c->ranks * (size_t)c->max_tokens;
+    int64_t *routes = malloc(tokens * (size_t)c->topk * sizeof(int64_t));
 
-    CHECK(routes != NULL && expert < c->experts, "--overflow %d of %d experts", expert,
-          c->experts);
-    for (size_t i = 0; i < n; ++i) {
-        routes[i] = i % (size_t)c->topk == 0 ? expert : -1;
+    CHECK(routes != NULL && expert < c->experts && c->experts > 1,
+          "--overflow %d of %d experts", expert, c->experts);
+    for (size_t i = 0; i < tokens; ++i) {
+        int rank = (int)(i / (size_t)c->max_tokens % (size_t)c->ranks);
+        int64_t other = (int64_t)(i % (size_t)(c->experts - 1));
+
+        for (int k = 0; k < c->topk; ++k) {
+            routes[i * (size_t)c->topk + (size_t)k] =
+                k > 0 ? -1 : rank >= from ? expert : other + (other >= expert);
+        }
     }
     return routes;
 }
+
 
 static int check_agreement(strata_bootstrap_t *bs, const rank_state_t *r, uint64_t *last)
 {
@@ -341,7 +364,7 @@ int main(int argc, char **argv)
         o.c.routes = routes;
     }
     if (o.overflow >= 0) {
-        routes = overflow_routes(&o.c, o.overflow);
+        routes = overflow_routes(&o.c, o.overflow, o.overflow_from);
         o.c.routes = routes;
     }
     alloc_state(&r, &o.c);

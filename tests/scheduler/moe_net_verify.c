@@ -233,12 +233,11 @@ bool withheld(const rank_state_t *r, int64_t e)
 }
 
 /* The status combine_recv must return where no result lacks a term dropped for capacity:
- * CANCELLED where one of this rank's terms was withheld, OK where none was (or CANCELLED
- * where this rank may have gathered withheld terms for another node's tokens: on the
- * aborting rank's node). */
+ * CANCELLED where one of this rank's terms was withheld, OK where none was (what it
+ * gathered for other nodes' tokens is theirs to report). */
 static void check_withheld(const rank_state_t *r, strata_status_t combined)
 {
-    bool lost = false, gatherer;
+    bool lost = false;
 
     for (int t = 0; t < r->n; ++t) {
         for (int k = 0; k < r->c->topk; ++k) {
@@ -247,10 +246,7 @@ static void check_withheld(const rank_state_t *r, strata_status_t combined)
             lost = lost || (e >= 0 && withheld(r, e));
         }
     }
-    gatherer = aborts(g_abort_rank) && g_abort_at != ABORT_COMBINED && r->num_nodes > 1 &&
-               r->rank_node[g_abort_rank] == r->node;
-    CHECK(combined == (lost ? STRATA_ERR_CANCELLED : STRATA_OK) ||
-              (!lost && gatherer && combined == STRATA_ERR_CANCELLED),
+    CHECK(combined == (lost ? STRATA_ERR_CANCELLED : STRATA_OK),
           "combine_recv returned %s; %s of this rank's terms were withheld",
           strata_status_string(combined), lost ? "some" : "none");
 }
@@ -278,16 +274,13 @@ static uint32_t ref_overflowed(const rank_state_t *r, int t)
     return slots;
 }
 
-/* Whether an expert of this rank's node was routed more rows this step than its capacity:
- * the step's status may then be CAPACITY here without a result lacking a term (its owner's
- * dispatch_recv reports it, and every later half of the step returns it too; a rank that
- * dispatched other nodes' tokens in the node reports their lost terms too). */
-static bool node_overflowed(const rank_state_t *r)
+/* Whether a token of this rank's routed a slot to an expert that overflowed this step:
+ * combine_recv may then return CAPACITY although every result is whole (a dropped term
+ * too small to change a rounded result), and only then. */
+static bool own_overflowed(const rank_state_t *r)
 {
-    int per_rank = r->c->experts / r->world, capacity = (r->c->capacity + 3) / 4 * 4;
-
-    for (int e = 0; e < r->c->experts && r->c->capacity > 0; ++e) {
-        if (r->rank_node[e / per_rank] == r->node && ref_count(r, e) > capacity) {
+    for (int t = 0; t < r->n && r->c->capacity > 0; ++t) {
+        if (ref_overflowed(r, t) != 0) {
             return true;
         }
     }
@@ -332,8 +325,10 @@ void check_combine(rank_state_t *r, strata_status_t combined)
         }
         CHECK(memcmp(ref, got, r->y_row_bytes) == 0, "token %d's combined row differs", t);
     }
-    if (r->short_results == short_before && /* nothing lost for capacity: OK, CANCELLED */
-        !(combined == STRATA_ERR_CAPACITY && node_overflowed(r))) {
+    if (r->short_results == short_before && combined == STRATA_ERR_CAPACITY) {
+        CHECK(own_overflowed(r), "combine_recv returned CAPACITY, and no token of this rank "
+              "was routed to an expert that overflowed");
+    } else if (r->short_results == short_before) { /* nothing lost: OK, CANCELLED */
         check_withheld(r, combined);
     }
 }

@@ -31,6 +31,10 @@ case_run "2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$ok" -- $ca
 # rounded up to 12.
 case_run "2x2 hierarchical, all tokens to expert 12, capacity 0.4 x the mean load" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 10) --overflow 12 --capacity-factor 0.4
 case_run "3x2 flat, all tokens to expert 5, capacity 8" 6 "$ok" -- $calm STRATA_MOE_ROUTE=flat -- -n 6 --nodes 3 -- --steps $(steps 20) --experts 12 --topk 2 --overflow 5:8
+# Only node 1's tokens go to expert 0 (rank 0's), past its capacity: CAPACITY comes to the
+# ranks whose tokens lost terms, not to the owner (its dispatch_recv says it) nor to rank 0
+# and 1 for the node-1 tokens they dispatched in their node.
+case_run "2x2 hierarchical, node 1's tokens to expert 0, capacity 12: only node 1 told" 4 "$ok" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 0:12:2
 # A work ring of 2 and 4 slots: the kernels wait for the proxy's credit on almost every
 # command, and the credit each block remembers is exercised (posting past the credit fails
 # this case).
@@ -183,6 +187,7 @@ case_run "streamed: 2x2 flat, pull by request, bounce buffer, work ring of 2 slo
 case_run "streamed: 2x2 hierarchical, streams changing every step, experts waited for on a stream" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 30) --streams 1 --expert-wait 2
 case_run "streamed: 2x2 flat, adaptive on the drifting trace, rows past twice the mean load dropped" 4 "$short" -- $calm $st STRATA_MOE_WINDOW_BYTES=4k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
 case_run "streamed: 2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10 --expert-wait 1
+case_run "streamed: 2x2 flat, node 1's tokens to expert 0, capacity 12: only node 1 told" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 0:12:2
 case_run "streamed: 2x2 hierarchical, rank 3 aborts its step after dispatch_recv" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --abort 3:dispatched
 case_run "streamed: 2x2 flat, fp16, rank 1 aborts its step after combine_send" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=32k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --abort 1:combined --dtype fp16 --combine-dtype fp16
 case_run "streamed: 2x2 flat, rank 2 passes max_tokens + 1 tokens" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --bad-input 2:over

@@ -376,9 +376,9 @@ STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void
  * so on that node, other nodes' sums rounded to the combine dtype, and the sums added in
  * node order (docs/moe.md); the weights then go to those nodes from here.
  * STRATA_ERR_CAPACITY: a term of one of this rank's tokens was dropped, on this node or
- * another, and its row lacks it; the rank that gathered a node's terms for tokens of
- * another node gets it too when one of those was dropped. (Dispatch returns
- * STRATA_ERR_CAPACITY to the owner of the expert whose capacity overflowed.)
+ * another, and its row lacks it; only this rank's tokens count (dispatch returns
+ * STRATA_ERR_CAPACITY to the owner of the expert whose capacity overflowed, and to the rank
+ * that could not place a row there, and combine_recv does not say it again).
  * STRATA_ERR_CANCELLED: the same for terms whose owner aborted the step
  * (strata_moe_abort_step).
  */
