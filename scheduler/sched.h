@@ -64,6 +64,11 @@ strata_status_t sched_moe_estimate(const strata_moe_params_t *params, int world_
 /** See strata_moe_load_capacity. */
 strata_status_t sched_load_capacity(const strata_moe_params_t *params, int world_size,
                                     double factor, int *capacity_p);
+/** The capacity an object of params on world_size ranks takes where params->capacity is 0,
+ *  as STRATA_MOE_CAPACITY_FACTOR and the exchange decide (0: the most an expert can
+ *  receive, which the object works out itself). */
+strata_status_t sched_default_capacity_of(const strata_moe_params_t *params, int world_size,
+                                          int *capacity_p);
 /** After a failed step the network area goes to the engine to release at its destroy. */
 void            sched_moe_destroy(sched_moe_t *moe);
 
@@ -149,6 +154,7 @@ typedef struct sched_moe_shape {
     size_t        row_bytes; /**< one token row on the wire */
     strata_moe_mode_t mode;  /**< resolved from the params and STRATA_MOE_MODE */
     strata_moe_exchange_t exchange; /**< resolved from the params and STRATA_MOE_EXCHANGE */
+    int           capacity_asked; /**< params.capacity as given (0: from the world, the load) */
     const char   *mode_file; /**< FIXED: the mask file; ADAPTIVE: a policy file, or NULL */
 } sched_moe_shape_t;
 

@@ -219,6 +219,23 @@ strata_status_t sched_read_choices(const strata_moe_params_t *params, sched_choi
     return status;
 }
 
+strata_status_t sched_default_capacity_of(const strata_moe_params_t *params, int world_size,
+                                          int *capacity_p)
+{
+    strata_moe_params_t p = *params;
+    sched_choices_t choices;
+    strata_status_t status = sched_read_choices(&p, &choices);
+
+    if (status == STRATA_OK) {
+        p.capacity = 0;
+        status     = sched_default_capacity(&p, world_size, &choices);
+    }
+    if (status == STRATA_OK) {
+        *capacity_p = p.capacity;
+    }
+    return status;
+}
+
 /* The mode, the route, round one's size and the other STRATA_MOE_* choices. */
 strata_status_t sched_resolve_config(sched_moe_t *moe, sched_choices_t *c)
 {

@@ -250,7 +250,8 @@ struct sched_moe {
     /* Unique in the process: a layout names its object by pointer and serial, since a new
      * object may be allocated where a destroyed one was. */
     uint64_t             serial;
-    strata_moe_params_t  params;
+    strata_moe_params_t  params;         /* as resolved (the capacity taken, the combine) */
+    int                  capacity_asked; /* params.capacity as given: 0 is the library's */
     sched_moe_world_t    world;
     bool                 pull_read;
     uint64_t             timeout_ns;

@@ -110,6 +110,7 @@ void sched_moe_shape(const sched_moe_t *moe, sched_moe_shape_t *shape_p)
         .mode              = moe->modes.mode,
         .exchange          = moe->geo.streamed ? STRATA_MOE_EXCHANGE_STREAMED
                                                : STRATA_MOE_EXCHANGE_WORST_CASE,
+        .capacity_asked    = moe->capacity_asked,
         .mode_file         = moe->modes.mode_file,
     };
 }

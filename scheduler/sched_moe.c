@@ -350,6 +350,7 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
     }
     moe->serial = atomic_fetch_add_explicit(&sched_moe_serials, 1, memory_order_relaxed) + 1;
     moe->params = *params;
+    moe->capacity_asked = params->capacity;
     moe->world  = *world;
     /* Ours to keep: the caller's arrays need not outlive the object; the key and the
      * secret are used once. */

@@ -164,7 +164,7 @@ static strata_status_t api_moe_card(const strata_moe_t *old, api_moe_card_t *car
     *card = (api_moe_card_t){
         .has_old = 1, .global_experts = sched_moe_global_experts(old->sched), .topk = p.topk,
         .hidden = p.hidden, .dtype = p.dtype, .combine_dtype = p.combine_dtype,
-        .max_tokens = p.max_tokens, .capacity = p.capacity,
+        .max_tokens = p.max_tokens, .capacity = shape.capacity_asked,
         .expert_alignment = p.expert_alignment, .route = p.route, .mode = p.mode,
         .combine = p.combine, .exchange = shape.exchange};
     if (p.mode_file != NULL) {
@@ -232,6 +232,21 @@ static strata_moe_params_t api_moe_recreated_params(const api_moe_card_t *c, int
         .exchange = (strata_moe_exchange_t)c->exchange};
 }
 
+/* A capacity of 0 given to the old object is worked out again for the new world from the
+ * experts the caller names (the new object's places may be more): the load grows with the
+ * world, and so does the most an expert can receive. */
+static strata_status_t api_moe_recreated_capacity(const api_moe_card_t *c, int world,
+                                                  strata_moe_params_t *params)
+{
+    strata_moe_params_t named = *params;
+
+    if (c->capacity != 0) {
+        return STRATA_OK;
+    }
+    named.num_experts = c->global_experts;
+    return sched_default_capacity_of(&named, world, &params->capacity);
+}
+
 /* This rank's map: the caller's, or the default one from old (which needs every rank to
  * have an old object). */
 static strata_status_t api_moe_owner_of(const strata_moe_t *old, const strata_comm_t *comm,
@@ -294,6 +309,9 @@ STRATA_API strata_status_t strata_moe_recreate(const strata_moe_t *old, strata_c
     }
     if (status == STRATA_OK) {
         params = api_moe_recreated_params(&card, comm->size, per_rank);
+        status = api_moe_recreated_capacity(&card, comm->size, &params);
+    }
+    if (status == STRATA_OK) {
         status = api_moe_create(comm, &params, api_moe_nodes_uneven(comm), moe_p);
     }
     if (status == STRATA_OK) {

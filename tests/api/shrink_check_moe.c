@@ -75,6 +75,10 @@ strata_status_t moe_step(strata_moe_t *moe, const int *first_of, int n, int step
     if (status != STRATA_OK) {
         return status;
     }
+    /* capacity 0 given: the most an expert can receive on this object's ranks, worked out
+     * again by each recreation (fewer ranks, less memory; more ranks, room for their rows) */
+    CHECK(recv.capacity == TOKENS * n, "step %d: capacity %d on %d ranks, not %d", step,
+          recv.capacity, n, TOKENS * n);
     CHECK(moe_plain_experts(moe, &recv, HIDDEN), "a place with rows and no expert");
     status = strata_moe_combine(moe, NULL, &w[0][0], out);
     if (status != STRATA_OK) {

@@ -431,7 +431,8 @@ STRATA_API strata_status_t strata_moe_get_stats(const strata_moe_t *moe,
 /* --- Elastic: going on after a rank failed ---------------------------------------------- */
 
 /**
- * Collective over comm: a MoE object with old's parameters (not its fixed mode file) and
+ * Collective over comm: a MoE object with old's parameters (not its fixed mode file; a
+ * capacity of 0 is taken again for comm's size) and
  * old's expert ids, for the ranks of comm, typically strata_comm_shrink's result after a
  * rank of old's communicator failed, or strata_comm_expand's to hand experts back to a
  * rank that joined. old is only read; destroy it afterwards. A rank that has no old object
