@@ -107,6 +107,9 @@ strata_status_t sched_moe_masked(const sched_moe_t *moe, const sched_plan_t *pla
                                  int32_t *per_token, int64_t *slots_p);
 /** The params the object was made with (mode_file: its own copy, valid while it lives). */
 void            sched_moe_params(const sched_moe_t *moe, strata_moe_params_t *params_p);
+/** An object made again (strata_moe_recreate) for a caller who gave capacity 0: its own
+ *  capacity was worked out for it, and a later recreation works it out again. */
+void            sched_moe_set_capacity_asked(sched_moe_t *moe, int capacity);
 
 strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispatch_mask,
                                         const uint64_t *combine_mask);

@@ -287,10 +287,11 @@ static strata_status_t sched_dispatch_stats(sched_moe_t *moe)
         }
         for (int i = 0; i < n; ++i) {
             rows   += (uint64_t)ps[i].step_sent;
-            /* node-reduce: one partial row per token received, and our tokens' weights */
-            terms  += moe->geo.node_reduce ? (uint64_t)(ps[i].recv_push + ps[i].recv_pull)
+            /* node-reduce: one partial row per token received, and our tokens' weights
+             * (over the rounds: the step's counts) */
+            terms  += moe->geo.node_reduce ? (uint64_t)ps[i].step_recv
                                            : (uint64_t)ps[i].num_terms;
-            weights += moe->geo.node_reduce ? (uint64_t)(ps[i].send_push + ps[i].send_pull) *
+            weights += moe->geo.node_reduce ? (uint64_t)ps[i].step_sent *
                                                   (uint64_t)moe->geo.topk * sizeof(float)
                                             : 0;
             second += (uint64_t)ps[i].step_later;

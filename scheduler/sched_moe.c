@@ -436,3 +436,8 @@ void sched_moe_params(const sched_moe_t *moe, strata_moe_params_t *params_p)
     params_p->mode_file = moe->modes.mode_file;
 }
 
+void sched_moe_set_capacity_asked(sched_moe_t *moe, int capacity)
+{
+    moe->capacity_asked = capacity;
+}
+

@@ -234,17 +234,20 @@ static strata_moe_params_t api_moe_recreated_params(const api_moe_card_t *c, int
 
 /* A capacity of 0 given to the old object is worked out again for the new world from the
  * experts the caller names (the new object's places may be more): the load grows with the
- * world, and so does the most an expert can receive. */
-static strata_status_t api_moe_recreated_capacity(const api_moe_card_t *c, int world,
-                                                  strata_moe_params_t *params)
+ * world, and so does the most an expert can receive. Where the variables cannot be read it
+ * stays 0, and the creation, collective, fails on them as strata_moe_create would. */
+static void api_moe_recreated_capacity(const api_moe_card_t *c, int world,
+                                       strata_moe_params_t *params)
 {
     strata_moe_params_t named = *params;
 
     if (c->capacity != 0) {
-        return STRATA_OK;
+        return;
     }
     named.num_experts = c->global_experts;
-    return sched_default_capacity_of(&named, world, &params->capacity);
+    if (sched_default_capacity_of(&named, world, &params->capacity) != STRATA_OK) {
+        params->capacity = 0;
+    }
 }
 
 /* This rank's map: the caller's, or the default one from old (which needs every rank to
@@ -309,10 +312,11 @@ STRATA_API strata_status_t strata_moe_recreate(const strata_moe_t *old, strata_c
     }
     if (status == STRATA_OK) {
         params = api_moe_recreated_params(&card, comm->size, per_rank);
-        status = api_moe_recreated_capacity(&card, comm->size, &params);
+        api_moe_recreated_capacity(&card, comm->size, &params);
+        status = api_moe_create(comm, &params, api_moe_nodes_uneven(comm), moe_p);
     }
     if (status == STRATA_OK) {
-        status = api_moe_create(comm, &params, api_moe_nodes_uneven(comm), moe_p);
+        sched_moe_set_capacity_asked((*moe_p)->sched, card.capacity);
     }
     if (status == STRATA_OK) {
         status = api_comm_agree(comm,

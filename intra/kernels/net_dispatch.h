@@ -542,6 +542,8 @@ KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
     }
     /* the step's, over the rounds (statistics) */
     peer->num_terms = (n->rounds > 1 && n->round > 0 ? peer->num_terms : 0) + terms;
+    peer->step_recv = (n->rounds > 1 && n->round > 0 ? peer->step_recv : 0) +
+                      peer->recv_push + peer->recv_pull;
     if (n->rounds > 1 ? !net_ret_at_check(peer->ret_at, (uint64_t)terms,
                                           (uint64_t)a->y_row_bytes, n->ret_in_bytes)
                       : !net_returns_fit(a, peer)) { /* in rounds: the round's, in a buffer */

@@ -104,9 +104,9 @@ typedef struct intra_net_peer {
     int64_t  recv_offset; /* overflow entry given to the peer */
     int32_t  aug_first;   /* our first token index of its entries (this round's) */
     int32_t  node;
-    /* Over the rounds of a step's dispatch, for its statistics: the entries we sent, and
-     * those of them in round two. */
-    int32_t  step_sent, step_later;
+    /* Over the rounds of a step's dispatch, for its statistics: the entries we sent, those
+     * of them in round two, and the entries we received. */
+    int32_t  step_sent, step_later, step_recv;
     uint64_t spec_seen, overflow_seen, grant_seen, combine_seen, weights_seen;
 } intra_net_peer_t;
 

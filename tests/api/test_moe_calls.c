@@ -532,6 +532,35 @@ static void test_recreate_keeps_the_exchange(void **state)
     strata_moe_destroy(old);
 }
 
+/* The capacity a recreated object takes where the first was given 0: worked out again at
+ * each recreation (here from STRATA_MOE_CAPACITY_FACTOR, changed between two), not carried
+ * from the object before. */
+static void test_recreate_works_the_capacity_out_again(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = TOKENS, .expert_alignment = 4,
+                             .exchange = STRATA_MOE_EXCHANGE_STREAMED};
+    strata_moe_t *moe[3] = {NULL, NULL, NULL};
+    strata_moe_recv_t recv;
+
+    assert_int_equal(strata_moe_create(f->comm, &p, &moe[0]), STRATA_OK);
+    assert_int_equal(strata_moe_recreate(moe[0], f->comm, NULL, &moe[1]), STRATA_OK);
+    setenv("STRATA_MOE_CAPACITY_FACTOR", "0", 1); /* the most an expert can receive */
+    assert_int_equal(strata_moe_recreate(moe[1], f->comm, NULL, &moe[2]), STRATA_OK);
+    unsetenv("STRATA_MOE_CAPACITY_FACTOR");
+    fill(f, 1);
+    for (int i = 0; i < 3; ++i) {
+        assert_int_equal(strata_moe_dispatch(moe[i], f->x, NULL, f->idx, 1, &recv), STRATA_OK);
+        assert_int_equal(recv.capacity, i < 2 ? 8 : TOKENS); /* 2 x the mean load, or all */
+        assert_int_equal(strata_moe_combine(moe[i], NULL, f->w, f->out), STRATA_OK);
+    }
+    for (int i = 2; i >= 0; --i) {
+        strata_moe_destroy(moe[i]);
+    }
+}
+
 static void test_layout_arguments(void **state)
 {
     fixture_t *f = *state;
@@ -617,6 +646,7 @@ int main(void)
         cmocka_unit_test(test_layout_arguments),
         cmocka_unit_test(test_recreate),
         cmocka_unit_test(test_recreate_keeps_the_exchange),
+        cmocka_unit_test(test_recreate_works_the_capacity_out_again),
         cmocka_unit_test(test_layout_of_a_destroyed_object),
     };
 
