@@ -62,7 +62,8 @@ KERNEL_FN int net_post_round(const intra_moe_args_t *a, int p, uint64_t step, ui
     return net_post_block(a, g, n->peers[p].rank, out,
                           n->ret_in + net_ret_buffer(n, step) * n->ret_in_bytes +
                               (uint64_t)net_round_seg(n, n->round, p)[2],
-                          rows * y + INTRA_NET_DROPS_BYTES, INTRA_NET_IMM_COMBINE);
+                          rows * y + INTRA_NET_DROPS_BYTES,
+                          net_buffer_imm(n, INTRA_NET_IMM_COMBINE, step));
 }
 
 /*
@@ -180,18 +181,22 @@ KERNEL_FN int net_send_weights(const intra_moe_args_t *a, int p, int r, uint64_t
     return net_post_block(a, g, peer->rank, n->w_out + net_weights_at(a, step, p),
                           n->w_in + net_weights_at(a, step, peer->index_there),
                           (uint64_t)(end - begin) * topk * sizeof(float),
-                          INTRA_NET_IMM_WEIGHTS);
+                          net_buffer_imm(n, INTRA_NET_IMM_WEIGHTS, step));
 }
 
-/* One thread: peer p's weights for the tokens it sent us have landed. */
-KERNEL_FN int net_wait_weights(const intra_moe_args_t *a, int p, int entries)
+/* One thread: peer p's weights for the tokens it sent us (in the wire step's round) have
+ * landed. */
+KERNEL_FN int net_wait_weights(const intra_moe_args_t *a, int p, int entries, uint64_t step)
 {
     const intra_net_args_t *n = &a->net;
     intra_net_peer_t *peer = &n->peers[p];
+    uint64_t *seen = &peer->weights_seen[net_ret_buffer(n, step)];
 
-    peer->weights_seen += net_chunks(n, (uint64_t)entries * (uint64_t)a->topk * sizeof(float));
-    return net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_WEIGHTS, peer->rank)],
-                    peer->weights_seen, peer->rank, INTRA_NET_WAIT_WEIGHTS);
+    *seen += net_chunks(n, (uint64_t)entries * (uint64_t)a->topk * sizeof(float));
+    return net_wait(a,
+                    &n->imms[net_imm_index(n, net_buffer_imm(n, INTRA_NET_IMM_WEIGHTS, step),
+                                           peer->rank)],
+                    *seen, peer->rank, INTRA_NET_WAIT_WEIGHTS);
 }
 
 /*
@@ -217,7 +222,7 @@ KERNEL_FN int net_send_partials(const intra_moe_args_t *a, int p, kernel_grid_t 
         return 1;
     }
     if (KERNEL_LEADER(g)) {
-        ok = net_wait_weights(a, p, entries);
+        ok = net_wait_weights(a, p, entries, 0);
     }
     kernel_block_sync();
     if (!ok) {
@@ -282,7 +287,7 @@ KERNEL_FN int net_partials_round(const intra_moe_args_t *a, int p, uint64_t step
     KERNEL_SHARED int ok;
 
     if (KERNEL_LEADER(g)) {
-        ok = seg[1] == 0 || net_wait_weights(a, p, (int)seg[1]);
+        ok = seg[1] == 0 || net_wait_weights(a, p, (int)seg[1], step);
     }
     kernel_block_sync();
     if (!ok) {
@@ -410,14 +415,18 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
          ++p, at += terms + INTRA_NET_DROPS_BYTES) {
         intra_net_peer_t *peer = &n->peers[p];
         const uint64_t *drops;
+        uint64_t *seen;
 
         terms = net_ret_rows(a, (int)p) * (uint64_t)a->y_row_bytes;
         if (terms == 0 && n->rounds == 1) {
             continue;
         }
-        peer->combine_seen += net_chunks(n, terms + INTRA_NET_DROPS_BYTES);
-        if (!net_wait(a, &n->imms[net_imm_index(n, INTRA_NET_IMM_COMBINE, peer->rank)],
-                      peer->combine_seen, peer->rank, INTRA_NET_WAIT_TERMS)) {
+        seen = &peer->combine_seen[net_ret_buffer(n, step)];
+        *seen += net_chunks(n, terms + INTRA_NET_DROPS_BYTES);
+        if (!net_wait(a,
+                      &n->imms[net_imm_index(n, net_buffer_imm(n, INTRA_NET_IMM_COMBINE, step),
+                                             peer->rank)],
+                      *seen, peer->rank, INTRA_NET_WAIT_TERMS)) {
             return;
         }
         drops = (const uint64_t *)(ret_in + at + terms);

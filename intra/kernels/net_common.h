@@ -286,6 +286,19 @@ KERNEL_FN uint64_t net_ret_buffer(const intra_net_args_t *n, uint64_t step)
     return n->rounds > 1 ? (step & 1u) : 0;
 }
 
+/* The immediate kind of a transfer of returns (COMBINE) or weights (WEIGHTS) into the wire
+ * step's buffer. In rounds a peer may have a transfer into each of the two buffers in
+ * flight at once (never two into one: the credits say so); each buffer's arrivals are
+ * counted apart, so that on a fabric that delivers out of order the chunks of one cannot
+ * make up the count of the other. */
+KERNEL_FN int net_buffer_imm(const intra_net_args_t *n, int kind, uint64_t step)
+{
+    if (net_ret_buffer(n, step) == 0) {
+        return kind;
+    }
+    return kind == INTRA_NET_IMM_COMBINE ? INTRA_NET_IMM_COMBINE_ODD : INTRA_NET_IMM_WEIGHTS_ODD;
+}
+
 /* In rounds: round r's record of peer p (p = num_peers: our own tokens), net_format.h. */
 KERNEL_FN int64_t *net_round_seg(const intra_net_args_t *n, int r, int p)
 {

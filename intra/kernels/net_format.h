@@ -37,6 +37,9 @@ enum {
     INTRA_NET_IMM_OVERFLOW, /* round two: the rest, at the granted place */
     INTRA_NET_IMM_COMBINE,  /* terms returned (node-reduce: one partial row per token) */
     INTRA_NET_IMM_WEIGHTS,  /* node-reduce: a token's weights, to the node holding its terms */
+    /* In rounds, the same two into the second of their two buffers (net_buffer_imm). */
+    INTRA_NET_IMM_COMBINE_ODD,
+    INTRA_NET_IMM_WEIGHTS_ODD,
     INTRA_NET_IMM_KINDS
 };
 
@@ -107,7 +110,8 @@ typedef struct intra_net_peer {
     /* Over the rounds of a step's dispatch, for its statistics: the entries we sent, those
      * of them in round two, and the entries we received. */
     int32_t  step_sent, step_later, step_recv;
-    uint64_t spec_seen, overflow_seen, grant_seen, combine_seen, weights_seen;
+    uint64_t spec_seen, overflow_seen, grant_seen;
+    uint64_t combine_seen[2], weights_seen[2]; /* by buffer (net_buffer_imm) */
 } intra_net_peer_t;
 
 /** Blocks a launch may have (STRATA_INTRA_BLOCKS' bound). */

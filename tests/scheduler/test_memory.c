@@ -27,7 +27,7 @@
 #define TOPK      8
 #define SPEC      32 /* STRATA_MOE_SPEC_TOKENS' default */
 #define RING      1024
-#define IMM_KINDS 6
+#define IMM_KINDS 8 /* immediate kinds per rank: INTRA_NET_IMM_KINDS */
 
 typedef struct shape {
     int world, tokens, capacity;

@@ -38,6 +38,10 @@ case_run "chaos, 2x2 flat, bounce buffer, overflow to expert 5" 4 "$ok" -- $calm
 case_run "chaos, 2x2 hierarchical, pull, flushed by loopback reads" 4 "$ok" -- $calm $chaos $log_info STRATA_MOE_FLUSH=read STRATA_MOE_ROUTE=hierarchical STRATA_MOE_MODE=pull -- -n 4 --nodes 2 -- --steps $(steps 20)
 case_run "chaos, 2x2 flat, rank 2 aborts a step, its experts' terms withheld" 4 "$ok" -- $calm $chaos $log_info STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --abort 2:dispatched --hidden 1024
 case_run "chaos, 2x2 flat, 2 rails, streams changing every step" 4 "$ok" -- $calm $chaos $log_info STRATA_INTER_RAILS=2 STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 30) --streams 1
+# The streamed exchange in rounds of 1 to 2 tokens: a peer may have returns (and with
+# node-reduce weights) in flight into both of a buffer pair at once, each counted apart.
+case_run "chaos, 2x2 hierarchical, streamed, 1-token rounds" 4 "streamed exchange in" -- $calm $chaos $log_info STRATA_MOE_EXCHANGE=streamed STRATA_MOE_CAPACITY_FACTOR=0 STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20)
+case_run "chaos, 2x2 hierarchical, streamed, node-reduce" 4 "node-reduce combine, streamed exchange in" -- $calm $chaos $log_info STRATA_MOE_EXCHANGE=streamed STRATA_MOE_CAPACITY_FACTOR=0 STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 20)
 
 echo "$passed passed, $failed failed (seed $seed)"
 [ "$failed" -eq 0 ]
