@@ -506,16 +506,23 @@ static void test_recreate(void **state)
     f->moe = kept;
 }
 
+/* The fixture's shape on the streamed exchange, capacity 0 (the library's). */
+static strata_moe_params_t streamed_params(void)
+{
+    return (strata_moe_params_t){.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                                 .dtype = STRATA_DTYPE_FP32,
+                                 .combine_dtype = STRATA_DTYPE_FP32, .max_tokens = TOKENS,
+                                 .expert_alignment = 4,
+                                 .exchange = STRATA_MOE_EXCHANGE_STREAMED};
+}
+
 /* The exchange an object took travels to its recreation, and so does its capacity (the
  * streamed exchange's default, twice the mean load of 16 x 2 / 8 rows: 8, not the worst
  * case's 16). */
 static void test_recreate_keeps_the_exchange(void **state)
 {
     fixture_t *f = *state;
-    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
-                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
-                             .max_tokens = TOKENS, .expert_alignment = 4,
-                             .exchange = STRATA_MOE_EXCHANGE_STREAMED};
+    strata_moe_params_t p = streamed_params();
     strata_moe_t *old = NULL, *again = NULL;
     strata_moe_stats_t stats;
     strata_moe_recv_t recv;
@@ -538,10 +545,7 @@ static void test_recreate_keeps_the_exchange(void **state)
 static void test_recreate_works_the_capacity_out_again(void **state)
 {
     fixture_t *f = *state;
-    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
-                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
-                             .max_tokens = TOKENS, .expert_alignment = 4,
-                             .exchange = STRATA_MOE_EXCHANGE_STREAMED};
+    strata_moe_params_t p = streamed_params();
     strata_moe_t *moe[3] = {NULL, NULL, NULL};
     strata_moe_recv_t recv;
 
