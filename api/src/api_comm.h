@@ -112,6 +112,14 @@ bool api_comm_shrunk_already(const strata_comm_t *comm);
 #define API_SHRUNK_ALREADY "a communicator shrunk from this one is alive: split or shrink " \
                            "that one (the newest), not this one"
 
+/** Send to rank to what the next strata_comm_shrink of comm sends there as this rank's set
+ *  in round (1 to 3, the last merging only): set, [size] bytes, nonzero for a rank in it.
+ *  Returns once the engine has sent it. For tests that play a rank's part in the agreement
+ *  by hand, such as a rank that dies after sending its last set to some survivors only
+ *  (api_comm_shrink.c). */
+strata_status_t api_shrink_send_set(strata_comm_t *comm, uint32_t round, const uint8_t *set,
+                                    int to);
+
 /** The settings of a communicator made from parent (split, shrunk, expanded): the
  *  parent's node name and GPU. */
 strata_config_t api_comm_inherited_config(const strata_comm_t *parent);

@@ -11,13 +11,22 @@
  * STRATA_ERR_PEER_FAILED. After the last round the members are the ranks outside the set,
  * in their old order.
  *
- * Why the sets end equal: the engine never takes a failure back, so a round in which no
- * rank fails leaves every survivor with the union of all sets, and later rounds keep it.
- * With R rounds that holds unless R failures fall within the agreement itself, one in each
- * round; the first failure is the one that brought the ranks here, so R = 3 covers two more.
- * Ranks that nonetheless end with different sets cannot use the new communicator: its
- * first exchange fails, with STRATA_ERR_PEER_FAILED or STRATA_ERR_BOOTSTRAP, and the caller
- * shrinks it again.
+ * The last round only merges: a set that does not come there, or a rank the engine declares
+ * failed then, adds nothing. A rank dying in it may have sent its set to some survivors and
+ * not to others; inferring its failure there would leave the two groups with different
+ * members and no later round to reconcile them. It stays a member instead, on every
+ * survivor alike, and the new communicator's first exchange with it fails, so the caller
+ * shrinks again.
+ *
+ * Why the sets end equal: the engine never takes a failure back, so after a round in which
+ * no rank fails every survivor holds the union of all sets, and later rounds keep it; after
+ * a round in which one rank fails, every survivor that lives through the next round sends
+ * its set to all the others, so they end with the union again; the last round infers
+ * nothing of its own. So every survivor ends with the same set unless ranks fail in each
+ * of the last two rounds (with R = 3, two failures within the agreement after the one that
+ * brought the ranks here, in rounds 2 and 3). Ranks that end with different sets are on
+ * different communicators, which nothing reconciles: their exchanges fail, and so do
+ * their later shrinks (a set of another world size is malformed, STRATA_ERR_BOOTSTRAP).
  */
 #include "api/src/api_bootstrap.h"
 #include "api/src/api_comm.h"
@@ -48,6 +57,7 @@ typedef struct api_shrink {
     api_shrink_msg_t *out;      /* what this rank sends in the round: its set then */
     char             *in;       /* [size][slot_bytes] what each rank sent it */
     inter_request_t **recvs;    /* [size] */
+    bool              last;     /* the last round: sets merged, no failure inferred */
     bool              in_lent;  /* a cancelled receive may still write into in */
     uint64_t          timeout_ns;
 } api_shrink_t;
@@ -124,7 +134,8 @@ static strata_status_t api_shrink_take(api_shrink_t *sh, int r, uint32_t round,
                                   (const api_shrink_msg_t *)(sh->in + (size_t)r * sh->slot_bytes),
                                   inter_request_length(req));
     } else if (status == STRATA_ERR_PEER_FAILED) {
-        sh->failed[r] = 1; /* failed during the agreement: in the set from now on */
+        /* Failed during the agreement: in the set from now on, but for the last round. */
+        sh->failed[r] = sh->failed[r] || !sh->last;
         status        = STRATA_OK;
     }
     inter_request_free(req);
@@ -200,7 +211,8 @@ static bool api_shrink_partner(const api_shrink_t *sh, int r)
 }
 
 /* Post a receive for the set of every rank outside this rank's, then send it to them; a
- * rank whose receive cannot be posted (declared failed since) joins the set. */
+ * rank whose receive cannot be posted (declared failed since) joins the set, but in the
+ * last round. */
 static void api_shrink_post(api_shrink_t *sh, uint32_t round)
 {
     uint32_t channel = api_shrink_channel(sh, round);
@@ -211,7 +223,7 @@ static void api_shrink_post(api_shrink_t *sh, uint32_t round)
                                  sh->in + (size_t)r * sh->slot_bytes, sh->msg_bytes,
                                  &sh->recvs[r]) != STRATA_OK) {
             sh->recvs[r]  = NULL;
-            sh->failed[r] = 1;
+            sh->failed[r] = sh->failed[r] || !sh->last;
         }
     }
     for (int r = 0; r < sh->comm->size; ++r) {
@@ -228,19 +240,55 @@ static void api_shrink_post(api_shrink_t *sh, uint32_t round)
     }
 }
 
+/* A round's message: set, [size] bytes, nonzero for a rank in it. */
+static void api_shrink_encode(api_shrink_msg_t *msg, int size, uint32_t round,
+                              const uint8_t *set)
+{
+    *msg = (api_shrink_msg_t){.magic = API_SHRINK_MAGIC, .round = round,
+                              .world_size = (uint32_t)size};
+    memset(msg->failed, 0, ((size_t)size + 7) / 8);
+    for (int r = 0; r < size; ++r) {
+        msg->failed[r / 8] |= (uint8_t)((set[r] != 0) << (r % 8));
+    }
+}
+
 static strata_status_t api_shrink_round(api_shrink_t *sh, uint32_t round)
 {
-    size_t bits = ((size_t)sh->comm->size + 7) / 8;
-
-    api_shrink_take_engine(sh);
-    *sh->out = (api_shrink_msg_t){.magic = API_SHRINK_MAGIC, .round = round,
-                                  .world_size = (uint32_t)sh->comm->size};
-    memset(sh->out->failed, 0, bits);
-    for (int r = 0; r < sh->comm->size; ++r) {
-        sh->out->failed[r / 8] |= (uint8_t)(sh->failed[r] << (r % 8));
+    sh->last = round == API_SHRINK_ROUNDS;
+    if (!sh->last) {
+        api_shrink_take_engine(sh);
     }
+    api_shrink_encode(sh->out, sh->comm->size, round, sh->failed);
     api_shrink_post(sh, round);
     return api_shrink_gather(sh, round);
+}
+
+strata_status_t api_shrink_send_set(strata_comm_t *comm, uint32_t round, const uint8_t *set,
+                                    int to)
+{
+    size_t bytes = sizeof(api_shrink_msg_t) + ((size_t)comm->size + 7) / 8;
+    api_shrink_t sh = {.comm = comm, .number = comm->splits + 1};
+    inter_request_t *send = NULL;
+    api_shrink_msg_t *msg;
+    strata_status_t status;
+
+    if (round < 1 || round > API_SHRINK_ROUNDS || to < 0 || to >= comm->size ||
+        to == comm->rank) {
+        return STRATA_ERR_INVALID;
+    }
+    msg = calloc(1, bytes);
+    if (msg == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    api_shrink_encode(msg, comm->size, round, set);
+    status = inter_engine_send_on(comm->engine, api_shrink_channel(&sh, round),
+                                  api_engine_rank(comm, to), msg, bytes, &send);
+    if (status == STRATA_OK) {
+        status = inter_request_wait(send, inter_engine_peer_timeout_ns(comm->engine));
+        inter_request_free(send);
+    }
+    free(msg);
+    return status;
 }
 
 static strata_status_t api_shrink_open(api_shrink_t *sh, strata_comm_t *comm, uint32_t number)

@@ -12,7 +12,11 @@
  * (the step it fails in, default 3), --steps N (after the shrink, default 5), --second R
  * (this rank dies too, a few milliseconds into its shrink, or as the shrink returns where
  * it was quicker, never in the middle of a step; with --second-first, just
- * before it, so that the others' agreement must count it and one shrink must do), --slow R (this rank's engine
+ * before it, so that the others' agreement must count it and one shrink must do; with
+ * --second-last-to T, it plays its part of the agreement by hand, sending its set, the
+ * victim, to every survivor in the first two rounds and to rank T only in the last, then
+ * dies: the survivors must still agree, on the same members, and a second shrink must
+ * leave it out), --slow R (this rank's engine
  * takes 60 s, or --slow-timeout S seconds, to declare a silent peer failed, and its steps
  * wait 4 s: it learns of the failure from the others' sets; when its engine declares the
  * victim failed at last, the shrunk communicator, which the victim is not in, must go on),
@@ -37,6 +41,7 @@
  * that time.
  */
 #include "api/shrink_check.h"
+#include "api/src/api_comm.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -214,8 +219,8 @@ static uint64_t failed_at(const char *dir)
 
 static void parse(int argc, char **argv, options_t *o)
 {
-    *o = (options_t){.victim = 1, .second = -1, .slow = -1, .slow_timeout = 60, .at = 3,
-                     .steps = 5};
+    *o = (options_t){.victim = 1, .second = -1, .second_last_to = -1, .slow = -1,
+                     .slow_timeout = 60, .at = 3, .steps = 5};
     for (int i = 1; i < argc; ++i) {
         bool has = i + 1 < argc;
 
@@ -223,6 +228,8 @@ static void parse(int argc, char **argv, options_t *o)
             o->victim = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--second") && has) {
             o->second = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--second-last-to") && has) {
+            o->second_last_to = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--slow") && has) {
             o->slow = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--slow-timeout") && has) {
@@ -259,6 +266,31 @@ static void parse(int argc, char **argv, options_t *o)
     }
 }
 
+/* The second rank's part of the first shrink, by hand: its set (the victim) to every
+ * survivor in the first two rounds and to o->second_last_to only in the last; then it
+ * dies, once the messages had time to arrive. */
+static void die_after_partial_shrink(strata_comm_t *comm, const int *first_of,
+                                     const options_t *o)
+{
+    int n = strata_comm_size(comm);
+    uint8_t set[256] = {0};
+
+    for (int r = 0; r < n; ++r) {
+        set[r] = first_of[r] == o->victim;
+    }
+    for (uint32_t round = 1; round <= 3; ++round) {
+        for (int r = 0; r < n; ++r) {
+            bool to = !set[r] && r != strata_comm_rank(comm) &&
+                      (round < 3 || first_of[r] == o->second_last_to);
+
+            CHECK(!to || api_shrink_send_set(comm, round, set, r) == STRATA_OK,
+                  "round %u's set to rank %d", round, r);
+        }
+    }
+    usleep(300 * 1000);
+    raise(SIGKILL);
+}
+
 /* Shrink comm; the new first-rank table from the parent ranks; the old comm is destroyed. */
 static strata_status_t shrink(strata_comm_t **comm, int *first_of, const options_t *o)
 {
@@ -270,6 +302,9 @@ static strata_status_t shrink(strata_comm_t **comm, int *first_of, const options
     memcpy(old_first, first_of, sizeof(int) * (size_t)strata_comm_size(*comm));
     if (g_first_rank == o->second && o->second_first) {
         raise(SIGKILL);
+    }
+    if (g_first_rank == o->second && o->second_last_to >= 0) {
+        die_after_partial_shrink(*comm, first_of, o);
     }
     if (g_first_rank == o->second) {
         g_in_shrink = true;
@@ -394,6 +429,9 @@ int main(int argc, char **argv)
     }
     CHECK(strata_comm_size(comm) == expected, "shrunk to %d ranks, %d expected",
           strata_comm_size(comm), expected);
+    CHECK(o.second_last_to < 0 || shrinks == 2, "%d shrinks: the first should have kept the "
+          "rank that died in its last round, on every survivor, and the second left it out",
+          shrinks);
     CHECK(!o.second_first || shrinks == 1, "%d shrinks where the agreement should have "
           "counted both failed ranks", shrinks);
     elapsed_ms = (double)(good_ns - failed_at(dir)) / 1e6;

@@ -27,7 +27,7 @@
 #define WAIT_MS 30000u
 
 typedef struct options {
-    int  victim, second, slow, slow_timeout, at, steps, max_ms, step_ms;
+    int  victim, second, second_last_to, slow, slow_timeout, at, steps, max_ms, step_ms;
     bool stop, second_first, moe, reassign, rejoin, map_refusals, registered;
     const char *join_addr; /* set: this process is the replacement, joining there */
     int  join_port, join_rank;
