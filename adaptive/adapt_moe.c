@@ -96,11 +96,14 @@ static strata_status_t adapt_fit_link(sched_moe_t *moe, sched_probe_t kind, adap
 /*
  * The model measured on this rank: the node's bandwidth from copies, writes and reads to a
  * rank of another node for the network's. The alphas stand for waiting on a source that
- * sends an expert nothing. strata's kernels complete per (source, owner) pair, not per
- * expert: inside the node a flag per pair and step, across nodes a header every source
- * writes every step; the owner waits for all of them in both modes. So a measured model
- * has no alpha in either mode, and Pull's round trip across nodes (its fetch in round two)
- * is a small read's whole time. What cannot be measured keeps the policy's figures.
+ * sends an expert nothing, which strata's kernels do in neither mode: inside the node an
+ * expert is complete once its own rows have landed (a counter per expert, Push or Pull),
+ * and across nodes the owner waits for the header every source node writes every step,
+ * in both modes. So a measured model has no alpha in either mode, and Pull's round trip
+ * across nodes (its fetch in round two) is a small read's whole time. What it leaves out:
+ * a source pushes its rows in the owners' local expert order, so a Push expert's rows
+ * land after the rows of the experts before it, which a Pull expert does not wait for.
+ * What cannot be measured keeps the policy's figures.
  */
 static strata_status_t adapt_calibrate(sched_moe_t *moe, adapt_model_t *model)
 {
