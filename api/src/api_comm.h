@@ -113,12 +113,17 @@ bool api_comm_shrunk_already(const strata_comm_t *comm);
                            "that one (the newest), not this one"
 
 /** Send to rank to what the next strata_comm_shrink of comm sends there as this rank's set
- *  in round (1 to 3, the last merging only): set, [size] bytes, nonzero for a rank in it.
- *  Returns once the engine has sent it. For tests that play a rank's part in the agreement
- *  by hand, such as a rank that dies after sending its last set to some survivors only
- *  (api_comm_shrink.c). */
+ *  in round (1 to 3, the last inferring nothing): set, [size] bytes, nonzero for a rank in
+ *  it. Returns once the engine has sent it. With api_shrink_recv_set, for tests that play a
+ *  rank's part in the agreement by hand, such as a rank that dies after sending its last
+ *  set to some survivors only (api_comm_shrink.c). */
 strata_status_t api_shrink_send_set(strata_comm_t *comm, uint32_t round, const uint8_t *set,
                                     int to);
+/** Receive rank from's set of round in comm's next shrink, within timeout_ns, and add it
+ *  to set ([size] bytes). STRATA_ERR_PEER_FAILED where it names this rank, or where from
+ *  failed; STRATA_ERR_BOOTSTRAP where it is malformed. */
+strata_status_t api_shrink_recv_set(strata_comm_t *comm, uint32_t round, int from,
+                                    uint8_t *set, uint64_t timeout_ns);
 
 /** The settings of a communicator made from parent (split, shrunk, expanded): the
  *  parent's node name and GPU. */

@@ -2,31 +2,35 @@
  * strata_comm_shrink: after a rank failed, the survivors agree on who is alive and make a
  * communicator over them, with no rendezvous (rank 0 may be the dead one).
  *
- * Agreement is a flooding of failure sets over the old communicator's engine. Each rank
- * starts from the ranks its engine has declared failed (by heartbeat silence or a transport
- * error). In each of API_SHRINK_ROUNDS rounds it sends its set to every rank outside it and
- * takes every such rank's set into its own; a rank whose set does not come is in the set
- * once the engine declares it failed, or once another rank's set names it. A rank that
- * finds itself in another's set was declared failed by it, and leaves with
- * STRATA_ERR_PEER_FAILED. After the last round the members are the ranks outside the set,
- * in their old order.
+ * Agreement is a flooding of failure sets over the old communicator's engine. In each of
+ * API_SHRINK_ROUNDS rounds each rank adds to its set the ranks its engine has declared
+ * failed (by heartbeat silence or a transport error), sends the set to every rank outside
+ * it and takes every such rank's set into its own. A rank whose set does not come is in
+ * the set once the engine declares it failed, or once another rank's set names it; but in
+ * the last round, see below. After the last round the members are the ranks outside the
+ * set, in their old order. Sets go to the ranks outside them only: a rank that the others
+ * declared failed while it was alive (stopped, then resumed) hears from none of them; its
+ * own engine declares them failed as their heartbeats stop, and its shrink ends with a
+ * communicator of itself alone.
  *
- * The last round only merges: a set that does not come there, or a rank the engine declares
- * failed then, adds nothing. A rank dying in it may have sent its set to some survivors and
- * not to others; inferring its failure there would leave the two groups with different
- * members and no later round to reconcile them. It stays a member instead, on every
- * survivor alike, and the new communicator's first exchange with it fails, so the caller
- * shrinks again.
+ * The last round infers nothing: a set that does not come there adds nothing. A rank
+ * dying in it may have sent its set to some survivors and not to others; inferring its
+ * failure there would leave the two groups with different members and no later round to
+ * reconcile them. Unless a survivor's engine had declared it failed as the round began
+ * (that verdict goes to all), it stays a member on every survivor alike, and the new
+ * communicator's first exchange with it fails, so the caller shrinks again. (The engine's verdicts are
+ * still taken at the start of the last round: they go out in the set to every partner.)
  *
- * Why the sets end equal: the engine never takes a failure back, so after a round in which
- * no rank fails every survivor holds the union of all sets, and later rounds keep it; after
- * a round in which one rank fails, every survivor that lives through the next round sends
- * its set to all the others, so they end with the union again; the last round infers
- * nothing of its own. So every survivor ends with the same set unless ranks fail in each
- * of the last two rounds (with R = 3, two failures within the agreement after the one that
- * brought the ranks here, in rounds 2 and 3). Ranks that end with different sets are on
- * different communicators, which nothing reconciles: their exchanges fail, and so do
- * their later shrinks (a set of another world size is malformed, STRATA_ERR_BOOTSTRAP).
+ * Why the sets end equal: a failure in round r can leave the survivors with different sets
+ * at its end, where some got the dying rank's set and others inferred its failure; but
+ * every survivor that lives through round r + 1 sends its set to all the others there, so
+ * if no rank fails in round r + 1 they all end it with the union. And once the survivors
+ * begin the last round with equal sets, a failure in it changes no set. So they end
+ * agreed unless ranks fail both in the second round and in the last: with R = 3, one more
+ * failure within the agreement, in any round, is covered. Ranks that end with different
+ * sets are on different communicators, which nothing reconciles: their exchanges fail, and
+ * so do their later shrinks (a set of another world size is malformed,
+ * STRATA_ERR_BOOTSTRAP).
  */
 #include "api/src/api_bootstrap.h"
 #include "api/src/api_comm.h"
@@ -88,7 +92,7 @@ static void api_shrink_take_engine(api_shrink_t *sh)
 }
 
 /* A received set: well formed, of this round; merged. STRATA_ERR_PEER_FAILED where it
- * holds this rank. */
+ * holds this rank (no rank sends one such, but a set is checked whatever its sender). */
 static strata_status_t api_shrink_merge(api_shrink_t *sh, int from, uint32_t round,
                                         const api_shrink_msg_t *msg, size_t got)
 {
@@ -255,37 +259,78 @@ static void api_shrink_encode(api_shrink_msg_t *msg, int size, uint32_t round,
 static strata_status_t api_shrink_round(api_shrink_t *sh, uint32_t round)
 {
     sh->last = round == API_SHRINK_ROUNDS;
-    if (!sh->last) {
-        api_shrink_take_engine(sh);
-    }
+    api_shrink_take_engine(sh); /* sent to every partner: no survivor left out of it */
     api_shrink_encode(sh->out, sh->comm->size, round, sh->failed);
     api_shrink_post(sh, round);
     return api_shrink_gather(sh, round);
 }
 
+/* The agreement of comm's next shrink as one message's sender or receiver sees it; false
+ * where round or peer cannot be one of its messages. */
+static bool api_shrink_next(strata_comm_t *comm, uint32_t round, int peer, uint8_t *set,
+                            api_shrink_t *sh_p)
+{
+    *sh_p = (api_shrink_t){.comm = comm, .number = comm->splits + 1, .failed = set,
+                           .msg_bytes = sizeof(api_shrink_msg_t) + ((size_t)comm->size + 7) / 8};
+    return round >= 1 && round <= API_SHRINK_ROUNDS && peer >= 0 && peer < comm->size &&
+           peer != comm->rank;
+}
+
 strata_status_t api_shrink_send_set(strata_comm_t *comm, uint32_t round, const uint8_t *set,
                                     int to)
 {
-    size_t bytes = sizeof(api_shrink_msg_t) + ((size_t)comm->size + 7) / 8;
-    api_shrink_t sh = {.comm = comm, .number = comm->splits + 1};
     inter_request_t *send = NULL;
     api_shrink_msg_t *msg;
     strata_status_t status;
+    api_shrink_t sh;
 
-    if (round < 1 || round > API_SHRINK_ROUNDS || to < 0 || to >= comm->size ||
-        to == comm->rank) {
+    if (!api_shrink_next(comm, round, to, NULL, &sh)) {
         return STRATA_ERR_INVALID;
     }
-    msg = calloc(1, bytes);
+    msg = calloc(1, sh.msg_bytes);
     if (msg == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
     api_shrink_encode(msg, comm->size, round, set);
     status = inter_engine_send_on(comm->engine, api_shrink_channel(&sh, round),
-                                  api_engine_rank(comm, to), msg, bytes, &send);
+                                  api_engine_rank(comm, to), msg, sh.msg_bytes, &send);
     if (status == STRATA_OK) {
         status = inter_request_wait(send, inter_engine_peer_timeout_ns(comm->engine));
         inter_request_free(send);
+    }
+    free(msg);
+    return status;
+}
+
+strata_status_t api_shrink_recv_set(strata_comm_t *comm, uint32_t round, int from,
+                                    uint8_t *set, uint64_t timeout_ns)
+{
+    inter_request_t *recv = NULL;
+    strata_status_t status;
+    api_shrink_t sh;
+    void *msg;
+
+    if (!api_shrink_next(comm, round, from, set, &sh)) {
+        return STRATA_ERR_INVALID;
+    }
+    msg = calloc(1, sh.msg_bytes);
+    if (msg == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    status = inter_engine_recv_on(comm->engine, api_shrink_channel(&sh, round),
+                                  api_engine_rank(comm, from), msg, sh.msg_bytes, &recv);
+    if (status == STRATA_OK) {
+        status = inter_request_wait(recv, timeout_ns);
+        if (status == STRATA_OK) {
+            status = api_shrink_merge(&sh, from, round, msg, inter_request_length(recv));
+        } else if (status == STRATA_ERR_TIMEOUT) {
+            inter_request_cancel(recv);
+            if (inter_request_wait(recv, inter_engine_peer_timeout_ns(comm->engine)) ==
+                STRATA_ERR_TIMEOUT) {
+                msg = NULL; /* it may still write into msg: kept */
+            }
+        }
+        inter_request_free(recv);
     }
     free(msg);
     return status;

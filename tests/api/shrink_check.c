@@ -8,15 +8,18 @@
  * (a second failure) is followed by another shrink, at most three in all; the job must end
  * with exactly the ranks that were not made to fail.
  *
- * Options: --victim R (the rank that fails), --stop (SIGSTOP instead of SIGKILL), --at S
+ * Options: --victim R (the rank that fails), --stop (SIGSTOP instead of SIGKILL; with
+ * --resume, the survivors' rank 0 resumes it (SIGCONT) after its first good step, and the
+ * victim, which the others declared failed, must shrink to a communicator of itself alone
+ * and print "resumed alone", while the survivors go on), --at S
  * (the step it fails in, default 3), --steps N (after the shrink, default 5), --second R
  * (this rank dies too, a few milliseconds into its shrink, or as the shrink returns where
  * it was quicker, never in the middle of a step; with --second-first, just
  * before it, so that the others' agreement must count it and one shrink must do; with
  * --second-last-to T, it plays its part of the agreement by hand, sending its set, the
- * victim, to every survivor in the first two rounds and to rank T only in the last, then
- * dies: the survivors must still agree, on the same members, and a second shrink must
- * leave it out), --slow R (this rank's engine
+ * victim, to every survivor in the first two rounds and to rank T only in the last, and
+ * taking theirs, then dies: the survivors must still agree, on the same members, and a
+ * second shrink must leave it out), --slow R (this rank's engine
  * takes 60 s, or --slow-timeout S seconds, to declare a silent peer failed, and its steps
  * wait 4 s: it learns of the failure from the others' sets; when its engine declares the
  * victim failed at last, the shrunk communicator, which the victim is not in, must go on),
@@ -187,7 +190,8 @@ static void *die_soon(void *arg)
     return NULL;
 }
 
-/* The failing rank's end: the time goes to a file the survivors read. */
+/* The failing rank's end: the time and its pid go to a file the survivors read. Returns
+ * only where it is resumed (--resume). */
 static void fail_now(const options_t *o, const char *dir)
 {
     char path[512];
@@ -196,15 +200,32 @@ static void fail_now(const options_t *o, const char *dir)
     snprintf(path, sizeof(path), "%s/failed", dir);
     f = fopen(path, "w");
     CHECK(f != NULL, "cannot write %s", path);
-    fprintf(f, "%llu\n", (unsigned long long)now_ns());
+    fprintf(f, "%llu %d\n", (unsigned long long)now_ns(), (int)getpid());
     fclose(f);
     raise(o->stop ? SIGSTOP : SIGKILL);
-    for (;;) {
+    while (!o->resume) {
         pause(); /* stopped: strata-run ends it */
     }
 }
 
-static uint64_t failed_at(const char *dir)
+/* The victim, resumed after the others left it out: they send it nothing, its engine
+ * declares them failed as their heartbeats stop, and its shrink ends with itself alone. */
+static void resumed_alone(strata_comm_t *comm)
+{
+    strata_comm_t *alone = NULL;
+    strata_status_t status = strata_comm_shrink(comm, &alone);
+
+    CHECK(status == STRATA_OK, "the resumed victim's shrink: %s",
+          strata_status_string(status));
+    CHECK(strata_comm_size(alone) == 1, "the resumed victim shrank to %d ranks, not itself "
+          "alone", strata_comm_size(alone));
+    printf("rank %d resumed alone\n", g_first_rank);
+    fflush(stdout);
+    _exit(0); /* its first communicator's engine still runs: nothing to tear down */
+}
+
+/* What the failing rank wrote: the time it failed; its pid in *pid_p. */
+static uint64_t failed_at(const char *dir, int *pid_p)
 {
     char path[512];
     unsigned long long t = 0;
@@ -212,9 +233,18 @@ static uint64_t failed_at(const char *dir)
 
     snprintf(path, sizeof(path), "%s/failed", dir);
     f = fopen(path, "r");
-    CHECK(f != NULL && fscanf(f, "%llu", &t) == 1, "no failure time in %s", path);
+    CHECK(f != NULL && fscanf(f, "%llu %d", &t, pid_p) == 2, "no failure time in %s", path);
     fclose(f);
     return t;
+}
+
+/* The survivors' rank 0 resumes the stopped victim. */
+static void resume_victim(const char *dir)
+{
+    int pid = 0;
+
+    (void)failed_at(dir, &pid);
+    CHECK(pid > 0 && kill((pid_t)pid, SIGCONT) == 0, "resuming the victim (pid %d)", pid);
 }
 
 static void parse(int argc, char **argv, options_t *o)
@@ -260,34 +290,49 @@ static void parse(int argc, char **argv, options_t *o)
             o->second_first = true;
         } else if (!strcmp(argv[i], "--stop")) {
             o->stop = true;
+        } else if (!strcmp(argv[i], "--resume")) {
+            o->stop = o->resume = true;
         } else {
             CHECK(0, "unknown option %s", argv[i]);
         }
     }
 }
 
-/* The second rank's part of the first shrink, by hand: its set (the victim) to every
- * survivor in the first two rounds and to o->second_last_to only in the last; then it
- * dies, once the messages had time to arrive. */
+/* The second rank's part of the first shrink, by hand: in each round its set (the
+ * victim) to every survivor (in the last round to o->second_last_to only), then each
+ * survivor's set of the round, which proves that survivor began the round with this rank
+ * outside its set; after the last round it dies. So the survivors all begin the last
+ * round agreeing that it is alive, and only o->second_last_to gets its last set. */
 static void die_after_partial_shrink(strata_comm_t *comm, const int *first_of,
                                      const options_t *o)
 {
-    int n = strata_comm_size(comm);
+    int n = strata_comm_size(comm), me = strata_comm_rank(comm);
     uint8_t set[256] = {0};
 
     for (int r = 0; r < n; ++r) {
         set[r] = first_of[r] == o->victim;
     }
     for (uint32_t round = 1; round <= 3; ++round) {
+        uint8_t theirs[256];
+
         for (int r = 0; r < n; ++r) {
-            bool to = !set[r] && r != strata_comm_rank(comm) &&
-                      (round < 3 || first_of[r] == o->second_last_to);
+            bool to = !set[r] && r != me && (round < 3 || first_of[r] == o->second_last_to);
 
             CHECK(!to || api_shrink_send_set(comm, round, set, r) == STRATA_OK,
                   "round %u's set to rank %d", round, r);
         }
+        for (int r = 0; r < n; ++r) {
+            if (set[r] || r == me) {
+                continue;
+            }
+            memcpy(theirs, set, sizeof(theirs));
+            CHECK(api_shrink_recv_set(comm, round, r, theirs, 30ull * 1000000000ull) ==
+                      STRATA_OK, "rank %d's set of round %u", r, round);
+            CHECK(memcmp(theirs, set, sizeof(theirs)) == 0, "rank %d's set of round %u names "
+                  "other ranks than the victim", r, round);
+        }
     }
-    usleep(300 * 1000);
+    usleep(100 * 1000); /* the last set on its way */
     raise(SIGKILL);
 }
 
@@ -357,7 +402,7 @@ strata_status_t job_step(strata_comm_t *comm, strata_moe_t *moe, const int *firs
 int main(int argc, char **argv)
 {
     const char *dir = getenv("SHRINK_CHECK_DIR");
-    int first_of[256], shrinks = 0, expected, step = 0;
+    int first_of[256], shrinks = 0, expected, step = 0, victim_pid;
     strata_bootstrap_t *bs;
     strata_comm_t *comm;
     strata_status_t status;
@@ -400,6 +445,7 @@ int main(int argc, char **argv)
     }
     if (g_first_rank == o.victim) {
         fail_now(&o, dir);
+        resumed_alone(comm);
     }
     status = job_step(comm, moe, first_of, step, &o);
     CHECK(status == STRATA_ERR_PEER_FAILED ||
@@ -420,6 +466,9 @@ int main(int argc, char **argv)
         status = job_step(comm, moe, first_of, ++step, &o);
         if (status == STRATA_OK && good++ == 0) {
             good_ns = now_ns();
+            if (o.resume && strata_comm_rank(comm) == 0) {
+                resume_victim(dir);
+            }
         }
         if (status != STRATA_OK) {
             good = 0;
@@ -434,7 +483,7 @@ int main(int argc, char **argv)
           shrinks);
     CHECK(!o.second_first || shrinks == 1, "%d shrinks where the agreement should have "
           "counted both failed ranks", shrinks);
-    elapsed_ms = (double)(good_ns - failed_at(dir)) / 1e6;
+    elapsed_ms = (double)(good_ns - failed_at(dir, &victim_pid)) / 1e6;
     CHECK(o.max_ms == 0 || elapsed_ms < o.max_ms,
           "the first good step came %.0f ms after the failure (bound %d ms)", elapsed_ms,
           o.max_ms);

@@ -28,7 +28,7 @@
 
 typedef struct options {
     int  victim, second, second_last_to, slow, slow_timeout, at, steps, max_ms, step_ms;
-    bool stop, second_first, moe, reassign, rejoin, map_refusals, registered;
+    bool stop, resume, second_first, moe, reassign, rejoin, map_refusals, registered;
     const char *join_addr; /* set: this process is the replacement, joining there */
     int  join_port, join_rank;
 } options_t;

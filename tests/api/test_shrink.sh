@@ -16,7 +16,8 @@
 # 20 ms after it starts it, or, where the shrink was quicker, as it returns (before its
 # first step on the shrunk communicator); or it plays the agreement by hand, sends its last
 # set to one survivor only and dies, and the survivors must still end on the same members
-# (it among them, until a second shrink). Where a case says "registered",
+# (it among them, until a second shrink). A stopped rank resumed after the others shrank
+# is out: it must end on a communicator of itself alone, the others going on. Where a case says "registered",
 # each step also writes into memory the first communicator registered, through the
 # descriptors exchanged then: the shrunk communicators run on the first one's engine. And a
 # rank whose engine declares the stopped victim failed only after the shrink must see the
@@ -45,6 +46,7 @@ lo="STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo"
 check_case "1 node x 4, rank 0 killed, registered" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --at $at --registered --max-ms $one
 check_case "1 node x 4, rank 2 killed at step 0" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 2 -- --victim 2 --at 0 --max-ms $one
 check_case "1 node x 4, rank 3 stopped" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 3 -- --victim 3 --stop --at $at --max-ms $one
+check_case "1 node x 4, rank 2 stopped, resumed once the others shrank: it ends alone" 4 "$ok\|resumed alone" -- $quick $lo -- -n 4 --allow-fail 2 -- --victim 2 --resume --at $at --steps 40 --step-ms 150 --max-ms $one
 check_case "1 node x 4, rank 1 stopped, rank 0 slow to see it" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 -- --victim 1 --stop --slow 0 --max-ms $slow
 check_case "1 node x 4, rank 1 killed, rank 2 dies as the shrink starts" 2 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 --allow-fail 2 -- --victim 1 --second 2 --second-first --max-ms $one
 check_case "1 node x 4, rank 1 killed, rank 2 dies in the shrink, registered" 2 "$ok" -- $quick $lo -- -n 4 --allow-fail 1 --allow-fail 2 -- --victim 1 --second 2 --registered --max-ms $two

@@ -176,9 +176,12 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
  * The survivors agree on who failed among themselves, over comm's engine: no rank plays a
  * part the others depend on, so rank 0 may be the one that failed, and no new rendezvous
  * is made. The failure sets are flooded in three rounds, each bounded by the engine's peer
- * timeout for a rank that stays silent; a rank that fails during them is left out too. A
- * rank the others have declared failed (one that was stopped, then resumed) gets
- *  * STRATA_ERR_PEER_FAILED and no communicator. The new communicator runs on comm's engine
+ * timeout for a rank that stays silent; a rank that fails during them is left out too,
+ * by this shrink or, where it died in the last round, by the next (it is then a member on
+ * every survivor, and the new communicator's first exchange with it fails). A rank the
+ * others have declared failed (one that was stopped, then resumed) is sent nothing by
+ * them; its engine declares them failed in turn, and its shrink ends with a communicator
+ * of itself alone, or STRATA_ERR_TIMEOUT. The new communicator runs on comm's engine
  * (kept while it lives; comm may be destroyed first): nothing connects again, memory
  * registered on comm and the descriptors peers hold of it work on it, and MoE objects are
  * made again on it (strata_moe_recreate). It is made without an exchange once the
