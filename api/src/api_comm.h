@@ -41,7 +41,7 @@ struct strata_comm {
     const intra_device_ops_t *device;
     inter_engine_t           *engine;
     int                      *all_ranks;  /* [size] 0..size-1, the group of strata_barrier */
-    unsigned                  moe_created; /* MoE objects made (collectively, so equal on all) */
+    unsigned                  moe_created; /* MoE objects asked for (api_moe_number) */
     atomic_int                refs;        /* the caller's (until destroy) + one per MoE object */
     bool                      peer_failure_logged;
     bool                      node_name_given; /* STRATA_NODE_NAME or config, not the host's */
@@ -147,9 +147,18 @@ struct strata_moe {
 };
 
 /** strata_moe_create; ranks_apart: each rank a node of its own in the object (no node
- *  tier), for a communicator whose nodes hold unequal numbers of ranks. */
+ *  tier), for a communicator whose nodes hold unequal numbers of ranks; number: what
+ *  api_moe_number gave the public call. */
 strata_status_t api_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
-                               bool ranks_apart, strata_moe_t **moe_p);
+                               bool ranks_apart, unsigned number, strata_moe_t **moe_p);
+/** The number of the MoE object that strata_moe_create or strata_moe_recreate makes on
+ *  comm, which picks its range of immediates: taken as the call starts, before any
+ *  exchange, so that every rank counts every call whatever its outcome. A rank dying in
+ *  one of the call's exchanges can leave some ranks past it and others failed there;
+ *  counted only past it, the numbers would differ from then on, and so would the ranges
+ *  the ranks' next objects count (on comm, and on communicators shrunk from it): every
+ *  step across nodes would then time out. */
+unsigned api_moe_number(strata_comm_t *comm);
 
 /** A MoE object keeps the communicator it runs on: torn down by the last release. */
 void api_comm_hold(strata_comm_t *comm);

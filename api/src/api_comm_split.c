@@ -339,6 +339,7 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
     api_split_vote_t mine = {.color = color, .key = key}, *votes = NULL;
     strata_status_t status;
     int *members = NULL;
+    uint32_t number;
 
     if (comm == NULL || sub_p == NULL || comm->bootstrap == NULL || color < -1 ||
         comm->splits >= API_SPLIT_MAX || api_comm_shrunk_already(comm)) {
@@ -352,21 +353,19 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
                                                     : API_SHRUNK_ALREADY);
         return STRATA_ERR_INVALID;
     }
+    /* Every rank counts the split as it starts, members or not and whatever fails next,
+     * so that the numbers (the channels' high bits) stay equal on every rank: a rank dying
+     * in the vote can let some ranks past it and fail the others. */
+    number  = ++comm->splits;
     *sub_p  = NULL;
     votes   = calloc((size_t)comm->size, sizeof(*votes));
     members = calloc((size_t)comm->size, sizeof(int));
     status  = votes && members ? api_comm_allgather(comm, &mine, votes, sizeof(mine))
                                : STRATA_ERR_NO_MEMORY;
-    /* Every rank counts the split once the vote is in, members or not and whatever fails
-     * next, so that the numbers (the channels' high bits) stay equal on every rank. */
-    if (status == STRATA_OK) {
-        uint32_t number = ++comm->splits;
+    if (status == STRATA_OK && color != -1) {
+        int n = api_split_members(votes, comm->size, comm->rank, members);
 
-        if (color != -1) {
-            int n = api_split_members(votes, comm->size, comm->rank, members);
-
-            status = api_comm_over_members(comm, number, members, n, sub_p);
-        }
+        status = api_comm_over_members(comm, number, members, n, sub_p);
     }
     free(votes);
     free(members);

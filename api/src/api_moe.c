@@ -104,7 +104,7 @@ static strata_status_t api_moe_ranks_apart(const strata_comm_t *comm, int *layou
 }
 
 strata_status_t api_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
-                               bool ranks_apart, strata_moe_t **moe_p)
+                               bool ranks_apart, unsigned number, strata_moe_t **moe_p)
 {
     unsigned char heap_secret[INTRA_HEAP_SECRET_LEN];
     char key[96];
@@ -127,11 +127,11 @@ strata_status_t api_moe_create(strata_comm_t *comm, const strata_moe_params_t *p
         util_crypto_wipe(heap_secret, sizeof(heap_secret));
         return status;
     }
-    /* Each object counts its own range of immediates, taken in turn; objects are made
-     * collectively, in the same order on every rank, so every rank takes the same. */
+    /* Each object counts its own range of immediates, taken in turn by its number: the
+     * same on every rank (api_moe_number). */
     slots = (INTER_IMM_MAX - comm->moe_imm_base) / sched_moe_imm_count(comm->size);
     world = (sched_moe_world_t){
-        .imm_base        = comm->moe_imm_base + (slots > 0 ? comm->moe_created++ % slots : 0) *
+        .imm_base        = comm->moe_imm_base + (slots > 0 ? number % slots : 0) *
                                                     sched_moe_imm_count(comm->size),
         .rank            = comm->rank,
         .world_size      = comm->size,
@@ -178,10 +178,15 @@ strata_status_t api_moe_create(strata_comm_t *comm, const strata_moe_params_t *p
     return STRATA_OK;
 }
 
+unsigned api_moe_number(strata_comm_t *comm)
+{
+    return comm != NULL ? comm->moe_created++ : 0;
+}
+
 STRATA_API strata_status_t strata_moe_create(strata_comm_t *comm, const strata_moe_params_t *params,
                                              strata_moe_t **moe_p)
 {
-    return api_moe_create(comm, params, false, moe_p);
+    return api_moe_create(comm, params, false, api_moe_number(comm), moe_p);
 }
 
 STRATA_API void strata_moe_destroy(strata_moe_t *moe)

@@ -291,12 +291,14 @@ STRATA_API strata_status_t strata_moe_recreate(const strata_moe_t *old, strata_c
     int32_t *owner = NULL;
     strata_status_t status;
     int per_rank = 1;
+    unsigned number;
 
     if (comm == NULL || moe_p == NULL) {
         UTIL_LOG_ERROR("strata_moe_recreate: NULL communicator or result");
         return STRATA_ERR_INVALID;
     }
     *moe_p = NULL;
+    number = api_moe_number(comm);
     /* Collective from here on: a rank that cannot go on takes part and fails it everywhere. */
     mine.status = api_moe_card(old, &mine);
     status      = api_moe_cards(comm, &mine, &card);
@@ -313,7 +315,7 @@ STRATA_API strata_status_t strata_moe_recreate(const strata_moe_t *old, strata_c
     if (status == STRATA_OK) {
         params = api_moe_recreated_params(&card, comm->size, per_rank);
         api_moe_recreated_capacity(&card, comm->size, &params);
-        status = api_moe_create(comm, &params, api_moe_nodes_uneven(comm), moe_p);
+        status = api_moe_create(comm, &params, api_moe_nodes_uneven(comm), number, moe_p);
     }
     if (status == STRATA_OK) {
         sched_moe_set_capacity_asked((*moe_p)->sched, card.capacity);

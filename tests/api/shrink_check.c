@@ -23,6 +23,12 @@
  * takes 60 s, or --slow-timeout S seconds, to declare a silent peer failed, and its steps
  * wait 4 s: it learns of the failure from the others' sets; when its engine declares the
  * victim failed at last, the shrunk communicator, which the victim is not in, must go on),
+ * --failed-calls (with --moe: after the failed step, each survivor asks for a split and a
+ * MoE object of the communicator with the failed rank, which must fail with
+ * STRATA_ERR_PEER_FAILED and still count as one of the communicator's splits and objects:
+ * a rank dying in such a call's exchanges could otherwise leave the survivors counting
+ * differently, and their later shrinks talking on different channels, or their next
+ * objects counting different immediates),
  * --step-ms M (a pause of M ms after each step on the shrunk communicator, so that its
  * steps span a time every rank agrees on without a clock: --steps N of them), --max-ms T (the time from the failure to the first good
  * step must be below T), --moe (each step also runs a MoE step, exact against the step
@@ -284,6 +290,8 @@ static void parse(int argc, char **argv, options_t *o)
             o->join_rank = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--reassign")) {
             o->moe = o->reassign = true;
+        } else if (!strcmp(argv[i], "--failed-calls")) {
+            o->moe = o->failed_calls = true;
         } else if (!strcmp(argv[i], "--registered")) {
             o->registered = true;
         } else if (!strcmp(argv[i], "--second-first")) {
@@ -334,6 +342,20 @@ static void die_after_partial_shrink(strata_comm_t *comm, const int *first_of,
     }
     usleep(100 * 1000); /* the last set on its way */
     raise(SIGKILL);
+}
+
+/* A split of comm, whose failed rank every rank's engine has declared: the call fails, and
+ * counts as one of comm's splits all the same. */
+static void split_fails(strata_comm_t *comm)
+{
+    unsigned before = comm->splits;
+    strata_comm_t *sub = NULL;
+    strata_status_t status = strata_comm_split(comm, 0, strata_comm_rank(comm), &sub);
+
+    CHECK(status == STRATA_ERR_PEER_FAILED && sub == NULL,
+          "strata_comm_split with a rank failed returned %s", strata_status_string(status));
+    CHECK(comm->splits == before + 1, "the failed strata_comm_split counted %u splits, not 1",
+          comm->splits - before);
 }
 
 /* Shrink comm; the new first-rank table from the parent ranks; the old comm is destroyed. */
@@ -451,6 +473,10 @@ int main(int argc, char **argv)
     CHECK(status == STRATA_ERR_PEER_FAILED ||
               (g_first_rank == o.slow && status == STRATA_ERR_TIMEOUT),
           "the step with the failure returned %s", strata_status_string(status));
+    if (o.failed_calls) {
+        split_fails(comm);
+        moe_create_fails(comm);
+    }
     for (int good = 0; good < o.steps;) {
         if (status != STRATA_OK) {
             CHECK(++shrinks <= MAX_SHRINKS, "still failing after %d shrinks: %s", MAX_SHRINKS,

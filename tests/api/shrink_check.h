@@ -28,7 +28,8 @@
 
 typedef struct options {
     int  victim, second, second_last_to, slow, slow_timeout, at, steps, max_ms, step_ms;
-    bool stop, resume, second_first, moe, reassign, rejoin, map_refusals, registered;
+    bool stop, resume, second_first, moe, reassign, rejoin, map_refusals, registered,
+         failed_calls;
     const char *join_addr; /* set: this process is the replacement, joining there */
     int  join_port, join_rank;
 } options_t;
@@ -46,6 +47,7 @@ extern int g_experts;
 strata_status_t moe_step(strata_moe_t *moe, const int *first_of, int n, int step,
                          bool reassign);
 strata_moe_t   *moe_first(strata_comm_t *comm);
+void            moe_create_fails(strata_comm_t *comm);
 strata_status_t moe_again(strata_moe_t **moe, strata_comm_t *comm, const int *first_of,
                           bool reassign, bool refusals);
 strata_status_t moe_back(strata_moe_t **moe, strata_comm_t *comm, const int *first_of);

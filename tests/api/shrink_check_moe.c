@@ -4,6 +4,7 @@
  * reassigned in turn) and after the expand (every expert back on its first rank).
  */
 #include "api/shrink_check.h"
+#include "api/src/api_comm.h"
 
 #include "common/moe_plain.h"
 
@@ -119,7 +120,23 @@ strata_moe_t *moe_first(strata_comm_t *comm)
     return moe;
 }
 
-/* The object on the shrunk communicator; the old one destroyed. */
+/* A MoE object asked for on comm, whose failed rank every rank's engine has declared: the
+ * call fails, and counts as one of comm's objects all the same (api_moe_number). */
+void moe_create_fails(strata_comm_t *comm)
+{
+    strata_moe_params_t p = {.num_experts = g_experts, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = TOKENS};
+    unsigned before = comm->moe_created;
+    strata_moe_t *moe = NULL;
+    strata_status_t status = strata_moe_create(comm, &p, &moe);
+
+    CHECK(status == STRATA_ERR_PEER_FAILED && moe == NULL,
+          "strata_moe_create with a rank failed returned %s", strata_status_string(status));
+    CHECK(comm->moe_created == before + 1, "the failed strata_moe_create counted %u objects "
+          "on the communicator, not 1", comm->moe_created - before);
+}
+
 /* Recreations every rank must refuse because one rank's map is wrong: rank 0 of comm passes
  * a map naming a rank comm has not (INVALID), then one unlike the others' (CONFIG). */
 static void moe_refusals(strata_moe_t *moe, strata_comm_t *comm, const int32_t *owner)

@@ -17,7 +17,9 @@
 # first step on the shrunk communicator); or it plays the agreement by hand, sends its last
 # set to one survivor only and dies, and the survivors must still end on the same members
 # (it among them, until a second shrink). A stopped rank resumed after the others shrank
-# is out: it must end on a communicator of itself alone, the others going on. Where a case says "registered",
+# is out: it must end on a communicator of itself alone, the others going on. A split and a
+# MoE object asked for on the failed communicator fail and still count as its split and
+# object. Where a case says "registered",
 # each step also writes into memory the first communicator registered, through the
 # descriptors exchanged then: the shrunk communicators run on the first one's engine. And a
 # rank whose engine declares the stopped victim failed only after the shrink must see the
@@ -59,7 +61,7 @@ if "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
     check_case "2 nodes x 2, node 1's local rank 0 stopped" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 2 -- --victim 2 --stop --at 5 --max-ms $one
     check_case "2 nodes x 2, rank 3 killed, rank 0 sends its last set to rank 1 only and dies" 2 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 3 --allow-fail 0 -- --victim 3 --second 0 --second-last-to 1 --max-ms $two
     check_case "2 nodes x 2, rank 3 killed, rank 0 dies in the shrink" 2 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 3 --allow-fail 0 -- --victim 3 --second 0 --max-ms $two
-    check_case "2 nodes x 2, rank 1 killed, MoE with its experts reassigned" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 1 -- --victim 1 --reassign --at $at --max-ms $one
+    check_case "2 nodes x 2, rank 1 killed, a split and a MoE object asked for on the failed communicator, then MoE with its experts reassigned" 3 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 1 -- --victim 1 --reassign --failed-calls --at $at --max-ms $one
     check_case "2 nodes x 2, rank 0 killed, MoE reassigned, then a replacement joins" 4 "grew back to 4 ranks" -- $quick $net -- -n 4 --nodes 2 --allow-fail 0 -- --victim 0 --reassign --rejoin
     check_case "2 nodes x 2, rank 3 killed, rank 0 dies in the shrink, MoE masked" 2 "$ok" -- $quick $net -- -n 4 --nodes 2 --allow-fail 3 --allow-fail 0 -- --victim 3 --second 0 --moe
 else
