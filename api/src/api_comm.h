@@ -46,7 +46,8 @@ struct strata_comm {
     bool                      peer_failure_logged;
     bool                      node_name_given; /* STRATA_NODE_NAME or config, not the host's */
     char                      node_name[API_NODE_NAME_LEN];
-    unsigned                  splits;      /* strata_comm_split calls (collective: equal on all) */
+    unsigned                  splits;      /* split and shrink calls, counted as each starts
+                                              (collective: equal on all) */
     atomic_int                split_children; /* communicators split from it, alive (in refs) */
     /* A communicator strata_comm_split made: the bootstrap it made for it over the parent's
      * engine, which holds the parent (api_comm_split.c); destroyed with it. */

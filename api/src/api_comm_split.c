@@ -341,11 +341,9 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
     int *members = NULL;
     uint32_t number;
 
-    if (comm == NULL || sub_p == NULL || comm->bootstrap == NULL || color < -1 ||
-        comm->splits >= API_SPLIT_MAX || api_comm_shrunk_already(comm)) {
-        UTIL_LOG_ERROR("strata_comm_split: %s", comm == NULL || sub_p == NULL
-                                                    ? "NULL communicator or result"
-                                                : color < -1 ? "color below -1"
+    if (comm == NULL || comm->bootstrap == NULL || comm->splits >= API_SPLIT_MAX ||
+        api_comm_shrunk_already(comm)) {
+        UTIL_LOG_ERROR("strata_comm_split: %s", comm == NULL ? "NULL communicator"
                                                 : comm->splits >= API_SPLIT_MAX
                                                     ? "too many splits of one communicator"
                                                 : comm->bootstrap == NULL
@@ -353,10 +351,14 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
                                                     : API_SHRUNK_ALREADY);
         return STRATA_ERR_INVALID;
     }
-    /* Every rank counts the split as it starts, members or not and whatever fails next,
-     * so that the numbers (the channels' high bits) stay equal on every rank: a rank dying
-     * in the vote can let some ranks past it and fail the others. */
-    number  = ++comm->splits;
+    /* Every rank counts the split as it starts, members or not, with good arguments or not
+     * and whatever fails next, so that the numbers (the channels' high bits) stay equal on
+     * every rank: a rank dying in the vote can let some ranks past it and fail the others. */
+    number = ++comm->splits;
+    if (sub_p == NULL || color < -1) {
+        UTIL_LOG_ERROR("strata_comm_split: %s", sub_p == NULL ? "NULL result" : "color below -1");
+        return STRATA_ERR_INVALID;
+    }
     *sub_p  = NULL;
     votes   = calloc((size_t)comm->size, sizeof(*votes));
     members = calloc((size_t)comm->size, sizeof(int));

@@ -293,12 +293,12 @@ STRATA_API strata_status_t strata_moe_recreate(const strata_moe_t *old, strata_c
     int per_rank = 1;
     unsigned number;
 
+    number = api_moe_number(comm); /* counted whatever happens next, as create's */
     if (comm == NULL || moe_p == NULL) {
         UTIL_LOG_ERROR("strata_moe_recreate: NULL communicator or result");
         return STRATA_ERR_INVALID;
     }
     *moe_p = NULL;
-    number = api_moe_number(comm);
     /* Collective from here on: a rank that cannot go on takes part and fails it everywhere. */
     mine.status = api_moe_card(old, &mine);
     status      = api_moe_cards(comm, &mine, &card);

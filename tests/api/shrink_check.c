@@ -11,7 +11,8 @@
  * Options: --victim R (the rank that fails), --stop (SIGSTOP instead of SIGKILL; with
  * --resume, the survivors' rank 0 resumes it (SIGCONT) after its first good step, and the
  * victim, which the others declared failed, must shrink to a communicator of itself alone
- * and print "resumed alone", while the survivors go on), --at S
+ * and print "resumed alone", while the survivors go on; their rank 0 waits for that before
+ * it ends), --at S
  * (the step it fails in, default 3), --steps N (after the shrink, default 5), --second R
  * (this rank dies too, a few milliseconds into its shrink, or as the shrink returns where
  * it was quicker, never in the middle of a step; with --second-first, just
@@ -215,11 +216,14 @@ static void fail_now(const options_t *o, const char *dir)
 }
 
 /* The victim, resumed after the others left it out: they send it nothing, its engine
- * declares them failed as their heartbeats stop, and its shrink ends with itself alone. */
-static void resumed_alone(strata_comm_t *comm)
+ * declares them failed as their heartbeats stop, and its shrink ends with itself alone.
+ * It then leaves a file the survivors' rank 0 waits for before it ends. */
+static void resumed_alone(strata_comm_t *comm, const char *dir)
 {
     strata_comm_t *alone = NULL;
     strata_status_t status = strata_comm_shrink(comm, &alone);
+    char path[512];
+    FILE *f;
 
     CHECK(status == STRATA_OK, "the resumed victim's shrink: %s",
           strata_status_string(status));
@@ -227,6 +231,9 @@ static void resumed_alone(strata_comm_t *comm)
           "alone", strata_comm_size(alone));
     printf("rank %d resumed alone\n", g_first_rank);
     fflush(stdout);
+    snprintf(path, sizeof(path), "%s/alone", dir);
+    f = fopen(path, "w");
+    CHECK(f != NULL && fclose(f) == 0, "cannot write %s", path);
     _exit(0); /* its first communicator's engine still runs: nothing to tear down */
 }
 
@@ -244,13 +251,32 @@ static uint64_t failed_at(const char *dir, int *pid_p)
     return t;
 }
 
-/* The survivors' rank 0 resumes the stopped victim. */
+/* The survivors' rank 0 resumes the stopped victim, once. */
 static void resume_victim(const char *dir)
 {
+    static bool resumed;
     int pid = 0;
 
+    if (resumed) {
+        return;
+    }
+    resumed = true;
     (void)failed_at(dir, &pid);
     CHECK(pid > 0 && kill((pid_t)pid, SIGCONT) == 0, "resuming the victim (pid %d)", pid);
+}
+
+/* The survivors' rank 0, at its end: the resumed victim's shrink must end first (strata-run
+ * stops the ranks allowed to fail once the others are done). */
+static void wait_resumed_alone(const char *dir)
+{
+    uint64_t until = now_ns() + 60ull * 1000000000ull;
+    char path[512];
+
+    snprintf(path, sizeof(path), "%s/alone", dir);
+    while (access(path, F_OK) != 0) {
+        CHECK(now_ns() < until, "the resumed victim did not end its shrink within 60 s");
+        usleep(10000);
+    }
 }
 
 static void parse(int argc, char **argv, options_t *o)
@@ -467,7 +493,7 @@ int main(int argc, char **argv)
     }
     if (g_first_rank == o.victim) {
         fail_now(&o, dir);
-        resumed_alone(comm);
+        resumed_alone(comm, dir);
     }
     status = job_step(comm, moe, first_of, step, &o);
     CHECK(status == STRATA_ERR_PEER_FAILED ||
@@ -513,6 +539,9 @@ int main(int argc, char **argv)
     CHECK(o.max_ms == 0 || elapsed_ms < o.max_ms,
           "the first good step came %.0f ms after the failure (bound %d ms)", elapsed_ms,
           o.max_ms);
+    if (o.resume && strata_comm_rank(comm) == 0) {
+        wait_resumed_alone(dir);
+    }
     printf("shrunk to %d ranks in %d shrink%s: the failure to the first good step %.0f ms\n",
            strata_comm_size(comm), shrinks, shrinks == 1 ? "" : "s", elapsed_ms);
     if (o.rejoin) {

@@ -30,8 +30,9 @@ extern "C" {
  * STRATA_ERR_PEER_FAILED on every surviving rank within the heartbeat bound
  * (STRATA_INTER_PEER_TIMEOUT); the object can then only be destroyed. One object is used
  * by one thread at a time. Objects use immediates from STRATA_MOE_IMM_BASE up (each its own
- * range of 8 x world size, taken in turn; so (65536 - STRATA_MOE_IMM_BASE) / (8 x world
- * size) objects can exist at once); do not wait on those with strata_imm_wait.
+ * range of 8 x world size, taken in turn by every strata_moe_create and strata_moe_recreate
+ * call, failed ones too; so (65536 - STRATA_MOE_IMM_BASE) / (8 x world size) objects can
+ * exist at once); do not wait on those with strata_imm_wait.
  */
 
 typedef struct strata_moe        strata_moe_t;

@@ -175,13 +175,18 @@ STRATA_API strata_status_t strata_comm_split(strata_comm_t *comm, int color, int
  * densely in their order in comm (strata_comm_parent_rank gives a rank's number in comm).
  * The survivors agree on who failed among themselves, over comm's engine: no rank plays a
  * part the others depend on, so rank 0 may be the one that failed, and no new rendezvous
- * is made. The failure sets are flooded in three rounds, each bounded by the engine's peer
- * timeout for a rank that stays silent; a rank that fails during them is left out too,
- * by this shrink or, where it died in the last round, by the next (it is then a member on
- * every survivor, and the new communicator's first exchange with it fails). A rank the
- * others have declared failed (one that was stopped, then resumed) is sent nothing by
- * them; its engine declares them failed in turn, and its shrink ends with a communicator
- * of itself alone, or STRATA_ERR_TIMEOUT. The new communicator runs on comm's engine
+ * is made. The failure sets are flooded in three rounds; a round waits for a silent rank
+ * until the engine declares it failed (its peer timeout), and each is bounded by
+ * STRATA_BOOTSTRAP_TIMEOUT. A rank that fails during them is left out too, by this shrink
+ * or, where it died in the last round and no survivor's engine had declared it failed as
+ * that round began, by the next (it is then a member on every survivor, and the new
+ * communicator's first exchange with it fails). A rank the others declared failed before
+ * the shrink (one that was stopped, then resumed) is sent nothing by them; its engine
+ * declares them failed in turn, and its shrink ends with a communicator of itself alone,
+ * or STRATA_ERR_TIMEOUT. One that an engine declares failed only as the last round begins
+ * ends on a communicator the others do not share, whose exchanges fail. Every call but
+ * the refusals below counts as one of comm's splits, whatever its outcome. The new
+ * communicator runs on comm's engine
  * (kept while it lives; comm may be destroyed first): nothing connects again, memory
  * registered on comm and the descriptors peers hold of it work on it, and MoE objects are
  * made again on it (strata_moe_recreate). It is made without an exchange once the
