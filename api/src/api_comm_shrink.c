@@ -17,9 +17,9 @@
  * dying in it may have sent its set to some survivors and not to others; inferring its
  * failure there would leave the two groups with different members and no later round to
  * reconcile them. Unless a survivor's engine had declared it failed as the round began
- * (that verdict goes to all), it stays a member on every survivor alike, and the new
- * communicator's first exchange with it fails, so the caller shrinks again. (The engine's verdicts are
- * still taken at the start of the last round: they go out in the set to every partner.)
+ * (the engine's verdicts are still taken then, and go out in the set to every partner),
+ * it stays a member on every survivor alike, and the new communicator's first exchange
+ * with it fails, so the caller shrinks again.
  *
  * Why the sets end equal: a failure in round r can leave the survivors with different sets
  * at its end, where some got the dying rank's set and others inferred its failure; but
@@ -61,7 +61,6 @@ typedef struct api_shrink {
     api_shrink_msg_t *out;      /* what this rank sends in the round: its set then */
     char             *in;       /* [size][slot_bytes] what each rank sent it */
     inter_request_t **recvs;    /* [size] */
-    bool              last;     /* the last round: sets merged, no failure inferred */
     bool              in_lent;  /* a cancelled receive may still write into in */
     uint64_t          timeout_ns;
 } api_shrink_t;
@@ -69,6 +68,18 @@ typedef struct api_shrink {
 static bool api_shrink_bit(const uint8_t *bits, int r)
 {
     return (bits[r / 8] >> (r % 8)) & 1u;
+}
+
+/* Whether a missing set puts its rank in the set in this round: not in the last. */
+static bool api_shrink_infers(uint32_t round)
+{
+    return round < API_SHRINK_ROUNDS;
+}
+
+/* A round's message for a world of size ranks. */
+static size_t api_shrink_msg_bytes(int size)
+{
+    return sizeof(api_shrink_msg_t) + ((size_t)size + 7) / 8;
 }
 
 static inter_engine_t *api_shrink_engine(const api_shrink_t *sh)
@@ -115,15 +126,24 @@ static strata_status_t api_shrink_merge(api_shrink_t *sh, int from, uint32_t rou
     return STRATA_OK;
 }
 
+/* Cancel a receive and free it; whether its buffer is still lent (the cancel did not end
+ * it within the peer timeout: it may still write there). */
+static bool api_shrink_cancel(inter_engine_t *engine, inter_request_t *req)
+{
+    bool lent;
+
+    inter_request_cancel(req);
+    lent = inter_request_wait(req, inter_engine_peer_timeout_ns(engine)) == STRATA_ERR_TIMEOUT;
+    inter_request_free(req);
+    return lent;
+}
+
 /* Give up rank r's receive (r is in the set, or the round failed). */
 static void api_shrink_drop(api_shrink_t *sh, int r)
 {
-    inter_request_cancel(sh->recvs[r]);
-    if (inter_request_wait(sh->recvs[r], inter_engine_peer_timeout_ns(api_shrink_engine(sh))) ==
-        STRATA_ERR_TIMEOUT) {
-        sh->in_lent = true; /* it may still write into in */
+    if (api_shrink_cancel(api_shrink_engine(sh), sh->recvs[r])) {
+        sh->in_lent = true;
     }
-    inter_request_free(sh->recvs[r]);
     sh->recvs[r] = NULL;
 }
 
@@ -139,7 +159,7 @@ static strata_status_t api_shrink_take(api_shrink_t *sh, int r, uint32_t round,
                                   inter_request_length(req));
     } else if (status == STRATA_ERR_PEER_FAILED) {
         /* Failed during the agreement: in the set from now on, but for the last round. */
-        sh->failed[r] = sh->failed[r] || !sh->last;
+        sh->failed[r] = sh->failed[r] || api_shrink_infers(round);
         status        = STRATA_OK;
     }
     inter_request_free(req);
@@ -227,7 +247,7 @@ static void api_shrink_post(api_shrink_t *sh, uint32_t round)
                                  sh->in + (size_t)r * sh->slot_bytes, sh->msg_bytes,
                                  &sh->recvs[r]) != STRATA_OK) {
             sh->recvs[r]  = NULL;
-            sh->failed[r] = sh->failed[r] || !sh->last;
+            sh->failed[r] = sh->failed[r] || api_shrink_infers(round);
         }
     }
     for (int r = 0; r < sh->comm->size; ++r) {
@@ -258,7 +278,6 @@ static void api_shrink_encode(api_shrink_msg_t *msg, int size, uint32_t round,
 
 static strata_status_t api_shrink_round(api_shrink_t *sh, uint32_t round)
 {
-    sh->last = round == API_SHRINK_ROUNDS;
     api_shrink_take_engine(sh); /* sent to every partner: no survivor left out of it */
     api_shrink_encode(sh->out, sh->comm->size, round, sh->failed);
     api_shrink_post(sh, round);
@@ -271,7 +290,7 @@ static bool api_shrink_next(strata_comm_t *comm, uint32_t round, int peer, uint8
                             api_shrink_t *sh_p)
 {
     *sh_p = (api_shrink_t){.comm = comm, .number = comm->splits + 1, .failed = set,
-                           .msg_bytes = sizeof(api_shrink_msg_t) + ((size_t)comm->size + 7) / 8};
+                           .msg_bytes = api_shrink_msg_bytes(comm->size)};
     return round >= 1 && round <= API_SHRINK_ROUNDS && peer >= 0 && peer < comm->size &&
            peer != comm->rank;
 }
@@ -321,16 +340,16 @@ strata_status_t api_shrink_recv_set(strata_comm_t *comm, uint32_t round, int fro
                                   api_engine_rank(comm, from), msg, sh.msg_bytes, &recv);
     if (status == STRATA_OK) {
         status = inter_request_wait(recv, timeout_ns);
-        if (status == STRATA_OK) {
-            status = api_shrink_merge(&sh, from, round, msg, inter_request_length(recv));
-        } else if (status == STRATA_ERR_TIMEOUT) {
-            inter_request_cancel(recv);
-            if (inter_request_wait(recv, inter_engine_peer_timeout_ns(comm->engine)) ==
-                STRATA_ERR_TIMEOUT) {
+        if (status == STRATA_ERR_TIMEOUT) {
+            if (api_shrink_cancel(comm->engine, recv)) {
                 msg = NULL; /* it may still write into msg: kept */
             }
+        } else {
+            if (status == STRATA_OK) {
+                status = api_shrink_merge(&sh, from, round, msg, inter_request_length(recv));
+            }
+            inter_request_free(recv);
         }
-        inter_request_free(recv);
     }
     free(msg);
     return status;
@@ -338,10 +357,8 @@ strata_status_t api_shrink_recv_set(strata_comm_t *comm, uint32_t round, int fro
 
 static strata_status_t api_shrink_open(api_shrink_t *sh, strata_comm_t *comm, uint32_t number)
 {
-    size_t bits = ((size_t)comm->size + 7) / 8;
-
     *sh = (api_shrink_t){.comm = comm, .number = number,
-                         .msg_bytes = sizeof(api_shrink_msg_t) + bits,
+                         .msg_bytes = api_shrink_msg_bytes(comm->size),
                          .timeout_ns = api_bootstrap_timeout_ns()};
     if (sh->msg_bytes > inter_engine_msg_size(comm->engine)) {
         UTIL_LOG_ERROR("comm shrink: a failure set of %d ranks (%zu bytes) exceeds the "

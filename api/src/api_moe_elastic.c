@@ -291,9 +291,8 @@ STRATA_API strata_status_t strata_moe_recreate(const strata_moe_t *old, strata_c
     int32_t *owner = NULL;
     strata_status_t status;
     int per_rank = 1;
-    unsigned number;
+    unsigned number = api_moe_number(comm); /* counted whatever happens next, as create's */
 
-    number = api_moe_number(comm); /* counted whatever happens next, as create's */
     if (comm == NULL || moe_p == NULL) {
         UTIL_LOG_ERROR("strata_moe_recreate: NULL communicator or result");
         return STRATA_ERR_INVALID;

@@ -109,11 +109,17 @@ strata_status_t moe_step(strata_moe_t *moe, const int *first_of, int n, int step
     return STRATA_OK;
 }
 
+/* The first object's params. */
+static strata_moe_params_t moe_first_params(void)
+{
+    return (strata_moe_params_t){.num_experts = g_experts, .topk = TOPK, .hidden = HIDDEN,
+                                 .dtype = STRATA_DTYPE_FP32,
+                                 .combine_dtype = STRATA_DTYPE_FP32, .max_tokens = TOKENS};
+}
+
 strata_moe_t *moe_first(strata_comm_t *comm)
 {
-    strata_moe_params_t p = {.num_experts = g_experts, .topk = TOPK, .hidden = HIDDEN,
-                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
-                             .max_tokens = TOKENS};
+    strata_moe_params_t p = moe_first_params();
     strata_moe_t *moe;
 
     CHECK(strata_moe_create(comm, &p, &moe) == STRATA_OK, "strata_moe_create");
@@ -124,9 +130,7 @@ strata_moe_t *moe_first(strata_comm_t *comm)
  * call fails, and counts as one of comm's objects all the same (api_moe_number). */
 void moe_create_fails(strata_comm_t *comm)
 {
-    strata_moe_params_t p = {.num_experts = g_experts, .topk = TOPK, .hidden = HIDDEN,
-                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
-                             .max_tokens = TOKENS};
+    strata_moe_params_t p = moe_first_params();
     unsigned before = comm->moe_created;
     strata_moe_t *moe = NULL;
     strata_status_t status = strata_moe_create(comm, &p, &moe);
