@@ -127,6 +127,9 @@ bool            sched_moe_idle(const sched_moe_t *moe);
 /** A step was started by dispatch_send and waits for dispatch_recv. */
 bool            sched_moe_dispatch_pending(const sched_moe_t *moe);
 strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *recv_p);
+/** See strata_moe_dispatch_recv_into. */
+strata_status_t sched_moe_dispatch_recv_into(sched_moe_t *moe, void *x, float *x_scales,
+                                             strata_moe_source_t *src, int64_t rows);
 /** strata_moe_expert_wait: local expert `expert`'s rows of the step are all in. */
 strata_status_t sched_moe_expert_wait(sched_moe_t *moe, int expert, int64_t timeout_ns,
                                       int32_t *rows_p);

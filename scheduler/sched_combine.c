@@ -73,10 +73,22 @@ static strata_status_t sched_send_terms(sched_moe_t *moe, const void *expert_y)
 strata_status_t sched_moe_combine_send(sched_moe_t *moe, const void *expert_y)
 {
     strata_status_t status = sched_check_combine(moe, SCHED_STEP_DISPATCHED, "combine_send");
+    intra_moe_recv_t ir;
 
-    return status == STRATA_OK
-               ? sched_send_terms(moe, expert_y ? expert_y : moe->recv.expert_y)
-               : status;
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (moe->geo.exact && expert_y == NULL) {
+        if (moe->cur.into_rows > 0) {
+            UTIL_LOG_ERROR("moe: combine_send of an object that receives exactly needs the "
+                           "%" PRId64 " outputs, packed as dispatch_recv_into delivered the "
+                           "rows", moe->cur.into_rows);
+            return STRATA_ERR_INVALID;
+        }
+        intra_moe_buffers(moe->intra, &ir);
+        expert_y = ir.expert_y; /* no row to return: never read */
+    }
+    return sched_send_terms(moe, expert_y ? expert_y : moe->recv.expert_y);
 }
 
 /*

@@ -119,6 +119,10 @@ static strata_status_t sched_resolve_mode(sched_moe_t *moe, const char *text)
     sched_modes_t *m = &moe->modes;
 
     m->mode = moe->params.mode;
+    if (moe->params.receive == STRATA_MOE_RECEIVE_EXACT) {
+        m->mode = STRATA_MOE_MODE_PUSH; /* reported so; the intra tier moves rows its way */
+        return STRATA_OK;
+    }
     if (m->mode == STRATA_MOE_MODE_DEFAULT) {
         if (file != NULL) {
             UTIL_LOG_WARN("moe: mode_file %s is ignored: the mode comes from STRATA_MOE_MODE "

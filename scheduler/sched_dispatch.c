@@ -73,6 +73,7 @@ static strata_status_t sched_start_step(sched_moe_t *moe, const sched_plan_t *pl
     moe->cur.x         = x;
     moe->cur.x_scales  = x_scales;
     moe->cur.status    = plan->had_bad_ids ? STRATA_ERR_INVALID : STRATA_OK;
+    moe->cur.received_into = false;
     memset(moe->stats.phase_ns, 0, sizeof(moe->stats.phase_ns));
     status = sched_modes_begin_step(moe);
     if (status != STRATA_OK) {
@@ -248,11 +249,18 @@ static strata_status_t sched_dispatch_streamed(sched_moe_t *moe)
     return sched_settle(moe, status, "dispatching in rounds");
 }
 
+/* The exact receive keeps no blocks: its recv has the counts (without a stream) alone. */
 static void sched_fill_recv(sched_moe_t *moe)
 {
     intra_moe_recv_t ir;
 
     intra_moe_buffers(moe->intra, &ir);
+    if (moe->geo.exact) {
+        ir.capacity = 0;
+        ir.x        = NULL;
+        ir.scales   = NULL;
+        ir.expert_y = NULL;
+    }
     moe->recv = (strata_moe_recv_t){
         .num_local_experts = ir.experts_per_rank,
         .first_expert      = sched_moe_first_expert(moe),
@@ -263,7 +271,7 @@ static void sched_fill_recv(sched_moe_t *moe)
         .x                 = ir.x,
         .x_scales          = ir.scales,
         .scale_stride      = ir.scale_stride,
-        .src               = moe->public_src,
+        .src               = moe->geo.exact ? NULL : moe->public_src,
         .expert_y          = ir.expert_y,
     };
     moe->stats.tokens_per_expert = moe->public_count;
@@ -352,4 +360,83 @@ strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *rec
         moe->cur.status = STRATA_OK;
     }
     return status;
+}
+
+_Static_assert(sizeof(strata_moe_source_t) == sizeof(intra_moe_source_t) &&
+                   offsetof(strata_moe_source_t, slot) == offsetof(intra_moe_source_t, slot),
+               "the kernels write the API's sources as their own");
+
+/* Why the exact receive's buffers cannot take the step's rows; NULL where they can. */
+static const char *sched_into_problem(const sched_moe_t *moe, const void *x,
+                                      const float *x_scales, const strata_moe_source_t *src,
+                                      int64_t rows, int64_t total)
+{
+    if (rows < total) {
+        return "buffers of fewer rows than the step's counts add up to";
+    }
+    if (total > 0 && (x == NULL || ((uintptr_t)x & 15u) != 0 || src == NULL)) {
+        return "needs x, 16-byte aligned, and src";
+    }
+    if (total > 0 && (moe->geo.scale_count > 0) != (x_scales != NULL)) {
+        return "needs x_scales for fp8 tokens, and only for them";
+    }
+    return NULL;
+}
+
+/* The step's counts, summed; waits for them as dispatch_counts does. */
+static strata_status_t sched_step_rows(sched_moe_t *moe, int64_t *total_p)
+{
+    int32_t *counts = calloc((size_t)moe->geo.experts_per_rank, sizeof(int32_t));
+    strata_status_t status;
+
+    if (counts == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    status = sched_moe_dispatch_counts(moe, -1, counts);
+    *total_p = 0;
+    for (int e = 0; e < moe->geo.experts_per_rank; ++e) {
+        *total_p += counts[e];
+    }
+    free(counts);
+    return status;
+}
+
+strata_status_t sched_moe_dispatch_recv_into(sched_moe_t *moe, void *x, float *x_scales,
+                                             strata_moe_source_t *src, int64_t rows)
+{
+    const char *problem;
+    int64_t total;
+    strata_status_t status;
+
+    if (!moe->geo.exact) {
+        UTIL_LOG_ERROR("moe: dispatch_recv_into needs an object that receives exactly "
+                       "(params.receive); this one fills its experts' blocks");
+        return STRATA_ERR_INVALID;
+    }
+    if (moe->cur.state != SCHED_STEP_DISPATCHED || moe->cur.received_into) {
+        return sched_refuse_mid_step(moe, "dispatch_recv_into (once, after dispatch_recv)");
+    }
+    if (moe->stream != NULL && intra_moe_capturing(moe->intra)) {
+        UTIL_LOG_ERROR("moe: dispatch_recv_into inside a stream capture: the host waits for "
+                       "the step's counts, which a graph cannot replay");
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    status = sched_step_rows(moe, &total);
+    if (status != STRATA_OK) {
+        return status; /* TIMEOUT: the step goes on, the call may be made again */
+    }
+    problem = sched_into_problem(moe, x, x_scales, src, rows, total);
+    if (problem != NULL) {
+        /* nothing started: the rows stay published until this rank's combine */
+        UTIL_LOG_ERROR("moe: dispatch_recv_into of %" PRId64 " rows into %" PRId64 ": %s",
+                       total, rows, problem);
+        return STRATA_ERR_INVALID;
+    }
+    moe->cur.received_into = true;
+    moe->cur.into_rows     = total;
+    return sched_settle(moe,
+                        intra_moe_enqueue_pull_into(moe->intra, total > 0 ? x : NULL,
+                                                    total > 0 ? x_scales : NULL,
+                                                    (intra_moe_source_t *)src),
+                        "receiving the step's rows");
 }

@@ -62,10 +62,28 @@ bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w
         UTIL_LOG_ERROR("moe: exchange %d is not a strata_moe_exchange_t (%d..%d)",
                        (int)p->exchange, STRATA_MOE_EXCHANGE_DEFAULT,
                        STRATA_MOE_EXCHANGE_STREAMED);
+    } else if ((int)p->receive < STRATA_MOE_RECEIVE_DEFAULT ||
+               (int)p->receive > STRATA_MOE_RECEIVE_EXACT) {
+        UTIL_LOG_ERROR("moe: receive %d is not a strata_moe_receive_t (%d..%d)",
+                       (int)p->receive, STRATA_MOE_RECEIVE_DEFAULT, STRATA_MOE_RECEIVE_EXACT);
+    } else if (p->receive == STRATA_MOE_RECEIVE_EXACT &&
+               (p->mode != STRATA_MOE_MODE_DEFAULT || p->mode_file != NULL)) {
+        UTIL_LOG_ERROR("moe: an object that receives exactly moves every row its own way: "
+                       "leave mode (%d) and mode_file unset", (int)p->mode);
     } else {
         return true;
     }
     return false;
+}
+
+strata_status_t sched_receive_supported(const strata_moe_params_t *p, int num_nodes)
+{
+    if (p->receive == STRATA_MOE_RECEIVE_EXACT && num_nodes > 1) {
+        UTIL_LOG_ERROR("moe: the exact receive runs on one node in this version, not on %d: "
+                       "across nodes use the experts' blocks (params.receive)", num_nodes);
+        return STRATA_ERR_UNSUPPORTED;
+    }
+    return STRATA_OK;
 }
 
 strata_status_t sched_load_capacity(const strata_moe_params_t *params, int world_size,
@@ -140,7 +158,9 @@ static void sched_size_rows(sched_geometry_t *geo, const strata_moe_params_t *p)
 
     geo->experts_per_rank = p->num_experts / geo->world_size;
     geo->experts_per_node = geo->experts_per_rank * geo->local_size;
-    geo->capacity     = (int)((capacity + align - 1) / align * align);
+    geo->exact        = p->receive == STRATA_MOE_RECEIVE_EXACT;
+    /* the exact receive keeps no blocks: the intra tier's one row each is never filled */
+    geo->capacity     = geo->exact ? 1 : (int)((capacity + align - 1) / align * align);
     geo->scale_count  = p->dtype == STRATA_DTYPE_FP8_E4M3 ? p->hidden / INTRA_MOE_SCALE_COLUMNS : 0;
     geo->row_bytes    = (size_t)p->hidden * sched_elem_size(p->dtype);
     geo->scale_bytes  = sched_round_up((size_t)geo->scale_count * sizeof(float), 16);

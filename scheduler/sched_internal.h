@@ -24,6 +24,7 @@ typedef struct sched_geometry {
     const int         *rank_local;  /* [world_size] */
     strata_moe_route_t route;
     bool               node_reduce; /* combine: one partial row per token and node */
+    bool               exact;       /* the exact receive: rows into the caller's buffers */
     int                num_experts, topk, max_tokens, capacity;
     int                local_size;
     int                experts_per_rank;
@@ -189,6 +190,8 @@ typedef struct sched_step {
     const float        *x_scales;
     const void         *expert_y;
     strata_status_t     status; /* INVALID or CAPACITY found earlier in the step */
+    bool                received_into; /* the exact receive's rows were asked for */
+    int64_t             into_rows;     /* and how many it loaded */
     uint64_t            start_ns;
     uint64_t            mark_ns; /* the last phase boundary */
     uint64_t            combine_start_ns;
@@ -353,6 +356,8 @@ strata_status_t sched_combine_supported(const sched_geometry_t *geo,
 strata_status_t sched_resolve_combine(sched_moe_t *moe);
 /* sched_geometry.c: what the intra tier does not check itself, the world's shape. */
 bool            sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w);
+/** STRATA_ERR_UNSUPPORTED, logged, where the receive asked for cannot run on num_nodes. */
+strata_status_t sched_receive_supported(const strata_moe_params_t *p, int num_nodes);
 /* sched_geometry.c: params->capacity, where it is 0 and the choices give a capacity factor,
  * from the load (sched_load_capacity). */
 strata_status_t sched_default_capacity(strata_moe_params_t *params, int world_size,

@@ -26,6 +26,7 @@ void sched_intra_params(const sched_moe_t *moe, intra_moe_params_t *ip)
         .timeout_ns    = moe->timeout_ns,
         .failure       = moe->failure_dev,
         .terms_direct  = geo->num_peers > 0, /* the term_dst table says where terms go */
+        .exact         = geo->exact,
     };
 }
 
@@ -159,6 +160,9 @@ strata_status_t sched_moe_estimate(const strata_moe_params_t *params, int world_
     }
     if (!sched_params_valid(params, &world)) {
         return STRATA_ERR_INVALID;
+    }
+    if ((status = sched_receive_supported(params, num_nodes)) != STRATA_OK) {
+        return status;
     }
     status = sched_even_world(world_size, num_nodes, &world);
     if (status == STRATA_OK) {

@@ -285,6 +285,11 @@ strata_status_t sched_moe_set_pull_mask(sched_moe_t *moe, const uint64_t *dispat
         UTIL_LOG_ERROR("moe: in adaptive mode the experts' owners set the modes");
         return STRATA_ERR_INVALID;
     }
+    if (moe->geo.exact) {
+        UTIL_LOG_ERROR("moe: an object that receives exactly moves every row its own way: "
+                       "it takes no pull masks");
+        return STRATA_ERR_INVALID;
+    }
     if (moe->experts.to_internal != NULL) { /* the caller's ids, not the object's */
         sched_experts_mask(moe, dispatch_mask, m->dispatch_mask);
         sched_experts_mask(moe, combine_mask, m->combine_mask);

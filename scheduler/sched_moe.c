@@ -344,6 +344,9 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
     if (params == NULL || world == NULL || moe_p == NULL || !sched_params_valid(params, world)) {
         return STRATA_ERR_INVALID;
     }
+    if ((status = sched_receive_supported(params, world->num_nodes)) != STRATA_OK) {
+        return status;
+    }
     moe = calloc(1, sizeof(*moe));
     if (moe == NULL) {
         return STRATA_ERR_NO_MEMORY;

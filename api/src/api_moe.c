@@ -248,6 +248,14 @@ STRATA_API strata_status_t strata_moe_dispatch_recv(strata_moe_t *moe, strata_mo
     API_MOE_CALL(moe, sched_moe_dispatch_recv(moe->sched, recv_p));
 }
 
+STRATA_API strata_status_t strata_moe_dispatch_recv_into(strata_moe_t *moe, void *x,
+                                                        float *x_scales,
+                                                        strata_moe_source_t *src,
+                                                        int64_t rows)
+{
+    API_MOE_CALL(moe, sched_moe_dispatch_recv_into(moe->sched, x, x_scales, src, rows));
+}
+
 /* Both halves of a dispatch with a layout made for this call. */
 static strata_status_t api_moe_dispatch(strata_moe_t *moe, const void *x, const float *x_scales,
                                         const int64_t *topk_idx, int num_tokens,

@@ -6,6 +6,7 @@
 #define STRATA_INTRA_MOE_COMBINE_H
 
 #include "moe_common.h"
+#include "moe_dispatch.h" /* the sources' lists, which the exact receive's combine reads */
 
 /* Columns each thread sums at a time: a 16-byte vector on GPUs, a cache-friendly run on
  * the host's single thread. */
@@ -92,6 +93,41 @@ KERNEL_FN void moe_combine_send(const intra_moe_args_t *a, kernel_grid_t g)
             }
         }
         seen += (uint64_t)count[local];
+    }
+}
+
+/* Owner role, exact receive: the outputs lie packed as PULL_INTO loaded the rows (expert
+ * after expert, sources in rank order, each in its list order); push each back to its
+ * source, but for rows that were dropped. */
+KERNEL_FN void moe_combine_send_packed(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    uint64_t seen = 0;
+    int64_t at = 0; /* the packed row of the current list's first entry */
+
+    for (int local = 0; local < a->experts_per_rank; ++local) {
+        int expert = a->rank * a->experts_per_rank + local;
+
+        for (int source = 0; source < a->num_ranks; ++source) {
+            int n = moe_pull_count(a, source, local);
+            int first = (int)((g.block + g.num_blocks - seen % g.num_blocks) % g.num_blocks);
+            const int32_t *entries = MOE_AT(a, source, pull_entry, int32_t) +
+                                     MOE_AT(a, source, pull_offset, int32_t)[expert];
+            const int32_t *row_slot = MOE_AT(a, source, row_slot, int32_t);
+
+            for (int i = first; i < n; i += (int)g.num_blocks) {
+                size_t entry = (size_t)entries[i];
+
+                if (row_slot[entry] >= 0) {
+                    kernel_copy_block(MOE_AT(a, source, combine_recv, char) +
+                                          entry * (size_t)a->y_row_bytes,
+                                      (const char *)a->expert_y +
+                                          (size_t)(at + i) * (size_t)a->y_row_bytes,
+                                      (size_t)a->y_row_bytes, g);
+                }
+            }
+            at   += n;
+            seen += (uint64_t)n;
+        }
     }
 }
 
@@ -248,7 +284,9 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
     if (moe_net_failed(a)) {
         return;
     }
-    if (!a->withhold) {
+    if (!a->withhold && a->exact) {
+        moe_combine_send_packed(a, g);
+    } else if (!a->withhold) {
         moe_combine_send(a, g);
     } else if (g.block == 0 && KERNEL_LEADER(g)) {
         /* seen by the sources through the release of our flag below */

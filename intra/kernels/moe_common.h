@@ -73,7 +73,8 @@ KERNEL_FN int moe_marked(const intra_moe_args_t *a, int local, uint64_t step)
 /*
  * One thread of the owner, in the last dispatch round of a step: once every source's
  * counts are in (not waited for: the caller tries again later), the rows each local expert
- * has when complete (earlier rounds' and this one's, at most its capacity), and for the
+ * has when complete (earlier rounds' and this one's, at most its capacity unless the
+ * object receives exactly), and for the
  * host the rows sent to it (moe_watch_experts then marks each expert whose rows are all
  * in). Whether they are settled for this step; never in an earlier round.
  */
@@ -101,7 +102,7 @@ KERNEL_FN int moe_settle_expected(const intra_moe_args_t *a, uint64_t step)
         for (int source = 0; source < a->num_ranks; ++source) {
             rows += MOE_AT(a, source, sent_count, int32_t)[a->rank * a->experts_per_rank + l];
         }
-        expected[l] = (int32_t)(rows < a->capacity ? rows : a->capacity);
+        expected[l] = (int32_t)(rows < a->capacity || a->exact ? rows : a->capacity);
         a->marks.routed[l] = (int32_t)rows;
     }
     kernel_store_release_u64(a->marks.counts_step, step); /* the counts, to the host */

@@ -312,19 +312,19 @@ KERNEL_FN void moe_dispatch_finish(const intra_moe_args_t *a, uint64_t step)
         } else {
             requested = counter[local]; /* claims go on from the earlier rounds' */
         }
-        count[local] = (int32_t)(requested < a->capacity ? requested : a->capacity);
+        count[local] = (int32_t)(requested < a->capacity || a->exact ? requested : a->capacity);
         /* every claim and row of this round happened before its flags */
         counter[local]    = last ? 0 : (uint32_t)requested;
         round_base[local] = last ? 0 : (int32_t)requested;
-        if (last) {
+        if (last && !a->exact) { /* exact: PULL_INTO's rows land after this */
             landed[local] = 0;
         }
-        if (requested > a->capacity) {
+        if (requested > a->capacity && !a->exact) {
             moe_report(&control->dispatch_status, INTRA_MOE_KERNEL_CAPACITY, expert, -1, -1,
                        requested);
         }
     }
-    if (!last) {
+    if (!last || a->exact) {
         return;
     }
     in_place = moe_rows_in_place(kernel_load_i32(&control->dispatch_status.code)) &&
@@ -417,7 +417,9 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
             kernel_store_release_u64(&moe_control(a, owner)->pull_flag[a->rank], step);
         }
     }
-    moe_dispatch_pull(a, step, g);
+    if (!a->exact) {
+        moe_dispatch_pull(a, step, g);
+    }
     for (int pass = 1; pass < moe_send_passes(a); ++pass) {
         moe_dispatch_pass(a, num_tokens, pass, step, g);
     }
@@ -453,7 +455,7 @@ KERNEL_FN void intra_moe_sources_body(const intra_moe_args_t *a, kernel_grid_t g
     if (moe_net_failed(a)) {
         return;
     }
-    for (size_t i = g.block * g.num_threads + g.thread; i < rows;
+    for (size_t i = g.block * g.num_threads + g.thread; i < rows && !a->exact;
          i += (size_t)g.num_blocks * g.num_threads) {
         int e = (int)(i / (size_t)a->capacity), row = (int)(i % (size_t)a->capacity);
 
@@ -470,6 +472,88 @@ KERNEL_FN void intra_moe_sources_body(const intra_moe_args_t *a, kernel_grid_t g
     for (int e = (int)(g.block * g.num_threads + g.thread); e < a->experts_per_rank;
          e += (int)(g.num_blocks * g.num_threads)) {
         a->public_count[e] = count[e];
+    }
+}
+
+/* --- Exact receive ---------------------------------------------------------------------- */
+
+/* The row (token, k) of entry index of source's list for local expert `local`: its place
+ * in the caller's packed buffer is at, its place among the expert's rows row. The source's
+ * row_slot says where it went (-1: dropped, where the caller gave no buffer). */
+KERNEL_FN void moe_pull_into_row(const intra_moe_args_t *a, int source, int64_t source_base,
+                                 int local, int index, int64_t at, int row, uint64_t step,
+                                 kernel_grid_t g)
+{
+    int expert = a->rank * a->experts_per_rank + local;
+    int32_t entry = MOE_AT(a, source, pull_entry, int32_t)
+                        [MOE_AT(a, source, pull_offset, int32_t)[expert] + index];
+    int token = entry / a->topk, k = entry % a->topk;
+
+    if (KERNEL_LEADER(g)) {
+        MOE_AT(a, source, row_slot, int32_t)[entry] = a->into_x != 0 ? row : -1;
+    }
+    if (a->into_x == 0) {
+        return;
+    }
+    if (KERNEL_LEADER(g)) {
+        const int32_t *origin = (const int32_t *)(a->heap[source] + a->origin_offset);
+        intra_moe_source_t src;
+
+        src.rank  = origin[2 * token];
+        src.token = origin[2 * token + 1];
+        src.slot  = k;
+        a->into_src[at] = src;
+    }
+    moe_copy_token(a, (char *)a->into_x + (size_t)at * (size_t)a->row_bytes,
+                   a->scale_count > 0 ? a->into_scales + (size_t)at * (size_t)a->scale_count : 0,
+                   MOE_AT(a, source, send_x, char) +
+                       (size_t)(token - source_base) * (size_t)a->row_bytes,
+                   moe_scales_at(a, MOE_AT(a, source, send_scales, char),
+                                 (size_t)(token - source_base), (size_t)a->scale_stride),
+                   g);
+    moe_pull_landed(a, local, step, g);
+}
+
+/*
+ * Owner role, exact receive, after the step's dispatch on the same queue (every source's
+ * rows and lists are in: the dispatch waited for their flags): every row sent to the local
+ * experts, packed expert after expert and, within an expert, sources in rank order, in
+ * their list order. Experts are marked complete as their rows land; the last block marks
+ * the rest and sets the landed counts back for the next step.
+ */
+KERNEL_FN void intra_moe_pull_into_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    const int32_t *count = MOE_AT(a, a->rank, recv_count, int32_t);
+    uint64_t step = moe_step(a, 0, g), seen = 0;
+    int64_t offset = 0; /* the expert's first row in the caller's buffer */
+
+    if (moe_net_failed(a) || kernel_load_relaxed_u64(&control->failed_step) >= step) {
+        return; /* the step failed: nothing to load, and the object ends */
+    }
+    for (int local = 0; local < a->experts_per_rank; ++local) {
+        int row = 0;
+
+        for (int source = 0; source < a->num_ranks; ++source) {
+            int n = moe_pull_count(a, source, local);
+            int first = (int)((g.block + g.num_blocks - seen % g.num_blocks) % g.num_blocks);
+            int64_t base = n > 0 ? moe_control(a, source)->aug_base : 0;
+
+            for (int i = first; i < n; i += (int)g.num_blocks) {
+                moe_pull_into_row(a, source, base, local, i, offset + row + i, row + i, step, g);
+            }
+            row  += n;
+            seen += (uint64_t)n;
+        }
+        offset += count[local];
+    }
+    if (moe_last_block(&control->pull_into_done, step, g)) {
+        for (int local = 0; local < a->experts_per_rank; ++local) {
+            MOE_AT(a, a->rank, landed, uint32_t)[local] = 0;
+            if ((a->into_x != 0 || count[local] == 0) && !moe_marked(a, local, step)) {
+                moe_mark_ready(a, local, count[local], step);
+            }
+        }
     }
 }
 

@@ -82,6 +82,7 @@ typedef struct intra_moe_control {
      * of this rank done publishing, summed over steps. */
     uint64_t pull_flag[INTRA_MOE_MAX_RANKS];
     uint64_t pull_published_done;
+    uint64_t pull_into_done; /* exact receive: blocks done loading, summed over steps */
     uint64_t failed_step; /* the last step a wait of this rank's kernels gave up in */
     /* The table index of the first token of this rank's current dispatch round (its
      * aug_base): owners find the rows it publishes for Pull at send_x[token - aug_base].
@@ -170,6 +171,17 @@ typedef struct intra_moe_args {
     int32_t  hidden;
     int32_t  y_elem;       /* INTRA_MOE_ELEM_* of combine input and output */
     int32_t  y_row_bytes;
+    /*
+     * Exact receive: the dispatch counts every row and publishes it (every expert in Pull
+     * form) but loads none, and no capacity applies; PULL_INTO then loads the rows into
+     * the caller's buffers, packed expert after expert (into_x NULL: it loads none, and
+     * the sources learn that their rows were dropped); combine reads the outputs packed
+     * the same way and pushes them back. Buffers in the device's memory.
+     */
+    int32_t  exact;
+    void    *into_x;                /* [rows][row_bytes] */
+    float   *into_scales;           /* [rows][scale_count], fp8 only */
+    intra_moe_source_t *into_src;   /* [rows], as the API names sources */
     uint64_t timeout_ticks; /* bound on each wait for a live peer, in kernel_timer ticks */
     /* Nonzero once the engine saw any rank fail (its heartbeats stopped): waits for a peer
      * end then, however long their bound. NULL: none. */

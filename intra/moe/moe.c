@@ -355,6 +355,7 @@ strata_status_t intra_moe_create(const intra_moe_params_t *params, intra_heap_t 
     }
     moe->max_tokens           = params->max_tokens;
     moe->terms_direct         = params->terms_direct;
+    moe->args.exact           = params->exact;
     moe->args.rank            = intra_heap_local_rank(heap);
     moe->args.origin_offset   = -1;
     moe->args.term_dst_offset = -1;
@@ -493,6 +494,11 @@ strata_status_t intra_moe_write(intra_moe_t *moe, void *dst, const void *src, si
 strata_status_t intra_moe_read(intra_moe_t *moe, void *dst, const void *src, size_t size)
 {
     return moe->device->queue_read(moe->queue, dst, src, size);
+}
+
+bool intra_moe_exact(const intra_moe_t *moe)
+{
+    return moe->args.exact != 0;
 }
 
 bool intra_moe_capturing(const intra_moe_t *moe)

@@ -40,6 +40,10 @@ typedef struct intra_moe_params {
      *  (the scheduler's, across nodes): no combine_recv area is allocated, and the tables
      *  must then give one. */
     bool           terms_direct;
+    /** Exact receive: no capacity; each step's rows go, packed, into buffers the caller
+     *  gives after the counts (intra_moe_enqueue_pull_into), and combine reads the outputs
+     *  packed the same way. One dispatch round per step; the pull masks are ignored. */
+    bool           exact;
 } intra_moe_params_t;
 
 /** What a dispatch delivered to this rank's experts; valid until the next combine. */
@@ -122,6 +126,21 @@ strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
  * waits for them and reports the first error any of them found (a failure of the object
  * before an input error). On GPU backends with a stream given, launches are ordered on it.
  */
+
+/**
+ * Exact receive (params.exact), after the step's dispatch and before its combine, once per
+ * step: load every row sent to this rank's experts into x ([rows][hidden] in dtype,
+ * 16-byte aligned), x_scales ([rows][hidden / 128], fp8 only) and src ([rows], the sources
+ * as the API names them), in the device's memory, packed: local expert e's rows from the
+ * sum of the counts of the experts before it (intra_moe_counts_ready), sources in rank
+ * order. x NULL loads none and drops every row (their sources' combines report it). A
+ * combine without this call before it drops them so itself. The outputs combine reads lie
+ * packed the same way.
+ */
+strata_status_t intra_moe_enqueue_pull_into(intra_moe_t *moe, void *x, float *x_scales,
+                                            intra_moe_source_t *src);
+/** Whether the object receives exactly (params.exact). */
+bool            intra_moe_exact(const intra_moe_t *moe);
 
 /** What the step across nodes set up once: tables in the heap and the public outputs. */
 typedef struct intra_moe_tables {

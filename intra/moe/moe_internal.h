@@ -32,6 +32,7 @@ struct intra_moe {
     int32_t                  *counts;    /* [experts_per_rank], host copy */
     uint64_t                  dispatches; /* dispatch kernels launched */
     bool                      captured;   /* a dispatch was captured: replays go uncounted */
+    bool                      pulled_into; /* exact receive: the step's rows were loaded */
     /* Queues of the expert-wait kernel, each bound to one caller's stream for good (a
      * queue that changed streams would order the new stream after the old one). */
     struct {

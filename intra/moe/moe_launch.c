@@ -64,16 +64,20 @@ static strata_status_t moe_launch(intra_moe_t *moe, intra_moe_kernel_t kernel,
     return status;
 }
 
-static void moe_set_mask(intra_moe_args_t *a, const uint64_t *pull_mask)
+/* all: every expert in Pull form, whatever pull_mask says (the exact receive's dispatch). */
+static void moe_set_mask(intra_moe_args_t *a, const uint64_t *pull_mask, bool all)
 {
     int words = (a->num_experts + 63) / 64;
 
-    memset(a->pull_mask, 0, sizeof(a->pull_mask));
-    if (pull_mask != NULL) {
+    memset(a->pull_mask, all ? 0xff : 0, sizeof(a->pull_mask));
+    if (pull_mask != NULL && !all) {
         memcpy(a->pull_mask, pull_mask, sizeof(uint64_t) * (size_t)words);
-        if (a->num_experts % 64 != 0) {
-            a->pull_mask[words - 1] &= (UINT64_C(1) << (a->num_experts % 64)) - 1;
-        }
+    }
+    if (a->num_experts % 64 != 0) {
+        a->pull_mask[words - 1] &= (UINT64_C(1) << (a->num_experts % 64)) - 1;
+    }
+    for (int w = words; w < INTRA_MOE_MASK_WORDS; ++w) {
+        a->pull_mask[w] = 0;
     }
 }
 
@@ -86,6 +90,11 @@ static bool moe_round_valid(const intra_moe_t *moe, const intra_moe_step_t *s)
         UTIL_LOG_ERROR("intra moe: a dispatch round of %d tokens from row %d (step token %d) "
                        "does not fit %d tokens", s->num_own, s->own_base, s->aug_base,
                        moe->max_tokens);
+        return false;
+    }
+    if (moe->args.exact && (s->more_rounds || moe->rounds_open)) {
+        UTIL_LOG_ERROR("intra moe: an object that receives exactly takes a step's dispatch "
+                       "in one round");
         return false;
     }
     if (s->num_own > moe->args.round_tokens) {
@@ -138,7 +147,7 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
     if (status != STRATA_OK) {
         return status;
     }
-    moe_set_mask(a, s->pull_mask);
+    moe_set_mask(a, s->pull_mask, a->exact != 0);
     a->num_tokens     = s->num_own;
     a->num_own        = s->num_own;
     a->aug_base       = s->aug_base;
@@ -163,6 +172,7 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
         moe->dispatches += captured ? 0 : 1; /* the kernels' count grows with each replay */
         moe->captured    = moe->captured || captured;
         moe->rounds_open = s->more_rounds;
+        moe->pulled_into = false;
         /* the step goes on even if this rank saw an error */
         moe->state = s->more_rounds ? MOE_EXPECT_DISPATCH : MOE_EXPECT_COMBINE;
     }
@@ -178,14 +188,67 @@ strata_status_t intra_moe_enqueue_sources(intra_moe_t *moe)
     return moe_launch(moe, INTRA_MOE_KERNEL_SOURCES, &moe->args);
 }
 
-/* The combine launch once its arguments are checked; the object expects a dispatch next. */
+static strata_status_t moe_launch_pull_into(intra_moe_t *moe, void *x, float *x_scales,
+                                            intra_moe_source_t *src)
+{
+    strata_status_t status;
+
+    moe->args.into_x      = x;
+    moe->args.into_scales = x_scales;
+    moe->args.into_src    = src;
+    moe->args.more_rounds = 0;
+    status = moe_launch(moe, INTRA_MOE_KERNEL_PULL_INTO, &moe->args);
+    moe->args.into_x      = NULL;
+    moe->args.into_scales = NULL;
+    moe->args.into_src    = NULL;
+    moe->pulled_into      = status == STRATA_OK;
+    return status;
+}
+
+strata_status_t intra_moe_enqueue_pull_into(intra_moe_t *moe, void *x, float *x_scales,
+                                            intra_moe_source_t *src)
+{
+    strata_status_t status;
+
+    if (moe == NULL || !moe->args.exact) {
+        UTIL_LOG_ERROR("intra moe: pull_into needs an object that receives exactly");
+        return STRATA_ERR_INVALID;
+    }
+    status = moe_check_state(moe, MOE_EXPECT_COMBINE, "pull_into");
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (moe->pulled_into) {
+        UTIL_LOG_ERROR("intra moe: pull_into twice in one step");
+        return STRATA_ERR_INVALID;
+    }
+    if (x != NULL && (moe_misaligned(x) || src == NULL ||
+                      (moe->args.scale_count > 0) != (x_scales != NULL))) {
+        UTIL_LOG_ERROR("intra moe: pull_into needs x 16-byte aligned, src, and x_scales for "
+                       "fp8 tokens only");
+        return STRATA_ERR_INVALID;
+    }
+    return moe_launch_pull_into(moe, x, x_scales, src);
+}
+
+/* The combine launch once its arguments are checked; the object expects a dispatch next.
+ * Exact receive: rows nobody loaded are dropped first, so that their sources' combines
+ * do not read a former step's places. */
 static strata_status_t moe_launch_combine(intra_moe_t *moe, const void *expert_y,
                                           const float *topk_weights, const uint64_t *pull_mask,
                                           void *out, bool withhold)
 {
-    strata_status_t status;
+    strata_status_t status = STRATA_OK;
 
-    moe_set_mask(&moe->args, pull_mask);
+    if (moe->args.exact && !moe->pulled_into) {
+        UTIL_LOG_ERROR("intra moe: a combine with no pull_into in step %" PRIu64 ": this "
+                       "rank's experts drop the step's rows", moe->step);
+        status = moe_launch_pull_into(moe, NULL, NULL, NULL);
+        if (status != STRATA_OK) {
+            return status;
+        }
+    }
+    moe_set_mask(&moe->args, moe->args.exact ? NULL : pull_mask, false);
     moe->args.num_tokens   = moe->num_tokens; /* every round's own tokens */
     moe->args.aug_base     = 0;
     moe->args.own_base     = 0;

@@ -97,6 +97,14 @@ class Exchange(enum.IntEnum):
     STREAMED = 2
 
 
+class Receive(enum.IntEnum):
+    """strata_moe_receive_t: where a dispatch delivers the rows."""
+
+    DEFAULT = 0
+    BLOCKS = 1
+    EXACT = 2
+
+
 class Phase(enum.IntEnum):
     """strata_moe_phase_t: the phases of a step that the statistics time."""
 
@@ -155,6 +163,7 @@ class MoeParams(ctypes.Structure):
         ("mode_file", ctypes.c_char_p),
         ("combine", _enum),
         ("exchange", _enum),
+        ("receive", _enum),
     ]
 
 

@@ -243,6 +243,113 @@ static void test_capture_adaptive_refused(void **state)
     strata_comm_stream_destroy(g.comm, stream);
 }
 
+/* The exact receive's parameters: a receive outside the enum, and an exact object given a
+ * mode, are refused; across nodes it is unsupported, in the estimate as at creation; on one
+ * node it holds no blocks worth the name, and its pull masks are refused. */
+static void test_exact_receive_refusals(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = TOKENS, .receive = (strata_moe_receive_t)3};
+    strata_moe_memory_t exact, blocks;
+    strata_moe_stats_t stats;
+    strata_moe_t *moe = NULL;
+    uint64_t mask[1] = {1};
+
+    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_ERR_INVALID);
+    p.receive = STRATA_MOE_RECEIVE_EXACT;
+    p.mode    = STRATA_MOE_MODE_PULL;
+    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_ERR_INVALID);
+    p.mode = STRATA_MOE_MODE_DEFAULT;
+    assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &exact), STRATA_ERR_UNSUPPORTED);
+    assert_int_equal(strata_moe_memory_estimate(&p, 4, 1, &exact), STRATA_OK);
+    p.receive = STRATA_MOE_RECEIVE_BLOCKS;
+    assert_int_equal(strata_moe_memory_estimate(&p, 4, 1, &blocks), STRATA_OK);
+    /* one row per expert, against the most it can receive (TOKENS x 4 ranks) */
+    assert_true(exact.expert_rows * TOKENS * 4 <= blocks.expert_rows * 2);
+    p.receive = STRATA_MOE_RECEIVE_EXACT;
+    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_OK);
+    assert_int_equal(strata_moe_get_stats(moe, &stats), STRATA_OK);
+    assert_int_equal(strata_moe_memory_estimate(&p, 1, 1, &exact), STRATA_OK);
+    assert_memory_equal(&stats.memory, &exact, sizeof(exact));
+    assert_int_equal(strata_moe_set_pull_mask(moe, mask, NULL), STRATA_ERR_INVALID);
+    strata_moe_destroy(moe);
+    /* an object with blocks has no exact receive */
+    assert_int_equal(strata_moe_dispatch_recv_into(f->moe, f->x, NULL, NULL, TOKENS),
+                     STRATA_ERR_INVALID);
+    assert_int_equal(strata_moe_dispatch_recv_into(NULL, NULL, NULL, NULL, 0),
+                     STRATA_ERR_INVALID);
+}
+
+/* An exact step on a host stream: the counts, then the rows packed expert after expert,
+ * each expert complete once its wait returns; identity experts, so every result is exact.
+ * Inside a capture the call is refused, and the step can still take its rows after it. */
+static void exact_step(fixture_t *f, strata_moe_t *moe, void *stream)
+{
+    strata_moe_recv_t recv;
+    int32_t counts[EXPERTS], rows;
+    float y[TOKENS * TOPK * HIDDEN];
+    strata_moe_source_t src[TOKENS * TOPK];
+    int64_t total = 0, at = 0;
+
+    assert_int_equal(strata_moe_dispatch(moe, f->x, NULL, f->idx, TOKENS, &recv), STRATA_OK);
+    assert_null(recv.x);
+    assert_int_equal(strata_moe_dispatch_counts(moe, -1, counts), STRATA_OK);
+    for (int e = 0; e < EXPERTS; ++e) {
+        total += counts[e];
+    }
+    assert_int_equal(total, TOKENS * TOPK);
+    host_stream_set_capturing(stream, true);
+    assert_int_equal(strata_moe_dispatch_recv_into(moe, y, NULL, src, total),
+                     STRATA_ERR_UNSUPPORTED);
+    host_stream_set_capturing(stream, false);
+    assert_int_equal(strata_moe_dispatch_recv_into(moe, (char *)y + 4, NULL, src, total),
+                     STRATA_ERR_INVALID); /* misaligned: refused, and the call stays open */
+    assert_int_equal(strata_moe_dispatch_recv_into(moe, y, NULL, src, total), STRATA_OK);
+    for (int e = 0; e < EXPERTS; ++e) {
+        assert_int_equal(strata_moe_expert_wait(moe, e, -1, &rows), STRATA_OK);
+        assert_int_equal(rows, counts[e]);
+        for (int row = 0; row < counts[e]; ++row, ++at) {
+            const strata_moe_source_t *s = &src[at];
+
+            assert_int_equal(s->rank, 0);
+            assert_int_equal(f->idx[s->token * TOPK + s->slot], e);
+            assert_memory_equal(&y[at * HIDDEN], &f->x[s->token * HIDDEN],
+                                sizeof(float) * HIDDEN);
+        }
+    }
+    memset(f->out, 0xff, sizeof(f->out));
+    assert_int_equal(strata_moe_combine(moe, y, f->w, f->out), STRATA_OK); /* identity */
+    assert_int_equal(strata_moe_synchronize(moe), STRATA_OK);
+    check(f, TOKENS);
+}
+
+static void test_exact_receive_on_a_stream(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = TOKENS, .receive = STRATA_MOE_RECEIVE_EXACT};
+    strata_moe_t *moe;
+    void *stream;
+
+    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_OK);
+    assert_int_equal(strata_comm_stream_create(f->comm, &stream), STRATA_OK);
+    assert_int_equal(strata_moe_set_stream(moe, stream), STRATA_OK);
+    for (int i = 0; i < 3; ++i) {
+        fill(f, TOKENS);
+        for (int t = 0; i > 0 && t < TOKENS; ++t) { /* later steps: TOKENS rows at expert 5 */
+            f->idx[t * TOPK] = 5;
+            f->idx[t * TOPK + 1] = t % 5;
+        }
+        exact_step(f, moe, stream);
+    }
+    assert_int_equal(strata_moe_set_stream(moe, NULL), STRATA_OK);
+    strata_moe_destroy(moe);
+    strata_comm_stream_destroy(f->comm, stream);
+}
+
 static void test_reused_layout_sizes(void **state)
 {
     fixture_t *f = *state;
@@ -642,6 +749,8 @@ int main(void)
         cmocka_unit_test(test_host_streams),
         cmocka_unit_test(test_capture_refusals),
         cmocka_unit_test(test_capture_adaptive_refused),
+        cmocka_unit_test(test_exact_receive_refusals),
+        cmocka_unit_test(test_exact_receive_on_a_stream),
         cmocka_unit_test(test_reused_layout_sizes),
         cmocka_unit_test(test_bad_ids_skipped),
         cmocka_unit_test(test_dispatch_during_a_step),

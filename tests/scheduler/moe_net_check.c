@@ -96,6 +96,7 @@ typedef struct options {
     const char *refused;  /* creation must fail on every rank with this status's name */
     bool       streams;   /* steps alternate between two streams, nothing waited for */
     const char *capacity_factor; /* STRATA_MOE_CAPACITY_FACTOR gives the capacity, or NULL */
+    bool       exact;     /* the object receives exactly: no capacity, every row delivered */
 } options_t;
 
 static strata_dtype_t parse_dtype(const char *s)
@@ -193,6 +194,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--streams")) o->streams = atoi(v) != 0;
         else if (!strcmp(k, "--expert-wait")) g_expert_wait = atoi(v);
         else if (!strcmp(k, "--capacity-factor")) o->capacity_factor = v;
+        else if (!strcmp(k, "--exact")) o->exact = atoi(v) != 0;
         else CHECK(0, "unknown option %s", k);
     }
     o->c.seed = seed ? (unsigned)strtoul(seed, NULL, 10) : 12345u;
@@ -358,7 +360,12 @@ int main(int argc, char **argv)
             r.rank_node[strata_comm_node_rank(comm, node, local)] = node;
         }
     }
+    if (o.exact) { /* its own modes; every row delivered, whatever --overflow set */
+        o.masks     = MASKS_ENV;
+        o.c.capacity = 0;
+    }
     r.masks   = o.masks;
+    r.exact   = o.exact;
     if (o.trace != NULL) {
         routes = load_trace(o.trace, &o.c);
         o.c.routes = routes;
@@ -376,7 +383,9 @@ int main(int argc, char **argv)
                                  .capacity = o.c.capacity,
                                  .mode = o.masks == MASKS_ADAPTIVE ? STRATA_MOE_MODE_ADAPTIVE
                                                                    : STRATA_MOE_MODE_DEFAULT,
-                                 .combine = o.combine};
+                                 .combine = o.combine,
+                                 .receive = o.exact ? STRATA_MOE_RECEIVE_EXACT
+                                                    : STRATA_MOE_RECEIVE_DEFAULT};
         const char *env = getenv("STRATA_MOE_COMBINE");
 
         if (g_rank == o.odd_config) {
@@ -416,7 +425,7 @@ int main(int argc, char **argv)
         CHECK(strata_moe_get_stats(objects[0], &stats) == STRATA_OK, "stats");
         const char *factor = getenv("STRATA_MOE_CAPACITY_FACTOR");
 
-        if (p.capacity == 0 && stats.exchange == STRATA_MOE_EXCHANGE_STREAMED &&
+        if (p.capacity == 0 && !o.exact && stats.exchange == STRATA_MOE_EXCHANGE_STREAMED &&
             (factor == NULL || strcasecmp(factor, "auto") == 0)) {
             /* the streamed exchange's default: twice the mean load, rows past it dropped */
             CHECK(strata_moe_load_capacity(&p, r.world, 2.0, &o.c.capacity) == STRATA_OK,
@@ -496,7 +505,9 @@ int main(int argc, char **argv)
         }
         char streamed[128] = "";
 
-        if (stats.exchange == STRATA_MOE_EXCHANGE_STREAMED) {
+        if (o.exact) {
+            snprintf(streamed, sizeof(streamed), ", exact receive");
+        } else if (stats.exchange == STRATA_MOE_EXCHANGE_STREAMED) {
             snprintf(streamed, sizeof(streamed), ", streamed exchange in %d rounds, capacity "
                      "%d", stats.exchange_rounds, o.c.capacity);
         }

@@ -74,6 +74,7 @@ typedef struct rank_state {
     double            nr_worst; /* in units of the combine dtype's rounding unit */
     uint64_t          short_results; /* tokens whose result lacked terms past capacity */
     strata_moe_layout_t *layout; /* --streams: the step's, kept until its kernels are done */
+    bool              exact; /* --exact: the object receives exactly (dispatch_recv_into) */
 } rank_state_t;
 
 /* --streams: the two streams, the buffers of the steps on each, and the step whose combine

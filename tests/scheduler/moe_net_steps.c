@@ -6,6 +6,9 @@
  */
 #include "scheduler/moe_net_check.h"
 #include "intra/intra.h"
+#include "util/util.h"
+
+#include <inttypes.h>
 
 #include <signal.h>
 #include <stdio.h>
@@ -74,12 +77,120 @@ static void check_expert_copies(const strata_moe_recv_t *recv, expert_copies_t *
     copies->x    = NULL;
 }
 
+/*
+ * --exact: the step's rows as dispatch_recv_into delivers them, packed. To check them as
+ * any other dispatch's, they are laid out in blocks of the largest count (recv becomes that
+ * view); the outputs check_dispatch writes there go back packed the same way, for combine.
+ */
+typedef struct exact_step {
+    int32_t             counts[MAX_LOCAL_EXPERTS];
+    int64_t             rows, widest;
+    unsigned char      *x, *y, *block_x, *block_y;
+    float              *scales, *block_scales;
+    strata_moe_source_t *src, *block_src;
+} exact_step_t;
+
+static void *exact_alloc(int64_t rows, size_t bytes)
+{
+    void *p = aligned_alloc(64, ((size_t)UTIL_MAX(rows, 1) * bytes + 63) / 64 * 64);
+
+    CHECK(p != NULL, "memory");
+    return p;
+}
+
+static strata_status_t receive_exact(rank_state_t *r, strata_moe_recv_t *recv, exact_step_t *x)
+{
+    size_t scale_bytes = r->scales * sizeof(float), stride = (scale_bytes + 15) / 16 * 16;
+    int64_t at = 0;
+    strata_status_t status;
+
+    memset(x, 0, sizeof(*x));
+    CHECK(recv->x == NULL && recv->src == NULL && recv->expert_y == NULL && recv->capacity == 0,
+          "an exact object's recv must hold no blocks");
+    status = strata_moe_dispatch_counts(r->moe, 0, x->counts);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    check_counts(r, recv, x->counts);
+    for (int e = 0; e < recv->num_local_experts; ++e) {
+        x->rows  += x->counts[e];
+        x->widest = UTIL_MAX(x->widest, x->counts[e]);
+    }
+    x->x      = exact_alloc(x->rows, r->row_bytes);
+    x->y      = exact_alloc(x->rows, r->y_row_bytes);
+    x->scales = r->scales ? exact_alloc(x->rows, scale_bytes) : NULL;
+    x->src    = exact_alloc(x->rows, sizeof(strata_moe_source_t));
+    CHECK(strata_moe_dispatch_recv_into(r->moe, x->x, x->scales, x->src, x->rows - 1) ==
+              STRATA_ERR_INVALID || x->rows == 0,
+          "dispatch_recv_into of %" PRId64 " rows into one fewer must be refused", x->rows);
+    status = strata_moe_dispatch_recv_into(r->moe, x->x, x->scales, x->src, x->rows);
+    if (status != STRATA_OK) {
+        return status;
+    }
+    CHECK(strata_moe_dispatch_recv_into(r->moe, x->x, x->scales, x->src, x->rows) ==
+              STRATA_ERR_INVALID, "a second dispatch_recv_into in one step must be refused");
+    CHECK(x->rows == 0 || strata_moe_combine_send(r->moe, NULL) == STRATA_ERR_INVALID,
+          "combine_send without the outputs of %" PRId64 " rows must be refused", x->rows);
+    x->block_x   = exact_alloc(x->widest * recv->num_local_experts, r->row_bytes);
+    x->block_y   = exact_alloc(x->widest * recv->num_local_experts, r->y_row_bytes);
+    x->block_src = exact_alloc(x->widest * recv->num_local_experts, sizeof(strata_moe_source_t));
+    x->block_scales = r->scales ? exact_alloc(x->widest * recv->num_local_experts, stride) : NULL;
+    for (int e = 0; e < recv->num_local_experts; ++e) {
+        for (int row = 0; row < x->counts[e]; ++row, ++at) {
+            size_t block = (size_t)e * (size_t)x->widest + (size_t)row;
+
+            memcpy(x->block_x + block * r->row_bytes, x->x + (size_t)at * r->row_bytes,
+                   r->row_bytes);
+            x->block_src[block] = x->src[at];
+            if (r->scales) {
+                memcpy((char *)x->block_scales + block * stride, x->scales + (size_t)at * r->scales,
+                       scale_bytes);
+            }
+        }
+    }
+    recv->capacity     = (int)x->widest;
+    recv->count        = x->counts;
+    recv->x            = x->block_x;
+    recv->x_scales     = x->block_scales;
+    recv->scale_stride = stride;
+    recv->src          = x->block_src;
+    recv->expert_y     = x->block_y;
+    return STRATA_OK;
+}
+
+/* The outputs check_dispatch wrote in blocks, packed as the rows came. */
+static void pack_outputs(const rank_state_t *r, const strata_moe_recv_t *recv, exact_step_t *x)
+{
+    int64_t at = 0;
+
+    for (int e = 0; e < recv->num_local_experts; ++e) {
+        for (int row = 0; row < x->counts[e]; ++row, ++at) {
+            memcpy(x->y + (size_t)at * r->y_row_bytes,
+                   x->block_y + ((size_t)e * (size_t)x->widest + (size_t)row) * r->y_row_bytes,
+                   r->y_row_bytes);
+        }
+    }
+}
+
+static void free_exact(exact_step_t *x)
+{
+    free(x->x);
+    free(x->y);
+    free(x->scales);
+    free(x->src);
+    free(x->block_x);
+    free(x->block_y);
+    free(x->block_scales);
+    free(x->block_src);
+}
+
 /* --abort: this rank ends the step where it was told to, with strata_moe_abort_step; the
  * step then is over (a second abort has nothing to end), and its next one starts. */
 static strata_status_t run_aborted_step(rank_state_t *r)
 {
     strata_moe_layout_t *layout = NULL;
     strata_moe_recv_t recv;
+    exact_step_t exact = {0};
     strata_status_t status;
 
     CHECK(strata_moe_layout_create(r->moe, r->idx, r->n, &layout) == STRATA_OK, "layout");
@@ -87,7 +198,14 @@ static strata_status_t run_aborted_step(rank_state_t *r)
     if (status == STRATA_OK && g_abort_at != ABORT_SENT) {
         status = strata_moe_dispatch_recv(r->moe, &recv);
     }
-    if (status == STRATA_OK && g_abort_at == ABORT_COMBINED) {
+    if (status == STRATA_OK && g_abort_at == ABORT_COMBINED && r->exact) {
+        status = receive_exact(r, &recv, &exact);
+        if (status == STRATA_OK) {
+            check_dispatch(r, &recv);
+            pack_outputs(r, &recv, &exact);
+            status = strata_moe_combine_send(r->moe, exact.y);
+        }
+    } else if (status == STRATA_OK && g_abort_at == ABORT_COMBINED) {
         check_dispatch(r, &recv);
         status = strata_moe_combine_send(r->moe, NULL);
     }
@@ -97,6 +215,7 @@ static strata_status_t run_aborted_step(rank_state_t *r)
     CHECK(strata_moe_abort_step(r->moe) == STRATA_OK, "a second abort_step");
     CHECK(strata_moe_combine_recv(r->moe, r->weights, r->out) == STRATA_ERR_INVALID,
           "combine_recv after abort_step must be out of order");
+    free_exact(&exact); /* combine_send's outputs were read by the abort's combine */
     strata_moe_layout_destroy(layout);
     return STRATA_OK;
 }
@@ -110,6 +229,7 @@ strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
     strata_moe_layout_t *layout = NULL;
     strata_moe_recv_t recv;
     strata_status_t status, expect;
+    exact_step_t exact = {0};
     const void *x;
     int n;
 
@@ -154,7 +274,14 @@ strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
         check_expert_copies(&recv, &copies);
         status = expect;
     }
-    if (status == expect) {
+    if (status == expect && r->exact) {
+        status = receive_exact(r, &recv, &exact);
+        if (status == STRATA_OK) {
+            check_dispatch(r, &recv);
+            pack_outputs(r, &recv, &exact);
+            status = strata_moe_combine_send(r->moe, exact.y); /* read until combine_recv */
+        }
+    } else if (status == expect) {
         int32_t counts[MAX_LOCAL_EXPERTS];
 
         CHECK(recv.num_local_experts <= MAX_LOCAL_EXPERTS &&
@@ -167,6 +294,7 @@ strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
     if (status == STRATA_OK) {
         status = strata_moe_combine_recv(r->moe, r->weights, r->out);
     }
+    free_exact(&exact);
     if (status == STRATA_OK || status == STRATA_ERR_CANCELLED ||
         (r->c->capacity > 0 && status == STRATA_ERR_CAPACITY)) {
         check_combine(r, status);

@@ -6,7 +6,8 @@
 # modes on a drifting routing trace (made by strata-tune) and a fixed mode file; bad inputs on
 # one rank; a rank aborting its step (strata_moe_abort_step) at three points; a rank killed, and one stopped, mid-step; steps on host streams that change every
 # step, each rank waiting for its experts one by one meanwhile; the network area in a pinned host
-# bounce buffer; and node-reduce combine, and where it is refused. Where strata has ucx, a
+# bounce buffer; node-reduce combine, and where it is refused; and the exact receive
+# (dispatch_recv_into) on one node. Where strata has ucx, a
 # few cases again over it (STRATA_INTER_TRANSPORT=ucx, tcp between the nodes), a kill among
 # them.
 set -u
@@ -205,6 +206,19 @@ case_run "streamed: 2x2, rank 1 alone on the worst-case exchange" 4 "and STRATA_
 case_run "streamed: 2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
 case_run "streamed: 2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000
 case_run "streamed: 2x2 hierarchical, node-reduce, rank 2 killed mid-step" 3 "rank 2 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_COMBINE=node-reduce STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 2 -- --steps 10 --kill 2 --kill-bound-ms 12000
+
+# The exact receive (one node): every row delivered, packed, into buffers sized from the
+# step's counts, none dropped whatever the load (every token to one expert), every dtype;
+# an abort and a refused input on one rank; a rank killed mid-step; refused across nodes.
+ex='exact receive'
+case_run "exact receive: 1x4, bf16" 4 "$ex" -- $calm -- -n 4 --nodes 1 -- --steps $(steps 40) --exact 1
+case_run "exact receive: 1x4, fp8 -> bf16, every token to expert 3, 3 blocks" 4 "$ex" -- $calm STRATA_INTRA_BLOCKS=3 -- -n 4 --nodes 1 -- --steps $(steps 20) --exact 1 --overflow 3 --tokens 64 --dtype fp8 --hidden 256
+case_run "exact receive: 1x2, fp32" 2 "$ex" -- $calm -- -n 2 --nodes 1 -- --steps $(steps 20) --exact 1 --dtype fp32 --combine-dtype fp32 --hidden 64
+case_run "exact receive: 1x4, rank 1 aborts its step after combine_send" 4 "$ex" -- $calm -- -n 4 --nodes 1 -- --steps 12 --exact 1 --abort 1:combined
+case_run "exact receive: 1x4, rank 3 aborts its step after dispatch_recv" 4 "$ex" -- $calm -- -n 4 --nodes 1 -- --steps 12 --exact 1 --abort 3:dispatched
+case_run "exact receive: 1x4, rank 2 passes max_tokens + 1 tokens" 4 "$ex" -- $calm -- -n 4 --nodes 1 -- --steps 12 --exact 1 --bad-input 2:over
+case_run "exact receive: 1x4, rank 2 killed mid-step" 3 "rank 2 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 --allow-fail 2 -- --steps 10 --exact 1 --kill 2 --kill-bound-ms 12000
+case_run "exact receive: 2x2, refused (one node only)" 4 "creation refused" -- $calm -- -n 4 --nodes 2 -- --exact 1 --refused "not supported"
 
 # Over the UCX transport (where built): tcp between the simulated nodes, as real nodes would
 # talk (they share this host's memory, so UCX's shared-memory transports are forbidden).

@@ -85,6 +85,18 @@ typedef enum strata_moe_exchange {
     STRATA_MOE_EXCHANGE_STREAMED   = 2,
 } strata_moe_exchange_t;
 
+/** Where a dispatch delivers the rows (docs/moe.md "The exact receive"). */
+typedef enum strata_moe_receive {
+    STRATA_MOE_RECEIVE_DEFAULT = 0, /**< blocks */
+    /** each local expert's rows in a block of capacity rows in the object's memory
+     *  (strata_moe_recv_t); rows past it are dropped and reported (STRATA_ERR_CAPACITY) */
+    STRATA_MOE_RECEIVE_BLOCKS  = 1,
+    /** every row, none dropped, packed into buffers the caller sizes from the step's counts
+     *  (strata_moe_dispatch_counts, strata_moe_dispatch_recv_into); no capacity applies and
+     *  the object holds no experts' blocks. On one node in this version. */
+    STRATA_MOE_RECEIVE_EXACT   = 2,
+} strata_moe_receive_t;
+
 /** The capacity factor of the streamed exchange where params.capacity is 0 and
  *  STRATA_MOE_CAPACITY_FACTOR is auto (its default): its experts' blocks follow the load,
  *  as its areas do. The worst-case exchange's default is the most an expert can receive. */
@@ -113,6 +125,10 @@ typedef struct strata_moe_params {
     strata_moe_combine_t combine;
     /** how rows cross the network: worst-case areas (the default) or streamed */
     strata_moe_exchange_t exchange;
+    /** where a dispatch delivers the rows: the experts' blocks (the default) or, exact,
+     *  the caller's buffers; an exact object takes no mode, mode_file, capacity nor pull
+     *  masks: it moves every row its own way */
+    strata_moe_receive_t  receive;
 } strata_moe_params_t;
 
 /** Where a received row came from: its rank, token index there, and top-k slot. */
@@ -359,6 +375,32 @@ STRATA_API strata_status_t strata_moe_expert_wait_stream(strata_moe_t *moe, int 
  */
 STRATA_API strata_status_t strata_moe_dispatch_counts(strata_moe_t *moe, int64_t timeout_ns,
                                                       int32_t *counts);
+
+/**
+ * The exact receive (params.receive = STRATA_MOE_RECEIVE_EXACT): after dispatch_recv, and
+ * once per step, deliver every row sent to this rank's experts in the step, none dropped,
+ * into x ([rows][hidden] in dtype, 16-byte aligned), x_scales ([rows][hidden / 128] fp32,
+ * fp8 only) and src ([rows]), in the device backend's memory (host memory on the host
+ * backend), packed: local expert e's rows start at the sum of counts[0..e-1] of
+ * strata_moe_dispatch_counts, the rows of each expert by source rank. rows: how many the
+ * buffers hold, at least the counts' sum. The call waits for the counts (on GPUs the host
+ * waits here, as with strata_moe_dispatch_counts) and, without a stream, for the rows;
+ * with one it returns once the loads are enqueued, and strata_moe_expert_wait (after this
+ * call) says when each expert's rows are in. Combine then reads the expert outputs packed
+ * the same way ([rows][hidden] in the combine dtype; NULL only where no row came).
+ *
+ * STRATA_ERR_INVALID: the object does not receive exactly, the call is out of order or
+ * repeated, or the buffers are too small, NULL or misaligned; nothing started, and the call
+ * can be made again (the rows stay where their sources published them until this rank's
+ * combine). A step whose combine (or abort) comes without a successful call drops this
+ * rank's experts' rows: their tokens' ranks see STRATA_ERR_CAPACITY at combine_recv. STRATA_ERR_TIMEOUT: the counts did not come within the object's
+ * timeout (the step goes on; call again). STRATA_ERR_UNSUPPORTED inside a stream capture:
+ * the host's wait for the counts cannot be replayed. STRATA_ERR_PEER_FAILED as for dispatch.
+ */
+STRATA_API strata_status_t strata_moe_dispatch_recv_into(strata_moe_t *moe, void *x,
+                                                        float *x_scales,
+                                                        strata_moe_source_t *src,
+                                                        int64_t rows);
 
 /**
  * First half of combine: return the experts' outputs (expert_y:
