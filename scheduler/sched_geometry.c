@@ -76,14 +76,16 @@ bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w
     return false;
 }
 
-strata_status_t sched_receive_supported(const strata_moe_params_t *p, int num_nodes)
+strata_status_t sched_receive_supported(const sched_geometry_t *geo)
 {
-    if (p->receive == STRATA_MOE_RECEIVE_EXACT && num_nodes > 1) {
-        UTIL_LOG_ERROR("moe: the exact receive runs on one node in this version, not on %d: "
-                       "across nodes use the experts' blocks (params.receive)", num_nodes);
-        return STRATA_ERR_UNSUPPORTED;
+    if (!geo->exact || (geo->rounds == 1 && !geo->node_reduce)) {
+        return STRATA_OK;
     }
-    return STRATA_OK;
+    UTIL_LOG_ERROR("moe: the exact receive takes a step in one round with exact combine: not "
+                   "%s (set STRATA_MOE_EXCHANGE=worst-case and STRATA_MOE_COMBINE=exact, or "
+                   "receive into the experts' blocks)",
+                   geo->rounds > 1 ? "the streamed exchange, in rounds" : "node-reduce combine");
+    return STRATA_ERR_UNSUPPORTED;
 }
 
 strata_status_t sched_load_capacity(const strata_moe_params_t *params, int world_size,

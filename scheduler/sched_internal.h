@@ -356,8 +356,9 @@ strata_status_t sched_combine_supported(const sched_geometry_t *geo,
 strata_status_t sched_resolve_combine(sched_moe_t *moe);
 /* sched_geometry.c: what the intra tier does not check itself, the world's shape. */
 bool            sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w);
-/** STRATA_ERR_UNSUPPORTED, logged, where the receive asked for cannot run on num_nodes. */
-strata_status_t sched_receive_supported(const strata_moe_params_t *p, int num_nodes);
+/** STRATA_ERR_UNSUPPORTED, logged, where the geometry's receive cannot run (the exact one
+ *  in rounds or with node-reduce). */
+strata_status_t sched_receive_supported(const sched_geometry_t *geo);
 /* sched_geometry.c: params->capacity, where it is 0 and the choices give a capacity factor,
  * from the load (sched_load_capacity). */
 strata_status_t sched_default_capacity(strata_moe_params_t *params, int world_size,

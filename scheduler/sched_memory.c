@@ -135,6 +135,9 @@ static strata_status_t sched_estimate_on(const strata_moe_params_t *params,
     if (status == STRATA_OK) {
         moe.geo.node_reduce = choices.combine == STRATA_MOE_COMBINE_NODE_REDUCE &&
                               moe.geo.num_peers > 0;
+        status = sched_receive_supported(&moe.geo);
+    }
+    if (status == STRATA_OK) {
         status = sched_net_place(&moe);
     }
     if (status == STRATA_OK) {
@@ -160,9 +163,6 @@ strata_status_t sched_moe_estimate(const strata_moe_params_t *params, int world_
     }
     if (!sched_params_valid(params, &world)) {
         return STRATA_ERR_INVALID;
-    }
-    if ((status = sched_receive_supported(params, num_nodes)) != STRATA_OK) {
-        return status;
     }
     status = sched_even_world(world_size, num_nodes, &world);
     if (status == STRATA_OK) {

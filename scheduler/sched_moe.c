@@ -319,6 +319,7 @@ static strata_status_t sched_moe_open(sched_moe_t *moe, const sched_moe_world_t 
     if (moe->geo.num_peers > 0 &&
         ((status = sched_net_agree(moe)) != STRATA_OK ||
          (status = sched_resolve_combine(moe)) != STRATA_OK ||
+         (status = sched_receive_supported(&moe->geo)) != STRATA_OK ||
          (status = sched_choose_area(moe, &choices, &in_heap)) != STRATA_OK)) {
         return status;
     }
@@ -343,9 +344,6 @@ strata_status_t sched_moe_create(const strata_moe_params_t *params, const sched_
 
     if (params == NULL || world == NULL || moe_p == NULL || !sched_params_valid(params, world)) {
         return STRATA_ERR_INVALID;
-    }
-    if ((status = sched_receive_supported(params, world->num_nodes)) != STRATA_OK) {
-        return status;
     }
     moe = calloc(1, sizeof(*moe));
     if (moe == NULL) {

@@ -116,13 +116,23 @@ KERNEL_FN void moe_combine_send_packed(const intra_moe_args_t *a, kernel_grid_t 
 
             for (int i = first; i < n; i += (int)g.num_blocks) {
                 size_t entry = (size_t)entries[i];
+                const char *y = (const char *)a->expert_y +
+                                (size_t)(at + i) * (size_t)a->y_row_bytes;
 
-                if (row_slot[entry] >= 0) {
+                if (row_slot[entry] < 0) {
+                    continue;
+                }
+                if (a->term_dst_offset >= 0) { /* where the term's holder wants it */
+                    int64_t dst = ((const int64_t *)(a->heap[source] +
+                                                     a->term_dst_offset))[entry];
+
+                    if (dst >= 0) {
+                        kernel_copy_block(a->heap[source] + dst, y, (size_t)a->y_row_bytes, g);
+                    }
+                } else {
                     kernel_copy_block(MOE_AT(a, source, combine_recv, char) +
                                           entry * (size_t)a->y_row_bytes,
-                                      (const char *)a->expert_y +
-                                          (size_t)(at + i) * (size_t)a->y_row_bytes,
-                                      (size_t)a->y_row_bytes, g);
+                                      y, (size_t)a->y_row_bytes, g);
                 }
             }
             at   += n;

@@ -244,8 +244,8 @@ static void test_capture_adaptive_refused(void **state)
 }
 
 /* The exact receive's parameters: a receive outside the enum, and an exact object given a
- * mode, are refused; across nodes it is unsupported, in the estimate as at creation; on one
- * node it holds no blocks worth the name, and its pull masks are refused. */
+ * mode, are refused; across nodes in rounds or with node-reduce it is unsupported; it holds
+ * no blocks worth the name, as the estimate says, and its pull masks are refused. */
 static void test_exact_receive_refusals(void **state)
 {
     fixture_t *f = *state;
@@ -262,7 +262,18 @@ static void test_exact_receive_refusals(void **state)
     p.mode    = STRATA_MOE_MODE_PULL;
     assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_ERR_INVALID);
     p.mode = STRATA_MOE_MODE_DEFAULT;
+    assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &exact), STRATA_OK);
+    setenv("STRATA_MOE_EXCHANGE", "streamed", 1);
+    setenv("STRATA_MOE_WINDOW_BYTES", "8k", 1); /* rounds across nodes: refused */
     assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &exact), STRATA_ERR_UNSUPPORTED);
+    assert_int_equal(strata_moe_memory_estimate(&p, 4, 1, &exact), STRATA_OK); /* one round */
+    unsetenv("STRATA_MOE_WINDOW_BYTES");
+    unsetenv("STRATA_MOE_EXCHANGE");
+    setenv("STRATA_MOE_COMBINE", "node-reduce", 1);
+    setenv("STRATA_MOE_ROUTE", "hierarchical", 1);
+    assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &exact), STRATA_ERR_UNSUPPORTED);
+    unsetenv("STRATA_MOE_ROUTE");
+    unsetenv("STRATA_MOE_COMBINE");
     assert_int_equal(strata_moe_memory_estimate(&p, 4, 1, &exact), STRATA_OK);
     p.receive = STRATA_MOE_RECEIVE_BLOCKS;
     assert_int_equal(strata_moe_memory_estimate(&p, 4, 1, &blocks), STRATA_OK);

@@ -7,7 +7,7 @@
 # one rank; a rank aborting its step (strata_moe_abort_step) at three points; a rank killed, and one stopped, mid-step; steps on host streams that change every
 # step, each rank waiting for its experts one by one meanwhile; the network area in a pinned host
 # bounce buffer; node-reduce combine, and where it is refused; and the exact receive
-# (dispatch_recv_into) on one node. Where strata has ucx, a
+# (dispatch_recv_into). Where strata has ucx, a
 # few cases again over it (STRATA_INTER_TRANSPORT=ucx, tcp between the nodes), a kill among
 # them.
 set -u
@@ -207,9 +207,10 @@ case_run "streamed: 2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRA
 case_run "streamed: 2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000
 case_run "streamed: 2x2 hierarchical, node-reduce, rank 2 killed mid-step" 3 "rank 2 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_COMBINE=node-reduce STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 2 -- --steps 10 --kill 2 --kill-bound-ms 12000
 
-# The exact receive (one node): every row delivered, packed, into buffers sized from the
-# step's counts, none dropped whatever the load (every token to one expert), every dtype;
-# an abort and a refused input on one rank; a rank killed mid-step; refused across nodes.
+# The exact receive: every row delivered, packed, into buffers sized from the step's
+# counts, none dropped whatever the load (every token to one expert), on one node and across
+# nodes on both routes, every dtype; an abort and a refused input on one rank; a rank killed
+# mid-step; refused with the streamed exchange in rounds and with node-reduce.
 ex='exact receive'
 case_run "exact receive: 1x4, bf16" 4 "$ex" -- $calm -- -n 4 --nodes 1 -- --steps $(steps 40) --exact 1
 case_run "exact receive: 1x4, fp8 -> bf16, every token to expert 3, 3 blocks" 4 "$ex" -- $calm STRATA_INTRA_BLOCKS=3 -- -n 4 --nodes 1 -- --steps $(steps 20) --exact 1 --overflow 3 --tokens 64 --dtype fp8 --hidden 256
@@ -218,7 +219,14 @@ case_run "exact receive: 1x4, rank 1 aborts its step after combine_send" 4 "$ex"
 case_run "exact receive: 1x4, rank 3 aborts its step after dispatch_recv" 4 "$ex" -- $calm -- -n 4 --nodes 1 -- --steps 12 --exact 1 --abort 3:dispatched
 case_run "exact receive: 1x4, rank 2 passes max_tokens + 1 tokens" 4 "$ex" -- $calm -- -n 4 --nodes 1 -- --steps 12 --exact 1 --bad-input 2:over
 case_run "exact receive: 1x4, rank 2 killed mid-step" 3 "rank 2 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 --allow-fail 2 -- --steps 10 --exact 1 --kill 2 --kill-bound-ms 12000
-case_run "exact receive: 2x2, refused (one node only)" 4 "creation refused" -- $calm -- -n 4 --nodes 2 -- --exact 1 --refused "not supported"
+case_run "exact receive: 2x2 flat, all tokens to expert 12" 4 "$ex" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --overflow 12 --tokens 48
+case_run "exact receive: 2x2 hierarchical, node 1's tokens to expert 0, round one of 3 tokens" 4 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --overflow 0:8:2
+case_run "exact receive: 3x2 hierarchical, fp8 -> bf16, 24 experts, topk 6" 6 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 20) --exact 1 --dtype fp8 --hidden 256 --experts 24 --topk 6
+case_run "exact receive: 2x2 hierarchical, rank 1 aborts its step after dispatch_recv" 4 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --exact 1 --abort 1:dispatched
+case_run "exact receive: 2x2 hierarchical, rank 0 passes no x" 4 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --exact 1 --bad-input 0:null-x
+case_run "exact receive: 2x2 hierarchical, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --exact 1 --kill 3 --kill-bound-ms 12000
+case_run "exact receive: 2x2 streamed in rounds, refused" 4 "creation refused" -- $calm STRATA_MOE_EXCHANGE=streamed STRATA_MOE_WINDOW_BYTES=8k -- -n 4 --nodes 2 -- --exact 1 --refused "not supported"
+case_run "exact receive: 2x2 hierarchical node-reduce, refused" 4 "creation refused" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --exact 1 --refused "not supported"
 
 # Over the UCX transport (where built): tcp between the simulated nodes, as real nodes would
 # talk (they share this host's memory, so UCX's shared-memory transports are forbidden).

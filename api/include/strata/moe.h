@@ -93,7 +93,8 @@ typedef enum strata_moe_receive {
     STRATA_MOE_RECEIVE_BLOCKS  = 1,
     /** every row, none dropped, packed into buffers the caller sizes from the step's counts
      *  (strata_moe_dispatch_counts, strata_moe_dispatch_recv_into); no capacity applies and
-     *  the object holds no experts' blocks. On one node in this version. */
+     *  the object holds no experts' blocks. Across nodes on the worst-case exchange with
+     *  exact combine only in this version (creation: STRATA_ERR_UNSUPPORTED otherwise). */
     STRATA_MOE_RECEIVE_EXACT   = 2,
 } strata_moe_receive_t;
 
