@@ -21,7 +21,7 @@
 enum {
     OPT_WORLD = 256, OPT_NODES, OPT_MAX_TOKENS, OPT_HIDDEN, OPT_TOPK, OPT_EXPERTS, OPT_CAPACITY,
     OPT_ALIGNMENT, OPT_DTYPE, OPT_COMBINE_DTYPE, OPT_ROUTE, OPT_COMBINE, OPT_CAPACITY_FACTOR,
-    OPT_EXCHANGE
+    OPT_EXCHANGE, OPT_RECEIVE
 };
 
 /* What the options say besides the params. */
@@ -34,6 +34,7 @@ static const char *const info_dtype_names[] = {"bf16", "fp16", "fp32", "fp8", NU
 static const char *const info_route_names[] = {"auto", "flat", "hierarchical", NULL};
 static const char *const info_combine_names[] = {"auto", "exact", "node-reduce", NULL};
 static const char *const info_exchange_names[] = {"auto", "worst-case", "streamed", NULL};
+static const char *const info_receive_names[] = {"blocks", "blocks", "exact", NULL};
 
 void info_moe_memory_usage(FILE *out)
 {
@@ -42,7 +43,7 @@ void info_moe_memory_usage(FILE *out)
             "                   --topk K --experts E [--capacity C | --capacity-factor F]\n"
             "                   [--alignment A]\n"
             "                   [--dtype D] [--combine-dtype D] [--route R] [--combine M]\n"
-            "                   [--exchange X]\n"
+            "                   [--exchange X] [--receive blocks|exact]\n"
             "  --moe-memory   (first) the bytes each rank of a MoE object of this shape would\n"
             "                 allocate, by part, and 'total: N bytes' last. W ranks spread evenly\n"
             "                 over N nodes; capacity 0 (the default): STRATA_MOE_CAPACITY_FACTOR\n"
@@ -54,7 +55,9 @@ void info_moe_memory_usage(FILE *out)
             "                 R: auto (default: STRATA_MOE_ROUTE), flat, hierarchical;\n"
             "                 M: auto (default: STRATA_MOE_COMBINE), exact, node-reduce;\n"
             "                 X: auto (default: STRATA_MOE_EXCHANGE), worst-case, streamed\n"
-            "                 (its areas sized by STRATA_MOE_WINDOW_BYTES)\n");
+            "                 (its areas sized by STRATA_MOE_WINDOW_BYTES);\n"
+            "                 --receive exact: rows into the caller's buffers, no experts'\n"
+            "                 blocks (dispatch_recv_into; no capacity applies)\n");
 }
 
 /* The index of text in names, or a usage error. */
@@ -107,6 +110,12 @@ static bool info_moe_option(int opt, const char *arg, strata_moe_params_t *p,
         }
         p->route = (strata_moe_route_t)value;
         return true;
+    case OPT_RECEIVE:
+        if (!info_parse_name("--receive", arg, info_receive_names, &value)) {
+            return false;
+        }
+        p->receive = (strata_moe_receive_t)value;
+        return true;
     case OPT_EXCHANGE:
         if (!info_parse_name("--exchange", arg, info_exchange_names, &value)) {
             return false;
@@ -150,18 +159,21 @@ static void info_moe_print(const strata_moe_params_t *p, const info_moe_shape_t 
 {
     char capacity[96] = "";
 
-    if (s->capacity_factor > 0.0) {
+    if (p->receive == STRATA_MOE_RECEIVE_EXACT) {
+        snprintf(capacity, sizeof(capacity), " (none: the exact receive)");
+    } else if (s->capacity_factor > 0.0) {
         snprintf(capacity, sizeof(capacity), " (%g x an expert's mean load)",
                  s->capacity_factor);
     } else if (p->capacity == 0) {
         info_default_capacity(p, capacity, sizeof(capacity));
     }
     printf("moe memory per rank: %d ranks on %d nodes, %d tokens, hidden %d, %s -> %s, "
-           "top-%d of %d experts, capacity %d%s, route %s, combine %s, exchange %s\n",
+           "top-%d of %d experts, capacity %d%s, route %s, combine %s, exchange %s, "
+           "receive %s\n",
            s->world, s->nodes, p->max_tokens, p->hidden, info_dtype_names[p->dtype],
            info_dtype_names[p->combine_dtype], p->topk, p->num_experts, p->capacity,
            capacity, info_route_names[p->route], info_combine_names[p->combine],
-           info_exchange_names[p->exchange]);
+           info_exchange_names[p->exchange], info_receive_names[p->receive]);
     info_moe_line("expert rows", m->expert_rows);
     info_moe_line("node rows", m->node_rows);
     info_moe_line("net headers", m->net_headers);
@@ -193,6 +205,7 @@ int info_moe_memory(int argc, char **argv)
         {"combine", required_argument, NULL, OPT_COMBINE},
         {"capacity-factor", required_argument, NULL, OPT_CAPACITY_FACTOR},
         {"exchange", required_argument, NULL, OPT_EXCHANGE},
+        {"receive", required_argument, NULL, OPT_RECEIVE},
         {NULL, 0, NULL, 0},
     };
     strata_moe_params_t p = {.dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16};

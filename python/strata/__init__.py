@@ -6,17 +6,18 @@ numpy arrays, torch tensors, or arrays exposing __cuda_array_interface__ or __dl
 host memory or on the communicator's GPU, read and written in place. See docs/python.md.
 """
 from ._library import LIBRARY_ENV, last_error, library, library_path, open_library, status_string
-from ._types import (Combine, ConfigField, Dtype, Exchange, LogLevel, Mode, Phase, Route,
-                     Status)
+from ._types import (Combine, ConfigField, Dtype, Exchange, LogLevel, Mode, Phase, Receive,
+                     Route, Status)
 from .comm import Communicator
 from .errors import LibraryNotFoundError, LibraryVersionError, StrataError
-from .moe import Layout, Moe, Recv, Stats
+from .moe import CompactRecv, Layout, Moe, Recv, Stats
 from .p2p import Descriptor, Region, Request, TransferPlan
 
 __all__ = [
-    "Combine", "Communicator", "ConfigField", "Descriptor", "Dtype", "Exchange", "Layout",
+    "Combine", "CompactRecv", "Communicator", "ConfigField", "Descriptor", "Dtype", "Exchange",
+    "Layout",
     "LIBRARY_ENV", "LibraryNotFoundError", "LibraryVersionError", "LogLevel", "Mode", "Moe",
-    "Phase", "Recv", "Region", "Request", "Route", "Stats", "Status", "StrataError", "TransferPlan",
+    "Phase", "Receive", "Recv", "Region", "Request", "Route", "Stats", "Status", "StrataError", "TransferPlan",
     "build_options",
     "last_error", "library",
     "library_path",

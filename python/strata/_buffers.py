@@ -205,6 +205,24 @@ def host_copy(obj):
     return obj
 
 
+def empty(dtype, shape, framework, memory, like=None):
+    """A new C-contiguous array of dtype (a DTYPE_NAMES name) in the caller's framework, in
+    memory (the communicator's): numpy or torch on the host, torch on a GPU (on like's
+    device where like is a tensor there). Other frameworks allocate their own buffers."""
+    shape = tuple(int(s) for s in shape)
+    if framework == "torch":
+        import torch
+
+        device = like.device if is_torch(like) else "cpu"
+        if memory.kind != "cpu" and device == "cpu":
+            device = torch.device("cuda", memory.device or 0)
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+    if memory.kind != "cpu":
+        raise ValueError(f"the library allocates {dtype} buffers {_where(memory)} only as "
+                         f"torch tensors: pass buffers of your own framework instead")
+    return np.empty(shape, dtype=np.int16 if dtype == "bfloat16" else dtype)
+
+
 def rows_of(obj, name):
     """The first dimension of a 2-D buffer (its number of tokens), checked to exist."""
     shape = describe(obj, name).shape

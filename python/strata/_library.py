@@ -97,6 +97,7 @@ _PROTOTYPES = {
                                            ctypes.POINTER(ctypes.c_int32)]),
     "strata_moe_dispatch_counts": (_c_status, [_p, ctypes.c_int64,
                                                ctypes.POINTER(ctypes.c_int32)]),
+    "strata_moe_dispatch_recv_into": (_c_status, [_p, _p, _p, _p, ctypes.c_int64]),
     "strata_moe_synchronize": (_c_status, [_p]),
     "strata_moe_recreate": (_c_status, [_p, _p, _p, ctypes.POINTER(_p)]),
     "strata_moe_expert_id": (_int, [_p, _int]),

@@ -12,8 +12,9 @@ Every call completes before it returns, on the host: the events returned are don
 receive hooks have nothing left to do. docs/python.md maps each call to DeepEP's and says
 what differs and why. Torch tensors on the communicator's memory: CPU tensors over the host
 backend, tensors on the communicator's GPU over CUDA or HIP. What comes back is on the
-device the call's x (or topk_idx) is on; the bookkeeping of which row is whose runs on the
-host, from the sources strata keeps there.
+device the call's x (or topk_idx) is on, as is the bookkeeping of which row is whose: normal
+mode receives exactly (every row, packed into buffers of the step's size, with their
+sources), so nothing is dropped and no per-expert block of the worst case is kept.
 
 Like DeepEP's, the calls are collective in kind: every rank makes the same calls in the
 same order, and passes topk_weights to combine on all ranks or on none.
@@ -113,16 +114,21 @@ class Buffer:
             raise ValueError(f"x of {dtype}: strata.ep moves bfloat16, float16 or float32 rows")
         key = (num_experts, topk, hidden, dtype, max_tokens, with_weights)
         if key not in self._objects:
-            # every row delivered, as DeepEP's buffers do, whatever the exchange's default
-            # capacity (the streamed one's drops rows past twice the mean load)
-            capacity = max_tokens * self.group_size
-            moe = Moe(self.comm, num_experts=num_experts, topk=topk, hidden=hidden,
-                      max_tokens=max_tokens, dtype=dtype, capacity=capacity)
-            weights = None
-            if with_weights:  # each row's token's top-k weights travel beside it
+            # every row delivered, as DeepEP's buffers do: normal mode receives exactly (no
+            # capacity, rows packed into buffers of the step's size), low-latency mode into
+            # per-expert blocks of the most an expert can receive
+            if with_weights:
+                moe = Moe(self.comm, num_experts=num_experts, topk=topk, hidden=hidden,
+                          max_tokens=max_tokens, dtype=dtype, receive=t.Receive.EXACT)
+                # each row's token's top-k weights travel beside it
                 weights = Moe(self.comm, num_experts=num_experts, topk=topk,
                               hidden=(topk + 3) // 4 * 4, max_tokens=max_tokens, dtype="fp32",
-                              capacity=capacity)
+                              receive=t.Receive.EXACT)
+            else:
+                moe = Moe(self.comm, num_experts=num_experts, topk=topk, hidden=hidden,
+                          max_tokens=max_tokens, dtype=dtype,
+                          capacity=max_tokens * self.group_size)
+                weights = None
             self._objects[key] = (moe, weights)
         return self._objects[key]
 
@@ -216,44 +222,42 @@ class Buffer:
 
     @staticmethod
     def _rows(recv, max_tokens):
-        """Every received row: (expert, row) flat index, its token's key (source rank *
-        max_tokens + token) and its slot, in (expert, row) order; on the host, where strata
-        keeps the counts and sources."""
-        capacity = recv.x.shape[1]
-        valid = torch.arange(capacity)[None, :] < recv.count.to(torch.int64)[:, None]
-        flat = torch.nonzero(valid.reshape(-1), as_tuple=False)[:, 0]
-        src = recv.src.to(torch.int64).reshape(-1, 3)[flat]
-        return flat, src[:, 0] * max_tokens + src[:, 1], src[:, 2]
+        """Every received row of an exact receive (a CompactRecv, rows packed expert after
+        expert): its local expert, its token's key (source rank * max_tokens + token) and
+        its slot, in row order, on the device of its rows."""
+        dev = recv.x.device
+        src = recv.src.to(dev, torch.int64)
+        experts = torch.repeat_interleave(torch.arange(recv.num_local_experts, device=dev),
+                                          torch.tensor(recv.counts, device=dev))
+        return experts, src[:, 0] * max_tokens + src[:, 1], src[:, 2]
 
     def _token_weights(self, wrecv, topk, keys):
         """Each token of keys (sorted, unique): its top-k weights, from the weights Moe's
         rows. [len(keys), topk]."""
-        flat, wkeys, _ = self._rows(wrecv, self.max_tokens)
-        dev = wrecv.x.device
-        rows = wrecv.x.reshape(-1, wrecv.x.shape[2])[flat.to(dev), :topk]
-        weights = torch.zeros(len(keys), topk, dtype=torch.float32, device=dev)
-        weights[torch.searchsorted(keys, wkeys).to(dev)] = rows
+        _, wkeys, _ = self._rows(wrecv, self.max_tokens)
+        weights = torch.zeros(len(keys), topk, dtype=torch.float32, device=wrecv.x.device)
+        weights[torch.searchsorted(keys, wkeys)] = wrecv.x[:, :topk]
         return weights
 
     def _gather_tokens(self, recv, wrecv, handle, topk, expert_alignment):
         """The strata rows, one per (token, local expert), as DeepEP's tokens, each once,
         ordered by source rank, then by index there."""
-        flat, keys, slots = self._rows(recv, self.max_tokens)
+        experts, keys, slots = self._rows(recv, self.max_tokens)
+        dev = recv.x.device
         tokens, which = torch.unique(keys, sorted=True, return_inverse=True)
-        # A token's lead row: its first in (expert, row) order; combine rides on it.
-        lead = torch.full((len(tokens),), flat.numel() and int(flat.max()) + 1,
-                          dtype=torch.int64).scatter_reduce(0, which, flat, reduce="amin")
-        capacity, dev = recv.x.shape[1], recv.x.device
-        recv_x = recv.x.reshape(-1, recv.x.shape[2])[lead.to(dev)].clone()
-        recv_topk_idx = torch.full((len(tokens), topk), -1, dtype=torch.int64)
-        recv_topk_idx[which, slots] = flat // capacity
-        recv_topk_idx = recv_topk_idx.to(dev)
+        # A token's lead row: its first in row order; combine rides on it.
+        rows = torch.arange(recv.rows, device=dev)
+        lead = torch.full((len(tokens),), recv.rows, dtype=torch.int64,
+                          device=dev).scatter_reduce(0, which, rows, reduce="amin")
+        recv_x = recv.x[lead].clone()
+        recv_topk_idx = torch.full((len(tokens), topk), -1, dtype=torch.int64, device=dev)
+        recv_topk_idx[which, slots] = experts
         weights = self._token_weights(wrecv, topk, tokens)
         recv_topk_weights = torch.where(recv_topk_idx >= 0, weights,
                                         torch.zeros((), device=dev))
         handle.lead = lead
         handle.tokens = tokens
-        counts = [int(c) for c in recv.count]
+        counts = list(recv.counts)
         if expert_alignment > 1:
             counts = [(c + expert_alignment - 1) // expert_alignment * expert_alignment
                       for c in counts]
@@ -277,10 +281,8 @@ class Buffer:
             raise ValueError(f"topk_weights is {tuple(topk_weights.shape)}, not "
                              f"({len(handle.lead)}, {topk}): one row per received token")
         dev = x.device
-        expert_y = torch.zeros(moe._recv.num_local_experts * moe._recv.capacity, moe.hidden,
-                               dtype=x.dtype, device=dev)
+        expert_y = torch.zeros(moe._recv.rows, moe.hidden, dtype=x.dtype, device=dev)
         expert_y[handle.lead.to(dev)] = x  # one row per token and rank: each sums once
-        expert_y = expert_y.view(moe._recv.num_local_experts, moe._recv.capacity, moe.hidden)
         ones = torch.ones(handle.num_tokens, topk, dtype=torch.float32, device=dev)
         handle.open = False  # the step ends here, results or an error
         with aborting(moe):
@@ -303,17 +305,17 @@ class Buffer:
         topk_weights = topk_weights.to(dev)
         wrecv = weights.dispatch(torch.zeros(n, weights.hidden, dtype=torch.float32,
                                              device=dev), handle.topk_idx)
-        flat, keys, _ = self._rows(wrecv, self.max_tokens)
-        which = torch.searchsorted(handle.tokens, keys)
-        first = torch.full((len(handle.tokens),), flat.numel() and int(flat.max()) + 1,
-                           dtype=torch.int64).scatter_reduce(0, which, flat, reduce="amin")
-        rows = torch.zeros(wrecv.num_local_experts * wrecv.capacity, weights.hidden,
-                           dtype=torch.float32, device=dev)
+        _, keys, _ = self._rows(wrecv, self.max_tokens)
+        which = torch.searchsorted(handle.tokens.to(keys.device), keys)
+        first = torch.full((len(handle.tokens),), wrecv.rows, dtype=torch.int64,
+                           device=keys.device).scatter_reduce(
+                               0, which, torch.arange(wrecv.rows, device=keys.device),
+                               reduce="amin")
+        rows = torch.zeros(wrecv.rows, weights.hidden, dtype=torch.float32, device=dev)
         rows[first.to(dev), :topk] = topk_weights.to(torch.float32)
         out = weights.combine(torch.ones(n, topk, dtype=torch.float32, device=dev),
                               torch.empty(n, weights.hidden, dtype=torch.float32, device=dev),
-                              expert_y=rows.view(wrecv.num_local_experts, wrecv.capacity,
-                                                 weights.hidden))
+                              expert_y=rows)
         return out[:, :topk].clone()
 
     # --- low-latency mode -------------------------------------------------------------------------

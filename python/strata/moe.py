@@ -104,6 +104,34 @@ class Recv:
                 f"rows {[int(c) for c in self.count]}>")
 
 
+class CompactRecv:
+    """What a dispatch of an object that receives exactly (Moe(receive=Receive.EXACT))
+    delivered: every row sent to this rank's experts, none dropped, packed expert after
+    expert (strata_moe_dispatch_recv_into). Local expert e (global id first_expert + e) has
+    counts[e] rows, x[offsets[e]:offsets[e + 1]]; src has (rank, token, slot) of each row.
+    Write the experts' outputs into expert_y, row for row (combine reads them there unless
+    given others of that shape). Buffers of the caller's framework, allocated for the step
+    (numpy on the host, torch tensors on the host or x's GPU); counts and offsets are
+    Python lists."""
+
+    def __init__(self, moe, counts, x, x_scales, src, expert_y):
+        self.num_local_experts = len(counts)
+        self.first_expert = moe._first_expert
+        self.counts = list(counts)
+        self.offsets = [0]
+        for count in counts:
+            self.offsets.append(self.offsets[-1] + count)
+        self.x, self.x_scales, self.src, self.expert_y = x, x_scales, src, expert_y
+
+    @property
+    def rows(self):
+        return self.offsets[-1]
+
+    def __repr__(self):
+        return (f"<strata.CompactRecv experts {self.first_expert}.."
+                f"{self.first_expert + self.num_local_experts - 1}, rows {self.counts}>")
+
+
 @dataclasses.dataclass
 class Stats:
     """The last completed step on this rank (strata_moe_stats_t), copied."""
@@ -242,7 +270,7 @@ class Moe:
     def __init__(self, comm, num_experts, topk, hidden, max_tokens, dtype="fp32",
                  combine_dtype=None, capacity=0, expert_alignment=0, route=t.Route.DEFAULT,
                  mode=t.Mode.DEFAULT, mode_file=None, combine=t.Combine.DEFAULT,
-                 exchange=t.Exchange.DEFAULT):
+                 exchange=t.Exchange.DEFAULT, receive=t.Receive.DEFAULT):
         self._lib = None
         self._moe = None
         self._memory = b.memory_of(comm)  # where the buffers must be: the host, or its GPU
@@ -260,7 +288,8 @@ class Moe:
                              mode=int(t.Mode(mode)),
                              mode_file=None if mode_file is None else str(mode_file).encode(),
                              combine=int(t.Combine(combine)),
-                             exchange=int(t.Exchange(exchange)))
+                             exchange=int(t.Exchange(exchange)),
+                             receive=int(t.Receive(receive)))
         lib = library()
         handle = ctypes.c_void_p()
         check(lib.strata_moe_create(comm.handle, ctypes.byref(params), ctypes.byref(handle)),
@@ -338,7 +367,9 @@ class Moe:
                            also=getattr(comm, "_group", None))
         self._layouts = weakref.WeakSet()                    # made by layout(), still open
         comm._moes.add(self)
-        self._recv = None          # the step's Recv, once dispatched
+        self._recv = None          # the step's Recv (or CompactRecv), once dispatched
+        self._step_x = None        # the step's tokens: an exact receive's buffers follow them
+        self._first_expert = 0     # of the last recv
         self._step_layout = None   # the layout the step in progress uses
         self._step_tokens = None   # its number of tokens
         self._dispatched_tokens = 0  # tokens of the last dispatch(), whose routing masked() reads
@@ -378,13 +409,21 @@ class Moe:
                                      ("num_tokens", "topk")), host
 
     def _expert_y(self, expert_y):
+        """(the address, the buffer to keep) of the experts' outputs: expert_y, or for a
+        CompactRecv's step where it is None, the recv's own."""
+        if isinstance(self._recv, CompactRecv):
+            expert_y = self._recv.expert_y if expert_y is None else expert_y
+            return b.address(expert_y, "expert_y", b.DTYPE_NAMES[self.combine_dtype],
+                             (self._recv.rows, self.hidden), ("rows", "hidden"), aligned=True,
+                             memory=self._memory), expert_y
         if expert_y is None:
-            return None
+            return None, None
         if self._recv is None:
             raise ValueError("expert_y given before any dispatch: its shape comes from the recv")
         shape = (self._recv.num_local_experts, self._recv.capacity, self.hidden)
         return b.address(expert_y, "expert_y", b.DTYPE_NAMES[self.combine_dtype], shape,
-                         ("num_local_experts", "capacity", "hidden"), memory=self._memory)
+                         ("num_local_experts", "capacity", "hidden"),
+                         memory=self._memory), expert_y
 
     def _combine_buffers(self, topk_weights, out):
         n = self._step_tokens
@@ -400,6 +439,8 @@ class Moe:
     # --- the step --------------------------------------------------------------------------
 
     def _receive(self, status, raw, call):
+        if raw.num_local_experts > 0 and raw.capacity == 0:  # an object that receives exactly
+            return self._receive_exact(status, raw, call)
         recv = Recv(raw, self.hidden, self.dtype, self.combine_dtype, self._framework,
                     self._memory, self._kept) if raw.num_local_experts > 0 else None
         if recv is not None:  # a refused call delivers nothing: the step's recv stands
@@ -409,6 +450,53 @@ class Moe:
             err.recv = recv
             raise err
         return recv
+
+    def _receive_exact(self, status, raw, call):
+        """The exact receive's step after its dispatch: the counts (the host waits for
+        them), buffers of that many rows in the framework of x, and the rows into them."""
+        self._first_expert = raw.first_expert
+        counts = self.dispatch_counts()
+        rows = sum(counts)
+        like, framework = self._step_x, self._framework
+        x = b.empty(b.DTYPE_NAMES[self.dtype], (rows, self.hidden), framework, self._memory, like)
+        scales = None
+        if self.dtype is t.Dtype.FP8_E4M3:
+            scales = b.empty("float32", (rows, self.hidden // 128), framework, self._memory,
+                             like)
+        src = b.empty("int32", (rows, 3), framework, self._memory, like)
+        expert_y = b.empty(b.DTYPE_NAMES[self.combine_dtype], (rows, self.hidden), framework,
+                           self._memory, like)
+        self.dispatch_recv_into(x, src, scales)
+        recv = CompactRecv(self, counts, x, scales, src, expert_y)
+        self._recv = recv
+        if status < 0:
+            err = StrataError(status, call, status_string(status), last_error())
+            err.recv = recv
+            raise err
+        return recv
+
+    def dispatch_recv_into(self, x, src, x_scales=None):
+        """The exact receive (an object made with receive=Receive.EXACT), after dispatch_recv
+        and once per step: every row sent to this rank's experts into x [rows, hidden] in
+        dtype, src [rows, 3] int32 (rank, token, slot) and, for fp8, x_scales [rows,
+        hidden / 128] float32, in the communicator's memory, packed expert after expert
+        (local expert e's from the sum of dispatch_counts()[:e] on), rows at least the
+        counts' sum (strata_moe_dispatch_recv_into). On the step's stream; dispatch() does
+        it with buffers it makes. The buffers must live until the step's combine."""
+        rows = b.rows_of(x, "x")
+        xs = b.address(x, "x", b.DTYPE_NAMES[self.dtype], (rows, self.hidden),
+                       ("rows", "hidden"), writable=True, aligned=True, memory=self._memory)
+        ss = b.address(src, "src", "int32", (rows, 3), ("rows", "3"), writable=True,
+                       memory=self._memory)
+        scales = None
+        if self.dtype is t.Dtype.FP8_E4M3 or x_scales is not None:
+            if x_scales is None:
+                raise ValueError("x_scales is required with dtype fp8_e4m3")
+            scales = b.address(x_scales, "x_scales", "float32", (rows, self.hidden // 128),
+                               ("rows", "hidden / 128"), writable=True, memory=self._memory)
+        status = self._lib.strata_moe_dispatch_recv_into(self.handle, xs, scales, ss, rows)
+        self._after_call(x, src, x_scales)
+        check(status, "strata_moe_dispatch_recv_into")
 
     def layout(self, topk_idx):
         """A reusable Layout for this routing (strata_moe_layout_create)."""
@@ -494,6 +582,7 @@ class Moe:
         xs, scales = self._tokens(x, x_scales, num_tokens)
         self._begin(stream, previous_event, x)
         raw = t.MoeRecv()
+        self._step_x = x
         status = self._lib.strata_moe_dispatch(self.handle, xs, scales, idx, num_tokens,
                                                ctypes.byref(raw))
         self._after_call(x, x_scales, host_idx)
@@ -508,6 +597,7 @@ class Moe:
             raise ValueError("layout must be an open Layout made by this Moe's layout()")
         xs, scales = self._tokens(x, x_scales, layout.num_tokens)
         self._begin(stream, previous_event, x)
+        self._step_x = x
         status = self._lib.strata_moe_dispatch_send(self.handle, layout._handle, xs, scales)
         self._after_call(x, x_scales)
         self._step_layout, self._step_tokens = layout, layout.num_tokens
@@ -527,7 +617,7 @@ class Moe:
     def combine_send(self, expert_y=None, stream=None, async_op=False, previous_event=None):
         """First half of combine: return the experts' outputs (expert_y, shaped like the
         recv's; None: recv.expert_y) to their tokens' ranks (strata_moe_combine_send)."""
-        ys = self._expert_y(expert_y)
+        ys, expert_y = self._expert_y(expert_y)
         self._begin(stream, previous_event)
         status = self._lib.strata_moe_combine_send(self.handle, ys)
         self._after_call(expert_y)
@@ -550,7 +640,7 @@ class Moe:
     def combine(self, topk_weights, out, expert_y=None, stream=None, async_op=False,
                 previous_event=None):
         """Both halves of combine (strata_moe_combine). Returns out."""
-        ys = self._expert_y(expert_y)
+        ys, expert_y = self._expert_y(expert_y)
         weights, result = self._combine_buffers(topk_weights, out)
         self._begin(stream, previous_event, out)
         status = self._lib.strata_moe_combine(self.handle, ys, weights, result)

@@ -37,6 +37,7 @@ static void print_structs(void)
     FIELD(strata_moe_params_t, mode_file);
     FIELD(strata_moe_params_t, combine);
     FIELD(strata_moe_params_t, exchange);
+    FIELD(strata_moe_params_t, receive);
 
     STRUCT(strata_moe_source_t);
     FIELD(strata_moe_source_t, rank);

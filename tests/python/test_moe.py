@@ -246,6 +246,77 @@ class TestRoundTrip(MoeTest):
         np.testing.assert_array_equal(recv.x[e, rows[0]], x[token])
 
 
+class TestExactReceive(MoeTest):
+    """receive=Receive.EXACT: dispatch gives a CompactRecv of every row, packed expert after
+    expert, none dropped whatever the load; combine reads the outputs from its expert_y."""
+
+    def exact(self, dtype=Dtype.FP32):
+        return strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                          max_tokens=MAX_TOKENS, dtype=dtype, receive=strata.Receive.EXACT)
+
+    def check_rows(self, recv, x, idx):
+        expected = [int(np.sum(idx == e)) for e in range(EXPERTS)]
+        self.assertEqual(recv.counts, expected)
+        self.assertEqual(recv.offsets[-1], recv.rows)
+        self.assertEqual(recv.x.shape, (recv.rows, HIDDEN))
+        for e in range(EXPERTS):
+            for row in range(recv.offsets[e], recv.offsets[e + 1]):
+                rank, token, slot = (int(v) for v in recv.src[row])
+                self.assertEqual((rank, int(idx[token, slot])), (0, e))
+                np.testing.assert_array_equal(recv.x[row], x[token])
+
+    def test_every_row_packed(self):
+        with self.exact() as moe:
+            for step in range(3):
+                x, idx, weights = self.batch()
+                if step > 0:  # every token's first slot to expert 2: MAX_TOKENS rows there
+                    idx[:, 0] = 2
+                    idx[:, 1:][idx[:, 1:] == 2] = -1
+                recv = moe.dispatch(x, idx)
+                self.assertIsInstance(recv, strata.CompactRecv)
+                self.check_rows(recv, x, idx)
+                for e in range(EXPERTS):
+                    rows = slice(recv.offsets[e], recv.offsets[e + 1])
+                    recv.expert_y[rows] = ref.expert(e, recv.x[rows])
+                out = np.full_like(x, np.nan)
+                moe.combine(weights, out)
+                self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+            self.assertEqual(moe.stats().tokens_per_expert, recv.counts)
+            # one row per expert, not max_tokens: no blocks to speak of
+            self.assertLess(moe.stats().memory["expert_rows"], EXPERTS * 2 * 4 * HIDDEN * 2)
+
+    def test_halves_and_own_buffers(self):
+        with self.exact() as moe:
+            x, idx, weights = self.batch(num_tokens=5)
+            layout = moe.layout(idx)
+            moe.dispatch_send(layout, x)
+            recv = moe.dispatch_recv()
+            self.check_rows(recv, x, idx)
+            with self.assertRaises(strata.StrataError) as caught:  # once per step
+                moe.dispatch_recv_into(recv.x, recv.src)
+            self.assertEqual(caught.exception.status, strata.Status.STRATA_ERR_INVALID)
+            y = np.zeros((recv.rows, HIDDEN), dtype=np.float32)
+            for e in range(EXPERTS):
+                rows = slice(recv.offsets[e], recv.offsets[e + 1])
+                y[rows] = ref.expert(e, recv.x[rows])
+            with self.assertRaises(ValueError):  # not the step's rows
+                moe.combine_send(np.zeros((recv.rows + 1, HIDDEN), dtype=np.float32))
+            moe.combine_send(y)
+            out = moe.combine_recv(weights, np.empty_like(x))
+            self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+            layout.close()
+
+    def test_blocks_object_has_no_exact_receive(self):
+        with self.moe() as moe:
+            x, idx, weights = self.batch()
+            recv = moe.dispatch(x, idx)
+            with self.assertRaises(strata.StrataError):
+                moe.dispatch_recv_into(np.zeros((64, HIDDEN), dtype=np.float32),
+                                       np.zeros((64, 3), dtype=np.int32))
+            run_experts(recv)
+            moe.combine(weights, np.empty_like(x))
+
+
 class TestLifetimes(MoeTest):
     """Views and layouts against a closed Moe or Communicator."""
 
