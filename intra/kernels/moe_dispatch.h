@@ -190,6 +190,20 @@ KERNEL_FN void moe_pull_landed(const intra_moe_args_t *a, int local, uint64_t st
     }
 }
 
+/* Owner role: copy the row (and scales) source published for its token `token` to dst;
+ * source_base: the source's aug_base this round (where its send_x rows start). */
+KERNEL_FN void moe_load_published(const intra_moe_args_t *a, int source, int64_t source_base,
+                                  int token, char *dst, float *dst_scales, kernel_grid_t g)
+{
+    size_t at = (size_t)(token - source_base);
+
+    moe_copy_token(a, dst, dst_scales,
+                   MOE_AT(a, source, send_x, char) + at * (size_t)a->row_bytes,
+                   moe_scales_at(a, MOE_AT(a, source, send_scales, char), at,
+                                 (size_t)a->scale_stride),
+                   g);
+}
+
 /* Owner role: load one published row into slot `row`, or tell the source it was dropped;
  * source_base: the source's aug_base this round (where its send_x rows start). */
 KERNEL_FN void moe_pull_row(const intra_moe_args_t *a, int source, int64_t source_base,
@@ -211,14 +225,11 @@ KERNEL_FN void moe_pull_row(const intra_moe_args_t *a, int source, int64_t sourc
         intra_moe_source_t src = {source, token, k};
         MOE_AT(a, a->rank, recv_src, intra_moe_source_t)[slot] = src;
     }
-    moe_copy_token(a, MOE_AT(a, a->rank, recv_x, char) + slot * (size_t)a->row_bytes,
-                   moe_scales_at(a, MOE_AT(a, a->rank, recv_scales, char), slot,
-                                 (size_t)a->scale_stride),
-                   MOE_AT(a, source, send_x, char) +
-                       (size_t)(token - source_base) * (size_t)a->row_bytes,
-                   moe_scales_at(a, MOE_AT(a, source, send_scales, char),
-                                 (size_t)(token - source_base), (size_t)a->scale_stride),
-                   g);
+    moe_load_published(a, source, source_base, token,
+                       MOE_AT(a, a->rank, recv_x, char) + slot * (size_t)a->row_bytes,
+                       moe_scales_at(a, MOE_AT(a, a->rank, recv_scales, char), slot,
+                                     (size_t)a->scale_stride),
+                       g);
     moe_pull_landed(a, local, step, g);
 }
 
@@ -504,13 +515,11 @@ KERNEL_FN void moe_pull_into_row(const intra_moe_args_t *a, int source, int64_t 
         src.slot  = k;
         a->into_src[at] = src;
     }
-    moe_copy_token(a, (char *)a->into_x + (size_t)at * (size_t)a->row_bytes,
-                   a->scale_count > 0 ? a->into_scales + (size_t)at * (size_t)a->scale_count : 0,
-                   MOE_AT(a, source, send_x, char) +
-                       (size_t)(token - source_base) * (size_t)a->row_bytes,
-                   moe_scales_at(a, MOE_AT(a, source, send_scales, char),
-                                 (size_t)(token - source_base), (size_t)a->scale_stride),
-                   g);
+    moe_load_published(a, source, source_base, token,
+                       (char *)a->into_x + (size_t)at * (size_t)a->row_bytes,
+                       a->scale_count > 0 ? a->into_scales + (size_t)at * (size_t)a->scale_count
+                                          : 0,
+                       g);
     moe_pull_landed(a, local, step, g);
 }
 

@@ -31,6 +31,16 @@ def _timeout_ns(timeout):
     return -1 if timeout is None else int(timeout * 1e9)
 
 
+def _delivered(status, call, recv):
+    """recv, or where the dispatch call returned an error (the step still running), that
+    error raised with recv attached."""
+    if status < 0:
+        err = StrataError(status, call, status_string(status), last_error())
+        err.recv = recv
+        raise err
+    return recv
+
+
 def _dtype(value, name):
     """A Dtype from a Dtype, its name ("bf16"), a torch dtype (torch.bfloat16) or a numpy
     one (np.float32)."""
@@ -445,11 +455,7 @@ class Moe:
                     self._memory, self._kept) if raw.num_local_experts > 0 else None
         if recv is not None:  # a refused call delivers nothing: the step's recv stands
             self._recv = recv
-        if status < 0:
-            err = StrataError(status, call, status_string(status), last_error())
-            err.recv = recv
-            raise err
-        return recv
+        return _delivered(status, call, recv)
 
     def _receive_exact(self, status, raw, call):
         """The exact receive's step after its dispatch: the counts (the host waits for
@@ -467,13 +473,8 @@ class Moe:
         expert_y = b.empty(b.DTYPE_NAMES[self.combine_dtype], (rows, self.hidden), framework,
                            self._memory, like)
         self.dispatch_recv_into(x, src, scales)
-        recv = CompactRecv(self, counts, x, scales, src, expert_y)
-        self._recv = recv
-        if status < 0:
-            err = StrataError(status, call, status_string(status), last_error())
-            err.recv = recv
-            raise err
-        return recv
+        self._recv = CompactRecv(self, counts, x, scales, src, expert_y)
+        return _delivered(status, call, self._recv)
 
     def dispatch_recv_into(self, x, src, x_scales=None):
         """The exact receive (an object made with receive=Receive.EXACT), after dispatch_recv

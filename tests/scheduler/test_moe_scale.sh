@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Two-tier MoE end to end at 16 ranks on 8 simulated nodes (2 ranks each), small shapes:
 # both routes, in Push, in Pull (by read and by request), with pull masks changing by step,
-# node-reduce combine, the streamed exchange, and adaptive on a drifting routing trace; every
-# rank checks its data exactly (node-reduce against a reference that sums in its order). On 2 cores
-# the whole file takes about a minute; the sanitizer builds run 6 steps in the fixed modes
-# (adaptive keeps its 30: it must see an expert change mode).
+# node-reduce combine, the streamed exchange, the exact receive, and adaptive on a drifting
+# routing trace; every rank checks its data exactly (node-reduce against a reference that
+# sums in its order). On 2 cores the whole file takes about a minute; the sanitizer builds
+# run 6 steps in the fixed modes (adaptive keeps its 30: it must see an expert change mode).
 set -u
 run=$1 check=$2 tune=$3
 . "$(dirname "$0")/moe_cases.sh"
@@ -42,6 +42,11 @@ case_run "16x8 hierarchical, node-reduce, streamed in 4 rounds" 16 \
     "node-reduce combine, streamed exchange in 4 rounds" -- $calm STRATA_MOE_ROUTE=hierarchical \
     STRATA_MOE_EXCHANGE=streamed STRATA_MOE_WINDOW_BYTES=26k -- "${world[@]}" -- \
     --steps $(steps 20 6) "${shape[@]}" --combine node-reduce
+# The exact receive across 8 nodes: every row into buffers of the step's size, both routes.
+for route in flat hierarchical; do
+    case_run "16x8 $route, exact receive" 16 "exact receive" -- $calm STRATA_MOE_ROUTE=$route \
+        -- "${world[@]}" -- --steps $(steps 20 6) "${shape[@]}" --exact 1
+done
 # Hot experts that move every 5 steps: the owners switch experts between Push and Pull.
 "$tune" generate --experts 32 --ranks 16 --ranks-per-node 2 --tokens 8 --topk 4 --hidden 64 \
     --zipf 1.6 --drift-period 5 --drift-fraction 1 --steps 30 --seed "$seed" -o "$dir/drift.trace" ||
