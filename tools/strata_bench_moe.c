@@ -91,6 +91,11 @@ typedef struct moe_route {
     strata_moe_route_t   route;
     strata_moe_combine_t combine;
     strata_moe_exchange_t exchange;
+    strata_moe_receive_t receive;
+    /* --receive exact: the caller's buffers, sized for every row the rank can receive */
+    void                *into_x;
+    strata_moe_source_t *into_src;
+    int64_t              into_rows;
     strata_moe_t        *moe;
     strata_moe_layout_t *layout;
     bench_intra_samples_t      samples;
@@ -106,14 +111,24 @@ static void moe_route_open(bench_intra_t *b, strata_comm_t *comm, moe_route_t *r
                              .dtype = STRATA_DTYPE_BF16, .combine_dtype = STRATA_DTYPE_BF16,
                              .max_tokens = b->tokens, .route = r->route,
                              .mode = STRATA_MOE_MODE_PUSH, .combine = r->combine,
-                             .exchange = r->exchange};
+                             .exchange = r->exchange, .receive = r->receive};
     uint64_t t0;
 
-    if (r->exchange != STRATA_MOE_EXCHANGE_DEFAULT) {
-        /* --exchange: the most an expert can receive on both, so that they differ in the
-         * exchange alone (whatever STRATA_MOE_CAPACITY_FACTOR says; the streamed one's
+    if (r->exchange != STRATA_MOE_EXCHANGE_DEFAULT || r->receive != STRATA_MOE_RECEIVE_DEFAULT) {
+        /* --exchange, --receive: the most an expert can receive on all, so that they differ
+         * in the mode alone (whatever STRATA_MOE_CAPACITY_FACTOR says; the streamed one's
          * default, twice the mean load, may drop rows) */
         p.capacity = b->tokens * b->size;
+    }
+    if (r->receive == STRATA_MOE_RECEIVE_EXACT) { /* its own modes; the rows in buffers */
+        p.mode       = STRATA_MOE_MODE_DEFAULT;
+        r->into_rows = (int64_t)b->tokens * b->size * b->topk;
+        r->into_x    = aligned_alloc(64, (size_t)r->into_rows * b->row_bytes);
+        r->into_src  = calloc((size_t)r->into_rows, sizeof(strata_moe_source_t));
+        if (r->into_x == NULL || r->into_src == NULL) {
+            fprintf(stderr, "strata-bench moe: out of memory\n");
+            exit(1);
+        }
     }
 
     bench_barrier(b);
@@ -144,8 +159,18 @@ static void moe_route_step(bench_intra_t *b, moe_route_t *r, bool record, bool b
     t0 = util_clock_now_ns();
     BENCH_TRY(strata_moe_dispatch_send(r->moe, r->layout, b->x, NULL));
     BENCH_TRY(strata_moe_dispatch_recv(r->moe, &recv));
+    if (r->receive == STRATA_MOE_RECEIVE_EXACT) { /* the counts, then the rows into buffers */
+        int32_t counts[recv.num_local_experts > 0 ? recv.num_local_experts : 1];
+
+        BENCH_TRY(strata_moe_dispatch_counts(r->moe, -1, counts));
+        BENCH_TRY(strata_moe_dispatch_recv_into(r->moe, r->into_x, NULL, r->into_src,
+                                                r->into_rows));
+    }
     t1 = util_clock_now_ns();
-    BENCH_TRY(strata_moe_combine(r->moe, NULL, b->weights, b->out));
+    /* identity experts: the rows themselves are the outputs (bf16 both) */
+    BENCH_TRY(strata_moe_combine(r->moe, r->receive == STRATA_MOE_RECEIVE_EXACT ? r->into_x
+                                                                                  : NULL,
+                                 b->weights, b->out));
     t2 = util_clock_now_ns();
     BENCH_TRY(strata_moe_get_stats(r->moe, &r->stats));
     if (record) {
@@ -162,6 +187,8 @@ static void moe_route_close(bench_intra_t *b, moe_route_t *r)
     bench_barrier(b); /* nobody unmaps while a peer still reads */
     strata_moe_layout_destroy(r->layout);
     strata_moe_destroy(r->moe);
+    free(r->into_x);
+    free(r->into_src);
 }
 
 static void moe_print(const bench_intra_t *b, moe_route_t *flat, moe_route_t *hier,
@@ -315,11 +342,18 @@ static void moe_measure(bench_intra_t *b, strata_comm_t *comm, bool breakdown,
     }
 }
 
-/* --combine or --exchange: the modes to compare, in the order given. */
+/* What --combine, --exchange and --receive compare. */
+typedef enum moe_variant_kind {
+    MOE_VARIANT_COMBINE,
+    MOE_VARIANT_EXCHANGE,
+    MOE_VARIANT_RECEIVE,
+} moe_variant_kind_t;
+
+/* --combine, --exchange or --receive: the modes to compare, in the order given. */
 typedef struct moe_variant_opts {
-    int  modes[2];   /* strata_moe_combine_t or strata_moe_exchange_t values */
+    int  modes[2];   /* strata_moe_combine_t, strata_moe_exchange_t or strata_moe_receive_t */
     int  count;
-    bool exchange;   /* the modes are --exchange's */
+    moe_variant_kind_t kind;
     bool overlap;    /* --overlap instead of the modes or routes */
 } moe_variant_opts_t;
 
@@ -327,22 +361,38 @@ static const char *const moe_combine_names[] = {
     [STRATA_MOE_COMBINE_EXACT] = "exact", [STRATA_MOE_COMBINE_NODE_REDUCE] = "node-reduce"};
 static const char *const moe_exchange_names[] = {
     [STRATA_MOE_EXCHANGE_WORST_CASE] = "worst-case", [STRATA_MOE_EXCHANGE_STREAMED] = "streamed"};
+static const char *const moe_receive_names[] = {
+    [STRATA_MOE_RECEIVE_BLOCKS] = "blocks", [STRATA_MOE_RECEIVE_EXACT] = "exact"};
+static const char *const *const moe_variant_names[] = {
+    [MOE_VARIANT_COMBINE] = moe_combine_names, [MOE_VARIANT_EXCHANGE] = moe_exchange_names,
+    [MOE_VARIANT_RECEIVE] = moe_receive_names};
+static const char *const moe_variant_options[] = {
+    [MOE_VARIANT_COMBINE] = "combine", [MOE_VARIANT_EXCHANGE] = "exchange",
+    [MOE_VARIANT_RECEIVE] = "receive"};
 
+/* The name of r's mode of c's kind (every table names modes 1 and 2). */
 static const char *moe_variant_name(const moe_variant_opts_t *c, const moe_route_t *r)
 {
-    return c->exchange ? moe_exchange_names[r->exchange] : moe_combine_names[r->combine];
+    switch (c->kind) {
+    case MOE_VARIANT_EXCHANGE:
+        return r->exchange == STRATA_MOE_EXCHANGE_STREAMED ? "streamed" : "worst-case";
+    case MOE_VARIANT_RECEIVE:
+        return r->receive == STRATA_MOE_RECEIVE_EXACT ? "exact" : "blocks";
+    default:
+        return r->combine == STRATA_MOE_COMBINE_NODE_REDUCE ? "node-reduce" : "exact";
+    }
 }
 
-/* --exchange with both modes: streamed's step against worst-case's, whatever the order. */
-static void moe_print_exchange_ratio(const moe_route_t *objs)
+/* --exchange or --receive with both modes: the second mode's step (streamed, exact)
+ * against the first's (worst-case, blocks), whatever the order given. */
+static void moe_print_mode_ratio(const moe_variant_opts_t *c, const moe_route_t *objs)
 {
-    const moe_route_t *streamed = objs[0].exchange == STRATA_MOE_EXCHANGE_STREAMED ? &objs[0]
-                                                                                  : &objs[1];
-    const moe_route_t *worst = streamed == &objs[0] ? &objs[1] : &objs[0];
+    int second = c->modes[0] > c->modes[1] ? 0 : 1;
+    const moe_route_t *num = &objs[second], *den = &objs[1 - second];
 
-    printf("streamed/worst-case: step p50 %.2f, p99 %.2f\n",
-           (double)streamed->result.step.p50 / (double)worst->result.step.p50,
-           (double)streamed->result.step.p99 / (double)worst->result.step.p99);
+    printf("%s/%s: step p50 %.2f, p99 %.2f\n", moe_variant_name(c, num),
+           moe_variant_name(c, den), (double)num->result.step.p50 / (double)den->result.step.p50,
+           (double)num->result.step.p99 / (double)den->result.step.p99);
 }
 
 static void moe_print_variants(const bench_intra_t *b, const moe_variant_opts_t *c,
@@ -357,14 +407,14 @@ static void moe_print_variants(const bench_intra_t *b, const moe_variant_opts_t 
     for (int i = 0; i < c->count; ++i) {
         printf("%6d %s %s: rank 0 to other nodes per step: %llu rows, %llu payload bytes "
                "with combine; %d dispatch rounds; step p50 %.1f us, p99 %.1f us\n", b->tokens,
-               c->exchange ? "exchange" : "combine", moe_variant_name(c, &objs[i]),
+               moe_variant_options[c->kind], moe_variant_name(c, &objs[i]),
                (unsigned long long)objs[i].stats.tokens_to_nodes,
                (unsigned long long)objs[i].stats.bytes_to_nodes,
                objs[i].stats.exchange_rounds,
                (double)objs[i].result.step.p50 / 1e3, (double)objs[i].result.step.p99 / 1e3);
     }
-    if (c->exchange && c->count == 2) {
-        moe_print_exchange_ratio(objs);
+    if (c->kind != MOE_VARIANT_COMBINE && c->count == 2) {
+        moe_print_mode_ratio(c, objs);
     }
     for (int i = 0; breakdown && i < c->count; ++i) {
         char row[32];
@@ -389,10 +439,14 @@ static void moe_measure_variants(bench_intra_t *b, strata_comm_t *comm,
     for (int i = 0; i < c->count; ++i) {
         memset(&objs[i], 0, sizeof(objs[i]));
         objs[i].route    = STRATA_MOE_ROUTE_HIERARCHICAL;
-        objs[i].combine  = c->exchange ? STRATA_MOE_COMBINE_EXACT
-                                       : (strata_moe_combine_t)c->modes[i];
-        objs[i].exchange = c->exchange ? (strata_moe_exchange_t)c->modes[i]
-                                       : STRATA_MOE_EXCHANGE_DEFAULT;
+        objs[i].combine  = c->kind == MOE_VARIANT_COMBINE ? (strata_moe_combine_t)c->modes[i]
+                                                          : STRATA_MOE_COMBINE_EXACT;
+        objs[i].exchange = c->kind == MOE_VARIANT_EXCHANGE
+                               ? (strata_moe_exchange_t)c->modes[i]
+                               : c->kind == MOE_VARIANT_RECEIVE ? STRATA_MOE_EXCHANGE_WORST_CASE
+                                                                : STRATA_MOE_EXCHANGE_DEFAULT;
+        objs[i].receive  = c->kind == MOE_VARIANT_RECEIVE ? (strata_moe_receive_t)c->modes[i]
+                                                          : STRATA_MOE_RECEIVE_DEFAULT;
         moe_route_open(b, comm, &objs[i]);
     }
     for (int i = -2; i < b->iters; ++i) {
@@ -416,7 +470,8 @@ static void moe_usage(FILE *out)
     fprintf(out, "Usage: mpirun -n N strata-bench moe [--ranks-per-node L] [--tokens N[,N...]]\n"
                  "              [--hidden H] [--topk K] [--experts E] [--iters N] [--breakdown]\n"
                  "              [--progress] [--combine exact,node-reduce |\n"
-                 "              --exchange worst-case,streamed | --overlap]\n"
+                 "              --exchange worst-case,streamed | --receive blocks,exact |\n"
+                 "              --overlap]\n"
                  "       mpirun -n N strata-bench moe --modes push,pull,adaptive[,fixed:FILE]\n"
                  "              [--ranks-per-node L] [--tokens N] [--experts E] [--topk K]\n"
                  "              [--zipf S] [--seed N] [--trace FILE] [--route flat|hier] [--iters N]\n"
@@ -432,6 +487,9 @@ static void moe_usage(FILE *out)
                  "--exchange: the same per exchange (worst-case, streamed: docs/moe.md; the\n"
                  "window is STRATA_MOE_WINDOW_BYTES), exact combine, and with both\n"
                  "'streamed/worst-case: step p50 X, p99 Y'.\n"
+                 "--receive: the same per receive on the worst-case exchange (blocks, or exact:\n"
+                 "the counts, then every row into the caller's buffers, dispatch_recv_into),\n"
+                 "and with both 'exact/blocks: step p50 X, p99 Y'.\n"
                  "--overlap: instead, one object on a stream; per size, rank 0's medians of the\n"
                  "time to its first and last complete local expert (strata_moe_expert_wait) and\n"
                  "to the whole dispatch, and 'first expert ready / dispatch done: X'.\n"
@@ -470,20 +528,20 @@ static int moe_mode_index(const char *const *names, const char *name)
     return 0;
 }
 
-/* --combine "exact,node-reduce" or --exchange "worst-case,streamed": one or two modes,
- * each once, and not both options. */
-static bool moe_parse_variants(const char *option, const char *text, bool exchange,
+/* --combine "exact,node-reduce", --exchange "worst-case,streamed" or --receive
+ * "blocks,exact": one or two modes, each once, and one of the options. */
+static bool moe_parse_variants(const char *option, const char *text, moe_variant_kind_t kind,
                                moe_variant_opts_t *c)
 {
-    const char *const *names = exchange ? moe_exchange_names : moe_combine_names;
+    const char *const *names = moe_variant_names[kind];
     char copy[64], *save = NULL;
 
-    if (c->count > 0 && c->exchange != exchange) {
-        tool_usage_error(MOE_TOOL, "--combine and --exchange: give one");
+    if (c->count > 0 && c->kind != kind) {
+        tool_usage_error(MOE_TOOL, "--combine, --exchange and --receive: give one");
         return false;
     }
-    c->count    = 0;
-    c->exchange = exchange;
+    c->count = 0;
+    c->kind  = kind;
     snprintf(copy, sizeof(copy), "%s", text);
     for (char *name = strtok_r(copy, ",", &save); name != NULL;
          name = strtok_r(NULL, ",", &save)) {
@@ -511,8 +569,9 @@ static bool moe_option(bench_intra_t *b, bench_intra_opts_t *o, bench_modes_opts
 {
     switch (opt) {
     case 'O': c->overlap = true; return true;
-    case 'C': return moe_parse_variants("--combine", arg, false, c);
-    case 'X': return moe_parse_variants("--exchange", arg, true, c);
+    case 'C': return moe_parse_variants("--combine", arg, MOE_VARIANT_COMBINE, c);
+    case 'X': return moe_parse_variants("--exchange", arg, MOE_VARIANT_EXCHANGE, c);
+    case 'V': return moe_parse_variants("--receive", arg, MOE_VARIANT_RECEIVE, c);
     case 'L': return tool_parse_int(MOE_TOOL, "--ranks-per-node", arg, 1, INT_MAX, per_node_p);
     case 'B': *breakdown_p = true; return true;
     case 'M': m->modes = arg; return true;
@@ -533,6 +592,7 @@ int bench_moe_main(int argc, char **argv)
         {"trace", required_argument, NULL, 'T'}, {"route", required_argument, NULL, 'R'},
         {"combine", required_argument, NULL, 'C'}, {"overlap", no_argument, NULL, 'O'},
         {"exchange", required_argument, NULL, 'X'},
+        {"receive", required_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
     bench_modes_opts_t modes = {.zipf = 1.4, .seed = 1, .route = STRATA_MOE_ROUTE_DEFAULT};
@@ -551,7 +611,7 @@ int bench_moe_main(int argc, char **argv)
     double comm_ms;
 
     optind = 2;
-    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BM:Z:S:T:R:C:OX:", options,
+    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BM:Z:S:T:R:C:OX:V:", options,
                               NULL)) != -1) {
         if (opt == 'h') {
             moe_usage(stdout);
@@ -569,7 +629,7 @@ int bench_moe_main(int argc, char **argv)
     }
     if (combine.overlap && (combine.count > 0 || modes.modes != NULL)) {
         return tool_usage_error(MOE_TOOL, "--overlap measures one object: not with --combine, "
-                                "--exchange or --modes");
+                                "--exchange, --receive or --modes");
     }
     experts_given = b.experts;
     bench_intra_start(&b, &argc, &argv);
@@ -631,8 +691,7 @@ int bench_moe_main(int argc, char **argv)
                "# communicator created in %.1f ms (slowest rank)\n",
                b.size, strata_comm_num_nodes(comm), strata_comm_transport(comm), b.hidden,
                b.topk, b.experts,
-               combine.count > 0   ? (combine.exchange ? "the first --exchange mode"
-                                                       : "the first --combine mode")
+               combine.count > 0   ? "the first mode given"
                : b.launcher != NULL ? "the flat route (no MPI here: launched by strata-run)"
                                     : "MPI_Alltoallv in the same processes",
                comm_ms);

@@ -34,7 +34,8 @@ static const char *const info_dtype_names[] = {"bf16", "fp16", "fp32", "fp8", NU
 static const char *const info_route_names[] = {"auto", "flat", "hierarchical", NULL};
 static const char *const info_combine_names[] = {"auto", "exact", "node-reduce", NULL};
 static const char *const info_exchange_names[] = {"auto", "worst-case", "streamed", NULL};
-static const char *const info_receive_names[] = {"blocks", "blocks", "exact", NULL};
+/* --receive's names: blocks (the default, 0) or exact */
+static const char *const info_receive_names[] = {"blocks", "", "exact", NULL};
 
 void info_moe_memory_usage(FILE *out)
 {
@@ -168,12 +169,12 @@ static void info_moe_print(const strata_moe_params_t *p, const info_moe_shape_t 
         info_default_capacity(p, capacity, sizeof(capacity));
     }
     printf("moe memory per rank: %d ranks on %d nodes, %d tokens, hidden %d, %s -> %s, "
-           "top-%d of %d experts, capacity %d%s, route %s, combine %s, exchange %s, "
-           "receive %s\n",
+           "top-%d of %d experts, capacity %d%s, route %s, combine %s, exchange %s%s\n",
            s->world, s->nodes, p->max_tokens, p->hidden, info_dtype_names[p->dtype],
            info_dtype_names[p->combine_dtype], p->topk, p->num_experts, p->capacity,
            capacity, info_route_names[p->route], info_combine_names[p->combine],
-           info_exchange_names[p->exchange], info_receive_names[p->receive]);
+           info_exchange_names[p->exchange],
+           p->receive == STRATA_MOE_RECEIVE_EXACT ? ", receive exact" : "");
     info_moe_line("expert rows", m->expert_rows);
     info_moe_line("node rows", m->node_rows);
     info_moe_line("net headers", m->net_headers);

@@ -111,8 +111,10 @@ if "$bench" intra --help >/dev/null 2>&1; then # built with MPI
         "$bench" moe --modes
     check cli_usage_error "strata-bench moe: --combine 'exact,exact' is not exact, node-reduce or both, each once (see --help)" \
         "$bench" moe --combine exact,exact
-    check cli_usage_error "strata-bench moe: --combine and --exchange: give one (see --help)" \
+    check cli_usage_error "strata-bench moe: --combine, --exchange and --receive: give one (see --help)" \
         "$bench" moe --combine exact --exchange streamed
+    check cli_usage_error "strata-bench moe: --receive 'exact,exact' is not blocks, exact or both, each once (see --help)" \
+        "$bench" moe --receive exact,exact
 else
     check cli_usage_error "strata-bench: subcommand 'intra' is not built in: this strata-bench was built without MPI (see --help)" \
         "$bench" intra
@@ -202,6 +204,21 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
     if [ $rc -ne 0 ] || [ -z "${st_rows:-}" ] || [ "${wc_rows:-}" != "$st_rows" ] ||
        [ "${wc_rounds:-}" != 1 ] || [ "$st_rounds" != 4 ] ||
        ! grep -qE '^streamed/worst-case: step p50 [0-9]+\.[0-9]+, p99 [0-9]+\.[0-9]+$' <<<"$out"; then
+        echo "$out"
+        echo "4 passed, 1 failed"
+        exit 1
+    fi
+    # moe --receive: blocks and exact on the worst-case exchange, one step of each in turn:
+    # the same rows cross nodes, exact's into buffers of the caller's, and the ratio line.
+    out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
+          mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \
+          -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo \
+          "$bench" moe --ranks-per-node 2 --tokens 32 --hidden 256 --iters 3 \
+          --receive blocks,exact 2>&1)
+    rc=$?
+    moved() { sed -nE "s/^ +32 receive $1: rank 0 to other nodes per step: ([0-9]+) rows, .*/\1/p" <<<"$out"; }
+    if [ $rc -ne 0 ] || [ -z "$(moved exact)" ] || [ "$(moved blocks)" != "$(moved exact)" ] ||
+       ! grep -qE '^exact/blocks: step p50 [0-9]+\.[0-9]+, p99 [0-9]+\.[0-9]+$' <<<"$out"; then
         echo "$out"
         echo "4 passed, 1 failed"
         exit 1

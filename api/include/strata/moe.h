@@ -127,8 +127,8 @@ typedef struct strata_moe_params {
     /** how rows cross the network: worst-case areas (the default) or streamed */
     strata_moe_exchange_t exchange;
     /** where a dispatch delivers the rows: the experts' blocks (the default) or, exact,
-     *  the caller's buffers; an exact object takes no mode, mode_file, capacity nor pull
-     *  masks: it moves every row its own way */
+     *  the caller's buffers. An exact object moves every row its own way: it refuses a
+     *  mode or mode_file (STRATA_ERR_INVALID) and pull masks, and ignores capacity */
     strata_moe_receive_t  receive;
 } strata_moe_params_t;
 
