@@ -136,7 +136,7 @@ typedef struct api_moe_card {
     int32_t has_old;
     int32_t global_experts;
     int32_t topk, hidden, dtype, combine_dtype, max_tokens, capacity, expert_alignment;
-    int32_t route, mode, combine, exchange;
+    int32_t route, mode, combine, exchange, receive;
     char    mode_file[256]; /* adaptive: the policy file, "" for none */
 } api_moe_card_t;
 
@@ -166,7 +166,7 @@ static strata_status_t api_moe_card(const strata_moe_t *old, api_moe_card_t *car
         .hidden = p.hidden, .dtype = p.dtype, .combine_dtype = p.combine_dtype,
         .max_tokens = p.max_tokens, .capacity = shape.capacity_asked,
         .expert_alignment = p.expert_alignment, .route = p.route, .mode = p.mode,
-        .combine = p.combine, .exchange = shape.exchange};
+        .combine = p.combine, .exchange = shape.exchange, .receive = p.receive};
     if (p.mode_file != NULL) {
         snprintf(card->mode_file, sizeof(card->mode_file), "%s", p.mode_file);
     }
@@ -229,7 +229,8 @@ static strata_moe_params_t api_moe_recreated_params(const api_moe_card_t *c, int
         .expert_alignment = c->expert_alignment, .route = (strata_moe_route_t)c->route,
         .mode = (strata_moe_mode_t)c->mode, .mode_file = c->mode_file[0] ? c->mode_file : NULL,
         .combine = (strata_moe_combine_t)c->combine,
-        .exchange = (strata_moe_exchange_t)c->exchange};
+        .exchange = (strata_moe_exchange_t)c->exchange,
+        .receive = (strata_moe_receive_t)c->receive};
 }
 
 /* A capacity of 0 given to the old object is worked out again for the new world from the

@@ -361,6 +361,29 @@ static void test_exact_receive_on_a_stream(void **state)
     strata_comm_stream_destroy(f->comm, stream);
 }
 
+/* An object that receives exactly is made again so: the recreated one's step delivers
+ * every row into the caller's buffers (exact_step checks that its recv has no blocks). */
+static void test_recreate_keeps_the_exact_receive(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
+                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
+                             .max_tokens = TOKENS, .receive = STRATA_MOE_RECEIVE_EXACT};
+    strata_moe_t *old, *moe;
+    void *stream;
+
+    assert_int_equal(strata_moe_create(f->comm, &p, &old), STRATA_OK);
+    assert_int_equal(strata_moe_recreate(old, f->comm, NULL, &moe), STRATA_OK);
+    strata_moe_destroy(old);
+    assert_int_equal(strata_comm_stream_create(f->comm, &stream), STRATA_OK);
+    assert_int_equal(strata_moe_set_stream(moe, stream), STRATA_OK);
+    fill(f, TOKENS);
+    exact_step(f, moe, stream);
+    assert_int_equal(strata_moe_set_stream(moe, NULL), STRATA_OK);
+    strata_moe_destroy(moe);
+    strata_comm_stream_destroy(f->comm, stream);
+}
+
 static void test_reused_layout_sizes(void **state)
 {
     fixture_t *f = *state;
@@ -762,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_capture_adaptive_refused),
         cmocka_unit_test(test_exact_receive_refusals),
         cmocka_unit_test(test_exact_receive_on_a_stream),
+        cmocka_unit_test(test_recreate_keeps_the_exact_receive),
         cmocka_unit_test(test_reused_layout_sizes),
         cmocka_unit_test(test_bad_ids_skipped),
         cmocka_unit_test(test_dispatch_during_a_step),
