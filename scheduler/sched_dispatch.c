@@ -43,6 +43,12 @@ static strata_status_t sched_capture_check(sched_moe_t *moe)
     if (moe->stream == NULL || !intra_moe_capturing(moe->intra)) {
         return STRATA_OK;
     }
+    if (moe->geo.exact) {
+        UTIL_LOG_ERROR("moe: dispatch_send inside a stream capture: an object that receives "
+                       "exactly waits on the host for each step's counts, which a graph "
+                       "cannot replay");
+        return STRATA_ERR_UNSUPPORTED;
+    }
     if (m->decider != NULL) {
         UTIL_LOG_ERROR("moe: dispatch_send inside a stream capture: in adaptive mode the "
                        "owners decide each step's modes on the host, which a graph cannot "
@@ -74,6 +80,7 @@ static strata_status_t sched_start_step(sched_moe_t *moe, const sched_plan_t *pl
     moe->cur.x_scales  = x_scales;
     moe->cur.status    = plan->had_bad_ids ? STRATA_ERR_INVALID : STRATA_OK;
     moe->cur.received_into = false;
+    moe->cur.into_rows     = 0;
     memset(moe->stats.phase_ns, 0, sizeof(moe->stats.phase_ns));
     status = sched_modes_begin_step(moe);
     if (status != STRATA_OK) {
@@ -432,11 +439,12 @@ strata_status_t sched_moe_dispatch_recv_into(sched_moe_t *moe, void *x, float *x
                        total, rows, problem);
         return STRATA_ERR_INVALID;
     }
-    moe->cur.received_into = true;
-    moe->cur.into_rows     = total;
-    return sched_settle(moe,
-                        intra_moe_enqueue_pull_into(moe->intra, total > 0 ? x : NULL,
-                                                    total > 0 ? x_scales : NULL,
-                                                    (intra_moe_source_t *)src),
-                        "receiving the step's rows");
+    status = intra_moe_enqueue_pull_into(moe->intra, total > 0 ? x : NULL,
+                                         total > 0 ? x_scales : NULL, (intra_moe_source_t *)src);
+    if (status == STRATA_ERR_INVALID) {
+        return status; /* refused before anything started: the call may be made again */
+    }
+    moe->cur.received_into = status == STRATA_OK;
+    moe->cur.into_rows     = status == STRATA_OK ? total : 0;
+    return sched_settle(moe, status, "receiving the step's rows");
 }

@@ -291,12 +291,17 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
     intra_moe_control_t *control = moe_control(a, a->rank);
     uint64_t step = moe_step(a, 0, g), ordinal = moe_combine_ordinal(a, g);
 
+    /* exact receive: after a failed dispatch no row was loaded, and the sources' row_slot
+     * entries are a former step's: withhold, so that nothing unloaded is summed */
+    int withhold = a->withhold ||
+                   (a->exact && kernel_load_relaxed_u64(&control->failed_step) >= step);
+
     if (moe_net_failed(a)) {
         return;
     }
-    if (!a->withhold && a->exact) {
+    if (!withhold && a->exact) {
         moe_combine_send_packed(a, g);
-    } else if (!a->withhold) {
+    } else if (!withhold) {
         moe_combine_send(a, g);
     } else if (g.block == 0 && KERNEL_LEADER(g)) {
         /* seen by the sources through the release of our flag below */

@@ -536,11 +536,10 @@ KERNEL_FN void intra_moe_pull_into_body(const intra_moe_args_t *a, kernel_grid_t
     const int32_t *count = MOE_AT(a, a->rank, recv_count, int32_t);
     uint64_t step = moe_step(a, 0, g), seen = 0;
     int64_t offset = 0; /* the expert's first row in the caller's buffer */
+    /* the step failed: nothing to load (its combine withholds), the blocks still counted */
+    int failed = moe_net_failed(a) || kernel_load_relaxed_u64(&control->failed_step) >= step;
 
-    if (moe_net_failed(a) || kernel_load_relaxed_u64(&control->failed_step) >= step) {
-        return; /* the step failed: nothing to load, and the object ends */
-    }
-    for (int local = 0; local < a->experts_per_rank; ++local) {
+    for (int local = 0; local < a->experts_per_rank && !failed; ++local) {
         int row = 0;
 
         for (int source = 0; source < a->num_ranks; ++source) {
@@ -559,7 +558,8 @@ KERNEL_FN void intra_moe_pull_into_body(const intra_moe_args_t *a, kernel_grid_t
     if (moe_last_block(&control->pull_into_done, step, g)) {
         for (int local = 0; local < a->experts_per_rank; ++local) {
             MOE_AT(a, a->rank, landed, uint32_t)[local] = 0;
-            if ((a->into_x != 0 || count[local] == 0) && !moe_marked(a, local, step)) {
+            if ((a->into_x != 0 || count[local] == 0) && !failed &&
+                !moe_marked(a, local, step)) {
                 moe_mark_ready(a, local, count[local], step);
             }
         }

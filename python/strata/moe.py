@@ -122,7 +122,9 @@ class CompactRecv:
     Write the experts' outputs into expert_y, row for row (combine reads them there unless
     given others of that shape). Buffers of the caller's framework, allocated for the step
     (numpy on the host, torch tensors on the host or x's GPU); counts and offsets are
-    Python lists."""
+    Python lists. Where the dispatch was told receive_buffers=False, or its framework is
+    neither (a GPU array of another), x, src and expert_y are None until the caller's
+    dispatch_recv_into gives buffers (combine then needs its expert_y)."""
 
     def __init__(self, moe, counts, x, x_scales, src, expert_y):
         self.num_local_experts = len(counts)
@@ -380,6 +382,7 @@ class Moe:
         self._recv = None          # the step's Recv (or CompactRecv), once dispatched
         self._step_x = None        # the step's tokens: an exact receive's buffers follow them
         self._first_expert = 0     # of the last recv
+        self._receive_buffers = True  # the exact receive: the facade makes the buffers
         self._step_layout = None   # the layout the step in progress uses
         self._step_tokens = None   # its number of tokens
         self._dispatched_tokens = 0  # tokens of the last dispatch(), whose routing masked() reads
@@ -423,6 +426,11 @@ class Moe:
         CompactRecv's step where it is None, the recv's own."""
         if isinstance(self._recv, CompactRecv):
             expert_y = self._recv.expert_y if expert_y is None else expert_y
+            if expert_y is None and self._recv.rows == 0:
+                return None, None  # nothing to return
+            if expert_y is None:
+                raise ValueError(f"combine of {self._recv.rows} rows received into buffers "
+                                 f"of the caller's needs expert_y [rows, hidden]")
             return b.address(expert_y, "expert_y", b.DTYPE_NAMES[self.combine_dtype],
                              (self._recv.rows, self.hidden), ("rows", "hidden"), aligned=True,
                              memory=self._memory), expert_y
@@ -459,22 +467,34 @@ class Moe:
 
     def _receive_exact(self, status, raw, call):
         """The exact receive's step after its dispatch: the counts (the host waits for
-        them), buffers of that many rows in the framework of x, and the rows into them."""
+        them), then, unless the caller gives its own (receive_buffers=False, or a framework
+        the facade cannot allocate in), buffers of that many rows and the rows into them."""
         self._first_expert = raw.first_expert
-        counts = self.dispatch_counts()
-        rows = sum(counts)
-        like, framework = self._step_x, self._framework
-        x = b.empty(b.DTYPE_NAMES[self.dtype], (rows, self.hidden), framework, self._memory, like)
-        scales = None
-        if self.dtype is t.Dtype.FP8_E4M3:
-            scales = b.empty("float32", (rows, self.hidden // 128), framework, self._memory,
-                             like)
-        src = b.empty("int32", (rows, 3), framework, self._memory, like)
-        expert_y = b.empty(b.DTYPE_NAMES[self.combine_dtype], (rows, self.hidden), framework,
-                           self._memory, like)
-        self.dispatch_recv_into(x, src, scales)
-        self._recv = CompactRecv(self, counts, x, scales, src, expert_y)
+        self._recv = CompactRecv(self, self.dispatch_counts(), None, None, None, None)
+        if self._receive_buffers and (self._framework != "array" or self._memory.kind == "cpu"):
+            rows, like, framework = self._recv.rows, self._step_x, self._framework
+            x = b.empty(b.DTYPE_NAMES[self.dtype], (rows, self.hidden), framework,
+                        self._memory, like)
+            scales = None
+            if self.dtype is t.Dtype.FP8_E4M3:
+                scales = b.empty("float32", (rows, self.hidden // 128), framework,
+                                 self._memory, like)
+            src = b.empty("int32", (rows, 3), framework, self._memory, like)
+            self._recv.expert_y = b.empty(b.DTYPE_NAMES[self.combine_dtype],
+                                          (rows, self.hidden), framework, self._memory, like)
+            self._order_after_allocation()
+            self.dispatch_recv_into(x, src, scales)
         return _delivered(status, call, self._recv)
+
+    def _order_after_allocation(self):
+        """Buffers torch just made may reuse memory its current stream still works on: a
+        step on another stream waits for that stream first."""
+        if self._memory.kind == "cpu" or self._stream_handle is None:
+            return
+        current = _work.current_stream(self._memory, self._framework)
+        if current != self._stream_handle:
+            event = _work.record(self._memory, current)
+            event.make_wait(self._stream_handle)
 
     def dispatch_recv_into(self, x, src, x_scales=None):
         """The exact receive (an object made with receive=Receive.EXACT), after dispatch_recv
@@ -483,7 +503,9 @@ class Moe:
         hidden / 128] float32, in the communicator's memory, packed expert after expert
         (local expert e's from the sum of dispatch_counts()[:e] on), rows at least the
         counts' sum (strata_moe_dispatch_recv_into). On the step's stream; dispatch() does
-        it with buffers it makes. The buffers must live until the step's combine."""
+        it with buffers it makes, unless told not to (receive_buffers=False); the step's
+        CompactRecv then takes these, and combine needs expert_y given. The buffers must
+        live until the step's combine."""
         rows = b.rows_of(x, "x")
         xs = b.address(x, "x", b.DTYPE_NAMES[self.dtype], (rows, self.hidden),
                        ("rows", "hidden"), writable=True, aligned=True, memory=self._memory)
@@ -498,6 +520,8 @@ class Moe:
         status = self._lib.strata_moe_dispatch_recv_into(self.handle, xs, scales, ss, rows)
         self._after_call(x, src, x_scales)
         check(status, "strata_moe_dispatch_recv_into")
+        if isinstance(self._recv, CompactRecv):  # the step's recv: its rows are these
+            self._recv.x, self._recv.x_scales, self._recv.src = x, x_scales, src
 
     def layout(self, topk_idx):
         """A reusable Layout for this routing (strata_moe_layout_create)."""
@@ -576,9 +600,11 @@ class Moe:
             self._pending.clear()
 
     def dispatch(self, x, topk_idx, x_scales=None, stream=None, async_op=False,
-                 previous_event=None):
+                 previous_event=None, receive_buffers=True):
         """Send each token to its top-k experts' ranks and return what this rank's experts
-        received (strata_moe_dispatch), as a Recv."""
+        received (strata_moe_dispatch), as a Recv; on an object that receives exactly, a
+        CompactRecv (receive_buffers=False: its counts alone, for dispatch_recv_into)."""
+        self._receive_buffers = receive_buffers
         num_tokens, idx, host_idx = self._routing(topk_idx)
         xs, scales = self._tokens(x, x_scales, num_tokens)
         self._begin(stream, previous_event, x)
@@ -606,8 +632,11 @@ class Moe:
         check(status, "strata_moe_dispatch_send")
         return self._finish(None, async_op) if async_op else None
 
-    def dispatch_recv(self, stream=None, async_op=False, previous_event=None):
-        """Second half: wait for this rank's experts' tokens (strata_moe_dispatch_recv)."""
+    def dispatch_recv(self, stream=None, async_op=False, previous_event=None,
+                      receive_buffers=True):
+        """Second half: wait for this rank's experts' tokens (strata_moe_dispatch_recv);
+        receive_buffers as for dispatch."""
+        self._receive_buffers = receive_buffers
         self._begin(stream, previous_event)
         raw = t.MoeRecv()
         status = self._lib.strata_moe_dispatch_recv(self.handle, ctypes.byref(raw))

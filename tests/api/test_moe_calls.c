@@ -342,12 +342,20 @@ static void test_exact_receive_on_a_stream(void **state)
     strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
                              .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
                              .max_tokens = TOKENS, .receive = STRATA_MOE_RECEIVE_EXACT};
+    strata_moe_layout_t *layout;
     strata_moe_t *moe;
     void *stream;
 
     assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_OK);
     assert_int_equal(strata_comm_stream_create(f->comm, &stream), STRATA_OK);
     assert_int_equal(strata_moe_set_stream(moe, stream), STRATA_OK);
+    fill(f, TOKENS);
+    assert_int_equal(strata_moe_layout_create(moe, f->idx, TOKENS, &layout), STRATA_OK);
+    host_stream_set_capturing(stream, true); /* the host waits for each step's counts */
+    assert_int_equal(strata_moe_dispatch_send(moe, layout, f->x, NULL), STRATA_ERR_UNSUPPORTED);
+    host_stream_set_capturing(stream, false);
+    assert_int_equal(strata_moe_synchronize(moe), STRATA_OK); /* the layout's upload ran */
+    strata_moe_layout_destroy(layout);
     for (int i = 0; i < 3; ++i) {
         fill(f, TOKENS);
         for (int t = 0; i > 0 && t < TOKENS; ++t) { /* later steps: TOKENS rows at expert 5 */

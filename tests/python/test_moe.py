@@ -306,6 +306,29 @@ class TestExactReceive(MoeTest):
             self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
             layout.close()
 
+    def test_into_buffers_of_the_callers(self):
+        """receive_buffers=False: the counts alone, then the caller's own buffers."""
+        with self.exact() as moe:
+            x, idx, weights = self.batch()
+            recv = moe.dispatch(x, idx, receive_buffers=False)
+            self.assertIsNone(recv.x)
+            self.assertEqual(recv.counts, [int(np.sum(idx == e)) for e in range(EXPERTS)])
+            rows = np.empty((recv.rows, HIDDEN), dtype=np.float32)
+            src = np.empty((recv.rows, 3), dtype=np.int32)
+            with self.assertRaises(ValueError):  # too few rows for src: the call can be redone
+                moe.dispatch_recv_into(rows, src[:-1])
+            moe.dispatch_recv_into(rows, src)
+            self.assertIs(recv.x, rows)
+            self.check_rows(recv, x, idx)
+            with self.assertRaises(ValueError):  # no outputs of its own to take
+                moe.combine(weights, np.empty_like(x))
+            y = np.empty_like(rows)
+            for e in range(EXPERTS):
+                part = slice(recv.offsets[e], recv.offsets[e + 1])
+                y[part] = ref.expert(e, rows[part])
+            out = moe.combine(weights, np.empty_like(x), expert_y=y)
+            self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+
     def test_blocks_object_has_no_exact_receive(self):
         with self.moe() as moe:
             x, idx, weights = self.batch()

@@ -393,10 +393,11 @@ STRATA_API strata_status_t strata_moe_dispatch_counts(strata_moe_t *moe, int64_t
  * STRATA_ERR_INVALID: the object does not receive exactly, the call is out of order or
  * repeated, or the buffers are too small, NULL or misaligned; nothing started, and the call
  * can be made again (the rows stay where their sources published them until this rank's
- * combine). A step whose combine (or abort) comes without a successful call drops this
- * rank's experts' rows: their tokens' ranks see STRATA_ERR_CAPACITY at combine_recv. STRATA_ERR_TIMEOUT: the counts did not come within the object's
- * timeout (the step goes on; call again). STRATA_ERR_UNSUPPORTED inside a stream capture:
- * the host's wait for the counts cannot be replayed. STRATA_ERR_PEER_FAILED as for dispatch.
+ * combine). A step whose combine comes without a successful call drops this rank's
+ * experts' rows: their tokens' ranks see STRATA_ERR_CAPACITY at combine_recv
+ * (STRATA_ERR_CANCELLED where strata_moe_abort_step ended it). A dispatch of an exact
+ * object inside a stream capture is refused (STRATA_ERR_UNSUPPORTED), as is this call. STRATA_ERR_TIMEOUT: the counts did not come within the object's
+ * timeout (the step goes on; call again). STRATA_ERR_PEER_FAILED as for dispatch.
  */
 STRATA_API strata_status_t strata_moe_dispatch_recv_into(strata_moe_t *moe, void *x,
                                                         float *x_scales,
