@@ -105,6 +105,13 @@ static void inter_post_user_recv(inter_engine_t *engine, inter_request_t *req)
     inter_unexpected_t **link = &engine->unexpected, *msg;
     inter_request_t **tail;
 
+    if (atomic_load(&req->cancelled)) {
+        /* cancelled before it was taken: the sweep its cancel made due may have run
+         * already, without it in the list, and none other is due before the heartbeat */
+        inter_request_finish(req, STRATA_ERR_CANCELLED);
+        return;
+    }
+
     for (; (msg = *link) != NULL; link = &msg->next) {
         if (inter_recv_matches(req, msg->src, msg->channel)) {
             *link = msg->next;

@@ -4,7 +4,8 @@
  * thread or the proxy's, paced by rate control or not (whose account of the bytes in
  * flight comes back to zero); every pool that runs out says STRATA_ERR_BUSY and makes no
  * request, and takes submissions again once requests complete and are given back, well
- * before a heartbeat's sweep; a request larger than its pool is refused by name.
+ * before a heartbeat's sweep, a receive cancelled before the proxy took it too; a request
+ * larger than its pool is refused by name.
  *
  * Allocations are counted by wrapping malloc, calloc, realloc, posix_memalign and
  * aligned_alloc at link time (tests/CMakeLists.txt): the wrap binds the calls of the
@@ -357,6 +358,29 @@ static void test_requests_run_out(void **state)
 }
 
 /* One rail: a write is one operation; POOL requests, and one rank, make POOL + 1 of them. */
+/* A receive cancelled before the proxy took it from the submissions: the proxy's sweep,
+ * due at the cancel, may run before it takes the receive, and no later sweep is due; the
+ * receive must end at once all the same, not at the heartbeat's sweep (10 s here). The
+ * proxy naps when idle, so the submission and its cancel often fall into one nap. */
+static void test_cancel_before_taken(void **state)
+{
+    unsigned char in[64];
+    fixture_t f;
+
+    (void)state;
+    fixture_open(&f, 8, 0, 1, false);
+    for (int i = 0; i < 200; ++i) {
+        inter_request_t *req = NULL;
+
+        util_sleep_ns(UTIL_NSEC_PER_MSEC); /* the proxy goes idle */
+        assert_int_equal(inter_engine_recv(f.engine, 0, in, sizeof(in), &req), STRATA_OK);
+        inter_request_cancel(req);
+        assert_int_equal(inter_request_wait(req, RECOVER_NS), STRATA_ERR_CANCELLED);
+        inter_request_free(req);
+    }
+    fixture_close(&f);
+}
+
 static void test_operations_run_out(void **state)
 {
     enum { POOL = 8, OPS = POOL + 1 };
@@ -440,6 +464,7 @@ int main(void)
         cmocka_unit_test(test_striped_stream_allocates_nothing),
         cmocka_unit_test(test_paced_stream_allocates_nothing),
         cmocka_unit_test(test_requests_run_out),
+        cmocka_unit_test(test_cancel_before_taken),
         cmocka_unit_test(test_operations_run_out),
         cmocka_unit_test(test_send_copies_run_out),
     };
