@@ -383,6 +383,7 @@ class Moe:
         self._step_x = None        # the step's tokens: an exact receive's buffers follow them
         self._first_expert = 0     # of the last recv
         self._receive_buffers = True  # the exact receive: the facade makes the buffers
+        self._places = self.num_experts // comm.size  # local expert places, as dispatched
         self._step_layout = None   # the layout the step in progress uses
         self._step_tokens = None   # its number of tokens
         self._dispatched_tokens = 0  # tokens of the last dispatch(), whose routing masked() reads
@@ -457,6 +458,8 @@ class Moe:
     # --- the step --------------------------------------------------------------------------
 
     def _receive(self, status, raw, call):
+        if raw.num_local_experts > 0:  # a recreated object may have more than its experts
+            self._places = raw.num_local_experts
         if raw.num_local_experts > 0 and raw.capacity == 0:  # an object that receives exactly
             return self._receive_exact(status, raw, call)
         recv = Recv(raw, self.hidden, self.dtype, self.combine_dtype, self._framework,
@@ -716,10 +719,11 @@ class Moe:
         dropped. The node's dispatch counts before it moves any row, so after an async
         dispatch on a stream this returns while the rows still move (across nodes, once
         the other nodes' rows have arrived). timeout and errors: as expert_wait."""
-        counts = (ctypes.c_int32 * (self.num_experts // self._comm.size))()
+        places = self._places
+        counts = (ctypes.c_int32 * max(places, 1))()
         check(self._lib.strata_moe_dispatch_counts(self.handle, _timeout_ns(timeout), counts),
               "strata_moe_dispatch_counts")
-        return list(counts)
+        return list(counts[:places])
 
     def _end_step(self):
         self._step_layout, self._step_tokens, self._step_inputs = None, None, None
