@@ -26,57 +26,7 @@
 #include "intra/host/host_device.h"
 #include "scheduler/sched_internal.h"
 
-#define EXPERTS 8
-#define HIDDEN  64
-#define TOKENS  16
-#define TOPK    2
-
-typedef struct fixture {
-    strata_comm_t *comm;
-    strata_moe_t  *moe;
-    float          x[TOKENS * HIDDEN], out[TOKENS * HIDDEN], w[TOKENS * TOPK];
-    int64_t        idx[TOKENS * TOPK];
-} fixture_t;
-
-static int setup(void **state)
-{
-    static fixture_t f;
-    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
-                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
-                             .max_tokens = TOKENS, .mode = STRATA_MOE_MODE_PUSH};
-
-    setenv("STRATA_INTER_PROVIDER", "tcp", 1);
-    setenv("STRATA_INTER_IFACE", "lo", 1);
-    if (strata_comm_create(NULL, &one_rank, &f.comm) != STRATA_OK ||
-        strata_moe_create(f.comm, &p, &f.moe) != STRATA_OK) {
-        return -1;
-    }
-    *state = &f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-
-    strata_moe_destroy(f->moe);
-    strata_comm_destroy(f->comm);
-    return 0;
-}
-
-/* n tokens, expert (t + k * 3) % EXPERTS for slot k; weights 1/2; x[t][h] = t + h/64. */
-static void fill(fixture_t *f, int n)
-{
-    for (int t = 0; t < n; ++t) {
-        for (int k = 0; k < TOPK; ++k) {
-            f->idx[t * TOPK + k] = (t + k * 3) % EXPERTS;
-            f->w[t * TOPK + k]   = 0.5f;
-        }
-        for (int h = 0; h < HIDDEN; ++h) {
-            f->x[t * HIDDEN + h] = (float)t + (float)h / 64.0f;
-        }
-    }
-}
+#include "api/moe_one_rank.h"
 
 /* Identity experts: every output row is its input row; so out[t] = sum of routed w * x[t]. */
 static strata_status_t step(fixture_t *f, int n)
@@ -94,20 +44,6 @@ static strata_status_t step(fixture_t *f, int n)
         strata_status_t combined = strata_moe_combine(f->moe, NULL, f->w, f->out);
 
         return combined != STRATA_OK ? combined : status;
-    }
-}
-
-static void check(const fixture_t *f, int n)
-{
-    for (int t = 0; t < n; ++t) {
-        float routed = 0.0f;
-
-        for (int k = 0; k < TOPK; ++k) {
-            routed += f->idx[t * TOPK + k] >= 0 ? 0.5f : 0.0f;
-        }
-        for (int h = 0; h < HIDDEN; ++h) {
-            assert_true(f->out[t * HIDDEN + h] == routed * f->x[t * HIDDEN + h]);
-        }
     }
 }
 
@@ -241,157 +177,6 @@ static void test_capture_adaptive_refused(void **state)
     strata_moe_layout_destroy(layout);
     strata_moe_destroy(g.moe);
     strata_comm_stream_destroy(g.comm, stream);
-}
-
-/* The exact receive's parameters: a receive outside the enum, and an exact object given a
- * mode, are refused; across nodes in rounds or with node-reduce it is unsupported; it holds
- * no blocks worth the name, as the estimate says, and its pull masks are refused. */
-static void test_exact_receive_refusals(void **state)
-{
-    fixture_t *f = *state;
-    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
-                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
-                             .max_tokens = TOKENS, .receive = (strata_moe_receive_t)3};
-    strata_moe_memory_t exact, blocks;
-    strata_moe_stats_t stats;
-    strata_moe_t *moe = NULL;
-    uint64_t mask[1] = {1};
-
-    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_ERR_INVALID);
-    p.receive = STRATA_MOE_RECEIVE_EXACT;
-    p.mode    = STRATA_MOE_MODE_PULL;
-    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_ERR_INVALID);
-    p.mode = STRATA_MOE_MODE_DEFAULT;
-    assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &exact), STRATA_OK);
-    setenv("STRATA_MOE_EXCHANGE", "streamed", 1);
-    setenv("STRATA_MOE_WINDOW_BYTES", "8k", 1); /* rounds across nodes: refused */
-    assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &exact), STRATA_ERR_UNSUPPORTED);
-    assert_int_equal(strata_moe_memory_estimate(&p, 4, 1, &exact), STRATA_OK); /* one round */
-    unsetenv("STRATA_MOE_WINDOW_BYTES");
-    unsetenv("STRATA_MOE_EXCHANGE");
-    setenv("STRATA_MOE_COMBINE", "node-reduce", 1);
-    setenv("STRATA_MOE_ROUTE", "hierarchical", 1);
-    assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &exact), STRATA_ERR_UNSUPPORTED);
-    unsetenv("STRATA_MOE_ROUTE");
-    unsetenv("STRATA_MOE_COMBINE");
-    assert_int_equal(strata_moe_memory_estimate(&p, 4, 1, &exact), STRATA_OK);
-    p.receive = STRATA_MOE_RECEIVE_BLOCKS;
-    assert_int_equal(strata_moe_memory_estimate(&p, 4, 1, &blocks), STRATA_OK);
-    /* one row per expert, against the most it can receive (TOKENS x 4 ranks) */
-    assert_true(exact.expert_rows * TOKENS * 4 <= blocks.expert_rows * 2);
-    p.receive = STRATA_MOE_RECEIVE_EXACT;
-    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_OK);
-    assert_int_equal(strata_moe_get_stats(moe, &stats), STRATA_OK);
-    assert_int_equal(strata_moe_memory_estimate(&p, 1, 1, &exact), STRATA_OK);
-    assert_memory_equal(&stats.memory, &exact, sizeof(exact));
-    assert_int_equal(strata_moe_set_pull_mask(moe, mask, NULL), STRATA_ERR_INVALID);
-    strata_moe_destroy(moe);
-    /* an object with blocks has no exact receive */
-    assert_int_equal(strata_moe_dispatch_recv_into(f->moe, f->x, NULL, NULL, TOKENS),
-                     STRATA_ERR_INVALID);
-    assert_int_equal(strata_moe_dispatch_recv_into(NULL, NULL, NULL, NULL, 0),
-                     STRATA_ERR_INVALID);
-}
-
-/* An exact step on a host stream: the counts, then the rows packed expert after expert,
- * each expert complete once its wait returns; identity experts, so every result is exact.
- * Inside a capture the call is refused, and the step can still take its rows after it. A
- * recreated object may have more local places than experts: those get no rows. */
-static void exact_step(fixture_t *f, strata_moe_t *moe, void *stream)
-{
-    strata_moe_recv_t recv;
-    int32_t counts[4 * EXPERTS], rows;
-    float y[TOKENS * TOPK * HIDDEN];
-    strata_moe_source_t src[TOKENS * TOPK];
-    int64_t total = 0, at = 0;
-
-    assert_int_equal(strata_moe_dispatch(moe, f->x, NULL, f->idx, TOKENS, &recv), STRATA_OK);
-    assert_null(recv.x);
-    assert_true(recv.num_local_experts <= 4 * EXPERTS);
-    assert_int_equal(strata_moe_dispatch_counts(moe, -1, counts), STRATA_OK);
-    for (int e = 0; e < recv.num_local_experts; ++e) {
-        total += counts[e];
-    }
-    assert_int_equal(total, TOKENS * TOPK);
-    host_stream_set_capturing(stream, true);
-    assert_int_equal(strata_moe_dispatch_recv_into(moe, y, NULL, src, total),
-                     STRATA_ERR_UNSUPPORTED);
-    host_stream_set_capturing(stream, false);
-    assert_int_equal(strata_moe_dispatch_recv_into(moe, (char *)y + 4, NULL, src, total),
-                     STRATA_ERR_INVALID); /* misaligned: refused, and the call stays open */
-    assert_int_equal(strata_moe_dispatch_recv_into(moe, y, NULL, src, total), STRATA_OK);
-    for (int e = 0; e < recv.num_local_experts; ++e) {
-        assert_int_equal(strata_moe_expert_wait(moe, e, -1, &rows), STRATA_OK);
-        assert_int_equal(rows, counts[e]);
-        for (int row = 0; row < counts[e]; ++row, ++at) {
-            const strata_moe_source_t *s = &src[at];
-
-            assert_int_equal(s->rank, 0);
-            assert_int_equal(f->idx[s->token * TOPK + s->slot], strata_moe_expert_id(moe, e));
-            assert_memory_equal(&y[at * HIDDEN], &f->x[s->token * HIDDEN],
-                                sizeof(float) * HIDDEN);
-        }
-    }
-    memset(f->out, 0xff, sizeof(f->out));
-    assert_int_equal(strata_moe_combine(moe, y, f->w, f->out), STRATA_OK); /* identity */
-    assert_int_equal(strata_moe_synchronize(moe), STRATA_OK);
-    check(f, TOKENS);
-}
-
-static void test_exact_receive_on_a_stream(void **state)
-{
-    fixture_t *f = *state;
-    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
-                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
-                             .max_tokens = TOKENS, .receive = STRATA_MOE_RECEIVE_EXACT};
-    strata_moe_layout_t *layout;
-    strata_moe_t *moe;
-    void *stream;
-
-    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_OK);
-    assert_int_equal(strata_comm_stream_create(f->comm, &stream), STRATA_OK);
-    assert_int_equal(strata_moe_set_stream(moe, stream), STRATA_OK);
-    fill(f, TOKENS);
-    assert_int_equal(strata_moe_layout_create(moe, f->idx, TOKENS, &layout), STRATA_OK);
-    host_stream_set_capturing(stream, true); /* the host waits for each step's counts */
-    assert_int_equal(strata_moe_dispatch_send(moe, layout, f->x, NULL), STRATA_ERR_UNSUPPORTED);
-    host_stream_set_capturing(stream, false);
-    assert_int_equal(strata_moe_synchronize(moe), STRATA_OK); /* the layout's upload ran */
-    strata_moe_layout_destroy(layout);
-    for (int i = 0; i < 3; ++i) {
-        fill(f, TOKENS);
-        for (int t = 0; i > 0 && t < TOKENS; ++t) { /* later steps: TOKENS rows at expert 5 */
-            f->idx[t * TOPK] = 5;
-            f->idx[t * TOPK + 1] = t % 5;
-        }
-        exact_step(f, moe, stream);
-    }
-    assert_int_equal(strata_moe_set_stream(moe, NULL), STRATA_OK);
-    strata_moe_destroy(moe);
-    strata_comm_stream_destroy(f->comm, stream);
-}
-
-/* An object that receives exactly is made again so: the recreated one's step delivers
- * every row into the caller's buffers (exact_step checks that its recv has no blocks). */
-static void test_recreate_keeps_the_exact_receive(void **state)
-{
-    fixture_t *f = *state;
-    strata_moe_params_t p = {.num_experts = EXPERTS, .topk = TOPK, .hidden = HIDDEN,
-                             .dtype = STRATA_DTYPE_FP32, .combine_dtype = STRATA_DTYPE_FP32,
-                             .max_tokens = TOKENS, .receive = STRATA_MOE_RECEIVE_EXACT};
-    strata_moe_t *old, *moe;
-    void *stream;
-
-    assert_int_equal(strata_moe_create(f->comm, &p, &old), STRATA_OK);
-    assert_int_equal(strata_moe_recreate(old, f->comm, NULL, &moe), STRATA_OK);
-    strata_moe_destroy(old);
-    assert_int_equal(strata_comm_stream_create(f->comm, &stream), STRATA_OK);
-    assert_int_equal(strata_moe_set_stream(moe, stream), STRATA_OK);
-    fill(f, TOKENS);
-    exact_step(f, moe, stream);
-    assert_int_equal(strata_moe_set_stream(moe, NULL), STRATA_OK);
-    strata_moe_destroy(moe);
-    strata_comm_stream_destroy(f->comm, stream);
 }
 
 static void test_reused_layout_sizes(void **state)
@@ -793,9 +578,6 @@ int main(void)
         cmocka_unit_test(test_host_streams),
         cmocka_unit_test(test_capture_refusals),
         cmocka_unit_test(test_capture_adaptive_refused),
-        cmocka_unit_test(test_exact_receive_refusals),
-        cmocka_unit_test(test_exact_receive_on_a_stream),
-        cmocka_unit_test(test_recreate_keeps_the_exact_receive),
         cmocka_unit_test(test_reused_layout_sizes),
         cmocka_unit_test(test_bad_ids_skipped),
         cmocka_unit_test(test_dispatch_during_a_step),
