@@ -122,6 +122,56 @@ void moe_breakdown_record(moe_breakdown_t *bd, const strata_moe_stats_t *s, bool
 /** "ROW breakdown | layout X (Y%) | ..." with each phase's median and share of step_p50. */
 void moe_breakdown_print(const char *row, moe_breakdown_t *bd, uint64_t step_p50);
 
+/* One route's object, its reused layout, and what its steps measured. */
+typedef struct moe_route {
+    strata_moe_route_t   route;
+    strata_moe_combine_t combine;
+    strata_moe_exchange_t exchange;
+    strata_moe_receive_t receive;
+    /* --receive exact: the caller's buffers, sized for every row the rank can receive */
+    void                *into_x;
+    strata_moe_source_t *into_src;
+    int64_t              into_rows;
+    strata_moe_t        *moe;
+    strata_moe_layout_t *layout;
+    bench_intra_samples_t      samples;
+    bench_intra_result_t       result;
+    strata_moe_stats_t   stats;
+    moe_breakdown_t      bd;
+    double               create_ms; /* the object and its layout, slowest rank */
+} moe_route_t;
+
+/** The slowest rank's time since t0, in ms (collective; strata_bench_moe.c). */
+double moe_slowest_ms(const bench_intra_t *b, uint64_t t0);
+/** A route's object and its layout for the bench's routing (strata_bench_moe_route.c);
+ *  one timed step, the reused layout's; what the steps measured, and the object gone. */
+void moe_route_open(bench_intra_t *b, strata_comm_t *comm, moe_route_t *r);
+void moe_route_step(bench_intra_t *b, moe_route_t *r, bool record, bool breakdown);
+void moe_route_close(bench_intra_t *b, moe_route_t *r);
+
+/* What --combine, --exchange and --receive compare. */
+typedef enum moe_variant_kind {
+    MOE_VARIANT_COMBINE,
+    MOE_VARIANT_EXCHANGE,
+    MOE_VARIANT_RECEIVE,
+} moe_variant_kind_t;
+
+/* --combine, --exchange or --receive: the modes to compare, in the order given. */
+typedef struct moe_variant_opts {
+    int  modes[2];   /* strata_moe_combine_t, strata_moe_exchange_t or strata_moe_receive_t */
+    int  count;
+    moe_variant_kind_t kind;
+    bool overlap;    /* --overlap instead of the modes or routes */
+} moe_variant_opts_t;
+
+/** --combine, --exchange or --receive's value into c: one or two modes, each once, and one
+ *  of the options (a usage error otherwise; strata_bench_moe_variants.c). */
+bool moe_parse_variants(const char *option, const char *text, moe_variant_kind_t kind,
+                        moe_variant_opts_t *c);
+/** One hierarchical object per mode of c, one step of each in turn; rank 0 prints. */
+void moe_measure_variants(bench_intra_t *b, strata_comm_t *comm, const moe_variant_opts_t *c,
+                          bool breakdown, tool_progress_t *progress);
+
 /** strata-bench moe --modes (strata_bench_modes.c). */
 typedef struct bench_modes_opts {
     const char        *modes; /* "push,pull,adaptive[,fixed:FILE]" */
