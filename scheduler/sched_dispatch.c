@@ -393,18 +393,12 @@ static const char *sched_into_problem(const sched_moe_t *moe, const void *x,
 /* The step's counts, summed; waits for them as dispatch_counts does. */
 static strata_status_t sched_step_rows(sched_moe_t *moe, int64_t *total_p)
 {
-    int32_t *counts = calloc((size_t)moe->geo.experts_per_rank, sizeof(int32_t));
-    strata_status_t status;
+    strata_status_t status = sched_moe_dispatch_counts(moe, -1, moe->step_counts);
 
-    if (counts == NULL) {
-        return STRATA_ERR_NO_MEMORY;
-    }
-    status = sched_moe_dispatch_counts(moe, -1, counts);
     *total_p = 0;
     for (int e = 0; e < moe->geo.experts_per_rank; ++e) {
-        *total_p += counts[e];
+        *total_p += moe->step_counts[e];
     }
-    free(counts);
     return status;
 }
 

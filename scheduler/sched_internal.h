@@ -280,6 +280,7 @@ struct sched_moe {
     strata_moe_source_t *public_src; /* mapped host memory the sources kernel fills */
     int32_t             *public_count;
     void                *public_src_dev, *public_count_dev;
+    int32_t             *step_counts; /* [experts_per_rank]: the exact receive's, per step */
     strata_moe_recv_t    recv;
     strata_moe_stats_t   stats;
 };

@@ -80,13 +80,18 @@ static strata_status_t sched_place_tables(sched_moe_t *moe, bool area_in_heap)
     return status;
 }
 
-/* The public outputs in mapped host memory, filled by the sources kernel. */
+/* The public outputs in mapped host memory, filled by the sources kernel, and the host's
+ * copy of a step's counts (the exact receive's). */
 static strata_status_t sched_alloc_public(sched_moe_t *moe)
 {
     const intra_device_ops_t *d = moe->world.device;
     size_t rows = (size_t)moe->geo.experts_per_rank * (size_t)moe->geo.capacity;
     strata_status_t status;
 
+    moe->step_counts = calloc((size_t)moe->geo.experts_per_rank, sizeof(int32_t));
+    if (moe->step_counts == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
     status = d->host_alloc(UTIL_MAX(rows, 1) * sizeof(strata_moe_source_t), -1,
                            (void **)&moe->public_src, &moe->public_src_dev);
     if (status == STRATA_OK) {
@@ -419,6 +424,7 @@ void sched_moe_destroy(sched_moe_t *moe)
         d->host_free(moe->public_src);
         d->host_free(moe->public_count);
     }
+    free(moe->step_counts);
     sched_modes_close(moe);
     sched_geometry_cleanup(&moe->geo);
     free((void *)moe->world.rank_node);

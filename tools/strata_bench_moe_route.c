@@ -29,7 +29,8 @@ void moe_route_open(bench_intra_t *b, strata_comm_t *comm, moe_route_t *r)
         r->into_rows = (int64_t)b->tokens * b->size * b->topk;
         r->into_x    = aligned_alloc(64, (size_t)r->into_rows * b->row_bytes);
         r->into_src  = calloc((size_t)r->into_rows, sizeof(strata_moe_source_t));
-        if (r->into_x == NULL || r->into_src == NULL) {
+        r->into_counts = calloc((size_t)(b->experts / b->size), sizeof(int32_t));
+        if (r->into_x == NULL || r->into_src == NULL || r->into_counts == NULL) {
             fprintf(stderr, "strata-bench moe: out of memory\n");
             exit(1);
         }
@@ -64,9 +65,7 @@ void moe_route_step(bench_intra_t *b, moe_route_t *r, bool record, bool breakdow
     BENCH_TRY(strata_moe_dispatch_send(r->moe, r->layout, b->x, NULL));
     BENCH_TRY(strata_moe_dispatch_recv(r->moe, &recv));
     if (r->receive == STRATA_MOE_RECEIVE_EXACT) { /* the counts, then the rows into buffers */
-        int32_t counts[recv.num_local_experts > 0 ? recv.num_local_experts : 1];
-
-        BENCH_TRY(strata_moe_dispatch_counts(r->moe, -1, counts));
+        BENCH_TRY(strata_moe_dispatch_counts(r->moe, -1, r->into_counts));
         BENCH_TRY(strata_moe_dispatch_recv_into(r->moe, r->into_x, NULL, r->into_src,
                                                 r->into_rows));
     }
@@ -93,4 +92,5 @@ void moe_route_close(bench_intra_t *b, moe_route_t *r)
     strata_moe_destroy(r->moe);
     free(r->into_x);
     free(r->into_src);
+    free(r->into_counts);
 }

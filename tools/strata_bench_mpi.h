@@ -130,6 +130,7 @@ typedef struct moe_route {
     strata_moe_receive_t receive;
     /* --receive exact: the caller's buffers, sized for every row the rank can receive */
     void                *into_x;
+    int32_t             *into_counts; /* [local experts] */
     strata_moe_source_t *into_src;
     int64_t              into_rows;
     strata_moe_t        *moe;
