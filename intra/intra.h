@@ -61,7 +61,11 @@ typedef struct intra_device_ops {
     strata_status_t (*probe)(char *reason);
     /** size > 0; *ptr_p aligned to INTRA_DEVICE_ALIGNMENT, set only on success. */
     strata_status_t (*mem_alloc)(size_t size, void **ptr_p);
-    /** Tolerates NULL. */
+    /**
+     * Tolerates NULL. Waits, as cudaFree does, for the work every stream has queued (but the
+     * caller's own, on the host backend): a copy or kernel queued earlier may still write to
+     * ptr.
+     */
     void (*mem_free)(void *ptr);
     /**
      * A dma-buf of this backend's memory at ptr (size bytes within one allocation), so that

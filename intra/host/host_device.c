@@ -34,9 +34,13 @@ static strata_status_t host_mem_alloc(size_t size, void **ptr_p)
     return STRATA_OK;
 }
 
+/* As cudaFree, after the device's work: a copy still queued on a stream may write here. */
 static void host_mem_free(void *ptr)
 {
-    free(ptr);
+    if (ptr != NULL) {
+        host_streams_drain();
+        free(ptr);
+    }
 }
 
 static strata_status_t host_mem_copy(void *dst, const void *src, size_t size)

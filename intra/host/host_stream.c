@@ -57,6 +57,9 @@ struct host_stream {
  * stream of another backend, or a destroyed one, is refused rather than read. */
 static pthread_mutex_t host_streams_lock = PTHREAD_MUTEX_INITIALIZER;
 static host_stream_t  *host_streams_live;
+/* Held for reading while host_streams_drain waits on streams it found, for writing while a
+ * stream is taken off the list and ended: no stream ends under a drain. */
+static pthread_rwlock_t host_streams_ending = PTHREAD_RWLOCK_INITIALIZER;
 
 host_stream_t *host_stream_of(void *stream)
 {
@@ -165,6 +168,7 @@ void host_stream_destroy(void *stream)
     if (s == NULL) {
         return;
     }
+    pthread_rwlock_wrlock(&host_streams_ending);
     pthread_mutex_lock(&host_streams_lock);
     for (host_stream_t **p = &host_streams_live; *p != NULL; p = &(*p)->next_live) {
         if (*p == s) {
@@ -173,6 +177,7 @@ void host_stream_destroy(void *stream)
         }
     }
     pthread_mutex_unlock(&host_streams_lock);
+    pthread_rwlock_unlock(&host_streams_ending);
     pthread_mutex_lock(&s->lock);
     s->stopping = true;
     pthread_cond_signal(&s->wake);
@@ -195,20 +200,48 @@ void host_stream_destroy(void *stream)
     free(s);
 }
 
+/* What s has enqueued so far has run. */
+static void host_stream_finish(host_stream_t *s)
+{
+    uint64_t mark;
+
+    pthread_mutex_lock(&s->lock);
+    mark = s->enqueued;
+    pthread_mutex_unlock(&s->lock);
+    host_stream_wait_for(s, mark);
+}
+
 strata_status_t host_stream_synchronize(void *stream)
 {
     host_stream_t *s = host_stream_of(stream);
-    uint64_t mark;
 
     if (s == NULL) {
         UTIL_LOG_ERROR("host device: %p is not a stream of the host backend", stream);
         return STRATA_ERR_INVALID;
     }
-    pthread_mutex_lock(&s->lock);
-    mark = s->enqueued;
-    pthread_mutex_unlock(&s->lock);
-    host_stream_wait_for(s, mark);
+    host_stream_finish(s);
     return STRATA_OK;
+}
+
+/*
+ * Every stream but the caller's own has run what was enqueued on it before this call, as
+ * cudaFree waits for the device. Streams made meanwhile are not waited for; none ends
+ * while this waits (the list from its head on stays as it was).
+ */
+void host_streams_drain(void)
+{
+    host_stream_t *s;
+
+    pthread_rwlock_rdlock(&host_streams_ending);
+    pthread_mutex_lock(&host_streams_lock);
+    s = host_streams_live;
+    pthread_mutex_unlock(&host_streams_lock);
+    for (; s != NULL; s = s->next_live) {
+        if (!pthread_equal(s->thread, pthread_self())) {
+            host_stream_finish(s);
+        }
+    }
+    pthread_rwlock_unlock(&host_streams_ending);
 }
 
 strata_status_t host_stream_capturing(void *stream, bool *capturing_p)

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -62,11 +63,49 @@ static void test_host_memory(void **state)
     host->mem_free(NULL);
 }
 
+/*
+ * mem_free waits for the streams' queued work, as cudaFree does: a copy still queued to the
+ * freed memory would write there after it was freed. A large copy queued first keeps the
+ * stream busy well past the call; the small one behind it must have landed once mem_free
+ * returns (without the wait, the big copy lands in unmapped memory or the mark is still 0).
+ */
+static void test_host_free_waits_for_streams(void **state)
+{
+    const intra_device_ops_t *host = intra_device_find("host");
+    const size_t big = (size_t)64 << 20;
+    unsigned char *dst = NULL, *mark = NULL, *src = malloc(big);
+    const uint64_t stamp = 0x5a5aa5a5c3c33c3cull;
+    intra_queue_t *queue = NULL;
+    void *stream = NULL;
+
+    (void)state;
+    assert_non_null(src);
+    memset(src, 0x77, big);
+    assert_int_equal(host->mem_alloc(big, (void **)&dst), STRATA_OK);
+    assert_int_equal(host->mem_alloc(64, (void **)&mark), STRATA_OK);
+    memset(mark, 0, 64);
+    assert_int_equal(host->stream_create(&stream), STRATA_OK);
+    assert_int_equal(host->queue_create(1, &queue), STRATA_OK);
+    assert_int_equal(host->queue_set_stream(queue, stream), STRATA_OK);
+    for (int i = 0; i < 3; ++i) {
+        assert_int_equal(host->queue_write(queue, dst, src, big), STRATA_OK);
+    }
+    assert_int_equal(host->queue_write(queue, mark, &stamp, sizeof(stamp)), STRATA_OK);
+    host->mem_free(dst);
+    assert_memory_equal(mark, &stamp, sizeof(stamp));
+    assert_int_equal(host->queue_set_stream(queue, NULL), STRATA_OK);
+    host->queue_destroy(queue);
+    host->stream_destroy(stream);
+    host->mem_free(mark);
+    free(src);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_host_memory),
+        cmocka_unit_test(test_host_free_waits_for_streams),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -283,7 +283,8 @@ STRATA_API strata_status_t strata_moe_layout_create(strata_moe_t *moe, const int
                                                     int num_tokens,
                                                     strata_moe_layout_t **layout_p);
 /** Only once no dispatch or combine that used it is in progress (on a stream: once the
- *  stream has run them; strata_moe_synchronize). Tolerates NULL. */
+ *  stream has run them; strata_moe_synchronize). The copy of it to the device that
+ *  layout_create queued needs no wait: the free waits for it. Tolerates NULL. */
 STRATA_API void strata_moe_layout_destroy(strata_moe_layout_t *layout);
 
 /**
