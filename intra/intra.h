@@ -62,9 +62,9 @@ typedef struct intra_device_ops {
     /** size > 0; *ptr_p aligned to INTRA_DEVICE_ALIGNMENT, set only on success. */
     strata_status_t (*mem_alloc)(size_t size, void **ptr_p);
     /**
-     * Tolerates NULL. Waits, as cudaFree does, for the work every stream has queued (but the
-     * caller's own, on the host backend): a copy or kernel queued earlier may still write to
-     * ptr.
+     * Tolerates NULL. Not before the work every stream has queued so far has run, as
+     * cudaFree waits for the device: a copy or kernel queued earlier may still write to ptr.
+     * The host backend does not wait: its streams free ptr when they reach that point.
      */
     void (*mem_free)(void *ptr);
     /**

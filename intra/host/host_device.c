@@ -38,8 +38,7 @@ static strata_status_t host_mem_alloc(size_t size, void **ptr_p)
 static void host_mem_free(void *ptr)
 {
     if (ptr != NULL) {
-        host_streams_drain();
-        free(ptr);
+        host_streams_free(ptr);
     }
 }
 

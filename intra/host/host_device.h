@@ -39,8 +39,8 @@ strata_status_t host_stream_launch(host_stream_t *s, intra_moe_kernel_t kernel,
 strata_status_t host_stream_copy(host_stream_t *s, void *dst, const void *src, size_t size);
 strata_status_t host_stream_fill(host_stream_t *s, void *dst, int value, size_t size);
 strata_status_t host_stream_wait(host_stream_t *s, host_stream_t *after);
-/* Every stream but the caller's own has run what was enqueued on it so far. */
-void            host_streams_drain(void);
+/* free(ptr) once every stream has run what was enqueued on it so far; no wait. */
+void            host_streams_free(void *ptr);
 /**
  * Make the stream report that it is being captured, as a CUDA stream does between
  * cudaStreamBeginCapture and cudaStreamEndCapture (its work still runs): how the library's

@@ -18,7 +18,15 @@ typedef enum host_task_kind {
     HOST_TASK_COPY,
     HOST_TASK_FILL,
     HOST_TASK_WAIT,
+    HOST_TASK_RELEASE,
 } host_task_kind_t;
+
+/* Memory freed once every stream that had work queued when its free was asked has run
+ * that work (host_streams_free): one hold per such stream, and the caller's. */
+typedef struct host_release {
+    atomic_uint holds;
+    void       *ptr;
+} host_release_t;
 
 typedef struct host_task {
     host_task_kind_t   kind;
@@ -35,6 +43,8 @@ typedef struct host_task {
     /* wait: until after has completed mark tasks */
     host_stream_t     *after;
     uint64_t           mark;
+    /* release: one hold of it */
+    host_release_t    *release;
 } host_task_t;
 
 struct host_stream {
@@ -57,9 +67,6 @@ struct host_stream {
  * stream of another backend, or a destroyed one, is refused rather than read. */
 static pthread_mutex_t host_streams_lock = PTHREAD_MUTEX_INITIALIZER;
 static host_stream_t  *host_streams_live;
-/* Held for reading while host_streams_drain waits on streams it found, for writing while a
- * stream is taken off the list and ended: no stream ends under a drain. */
-static pthread_rwlock_t host_streams_ending = PTHREAD_RWLOCK_INITIALIZER;
 
 host_stream_t *host_stream_of(void *stream)
 {
@@ -81,6 +88,25 @@ static void host_stream_wait_for(host_stream_t *after, uint64_t mark)
     pthread_mutex_unlock(&after->lock);
 }
 
+/* What s has enqueued so far has run. */
+static void host_stream_finish(host_stream_t *s)
+{
+    uint64_t mark;
+
+    pthread_mutex_lock(&s->lock);
+    mark = s->enqueued;
+    pthread_mutex_unlock(&s->lock);
+    host_stream_wait_for(s, mark);
+}
+
+static void host_release_drop(host_release_t *r)
+{
+    if (atomic_fetch_sub(&r->holds, 1) == 1) {
+        free(r->ptr);
+        free(r);
+    }
+}
+
 static void host_stream_run(const host_task_t *t)
 {
     switch (t->kind) {
@@ -95,6 +121,9 @@ static void host_stream_run(const host_task_t *t)
         break;
     case HOST_TASK_WAIT:
         host_stream_wait_for(t->after, t->mark);
+        break;
+    case HOST_TASK_RELEASE:
+        host_release_drop(t->release);
         break;
     }
 }
@@ -168,7 +197,7 @@ void host_stream_destroy(void *stream)
     if (s == NULL) {
         return;
     }
-    pthread_rwlock_wrlock(&host_streams_ending);
+    host_stream_finish(s); /* a free deferred for its work finds it listed until then */
     pthread_mutex_lock(&host_streams_lock);
     for (host_stream_t **p = &host_streams_live; *p != NULL; p = &(*p)->next_live) {
         if (*p == s) {
@@ -177,7 +206,6 @@ void host_stream_destroy(void *stream)
         }
     }
     pthread_mutex_unlock(&host_streams_lock);
-    pthread_rwlock_unlock(&host_streams_ending);
     pthread_mutex_lock(&s->lock);
     s->stopping = true;
     pthread_cond_signal(&s->wake);
@@ -200,17 +228,6 @@ void host_stream_destroy(void *stream)
     free(s);
 }
 
-/* What s has enqueued so far has run. */
-static void host_stream_finish(host_stream_t *s)
-{
-    uint64_t mark;
-
-    pthread_mutex_lock(&s->lock);
-    mark = s->enqueued;
-    pthread_mutex_unlock(&s->lock);
-    host_stream_wait_for(s, mark);
-}
-
 strata_status_t host_stream_synchronize(void *stream)
 {
     host_stream_t *s = host_stream_of(stream);
@@ -221,27 +238,6 @@ strata_status_t host_stream_synchronize(void *stream)
     }
     host_stream_finish(s);
     return STRATA_OK;
-}
-
-/*
- * Every stream but the caller's own has run what was enqueued on it before this call, as
- * cudaFree waits for the device. Streams made meanwhile are not waited for; none ends
- * while this waits (the list from its head on stays as it was).
- */
-void host_streams_drain(void)
-{
-    host_stream_t *s;
-
-    pthread_rwlock_rdlock(&host_streams_ending);
-    pthread_mutex_lock(&host_streams_lock);
-    s = host_streams_live;
-    pthread_mutex_unlock(&host_streams_lock);
-    for (; s != NULL; s = s->next_live) {
-        if (!pthread_equal(s->thread, pthread_self())) {
-            host_stream_finish(s);
-        }
-    }
-    pthread_rwlock_unlock(&host_streams_ending);
 }
 
 strata_status_t host_stream_capturing(void *stream, bool *capturing_p)
@@ -420,4 +416,61 @@ strata_status_t host_stream_wait(host_stream_t *s, host_stream_t *after)
     t->after = after;
     host_stream_push(s, t);
     return STRATA_OK;
+}
+
+static bool host_stream_busy(host_stream_t *s)
+{
+    bool busy;
+
+    pthread_mutex_lock(&s->lock);
+    busy = s->completed < s->enqueued;
+    pthread_mutex_unlock(&s->lock);
+    return busy;
+}
+
+/* s holds r until it has run what it has queued now; false if no task could be made. */
+static bool host_stream_hold(host_stream_t *s, host_release_t *r)
+{
+    host_task_t *t = host_stream_task(s, HOST_TASK_RELEASE, 0);
+
+    if (t == NULL) {
+        return false;
+    }
+    atomic_fetch_add(&r->holds, 1);
+    t->release = r;
+    host_stream_push(s, t);
+    return true;
+}
+
+/*
+ * free(ptr) once every stream has run the work queued on it so far, as cudaFree waits for
+ * the device: a copy or kernel queued earlier may still write there. The caller does not
+ * wait (a stream's kernel may be waiting for another rank that this thread drives): the
+ * streams with work queued free it when they reach the point of this call. Only where
+ * memory for that runs out does the caller wait for the stream.
+ */
+void host_streams_free(void *ptr)
+{
+    host_release_t *r = malloc(sizeof(*r));
+
+    if (r == NULL) {
+        pthread_mutex_lock(&host_streams_lock);
+        for (host_stream_t *s = host_streams_live; s != NULL; s = s->next_live) {
+            host_stream_finish(s);
+        }
+        pthread_mutex_unlock(&host_streams_lock);
+        free(ptr);
+        return;
+    }
+    atomic_init(&r->holds, 1);
+    r->ptr = ptr;
+    /* listed streams are not destroyed meanwhile; one being destroyed ran its work first */
+    pthread_mutex_lock(&host_streams_lock);
+    for (host_stream_t *s = host_streams_live; s != NULL; s = s->next_live) {
+        if (host_stream_busy(s) && !host_stream_hold(s, r)) {
+            host_stream_finish(s);
+        }
+    }
+    pthread_mutex_unlock(&host_streams_lock);
+    host_release_drop(r);
 }

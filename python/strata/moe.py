@@ -380,6 +380,7 @@ class Moe:
         self._layouts = weakref.WeakSet()                    # made by layout(), still open
         comm._moes.add(self)
         self._recv = None          # the step's Recv (or CompactRecv), once dispatched
+        self._exact = False        # whether its dispatches gave CompactRecvs (Receive.EXACT)
         self._step_x = None        # the step's tokens: an exact receive's buffers follow them
         self._first_expert = 0     # of the last recv
         self._receive_buffers = True  # the exact receive: the facade makes the buffers
@@ -472,8 +473,9 @@ class Moe:
         """The exact receive's step after its dispatch: the counts (the host waits for
         them), then, unless the caller gives its own (receive_buffers=False, or a framework
         the facade cannot allocate in), buffers of that many rows and the rows into them."""
-        self._first_expert = raw.first_expert
-        self._recv = CompactRecv(self, self.dispatch_counts(), None, None, None, None)
+        self._first_expert, self._exact = raw.first_expert, True
+        self._recv = None  # until the counts came: no former step's buffers for this one
+        self._recv = self._compact_recv()
         if self._receive_buffers and (self._framework != "array" or self._memory.kind == "cpu"):
             rows, like, framework = self._recv.rows, self._step_x, self._framework
             x = b.empty(b.DTYPE_NAMES[self.dtype], (rows, self.hidden), framework,
@@ -488,6 +490,10 @@ class Moe:
             self._order_after_allocation()
             self.dispatch_recv_into(x, src, scales)
         return _delivered(status, call, self._recv)
+
+    def _compact_recv(self):
+        """The step's CompactRecv, its buffers still to come: the host waits for the counts."""
+        return CompactRecv(self, self.dispatch_counts(), None, None, None, None)
 
     def _order_after_allocation(self):
         """Buffers torch just made may reuse memory its current stream still works on: a
@@ -509,6 +515,9 @@ class Moe:
         it with buffers it makes, unless told not to (receive_buffers=False); the step's
         CompactRecv then takes these, and combine needs expert_y given. The buffers must
         live until the step's combine."""
+        if self._recv is None and self._exact:
+            # the dispatch's wait for the counts failed (TIMEOUT): this step's recv from here
+            self._recv = self._compact_recv()
         rows = b.rows_of(x, "x")
         xs = b.address(x, "x", b.DTYPE_NAMES[self.dtype], (rows, self.hidden),
                        ("rows", "hidden"), writable=True, aligned=True, memory=self._memory)

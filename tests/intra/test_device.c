@@ -64,12 +64,14 @@ static void test_host_memory(void **state)
 }
 
 /*
- * mem_free waits for the streams' queued work, as cudaFree does: a copy still queued to the
- * freed memory would write there after it was freed. A large copy queued first keeps the
- * stream busy well past the call; the small one behind it must have landed once mem_free
- * returns (without the wait, the big copy lands in unmapped memory or the mark is still 0).
+ * mem_free frees only once the streams have run what they had queued, as cudaFree waits for
+ * the device: a copy still queued to the memory would write there after it was freed. The
+ * host backend does not make the caller wait; its streams free the memory when they get
+ * there. Large copies queued first keep the stream busy well past the call; freed at once,
+ * their target (mapped for its size) would be unmapped under them and the process would
+ * end on a fault (an address sanitizer names the use after free).
  */
-static void test_host_free_waits_for_streams(void **state)
+static void test_host_free_after_streams(void **state)
 {
     const intra_device_ops_t *host = intra_device_find("host");
     const size_t big = (size_t)64 << 20;
@@ -90,8 +92,9 @@ static void test_host_free_waits_for_streams(void **state)
     for (int i = 0; i < 3; ++i) {
         assert_int_equal(host->queue_write(queue, dst, src, big), STRATA_OK);
     }
-    assert_int_equal(host->queue_write(queue, mark, &stamp, sizeof(stamp)), STRATA_OK);
     host->mem_free(dst);
+    assert_int_equal(host->queue_write(queue, mark, &stamp, sizeof(stamp)), STRATA_OK);
+    assert_int_equal(host->stream_synchronize(stream), STRATA_OK);
     assert_memory_equal(mark, &stamp, sizeof(stamp));
     assert_int_equal(host->queue_set_stream(queue, NULL), STRATA_OK);
     host->queue_destroy(queue);
@@ -105,7 +108,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_host_memory),
-        cmocka_unit_test(test_host_free_waits_for_streams),
+        cmocka_unit_test(test_host_free_after_streams),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

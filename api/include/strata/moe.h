@@ -384,7 +384,9 @@ STRATA_API strata_status_t strata_moe_dispatch_counts(strata_moe_t *moe, int64_t
  * into x ([rows][hidden] in dtype, 16-byte aligned), x_scales ([rows][hidden / 128] fp32,
  * fp8 only) and src ([rows]), in the device backend's memory (host memory on the host
  * backend), packed: local expert e's rows start at the sum of counts[0..e-1] of
- * strata_moe_dispatch_counts, the rows of each expert by source rank. rows: how many the
+ * strata_moe_dispatch_counts, the rows of each expert by the rank of this node that holds
+ * them (its own tokens, then those it received from other nodes; src names each row's
+ * source). rows: how many the
  * buffers hold, at least the counts' sum. The call waits for the counts (on GPUs the host
  * waits here, as with strata_moe_dispatch_counts) and, without a stream, for the rows;
  * with one it returns once the loads are enqueued, and strata_moe_expert_wait (after this
