@@ -156,20 +156,37 @@ KERNEL_FN uint32_t moe_withheld_ranks(const intra_moe_args_t *a)
     return held;
 }
 
+/* Of the ranks that withheld (moe_withheld_ranks), those that did because a wait of their
+ * dispatch gave up. */
+KERNEL_FN uint32_t moe_gave_up_ranks(const intra_moe_args_t *a)
+{
+    uint64_t step = kernel_load_relaxed_u64(&moe_control(a, a->rank)->dispatched);
+    uint32_t gave_up = 0;
+
+    for (int r = 0; r < a->num_ranks; ++r) {
+        gave_up |= (uint32_t)(kernel_load_relaxed_u64(&moe_control(a, r)->gave_up) == step) << r;
+    }
+    return gave_up;
+}
+
 /* Whether expert's owner is among the ranks that withheld (moe_withheld_ranks). */
 KERNEL_FN int moe_withheld(const intra_moe_args_t *a, uint32_t held, int expert)
 {
     return (int)((held >> (expert / a->experts_per_rank)) & 1u);
 }
 
-/* Source role: (token, k) routed to expert has no row: dropped for capacity, or withheld. */
+/* Source role: (token, k) routed to expert has no row: dropped for capacity, or withheld
+ * (an abort, or a wait that gave up: moe_gave_up_ranks, read only here, where it is rare). */
 KERNEL_FN void moe_report_missing(const intra_moe_args_t *a, uint32_t held, int expert,
                                   int token, int k)
 {
-    moe_report(&moe_control(a, a->rank)->combine_status,
-               moe_withheld(a, held, expert) ? INTRA_MOE_KERNEL_WITHHELD
-                                             : INTRA_MOE_KERNEL_DROPPED,
-               expert, token, k, 0);
+    int code = INTRA_MOE_KERNEL_DROPPED;
+
+    if (moe_withheld(a, held, expert)) {
+        code = moe_withheld(a, moe_gave_up_ranks(a), expert) ? INTRA_MOE_KERNEL_GAVE_UP
+                                                             : INTRA_MOE_KERNEL_WITHHELD;
+    }
+    moe_report(&moe_control(a, a->rank)->combine_status, code, expert, token, k, 0);
 }
 
 /* Source role: the row that (token, k)'s owner produced, or NULL if it was dropped or
@@ -291,10 +308,12 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
     intra_moe_control_t *control = moe_control(a, a->rank);
     uint64_t step = moe_step(a, 0, g), ordinal = moe_combine_ordinal(a, g);
 
-    /* exact receive: after a failed dispatch no row was loaded, and the sources' row_slot
-     * entries are a former step's: withhold, so that nothing unloaded is summed */
-    int withhold = a->withhold ||
-                   (a->exact && kernel_load_relaxed_u64(&control->failed_step) >= step);
+    /* after a dispatch whose wait gave up (on a stream the host has not learnt it yet) the
+     * blocks may lack rows a late source still sends, and the sources' row_slot entries
+     * for them are a former step's (the exact receive loaded nothing): withhold, so that
+     * no source sums a term that was never computed on its row */
+    int gave_up  = kernel_load_relaxed_u64(&control->failed_step) >= step;
+    int withhold = a->withhold || gave_up;
 
     if (moe_net_failed(a)) {
         return;
@@ -305,6 +324,9 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
         moe_combine_send(a, g);
     } else if (g.block == 0 && KERNEL_LEADER(g)) {
         /* seen by the sources through the release of our flag below */
+        if (gave_up) {
+            control->gave_up = step;
+        }
         kernel_store_release_u64(&control->withheld, step);
     }
     if (moe_last_block(&control->combine_send_done, ordinal, g)) {

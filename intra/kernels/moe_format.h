@@ -46,6 +46,10 @@ enum {
                                            the step and returned nothing (value: expert) */
     INTRA_MOE_KERNEL_TERMS_WITHHELD = 12, /* value: the rank that returned this rank's terms;
                                              count: how many of them an owner there withheld */
+    INTRA_MOE_KERNEL_GAVE_UP      = 13, /* combine: the owner of a row of this token gave up
+                                           waiting in its dispatch and returned nothing
+                                           (value: expert) */
+    INTRA_MOE_KERNEL_TERMS_GAVE_UP = 14, /* as TERMS_WITHHELD, where an owner there gave up */
 };
 
 typedef struct intra_moe_status {
@@ -74,6 +78,10 @@ typedef struct intra_moe_control {
     /* The last step whose results this rank withheld (it aborted the step): its sources
      * read it once its combine flag is released, and take no term from it. */
     uint64_t withheld;
+    /* The last step whose results it withheld because a wait of its dispatch gave up (its
+     * blocks may lack rows a late source sent, their slots a former step's): written
+     * before withheld. */
+    uint64_t gave_up;
     /* Per-expert completion (moe_common.h): the last step whose counts each source
      * published to us, and the last step whose expected rows we settled. */
     uint64_t counts_flag[INTRA_MOE_MAX_RANKS];

@@ -10,9 +10,18 @@
 
 /* --- NET_RETURN and NET_TERMS --------------------------------------------------------- */
 
+/* The withheld count of a block's drops words: flagged where an owner here withheld
+ * because a wait of its step gave up. */
+KERNEL_FN int64_t net_withheld_word(const intra_moe_args_t *a, int64_t withheld)
+{
+    return withheld > 0 && moe_gave_up_ranks(a) != 0
+               ? (int64_t)((uint64_t)withheld | INTRA_NET_DROPS_GAVE_UP)
+               : withheld;
+}
+
 /* Of the terms this node returns to peer p, those it has no row for (the node's combine
  * put zeros in their place), in the block's drops words: [0] dropped for capacity here,
- * [1] withheld by an owner here that aborted the step. */
+ * [1] withheld by an owner here that aborted the step (or gave up: net_withheld_word). */
 KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, const intra_net_peer_t *peer,
                                  int64_t *drops)
 {
@@ -35,7 +44,7 @@ KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, const intra_net_peer
         }
     }
     drops[0] = dropped;
-    drops[1] = withheld;
+    drops[1] = net_withheld_word(a, withheld);
 }
 
 /* --- The streamed exchange's combine (NET_RETURN once per round) ------------------------ */
@@ -57,7 +66,7 @@ KERNEL_FN int net_post_round(const intra_moe_args_t *a, int p, uint64_t step, ui
 
     if (KERNEL_LEADER(g)) {
         ((int64_t *)(n->area + out + rows * y))[0] = missing[0];
-        ((int64_t *)(n->area + out + rows * y))[1] = missing[1];
+        ((int64_t *)(n->area + out + rows * y))[1] = net_withheld_word(a, missing[1]);
     }
     return net_post_block(a, g, n->peers[p].rank, out,
                           n->ret_in + net_ret_buffer(n, step) * n->ret_in_bytes +
@@ -430,14 +439,18 @@ KERNEL_FN void intra_net_terms_body(const intra_moe_args_t *a, kernel_grid_t g)
             return;
         }
         drops = (const uint64_t *)(ret_in + at + terms);
-        for (int why = 0; why < 2; ++why) { /* the step's input, not a failure */
+        for (int why = 0; why < 2; ++why) { /* reported, not waited on */
             uint64_t missing = kernel_load_acquire_u64(&drops[why]);
+            int code = why == 0 ? INTRA_MOE_KERNEL_TERMS_DROPPED
+                                : INTRA_MOE_KERNEL_TERMS_WITHHELD;
 
+            if (why == 1 && (missing & INTRA_NET_DROPS_GAVE_UP) != 0) {
+                code     = INTRA_MOE_KERNEL_TERMS_GAVE_UP;
+                missing &= ~INTRA_NET_DROPS_GAVE_UP;
+            }
             if (missing > 0) {
-                moe_report(&moe_control(a, a->rank)->combine_status,
-                           why == 0 ? INTRA_MOE_KERNEL_TERMS_DROPPED
-                                    : INTRA_MOE_KERNEL_TERMS_WITHHELD,
-                           peer->rank, -1, -1, (int64_t)missing);
+                moe_report(&moe_control(a, a->rank)->combine_status, code, peer->rank, -1,
+                           -1, (int64_t)missing);
             }
         }
     }

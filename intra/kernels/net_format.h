@@ -19,11 +19,13 @@
  * One peer's block of rows being returned: up to max_tokens entries of up to rows_per_entry
  * rows each (an entry's terms on the returning side), packed, then this many bytes: two
  * int64 that count the terms missing on the returning node (a zero term stands in for
- * each), dropped for capacity there and withheld by an owner there that aborted the step;
- * the tokens' rank learns of them from there. Blocks land in the
+ * each), dropped for capacity there and withheld by an owner there that aborted the step
+ * (INTRA_NET_DROPS_GAVE_UP set in the count where an owner there withheld because a wait
+ * of its step gave up); the tokens' rank learns of them from there. Blocks land in the
  * tokens' rank's ret_in one after the other, each where that rank's header said.
  */
 #define INTRA_NET_DROPS_BYTES   16
+#define INTRA_NET_DROPS_GAVE_UP (1ull << 62)
 #define INTRA_NET_RET_BLOCK(max_tokens, rows_per_entry, y_row_bytes) \
     ((size_t)(max_tokens) * (size_t)(rows_per_entry) * (size_t)(y_row_bytes) + \
      INTRA_NET_DROPS_BYTES)

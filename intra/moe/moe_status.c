@@ -106,14 +106,27 @@ static strata_status_t moe_kernel_status(intra_moe_t *moe, const intra_moe_statu
         return STRATA_ERR_CAPACITY;
     case INTRA_MOE_KERNEL_WITHHELD:
         UTIL_LOG_ERROR("intra moe: token %d's choice %d (expert %d) has no result: the "
-                       "expert's rank aborted step %" PRIu64 " (or, receiving exactly, gave up "
-                       "waiting in it); the token's result lacks that term", st->token, st->slot, st->value, moe->step);
+                       "expert's rank aborted step %" PRIu64 "; the token's result lacks that "
+                       "term", st->token, st->slot, st->value, moe->step);
         return STRATA_ERR_CANCELLED;
     case INTRA_MOE_KERNEL_TERMS_WITHHELD:
         UTIL_LOG_ERROR("intra moe: %" PRId64 " of this rank's terms returned by rank %d were "
-                       "withheld on its node, where a rank aborted step %" PRIu64 " (or, receiving "
-                       "exactly, gave up waiting in it); those tokens' results lack them", st->count, st->value, moe->step);
+                       "withheld on its node, where a rank aborted step %" PRIu64 "; those "
+                       "tokens' results lack them", st->count, st->value, moe->step);
         return STRATA_ERR_CANCELLED;
+    case INTRA_MOE_KERNEL_GAVE_UP:
+        UTIL_LOG_ERROR("intra moe: token %d's choice %d (expert %d) has no result: the "
+                       "expert's rank gave up waiting in step %" PRIu64 " and withheld its "
+                       "results; the object can only be destroyed", st->token, st->slot,
+                       st->value, moe->step);
+        moe->state = MOE_FAILED;
+        return STRATA_ERR_TIMEOUT;
+    case INTRA_MOE_KERNEL_TERMS_GAVE_UP:
+        UTIL_LOG_ERROR("intra moe: %" PRId64 " of this rank's terms returned by rank %d were "
+                       "withheld on its node, where a rank gave up waiting in step %" PRIu64
+                       "; the object can only be destroyed", st->count, st->value, moe->step);
+        moe->state = MOE_FAILED;
+        return STRATA_ERR_TIMEOUT;
     case INTRA_MOE_KERNEL_TIMEOUT:
         moe->waited_for   = st->value;
         moe->waited_local = true;

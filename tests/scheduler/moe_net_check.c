@@ -24,7 +24,14 @@
  * with that step computed as if it had no tokens, and every later step must stay exact
  * (no rank pairs its step with another's next one). With --stall RANK:MS that rank sleeps
  * MS milliseconds before its dispatch in the middle of the run, alive (its heartbeats go
- * on), while the others wait for it: every step must still pass. With --two, a second object of the other route lives beside the first and the steps
+ * on), while the others wait for it: every step must still pass. With --streams and --late
+ * RANK:MS that rank dispatches MS milliseconds late in the middle step, which every rank
+ * runs as a framework computing its experts on the stream does (no host wait between
+ * dispatch and combine): with MS past STRATA_MOE_TIMEOUT the others' owners give up on
+ * its rows and still run their combine, so every rank, the late one included, must get
+ * STRATA_ERR_TIMEOUT from that step (or PEER_FAILED, where a rank that failed has left),
+ * none OK or a status the object survives (an owner that gave up withholds its results;
+ * summed, they would lack the late rank's rows). With --two, a second object of the other route lives beside the first and the steps
  * alternate between them (each counts its own immediates). Prints one line per rank; exit 0
  * on success. With --streams the object runs on two streams of strata_comm_stream_create,
  * changing every step, and the host waits only to check each dispatch: a step's kernels
@@ -85,6 +92,8 @@ typedef struct options {
     bool       odd_exchange; /* that rank's exchange differs instead (worst-case) */
     int        disagree;   /* rank that sets other masks mid-run, or -1 */
     int        stall;      /* rank that sleeps before a dispatch mid-run, or -1 */
+    int        late;       /* --streams: rank that dispatches late mid-run, or -1 */
+    unsigned   late_ms;
     int        overflow;   /* the expert every token goes to, or -1 */
     int        overflow_from; /* the first rank whose tokens do (the others' fit) */
     unsigned   stall_ms;
@@ -158,7 +167,8 @@ static void parse(int argc, char **argv, options_t *o)
     *o = (options_t){.c = {.device = "host", .experts = 16, .topk = 4, .hidden = 256,
                            .max_tokens = 24, .steps = 50, .dtype = STRATA_DTYPE_BF16,
                            .combine_dtype = STRATA_DTYPE_BF16},
-                     .kill = -1, .disagree = -1, .odd_config = -1, .stall = -1, .overflow = -1,
+                     .kill = -1, .disagree = -1, .odd_config = -1, .stall = -1, .late = -1,
+                     .overflow = -1,
                      .odd_combine = -1, .odd_route = -1,
                      .kill_bound_ms = 15000};
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -181,6 +191,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--abort")) parse_abort(v);
         else if (!strcmp(k, "--overflow")) parse_overflow(o, v);
         else if (!strcmp(k, "--stall")) { o->stall = atoi(v); o->stall_ms = strchr(v, ':') ? (unsigned)atoi(strchr(v, ':') + 1) : 5000; }
+        else if (!strcmp(k, "--late")) { o->late = atoi(v); o->late_ms = strchr(v, ':') ? (unsigned)atoi(strchr(v, ':') + 1) : 5000; }
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--trace")) o->trace = v;
         else if (!strcmp(k, "--mode") && !strcmp(v, "adaptive")) o->masks = MASKS_ADAPTIVE;
@@ -450,6 +461,10 @@ int main(int argc, char **argv)
     for (g_step = 0; g_step < o.c.steps; ++g_step) {
         step_start = util_clock_now_ns();
         r.moe = objects[o.two ? g_step % 2 : 0];
+        if (o.streams && o.late >= 0 && g_step == o.kill_step) {
+            status = run_late_step(&sr, g_rank == o.late ? o.late_ms : 0);
+            break; /* the step must fail everywhere: checked below */
+        }
         if (o.streams) {
             status = run_stream_step(&sr, g_step == o.kill_step && g_rank == o.kill
                                               ? (o.stop ? SIGSTOP : SIGKILL) : 0);
@@ -482,6 +497,13 @@ int main(int argc, char **argv)
               o.kill_step, strata_status_string(status), g_step);
         printf("rank %d: the step with rank %d's other modes failed: %s\n", g_rank, o.disagree,
                strata_status_string(status));
+    } else if (o.late >= 0) {
+        CHECK((status == STRATA_ERR_TIMEOUT || status == STRATA_ERR_PEER_FAILED) &&
+                  g_step == o.kill_step,
+              "rank %d dispatched %u ms late at step %d, past the object's bound; this rank "
+              "got %s at step %d", o.late, o.late_ms, o.kill_step,
+              strata_status_string(status), g_step);
+        printf("rank %d: rank %d was late: %s\n", g_rank, o.late, strata_status_string(status));
     } else if (o.kill >= 0) {
         uint64_t took_ms = (util_clock_now_ns() - step_start) / UTIL_NSEC_PER_MSEC;
 

@@ -102,6 +102,10 @@ strata_status_t run_step(rank_state_t *r, int kill, bool disagree);
 void            stream_run_start(stream_run_t *sr, strata_comm_t *comm, const rank_state_t *r);
 /** One step on stream g_step % 2; kill as run_step's, raised before the dispatch. */
 strata_status_t run_stream_step(stream_run_t *sr, int kill);
+/** --late: one step on stream g_step % 2 as a framework that computes its experts on the
+ *  stream runs it: no host wait between dispatch and combine, then the stream's status;
+ *  this rank dispatches late_ms late. */
+strata_status_t run_late_step(stream_run_t *sr, unsigned late_ms);
 /** The last step's results, then everything the run made. */
 void            stream_run_end(stream_run_t *sr, rank_state_t *r, strata_status_t status);
 

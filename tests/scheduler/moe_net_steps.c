@@ -326,21 +326,14 @@ static void check_pending(stream_run_t *sr)
  * last step's combine, which ran on the other stream, must be done: the new stream waited
  * for it. This step's combine is checked after the next step's dispatch.
  */
-strata_status_t run_stream_step(stream_run_t *sr, int kill)
-/* kill: 0 no, else the signal this rank raises before its dispatch: the others' experts then
- * lack its counts and rows, whatever the timing (its last step's combine may still be
- * queued too) */
+/* A step on stream g_step % 2 begins: its buffers (the step's of two steps ago, checked
+ * since), its masks and its input (n tokens at x). */
+static rank_state_t *stream_step_begin(stream_run_t *sr, int *n, const void **x)
 {
     rank_state_t *r = &sr->states[g_step % 2];
     uint64_t dmask[INTRA_MOE_MASK_WORDS], cmask[INTRA_MOE_MASK_WORDS];
-    expert_copies_t copies = {NULL, NULL};
-    int32_t counts[MAX_LOCAL_EXPERTS];
-    strata_moe_recv_t recv;
-    strata_status_t status;
-    const void *x;
-    int n;
 
-    strata_moe_layout_destroy(r->layout); /* of two steps ago, checked since */
+    strata_moe_layout_destroy(r->layout);
     r->layout = NULL;
     CHECK(strata_moe_set_stream(r->moe, sr->streams[g_step % 2]) == STRATA_OK, "set_stream");
     if (r->masks == MASKS_BY_STEP) {
@@ -349,7 +342,23 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
         CHECK(strata_moe_set_pull_mask(r->moe, dmask, cmask) == STRATA_OK, "set_pull_mask");
     }
     make_inputs(r);
-    step_input(r, &n, &x);
+    step_input(r, n, x);
+    return r;
+}
+
+strata_status_t run_stream_step(stream_run_t *sr, int kill)
+/* kill: 0 no, else the signal this rank raises before its dispatch: the others' experts then
+ * lack its counts and rows, whatever the timing (its last step's combine may still be
+ * queued too) */
+{
+    expert_copies_t copies = {NULL, NULL};
+    int32_t counts[MAX_LOCAL_EXPERTS];
+    strata_moe_recv_t recv;
+    strata_status_t status;
+    const void *x;
+    int n;
+    rank_state_t *r = stream_step_begin(sr, &n, &x);
+
     if (kill) {
         raise(kill);
     }
@@ -395,6 +404,25 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
         sr->pending = g_step;
     }
     return status;
+}
+
+strata_status_t run_late_step(stream_run_t *sr, unsigned late_ms)
+{
+    strata_moe_recv_t recv;
+    strata_status_t status;
+    const void *x;
+    int n;
+    rank_state_t *r = stream_step_begin(sr, &n, &x);
+
+    util_sleep_ns((uint64_t)late_ms * UTIL_NSEC_PER_MSEC); /* the others wait, then give up */
+    status = strata_moe_dispatch(r->moe, x, r->scales ? r->x_scales : NULL, r->idx, n, &recv);
+    if (status == STRATA_OK) { /* the experts' outputs: whatever recv.expert_y holds */
+        status = strata_moe_combine_send(r->moe, NULL);
+    }
+    if (status == STRATA_OK) {
+        status = strata_moe_combine_recv(r->moe, r->weights, r->out);
+    }
+    return status == STRATA_OK ? strata_moe_synchronize(r->moe) : status;
 }
 
 /* --streams: the second stream's buffers, and the streams. */

@@ -4,7 +4,8 @@
 # every dtype, pull masks changing by step, round two exercised by a small round one, Pull
 # across nodes by read and by request; rate control pacing the work ring's commands; adaptive
 # modes on a drifting routing trace (made by strata-tune) and a fixed mode file; bad inputs on
-# one rank; a rank aborting its step (strata_moe_abort_step) at three points; a rank killed, and one stopped, mid-step; steps on host streams that change every
+# one rank; a rank aborting its step (strata_moe_abort_step) at three points; a rank killed, and one stopped, mid-step; one that dispatches past the object's
+# bound on streams; steps on host streams that change every
 # step, each rank waiting for its experts one by one meanwhile; the network area in a pinned host
 # bounce buffer; node-reduce combine, and where it is refused; and the exact receive
 # (dispatch_recv_into). Where strata has ucx, a
@@ -137,6 +138,15 @@ done
 # A rank killed while the others wait for their experts' rows (strata_moe_expert_wait) on
 # streams: the same bound.
 case_run "1x4, streams, rank 1 killed while the others wait for their experts" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 --allow-fail 1 -- --steps 10 --streams 1 --expert-wait 1 --kill 1 --kill-bound-ms 12000
+# A rank that dispatches past the object's bound (STRATA_MOE_TIMEOUT) while every rank runs
+# the step as a framework computing on the stream does, with no host wait between dispatch
+# and combine: the others' owners give up on its rows and still run their combine, which
+# withholds their results, so every rank gets TIMEOUT (PEER_FAILED once a failed rank has
+# left), the late one too, whose terms from them were never computed on its rows (summed,
+# they would be a wrong result, or a CAPACITY the object survives).
+case_run "1x4, streams, rank 1 dispatches past the bound" 4 "rank 1 was late" -- STRATA_MOE_TIMEOUT=2s -- -n 4 --nodes 1 -- --steps 6 --streams 1 --late 1:6000
+# Across nodes the late rank's peers give up on its header first: the same statuses.
+case_run "2x2 hierarchical, streams, rank 3 dispatches past the bound" 4 "rank 3 was late" -- STRATA_MOE_TIMEOUT=2s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 6 --streams 1 --late 3:6000
 # A rank stopped mid-step (SIGSTOP: alive, silent): the same bound, PEER_FAILED or TIMEOUT;
 # strata-run removes the stopped rank once the others are done.
 case_run "2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000

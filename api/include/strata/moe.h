@@ -428,7 +428,10 @@ STRATA_API strata_status_t strata_moe_combine_send(strata_moe_t *moe, const void
  * STRATA_ERR_CAPACITY to the owner of the expert whose capacity overflowed, and to the rank
  * that could not place a row there, and combine_recv does not say it again).
  * STRATA_ERR_CANCELLED: the same for terms whose owner aborted the step
- * (strata_moe_abort_step).
+ * (strata_moe_abort_step). STRATA_ERR_TIMEOUT also where an owner's dispatch gave up
+ * waiting (a source past STRATA_MOE_TIMEOUT; on a stream its host learns it only later)
+ * and it withheld its results rather than return terms of rows it never had; the object
+ * then refuses every call but destroy, as the owner's does.
  */
 STRATA_API strata_status_t strata_moe_combine_recv(strata_moe_t *moe, const float *topk_weights,
                                                    void *out);
