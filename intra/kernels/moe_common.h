@@ -21,16 +21,39 @@ KERNEL_FN int moe_is_pull(const intra_moe_args_t *a, int expert)
     return (int)((a->pull_mask[expert >> 6] >> (expert & 63)) & 1u);
 }
 
-/* First error wins: claim the status, then fill it in; the host reads it after the launch. */
+/* Whether a kernel's code is one the object survives (the step's input: an input error, a
+ * capacity, an abort), rather than a failure of the step. */
+KERNEL_FN int moe_code_soft(int32_t code)
+{
+    return code == INTRA_MOE_KERNEL_BAD_EXPERT || code == INTRA_MOE_KERNEL_CAPACITY ||
+           code == INTRA_MOE_KERNEL_DROPPED || code == INTRA_MOE_KERNEL_TERMS_DROPPED ||
+           code == INTRA_MOE_KERNEL_WITHHELD || code == INTRA_MOE_KERNEL_TERMS_WITHHELD;
+}
+
+/* The first error wins, but a failure replaces a soft code (moe_code_soft), so that the
+ * object fails whatever was found first: claim the status, then fill it in (where a failure
+ * replaced a soft code as it was being filled in, the fields may mix; the code holds). The
+ * host reads it after the launch. */
 KERNEL_FN void moe_report(intra_moe_status_t *status, int32_t code, int32_t value,
                           int32_t token, int32_t slot, int64_t count)
 {
-    if (kernel_atomic_cas_i32(&status->code, INTRA_MOE_KERNEL_OK, code) == INTRA_MOE_KERNEL_OK) {
-        status->value = value;
-        status->token = token;
-        status->slot  = slot;
-        status->count = count;
+    int32_t seen = INTRA_MOE_KERNEL_OK;
+
+    for (;;) {
+        int32_t was = kernel_atomic_cas_i32(&status->code, seen, code);
+
+        if (was == seen) {
+            break;
+        }
+        if (!moe_code_soft(was) || moe_code_soft(code)) {
+            return; /* a failure is there already, or this is no worse than what is */
+        }
+        seen = was;
     }
+    status->value = value;
+    status->token = token;
+    status->slot  = slot;
+    status->count = count;
 }
 
 /*
@@ -151,8 +174,12 @@ KERNEL_FN int moe_wait_word(const intra_moe_args_t *a, const uint64_t *word, uin
         if (failed || kernel_timer() - start > a->timeout_ticks) {
             moe_report(status, failed ? INTRA_MOE_KERNEL_PEER_FAILED : INTRA_MOE_KERNEL_TIMEOUT,
                        who, -1, -1, 0);
-            /* recorded apart from the status, which an input error may hold already */
-            kernel_store_release_u64(&moe_control(a, a->rank)->failed_step, step);
+            /* recorded apart from the status, which an input error may hold already; not
+             * for a combine's own waits: failed_step says that the step's rows are not all
+             * in, which every block of the combine reads to decide alike to withhold */
+            if (status != &moe_control(a, a->rank)->combine_status) {
+                kernel_store_release_u64(&moe_control(a, a->rank)->failed_step, step);
+            }
             return 0;
         }
         if (watch) {

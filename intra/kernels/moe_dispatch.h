@@ -409,6 +409,12 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
         }
         return;
     }
+    if (a->later_round && g.block == 0 && KERNEL_LEADER(g) &&
+        kernel_load_relaxed_u64(&control->failed_step) + 1 >= step) {
+        /* an earlier round of this step gave up: the step's rows are not all in, whatever
+         * this round does (its combine, numbered as the last round, reads it there) */
+        kernel_store_release_u64(&control->failed_step, step);
+    }
     if (a->later_round && !moe_round_barrier(a, step, g)) {
         return;
     }

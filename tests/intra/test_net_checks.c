@@ -5,6 +5,7 @@
  * peer must not make this rank write outside that area or past its block for the peer, nor
  * send an entry with no term here. Headers and grants must be for this step, with counts
  * and places in range however large the numbers a peer writes (intra/kernels/net_wire.h).
+ * A kernel's status lets a failure replace a code the object survives (moe_report).
  */
 #include "intra/kernels/moe_kernels.h"
 
@@ -147,6 +148,35 @@ static void test_grants(void **state)
     assert_false(net_grant_check(&g, 4, 3, 10, 100));
 }
 
+/*
+ * A kernel's status keeps the first code found, except that a failure of the step replaces
+ * a code the object survives: a source that found a dropped term and then an owner that
+ * gave up must fail (TIMEOUT at the host), not report the capacity and go on.
+ */
+static void test_status_failure_over_soft(void **state)
+{
+    intra_moe_status_t st;
+
+    (void)state;
+    memset(&st, 0, sizeof(st));
+    moe_report(&st, INTRA_MOE_KERNEL_DROPPED, 3, 1, 0, 0);
+    moe_report(&st, INTRA_MOE_KERNEL_GAVE_UP, 5, 2, 1, 0);
+    assert_int_equal(st.code, INTRA_MOE_KERNEL_GAVE_UP);
+    assert_int_equal(st.value, 5);
+    moe_report(&st, INTRA_MOE_KERNEL_WITHHELD, 6, 0, 0, 0); /* soft after a failure */
+    moe_report(&st, INTRA_MOE_KERNEL_TIMEOUT, 7, 0, 0, 0);  /* a second failure */
+    assert_int_equal(st.code, INTRA_MOE_KERNEL_GAVE_UP);
+    assert_int_equal(st.value, 5);
+    memset(&st, 0, sizeof(st));
+    moe_report(&st, INTRA_MOE_KERNEL_CAPACITY, 1, 0, 0, 9);
+    moe_report(&st, INTRA_MOE_KERNEL_TERMS_WITHHELD, 2, 0, 0, 4); /* soft after soft */
+    assert_int_equal(st.code, INTRA_MOE_KERNEL_CAPACITY);
+    assert_int_equal(st.count, 9);
+    moe_report(&st, INTRA_MOE_KERNEL_TERMS_GAVE_UP, 2, -1, -1, 4);
+    assert_int_equal(st.code, INTRA_MOE_KERNEL_TERMS_GAVE_UP);
+    assert_int_equal(st.count, 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +185,7 @@ int main(void)
         cmocka_unit_test(test_entry_records),
         cmocka_unit_test(test_headers),
         cmocka_unit_test(test_grants),
+        cmocka_unit_test(test_status_failure_over_soft),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
