@@ -453,24 +453,21 @@ void host_streams_free(void *ptr)
 {
     host_release_t *r = malloc(sizeof(*r));
 
-    if (r == NULL) {
-        pthread_mutex_lock(&host_streams_lock);
-        for (host_stream_t *s = host_streams_live; s != NULL; s = s->next_live) {
-            host_stream_finish(s);
-        }
-        pthread_mutex_unlock(&host_streams_lock);
-        free(ptr);
-        return;
+    if (r != NULL) {
+        atomic_init(&r->holds, 1);
+        r->ptr = ptr;
     }
-    atomic_init(&r->holds, 1);
-    r->ptr = ptr;
     /* listed streams are not destroyed meanwhile; one being destroyed ran its work first */
     pthread_mutex_lock(&host_streams_lock);
     for (host_stream_t *s = host_streams_live; s != NULL; s = s->next_live) {
-        if (host_stream_busy(s) && !host_stream_hold(s, r)) {
+        if (host_stream_busy(s) && (r == NULL || !host_stream_hold(s, r))) {
             host_stream_finish(s);
         }
     }
     pthread_mutex_unlock(&host_streams_lock);
-    host_release_drop(r);
+    if (r != NULL) {
+        host_release_drop(r);
+    } else {
+        free(ptr);
+    }
 }

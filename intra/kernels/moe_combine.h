@@ -141,32 +141,35 @@ KERNEL_FN void moe_combine_send_packed(const intra_moe_args_t *a, kernel_grid_t 
     }
 }
 
-/* Source role, once the owners' combine flags are seen: bit r set where local rank r
- * aborted the current step and withheld its results (strata_moe_abort_step). Read once
- * per launch: a load of every owner's control block per term would cross the node's links
- * on every term of a combine. */
-KERNEL_FN uint32_t moe_withheld_ranks(const intra_moe_args_t *a)
+/* Source role, once the owners' combine flags are seen: bit r set where the control word
+ * at `field` of local rank r names the current step. */
+KERNEL_FN uint32_t moe_ranks_marked(const intra_moe_args_t *a, size_t field)
 {
     uint64_t step = kernel_load_relaxed_u64(&moe_control(a, a->rank)->dispatched);
-    uint32_t held = 0;
+    uint32_t marked = 0;
 
     for (int r = 0; r < a->num_ranks; ++r) {
-        held |= (uint32_t)(kernel_load_relaxed_u64(&moe_control(a, r)->withheld) == step) << r;
+        const uint64_t *word = (const uint64_t *)((const char *)moe_control(a, r) + field);
+
+        marked |= (uint32_t)(kernel_load_relaxed_u64(word) == step) << r;
     }
-    return held;
+    return marked;
+}
+
+/* The local ranks that aborted the current step and withheld its results
+ * (strata_moe_abort_step), or gave up (moe_gave_up_ranks). Read once per launch: a load of
+ * every owner's control block per term would cross the node's links on every term of a
+ * combine. */
+KERNEL_FN uint32_t moe_withheld_ranks(const intra_moe_args_t *a)
+{
+    return moe_ranks_marked(a, offsetof(intra_moe_control_t, withheld));
 }
 
 /* Of the ranks that withheld (moe_withheld_ranks), those that did because a wait of their
  * dispatch gave up. */
 KERNEL_FN uint32_t moe_gave_up_ranks(const intra_moe_args_t *a)
 {
-    uint64_t step = kernel_load_relaxed_u64(&moe_control(a, a->rank)->dispatched);
-    uint32_t gave_up = 0;
-
-    for (int r = 0; r < a->num_ranks; ++r) {
-        gave_up |= (uint32_t)(kernel_load_relaxed_u64(&moe_control(a, r)->gave_up) == step) << r;
-    }
-    return gave_up;
+    return moe_ranks_marked(a, offsetof(intra_moe_control_t, gave_up));
 }
 
 /* Whether expert's owner is among the ranks that withheld (moe_withheld_ranks). */
