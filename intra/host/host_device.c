@@ -66,7 +66,8 @@ static strata_status_t host_mem_set(void *dst, int value, size_t size)
 
 static strata_status_t host_synchronize(void)
 {
-    return STRATA_OK; /* every host operation completes before it returns */
+    /* the copies and sets above complete before they return; the streams' work may not */
+    return host_streams_synchronize();
 }
 
 static strata_status_t host_current_device(int *device_p)

@@ -27,13 +27,22 @@ unsigned        host_queue_blocks(const intra_queue_t *queue);
 /* host_stream.c: streams whose work runs on a thread of their own, in order, after the
  * call that enqueued it returned. host_stream_of finds a live stream by its address (NULL:
  * none). Copies take src as it is when they are enqueued. host_stream_wait makes s wait for
- * what was enqueued on after so far. */
+ * what was enqueued on after so far. A queue on a stream holds it (host_stream_ref, unref),
+ * so that it stays, finished, if the caller destroys it first; work enqueued on a
+ * destroyed stream is refused (STRATA_ERR_INVALID). */
 typedef struct host_stream host_stream_t;
 strata_status_t host_stream_create(void **stream_p);
 void            host_stream_destroy(void *stream);
 strata_status_t host_stream_synchronize(void *stream);
 strata_status_t host_stream_capturing(void *stream, bool *capturing_p);
 host_stream_t  *host_stream_of(void *stream);
+void            host_stream_ref(host_stream_t *s);
+void            host_stream_unref(host_stream_t *s);
+/* What s has enqueued so far has run (at once where it was destroyed). */
+void            host_stream_finish(host_stream_t *s);
+bool            host_stream_is_capturing(host_stream_t *s);
+/* Every live stream has run what was enqueued on it so far. */
+strata_status_t host_streams_synchronize(void);
 strata_status_t host_stream_launch(host_stream_t *s, intra_moe_kernel_t kernel,
                                    const struct intra_moe_args *args, unsigned num_blocks);
 strata_status_t host_stream_copy(host_stream_t *s, void *dst, const void *src, size_t size);

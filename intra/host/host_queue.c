@@ -26,7 +26,8 @@ struct intra_queue {
     bool               stopping;
     intra_moe_kernel_t kernel;
     intra_moe_args_t   args;
-    host_stream_t     *stream;      /* the caller's, or NULL: launches complete on return */
+    host_stream_t     *stream;      /* the caller's, held, or NULL: launches complete on
+                                       return */
 };
 
 typedef struct host_worker_arg {
@@ -119,7 +120,8 @@ void host_queue_destroy(intra_queue_t *queue)
         return;
     }
     if (queue->stream != NULL) { /* what we enqueued there may still touch our memory */
-        (void)host_stream_synchronize(queue->stream);
+        host_stream_finish(queue->stream);
+        host_stream_unref(queue->stream);
     }
     pthread_mutex_lock(&queue->lock);
     queue->stopping = true;
@@ -171,7 +173,10 @@ strata_status_t host_moe_launch(intra_queue_t *queue, intra_moe_kernel_t kernel,
 strata_status_t host_queue_synchronize(intra_queue_t *queue)
 {
     /* Without a stream, launches return complete. */
-    return queue->stream != NULL ? host_stream_synchronize(queue->stream) : STRATA_OK;
+    if (queue->stream != NULL) {
+        host_stream_finish(queue->stream);
+    }
+    return STRATA_OK;
 }
 
 /*
@@ -193,14 +198,22 @@ strata_status_t host_queue_set_stream(intra_queue_t *queue, void *stream)
     if (next == queue->stream) {
         return STRATA_OK;
     }
+    if (queue->stream != NULL && next != NULL) {
+        status = host_stream_wait(next, queue->stream);
+    } else if (queue->stream != NULL) {
+        host_stream_finish(queue->stream);
+    }
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if (next != NULL) {
+        host_stream_ref(next);
+    }
     if (queue->stream != NULL) {
-        status = next != NULL ? host_stream_wait(next, queue->stream)
-                              : host_stream_synchronize(queue->stream);
+        host_stream_unref(queue->stream);
     }
-    if (status == STRATA_OK) {
-        queue->stream = next;
-    }
-    return status;
+    queue->stream = next;
+    return STRATA_OK;
 }
 
 strata_status_t host_queue_write(intra_queue_t *queue, void *dst, const void *src, size_t size)
@@ -209,9 +222,7 @@ strata_status_t host_queue_write(intra_queue_t *queue, void *dst, const void *sr
         return STRATA_OK;
     }
     if (queue->stream != NULL) {
-        bool capturing = false;
-
-        if (host_stream_capturing(queue->stream, &capturing) == STRATA_OK && capturing) {
+        if (host_stream_is_capturing(queue->stream)) {
             UTIL_LOG_ERROR("host device: a copy to the device inside a stream capture: a "
                            "replay would copy stale data");
             return STRATA_ERR_UNSUPPORTED;
@@ -246,9 +257,6 @@ strata_status_t host_queue_fill(intra_queue_t *queue, void *dst, int value, size
 
 strata_status_t host_queue_capturing(const intra_queue_t *queue, bool *capturing_p)
 {
-    if (queue->stream == NULL) {
-        *capturing_p = false;
-        return STRATA_OK;
-    }
-    return host_stream_capturing(queue->stream, capturing_p);
+    *capturing_p = queue->stream != NULL && host_stream_is_capturing(queue->stream);
+    return STRATA_OK;
 }

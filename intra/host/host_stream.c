@@ -61,6 +61,11 @@ struct host_stream {
     bool            capturing;
     intra_queue_t **pools;     /* workers, one pool per block count launched so far */
     unsigned        num_pools;
+    /* The struct lives while anything holds it: its creator until host_stream_destroy,
+     * each queue on it, each wait for it still queued (a CUDA event stays valid after its
+     * stream is destroyed, and so does what waits for it here). */
+    atomic_uint     refs;
+    bool            destroyed; /* its thread has ended: nothing more may be enqueued */
 };
 
 /* The streams that exist: a pointer a caller passes is used only once found here, so a
@@ -79,6 +84,29 @@ host_stream_t *host_stream_of(void *stream)
     return s;
 }
 
+void host_stream_ref(host_stream_t *s)
+{
+    atomic_fetch_add(&s->refs, 1);
+}
+
+void host_stream_unref(host_stream_t *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) != 1) {
+        return;
+    }
+    while (s->spare != NULL) {
+        host_task_t *t = s->spare;
+
+        s->spare = t->next;
+        free(t->data);
+        free(t);
+    }
+    pthread_cond_destroy(&s->progress);
+    pthread_cond_destroy(&s->wake);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
 static void host_stream_wait_for(host_stream_t *after, uint64_t mark)
 {
     pthread_mutex_lock(&after->lock);
@@ -88,8 +116,7 @@ static void host_stream_wait_for(host_stream_t *after, uint64_t mark)
     pthread_mutex_unlock(&after->lock);
 }
 
-/* What s has enqueued so far has run. */
-static void host_stream_finish(host_stream_t *s)
+void host_stream_finish(host_stream_t *s)
 {
     uint64_t mark;
 
@@ -121,6 +148,7 @@ static void host_stream_run(const host_task_t *t)
         break;
     case HOST_TASK_WAIT:
         host_stream_wait_for(t->after, t->mark);
+        host_stream_unref(t->after); /* its hold, taken by host_stream_wait */
         break;
     case HOST_TASK_RELEASE:
         host_release_drop(t->release);
@@ -172,6 +200,7 @@ strata_status_t host_stream_create(void **stream_p)
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     pthread_cond_init(&s->progress, NULL);
+    atomic_init(&s->refs, 1);
     if (pthread_create(&s->thread, NULL, host_stream_main, s) != 0) {
         UTIL_LOG_ERROR("host device: cannot start a stream's thread");
         pthread_cond_destroy(&s->progress);
@@ -188,8 +217,9 @@ strata_status_t host_stream_create(void **stream_p)
     return STRATA_OK;
 }
 
-/* Runs what was enqueued, then ends the thread. Another stream must not still wait for
- * this one (as a CUDA event recorded on it must not be waited for once it is destroyed). */
+/* Runs what was enqueued, then ends the thread. The struct stays while a queue is still on
+ * the stream or another stream's wait for it is queued: those find it finished, and a
+ * queue's later launches on it are refused. */
 void host_stream_destroy(void *stream)
 {
     host_stream_t *s = host_stream_of(stream);
@@ -207,25 +237,46 @@ void host_stream_destroy(void *stream)
     }
     pthread_mutex_unlock(&host_streams_lock);
     pthread_mutex_lock(&s->lock);
-    s->stopping = true;
+    s->stopping  = true;
+    s->destroyed = true;
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->thread, NULL);
-    while (s->spare != NULL) {
-        host_task_t *t = s->spare;
-
-        s->spare = t->next;
-        free(t->data);
-        free(t);
-    }
     for (unsigned i = 0; i < s->num_pools; ++i) {
         host_queue_destroy(s->pools[i]);
     }
     free(s->pools);
-    pthread_cond_destroy(&s->progress);
-    pthread_cond_destroy(&s->wake);
-    pthread_mutex_destroy(&s->lock);
-    free(s);
+    s->pools     = NULL;
+    s->num_pools = 0;
+    host_stream_unref(s);
+}
+
+/* Every live stream has run what was enqueued on it so far: the host backend's device
+ * synchronize. Each is held while waited for, so that one destroyed meanwhile stays. */
+strata_status_t host_streams_synchronize(void)
+{
+    host_stream_t **held;
+    size_t n = 0, i = 0;
+
+    pthread_mutex_lock(&host_streams_lock);
+    for (host_stream_t *s = host_streams_live; s != NULL; s = s->next_live) {
+        ++n;
+    }
+    held = malloc((n > 0 ? n : 1) * sizeof(*held));
+    for (host_stream_t *s = host_streams_live; s != NULL && held != NULL; s = s->next_live) {
+        host_stream_ref(s);
+        held[i++] = s;
+    }
+    pthread_mutex_unlock(&host_streams_lock);
+    if (held == NULL) {
+        return STRATA_ERR_NO_MEMORY;
+    }
+    while (i > 0) {
+        host_stream_finish(held[--i]);
+        host_stream_unref(held[i]);
+    }
+    free(held);
+    return STRATA_OK;
 }
 
 strata_status_t host_stream_synchronize(void *stream)
@@ -240,6 +291,16 @@ strata_status_t host_stream_synchronize(void *stream)
     return STRATA_OK;
 }
 
+bool host_stream_is_capturing(host_stream_t *s)
+{
+    bool capturing;
+
+    pthread_mutex_lock(&s->lock);
+    capturing = s->capturing;
+    pthread_mutex_unlock(&s->lock);
+    return capturing;
+}
+
 strata_status_t host_stream_capturing(void *stream, bool *capturing_p)
 {
     host_stream_t *s = host_stream_of(stream);
@@ -247,9 +308,7 @@ strata_status_t host_stream_capturing(void *stream, bool *capturing_p)
     if (s == NULL) {
         return STRATA_ERR_INVALID;
     }
-    pthread_mutex_lock(&s->lock);
-    *capturing_p = s->capturing;
-    pthread_mutex_unlock(&s->lock);
+    *capturing_p = host_stream_is_capturing(s);
     return STRATA_OK;
 }
 
@@ -262,6 +321,22 @@ void host_stream_set_capturing(void *stream, bool capturing)
         s->capturing = capturing;
         pthread_mutex_unlock(&s->lock);
     }
+}
+
+/* STRATA_ERR_INVALID where s was destroyed: a queue left on it (which its object's
+ * destroy still reaches) can enqueue nothing more. */
+static strata_status_t host_stream_open(host_stream_t *s)
+{
+    bool destroyed;
+
+    pthread_mutex_lock(&s->lock);
+    destroyed = s->destroyed;
+    pthread_mutex_unlock(&s->lock);
+    if (destroyed) {
+        UTIL_LOG_ERROR("host device: work for stream %p, which was destroyed", (void *)s);
+        return STRATA_ERR_INVALID;
+    }
+    return STRATA_OK;
 }
 
 /* A task to fill in, with room for data bytes; NULL if memory ran out. */
@@ -350,10 +425,13 @@ static strata_status_t host_stream_pool(host_stream_t *s, unsigned num_blocks,
 strata_status_t host_stream_launch(host_stream_t *s, intra_moe_kernel_t kernel,
                                    const intra_moe_args_t *args, unsigned num_blocks)
 {
-    host_task_t *t = host_stream_task(s, HOST_TASK_LAUNCH, 0);
-    strata_status_t status;
+    host_task_t *t;
+    strata_status_t status = host_stream_open(s);
 
-    if (t == NULL) {
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if ((t = host_stream_task(s, HOST_TASK_LAUNCH, 0)) == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
     /* Only enqueuing threads touch the pools; the stream's thread uses the task's. */
@@ -373,9 +451,13 @@ strata_status_t host_stream_launch(host_stream_t *s, intra_moe_kernel_t kernel,
 
 strata_status_t host_stream_copy(host_stream_t *s, void *dst, const void *src, size_t size)
 {
-    host_task_t *t = host_stream_task(s, HOST_TASK_COPY, size);
+    host_task_t *t;
+    strata_status_t status = host_stream_open(s);
 
-    if (t == NULL) {
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if ((t = host_stream_task(s, HOST_TASK_COPY, size)) == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
     memcpy(t->data, src, size); /* src may change once we return */
@@ -387,9 +469,13 @@ strata_status_t host_stream_copy(host_stream_t *s, void *dst, const void *src, s
 
 strata_status_t host_stream_fill(host_stream_t *s, void *dst, int value, size_t size)
 {
-    host_task_t *t = host_stream_task(s, HOST_TASK_FILL, 0);
+    host_task_t *t;
+    strata_status_t status = host_stream_open(s);
 
-    if (t == NULL) {
+    if (status != STRATA_OK) {
+        return status;
+    }
+    if ((t = host_stream_task(s, HOST_TASK_FILL, 0)) == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
     t->dst   = dst;
@@ -402,17 +488,21 @@ strata_status_t host_stream_fill(host_stream_t *s, void *dst, int value, size_t 
 strata_status_t host_stream_wait(host_stream_t *s, host_stream_t *after)
 {
     host_task_t *t;
+    strata_status_t status;
 
     if (after == s) {
         return STRATA_OK;
     }
-    t = host_stream_task(s, HOST_TASK_WAIT, 0);
-    if (t == NULL) {
+    if ((status = host_stream_open(s)) != STRATA_OK) {
+        return status;
+    }
+    if ((t = host_stream_task(s, HOST_TASK_WAIT, 0)) == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
     pthread_mutex_lock(&after->lock);
     t->mark = after->enqueued; /* an event recorded on after, now */
     pthread_mutex_unlock(&after->lock);
+    host_stream_ref(after); /* until the wait has run, even where after is destroyed first */
     t->after = after;
     host_stream_push(s, t);
     return STRATA_OK;

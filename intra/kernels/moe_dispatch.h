@@ -397,6 +397,20 @@ KERNEL_FN int moe_round_barrier(const intra_moe_args_t *a, uint64_t step, kernel
     return ok;
 }
 
+/*
+ * One thread, in a later dispatch round of a step (numbered `step`, the round before it
+ * step - 1): where the round before gave up, the step's rows are not all in, whatever this
+ * round does, so this round is marked as having given up too. The mark goes on from round
+ * to round, so that the combine, numbered as the last round, reads it there and withholds.
+ * A former step's failure (step - 2 or earlier) is not carried.
+ */
+KERNEL_FN void moe_round_carry_failure(intra_moe_control_t *control, uint64_t step)
+{
+    if (kernel_load_relaxed_u64(&control->failed_step) + 1 >= step) {
+        kernel_store_release_u64(&control->failed_step, step);
+    }
+}
+
 KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     intra_moe_control_t *control = moe_control(a, a->rank);
@@ -409,11 +423,8 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
         }
         return;
     }
-    if (a->later_round && g.block == 0 && KERNEL_LEADER(g) &&
-        kernel_load_relaxed_u64(&control->failed_step) + 1 >= step) {
-        /* an earlier round of this step gave up: the step's rows are not all in, whatever
-         * this round does (its combine, numbered as the last round, reads it there) */
-        kernel_store_release_u64(&control->failed_step, step);
+    if (a->later_round && g.block == 0 && KERNEL_LEADER(g)) {
+        moe_round_carry_failure(control, step);
     }
     if (a->later_round && !moe_round_barrier(a, step, g)) {
         return;

@@ -103,12 +103,127 @@ static void test_host_free_after_streams(void **state)
     free(src);
 }
 
+/*
+ * A stream destroyed while another stream's wait for it is still queued (a queue moved
+ * from it to a busy stream): CUDA lets a stream go while an event recorded on it is
+ * waited for, and so does the host backend, whose wait keeps the stream's record until it
+ * has run (used after free before; an address sanitizer names it).
+ */
+static void test_host_stream_destroyed_before_its_waiter(void **state)
+{
+    const intra_device_ops_t *host = intra_device_find("host");
+    const size_t big = (size_t)64 << 20;
+    unsigned char *dst = NULL, *mark = NULL, *src = malloc(big);
+    const uint64_t stamp = 0x0123456789abcdefull;
+    intra_queue_t *busy = NULL, *moving = NULL;
+    void *first = NULL, *second = NULL;
+
+    (void)state;
+    assert_non_null(src);
+    memset(src, 0x31, big);
+    assert_int_equal(host->mem_alloc(big, (void **)&dst), STRATA_OK);
+    assert_int_equal(host->mem_alloc(64, (void **)&mark), STRATA_OK);
+    memset(mark, 0, 64);
+    assert_int_equal(host->stream_create(&first), STRATA_OK);
+    assert_int_equal(host->stream_create(&second), STRATA_OK);
+    assert_int_equal(host->queue_create(1, &busy), STRATA_OK);
+    assert_int_equal(host->queue_create(1, &moving), STRATA_OK);
+    assert_int_equal(host->queue_set_stream(busy, second), STRATA_OK);
+    for (int i = 0; i < 3; ++i) { /* the second stream is busy well past the calls below */
+        assert_int_equal(host->queue_write(busy, dst, src, big), STRATA_OK);
+    }
+    assert_int_equal(host->queue_set_stream(moving, first), STRATA_OK);
+    assert_int_equal(host->queue_write(moving, mark, &stamp, sizeof(stamp)), STRATA_OK);
+    assert_int_equal(host->queue_set_stream(moving, second), STRATA_OK); /* waits for first */
+    host->stream_destroy(first);
+    assert_int_equal(host->queue_write(moving, mark + 8, &stamp, sizeof(stamp)), STRATA_OK);
+    assert_int_equal(host->stream_synchronize(second), STRATA_OK);
+    assert_memory_equal(mark, &stamp, sizeof(stamp));
+    assert_memory_equal(mark + 8, &stamp, sizeof(stamp));
+    assert_int_equal(host->queue_set_stream(busy, NULL), STRATA_OK);
+    assert_int_equal(host->queue_set_stream(moving, NULL), STRATA_OK);
+    host->queue_destroy(busy);
+    host->queue_destroy(moving);
+    host->stream_destroy(second);
+    host->mem_free(dst);
+    host->mem_free(mark);
+    free(src);
+}
+
+/*
+ * A queue left on a stream its caller destroyed (an object destroyed after the stream it
+ * ran on): it finds the stream finished, refuses new work rather than queue it where no
+ * thread runs it (a hang at the next wait), and goes without touching freed memory.
+ */
+static void test_host_queue_outlives_its_stream(void **state)
+{
+    const intra_device_ops_t *host = intra_device_find("host");
+    uint64_t *word = NULL;
+    const uint64_t stamp = 42;
+    intra_queue_t *queue = NULL;
+    void *stream = NULL, *other = NULL;
+    bool capturing = true;
+
+    (void)state;
+    assert_int_equal(host->mem_alloc(64, (void **)&word), STRATA_OK);
+    *word = 0;
+    assert_int_equal(host->stream_create(&stream), STRATA_OK);
+    assert_int_equal(host->queue_create(2, &queue), STRATA_OK);
+    assert_int_equal(host->queue_set_stream(queue, stream), STRATA_OK);
+    assert_int_equal(host->queue_write(queue, word, &stamp, sizeof(stamp)), STRATA_OK);
+    host->stream_destroy(stream); /* runs the write first */
+    assert_int_equal(*word, stamp);
+    assert_int_equal(host->queue_write(queue, word, &stamp, sizeof(stamp)), STRATA_ERR_INVALID);
+    assert_int_equal(host->queue_fill(queue, word, 0, 8), STRATA_ERR_INVALID);
+    assert_int_equal(host->queue_synchronize(queue), STRATA_OK);
+    assert_int_equal(host->queue_capturing(queue, &capturing), STRATA_OK);
+    assert_false(capturing);
+    assert_int_equal(host->stream_create(&other), STRATA_OK); /* may reuse the address */
+    assert_int_equal(host->queue_set_stream(queue, other), STRATA_OK);
+    assert_int_equal(host->queue_write(queue, word, &stamp, sizeof(stamp)), STRATA_OK);
+    assert_int_equal(host->queue_synchronize(queue), STRATA_OK);
+    host->queue_destroy(queue); /* still on other, which it holds */
+    host->stream_destroy(other);
+    host->mem_free(word);
+}
+
+/* The device's synchronize waits for the streams' work, as cudaDeviceSynchronize does. */
+static void test_host_synchronize_waits_for_streams(void **state)
+{
+    const intra_device_ops_t *host = intra_device_find("host");
+    const size_t big = (size_t)64 << 20;
+    unsigned char *dst = NULL, *src = malloc(big);
+    intra_queue_t *queue = NULL;
+    void *stream = NULL;
+
+    (void)state;
+    assert_non_null(src);
+    assert_int_equal(host->mem_alloc(big, (void **)&dst), STRATA_OK);
+    memset(dst, 0, big);
+    assert_int_equal(host->stream_create(&stream), STRATA_OK);
+    assert_int_equal(host->queue_create(1, &queue), STRATA_OK);
+    assert_int_equal(host->queue_set_stream(queue, stream), STRATA_OK);
+    for (int i = 1; i <= 3; ++i) { /* the last copy's bytes tell it has run */
+        memset(src, i, big);
+        assert_int_equal(host->queue_write(queue, dst, src, big), STRATA_OK);
+    }
+    assert_int_equal(host->synchronize(), STRATA_OK);
+    assert_memory_equal(dst, src, big);
+    host->queue_destroy(queue);
+    host->stream_destroy(stream);
+    host->mem_free(dst);
+    free(src);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_host_memory),
         cmocka_unit_test(test_host_free_after_streams),
+        cmocka_unit_test(test_host_stream_destroyed_before_its_waiter),
+        cmocka_unit_test(test_host_queue_outlives_its_stream),
+        cmocka_unit_test(test_host_synchronize_waits_for_streams),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,8 @@
  * peer must not make this rank write outside that area or past its block for the peer, nor
  * send an entry with no term here. Headers and grants must be for this step, with counts
  * and places in range however large the numbers a peer writes (intra/kernels/net_wire.h).
- * A kernel's status lets a failure replace a code the object survives (moe_report).
+ * A kernel's status lets a failure replace a code the object survives (moe_report), and a
+ * round of a streamed step that gave up marks the step's later rounds.
  */
 #include "intra/kernels/moe_kernels.h"
 
@@ -177,6 +178,32 @@ static void test_status_failure_over_soft(void **state)
     assert_int_equal(st.count, 4);
 }
 
+/*
+ * In the rounds of a streamed step a round that gave up marks the later rounds: a source
+ * late in round 0 only lets round 1 pass, and the combine, numbered as the step's last
+ * round, must still find that the step's rows are not all in. A former step's failure
+ * (its last round, two numbers before a later round of this step) is not carried.
+ */
+static void test_round_carries_failure(void **state)
+{
+    intra_moe_control_t control;
+    const uint64_t first = 41; /* round 0 of the step; rounds 1..3 follow */
+
+    (void)state;
+    memset(&control, 0, sizeof(control));
+    control.failed_step = first; /* round 0 gave up */
+    for (uint64_t round = 1; round <= 3; ++round) {
+        moe_round_carry_failure(&control, first + round);
+    }
+    assert_int_equal(control.failed_step, first + 3); /* the last round: the combine's */
+    control.failed_step = first - 1; /* the former step's last round gave up */
+    moe_round_carry_failure(&control, first + 1);
+    assert_int_equal(control.failed_step, first - 1);
+    control.failed_step = 0; /* nothing ever gave up: round 1 of the first step is 2 */
+    moe_round_carry_failure(&control, 2);
+    assert_int_equal(control.failed_step, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -186,6 +213,7 @@ int main(void)
         cmocka_unit_test(test_headers),
         cmocka_unit_test(test_grants),
         cmocka_unit_test(test_status_failure_over_soft),
+        cmocka_unit_test(test_round_carries_failure),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -104,10 +104,15 @@ void            stream_run_start(stream_run_t *sr, strata_comm_t *comm, const ra
 strata_status_t run_stream_step(stream_run_t *sr, int kill);
 /** --late: one step on stream g_step % 2 as a framework that computes its experts on the
  *  stream runs it: no host wait between dispatch and combine, then the stream's status;
- *  this rank dispatches late_ms late. */
-strata_status_t run_late_step(stream_run_t *sr, unsigned late_ms);
-/** The last step's results, then everything the run made. */
+ *  this rank dispatches late_ms late. *needs_others_p: whether any of its tokens has a
+ *  choice at another rank's expert. */
+strata_status_t run_late_step(stream_run_t *sr, unsigned late_ms, bool *needs_others_p);
+/** The last step's results, and the layouts; the object leaves its stream (where the step
+ *  passed). */
 void            stream_run_end(stream_run_t *sr, rank_state_t *r, strata_status_t status);
+/** The streams and the second buffers: after the object is destroyed, which a failed object
+ *  must be before its stream. */
+void            stream_run_free(stream_run_t *sr);
 
 /* moe_net_verify.c */
 /** Whether rank s refuses its input this step (the bad input it was told to pass). */

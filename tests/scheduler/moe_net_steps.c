@@ -406,13 +406,28 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
     return status;
 }
 
-strata_status_t run_late_step(stream_run_t *sr, unsigned late_ms)
+/* Whether any of this rank's n tokens has a choice at another rank's expert. */
+static bool terms_elsewhere(const rank_state_t *r, int n)
+{
+    int per_rank = r->c->experts / r->world;
+
+    for (int i = 0; i < n * r->c->topk; ++i) {
+        if (r->idx[i] >= 0 && r->idx[i] / per_rank != r->rank) {
+            return true;
+        }
+    }
+    return false;
+}
+
+strata_status_t run_late_step(stream_run_t *sr, unsigned late_ms, bool *needs_others_p)
 {
     strata_moe_recv_t recv;
     strata_status_t status;
     const void *x;
     int n;
     rank_state_t *r = stream_step_begin(sr, &n, &x);
+
+    *needs_others_p = terms_elsewhere(r, n);
 
     util_sleep_ns((uint64_t)late_ms * UTIL_NSEC_PER_MSEC); /* the others wait, then give up */
     status = strata_moe_dispatch(r->moe, x, r->scales ? r->x_scales : NULL, r->idx, n, &recv);
@@ -435,7 +450,7 @@ void stream_run_start(stream_run_t *sr, strata_comm_t *comm, const rank_state_t 
     }
 }
 
-/* The last step's results, then everything the run made (the first buffers are r's). */
+/* The last step's results and the layouts (the first buffers are r's). */
 void stream_run_end(stream_run_t *sr, rank_state_t *r, strata_status_t status)
 {
     if (status == STRATA_OK) {
@@ -445,9 +460,15 @@ void stream_run_end(stream_run_t *sr, rank_state_t *r, strata_status_t status)
     for (int i = 0; i < 2; ++i) {
         strata_moe_layout_destroy(sr->states[i].layout);
     }
-    /* after a failed step the object refuses everything; the streams still go */
+    /* after a failed step the object refuses everything but destroy, and its stream must
+     * outlive it (stream_run_free) */
     CHECK(strata_moe_set_stream(r->moe, NULL) == STRATA_OK || status != STRATA_OK,
           "set_stream(NULL)");
+}
+
+/* The streams and the second buffers, once the object is destroyed. */
+void stream_run_free(stream_run_t *sr)
+{
     for (int i = 0; i < 2; ++i) {
         strata_comm_stream_destroy(sr->comm, sr->streams[i]);
     }

@@ -470,6 +470,9 @@ STRATA_API strata_status_t strata_moe_abort_step(strata_moe_t *moe);
  * refused with STRATA_ERR_UNSUPPORTED, and the object stays usable. Errors the kernels find
  * are returned by strata_moe_synchronize. In adaptive mode dispatch_recv still waits (the
  * owners decide on the host). NULL (the default): every half waits. Between steps only.
+ * The stream must stay valid until the object leaves it (another call of this one) or is
+ * destroyed, which waits for the object's work there: an object that failed refuses this
+ * call, so destroy it before its stream.
  */
 STRATA_API strata_status_t strata_moe_set_stream(strata_moe_t *moe, void *stream);
 /** Wait for everything the object launched; the first error its kernels found. */
