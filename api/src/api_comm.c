@@ -577,6 +577,11 @@ STRATA_API int strata_comm_size(const strata_comm_t *comm) { return comm ? comm-
 STRATA_API int strata_comm_num_nodes(const strata_comm_t *comm) { return comm ? comm->num_nodes : 0; }
 STRATA_API int strata_comm_gpu(const strata_comm_t *comm) { return comm ? comm->gpu : -1; }
 
+STRATA_API int strata_comm_gpu_ordinal(const strata_comm_t *comm)
+{
+    return comm ? comm->gpu_ordinal : -1;
+}
+
 STRATA_API int strata_comm_node(const strata_comm_t *comm)
 {
     return comm ? comm->rank_node[comm->rank] : -1;

@@ -71,6 +71,7 @@ static void test_queries_tolerate_null(void **state)
     assert_int_equal(strata_comm_node_rank(NULL, 0, 0), -1);
     assert_string_equal(strata_comm_device_backend(NULL), "");
     assert_int_equal(strata_comm_gpu(NULL), -1);
+    assert_int_equal(strata_comm_gpu_ordinal(NULL), -1);
     assert_int_equal(strata_comm_num_rails(NULL), 0);
     assert_string_equal(strata_comm_transport(NULL), "");
     strata_comm_destroy(NULL);
@@ -91,6 +92,8 @@ static void test_queries(void **state)
     assert_int_equal(strata_comm_node_rank(comm, 0, 0), 0);
     assert_int_equal(strata_comm_node_rank(comm, 1, 0), -1);
     assert_string_equal(strata_comm_device_backend(comm), "host");
+    assert_int_equal(strata_comm_gpu(comm), -1); /* the host backend drives no GPU */
+    assert_int_equal(strata_comm_gpu_ordinal(comm), -1);
     assert_non_null(strstr(strata_comm_transport(comm), "tcp"));
     strata_comm_destroy(comm);
 }

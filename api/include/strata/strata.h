@@ -227,8 +227,13 @@ STRATA_API int strata_comm_local_size(const strata_comm_t *comm);
 STRATA_API int strata_comm_node_rank(const strata_comm_t *comm, int node, int local_rank);
 /** The device backend this rank uses: "host", "cuda" or "hip". */
 STRATA_API const char *strata_comm_device_backend(const strata_comm_t *comm);
-/** Index of this rank's GPU among the node's GPUs, -1 without one. */
+/** Index of this rank's GPU among the node's GPUs (the topology's order), -1 without one. */
 STRATA_API int strata_comm_gpu(const strata_comm_t *comm);
+/** The runtime's number for this rank's GPU: what cudaSetDevice / hipSetDevice take and a
+ *  framework's tensors name (torch's cuda:N). It differs from strata_comm_gpu where the
+ *  process sees only some of the node's GPUs (CUDA_VISIBLE_DEVICES) or the runtime orders
+ *  them otherwise. -1 without one. */
+STRATA_API int strata_comm_gpu_ordinal(const strata_comm_t *comm);
 
 /**
  * A stream of the communicator's device backend, for callers that have none of their own
