@@ -156,38 +156,68 @@ KERNEL_FN uint32_t moe_ranks_marked(const intra_moe_args_t *a, size_t field)
     return marked;
 }
 
-/* The local ranks that aborted the current step and withheld its results
- * (strata_moe_abort_step), or gave up (moe_gave_up_ranks). Read once per launch: a load of
- * every owner's control block per term would cross the node's links on every term of a
- * combine. */
+/* A held mask's bits (moe_withheld_ranks): bit r, local rank r's results of the step are
+ * missing here; bit MOE_HELD_GAVE_UP + r, because it gave up (or this rank gave up
+ * waiting for them), rather than aborted. */
+#define MOE_HELD_GAVE_UP INTRA_MOE_MAX_RANKS
+#if 2 * INTRA_MOE_MAX_RANKS > 32
+#error "a held mask (32 bits) holds two bits per local rank"
+#endif
+
+/* The local ranks whose results of the current step are missing here: those that aborted
+ * it and withheld them (strata_moe_abort_step), and those that withheld because a wait of
+ * their dispatch gave up; the latter also as given up. Where this rank's combine gave up
+ * waiting for the owners' results (combine_failed_step), every rank's: which of them its
+ * blocks gathered before they stopped is not known here, and an owner that never released
+ * its results left a former step's (its combine failed, or never ran). One snapshot, read
+ * once per launch: a load of every owner's control block per term would cross the node's
+ * links on every term of a combine, and the codes a launch reports must agree with the
+ * terms it left out. */
 KERNEL_FN uint32_t moe_withheld_ranks(const intra_moe_args_t *a)
 {
-    return moe_ranks_marked(a, offsetof(intra_moe_control_t, withheld));
+    const intra_moe_control_t *control = moe_control(a, a->rank);
+    uint64_t step = kernel_load_relaxed_u64(&control->dispatched);
+    uint32_t gave_up;
+
+    if (kernel_load_relaxed_u64(&control->combine_failed_step) == step) {
+        uint32_t all = (uint32_t)((1ull << a->num_ranks) - 1);
+
+        return all | (all << MOE_HELD_GAVE_UP);
+    }
+    gave_up = moe_ranks_marked(a, offsetof(intra_moe_control_t, gave_up));
+    return moe_ranks_marked(a, offsetof(intra_moe_control_t, withheld)) |
+           (gave_up << MOE_HELD_GAVE_UP);
 }
 
-/* Of the ranks that withheld (moe_withheld_ranks), those that did because a wait of their
- * dispatch gave up. */
-KERNEL_FN uint32_t moe_gave_up_ranks(const intra_moe_args_t *a)
-{
-    return moe_ranks_marked(a, offsetof(intra_moe_control_t, gave_up));
-}
-
-/* Whether expert's owner is among the ranks that withheld (moe_withheld_ranks). */
+/* Whether expert's owner is among the ranks whose results are missing (held:
+ * moe_withheld_ranks). */
 KERNEL_FN int moe_withheld(const intra_moe_args_t *a, uint32_t held, int expert)
 {
     return (int)((held >> (expert / a->experts_per_rank)) & 1u);
 }
 
+/* Whether expert's owner gave up (or this rank gave up waiting for it), of those missing. */
+KERNEL_FN int moe_held_gave_up(const intra_moe_args_t *a, uint32_t held, int expert)
+{
+    return (int)((held >> (MOE_HELD_GAVE_UP + expert / a->experts_per_rank)) & 1u);
+}
+
+/* Whether any owner in held gave up (or this rank gave up waiting for it). */
+KERNEL_FN int moe_held_any_gave_up(uint32_t held)
+{
+    return (held >> MOE_HELD_GAVE_UP) != 0;
+}
+
 /* Source role: (token, k) routed to expert has no row: dropped for capacity, or withheld
- * (an abort, or a wait that gave up: moe_gave_up_ranks, read only here, where it is rare). */
+ * (an abort, or an owner that gave up, or this rank gave up waiting: moe_withheld_ranks). */
 KERNEL_FN void moe_report_missing(const intra_moe_args_t *a, uint32_t held, int expert,
                                   int token, int k)
 {
     int code = INTRA_MOE_KERNEL_DROPPED;
 
     if (moe_withheld(a, held, expert)) {
-        code = moe_withheld(a, moe_gave_up_ranks(a), expert) ? INTRA_MOE_KERNEL_GAVE_UP
-                                                             : INTRA_MOE_KERNEL_WITHHELD;
+        code = moe_held_gave_up(a, held, expert) ? INTRA_MOE_KERNEL_GAVE_UP
+                                                 : INTRA_MOE_KERNEL_WITHHELD;
     }
     moe_report(&moe_control(a, a->rank)->combine_status, code, expert, token, k, 0);
 }

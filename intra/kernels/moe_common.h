@@ -174,11 +174,14 @@ KERNEL_FN int moe_wait_word(const intra_moe_args_t *a, const uint64_t *word, uin
         if (failed || kernel_timer() - start > a->timeout_ticks) {
             moe_report(status, failed ? INTRA_MOE_KERNEL_PEER_FAILED : INTRA_MOE_KERNEL_TIMEOUT,
                        who, -1, -1, 0);
-            /* recorded apart from the status, which an input error may hold already; not
-             * for a combine's own waits: failed_step says that the step's rows are not all
-             * in, which every block of the combine reads to decide alike to withhold */
+            /* recorded apart from the status, which an input error may hold already; a
+             * combine's own waits apart from the dispatch's: failed_step says that the
+             * step's rows are not all in, which every block of the combine reads to decide
+             * alike to withhold; combine_failed_step, that the owners' results are not */
             if (status != &moe_control(a, a->rank)->combine_status) {
                 kernel_store_release_u64(&moe_control(a, a->rank)->failed_step, step);
+            } else {
+                kernel_store_release_u64(&moe_control(a, a->rank)->combine_failed_step, step);
             }
             return 0;
         }

@@ -93,6 +93,9 @@ typedef struct intra_moe_control {
     uint64_t pull_into_done; /* exact receive: blocks done loading, summed over steps */
     uint64_t failed_step; /* the last step a wait of this rank's dispatch (or its rounds, or
                              the exact receive's loads) gave up in: its rows are not all in */
+    /* The last step whose combine gave up here waiting for the node's owners' results:
+     * what this rank returns to other nodes that step lacks them (net_combine.h). */
+    uint64_t combine_failed_step;
     /* The table index of the first token of this rank's current dispatch round (its
      * aug_base): owners find the rows it publishes for Pull at send_x[token - aug_base].
      * Written before the counts, and read after their flag. */

@@ -10,11 +10,11 @@
 
 /* --- NET_RETURN and NET_TERMS --------------------------------------------------------- */
 
-/* The withheld count of a block's drops words: flagged where an owner here withheld
- * because a wait of its step gave up. */
-KERNEL_FN int64_t net_withheld_word(const intra_moe_args_t *a, int64_t withheld)
+/* The withheld count of a block's drops words: flagged where an owner here gave up, or
+ * this rank gave up waiting for the owners' results (held, moe_withheld_ranks). */
+KERNEL_FN int64_t net_withheld_word(uint32_t held, int64_t withheld)
 {
-    return withheld > 0 && moe_gave_up_ranks(a) != 0
+    return withheld > 0 && moe_held_any_gave_up(held)
                ? (int64_t)((uint64_t)withheld | INTRA_NET_DROPS_GAVE_UP)
                : withheld;
 }
@@ -44,7 +44,7 @@ KERNEL_FN void net_missing_terms(const intra_moe_args_t *a, const intra_net_peer
         }
     }
     drops[0] = dropped;
-    drops[1] = net_withheld_word(a, withheld);
+    drops[1] = net_withheld_word(held, withheld);
 }
 
 /* --- The streamed exchange's combine (NET_RETURN once per round) ------------------------ */
@@ -59,14 +59,14 @@ KERNEL_FN uint64_t net_round_out(const intra_net_args_t *n, uint64_t step, int p
 /* The whole block: the round's block for peer p, its rows written, then the counts of the
  * terms missing here after them, posted to where p's header of the round said. */
 KERNEL_FN int net_post_round(const intra_moe_args_t *a, int p, uint64_t step, uint64_t rows,
-                             const int64_t *missing, kernel_grid_t g)
+                             const int64_t *missing, uint32_t held, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
     uint64_t out = net_round_out(n, step, p), y = (uint64_t)a->y_row_bytes;
 
     if (KERNEL_LEADER(g)) {
         ((int64_t *)(n->area + out + rows * y))[0] = missing[0];
-        ((int64_t *)(n->area + out + rows * y))[1] = net_withheld_word(a, missing[1]);
+        ((int64_t *)(n->area + out + rows * y))[1] = net_withheld_word(held, missing[1]);
     }
     return net_post_block(a, g, n->peers[p].rank, out,
                           n->ret_in + net_ret_buffer(n, step) * n->ret_in_bytes +
@@ -114,7 +114,7 @@ KERNEL_FN int net_return_round(const intra_moe_args_t *a, int p, uint64_t step, 
             missing[moe_withheld(a, held, (int)expert)] += 1;
         }
     }
-    return net_post_round(a, p, step, term, missing, g);
+    return net_post_round(a, p, step, term, missing, held, g);
 }
 
 /* Every thread: where reduce finds this round's own tokens' terms computed on this node:
@@ -322,7 +322,7 @@ KERNEL_FN int net_partials_round(const intra_moe_args_t *a, int p, uint64_t step
         }
         moe_sum_rows(a, rows, weights, m, out + (size_t)q * y, g);
     }
-    return net_post_round(a, p, step, (uint64_t)seg[1], missing, g);
+    return net_post_round(a, p, step, (uint64_t)seg[1], missing, held, g);
 }
 
 /* Node-reduce in rounds, the whole block: our weights for peer p go out a round ahead (the

@@ -32,7 +32,13 @@
  * STRATA_ERR_TIMEOUT from that step (or PEER_FAILED, where a rank that failed has left),
  * none OK or a status the object survives (but the late rank's OK where none of its tokens
  * has a choice at another rank's expert: nothing of its was withheld) (an owner that gave up withholds its results;
- * summed, they would lack the late rank's rows). With --two, a second object of the other route lives beside the first and the steps
+ * summed, they would lack the late rank's rows). With --streams and --late-combine RANK:MS
+ * the host of that rank waits for its dispatch, as every rank's does, then makes its
+ * combine_send MS milliseconds late: a rank whose combine needed its results (its node's
+ * ranks wait for them, and other nodes' ranks whose tokens have terms at its experts) must
+ * fail within the bound, and a rank that passes must have exact results (no rank may sum
+ * the late rank's former results as if they were the step's). With --timeout-from RANK:BOUND
+ * the ranks from RANK on take STRATA_MOE_TIMEOUT=BOUND, so that they outwait the others. With --two, a second object of the other route lives beside the first and the steps
  * alternate between them (each counts its own immediates). Prints one line per rank; exit 0
  * on success. With --streams the object runs on two streams of strata_comm_stream_create,
  * changing every step, and the host waits only to check each dispatch: a step's kernels
@@ -95,6 +101,10 @@ typedef struct options {
     int        stall;      /* rank that sleeps before a dispatch mid-run, or -1 */
     int        late;       /* --streams: rank that dispatches late mid-run, or -1 */
     unsigned   late_ms;
+    int        late_combine; /* --streams: rank whose combine_send comes late, or -1 */
+    unsigned   late_combine_ms;
+    int        timeout_from; /* ranks from this one on take timeout_value as their bound */
+    const char *timeout_value;
     int        overflow;   /* the expert every token goes to, or -1 */
     int        overflow_from; /* the first rank whose tokens do (the others' fit) */
     unsigned   stall_ms;
@@ -168,7 +178,7 @@ static void parse(int argc, char **argv, options_t *o)
     *o = (options_t){.c = {.device = "host", .experts = 16, .topk = 4, .hidden = 256,
                            .max_tokens = 24, .steps = 50, .dtype = STRATA_DTYPE_BF16,
                            .combine_dtype = STRATA_DTYPE_BF16},
-                     .kill = -1, .disagree = -1, .odd_config = -1, .stall = -1, .late = -1,
+                     .kill = -1, .disagree = -1, .odd_config = -1, .stall = -1, .late = -1, .late_combine = -1, .timeout_from = -1,
                      .overflow = -1,
                      .odd_combine = -1, .odd_route = -1,
                      .kill_bound_ms = 15000};
@@ -193,6 +203,8 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--overflow")) parse_overflow(o, v);
         else if (!strcmp(k, "--stall")) { o->stall = atoi(v); o->stall_ms = strchr(v, ':') ? (unsigned)atoi(strchr(v, ':') + 1) : 5000; }
         else if (!strcmp(k, "--late")) { o->late = atoi(v); o->late_ms = strchr(v, ':') ? (unsigned)atoi(strchr(v, ':') + 1) : 5000; }
+        else if (!strcmp(k, "--timeout-from")) { o->timeout_from = atoi(v); o->timeout_value = strchr(v, ':') ? strchr(v, ':') + 1 : "60s"; }
+        else if (!strcmp(k, "--late-combine")) { o->late_combine = atoi(v); o->late_combine_ms = strchr(v, ':') ? (unsigned)atoi(strchr(v, ':') + 1) : 5000; }
         else if (!strcmp(k, "--kill-bound-ms")) o->kill_bound_ms = strtoull(v, NULL, 10);
         else if (!strcmp(k, "--trace")) o->trace = v;
         else if (!strcmp(k, "--mode") && !strcmp(v, "adaptive")) o->masks = MASKS_ADAPTIVE;
@@ -419,6 +431,9 @@ int main(int argc, char **argv)
         if (g_rank == o.odd_route) {
             setenv("STRATA_MOE_ROUTE", "flat", 1);
         }
+        if (o.timeout_from >= 0 && g_rank >= o.timeout_from) {
+            setenv("STRATA_MOE_TIMEOUT", o.timeout_value, 1);
+        }
         status = strata_moe_create(comm, &p, &objects[0]);
         if (o.refused != NULL) {
             CHECK(status != STRATA_OK && strstr(strata_status_string(status), o.refused),
@@ -468,6 +483,11 @@ int main(int argc, char **argv)
             status = run_late_step(&sr, g_rank == o.late ? o.late_ms : 0, &needs_others);
             break; /* the step must fail everywhere: checked below */
         }
+        if (o.streams && o.late_combine >= 0 && g_step == o.kill_step) {
+            status = run_late_combine_step(&sr, g_rank == o.late_combine ? o.late_combine_ms
+                                                                          : 0);
+            break; /* checked below */
+        }
         if (o.streams) {
             status = run_stream_step(&sr, g_step == o.kill_step && g_rank == o.kill
                                               ? (o.stop ? SIGSTOP : SIGKILL) : 0);
@@ -501,6 +521,16 @@ int main(int argc, char **argv)
               "rank %d moved step %d in other modes; this rank got %s at step %d", o.disagree,
               o.kill_step, strata_status_string(status), g_step);
         printf("rank %d: the step with rank %d's other modes failed: %s\n", g_rank, o.disagree,
+               strata_status_string(status));
+    } else if (o.late_combine >= 0) {
+        /* exact where it passed (run_late_combine_step checked it); a rank that needed
+         * the late rank's terms, or waited for its results, fails within its bound */
+        CHECK((status == STRATA_OK || status == STRATA_ERR_TIMEOUT ||
+               status == STRATA_ERR_PEER_FAILED) && g_step == o.kill_step,
+              "rank %d's combine came %u ms late at step %d, past the object's bound; this "
+              "rank got %s at step %d", o.late_combine, o.late_combine_ms, o.kill_step,
+              strata_status_string(status), g_step);
+        printf("rank %d: rank %d combined late: %s\n", g_rank, o.late_combine,
                strata_status_string(status));
     } else if (o.late >= 0) {
         /* the late rank's own tokens lack nothing where none has a choice at another

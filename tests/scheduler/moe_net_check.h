@@ -107,6 +107,9 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill);
  *  this rank dispatches late_ms late. *needs_others_p: whether any of its tokens has a
  *  choice at another rank's expert. */
 strata_status_t run_late_step(stream_run_t *sr, unsigned late_ms, bool *needs_others_p);
+/** --late-combine: one step on stream g_step % 2, checked as run_stream_step's, whose
+ *  combine_send this rank makes late_ms late; where it passes, its results are checked. */
+strata_status_t run_late_combine_step(stream_run_t *sr, unsigned late_ms);
 /** The last step's results, and the layouts; the object leaves its stream (where the step
  *  passed). */
 void            stream_run_end(stream_run_t *sr, rank_state_t *r, strata_status_t status);

@@ -406,6 +406,40 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
     return status;
 }
 
+/* --late-combine: one step on stream g_step % 2 whose dispatch the host waits for and
+ * checks (writing the experts' outputs), and whose combine_send this rank makes late_ms
+ * late; a step that passes here must be exact. */
+strata_status_t run_late_combine_step(stream_run_t *sr, unsigned late_ms)
+{
+    strata_moe_recv_t recv;
+    strata_status_t status;
+    const void *x;
+    int n;
+    rank_state_t *r = stream_step_begin(sr, &n, &x);
+
+    status = strata_moe_dispatch(r->moe, x, r->scales ? r->x_scales : NULL, r->idx, n, &recv);
+    if (status == STRATA_OK) {
+        status = strata_moe_synchronize(r->moe);
+    }
+    if (status != STRATA_OK) {
+        return status;
+    }
+    check_pending(sr);
+    check_dispatch(r, &recv);
+    util_sleep_ns((uint64_t)late_ms * UTIL_NSEC_PER_MSEC); /* the others' combines wait */
+    status = strata_moe_combine_send(r->moe, NULL);
+    if (status == STRATA_OK) {
+        status = strata_moe_combine_recv(r->moe, r->weights, r->out);
+    }
+    if (status == STRATA_OK) {
+        status = strata_moe_synchronize(r->moe);
+    }
+    if (status == STRATA_OK) {
+        check_combine(r, STRATA_OK);
+    }
+    return status;
+}
+
 /* Whether any of this rank's n tokens has a choice at another rank's expert. */
 static bool terms_elsewhere(const rank_state_t *r, int n)
 {

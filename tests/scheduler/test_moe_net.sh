@@ -147,6 +147,13 @@ case_run "1x4, streams, rank 1 killed while the others wait for their experts" 3
 case_run "1x4, streams, rank 1 dispatches past the bound" 4 "rank 1 was late" -- STRATA_MOE_TIMEOUT=2s -- -n 4 --nodes 1 -- --steps 6 --streams 1 --late 1:6000
 # Across nodes the late rank's peers give up on its header first: the same statuses.
 case_run "2x2 hierarchical, streams, rank 3 dispatches past the bound" 4 "rank 3 was late" -- STRATA_MOE_TIMEOUT=2s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 6 --streams 1 --late 3:6000
+# A rank whose combine comes past the bound of its node's ranks, which wait for its results;
+# the other node outwaits it (a longer bound). Rank 0 gives up on rank 1 and still returns
+# rank 2's terms: those of rank 1's experts are a former step's, so they must go flagged as
+# given up, and rank 2 must fail (TIMEOUT), not sum them as the step's (a wrong result,
+# passed off as OK). A rank that passes is checked exact.
+case_run "2x2 hierarchical, streams, rank 1's combine past its node's bound" 4 "rank 1 combined late" -- STRATA_MOE_TIMEOUT=2s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 6 --streams 1 --late-combine 1:3000 --timeout-from 2:8s
+case_run "2x2 hierarchical node-reduce, streams, rank 1's combine past its node's bound" 4 "rank 1 combined late" -- STRATA_MOE_TIMEOUT=2s STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps 6 --streams 1 --late-combine 1:3000 --timeout-from 2:8s
 # A rank stopped mid-step (SIGSTOP: alive, silent): the same bound, PEER_FAILED or TIMEOUT;
 # strata-run removes the stopped rank once the others are done.
 case_run "2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000
@@ -216,6 +223,11 @@ case_run "streamed: 2x2, rank 1 alone on the worst-case exchange" 4 "and STRATA_
 case_run "streamed: 2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --kill 3 --kill-bound-ms 12000
 case_run "streamed: 2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000
 case_run "streamed: 2x2 hierarchical, node-reduce, rank 2 killed mid-step" 3 "rank 2 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_COMBINE=node-reduce STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 2 -- --steps 10 --kill 2 --kill-bound-ms 12000
+# A combine past its node's bound in rounds (as in one pass above): rank 0's rounds return
+# rank 1's terms flagged as given up, and a rank that passes is checked exact. (Here rank 1
+# wrote its outputs in place before it slept, so terms read early would still be right:
+# this case checks the bounded failure; the two above check that nothing stale is summed.)
+case_run "streamed: 2x2 hierarchical, streams, rank 1's combine past its node's bound" 4 "rank 1 combined late" -- STRATA_MOE_TIMEOUT=2s $st STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_CAPACITY_FACTOR=0 STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 6 --streams 1 --late-combine 1:3000 --timeout-from 2:8s
 
 # The exact receive: every row delivered, packed, into buffers sized from the step's
 # counts, none dropped whatever the load (every token to one expert), on one node and across
