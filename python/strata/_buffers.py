@@ -29,8 +29,13 @@ DTYPE_NAMES = {
 
 ALIGNMENT = 16  # the library's rows are whole 16-byte units
 
-# Where a buffer's memory is: kind "cpu" (host), "cuda" or "rocm"; device: the GPU's index
-# (None: host, or not known).
+# fp8 rows travel as their bytes: a framework's own fp8 e4m3 type (torch.float8_e4m3fn, in
+# torch 2.1 and later) is taken wherever those bytes are.
+SAME_BYTES = {"uint8": ("float8_e4m3fn",)}
+
+# Where a buffer's memory is: kind "cpu" (host), "cuda" or "rocm"; device: the GPU's number as
+# the runtime and the frameworks name it (cudaSetDevice's, torch's cuda:N; None: host, or not
+# known).
 Memory = collections.namedtuple("Memory", "kind device")
 HOST = Memory("cpu", None)
 
@@ -44,11 +49,14 @@ _ITEMSIZES = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
 
 
 def memory_of(comm):
-    """Where a communicator's buffers are: the host, or its GPU."""
+    """Where a communicator's buffers are: the host, or its GPU, by the runtime's number
+    for it (comm.gpu_ordinal; comm.gpu is its place in the node's topology, another number
+    where the process sees only some of the node's GPUs)."""
     backend = comm.device_backend
     if backend == "host":
         return HOST
-    return Memory("cuda" if backend == "cuda" else "rocm", comm.gpu)
+    ordinal = comm.gpu_ordinal
+    return Memory("cuda" if backend == "cuda" else "rocm", ordinal if ordinal >= 0 else None)
 
 
 def is_torch(obj):
@@ -184,7 +192,7 @@ def address(obj, name, dtype, shape, names=None, writable=False, aligned=False, 
         _check_numpy(obj, name, writable)
     elif writable and d.readonly:
         raise ValueError(f"{name} is read-only: strata writes it in place")
-    if d.dtype != dtype:
+    if d.dtype != dtype and d.dtype not in SAME_BYTES.get(dtype, ()):
         raise ValueError(f"{name} has dtype {d.dtype}, expected {dtype}")
     if d.shape != tuple(shape):
         raise ValueError(f"{name} has shape {d.shape}, expected {_shape_text(shape, names)}")

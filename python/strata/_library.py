@@ -54,6 +54,7 @@ _PROTOTYPES = {
     "strata_comm_node_rank": (_int, [_p, _int, _int]),
     "strata_comm_device_backend": (ctypes.c_char_p, [_p]),
     "strata_comm_gpu": (_int, [_p]),
+    "strata_comm_gpu_ordinal": (_int, [_p]),
     "strata_comm_num_rails": (_int, [_p]),
     "strata_comm_transport": (ctypes.c_char_p, [_p]),
     "strata_barrier": (_c_status, [_p, ctypes.c_uint64]),

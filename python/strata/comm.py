@@ -104,7 +104,13 @@ class Communicator(PointToPoint):
                           doc="rank among the ranks with this node's name")
     local_size = property(lambda self: self._query("strata_comm_local_size"))
     gpu = property(lambda self: self._query("strata_comm_gpu"),
-                   doc="index of this rank's GPU among the node's, -1 without one")
+                   doc="index of this rank's GPU among the node's (the topology's order), "
+                       "-1 without one")
+    gpu_ordinal = property(lambda self: self._query("strata_comm_gpu_ordinal"),
+                           doc="the runtime's number for this rank's GPU: what cudaSetDevice "
+                               "takes and torch's cuda:N names (it differs from gpu where "
+                               "CUDA_VISIBLE_DEVICES hides some of the node's GPUs), -1 "
+                               "without one")
     num_rails = property(lambda self: self._query("strata_comm_num_rails"))
     device_backend = property(lambda self: self._query("strata_comm_device_backend").decode(),
                               doc='"host", "cuda" or "hip"')

@@ -56,8 +56,9 @@ def _check_tensor(value, name, dims):
 
 
 class Handle:
-    """What a normal-mode dispatch leaves for its combine (and a cached dispatch): the
-    routing, and where each received token's rows are."""
+    """What a normal-mode dispatch leaves for its combine (and a cached dispatch, which
+    makes it good for its own step's combine again): the routing, and where each received
+    token's rows are."""
 
     def __init__(self, objects, topk_idx, num_tokens):
         self.objects = objects
@@ -116,14 +117,19 @@ class Buffer:
         if key not in self._objects:
             # every row delivered, as DeepEP's buffers do: normal mode receives exactly (no
             # capacity, rows packed into buffers of the step's size), low-latency mode into
-            # per-expert blocks of the most an expert can receive
+            # per-expert blocks of the most an expert can receive. The exact receive needs
+            # the worst-case exchange and exact combine across nodes: named here, so that
+            # STRATA_MOE_EXCHANGE and STRATA_MOE_COMBINE, which choose for objects that
+            # leave them to the library, do not make these fail.
+            exact = dict(receive=t.Receive.EXACT, exchange=t.Exchange.WORST_CASE,
+                         combine=t.Combine.EXACT)
             if with_weights:
                 moe = Moe(self.comm, num_experts=num_experts, topk=topk, hidden=hidden,
-                          max_tokens=max_tokens, dtype=dtype, receive=t.Receive.EXACT)
+                          max_tokens=max_tokens, dtype=dtype, **exact)
                 # each row's token's top-k weights travel beside it
                 weights = Moe(self.comm, num_experts=num_experts, topk=topk,
                               hidden=(topk + 3) // 4 * 4, max_tokens=max_tokens, dtype="fp32",
-                              receive=t.Receive.EXACT)
+                              **exact)
             else:
                 moe = Moe(self.comm, num_experts=num_experts, topk=topk, hidden=hidden,
                           max_tokens=max_tokens, dtype=dtype,
@@ -134,6 +140,17 @@ class Buffer:
 
     def _first_expert(self, num_experts):
         return self.rank * num_experts // self.group_size
+
+    @staticmethod
+    def _refuse_open_step(*moes):
+        """ValueError where an earlier dispatch's step is still open on one of moes: strata
+        runs one step at a time per object, and the new dispatch must neither start nor end
+        that step (its combine is still to come)."""
+        for moe in moes:
+            if moe is not None and moe._in_step():
+                raise ValueError("dispatch while the step of an earlier dispatch of this shape "
+                                 "waits for its combine: combine that one (with its handle) "
+                                 "first; strata runs one step at a time per shape")
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -188,9 +205,15 @@ class Buffer:
         hidden], recv_topk_idx [received, topk] (this rank's expert index, or -1),
         recv_topk_weights [received, topk] (0 where -1), num_recv_tokens_per_expert_list,
         handle, event). Tokens arrive ordered by source rank, then by index there. With
-        handle (a cached dispatch), the routing of that dispatch is used again."""
+        handle (a cached dispatch), the routing of that dispatch is used again, and the
+        handle serves this step's combine (DeepEP's handles are reusable: Megatron's backward
+        dispatches the gradient with the forward's handle, then combines with it); the
+        handle returned is that one. A dispatch while another of the same shape waits for
+        its combine is refused (ValueError), that step left as it was."""
         x = _check_tensor(x, "x", 2)
         if handle is not None:
+            if not isinstance(handle, Handle):
+                raise ValueError("handle must be the handle of a dispatch of this Buffer")
             topk_idx, topk_weights = handle.topk_idx, handle.topk_weights
             num_experts = handle.num_experts
         else:
@@ -205,11 +228,13 @@ class Buffer:
         topk = topk_idx.shape[1]
         check_routing(topk_idx, num_experts)
         moe, weights = self._moe(num_experts, topk, x.shape[1], x.dtype, self.max_tokens, True)
-        new = Handle((moe, weights), topk_idx, x.shape[0])
+        self._refuse_open_step(moe, weights)
+        new = handle if handle is not None else Handle((moe, weights), topk_idx, x.shape[0])
+        new.open = False  # until this dispatch's step is open for its combine
+        new.objects, new.num_tokens = (moe, weights), x.shape[0]
         new.topk_weights, new.num_experts, new.device = topk_weights, num_experts, x.device
         with aborting(moe, weights):  # moe's step stays open for combine unless this raises
             recv = moe.dispatch(x.contiguous(), topk_idx)
-            new.open = True
             wrows = torch.zeros(x.shape[0], weights.hidden, dtype=torch.float32,
                                 device=x.device)
             wrows[:, :topk] = topk_weights.to(x.device)
@@ -218,6 +243,7 @@ class Buffer:
             weights.combine(torch.zeros(x.shape[0], topk, dtype=torch.float32, device=x.device),
                             torch.empty(x.shape[0], weights.hidden, dtype=torch.float32,
                                         device=x.device))
+        new.open = True
         return gathered
 
     @staticmethod
@@ -270,7 +296,8 @@ class Buffer:
         event). x [received, hidden] in dispatch's order; topk_weights [received, topk],
         summed the same way."""
         if not isinstance(handle, Handle) or not handle.open:
-            raise ValueError("combine needs the handle of this Buffer's last dispatch, once")
+            raise ValueError("combine needs the handle of this Buffer's last dispatch, once "
+                             "per dispatch (a cached dispatch, handle=, makes it good again)")
         moe, weights = handle.objects
         x = _check_tensor(x, "x", 2)
         topk = handle.topk_idx.shape[1]
@@ -335,9 +362,12 @@ class Buffer:
         check_routing(topk_idx, num_experts)
         moe, _ = self._moe(num_experts, topk_idx.shape[1], x.shape[1], x.dtype,
                            num_max_dispatch_tokens_per_rank, False)
+        self._refuse_open_step(moe)
         with aborting(moe):
             recv = moe.dispatch(x.contiguous(), topk_idx)
-        count = recv.count.to(x.device)  # strata keeps it on the host; DeepEP's is x's
+        # strata keeps it on the host, rewritten by the next dispatch; DeepEP's is a tensor
+        # of its own on x's device
+        count = recv.count.to(x.device, copy=True)
         if cumulative_local_expert_recv_stats is not None:
             cumulative_local_expert_recv_stats += count.to(
                 cumulative_local_expert_recv_stats.device,

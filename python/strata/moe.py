@@ -16,7 +16,9 @@ Work = _work.Work  # what a call given async_op=True returns
 
 
 # A framework's element types by name (torch's without "torch.", numpy's): fp8 tokens travel
-# as their bytes (uint8, with scales) or as torch's own fp8 type.
+# as their bytes, with scales: uint8 buffers, or torch's own fp8 type (torch.float8_e4m3fn,
+# torch 2.1 on), whose tensors the buffer checks take as those bytes (_buffers.SAME_BYTES).
+# What comes back holds the bytes as uint8 (.view(torch.float8_e4m3fn) reads them as fp8).
 _FRAMEWORK_DTYPES = {
     "bfloat16": t.Dtype.BF16, "float16": t.Dtype.FP16, "half": t.Dtype.FP16,
     "float32": t.Dtype.FP32, "float": t.Dtype.FP32, "uint8": t.Dtype.FP8_E4M3,
@@ -39,6 +41,12 @@ def _delivered(status, call, recv):
         err.recv = recv
         raise err
     return recv
+
+
+def _delivers(raw):
+    """Whether a dispatch call filled its strata_moe_recv_t: the library took the call and
+    the step is at its combine. A refused call (out of order) delivers nothing."""
+    return raw.num_local_experts > 0
 
 
 def _dtype(value, name):
@@ -365,9 +373,13 @@ class Moe:
         top-k slots named a masked expert (strata_moe_masked), as a list."""
         if layout is not None and (not isinstance(layout, Layout) or layout._moe is not self):
             raise ValueError("layout must be a Layout made by this Moe's layout()")
+        if layout is not None and layout._handle is None:
+            # the library would read NULL as "the last dispatch()'s routing"
+            raise ValueError("layout is closed")
         handle = None if layout is None else layout._handle
         count = self._dispatched_tokens if layout is None else layout.num_tokens
-        per_token = (ctypes.c_int32 * max(count, 1))()
+        # The library writes its plan's own count: room for the most any plan holds.
+        per_token = (ctypes.c_int32 * max(self.max_tokens, count, 1))()
         check(self._lib.strata_moe_masked(self.handle, handle, per_token, None),
               "strata_moe_masked")
         return list(per_token[:count])
@@ -551,8 +563,9 @@ class Moe:
     #   calls take the same stream; it may change between steps.
     # - async_op: return a Work at once instead of the result; Work.wait() orders what comes
     #   next after the work (on a GPU, the current stream waits; on the host backend, the
-    #   host), Work.synchronize() waits on the host. Without it the call's work is done on
-    #   return.
+    #   host), Work.synchronize() waits on the host. Without it every call, each half
+    #   (dispatch_send, combine_send) and abort_step included, has finished its work on
+    #   return: on a stream the host waits for it, and errors the stream found are raised.
     # - previous_event: a Work (of this or another object) the call is ordered after.
 
     def _set_stream(self, handle, keeper):
@@ -616,16 +629,16 @@ class Moe:
         """Send each token to its top-k experts' ranks and return what this rank's experts
         received (strata_moe_dispatch), as a Recv; on an object that receives exactly, a
         CompactRecv (receive_buffers=False: its counts alone, for dispatch_recv_into)."""
-        self._receive_buffers = receive_buffers
         num_tokens, idx, host_idx = self._routing(topk_idx)
         xs, scales = self._tokens(x, x_scales, num_tokens)
         self._begin(stream, previous_event, x)
         raw = t.MoeRecv()
-        self._step_x = x
         status = self._lib.strata_moe_dispatch(self.handle, xs, scales, idx, num_tokens,
                                                ctypes.byref(raw))
         self._after_call(x, x_scales, host_idx)
-        self._step_tokens = self._dispatched_tokens = num_tokens
+        if _delivers(raw):  # the library took the call: this step is the one to combine
+            self._step_x, self._receive_buffers = x, receive_buffers
+            self._step_tokens = self._dispatched_tokens = num_tokens
         return self._finish(self._receive(status, raw, "strata_moe_dispatch"), async_op)
 
     def dispatch_send(self, layout, x, x_scales=None, stream=None, async_op=False,
@@ -636,24 +649,26 @@ class Moe:
             raise ValueError("layout must be an open Layout made by this Moe's layout()")
         xs, scales = self._tokens(x, x_scales, layout.num_tokens)
         self._begin(stream, previous_event, x)
-        self._step_x = x
         status = self._lib.strata_moe_dispatch_send(self.handle, layout._handle, xs, scales)
         self._after_call(x, x_scales)
-        self._step_layout, self._step_tokens = layout, layout.num_tokens
-        self._step_inputs = (x, x_scales)
+        # A refusal (out of order: another step is in progress) leaves that step's record.
+        # The facade's checks leave the library no reason to take part without the layout.
         check(status, "strata_moe_dispatch_send")
-        return self._finish(None, async_op) if async_op else None
+        self._step_x, self._step_layout, self._step_tokens = x, layout, layout.num_tokens
+        self._step_inputs = (x, x_scales)
+        return self._finish(None, async_op)
 
     def dispatch_recv(self, stream=None, async_op=False, previous_event=None,
                       receive_buffers=True):
         """Second half: wait for this rank's experts' tokens (strata_moe_dispatch_recv);
         receive_buffers as for dispatch."""
-        self._receive_buffers = receive_buffers
         self._begin(stream, previous_event)
         raw = t.MoeRecv()
         status = self._lib.strata_moe_dispatch_recv(self.handle, ctypes.byref(raw))
         self._after_call(self._step_inputs)
-        self._step_inputs = None
+        if _delivers(raw):  # taken: the library is done with x (refused: it may still read
+            self._step_inputs = None  # x, or a combine_send's expert_y)
+            self._receive_buffers = receive_buffers
         return self._finish(self._receive(status, raw, "strata_moe_dispatch_recv"), async_op)
 
     def combine_send(self, expert_y=None, stream=None, async_op=False, previous_event=None):
@@ -663,20 +678,22 @@ class Moe:
         self._begin(stream, previous_event)
         status = self._lib.strata_moe_combine_send(self.handle, ys)
         self._after_call(expert_y)
+        check(status, "strata_moe_combine_send")  # refused: what the step reads stays kept
         # The library may read expert_y until combine_recv returns (on one node it does).
         self._step_inputs = expert_y
-        check(status, "strata_moe_combine_send")
-        return self._finish(None, async_op) if async_op else None
+        return self._finish(None, async_op)
 
     def combine_recv(self, topk_weights, out, stream=None, async_op=False, previous_event=None):
         """Second half: out[t] = sum over k of topk_weights[t, k] * y(t, k), written in place
         (strata_moe_combine_recv). Returns out."""
         weights, result = self._combine_buffers(topk_weights, out)
         self._begin(stream, previous_event, out)
+        steps = self._steps_done()
         status = self._lib.strata_moe_combine_recv(self.handle, weights, result)
         self._after_call(topk_weights, out, self._step_inputs)
-        self._end_step()
-        check(status, "strata_moe_combine_recv")
+        _, error = self._step_end(status, "strata_moe_combine_recv", steps)
+        if error is not None:
+            raise error
         return self._finish(out, async_op)
 
     def combine(self, topk_weights, out, expert_y=None, stream=None, async_op=False,
@@ -685,10 +702,16 @@ class Moe:
         ys, expert_y = self._expert_y(expert_y)
         weights, result = self._combine_buffers(topk_weights, out)
         self._begin(stream, previous_event, out)
+        steps = self._steps_done()
         status = self._lib.strata_moe_combine(self.handle, ys, weights, result)
         self._after_call(topk_weights, out, expert_y)
-        self._end_step()
-        check(status, "strata_moe_combine")
+        ended, error = self._step_end(status, "strata_moe_combine", steps)
+        if not ended and expert_y is not None:
+            # its combine_send half may have been taken: the library reads expert_y until
+            # the step's combine_recv
+            self._step_inputs = (self._step_inputs, expert_y)
+        if error is not None:
+            raise error
         return self._finish(out, async_op)
 
     def abort_step(self, async_op=False):
@@ -699,12 +722,14 @@ class Moe:
         withheld: a rank whose tokens had rows here gets a StrataError of
         STRATA_ERR_CANCELLED from its combine (its other terms are summed). Nothing in
         progress: nothing happens. Then the next step can start. It runs on the stream the
-        step's calls ran on (a step's stream does not change mid-step)."""
+        step's calls ran on (a step's stream does not change mid-step); without async_op the
+        host waits for it there. An error leaves the step in progress."""
         status = self._lib.strata_moe_abort_step(self.handle)
         self._after_call(self._step_inputs)
-        self._end_step()
+        if status >= 0:  # ended (or none was in progress); an error leaves the step as it was
+            self._end_step()
         check(status, "strata_moe_abort_step")
-        return self._finish(None, async_op) if async_op else None
+        return self._finish(None, async_op)
 
     def expert_wait(self, expert, timeout=None):
         """Wait until local expert `expert`'s rows of the step are all in recv.x, and return
@@ -736,6 +761,33 @@ class Moe:
 
     def _end_step(self):
         self._step_layout, self._step_tokens, self._step_inputs = None, None, None
+        self._step_x = None
+
+    def _steps_done(self):
+        """How many steps the library object has completed (strata_moe_get_stats' steps)."""
+        raw = t.MoeStats()
+        check(self._lib.strata_moe_get_stats(self.handle, ctypes.byref(raw)),
+              "strata_moe_get_stats")
+        return raw.steps
+
+    def _step_end(self, status, call, steps_before):
+        """After call, which finishes the step (combine, combine_recv): forget the step
+        where the library ended it, with results (status >= 0) or with an error the step
+        found (its count of completed steps moved on). A refused call (out of order, or a
+        buffer the library would not take) leaves the step, and its record, as they were.
+        Returns (whether it ended, the StrataError to raise or None); the error is made
+        first, since reading the count clears the thread's last error, its message."""
+        error = None
+        if status < 0:
+            error = StrataError(status, call, status_string(status), last_error())
+        ended = error is None or self._steps_done() != steps_before
+        if ended:
+            self._end_step()
+        return ended, error
+
+    def _in_step(self):
+        """Whether a step that this object's calls started is still in progress here."""
+        return self._step_tokens is not None
 
     # --- modes and statistics ------------------------------------------------------------
 

@@ -181,8 +181,12 @@ class MoEDispatcher:
         self.dtype = _torch_dtype(moe.dtype)
         self.combine_dtype = _torch_dtype(moe.combine_dtype)
         self._width = (moe.topk + 3) // 4 * 4  # fp32 rows of whole 16-byte units
+        # Every row its step can carry, whatever STRATA_MOE_CAPACITY_FACTOR or the
+        # exchange (the streamed one's default is twice the mean load) would choose: its
+        # rows are matched to the layer's one for one.
         self._weights = Moe(moe._comm, num_experts=moe.num_experts, topk=moe.topk,
-                            hidden=self._width, max_tokens=moe.max_tokens, dtype="fp32")
+                            hidden=self._width, max_tokens=moe.max_tokens, dtype="fp32",
+                            capacity=moe.max_tokens * comm.size)
 
     def close(self):
         """Close the dispatcher's own Moe (not the one it was given)."""

@@ -4,8 +4,11 @@ own, so every rank can recompute every other's): the dispatch layout, the tokens
 receives (each once, from which ranks, with which local experts and weights), the counts
 per expert, combine's round trip with weights, a cached dispatch, and the low-latency
 path's padded per-expert layout and weighted combine; a bad expert id refused before the
-step, and a rank that aborts its step. Prints "rank R of W: strata.ep
-checks passed"."""
+step, and a rank that aborts its step; the handle reused as Megatron's backward does, a
+dispatch refused while another waits for its combine (that step left whole), and, last,
+each rank a node of its own with STRATA_MOE_EXCHANGE=streamed and STRATA_MOE_COMBINE=
+node-reduce set. Prints "rank R of W: strata.ep checks passed"."""
+import os
 import sys
 
 import torch
@@ -40,7 +43,14 @@ def check_layout(buffer, idx, world):
         check(int(tokens_per_rank[r]) == int(want.sum()), f"num_tokens_per_rank[{r}]")
     for e in range(EXPERTS):
         check(int(per_expert[e]) == int((idx == e).sum()), f"num_tokens_per_expert[{e}]")
-    check(per_node is None, "num_tokens_per_rdma_rank on one node")
+    nodes = buffer.comm.num_nodes
+    if nodes == 1:
+        check(per_node is None, "num_tokens_per_rdma_rank on one node")
+    else:
+        node_of = torch.tensor([buffer._node_of(r) for r in range(world)])
+        for n in range(nodes):
+            want = int(in_rank[:, node_of == n].any(1).sum())
+            check(int(per_node[n]) == want, f"num_tokens_per_rdma_rank[{n}]")
     return tokens_per_rank, per_expert, in_rank
 
 
@@ -85,6 +95,7 @@ def check_normal(buffer, rank, world):
     # A cached dispatch: the same routing, new rows.
     recv2, _, _, _, handle2, _ = buffer.dispatch(x * 2, handle=handle)
     check(torch.equal(recv2, want_x * 2), "a cached dispatch's rows")
+    check(handle2 is handle, "a cached dispatch returns the handle it was given")
     combined2, _, _ = buffer.combine(recv2, handle2)
     torch.testing.assert_close(combined2, x * 2 * times, rtol=1e-6, atol=1e-6)
 
@@ -112,6 +123,87 @@ def check_low_latency(buffer, rank, world):
     out, _, _ = buffer.low_latency_combine(y, idx, w, handle)
     scale = torch.where(idx >= 0, w * (idx + 1), torch.tensor(0.0)).sum(1, keepdim=True)
     torch.testing.assert_close(out, x * scale, rtol=1e-5, atol=1e-5)
+    # recv_count is a tensor of its own, as DeepEP's: the next dispatch (no rows for any
+    # expert) leaves it as it was
+    counts = recv_count.clone()
+    nowhere = torch.full_like(idx, -1)
+    recv_none, count_none, handle_none, _, _ = buffer.low_latency_dispatch(x, nowhere, TOKENS,
+                                                                           EXPERTS)
+    check(int(count_none.sum()) == 0, "recv_count of a dispatch with no rows")
+    check(torch.equal(recv_count, counts), "recv_count rewritten by the next dispatch")
+    buffer.low_latency_combine(torch.zeros_like(recv_none), nowhere, w, handle_none)
+
+
+def check_megatron_backward(buffer, rank, world):
+    """Megatron's fused_a2a: the forward's dispatch and combine, then the backward's
+    dispatch of the gradient with the forward's handle (the handle it returns is not
+    looked at) and combine with that same handle, once more; a new dispatch then runs."""
+    x, idx, w = inputs(rank)
+    tokens_per_rank, per_expert, in_rank = check_layout(buffer, idx, world)
+    recv_x, _, _, _, handle, _ = buffer.dispatch(
+        x, topk_idx=idx, topk_weights=w, num_tokens_per_rank=tokens_per_rank,
+        is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+    times = in_rank.sum(1, keepdim=True).to(torch.float32)
+    y, _, _ = buffer.combine(recv_x, handle)
+    torch.testing.assert_close(y, x * times, rtol=1e-6, atol=1e-6)
+    want_x, _, _ = expected_recv(rank, world)
+    for scale in (3.0, -0.5):  # backward passes of two iterations
+        grad_recv, _, _, _, _, _ = buffer.dispatch(x * scale, handle=handle)
+        check(torch.equal(grad_recv, want_x * scale), "the gradient's dispatch with the handle")
+        grad_x, _, _ = buffer.combine(grad_recv, handle)
+        torch.testing.assert_close(grad_x, x * scale * times, rtol=1e-6, atol=1e-6)
+    check_normal(buffer, rank, world)  # no step left open
+
+
+def check_dispatch_while_open(buffer, rank, world):
+    """A dispatch while another's step waits for its combine is refused, in normal and in
+    low-latency mode, and the step it found stays whole: its combine is exact."""
+    x, idx, w = inputs(rank)
+    tokens_per_rank, per_expert, in_rank = check_layout(buffer, idx, world)
+    recv_x, _, recv_w, _, handle, _ = buffer.dispatch(
+        x, topk_idx=idx, topk_weights=w, num_tokens_per_rank=tokens_per_rank,
+        is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+    for again in (dict(topk_idx=idx, topk_weights=w, num_tokens_per_expert=per_expert),
+                  dict(handle=handle)):
+        try:
+            buffer.dispatch(x * 5, **again)
+            check(False, "a dispatch while another waits for its combine must be refused")
+        except ValueError as err:
+            check("waits for its combine" in str(err), str(err))
+    combined_x, combined_w, _ = buffer.combine(recv_x, handle, topk_weights=recv_w)
+    times = in_rank.sum(1, keepdim=True).to(torch.float32)
+    torch.testing.assert_close(combined_x, x * times, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(combined_w, torch.where(idx >= 0, w, torch.tensor(0.0)))
+    recv_x, recv_count, ll_handle, _, _ = buffer.low_latency_dispatch(x, idx, TOKENS, EXPERTS)
+    try:
+        buffer.low_latency_dispatch(x * 5, idx, TOKENS, EXPERTS)
+        check(False, "a low-latency dispatch while another waits must be refused")
+    except ValueError as err:
+        check("waits for its combine" in str(err), str(err))
+    per_rank = EXPERTS // world
+    y = torch.zeros_like(recv_x)
+    for e in range(per_rank):
+        n = int(recv_count[e])
+        y[e, :n] = recv_x[e, :n] * (rank * per_rank + e + 1)
+    out, _, _ = buffer.low_latency_combine(y, idx, w, ll_handle)
+    scale = torch.where(idx >= 0, w * (idx + 1), torch.tensor(0.0)).sum(1, keepdim=True)
+    torch.testing.assert_close(out, x * scale, rtol=1e-5, atol=1e-5)
+
+
+def check_across_nodes(rank, world):
+    """Each rank a node of its own, with the variables that choose the exchange and the
+    combine for objects that leave them to the library set to what the exact receive
+    cannot take across nodes (the streamed exchange in rounds of a few tokens, node-reduce
+    on the hierarchical route it needs): normal mode's objects name their own and are
+    exact."""
+    os.environ.update(STRATA_NODE_NAME=f"ep-node-{rank}", STRATA_MOE_EXCHANGE="streamed",
+                      STRATA_MOE_WINDOW_BYTES="4k", STRATA_MOE_COMBINE="node-reduce",
+                      STRATA_MOE_ROUTE="hierarchical")
+    buffer = strata.ep.Buffer(dist.group.WORLD, max_tokens=TOKENS)
+    check(buffer.comm.num_nodes == world, f"{buffer.comm.num_nodes} nodes, not {world}")
+    check_normal(buffer, rank, world)
+    check_megatron_backward(buffer, rank, world)
+    buffer.destroy()
 
 
 def check_refusal_and_abort(buffer, rank, world):
@@ -160,7 +252,11 @@ def main():
     check_refusal_and_abort(buffer, rank, world)
     check_low_latency(buffer, rank, world)  # the step after the aborted one is exact
     check_normal(buffer, rank, world)
+    check_megatron_backward(buffer, rank, world)
+    check_dispatch_while_open(buffer, rank, world)
+    check_normal(buffer, rank, world)
     buffer.destroy()
+    check_across_nodes(rank, world)
     print(f"rank {rank} of {world}: strata.ep checks passed", flush=True)
     dist.destroy_process_group()
     return 0

@@ -2,16 +2,20 @@
 DLPack runs a whole step; DLPack's and CUDA's array interface's descriptions are checked as
 numpy's are (dtype, shape, contiguity), and device memory is refused where the communicator
 is the host's; the library's GPU memory is exported as an Array that DLPack and CUDA array
-interface consumers take; and the streams a call may be given are told apart. (The same on
-a GPU: test_device.py.)"""
+interface consumers take; the streams a call may be given are told apart; and the GPU is
+named by the runtime's number for it wherever the package talks to the runtime or torch.
+(The same on a GPU: test_device.py.)"""
+import contextlib
+import ctypes
 import gc
 import unittest
+from unittest import mock
 
 import numpy as np
 import torch
 
 import strata
-from strata import _buffers, _dlpack, _work
+from strata import _buffers, _dlpack, _gpu, _work
 from strata._buffers import HOST, Memory
 
 import moe_reference as ref
@@ -153,6 +157,77 @@ class TestForeignArrays(one_rank.CommTestCase):
                                                 r"buffers are on CUDA GPU 0$"):
             _buffers.address(other, "x", "float32", (TOKENS, HIDDEN),
                              memory=Memory("cuda", 0))
+
+
+class ReorderedGpuComm:
+    """What the package reads of a CUDA communicator whose rank runs with
+    CUDA_VISIBLE_DEVICES=1,0: its GPU is the node's first (gpu 0, the topology's index),
+    which the runtime and torch number 1 (cuda:1). None of it is touched on this machine."""
+    device_backend = "cuda"
+    gpu = 0
+    gpu_ordinal = 1
+
+
+class FakeRuntime:
+    """A GPU runtime that records the device each event was made on."""
+
+    def __init__(self):
+        self.devices = []
+
+    @contextlib.contextmanager
+    def on_device(self, device):
+        self.devices.append(device)
+        yield
+
+    def event(self):
+        return ctypes.c_void_p(1)
+
+    def record(self, event, stream):
+        pass
+
+    def event_destroy(self, event):
+        pass
+
+
+class TestGpuOrdinal(unittest.TestCase):
+    """The device number the runtime and the frameworks use (comm.gpu_ordinal), not the
+    GPU's place in the node's topology (comm.gpu), names the communicator's GPU wherever
+    the package talks to them: the buffer checks, torch's current stream, the events
+    recorded after a call, and the tensors it allocates."""
+
+    def test_host_communicator_has_none(self):
+        with one_rank.communicator() as comm:
+            if comm.device_backend != "host":
+                self.skipTest(f"the communicator runs on {comm.device_backend}")
+            self.assertEqual((comm.gpu, comm.gpu_ordinal), (-1, -1))
+            self.assertEqual(_buffers.memory_of(comm), HOST)
+
+    def test_device_number_is_the_runtimes(self):
+        memory = _buffers.memory_of(ReorderedGpuComm())
+        self.assertEqual(memory, Memory("cuda", 1))
+        x = np.zeros((TOKENS, HIDDEN), np.float32)
+        self.assertEqual(_buffers.address(DLPackOnly(x, device=("cuda", 1)), "x", "float32",
+                                          (TOKENS, HIDDEN), memory=memory),
+                         torch.from_numpy(x).data_ptr())
+        with self.assertRaisesRegex(ValueError, r"^x is on CUDA GPU 0; the communicator's "
+                                                r"buffers are on CUDA GPU 1$"):
+            _buffers.address(DLPackOnly(x, device=("cuda", 0)), "x", "float32",
+                             (TOKENS, HIDDEN), memory=memory)
+
+        class Current:
+            cuda_stream = 0x77
+
+        with mock.patch.object(torch.cuda, "current_stream",
+                               return_value=Current()) as current:
+            self.assertEqual(_work.resolve(None, memory, "torch")[0], 0x77)
+        current.assert_called_once_with(1)
+        rt = FakeRuntime()
+        with mock.patch.object(_gpu, "runtime", return_value=rt):
+            _work.record(memory, 0x77)
+        self.assertEqual(rt.devices, [1])
+        with mock.patch.object(torch, "empty") as empty:
+            _buffers.empty("float32", (2, HIDDEN), "torch", memory)
+        self.assertEqual(empty.call_args.kwargs["device"], torch.device("cuda", 1))
 
 
 class TestExport(unittest.TestCase):

@@ -96,13 +96,13 @@ class TestDevice(unittest.TestCase):
             self.skipTest("no torch")
         if not torch.cuda.is_available():
             self.skipTest("torch has no CUDA here")
-        return torch, torch.device("cuda", self.comm.gpu)
+        return torch, torch.device("cuda", self.comm.gpu_ordinal)
 
     def test_cuda_array_interface_step(self):
         with self.moe() as moe:
             recv = moe.dispatch(DeviceArray(self.rt, self.x), self.idx)
             self.assertIsInstance(recv.x, strata._buffers.Array)
-            self.assertEqual(recv.x.__dlpack_device__(), (2, self.comm.gpu))
+            self.assertEqual(recv.x.__dlpack_device__(), (2, self.comm.gpu_ordinal))
             self.assertIsInstance(recv.count, np.ndarray)  # host memory
             self.run_experts(recv)
             out = DeviceArray(self.rt, np.full((TOKENS, HIDDEN), np.nan, np.float32))
@@ -209,7 +209,7 @@ class TestDevice(unittest.TestCase):
         import strata.ep
 
         buffer = strata.ep.Buffer(max_tokens=TOKENS)
-        device = torch.device("cuda", buffer.comm.gpu)
+        device = torch.device("cuda", buffer.comm.gpu_ordinal)
         x = torch.from_numpy(self.x).to(device)
         idx = torch.from_numpy(self.idx).to(device)
         w = torch.from_numpy(self.weights).to(device)

@@ -1,6 +1,7 @@
 """MoE dispatch and combine on one rank with numpy arrays: the whole step and its halves
 against a plain reference, the recv's views (rows, counts, sources), the statistics, and
 every buffer check's ValueError (after which the call can be made again)."""
+import ctypes
 import gc
 import unittest
 
@@ -392,6 +393,162 @@ class TestLifetimes(MoeTest):
             run_experts(second.dispatch_recv())
             out = second.combine(weights, np.empty_like(x))
             self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+
+
+class TestRefusedCalls(MoeTest):
+    """A call the library refuses (out of the step's order) leaves the step in progress,
+    and what the package knows of it, as they were: the step's combine still takes buffers
+    of the step's own dispatch, its layout stays in use, and what the library reads stays
+    alive. out and topk_weights of the wrong size are slices of buffers of the right one,
+    so that a check that let them through would not have the library write past them."""
+
+    def buffers(self, num_tokens):
+        """topk_weights and out of num_tokens rows, the first rows of MAX_TOKENS-row ones."""
+        weights = np.ones((MAX_TOKENS, TOPK), np.float32)
+        out = np.full((MAX_TOKENS, HIDDEN), np.nan, np.float32)
+        return weights[:num_tokens], out[:num_tokens]
+
+    def expect_step_of(self, moe, num_tokens, call, *buffers):
+        with self.assertRaisesRegex(ValueError, rf"^(topk_weights|out) has shape "
+                                                rf"\({num_tokens}, \d+\), expected "
+                                                rf"\(num_tokens={MAX_TOKENS}, "):
+            call(*buffers)
+
+    def test_refused_dispatch_leaves_the_step(self):
+        with self.moe() as moe:
+            x, idx, weights = self.batch()
+            recv = moe.dispatch(x, idx)
+            x2, idx2, _ = self.batch(num_tokens=10)
+            with self.assertRaises(strata.StrataError) as caught:
+                moe.dispatch(x2, idx2)  # the step of 16 is in progress
+            self.assertIs(caught.exception.status, strata.Status.STRATA_ERR_INVALID)
+            self.assertEqual(len(moe.masked()), MAX_TOKENS)  # the routing of the step's own
+            run_experts(recv)
+            self.expect_step_of(moe, 10, moe.combine, *self.buffers(10))
+            out = moe.combine(weights, np.full_like(x, np.nan))
+            self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+            self.assertEqual(moe.stats().steps, 1)
+
+    def test_refused_dispatch_send_leaves_the_step(self):
+        with self.moe() as moe:
+            x, idx, weights = self.batch()
+            x2, idx2, _ = self.batch(num_tokens=10)
+            layout, other = moe.layout(idx), moe.layout(idx2)
+            moe.dispatch_send(layout, x)
+            with self.assertRaises(strata.StrataError):
+                moe.dispatch_send(other, x2)
+            other.close()  # not the step's: free to go
+            with self.assertRaisesRegex(ValueError, "in use by the step in progress"):
+                layout.close()
+            run_experts(moe.dispatch_recv())
+            self.expect_step_of(moe, 10, moe.combine, *self.buffers(10))
+            out = moe.combine(weights, np.full_like(x, np.nan))
+            self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+            layout.close()
+
+    def test_refused_combine_leaves_the_step_open(self):
+        with self.moe() as moe:
+            x, idx, weights = self.batch()
+            layout = moe.layout(idx)
+            moe.dispatch_send(layout, x)
+            run_experts(moe.dispatch_recv())
+            with self.assertRaises(strata.StrataError) as caught:
+                moe.combine_recv(weights, np.empty_like(x))  # before its combine_send
+            self.assertIn("combine_recv refused", caught.exception.message)
+            self.expect_step_of(moe, 10, moe.combine, *self.buffers(10))
+            with self.assertRaisesRegex(ValueError, "in use by the step in progress"):
+                layout.close()
+            moe.combine_send()
+            with self.assertRaises(strata.StrataError):
+                moe.combine(weights, np.empty_like(x))  # its combine_send half is refused
+            self.expect_step_of(moe, 10, moe.combine_recv, *self.buffers(10))
+            out = moe.combine_recv(weights, np.full_like(x, np.nan))
+            self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
+            self.assertEqual(moe.stats().steps, 1)
+            layout.close()
+            moe.dispatch(x, idx)  # the next step runs
+            moe.abort_step()
+
+    def test_refused_dispatch_recv_keeps_expert_y(self):
+        # On one node the library reads combine_send's expert_y in combine_recv: a
+        # dispatch_recv refused in between must not let it go.
+        with self.moe() as moe:
+            x, idx, weights = self.batch(num_tokens=5)
+            layout = moe.layout(idx)
+            moe.dispatch_send(layout, x)
+            recv = moe.dispatch_recv()
+            moe.combine_send(np.full(recv.expert_y.shape, 2.0, dtype=np.float32))
+            with self.assertRaises(strata.StrataError):
+                moe.dispatch_recv()
+            gc.collect()
+            np.full(recv.expert_y.shape, -7.0, dtype=np.float32)  # reuses freed memory
+            out = moe.combine_recv(weights, np.empty_like(x))
+            routed = np.where(idx >= 0, weights, 0.0)
+            expected = 2.0 * np.sum(routed, axis=1, keepdims=True) * np.ones_like(x)
+            self.assert_close(out, expected, 1e-6)
+            layout.close()
+
+
+class MaskedSpy:
+    """The package's libstrata handle, save that strata_moe_masked writes into a scratch
+    buffer of room enough for any plan, filled with -7 first, and then copies into the
+    caller's buffer what it holds: each call records (the entries the caller's buffer has,
+    the entries the library wrote)."""
+
+    SCRATCH = 4096
+
+    def __init__(self, lib):
+        self._lib = lib
+        self.calls = []
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def strata_moe_masked(self, moe, layout, per_token, slots_p):
+        scratch = (ctypes.c_int32 * self.SCRATCH)(*([-7] * self.SCRATCH))
+        status = self._lib.strata_moe_masked(moe, layout, scratch, slots_p)
+        written = next(i for i, v in enumerate(scratch) if v == -7)
+        room = len(per_token)
+        ctypes.memmove(per_token, scratch, 4 * min(room, written))
+        self.calls.append((room, written))
+        return status
+
+
+class TestMasked(MoeTest):
+    """Moe.masked: a closed layout refused (the library would read the last dispatch's
+    routing instead), and room for every entry the library writes."""
+
+    def test_closed_layout_refused(self):
+        with self.moe() as moe:
+            _, idx, _ = self.batch(num_tokens=5)
+            layout = moe.layout(idx)
+            self.assertEqual(moe.masked(layout), [0] * 5)
+            layout.close()
+            with self.assertRaisesRegex(ValueError, "^layout is closed$"):
+                moe.masked(layout)
+
+    def test_room_for_the_plan_whatever_the_count(self):
+        """The library writes an entry per token of its own plan; however many tokens
+        the package counts for the last dispatch (here fewer, as where a dispatch the
+        library refused after taking its routing went unrecorded), the buffer holds them,
+        and the list has the package's count."""
+        owner = [-1 if e in (2, 5) else 0 for e in range(EXPERTS)]
+        with self.moe() as moe, moe.recreate(self.comm, owner) as again:
+            x, idx, weights = self.batch()
+            again.dispatch(x, idx)
+            again.abort_step()
+            spy = MaskedSpy(again._lib)
+            again._lib = spy
+            try:
+                masked = [int(m) for m in np.isin(idx, (2, 5)).sum(axis=1)]
+                self.assertEqual(again.masked(), masked)
+                again._dispatched_tokens = 3
+                self.assertEqual(again.masked(), masked[:3])
+            finally:
+                again._lib = spy._lib
+            for room, written in spy.calls:
+                self.assertEqual(written, MAX_TOKENS)
+                self.assertGreaterEqual(room, written)
 
 
 class TestBufferChecks(MoeTest):

@@ -116,6 +116,30 @@ class TestStatus(unittest.TestCase):
             moe.combine(weights, np.empty_like(x))
             self.assertEqual(moe.stats().steps, 2)
 
+    def test_combine_that_raises_for_the_step_ends_it(self):
+        """A combine_recv that ends the step with an error the step found (the rows dropped
+        for capacity) ends it for the package too: the step's layout may then be closed,
+        and the next step runs."""
+        with one_rank.communicator() as comm, \
+                strata.Moe(comm, num_experts=4, topk=1, hidden=64, max_tokens=8,
+                           capacity=2) as moe:
+            x = np.ones((8, 64), np.float32)
+            layout = moe.layout(np.zeros((8, 1), np.int64))  # 8 rows for expert 0
+            moe.dispatch_send(layout, x)
+            with self.assertRaises(StrataError) as caught:
+                moe.dispatch_recv()
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_CAPACITY)
+            moe.combine_send()
+            with self.assertRaises(StrataError) as caught:
+                moe.combine_recv(np.ones((8, 1), np.float32), np.empty_like(x))
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_CAPACITY)
+            # the library's own message, read before the package asks anything more
+            self.assertIn("was dropped for capacity", caught.exception.message)
+            layout.close()  # the step is over
+            moe.dispatch(x, np.arange(8, dtype=np.int64).reshape(8, 1) % 4)
+            moe.combine(np.ones((8, 1), np.float32), np.empty_like(x))
+            self.assertEqual(moe.stats().steps, 2)
+
     def test_abort_step_ends_the_step_where_it_is(self):
         """abort_step ends a step after each of its halves (and does nothing between
         steps); the step after it is exact, and the refusal before it names abort_step."""

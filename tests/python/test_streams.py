@@ -1,8 +1,8 @@
 """Moe calls on streams of the host backend: a step enqueued with async_op returns at once
 and its Work gives the results once done; calls ordered after another's Work
 (previous_event); the stream changing between steps; a call with a stream but without
-async_op complete on return; an error of the step raised by wait(); and a stream closed
-under a step refused, then closed once the step is done."""
+async_op complete on return, the halves and abort_step too; an error of the step raised by
+wait(); and a stream closed under a step refused, then closed once the step is done."""
 import unittest
 
 import numpy as np
@@ -92,6 +92,44 @@ class TestStreams(one_rank.CommTestCase):
                                    async_op=True).wait()
             np.testing.assert_allclose(out, ref.moe_step(x, idx, weights), rtol=1e-6,
                                        atol=1e-6)
+            layout.close()
+
+    def test_halves_without_async_op_are_complete_on_return(self):
+        """dispatch_send, combine_send and abort_step given a stream but not async_op, like
+        every call of a step: the host waits for the object's work on the stream before
+        they return, raises what it found there (rows dropped for capacity by a dispatch
+        nobody waited for), and the object then keeps no buffer for the stream."""
+        with self.comm.stream() as stream, self.moe(capacity=2) as moe:
+            x = np.ones((TOKENS, HIDDEN), np.float32)
+            idx = np.full((TOKENS, TOPK), -1, np.int64)
+            idx[:, 0] = 0  # 16 rows for expert 0, which holds 2
+            layout = moe.layout(idx)
+            moe.dispatch_send(layout, x, stream=stream, async_op=True)
+            moe.dispatch_recv(stream=stream, async_op=True)  # its Work never waited for
+            with self.assertRaises(StrataError) as caught:
+                moe.combine_send(stream=stream)
+            self.assertIs(caught.exception.status, Status.STRATA_ERR_CAPACITY)
+            self.assertEqual(moe._pending._entries, [])
+            with self.assertRaises(StrataError):  # its tokens lack the dropped terms
+                moe.combine_recv(np.ones((TOKENS, TOPK), np.float32), np.empty_like(x),
+                                 stream=stream)
+            layout.close()
+        with self.comm.stream() as stream, self.moe() as moe:
+            x, idx, weights = self.batch()
+            layout = moe.layout(idx)
+            for finish in ("combine", "abort_step"):
+                self.assertIsNone(moe.dispatch_send(layout, x, stream=stream))
+                self.assertEqual(moe._pending._entries, [])
+                if finish == "abort_step":
+                    self.assertIsNone(moe.abort_step())
+                    self.assertEqual(moe._pending._entries, [])
+                    continue
+                run_experts(moe.dispatch_recv(stream=stream))
+                self.assertIsNone(moe.combine_send(stream=stream))
+                self.assertEqual(moe._pending._entries, [])
+                out = moe.combine_recv(weights, np.full_like(x, np.nan), stream=stream)
+                np.testing.assert_allclose(out, ref.moe_step(x, idx, weights), rtol=1e-6,
+                                           atol=1e-6)
             layout.close()
 
     def test_expert_wait(self):

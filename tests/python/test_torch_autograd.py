@@ -1,7 +1,10 @@
 """strata.torch.MoEDispatcher on one rank: the layer's output and the gradients of x, of
 the routing weights and of every expert match the same layer computed plainly with torch
-autograd; with x not needing a gradient the steps stay paired, and the next step runs."""
+autograd; with x not needing a gradient the steps stay paired, and the next step runs; a
+capacity factor in the environment does not reach the dispatcher's own Moe."""
+import os
 import unittest
+from unittest import mock
 
 import torch
 
@@ -104,6 +107,29 @@ class TestAutograd(one_rank.CommTestCase):
             (got,) = torch.autograd.grad(out, [x], grad_out)
             (ref,) = torch.autograd.grad(plain(experts, x, idx, weights), [x], grad_out)
             torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+            dispatcher.close()
+
+    def test_environment_leaves_the_weights_object_every_row(self):
+        """STRATA_MOE_CAPACITY_FACTOR=0.5 (a capacity of half the mean load for objects that
+        leave it to the library): a layer Moe given a capacity that holds every row, as the
+        dispatcher asks, still gets exact gradients. The dispatcher's own Moe names its
+        capacity too."""
+        experts, x, idx, weights = layer_parts(seed=9)
+        x.requires_grad_(True)
+        weights.requires_grad_(True)
+        grad_out = torch.randn(TOKENS, HIDDEN)
+        with mock.patch.dict(os.environ, {"STRATA_MOE_CAPACITY_FACTOR": "0.5"}):
+            moe = strata.Moe(self.comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                             max_tokens=TOKENS, capacity=TOKENS * self.comm.size)
+            dispatcher = MoEDispatcher(moe)
+        with moe:
+            out, got = self.grads(lambda: through_strata(dispatcher, experts, x, idx, weights),
+                                  experts, x, weights, grad_out)
+            ref_out, ref = self.grads(lambda: plain(experts, x, idx, weights), experts, x,
+                                      weights, grad_out)
+            torch.testing.assert_close(out, ref_out, rtol=1e-5, atol=1e-5)
+            for g, r in zip(got, ref):
+                torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
             dispatcher.close()
 
     def test_x_without_gradient(self):
