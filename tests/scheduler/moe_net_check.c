@@ -543,7 +543,9 @@ int main(int argc, char **argv)
               "rank %d dispatched %u ms late at step %d, past the object's bound; this rank "
               "got %s at step %d", o.late, o.late_ms, o.kill_step,
               strata_status_string(status), g_step);
-        printf("rank %d: rank %d was late: %s\n", g_rank, o.late, strata_status_string(status));
+        printf("rank %d: rank %d was late: %s after %llu ms\n", g_rank, o.late,
+               strata_status_string(status),
+               (unsigned long long)((util_clock_now_ns() - step_start) / UTIL_NSEC_PER_MSEC));
     } else if (o.kill >= 0) {
         uint64_t took_ms = (util_clock_now_ns() - step_start) / UTIL_NSEC_PER_MSEC;
 
