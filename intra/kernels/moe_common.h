@@ -144,8 +144,9 @@ KERNEL_FN void moe_watch_experts(const intra_moe_args_t *a, uint64_t step)
     const uint32_t *landed = MOE_AT(a, a->rank, landed, uint32_t);
     const int32_t *expected = MOE_AT(a, a->rank, expected, int32_t);
 
-    if (!moe_settle_expected(a, step)) {
-        return;
+    if (!moe_settle_expected(a, step) ||
+        kernel_load_relaxed_u64(&moe_control(a, a->rank)->failed_step) >= step) {
+        return; /* no expert of a step whose waits gave up (an earlier round's, carried) */
     }
     for (int l = 0; l < a->experts_per_rank; ++l) {
         if (moe_marked(a, l, step)) {
