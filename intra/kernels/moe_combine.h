@@ -166,20 +166,23 @@ KERNEL_FN uint32_t moe_ranks_marked(const intra_moe_args_t *a, size_t field)
 
 /* The local ranks whose results of the current step are missing here: those that aborted
  * it and withheld them (strata_moe_abort_step), and those that withheld because a wait of
- * their dispatch gave up; the latter also as given up. Where this rank's combine gave up
- * waiting for the owners' results (combine_failed_step), every rank's: which of them its
- * blocks gathered before they stopped is not known here, and an owner that never released
- * its results left a former step's (its combine failed, or never ran). One snapshot, read
- * once per launch: a load of every owner's control block per term would cross the node's
- * links on every term of a combine, and the codes a launch reports must agree with the
- * terms it left out. */
+ * their dispatch gave up; the latter also as given up. Every rank's, as given up, where
+ * this rank gave up in the step: its combine waiting for the owners' results
+ * (combine_failed_step: which of them its blocks gathered before they stopped is not known
+ * here, and an owner that never released its results left a former step's), or its own
+ * dispatch (failed_step: rows it received from other nodes may never have reached their
+ * owners, and its tables of a round that stopped early are a former step's). One snapshot,
+ * read once per launch: a load of every owner's control block per term would cross the
+ * node's links on every term of a combine, and the codes a launch reports must agree with
+ * the terms it left out. */
 KERNEL_FN uint32_t moe_withheld_ranks(const intra_moe_args_t *a)
 {
     const intra_moe_control_t *control = moe_control(a, a->rank);
     uint64_t step = kernel_load_relaxed_u64(&control->dispatched);
     uint32_t gave_up;
 
-    if (kernel_load_relaxed_u64(&control->combine_failed_step) == step) {
+    if (kernel_load_relaxed_u64(&control->combine_failed_step) == step ||
+        kernel_load_relaxed_u64(&control->failed_step) >= step) {
         uint32_t all = (uint32_t)((1ull << a->num_ranks) - 1);
 
         return all | (all << MOE_HELD_GAVE_UP);

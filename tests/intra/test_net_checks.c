@@ -204,6 +204,49 @@ static void test_round_carries_failure(void **state)
     assert_int_equal(control.failed_step, 0);
 }
 
+/*
+ * Whose results of the step a rank takes as missing when it sums or returns terms: the
+ * owners that aborted (withheld), those that gave up (withheld, flagged), and every owner,
+ * flagged, where this rank itself gave up in the step, waiting in its combine for the
+ * owners' results or in its dispatch: what it holds for them then may be a former step's,
+ * which it must never return as this step's.
+ */
+static void test_withheld_ranks(void **state)
+{
+    intra_moe_control_t control[3];
+    intra_moe_args_t a;
+    const uint64_t step = 7;
+    const uint32_t all = 7u | (7u << MOE_HELD_GAVE_UP);
+
+    (void)state;
+    memset(&a, 0, sizeof(a));
+    memset(control, 0, sizeof(control));
+    a.num_ranks = 3;
+    a.rank      = 0;
+    a.experts_per_rank = 2;
+    for (int r = 0; r < 3; ++r) {
+        a.heap[r] = (char *)&control[r];
+    }
+    control[0].dispatched = step;
+    control[0].failed_step = step - 2; /* a former step's: not this one's */
+    control[0].combine_failed_step = step - 1;
+    assert_int_equal(moe_withheld_ranks(&a), 0);
+    control[1].withheld = step; /* rank 1 aborted */
+    control[2].withheld = control[2].gave_up = step; /* rank 2 gave up */
+    assert_int_equal(moe_withheld_ranks(&a), 6u | (4u << MOE_HELD_GAVE_UP));
+    assert_true(moe_withheld(&a, moe_withheld_ranks(&a), 2));       /* expert 2: rank 1 */
+    assert_false(moe_held_gave_up(&a, moe_withheld_ranks(&a), 2));
+    assert_true(moe_held_gave_up(&a, moe_withheld_ranks(&a), 5));   /* expert 5: rank 2 */
+    control[0].combine_failed_step = step; /* its combine gave up on the owners */
+    assert_int_equal(moe_withheld_ranks(&a), all);
+    control[0].combine_failed_step = step - 1;
+    control[0].failed_step = step; /* its dispatch gave up */
+    assert_int_equal(moe_withheld_ranks(&a), all);
+    assert_int_equal(net_withheld_word(moe_withheld_ranks(&a), 3),
+                     (int64_t)(3u | INTRA_NET_DROPS_GAVE_UP));
+    assert_int_equal(net_withheld_word(6u, 3), 3); /* aborts alone: not flagged */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -214,6 +257,7 @@ int main(void)
         cmocka_unit_test(test_grants),
         cmocka_unit_test(test_status_failure_over_soft),
         cmocka_unit_test(test_round_carries_failure),
+        cmocka_unit_test(test_withheld_ranks),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
