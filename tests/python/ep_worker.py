@@ -5,9 +5,13 @@ receives (each once, from which ranks, with which local experts and weights), th
 per expert, combine's round trip with weights, a cached dispatch, and the low-latency
 path's padded per-expert layout and weighted combine; a bad expert id refused before the
 step, and a rank that aborts its step; the handle reused as Megatron's backward does, a
-dispatch refused while another waits for its combine (that step left whole), and, last,
-each rank a node of its own with STRATA_MOE_EXCHANGE=streamed and STRATA_MOE_COMBINE=
-node-reduce set. Prints "rank R of W: strata.ep checks passed"."""
+dispatch refused while another waits for its combine (that step left whole); DeepEP's fp8
+pair (x_fp8, x_scales), num_worst_tokens' padding, the wait statistics' keywords, the
+Buffer made and sized as Megatron makes it, and the static methods and upkeep calls
+Megatron, SGLang and vLLM call (set_num_sms, the Configs and their size hints, the
+low-latency size hint against the object's memory, capture, clean_low_latency_buffer);
+and, last, each rank a node of its own with STRATA_MOE_EXCHANGE=streamed and
+STRATA_MOE_COMBINE=node-reduce set. Prints "rank R of W: strata.ep checks passed"."""
 import os
 import sys
 
@@ -18,6 +22,7 @@ import strata
 import strata.ep
 
 TOKENS, HIDDEN, EXPERTS, TOPK = 24, 64, 8, 3
+FP8_HIDDEN = 256  # fp8 rows: a scale per 128 columns
 
 
 def inputs(rank):
@@ -29,9 +34,30 @@ def inputs(rank):
     return x, idx, w
 
 
+def fp8_inputs(rank):
+    """DeepEP's fp8 pair for rank: the rows' bytes [TOKENS, FP8_HIDDEN] uint8 (torch 1.13 has
+    no fp8 type) and their scales [TOKENS, FP8_HIDDEN / 128] float32, with inputs(rank)'s
+    routing."""
+    g = torch.Generator().manual_seed(200 + rank)
+    rows = torch.randint(0, 256, (TOKENS, FP8_HIDDEN), generator=g, dtype=torch.uint8)
+    scales = torch.rand(TOKENS, FP8_HIDDEN // 128, generator=g)
+    _, idx, w = inputs(rank)
+    return rows, scales, idx, w
+
+
 def check(cond, what):
     if not cond:
         raise AssertionError(what)
+
+
+def refused(call, text, error=ValueError):
+    """call() raises error with text in its message."""
+    try:
+        call()
+    except error as err:
+        check(text in str(err), f"{error.__name__} {err!r} does not say {text!r}")
+        return
+    raise AssertionError(f"no {error.__name__} ({text!r})")
 
 
 def check_layout(buffer, idx, world):
@@ -54,13 +80,15 @@ def check_layout(buffer, idx, world):
     return tokens_per_rank, per_expert, in_rank
 
 
-def expected_recv(rank, world):
-    """The tokens rank receives, ordered by source rank then index: (x, local idx, weights)."""
+def expected_recv(rank, world, rows_of=lambda s: inputs(s)[0]):
+    """The tokens rank receives, ordered by source rank then index: (rows, local idx,
+    weights); rows_of(s) gives source rank s's rows (by default its x)."""
     per_rank = EXPERTS // world
     first = rank * per_rank
     xs, idxs, ws = [], [], []
     for s in range(world):
-        x, idx, w = inputs(s)
+        _, idx, w = inputs(s)
+        x = rows_of(s)
         local = (idx >= first) & (idx < first + per_rank)
         for t in range(TOKENS):
             if local[t].any():
@@ -103,8 +131,11 @@ def check_normal(buffer, rank, world):
 def check_low_latency(buffer, rank, world):
     x, idx, w = inputs(rank)
     per_rank = EXPERTS // world
-    recv_x, recv_count, handle, event, hook = buffer.low_latency_dispatch(x, idx, TOKENS,
-                                                                           EXPERTS)
+    # DeepEP's wait statistics are accepted and left as they are
+    dispatch_cost = torch.full((world,), 7, dtype=torch.int64)
+    combine_cost = torch.full((world,), 9, dtype=torch.int64)
+    recv_x, recv_count, handle, event, hook = buffer.low_latency_dispatch(
+        x, idx, TOKENS, EXPERTS, dispatch_wait_recv_cost_stats=dispatch_cost)
     hook()
     check(tuple(recv_x.shape) == (per_rank, TOKENS * world, HIDDEN), "recv_x's padded shape")
     for e in range(per_rank):
@@ -120,9 +151,12 @@ def check_low_latency(buffer, rank, world):
     for e in range(per_rank):
         n = int(recv_count[e])
         y[e, :n] = recv_x[e, :n] * (rank * per_rank + e + 1)
-    out, _, _ = buffer.low_latency_combine(y, idx, w, handle)
+    out, _, _ = buffer.low_latency_combine(y, idx, w, handle,
+                                           combine_wait_recv_cost_stats=combine_cost)
     scale = torch.where(idx >= 0, w * (idx + 1), torch.tensor(0.0)).sum(1, keepdim=True)
     torch.testing.assert_close(out, x * scale, rtol=1e-5, atol=1e-5)
+    check(bool((dispatch_cost == 7).all() and (combine_cost == 9).all()),
+          "the wait statistics left as they were")
     # recv_count is a tensor of its own, as DeepEP's: the next dispatch (no rows for any
     # expert) leaves it as it was
     counts = recv_count.clone()
@@ -190,6 +224,189 @@ def check_dispatch_while_open(buffer, rank, world):
     torch.testing.assert_close(out, x * scale, rtol=1e-5, atol=1e-5)
 
 
+def check_fp8(buffer, rank, world):
+    """DeepEP's fp8 form x=(x_fp8, x_scales), the scales column-major as DeepEP's callers
+    pass them: recv_x is the pair, rows and scales as sent; the combine takes bfloat16 rows
+    (a float32 x is refused, the step left waiting for a good one); the handle then
+    dispatches bfloat16 rows, as Megatron's backward does. Bad pairs are refused first."""
+    rows, scales, idx, w = fp8_inputs(rank)
+    tokens_per_rank, per_expert, in_rank = check_layout(buffer, idx, world)
+    layout = dict(topk_idx=idx, topk_weights=w, num_tokens_per_rank=tokens_per_rank,
+                  is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+    refused(lambda: buffer.dispatch(rows, **layout), "or fp8 as x=(x_fp8, x_scales)")
+    refused(lambda: buffer.dispatch((rows[:, :200], scales), **layout),
+            "must be a multiple of 128")
+    refused(lambda: buffer.dispatch((rows, scales[:, :1]), **layout), "must be float32")
+    refused(lambda: buffer.dispatch((rows, scales[:, 0]), **layout), "must be float32")
+    refused(lambda: buffer.dispatch((rows.float(), scales), **layout), "fp8 rows are")
+    column_major = scales.t().contiguous().t()
+    recv, recv_idx, recv_w, counts, handle, _ = buffer.dispatch((rows, column_major), **layout)
+    check(isinstance(recv, tuple) and len(recv) == 2, "fp8 recv_x is (rows, scales)")
+    recv_x, recv_scales = recv
+    want_x, want_idx, want_w = expected_recv(rank, world, lambda s: fp8_inputs(s)[0])
+    want_scales, _, _ = expected_recv(rank, world, lambda s: fp8_inputs(s)[1])
+    check(recv_x.dtype == torch.uint8 and torch.equal(recv_x, want_x), "fp8 rows as sent")
+    check(recv_scales.dtype == torch.float32 and torch.equal(recv_scales, want_scales),
+          "fp8 scales as sent")
+    check(torch.equal(recv_idx, want_idx) and torch.equal(recv_w, want_w),
+          "fp8 dispatch's recv_topk_idx and weights")
+    per_rank = EXPERTS // world
+    everyone = [inputs(s)[1] for s in range(world)]
+    check(counts == [sum(int((i == rank * per_rank + e).sum()) for i in everyone)
+                     for e in range(per_rank)], f"fp8 dispatch's counts {counts}")
+    # bytes 0..255 are exact in bfloat16, and so are their sums over the 2 ranks
+    y = recv_x.to(torch.bfloat16)
+    refused(lambda: buffer.combine(y.float(), handle), "combine takes torch.bfloat16 rows")
+    combined, _, _ = buffer.combine(y, handle)
+    times = in_rank.sum(1, keepdim=True).to(torch.bfloat16)
+    check(combined.dtype == torch.bfloat16, "fp8 dispatch's combine is in bfloat16")
+    check(torch.equal(combined, rows.to(torch.bfloat16) * times), "fp8 dispatch's combine")
+    grad = rows.to(torch.bfloat16) - 100
+    grad_recv, _, _, _, _, _ = buffer.dispatch(grad, handle=handle)
+    check(torch.equal(grad_recv, want_x.to(torch.bfloat16) - 100),
+          "a bfloat16 dispatch with an fp8 dispatch's handle")
+    grad_x, _, _ = buffer.combine(grad_recv, handle)
+    check(torch.equal(grad_x, grad * times), "its combine")
+
+
+def check_num_worst_tokens(buffer, rank, world):
+    """num_worst_tokens pads recv_x (0), recv_topk_idx (-1) and recv_topk_weights (0) to
+    that many rows and gives no per-expert list, as DeepEP's; combine takes the padded rows
+    or the received ones, and a cached dispatch pads as its handle did. A rank receiving
+    more than that many tokens raises and gives up the step; the next step is exact."""
+    x, idx, w = inputs(rank)
+    tokens_per_rank, per_expert, in_rank = check_layout(buffer, idx, world)
+    layout = dict(topk_idx=idx, topk_weights=w, num_tokens_per_rank=tokens_per_rank,
+                  is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+    worst = TOKENS * world
+    refused(lambda: buffer.dispatch(x, num_worst_tokens=-1, **layout), "num_worst_tokens")
+    want_x, want_idx, want_w = expected_recv(rank, world)
+    n = want_x.shape[0]
+    times = in_rank.sum(1, keepdim=True).to(torch.float32)
+    recv_x, recv_idx, recv_w, counts, handle, _ = buffer.dispatch(
+        x, num_worst_tokens=worst, config=strata.ep.Buffer.get_dispatch_config(world),
+        **layout)
+    check(tuple(recv_x.shape) == (worst, HIDDEN), f"padded recv_x {tuple(recv_x.shape)}")
+    check(counts == [], "no per-expert list with num_worst_tokens")
+    check(torch.equal(recv_x[:n], want_x) and not recv_x[n:].any(), "padded recv_x's rows")
+    check(torch.equal(recv_idx[:n], want_idx) and bool((recv_idx[n:] == -1).all()),
+          "padded recv_topk_idx")
+    check(torch.equal(recv_w[:n], want_w) and not recv_w[n:].any(), "padded recv_topk_weights")
+    refused(lambda: buffer.combine(recv_x[:n + 1], handle), "or num_worst_tokens")
+    y = recv_x.clone()
+    y[n:] = 1e6  # past the received tokens: not read
+    combined, combined_w, _ = buffer.combine(y, handle, topk_weights=recv_w,
+                                             config=strata.ep.Buffer.get_combine_config(world))
+    torch.testing.assert_close(combined, x * times, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(combined_w, torch.where(idx >= 0, w, torch.tensor(0.0)))
+    recv2, _, _, counts2, _, _ = buffer.dispatch(x * 2, handle=handle)
+    check(tuple(recv2.shape) == (worst, HIDDEN) and counts2 == [],
+          "a cached dispatch pads as its handle's")
+    check(torch.equal(recv2[:n], want_x * 2), "a cached dispatch's padded rows")
+    combined2, _, _ = buffer.combine(recv2[:n], handle)  # the received rows alone
+    torch.testing.assert_close(combined2, x * 2 * times, rtol=1e-6, atol=1e-6)
+    refused(lambda: buffer.dispatch(x, num_worst_tokens=1, **layout),
+            f"{n} tokens received, more than num_worst_tokens 1")
+    check_normal(buffer, rank, world)  # the step given up on every rank: the next is exact
+
+
+def check_static_methods(buffer, rank, world):
+    """DeepEP's static methods and upkeep calls, as Megatron, SGLang and vLLM call them."""
+    Buffer = strata.ep.Buffer
+    check(Buffer.num_sms == 20, f"Buffer.num_sms {Buffer.num_sms}")
+    Buffer.set_num_sms(24)
+    check(Buffer.num_sms == 24 and Buffer.get_dispatch_config(world).num_sms == 24,
+          "set_num_sms is what get_dispatch_config's Config carries")
+    check(Buffer.get_combine_config(world).num_sms == 24, "get_combine_config's num_sms")
+    refused(lambda: Buffer.set_num_sms(23), "must be even")
+    Buffer.set_num_sms(20)
+    refused(lambda: Buffer.get_dispatch_config(0), "num_ranks")
+    # SGLang's tuned configs: Config(**json), read back
+    tuned = strata.ep.Config(**dict(num_sms=16, num_max_nvl_chunked_send_tokens=8,
+                                    num_max_nvl_chunked_recv_tokens=512,
+                                    num_max_rdma_chunked_send_tokens=16,
+                                    num_max_rdma_chunked_recv_tokens=128))
+    check((tuned.num_sms, tuned.num_max_nvl_chunked_send_tokens,
+           tuned.num_max_nvl_chunked_recv_tokens, tuned.num_max_rdma_chunked_send_tokens,
+           tuned.num_max_rdma_chunked_recv_tokens) == (16, 8, 512, 16, 128), "Config fields")
+    refused(lambda: strata.ep.Config(num_sms=-2), "negative")
+    check(tuned.get_nvl_buffer_size_hint(HIDDEN * 4, world) == 0
+          and tuned.get_rdma_buffer_size_hint(HIDDEN * 4, world) == 0,
+          "normal mode's hints: no buffer sized by the caller")
+    # vLLM's keywords; the hint is the expert blocks of the low-latency object of that
+    # shape (of a row count whose sources' array strata rounds up)
+    most = TOKENS + 1
+    hint = Buffer.get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank=most,
+                                                 hidden=HIDDEN, num_ranks=world,
+                                                 num_experts=EXPERTS)
+    refused(lambda: Buffer.get_low_latency_rdma_size_hint(most, HIDDEN, 3, EXPERTS),
+            "not a multiple")
+    x, idx, w = inputs(rank)
+    xb = x.to(torch.bfloat16)
+    recv_x, recv_count, handle, _, _ = buffer.low_latency_dispatch(xb, idx, most, EXPERTS)
+    memory = handle.moe.stats().memory["expert_rows"]
+    check(hint == memory, f"size hint {hint}, the object's expert blocks {memory}")
+    # SGLang cleans between the modes; not while a low-latency step waits for its combine
+    refused(lambda: buffer.clean_low_latency_buffer(most, HIDDEN, EXPERTS),
+            "waits for its combine")
+    out, _, _ = buffer.low_latency_combine(recv_x, idx, w, handle)
+    scale = torch.where(idx >= 0, w, torch.tensor(0.0)).sum(1, keepdim=True)
+    torch.testing.assert_close(out, (xb.float() * scale).to(torch.bfloat16), rtol=2e-2,
+                               atol=2e-2)
+    refused(lambda: buffer.clean_low_latency_buffer(TOKENS, HIDDEN, EXPERTS + 1),
+            "not a multiple")
+    check_normal(buffer, rank, world)
+    check(buffer.clean_low_latency_buffer(TOKENS, HIDDEN, EXPERTS) is None, "clean")
+    check_low_latency(buffer, rank, world)
+    # SGLang's previous_event = Buffer.capture(); Megatron's EventOverlap(EventHandle())
+    for previous in (Buffer.capture(), strata.ep.EventOverlap(strata.ep.EventHandle())):
+        check(isinstance(previous, strata.ep.EventOverlap), "capture() is an EventOverlap")
+        previous.current_stream_wait()
+        layout = buffer.get_dispatch_layout(idx, EXPERTS, previous_event=previous)
+        recv, _, _, _, h, _ = buffer.dispatch(
+            x, topk_idx=idx, topk_weights=w, num_tokens_per_rank=layout[0],
+            is_token_in_rank=layout[3], num_tokens_per_expert=layout[2],
+            previous_event=previous, async_finish=True, allocate_on_comm_stream=True)
+        buffer.combine(recv, h, previous_event=Buffer.capture(), async_finish=True)
+
+    class Event:
+        waits = 0
+
+        def current_stream_wait(self):
+            Event.waits += 1
+
+    strata.ep.EventOverlap(Event()).current_stream_wait()
+    check(Event.waits == 1, "an EventOverlap waits for its event")
+
+
+def check_constructor(rank, world):
+    """Refusals before any communication, so one rank alone may meet them: DeepEP's shrink
+    mode and mpi4py communicator, and a misspelt keyword (no blanket **kwargs)."""
+    Buffer = strata.ep.Buffer
+    refused(lambda: Buffer(dist.group.WORLD, enable_shrink=True), "no rank masks")
+    refused(lambda: Buffer(None, comm=object()), "not an mpi4py communicator")
+    refused(lambda: Buffer(dist.group.WORLD, num_nvl_byte=0), "num_nvl_byte", TypeError)
+
+
+def megatron_buffer(group, hidden_bytes):
+    """A Buffer as Megatron's fused_a2a.get_buffer makes it: sized by both configs' hints."""
+    Buffer = strata.ep.Buffer
+    num_nvl_bytes = num_rdma_bytes = 0
+    for config in (Buffer.get_dispatch_config(group.size()),
+                   Buffer.get_combine_config(group.size())):
+        num_nvl_bytes = max(config.get_nvl_buffer_size_hint(hidden_bytes, group.size()),
+                            num_nvl_bytes)
+        num_rdma_bytes = max(config.get_rdma_buffer_size_hint(hidden_bytes, group.size()),
+                             num_rdma_bytes)
+    buffer = Buffer(group, num_nvl_bytes, num_rdma_bytes, allow_nvlink_for_low_latency_mode=True,
+                    allow_mnnvl=False, explicitly_destroy=True, max_tokens=TOKENS)
+    # Megatron keeps it unless it is of another group or smaller than the hints
+    check(buffer.group is group and buffer.num_nvl_bytes >= num_nvl_bytes
+          and buffer.num_rdma_bytes >= num_rdma_bytes and not buffer.low_latency_mode,
+          "the Buffer's group and sizes, as Megatron reads them")
+    return buffer
+
+
 def check_across_nodes(rank, world):
     """Each rank a node of its own, with the variables that choose the exchange and the
     combine for objects that leave them to the library set to what the exact receive
@@ -203,6 +420,8 @@ def check_across_nodes(rank, world):
     check(buffer.comm.num_nodes == world, f"{buffer.comm.num_nodes} nodes, not {world}")
     check_normal(buffer, rank, world)
     check_megatron_backward(buffer, rank, world)
+    check_fp8(buffer, rank, world)
+    check_num_worst_tokens(buffer, rank, world)
     buffer.destroy()
 
 
@@ -244,7 +463,8 @@ def check_refusal_and_abort(buffer, rank, world):
 def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    buffer = strata.ep.Buffer(dist.group.WORLD, max_tokens=TOKENS)
+    check_constructor(rank, world)
+    buffer = megatron_buffer(dist.group.WORLD, HIDDEN * 4)
     check(buffer.rank == rank and buffer.group_size == world, "the buffer's ranks")
     for _ in range(2):  # twice: the objects made on first use serve the next calls
         check_normal(buffer, rank, world)
@@ -255,6 +475,9 @@ def main():
     check_megatron_backward(buffer, rank, world)
     check_dispatch_while_open(buffer, rank, world)
     check_normal(buffer, rank, world)
+    check_fp8(buffer, rank, world)
+    check_num_worst_tokens(buffer, rank, world)
+    check_static_methods(buffer, rank, world)
     buffer.destroy()
     check_across_nodes(rank, world)
     print(f"rank {rank} of {world}: strata.ep checks passed", flush=True)

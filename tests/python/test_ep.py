@@ -1,6 +1,7 @@
 """strata.ep.Buffer, the DeepEP-shaped facade, on 2 ranks under torchrun (ep_worker.py):
 layout, tokens received per rank and per expert, recv_topk_idx and weights, combine's round
-trip with weights, a cached dispatch, and the low-latency path's padded layout and combine."""
+trip with weights, a cached dispatch, fp8 pairs, num_worst_tokens, the low-latency path's
+padded layout and combine, and DeepEP's static methods as frameworks call them."""
 import unittest
 
 import torchrun
