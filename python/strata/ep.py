@@ -21,12 +21,17 @@ torch.float8_e4m3fn where torch has it) and their float32 scales, one per 128 co
 recv_x comes back as such a pair, and the step's combine takes bfloat16 rows.
 
 Like DeepEP's, the calls are collective in kind: every rank makes the same calls in the
-same order, and passes topk_weights to combine on all ranks or on none.
+same order. A rank whose normal-mode dispatch raises once its step has started still takes
+its part in what the others' dispatch and combine run, without results, so that they
+finish; abort_steps() (strata's own) ends the steps of dispatches whose combine will not
+come.
 """
 import torch
 
 from . import _types as t
+from ._library import status_string
 from .comm import Communicator
+from .errors import StrataError
 from .moe import Moe, aborting, check_routing
 
 _ROW_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # strata.Moe takes them as named
@@ -95,8 +100,9 @@ class EventHandle:
 class EventOverlap:
     """DeepEP's event handle. strata's calls return once done, so the handles they return
     hold no event and current_stream_wait() returns at once; one made of an EventHandle
-    (Buffer.capture()) waits for that. Works as a context manager. extra_tensors are kept,
-    as DeepEP keeps them alive with the event."""
+    (Buffer.capture()) waits for that. Works as a context manager, whose exit waits for the
+    event as current_stream_wait() does, as DeepEP's. extra_tensors are kept, as DeepEP
+    keeps them alive with the event."""
 
     def __init__(self, event=None, extra_tensors=None):
         self.event = event
@@ -111,7 +117,15 @@ class EventOverlap:
         return self
 
     def __exit__(self, *exc):
+        self.current_stream_wait()
         return False
+
+
+def _wait_for(previous_event):
+    """DeepEP's previous_event: what the call does starts after it (an EventOverlap, or
+    anything with current_stream_wait())."""
+    if previous_event is not None:
+        previous_event.current_stream_wait()
 
 
 def _done_hook():
@@ -177,8 +191,9 @@ class Handle:
         self.topk_idx = topk_idx
         self.num_tokens = num_tokens
         self.lead = None   # [num_recv] the strata row (flat) a token's combine rides on
+        self.wlead = None  # [num_recv] the same in the weights Moe's rows
         self.tokens = None # [num_recv] the received tokens' keys, sorted
-        self.open = False  # the strata step the dispatch began, until its combine
+        self.open = False  # the strata steps the dispatch began, until its combine
         self.device = None # where the dispatch's x was: combine's buffers go there
         self.num_worst = 0 # num_worst_tokens of the dispatch (0: none): rows, padding too
 
@@ -189,6 +204,7 @@ class LowLatencyHandle:
     def __init__(self, moe, topk_idx):
         self.moe = moe
         self.topk_idx = topk_idx
+        self.open = True  # the strata step the dispatch began, until its combine
 
 
 class Buffer:
@@ -234,6 +250,38 @@ class Buffer:
         self.explicitly_destroy = explicitly_destroy
         self.enable_shrink = enable_shrink
         self._objects = {}
+        self._open = {}  # Moe -> the handle whose dispatch left its step open
+
+    def abort_steps(self):
+        """strata's own (DeepEP has none): end without results every step that a dispatch
+        of this Buffer began and whose combine will not come, as after an error that lost
+        its handle; the handles of those dispatches are then spent (a cached dispatch with
+        one starts anew). Collective as strata.Moe.abort_step: every rank calls it at the
+        same point of its calls, and a rank that gave the step up already (a dispatch that
+        raised) takes no further part in it. The other ranks' tokens that had rows here
+        get STRATA_ERR_CANCELLED from their combine. A shape whose step failed (a peer
+        failed) is left to destroy(); the first StrataError of an abort is raised once
+        every step was tried."""
+        first = None
+        for moe, weights in self._objects.values():
+            objects = (moe,) if weights is None else (moe, weights)  # as a combine ends them
+            if any(obj.failed is not None for obj in objects):
+                objects = ()  # a peer failed: nothing can finish the step
+            for obj in objects:
+                if obj._in_step():
+                    try:
+                        obj.abort_step()
+                    except StrataError as err:
+                        first = first or err
+            self._spend(moe)
+        if first is not None:
+            raise first
+
+    def _spend(self, moe):
+        """The handle whose step on moe was open: combined or ended, it is spent."""
+        handle = self._open.pop(moe, None)
+        if handle is not None:
+            handle.open = False
 
     def destroy(self):
         """Close every MoE object, then the communicator."""
@@ -241,6 +289,7 @@ class Buffer:
             if weights is not None:
                 weights.close()
             moe.close()
+            self._spend(moe)
         self._objects.clear()
         self.comm.close()
 
@@ -365,12 +414,20 @@ class Buffer:
     def _refuse_open_step(*moes):
         """ValueError where an earlier dispatch's step is still open on one of moes: strata
         runs one step at a time per object, and the new dispatch must neither start nor end
-        that step (its combine is still to come)."""
+        that step (its combine is still to come). StrataError where one of them failed."""
+        for moe in moes:
+            if moe is not None and moe.failed is not None:
+                status = t.Status.STRATA_ERR_PEER_FAILED
+                raise StrataError(status, "strata_moe_dispatch", status_string(status),
+                                  f"a step of this shape failed ({moe.failed}): the Buffer "
+                                  f"can only be destroyed (destroy())")
         for moe in moes:
             if moe is not None and moe._in_step():
                 raise ValueError("dispatch while the step of an earlier dispatch of this shape "
                                  "waits for its combine: combine that one (with its handle) "
-                                 "first; strata runs one step at a time per shape")
+                                 "first, or end it without results with abort_steps() "
+                                 "(strata's own, collective); strata runs one step at a time "
+                                 "per shape")
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -378,7 +435,8 @@ class Buffer:
                             allocate_on_comm_stream=False):
         """(num_tokens_per_rank [ranks], num_tokens_per_rdma_rank [nodes] or None on one
         node, num_tokens_per_expert [num_experts], is_token_in_rank [tokens, ranks] bool,
-        event), from this rank's topk_idx alone."""
+        event), from this rank's topk_idx alone, after previous_event."""
+        _wait_for(previous_event)
         topk_idx = _check_tensor(topk_idx, "topk_idx", 2).to(torch.int64)
         if num_experts % self.group_size != 0:
             raise ValueError(f"num_experts {num_experts} is not a multiple of the "
@@ -434,15 +492,20 @@ class Buffer:
         the list is empty, as DeepEP's; combine then takes x of either row count. More
         tokens received than that raises ValueError on the rank that received them, which
         gives up the step: a rank with tokens there gets StrataError STRATA_ERR_CANCELLED
-        from its combine.
+        from its combine. So does any error once the step has started: the rank that raises
+        still takes its part, without results, in the steps the other ranks' dispatch and
+        combine run, so that they finish.
 
         With handle (a cached dispatch), the routing of that dispatch is used again, rows
         padded as it padded them (num_worst_tokens is not read), and the handle serves
         this step's combine (DeepEP's handles are reusable: Megatron's backward dispatches
         the gradient with the forward's handle, then combines with it); the handle returned
-        is that one. A dispatch while another of the same shape waits for its combine is
-        refused (ValueError), that step left as it was. config is accepted and not read
-        (see Config)."""
+        is that one. It must have been combined (or its step ended by abort_steps()): a
+        handle whose step waits for its combine is refused (ValueError), as is a dispatch
+        while another of the same shape waits for its combine, that step left as it was.
+        The work starts after previous_event. config is accepted and not read (see
+        Config)."""
+        _wait_for(previous_event)
         x, x_scales = _dispatch_rows(x)
         if isinstance(num_worst_tokens, bool) or not isinstance(num_worst_tokens, int) \
                 or num_worst_tokens < 0:
@@ -451,6 +514,10 @@ class Buffer:
         if handle is not None:
             if not isinstance(handle, Handle):
                 raise ValueError("handle must be the handle of a dispatch of this Buffer")
+            if handle.open:
+                raise ValueError("a cached dispatch with a handle whose step waits for its "
+                                 "combine: combine it first (or end it without results with "
+                                 "abort_steps(), strata's own)")
             topk_idx, topk_weights = handle.topk_idx, handle.topk_weights
             num_experts = handle.num_experts
             num_worst_tokens = handle.num_worst  # the rows its combine takes, as DeepEP's
@@ -473,23 +540,52 @@ class Buffer:
         new.objects, new.num_tokens = (moe, weights), x.shape[0]
         new.topk_weights, new.num_experts, new.device = topk_weights, num_experts, x.device
         new.num_worst = num_worst_tokens
-        with aborting(moe, weights):  # moe's step stays open for combine unless this raises
+        # Two steps stay open for the combine: moe's (the rows) and weights' (each row's
+        # token's top-k weights, which the combine sums back too), ended in that order.
+        try:
             recv = moe.dispatch(x.contiguous(), topk_idx, x_scales=x_scales)
             wrows = torch.zeros(x.shape[0], weights.hidden, dtype=torch.float32,
                                 device=x.device)
             wrows[:, :topk] = topk_weights.to(x.device)
             wrecv = weights.dispatch(wrows, topk_idx)
             gathered = self._gather_tokens(recv, wrecv, new, topk, expert_alignment)
-            weights.combine(torch.zeros(x.shape[0], topk, dtype=torch.float32, device=x.device),
-                            torch.empty(x.shape[0], weights.hidden, dtype=torch.float32,
-                                        device=x.device))
             if num_worst_tokens > 0:
                 gathered = self._pad_tokens(gathered, num_worst_tokens)
+        except BaseException:
+            self._give_up(moe, weights, topk_idx, x.device)
+            raise
         recv_x, recv_scales = gathered[0]
         if recv_scales is not None and recv_x.dtype != x.dtype:
             recv_x = recv_x.view(x.dtype)  # strata's fp8 bytes as the caller's fp8 type
+        self._spend(moe)  # a handle whose step was ended by strata.Moe.abort_step
         new.open = True
+        self._open[moe] = new
         return ((recv_x, recv_scales) if recv_scales is not None else recv_x,) + gathered[1:]
+
+    @staticmethod
+    def _give_up(moe, weights, topk_idx, device):
+        """After a normal-mode dispatch raised on this rank: where its step had started, this
+        rank's part, without results, in every step the other ranks' dispatch and combine
+        run: the weights' dispatch where it was not made, then the abort of both steps, in
+        the order the others' combine ends them (strata.Moe.abort_step: their tokens with
+        rows here get STRATA_ERR_CANCELLED). Nothing started: nothing to do. An object that
+        failed (a peer failed) is left as it is: nothing can finish its step."""
+        if not moe._in_step() or moe.failed is not None:
+            return
+        if not weights._in_step() and weights.failed is None:
+            try:
+                weights.dispatch(torch.zeros(topk_idx.shape[0], weights.hidden,
+                                             dtype=torch.float32, device=device), topk_idx,
+                                 receive_buffers=False)
+            except StrataError:
+                pass  # the step is running all the same, or the object failed
+        for obj in (moe, weights):
+            if moe.failed is not None or weights.failed is not None:
+                break  # a peer failed: nothing can finish the steps
+            try:
+                obj.abort_step()
+            except StrataError:
+                pass  # logged by the library; the first error is the one to raise
 
     @staticmethod
     def _pad_tokens(gathered, rows):
@@ -517,11 +613,16 @@ class Buffer:
 
     def _token_weights(self, wrecv, topk, keys):
         """Each token of keys (sorted, unique): its top-k weights, from the weights Moe's
-        rows. [len(keys), topk]."""
+        rows, [len(keys), topk]; and its lead row there, where its combine rides."""
         _, wkeys, _ = self._rows(wrecv, self.max_tokens)
+        which = torch.searchsorted(keys, wkeys)
         weights = torch.zeros(len(keys), topk, dtype=torch.float32, device=wrecv.x.device)
-        weights[torch.searchsorted(keys, wkeys)] = wrecv.x[:, :topk]
-        return weights
+        weights[which] = wrecv.x[:, :topk]
+        lead = torch.full((len(keys),), wrecv.rows, dtype=torch.int64,
+                          device=wkeys.device).scatter_reduce(
+                              0, which, torch.arange(wrecv.rows, device=wkeys.device),
+                              reduce="amin")
+        return weights, lead
 
     def _gather_tokens(self, recv, wrecv, handle, topk, expert_alignment):
         """The strata rows, one per (token, local expert), as DeepEP's tokens, each once,
@@ -538,7 +639,7 @@ class Buffer:
         recv_scales = recv.x_scales[lead].clone() if recv.x_scales is not None else None
         recv_topk_idx = torch.full((len(tokens), topk), -1, dtype=torch.int64, device=dev)
         recv_topk_idx[which, slots] = experts
-        weights = self._token_weights(wrecv, topk, tokens)
+        weights, handle.wlead = self._token_weights(wrecv, topk, tokens)
         recv_topk_weights = torch.where(recv_topk_idx >= 0, weights,
                                         torch.zeros((), device=dev))
         handle.lead = lead
@@ -558,7 +659,9 @@ class Buffer:
         an fp8 dispatch); topk_weights [received, topk], summed the same way. After a
         dispatch with num_worst_tokens, both may have that many rows: those past the
         received tokens are not read. A bad x or topk_weights raises ValueError before
-        anything happens: the step still waits for its combine. config is not read."""
+        anything happens: the step still waits for its combine. The work starts after
+        previous_event. config is not read."""
+        _wait_for(previous_event)
         if not isinstance(handle, Handle) or not handle.open:
             raise ValueError("combine needs the handle of this Buffer's last dispatch, once "
                              "per dispatch (a cached dispatch, handle=, makes it good again)")
@@ -574,51 +677,54 @@ class Buffer:
         if topk_weights is not None and (topk_weights.dim() != 2
                                          or topk_weights.shape[0] not in allowed
                                          or topk_weights.shape[1] != topk):
-            raise ValueError(f"topk_weights is {tuple(topk_weights.shape)}, not "
-                             f"({received}, {topk}): one row per received token")
+            rows = (f"{received} (or num_worst_tokens {handle.num_worst})"
+                    if handle.num_worst else f"{received}")
+            raise ValueError(f"topk_weights is {tuple(topk_weights.shape)}, not ({rows}, "
+                             f"{topk}): one row per received token")
         rows_dtype = _TORCH_DTYPES[moe.combine_dtype]
         if x.dtype != rows_dtype:
             raise ValueError(f"x of {x.dtype}: this dispatch's combine takes {rows_dtype} rows")
         x = x[:received]
-        if topk_weights is not None:
-            topk_weights = topk_weights[:received]
-        dev = x.device
+        dev, n = x.device, handle.num_tokens
         expert_y = torch.zeros(moe._recv.rows, moe.hidden, dtype=x.dtype, device=dev)
         expert_y[handle.lead.to(dev)] = x  # one row per token and rank: each sums once
-        ones = torch.ones(handle.num_tokens, topk, dtype=torch.float32, device=dev)
-        handle.open = False  # the step ends here, results or an error
-        with aborting(moe):
-            combined_x = moe.combine(ones, torch.empty(handle.num_tokens, moe.hidden,
-                                                       dtype=x.dtype, device=dev),
-                                     expert_y=expert_y)
-        combined_weights = None
+        # The weights' step ends whether topk_weights is given or not (zeros then), and
+        # whatever the rows' combine raised, so every rank ends both steps.
+        wdev = handle.device
+        wrows = torch.zeros(weights._recv.rows, weights.hidden, dtype=torch.float32,
+                            device=wdev)
         if topk_weights is not None:
-            with aborting(weights):
-                combined_weights = self._combine_weights(handle, weights, topk_weights, topk)
+            wrows[handle.wlead.to(wdev), :topk] = topk_weights[:received].to(wdev,
+                                                                             torch.float32)
+        self._spend(moe)  # the steps end here, results or an error
+        error = None
+        try:
+            with aborting(moe):
+                combined_x = moe.combine(torch.ones(n, topk, dtype=torch.float32, device=dev),
+                                         torch.empty(n, moe.hidden, dtype=x.dtype, device=dev),
+                                         expert_y=expert_y)
+        except Exception as err:  # CANCELLED, say: the weights' step still ends
+            error = err
+        combined_weights = None
+        if moe.failed is None:  # failed: nothing runs on this shape any more (destroy())
+            try:
+                with aborting(weights):
+                    summed = weights.combine(
+                        torch.ones(n, topk, dtype=torch.float32, device=wdev),
+                        torch.empty(n, weights.hidden, dtype=torch.float32, device=wdev),
+                        expert_y=wrows)
+                if topk_weights is not None:
+                    combined_weights = summed[:, :topk].clone()
+            except Exception:
+                if error is None:
+                    raise
+        if error is not None:
+            raise error
         if bias is not None:
             for b in (bias if isinstance(bias, (tuple, list)) else (bias,)):
                 if b is not None:
                     combined_x = combined_x + b
         return combined_x, combined_weights, EventOverlap()
-
-    def _combine_weights(self, handle, weights, topk_weights, topk):
-        """topk_weights [received, topk] summed back at each token over the ranks."""
-        n, dev = handle.num_tokens, handle.device
-        topk_weights = topk_weights.to(dev)
-        wrecv = weights.dispatch(torch.zeros(n, weights.hidden, dtype=torch.float32,
-                                             device=dev), handle.topk_idx)
-        _, keys, _ = self._rows(wrecv, self.max_tokens)
-        which = torch.searchsorted(handle.tokens.to(keys.device), keys)
-        first = torch.full((len(handle.tokens),), wrecv.rows, dtype=torch.int64,
-                           device=keys.device).scatter_reduce(
-                               0, which, torch.arange(wrecv.rows, device=keys.device),
-                               reduce="amin")
-        rows = torch.zeros(wrecv.rows, weights.hidden, dtype=torch.float32, device=dev)
-        rows[first.to(dev), :topk] = topk_weights.to(torch.float32)
-        out = weights.combine(torch.ones(n, topk, dtype=torch.float32, device=dev),
-                              torch.empty(n, weights.hidden, dtype=torch.float32, device=dev),
-                              expert_y=rows)
-        return out[:, :topk].clone()
 
     # --- low-latency mode -------------------------------------------------------------------------
 
@@ -651,7 +757,9 @@ class Buffer:
             cumulative_local_expert_recv_stats += count.to(
                 cumulative_local_expert_recv_stats.device,
                 cumulative_local_expert_recv_stats.dtype)
-        return (recv.x, count, LowLatencyHandle(moe, topk_idx), EventOverlap(), _done_hook)
+        self._spend(moe)  # a handle whose step was ended by strata.Moe.abort_step
+        handle = self._open[moe] = LowLatencyHandle(moe, topk_idx)
+        return (recv.x, count, handle, EventOverlap(), _done_hook)
 
     def low_latency_combine(self, x, topk_idx, topk_weights, handle, use_logfmt=False,
                             zero_copy=False, async_finish=False, return_recv_hook=False,
@@ -660,13 +768,15 @@ class Buffer:
         low_latency_dispatch's recv_x, summed at each token with its weights: (combined_x
         [tokens, hidden], event, hook). combine_wait_recv_cost_stats is accepted and left
         as it is, as low_latency_dispatch's dispatch_wait_recv_cost_stats."""
-        if not isinstance(handle, LowLatencyHandle):
-            raise ValueError("low_latency_combine needs the handle of low_latency_dispatch")
+        if not isinstance(handle, LowLatencyHandle) or not handle.open:
+            raise ValueError("low_latency_combine needs the handle of low_latency_dispatch, "
+                             "once per dispatch")
         moe = handle.moe
         n = handle.topk_idx.shape[0]
         if out is None:
             out = torch.empty(n, moe.hidden, dtype=x.dtype, device=x.device)
         weights = _check_tensor(topk_weights, "topk_weights", 2).to(x.device, torch.float32)
+        self._spend(moe)  # the step ends here, results or an error
         with aborting(moe):
             moe.combine(weights.contiguous(), out, expert_y=x.contiguous())
         return out, EventOverlap(), _done_hook

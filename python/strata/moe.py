@@ -14,6 +14,15 @@ from .errors import StrataError
 
 Work = _work.Work  # what a call given async_op=True returns
 
+# Errors a step's call returns that the library object survives: a refusal (STRATA_ERR_INVALID,
+# STRATA_ERR_UNSUPPORTED: nothing started, or the step goes on) or an error the step found
+# in its rows (STRATA_ERR_CAPACITY, STRATA_ERR_CANCELLED: the step completes). Any other error
+# of a call that ends the step (combine, combine_recv, abort_step) where the step did not
+# end, and STRATA_ERR_PEER_FAILED from any call, failed the object: it refuses every call
+# but destroy from then on (strata/moe.h).
+_SURVIVED = frozenset((t.Status.STRATA_ERR_INVALID, t.Status.STRATA_ERR_UNSUPPORTED,
+                       t.Status.STRATA_ERR_CAPACITY, t.Status.STRATA_ERR_CANCELLED))
+
 
 # A framework's element types by name (torch's without "torch.", numpy's): fp8 tokens travel
 # as their bytes, with scales: uint8 buffers, or torch's own fp8 type (torch.float8_e4m3fn,
@@ -248,14 +257,15 @@ def check_routing(topk_idx, num_experts):
 @contextlib.contextmanager
 def aborting(*moes):
     """Run a step's calls; where one raises, end the step in progress on each of moes
-    (Moe.abort_step) before the error goes on, so that the next step can start. An error
-    of the abort itself (the step failed: the object can only be closed) is logged by the
-    library and leaves the first error to be raised."""
+    (Moe.abort_step) before the error goes on, so that the next step can start. An object
+    that failed (Moe.failed) is left as it is, and an error of the abort itself (the step
+    failed: the object can only be closed) is logged by the library and leaves the first
+    error to be raised."""
     try:
         yield
     except BaseException:
         for moe in moes:
-            if moe._moe is not None:
+            if moe._moe is not None and moe._failed is None:
                 try:
                     moe.abort_step()
                 except StrataError:
@@ -284,7 +294,10 @@ class Moe:
     from dispatch with status STRATA_ERR_INVALID or STRATA_ERR_CAPACITY leaves the step
     running (its recv attribute holds what arrived): combine must still be called, or
     abort_step() to end it without results. aborting(moe) does the latter for a block of
-    calls that raises.
+    calls that raises. A step that fails (STRATA_ERR_PEER_FAILED, or STRATA_ERR_TIMEOUT from
+    its combine) fails the object: failed holds that error, the step is over for the
+    package too (its layout may be closed), and every later call of a step raises a
+    StrataError of STRATA_ERR_PEER_FAILED saying so; close() it.
     """
 
     def __init__(self, comm, num_experts, topk, hidden, max_tokens, dtype="fp32",
@@ -369,20 +382,29 @@ class Moe:
         return self._lib.strata_moe_expert_id(self.handle, int(local_expert))
 
     def masked(self, layout=None):
-        """Per token of layout (None: the routing of the last dispatch()), how many of its
-        top-k slots named a masked expert (strata_moe_masked), as a list."""
+        """Per token of layout (None: the routing of the last dispatch() the library read,
+        which a dispatch it then refused, as one inside a stream capture, may have
+        rebuilt), how many of its top-k slots named a masked expert (strata_moe_masked), as
+        a list."""
         if layout is not None and (not isinstance(layout, Layout) or layout._moe is not self):
             raise ValueError("layout must be a Layout made by this Moe's layout()")
         if layout is not None and layout._handle is None:
             # the library would read NULL as "the last dispatch()'s routing"
             raise ValueError("layout is closed")
         handle = None if layout is None else layout._handle
-        count = self._dispatched_tokens if layout is None else layout.num_tokens
-        # The library writes its plan's own count: room for the most any plan holds.
-        per_token = (ctypes.c_int32 * max(self.max_tokens, count, 1))()
+        # The library writes an entry (0 or more) per token of its plan, as many as the plan
+        # holds: room for the most any plan holds, -1 after them. The last dispatch's plan
+        # is counted so, since which dispatches rebuilt it cannot be told from their
+        # statuses alone (one refused after the routing was read returns what one refused
+        # before does).
+        room = max(self.max_tokens, 0 if layout is None else layout.num_tokens, 1)
+        per_token = (ctypes.c_int32 * room)()
+        ctypes.memset(per_token, 0xFF, ctypes.sizeof(per_token))
         check(self._lib.strata_moe_masked(self.handle, handle, per_token, None),
               "strata_moe_masked")
-        return list(per_token[:count])
+        entries = list(per_token)
+        count = entries.index(-1) if -1 in entries else room
+        return entries[:count if layout is None else layout.num_tokens]
 
     def _adopt(self, lib, handle, comm):
         """This object's state around a library handle just made on comm."""
@@ -399,7 +421,7 @@ class Moe:
         self._places = self.num_experts // comm.size  # local expert places, as dispatched
         self._step_layout = None   # the layout the step in progress uses
         self._step_tokens = None   # its number of tokens
-        self._dispatched_tokens = 0  # tokens of the last dispatch(), whose routing masked() reads
+        self._failed = None        # the StrataError that failed the library object
         self._step_inputs = None   # buffers the library reads until the step's half returns
         self._framework = "numpy"  # of the step's buffers: the arrays it returns
         self._stream = None        # the stream set on the library object (what keeps it)
@@ -527,6 +549,7 @@ class Moe:
         it with buffers it makes, unless told not to (receive_buffers=False); the step's
         CompactRecv then takes these, and combine needs expert_y given. The buffers must
         live until the step's combine."""
+        self._usable("strata_moe_dispatch_recv_into")
         if self._recv is None and self._exact:
             # the dispatch's wait for the counts failed (TIMEOUT): this step's recv from here
             self._recv = self._compact_recv()
@@ -543,6 +566,8 @@ class Moe:
                                ("rows", "hidden / 128"), writable=True, memory=self._memory)
         status = self._lib.strata_moe_dispatch_recv_into(self.handle, xs, scales, ss, rows)
         self._after_call(x, src, x_scales)
+        if self._note_failure(status, "strata_moe_dispatch_recv_into"):
+            raise self._failed
         check(status, "strata_moe_dispatch_recv_into")
         if isinstance(self._recv, CompactRecv):  # the step's recv: its rows are these
             self._recv.x, self._recv.x_scales, self._recv.src = x, x_scales, src
@@ -620,7 +645,10 @@ class Moe:
     def _synchronize(self):
         """Wait for the object's work (strata_moe_synchronize); its buffers may go then."""
         try:
-            check(self._lib.strata_moe_synchronize(self.handle), "strata_moe_synchronize")
+            status = self._lib.strata_moe_synchronize(self.handle)
+            if self._note_failure(status, "strata_moe_synchronize"):
+                raise self._failed
+            check(status, "strata_moe_synchronize")
         finally:
             self._pending.clear()
 
@@ -629,6 +657,7 @@ class Moe:
         """Send each token to its top-k experts' ranks and return what this rank's experts
         received (strata_moe_dispatch), as a Recv; on an object that receives exactly, a
         CompactRecv (receive_buffers=False: its counts alone, for dispatch_recv_into)."""
+        self._usable("strata_moe_dispatch")
         num_tokens, idx, host_idx = self._routing(topk_idx)
         xs, scales = self._tokens(x, x_scales, num_tokens)
         self._begin(stream, previous_event, x)
@@ -638,19 +667,24 @@ class Moe:
         self._after_call(x, x_scales, host_idx)
         if _delivers(raw):  # the library took the call: this step is the one to combine
             self._step_x, self._receive_buffers = x, receive_buffers
-            self._step_tokens = self._dispatched_tokens = num_tokens
+            self._step_tokens = num_tokens
+        if self._note_failure(status, "strata_moe_dispatch"):
+            raise self._failed
         return self._finish(self._receive(status, raw, "strata_moe_dispatch"), async_op)
 
     def dispatch_send(self, layout, x, x_scales=None, stream=None, async_op=False,
                       previous_event=None):
         """First half of dispatch: send x along layout (strata_moe_dispatch_send). x must
         stay untouched until dispatch_recv returns; the layout, until the step's combine."""
+        self._usable("strata_moe_dispatch_send")
         if not isinstance(layout, Layout) or layout._handle is None or layout._moe is not self:
             raise ValueError("layout must be an open Layout made by this Moe's layout()")
         xs, scales = self._tokens(x, x_scales, layout.num_tokens)
         self._begin(stream, previous_event, x)
         status = self._lib.strata_moe_dispatch_send(self.handle, layout._handle, xs, scales)
         self._after_call(x, x_scales)
+        if self._note_failure(status, "strata_moe_dispatch_send"):
+            raise self._failed
         # A refusal (out of order: another step is in progress) leaves that step's record.
         # The facade's checks leave the library no reason to take part without the layout.
         check(status, "strata_moe_dispatch_send")
@@ -662,10 +696,13 @@ class Moe:
                       receive_buffers=True):
         """Second half: wait for this rank's experts' tokens (strata_moe_dispatch_recv);
         receive_buffers as for dispatch."""
+        self._usable("strata_moe_dispatch_recv")
         self._begin(stream, previous_event)
         raw = t.MoeRecv()
         status = self._lib.strata_moe_dispatch_recv(self.handle, ctypes.byref(raw))
         self._after_call(self._step_inputs)
+        if self._note_failure(status, "strata_moe_dispatch_recv"):
+            raise self._failed
         if _delivers(raw):  # taken: the library is done with x (refused: it may still read
             self._step_inputs = None  # x, or a combine_send's expert_y)
             self._receive_buffers = receive_buffers
@@ -674,10 +711,13 @@ class Moe:
     def combine_send(self, expert_y=None, stream=None, async_op=False, previous_event=None):
         """First half of combine: return the experts' outputs (expert_y, shaped like the
         recv's; None: recv.expert_y) to their tokens' ranks (strata_moe_combine_send)."""
+        self._usable("strata_moe_combine_send")
         ys, expert_y = self._expert_y(expert_y)
         self._begin(stream, previous_event)
         status = self._lib.strata_moe_combine_send(self.handle, ys)
         self._after_call(expert_y)
+        if self._note_failure(status, "strata_moe_combine_send"):
+            raise self._failed
         check(status, "strata_moe_combine_send")  # refused: what the step reads stays kept
         # The library may read expert_y until combine_recv returns (on one node it does).
         self._step_inputs = expert_y
@@ -686,6 +726,7 @@ class Moe:
     def combine_recv(self, topk_weights, out, stream=None, async_op=False, previous_event=None):
         """Second half: out[t] = sum over k of topk_weights[t, k] * y(t, k), written in place
         (strata_moe_combine_recv). Returns out."""
+        self._usable("strata_moe_combine_recv")
         weights, result = self._combine_buffers(topk_weights, out)
         self._begin(stream, previous_event, out)
         steps = self._steps_done()
@@ -699,6 +740,7 @@ class Moe:
     def combine(self, topk_weights, out, expert_y=None, stream=None, async_op=False,
                 previous_event=None):
         """Both halves of combine (strata_moe_combine). Returns out."""
+        self._usable("strata_moe_combine")
         ys, expert_y = self._expert_y(expert_y)
         weights, result = self._combine_buffers(topk_weights, out)
         self._begin(stream, previous_event, out)
@@ -723,11 +765,15 @@ class Moe:
         STRATA_ERR_CANCELLED from its combine (its other terms are summed). Nothing in
         progress: nothing happens. Then the next step can start. It runs on the stream the
         step's calls ran on (a step's stream does not change mid-step); without async_op the
-        host waits for it there. An error leaves the step in progress."""
+        host waits for it there. A refusal (STRATA_ERR_UNSUPPORTED inside a stream capture)
+        leaves the step in progress; any other error failed the step and the object (see
+        failed)."""
+        self._usable("strata_moe_abort_step")
         status = self._lib.strata_moe_abort_step(self.handle)
         self._after_call(self._step_inputs)
-        if status >= 0:  # ended (or none was in progress); an error leaves the step as it was
+        if status >= 0:  # ended (or none was in progress)
             self._end_step()
+        self._note_failure(status, "strata_moe_abort_step", ends_step=True)
         check(status, "strata_moe_abort_step")
         return self._finish(None, async_op)
 
@@ -741,10 +787,13 @@ class Moe:
         STRATA_ERR_TIMEOUT leaves the step running; STRATA_ERR_PEER_FAILED ends it."""
         if isinstance(expert, bool) or not isinstance(expert, int):
             raise TypeError(f"expert must be an int, not {type(expert).__name__}")
+        self._usable("strata_moe_expert_wait")
         rows = ctypes.c_int32(0)
-        check(self._lib.strata_moe_expert_wait(self.handle, expert, _timeout_ns(timeout),
-                                               ctypes.byref(rows)),
-              "strata_moe_expert_wait")
+        status = self._lib.strata_moe_expert_wait(self.handle, expert, _timeout_ns(timeout),
+                                                  ctypes.byref(rows))
+        if self._note_failure(status, "strata_moe_expert_wait"):
+            raise self._failed
+        check(status, "strata_moe_expert_wait")
         return rows.value
 
     def dispatch_counts(self, timeout=None):
@@ -753,10 +802,13 @@ class Moe:
         dropped. The node's dispatch counts before it moves any row, so after an async
         dispatch on a stream this returns while the rows still move (across nodes, once
         the other nodes' rows have arrived). timeout and errors: as expert_wait."""
+        self._usable("strata_moe_dispatch_counts")
         places = self._places
         counts = (ctypes.c_int32 * max(places, 1))()
-        check(self._lib.strata_moe_dispatch_counts(self.handle, _timeout_ns(timeout), counts),
-              "strata_moe_dispatch_counts")
+        status = self._lib.strata_moe_dispatch_counts(self.handle, _timeout_ns(timeout), counts)
+        if self._note_failure(status, "strata_moe_dispatch_counts"):
+            raise self._failed
+        check(status, "strata_moe_dispatch_counts")
         return list(counts[:places])
 
     def _end_step(self):
@@ -783,7 +835,37 @@ class Moe:
         ended = error is None or self._steps_done() != steps_before
         if ended:
             self._end_step()
+        elif self._note_failure(status, call, ends_step=True, error=error):
+            ended = True  # the step failed, and the object with it
         return ended, error
+
+    def _note_failure(self, status, call, ends_step=False, error=None):
+        """Whether status, just returned by call, says that the library object failed (see
+        _SURVIVED; ends_step: call ends the step, which did not end). If so, remember it
+        (failed) and forget the step: nothing can finish it, and its layout may go."""
+        if status >= 0 or self._failed is not None:
+            return self._failed is not None and status < 0
+        if status != t.Status.STRATA_ERR_PEER_FAILED and not (ends_step
+                                                            and status not in _SURVIVED):
+            return False
+        self._failed = error if error is not None else StrataError(
+            status, call, status_string(status), last_error())
+        self._end_step()
+        return True
+
+    @property
+    def failed(self):
+        """None, or the StrataError with which a step failed the library object (a peer
+        failed, or a combine timed out): it can then only be closed."""
+        return self._failed
+
+    def _usable(self, call):
+        """Raise where the library object failed: it refuses every call but destroy."""
+        if self._failed is not None:
+            status = t.Status.STRATA_ERR_PEER_FAILED
+            raise StrataError(status, call, status_string(status),
+                              f"the object failed in an earlier step ({self._failed}); it "
+                              f"can only be closed")
 
     def _in_step(self):
         """Whether a step that this object's calls started is still in progress here."""

@@ -5,8 +5,11 @@ receives (each once, from which ranks, with which local experts and weights), th
 per expert, combine's round trip with weights, a cached dispatch, and the low-latency
 path's padded per-expert layout and weighted combine; a bad expert id refused before the
 step, and a rank that aborts its step; the handle reused as Megatron's backward does, a
-dispatch refused while another waits for its combine (that step left whole); DeepEP's fp8
-pair (x_fp8, x_scales), num_worst_tokens' padding, the wait statistics' keywords, the
+dispatch refused while another waits for its combine (that step left whole), and a lost
+handle's step ended by abort_steps on every rank; DeepEP's fp8 pair (x_fp8, x_scales),
+num_worst_tokens' padding and its overflow on every rank or on one alone (the other rank
+neither waiting for a step the first never joins nor missing a term), the wait
+statistics' keywords, the
 Buffer made and sized as Megatron makes it, and the static methods and upkeep calls
 Megatron, SGLang and vLLM call (set_num_sms, the Configs and their size hints, the
 low-latency size hint against the object's memory, capture, clean_low_latency_buffer);
@@ -191,7 +194,8 @@ def check_megatron_backward(buffer, rank, world):
 
 def check_dispatch_while_open(buffer, rank, world):
     """A dispatch while another's step waits for its combine is refused, in normal and in
-    low-latency mode, and the step it found stays whole: its combine is exact."""
+    low-latency mode, and the step it found stays whole: its combine is exact. A lost
+    handle's step is ended by abort_steps() on every rank."""
     x, idx, w = inputs(rank)
     tokens_per_rank, per_expert, in_rank = check_layout(buffer, idx, world)
     recv_x, _, recv_w, _, handle, _ = buffer.dispatch(
@@ -222,6 +226,16 @@ def check_dispatch_while_open(buffer, rank, world):
     out, _, _ = buffer.low_latency_combine(y, idx, w, ll_handle)
     scale = torch.where(idx >= 0, w * (idx + 1), torch.tensor(0.0)).sum(1, keepdim=True)
     torch.testing.assert_close(out, x * scale, rtol=1e-5, atol=1e-5)
+    # A dispatch whose handle is lost (an error between dispatch and combine): the next
+    # dispatch of the shape names abort_steps(), which every rank calls; the handle is then
+    # spent and the next step exact.
+    layout = dict(topk_idx=idx, topk_weights=w, num_tokens_per_rank=tokens_per_rank,
+                  is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+    recv_x, _, _, _, lost, _ = buffer.dispatch(x, **layout)
+    refused(lambda: buffer.dispatch(x, **layout), "abort_steps()")
+    buffer.abort_steps()
+    refused(lambda: buffer.combine(recv_x, lost), "once per dispatch")
+    check_normal(buffer, rank, world)
 
 
 def check_fp8(buffer, rank, world):
@@ -256,6 +270,10 @@ def check_fp8(buffer, rank, world):
                      for e in range(per_rank)], f"fp8 dispatch's counts {counts}")
     # bytes 0..255 are exact in bfloat16, and so are their sums over the 2 ranks
     y = recv_x.to(torch.bfloat16)
+    # the handle's own step waits for its combine: a cached dispatch of bfloat16 rows (other
+    # objects) with it is refused before anything starts
+    refused(lambda: buffer.dispatch(rows.to(torch.bfloat16), handle=handle),
+            "waits for its combine")
     refused(lambda: buffer.combine(y.float(), handle), "combine takes torch.bfloat16 rows")
     combined, _, _ = buffer.combine(y, handle)
     times = in_rank.sum(1, keepdim=True).to(torch.bfloat16)
@@ -293,9 +311,11 @@ def check_num_worst_tokens(buffer, rank, world):
           "padded recv_topk_idx")
     check(torch.equal(recv_w[:n], want_w) and not recv_w[n:].any(), "padded recv_topk_weights")
     refused(lambda: buffer.combine(recv_x[:n + 1], handle), "or num_worst_tokens")
-    y = recv_x.clone()
-    y[n:] = 1e6  # past the received tokens: not read
-    combined, combined_w, _ = buffer.combine(y, handle, topk_weights=recv_w,
+    refused(lambda: buffer.combine(recv_x, handle, topk_weights=recv_w[:n + 1]),
+            f"not ({n} (or num_worst_tokens {worst}), {TOPK})")
+    y, weights = recv_x.clone(), recv_w.clone()
+    y[n:], weights[n:] = 1e6, 1e6  # past the received tokens: not read
+    combined, combined_w, _ = buffer.combine(y, handle, topk_weights=weights,
                                              config=strata.ep.Buffer.get_combine_config(world))
     torch.testing.assert_close(combined, x * times, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(combined_w, torch.where(idx >= 0, w, torch.tensor(0.0)))
@@ -308,6 +328,43 @@ def check_num_worst_tokens(buffer, rank, world):
     refused(lambda: buffer.dispatch(x, num_worst_tokens=1, **layout),
             f"{n} tokens received, more than num_worst_tokens 1")
     check_normal(buffer, rank, world)  # the step given up on every rank: the next is exact
+
+
+def check_one_rank_gives_up(buffer, rank, world):
+    """Rank 1 alone receives more tokens than its num_worst_tokens and gives the step up,
+    while rank 0's dispatch returns. First rank 0's tokens have no expert on rank 1: its
+    combine, with topk_weights, returns its tokens exact, rank 1 taking its part in both
+    steps without results. Then rank 0's tokens have rows on rank 1: its combine raises
+    STRATA_ERR_CANCELLED. Neither rank waits for a step the other never joins (the
+    harness's time bound would catch it), and the next step is exact."""
+    x, idx, w = inputs(rank)
+    per_rank = EXPERTS // world
+    for rows_on_rank_1 in (False, True):
+        routing = idx.clone()
+        if rank == 0 and not rows_on_rank_1:
+            routing[routing >= per_rank] = -1  # rank 0's own experts only
+        tokens_per_rank, per_expert, in_rank = check_layout(buffer, routing, world)
+        layout = dict(topk_idx=routing, topk_weights=w, num_tokens_per_rank=tokens_per_rank,
+                      is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+        if rank == 1:
+            refused(lambda: buffer.dispatch(x, num_worst_tokens=1, **layout),
+                    "more than num_worst_tokens 1")
+            continue
+        recv_x, _, recv_w, _, handle, _ = buffer.dispatch(x, num_worst_tokens=TOKENS * world,
+                                                          **layout)
+        if rows_on_rank_1:
+            try:
+                buffer.combine(recv_x, handle, topk_weights=recv_w)
+                check(False, "combine must raise where rank 1 gave its step up")
+            except strata.StrataError as err:
+                check(err.status is strata.Status.STRATA_ERR_CANCELLED, f"combine raised {err}")
+            continue
+        combined, combined_w, _ = buffer.combine(recv_x, handle, topk_weights=recv_w)
+        valid = routing >= 0
+        torch.testing.assert_close(combined, x * valid.any(1, keepdim=True), rtol=1e-6,
+                                   atol=1e-6)
+        torch.testing.assert_close(combined_w, torch.where(valid, w, torch.tensor(0.0)))
+    check_normal(buffer, rank, world)
 
 
 def check_static_methods(buffer, rank, world):
@@ -477,6 +534,7 @@ def main():
     check_normal(buffer, rank, world)
     check_fp8(buffer, rank, world)
     check_num_worst_tokens(buffer, rank, world)
+    check_one_rank_gives_up(buffer, rank, world)
     check_static_methods(buffer, rank, world)
     buffer.destroy()
     check_across_nodes(rank, world)

@@ -10,6 +10,7 @@ import numpy as np
 import strata
 from strata import Dtype
 
+import failing_lib
 import moe_reference as ref
 import one_rank
 
@@ -542,13 +543,145 @@ class TestMasked(MoeTest):
             try:
                 masked = [int(m) for m in np.isin(idx, (2, 5)).sum(axis=1)]
                 self.assertEqual(again.masked(), masked)
-                again._dispatched_tokens = 3
-                self.assertEqual(again.masked(), masked[:3])
+                layout = again.layout(idx[:3])
+                self.assertEqual(again.masked(layout), masked[:3])
+                layout.close()
             finally:
                 again._lib = spy._lib
+            self.assertEqual(spy.calls[0][1], MAX_TOKENS)
             for room, written in spy.calls:
-                self.assertEqual(written, MAX_TOKENS)
                 self.assertGreaterEqual(room, written)
+
+    def test_routing_of_a_refused_dispatch_that_rebuilt_it(self):
+        """A dispatch the library refuses after it rebuilt its routing from the call's
+        topk_idx (as one inside a stream capture: STRATA_ERR_UNSUPPORTED, no recv): masked()
+        then reads that routing, with its own number of tokens."""
+        owner = [-1 if e in (2, 5) else 0 for e in range(EXPERTS)]
+        with self.moe() as moe, moe.recreate(self.comm, owner) as again:
+            x, idx, weights = self.batch()
+            again.dispatch(x, idx)
+            again.combine(weights, np.empty_like(x))
+            x5, idx5, _ = self.batch(num_tokens=5)
+            again._lib = RebuildThenRefuse(again._lib)
+            try:
+                with self.assertRaises(strata.StrataError) as caught:
+                    again.dispatch(x5, idx5)
+                self.assertIs(caught.exception.status, strata.Status.STRATA_ERR_UNSUPPORTED)
+            finally:
+                again._lib = again._lib._lib
+            self.assertEqual(again.masked(),
+                             [int(m) for m in np.isin(idx5, (2, 5)).sum(axis=1)])
+            again.dispatch(x, idx)  # the next step runs, and masked() reads its routing
+            again.abort_step()
+            self.assertEqual(again.masked(),
+                             [int(m) for m in np.isin(idx, (2, 5)).sum(axis=1)])
+
+
+class RebuildThenRefuse:
+    """The package's libstrata handle, save that strata_moe_dispatch has the library read
+    the call's routing (a dispatch it then ends at once) and then reports the call refused
+    with STRATA_ERR_UNSUPPORTED and no recv, as a dispatch refused after its routing was
+    rebuilt does."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        return getattr(self._lib, name)
+
+    def strata_moe_dispatch(self, moe, x, x_scales, topk_idx, num_tokens, recv_p):
+        self._lib.strata_moe_dispatch(moe, x, x_scales, topk_idx, num_tokens, recv_p)
+        self._lib.strata_moe_abort_step(moe)
+        raw = recv_p._obj
+        ctypes.memset(ctypes.addressof(raw), 0, ctypes.sizeof(raw))
+        return int(strata.Status.STRATA_ERR_UNSUPPORTED)
+
+
+class TestFailedObject(MoeTest):
+    """A step that fails (here its combine times out, or abort_step meets the library's
+    refusal after a failure, through a library that fails as a dead peer makes it) fails
+    the object: failed holds the error, the step is over for the package (its layout
+    closes), later calls raise STRATA_ERR_PEER_FAILED saying the object failed, and
+    aborting() leaves it alone. Refusals and the step's own errors do not fail it."""
+
+    def failing(self, moe, fail_at, status):
+        lib = failing_lib.FailingLib(moe._lib, fail_at, status)
+        moe._lib = lib
+        return lib
+
+    def end_real_step(self, moe, lib):
+        """The library object under the stand-in is still in its step: end it, so that it
+        is destroyed between steps."""
+        moe._lib = lib._lib
+        self.assertEqual(lib._lib.strata_moe_abort_step(moe.handle), 0)
+
+    def expect_failed(self, moe, first):
+        self.assertIs(moe.failed, first)
+        x, idx, weights = self.batch()
+        with self.assertRaises(strata.StrataError) as caught:
+            moe.dispatch(x, idx)
+        self.assertIs(caught.exception.status, strata.Status.STRATA_ERR_PEER_FAILED)
+        self.assertIn("the object failed in an earlier step", caught.exception.message)
+        self.assertIn(first.name, caught.exception.message)
+        # the shape of the failed step's buffers is not asked for: the object failed
+        for call in (lambda: moe.combine(weights[:3], np.empty_like(x[:3])),
+                     lambda: moe.combine_recv(weights, np.empty_like(x)),
+                     moe.abort_step, moe.combine_send, moe.dispatch_recv,
+                     lambda: moe.expert_wait(0)):
+            with self.assertRaisesRegex(strata.StrataError, "can only be closed"):
+                call()
+        self.assertFalse(moe._in_step())
+
+    def test_combine_that_times_out_fails_the_object(self):
+        for fail_at in ("strata_moe_combine", "strata_moe_combine_recv"):
+            with self.subTest(call=fail_at), self.moe() as moe:
+                x, idx, weights = self.batch()
+                layout = moe.layout(idx)
+                moe.dispatch_send(layout, x)
+                run_experts(moe.dispatch_recv())
+                lib = self.failing(moe, fail_at, strata.Status.STRATA_ERR_TIMEOUT)
+                with self.assertRaises(strata.StrataError) as caught:
+                    if fail_at == "strata_moe_combine":
+                        moe.combine(weights, np.empty_like(x))
+                    else:
+                        moe.combine_send()
+                        moe.combine_recv(weights, np.empty_like(x))
+                self.assertIs(caught.exception.status, strata.Status.STRATA_ERR_TIMEOUT)
+                layout.close()  # no step is in progress any more
+                self.expect_failed(moe, caught.exception)
+                calls = len(lib.calls)
+                with self.assertRaises(RuntimeError), strata.moe.aborting(moe):
+                    raise RuntimeError("after the failure")
+                self.assertEqual(len(lib.calls), calls, "aborting() called the library")
+                self.end_real_step(moe, lib)
+
+    def test_abort_step_refused_after_a_failure_fails_the_object(self):
+        with self.moe() as moe:
+            x, idx, _ = self.batch()
+            moe.dispatch(x, idx)
+            lib = self.failing(moe, "strata_moe_abort_step",
+                               strata.Status.STRATA_ERR_PEER_FAILED)
+            with self.assertRaises(RuntimeError), strata.moe.aborting(moe):
+                raise RuntimeError("the step's computation failed")
+            self.assertEqual(lib.calls, ["strata_moe_abort_step"])
+            self.assertIs(moe.failed.status, strata.Status.STRATA_ERR_PEER_FAILED)
+            self.expect_failed(moe, moe.failed)
+            self.end_real_step(moe, lib)
+
+    def test_refusals_and_the_steps_errors_do_not_fail_it(self):
+        with self.moe() as moe:
+            x, idx, weights = self.batch()
+            run_experts(moe.dispatch(x, idx))
+            for status in (strata.Status.STRATA_ERR_INVALID,
+                           strata.Status.STRATA_ERR_UNSUPPORTED):
+                lib = self.failing(moe, "strata_moe_combine", status)
+                with self.assertRaises(strata.StrataError):
+                    moe.combine(weights, np.empty_like(x))
+                moe._lib = lib._lib
+                self.assertIsNone(moe.failed)
+                self.assertTrue(moe._in_step())
+            out = moe.combine(weights, np.empty_like(x))  # the step is still there
+            self.assert_close(out, ref.moe_step(x, idx, weights), 1e-6)
 
 
 class TestBufferChecks(MoeTest):
