@@ -323,22 +323,6 @@ void host_stream_set_capturing(void *stream, bool capturing)
     }
 }
 
-/* STRATA_ERR_INVALID where s was destroyed: a queue left on it (which its object's
- * destroy still reaches) can enqueue nothing more. */
-static strata_status_t host_stream_open(host_stream_t *s)
-{
-    bool destroyed;
-
-    pthread_mutex_lock(&s->lock);
-    destroyed = s->destroyed;
-    pthread_mutex_unlock(&s->lock);
-    if (destroyed) {
-        UTIL_LOG_ERROR("host device: work for stream %p, which was destroyed", (void *)s);
-        return STRATA_ERR_INVALID;
-    }
-    return STRATA_OK;
-}
-
 /* A task to fill in, with room for data bytes; NULL if memory ran out. */
 static host_task_t *host_stream_task(host_stream_t *s, host_task_kind_t kind, size_t data)
 {
@@ -378,9 +362,18 @@ static void host_stream_recycle(host_stream_t *s, host_task_t *t)
     pthread_mutex_unlock(&s->lock);
 }
 
-static void host_stream_push(host_stream_t *s, host_task_t *t)
+/* t queued on s; STRATA_ERR_INVALID, t back among the spares, where s was destroyed
+ * meanwhile (a caller that uses a stream while it destroys it: no thread would run t). */
+static strata_status_t host_stream_push(host_stream_t *s, host_task_t *t)
 {
     pthread_mutex_lock(&s->lock);
+    if (s->destroyed) {
+        t->next  = s->spare;
+        s->spare = t;
+        pthread_mutex_unlock(&s->lock);
+        UTIL_LOG_ERROR("host device: work for stream %p, which was destroyed", (void *)s);
+        return STRATA_ERR_INVALID;
+    }
     if (s->tail != NULL) {
         s->tail->next = t;
     } else {
@@ -390,6 +383,7 @@ static void host_stream_push(host_stream_t *s, host_task_t *t)
     ++s->enqueued;
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
+    return STRATA_OK;
 }
 
 /*
@@ -425,19 +419,19 @@ static strata_status_t host_stream_pool(host_stream_t *s, unsigned num_blocks,
 strata_status_t host_stream_launch(host_stream_t *s, intra_moe_kernel_t kernel,
                                    const intra_moe_args_t *args, unsigned num_blocks)
 {
-    host_task_t *t;
-    strata_status_t status = host_stream_open(s);
+    host_task_t *t = host_stream_task(s, HOST_TASK_LAUNCH, 0);
+    strata_status_t status;
 
-    if (status != STRATA_OK) {
-        return status;
-    }
-    if ((t = host_stream_task(s, HOST_TASK_LAUNCH, 0)) == NULL) {
+    if (t == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
-    /* Only enqueuing threads touch the pools; the stream's thread uses the task's. */
+    /* Only enqueuing threads touch the pools; the stream's thread uses the task's. A
+     * destroyed stream's pools are gone (host_stream_push refuses the task below). */
     pthread_mutex_lock(&s->lock);
-    status = host_stream_pool(s, intra_moe_kernel_one_block(kernel) ? 1 : num_blocks,
-                              &t->pool);
+    status = s->destroyed ? STRATA_OK
+                          : host_stream_pool(s, intra_moe_kernel_one_block(kernel) ? 1
+                                                                                   : num_blocks,
+                                             &t->pool);
     pthread_mutex_unlock(&s->lock);
     if (status != STRATA_OK) {
         host_stream_recycle(s, t);
@@ -445,44 +439,33 @@ strata_status_t host_stream_launch(host_stream_t *s, intra_moe_kernel_t kernel,
     }
     t->kernel = kernel;
     t->args   = *args;
-    host_stream_push(s, t);
-    return STRATA_OK;
+    return host_stream_push(s, t);
 }
 
 strata_status_t host_stream_copy(host_stream_t *s, void *dst, const void *src, size_t size)
 {
-    host_task_t *t;
-    strata_status_t status = host_stream_open(s);
+    host_task_t *t = host_stream_task(s, HOST_TASK_COPY, size);
 
-    if (status != STRATA_OK) {
-        return status;
-    }
-    if ((t = host_stream_task(s, HOST_TASK_COPY, size)) == NULL) {
+    if (t == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
     memcpy(t->data, src, size); /* src may change once we return */
     t->dst  = dst;
     t->size = size;
-    host_stream_push(s, t);
-    return STRATA_OK;
+    return host_stream_push(s, t);
 }
 
 strata_status_t host_stream_fill(host_stream_t *s, void *dst, int value, size_t size)
 {
-    host_task_t *t;
-    strata_status_t status = host_stream_open(s);
+    host_task_t *t = host_stream_task(s, HOST_TASK_FILL, 0);
 
-    if (status != STRATA_OK) {
-        return status;
-    }
-    if ((t = host_stream_task(s, HOST_TASK_FILL, 0)) == NULL) {
+    if (t == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
     t->dst   = dst;
     t->value = value;
     t->size  = size;
-    host_stream_push(s, t);
-    return STRATA_OK;
+    return host_stream_push(s, t);
 }
 
 strata_status_t host_stream_wait(host_stream_t *s, host_stream_t *after)
@@ -493,9 +476,6 @@ strata_status_t host_stream_wait(host_stream_t *s, host_stream_t *after)
     if (after == s) {
         return STRATA_OK;
     }
-    if ((status = host_stream_open(s)) != STRATA_OK) {
-        return status;
-    }
     if ((t = host_stream_task(s, HOST_TASK_WAIT, 0)) == NULL) {
         return STRATA_ERR_NO_MEMORY;
     }
@@ -504,8 +484,10 @@ strata_status_t host_stream_wait(host_stream_t *s, host_stream_t *after)
     pthread_mutex_unlock(&after->lock);
     host_stream_ref(after); /* until the wait has run, even where after is destroyed first */
     t->after = after;
-    host_stream_push(s, t);
-    return STRATA_OK;
+    if ((status = host_stream_push(s, t)) != STRATA_OK) {
+        host_stream_unref(after);
+    }
+    return status;
 }
 
 static bool host_stream_busy(host_stream_t *s)
@@ -528,7 +510,10 @@ static bool host_stream_hold(host_stream_t *s, host_release_t *r)
     }
     atomic_fetch_add(&r->holds, 1);
     t->release = r;
-    host_stream_push(s, t);
+    if (host_stream_push(s, t) != STRATA_OK) { /* a listed stream is not destroyed meanwhile */
+        host_release_drop(r);
+        return false;
+    }
     return true;
 }
 
