@@ -26,6 +26,7 @@ import torch
 
 from . import _types as t
 from ._buffers import DTYPE_NAMES
+from .errors import StrataError
 from .moe import Moe, aborting, check_routing
 
 _PAD = torch.iinfo(torch.int64).max  # the key of a row past an expert's count
@@ -86,14 +87,23 @@ class _Dispatch(torch.autograd.Function):
     def forward(ctx, x, topk_weights, handle):
         d = handle.dispatcher
         moe = d.moe
-        with aborting(moe, d._weights):  # the step stays open for combine unless this raises
-            recv = d._dispatch(moe, x.detach().to(d.dtype).contiguous(), handle.topk_idx)
+        # moe's step stays open for combine; the weights' step runs whole in between. Where
+        # this raises once moe's step began, this rank still takes its part, without
+        # results, in the weights' step the other ranks run, then ends moe's.
+        began = []
+        try:
+            recv = d._step_dispatch(began, moe, x.detach().to(d.dtype).contiguous(),
+                                    handle.topk_idx)
             keys = _row_keys(recv, moe.topk, moe.max_tokens)
             recv_x = recv.x.clone().masked_fill_((keys == _PAD)[..., None], 0)
             counts = recv.count.to(torch.int64).clone()
             handle.keys = keys
             handle.device = x.device
-            handle.row_weights = d._row_weights(topk_weights.detach(), handle.topk_idx, keys)
+            handle.row_weights = d._row_weights(topk_weights.detach(), handle.topk_idx, keys,
+                                                began)
+        except BaseException:
+            d._give_up(began, handle, x.device, moe_ends_first=False)
+            raise
         ctx.handle = handle
         ctx.x_dtype = x.dtype
         ctx.mark_non_differentiable(counts)
@@ -142,8 +152,14 @@ class _Combine(torch.autograd.Function):
         handle = ctx.handle
         d = handle.dispatcher
         moe = d.moe
-        with aborting(moe, d._weights):
-            recv = d._dispatch(moe, grad_out.to(d.dtype).contiguous(), handle.topk_idx)
+        # Two steps in turn: moe's, then the weights'. Where this raises once moe's step
+        # began (or its combine raised STRATA_ERR_CANCELLED, another rank having given its
+        # step up), this rank still takes its part, without results, in what is left of
+        # both, so that no rank waits for a step that another never joins.
+        began = []
+        try:
+            recv = d._step_dispatch(began, moe, grad_out.to(d.dtype).contiguous(),
+                                    handle.topk_idx)
             back_keys = _row_keys(recv, moe.topk, moe.max_tokens)
             g = _reorder(recv.x.to(torch.float32).masked_fill((back_keys == _PAD)[..., None],
                                                               0),
@@ -156,7 +172,10 @@ class _Combine(torch.autograd.Function):
                         torch.empty(handle.num_tokens, moe.hidden, dtype=d.combine_dtype,
                                     device=dev))
             grad_y = handle.row_weights[..., None] * g
-            grad_w = d._weights_grad((g * y.to(torch.float32)).sum(-1), handle)
+            grad_w = d._weights_grad((g * y.to(torch.float32)).sum(-1), handle, began)
+        except BaseException:
+            d._give_up(began, handle, grad_out.device, moe_ends_first=True)
+            raise
         return (grad_y.to(ctx.y_dtype), grad_w.to(ctx.w_device, ctx.w_dtype), None)
 
 
@@ -196,13 +215,58 @@ class MoEDispatcher:
     def _dispatch(moe, x, topk_idx):
         return moe.dispatch(x, topk_idx)
 
-    def _row_weights(self, topk_weights, topk_idx, keys):
+    def _step_dispatch(self, began, moe, x, topk_idx):
+        """moe's dispatch, moe added to began where the library took it (its step runs,
+        though the call raised)."""
+        try:
+            return self._dispatch(moe, x, topk_idx)
+        finally:
+            if moe._in_step():
+                began.append(moe)
+
+    def _give_up(self, began, handle, device, moe_ends_first):
+        """After a call of the dispatcher raised on this rank once the layer's step began
+        (began: the objects whose dispatch it made): this rank's part, without results, in
+        every step the other ranks' call runs, in their order, so that they finish: the
+        weights' dispatch where it was not made, and the abort of each step still open
+        (strata.Moe.abort_step: their tokens with rows here get STRATA_ERR_CANCELLED).
+        moe_ends_first: the layer's step ends before the weights' begins (combine's
+        backward); otherwise it stays open across the weights' step (the forward dispatch).
+        Nothing began (a refusal before the library took the call): nothing to do. An
+        object that failed (a peer failed) is left as it is: nothing can finish its step."""
+        moe, weights = self.moe, self._weights
+
+        def abort(obj):
+            if obj.failed is None and obj._in_step():
+                try:
+                    obj.abort_step()
+                except StrataError:
+                    pass  # logged by the library; the first error is the one to raise
+
+        if moe not in began or moe.failed is not None:
+            return
+        if moe_ends_first:
+            abort(moe)
+            if moe.failed is not None:
+                return
+        if weights not in began and weights.failed is None:
+            try:
+                weights.dispatch(torch.zeros(handle.num_tokens, weights.hidden,
+                                             dtype=torch.float32, device=device),
+                                 handle.topk_idx, receive_buffers=False)
+            except StrataError:
+                pass  # the step is running all the same, or the object failed
+        abort(weights)
+        if not moe_ends_first and weights.failed is None:
+            abort(moe)
+
+    def _row_weights(self, topk_weights, topk_idx, keys, began):
         """Each forward row's routing weight, [experts, capacity], through the weights Moe."""
         n, k = topk_weights.shape
         dev = keys.device
         rows = torch.zeros(n, self._width, dtype=torch.float32, device=dev)
         rows[:, :k] = topk_weights.to(dev, torch.float32)
-        recv = self._weights.dispatch(rows, topk_idx)
+        recv = self._step_dispatch(began, self._weights, rows, topk_idx)
         wkeys = _row_keys(recv, k, self.moe.max_tokens)
         slot = recv.src[..., 2].to(torch.int64).clamp(min=0).to(dev)
         mine = torch.gather(recv.x, 2, slot[..., None])[..., 0]
@@ -211,12 +275,13 @@ class MoEDispatcher:
                               torch.empty(n, self._width, dtype=torch.float32, device=dev))
         return row_weights
 
-    def _weights_grad(self, dots, handle):
+    def _weights_grad(self, dots, handle, began):
         """<grad_out[t], y(t, k)> computed on the experts' ranks (dots, in the forward rows'
         order) back at each token, [num_tokens, topk], through the weights Moe."""
         n, k, dev = handle.num_tokens, self.moe.topk, dots.device
-        recv = self._weights.dispatch(torch.zeros(n, self._width, dtype=torch.float32,
-                                                  device=dev), handle.topk_idx)
+        recv = self._step_dispatch(began, self._weights,
+                                   torch.zeros(n, self._width, dtype=torch.float32,
+                                               device=dev), handle.topk_idx)
         wkeys = _row_keys(recv, k, self.moe.max_tokens)
         slot = recv.src[..., 2].to(torch.int64).clamp(min=0).to(dev)
         rows = torch.zeros(*wkeys.shape, self._width, dtype=torch.float32, device=dev)

@@ -1,7 +1,9 @@
 """strata.torch.MoEDispatcher on one rank: the layer's output and the gradients of x, of
 the routing weights and of every expert match the same layer computed plainly with torch
 autograd; with x not needing a gradient the steps stay paired, and the next step runs; a
-capacity factor in the environment does not reach the dispatcher's own Moe."""
+capacity factor in the environment does not reach the dispatcher's own Moe. On 2 ranks
+under torchrun: one rank alone raising in a call that drives both of the dispatcher's
+objects leaves the other's steps paired (autograd_worker.py)."""
 import os
 import unittest
 from unittest import mock
@@ -12,6 +14,7 @@ import strata
 from strata.torch import MoEDispatcher
 
 import one_rank
+import torchrun
 
 EXPERTS, TOPK, HIDDEN, TOKENS = 4, 2, 32, 10
 
@@ -146,6 +149,17 @@ class TestAutograd(one_rank.CommTestCase):
             ref = plain(experts, x, idx, weights)
             torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
             dispatcher.close()
+
+
+class TestOneRankRaises(unittest.TestCase):
+    def test_steps_stay_paired_on_two_ranks(self):
+        """One rank alone raises in the forward dispatch (a bad topk_weights) and in
+        combine's backward (between its two objects' steps): the other rank's calls return
+        exact, neither waits for a step the other never joins (a short STRATA_MOE_TIMEOUT
+        would make it raise), and the next steps are exact (autograd_worker.py)."""
+        output = torchrun.run(self, "autograd_worker.py", 2, {"STRATA_MOE_TIMEOUT": "15s"})
+        for rank in range(2):
+            self.assertIn(f"rank {rank} of 2: strata.torch failure checks passed", output)
 
 
 if __name__ == "__main__":
