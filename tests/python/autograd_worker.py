@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 import strata
 from strata.torch import MoEDispatcher
+from torch_layer import plain, through_strata
 
 EXPERTS, TOPK, HIDDEN, TOKENS = 4, 2, 16, 12
 
@@ -43,31 +44,11 @@ def parts(rank, world, own_experts_only):
     return experts, x, idx, w
 
 
-def plain(experts, x, idx, w):
-    out = torch.zeros_like(x)
-    for t in range(x.shape[0]):
-        for k in range(idx.shape[1]):
-            e = int(idx[t, k])
-            if e >= 0:
-                out[t] = out[t] + w[t, k] * torch.tanh(experts[e](x[t]))
-    return out
-
-
-def layer(dispatcher, experts, x, idx, w):
-    recv_x, counts, handle = dispatcher.dispatch(x, idx, w)
-    rows = []
-    for e in range(recv_x.shape[0]):
-        n = int(counts[e])
-        y = torch.tanh(experts[dispatcher.first_expert + e](recv_x[e, :n]))
-        rows.append(torch.cat([y, torch.zeros_like(recv_x[e, n:])]))
-    return dispatcher.combine(torch.stack(rows), handle)
-
-
 def exact_step(dispatcher, rank, world):
     """A whole step, forward and backward, on every rank: exact."""
     experts, x, idx, w = parts(rank, world, own_experts_only=False)
     w.requires_grad_(True)
-    out = layer(dispatcher, experts, x, idx, w)
+    out = through_strata(dispatcher, experts, x, idx, w)
     (grad_w,) = torch.autograd.grad(out.sum(), [w])
     wr = w.detach().clone().requires_grad_(True)
     ref = plain(experts, x, idx, wr)
@@ -85,14 +66,14 @@ def check_bad_weights_on_one_rank(dispatcher, rank, world):
         except ValueError:
             pass
         return
-    out = layer(dispatcher, experts, x, idx, w)
+    out = through_strata(dispatcher, experts, x, idx, w)
     torch.testing.assert_close(out, plain(experts, x, idx, w), rtol=1e-5, atol=1e-5)
 
 
 def check_error_in_combine_backward(dispatcher, rank, world):
     experts, x, idx, w = parts(rank, world, own_experts_only=True)
     w.requires_grad_(True)
-    out = layer(dispatcher, experts, x, idx, w)
+    out = through_strata(dispatcher, experts, x, idx, w)
     if rank == 1:
         real = dispatcher._weights_grad
 

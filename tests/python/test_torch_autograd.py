@@ -15,6 +15,7 @@ from strata.torch import MoEDispatcher
 
 import one_rank
 import torchrun
+from torch_layer import plain, through_strata
 
 EXPERTS, TOPK, HIDDEN, TOKENS = 4, 2, 32, 10
 
@@ -27,26 +28,6 @@ def layer_parts(seed):
     idx[3, 1] = -1  # a slot with no expert
     weights = torch.rand(TOKENS, TOPK)
     return experts, x, idx, weights
-
-
-def plain(experts, x, idx, weights):
-    out = torch.zeros_like(x)
-    for t in range(TOKENS):
-        for k in range(TOPK):
-            e = int(idx[t, k])
-            if e >= 0:
-                out[t] = out[t] + weights[t, k] * torch.tanh(experts[e](x[t]))
-    return out
-
-
-def through_strata(dispatcher, experts, x, idx, weights):
-    recv_x, counts, handle = dispatcher.dispatch(x, idx, weights)
-    rows = []
-    for e in range(recv_x.shape[0]):
-        n = int(counts[e])
-        y = torch.tanh(experts[dispatcher.first_expert + e](recv_x[e, :n]))
-        rows.append(torch.cat([y, torch.zeros_like(recv_x[e, n:])]))
-    return dispatcher.combine(torch.stack(rows), handle)
 
 
 class TestAutograd(one_rank.CommTestCase):
