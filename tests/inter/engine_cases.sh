@@ -1,13 +1,16 @@
 # Sourced by the test scripts of strata-run jobs: check_case runs one job under strata-run
-# and counts it. Needs run, check, log, seed, passed and failed set by the caller.
+# and counts it (in a sanitizer build, where that build takes it: ../common/case_share.sh).
+# Needs run, check, log, seed, passed and failed set by the caller.
 # check_case NAME EXPECTED_COUNT PATTERN -- env... -- run options... -- args...
 # A case passes when the job exits 0, PATTERN is printed by EXPECTED_COUNT ranks, and no
 # transport reports a registration left open or a close that failed.
+. "$(dirname "${BASH_SOURCE[0]}")/../common/case_share.sh"
 check_case() {
     local name=$1 count=$2 pattern=$3; shift 3; shift
     local envs=() opts=()
     while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
     while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
+    case_taken || return 0
     local start=$SECONDS
     env "${envs[@]}" "$run" --timeout 120 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1
     local rc=$? got teardown took=$((SECONDS - start))
@@ -27,6 +30,7 @@ check_case() {
 # skipped), and the script's status.
 cases_summary() {
     echo "$passed passed, $failed failed, $skipped skipped"
+    cases_left_line
     if [ "$failed" -eq 0 ] && [ "$skipped" -gt 0 ]; then
         echo "SKIP: the cases that need network namespaces did not run (need root and iproute2); the other $passed passed"
     fi

@@ -160,6 +160,7 @@ fi
 
 fi
 echo "$passed passed, $failed failed, $skipped skipped"
+cases_left_line
 # ctest reports the test skipped on this line (SKIP_REGULAR_EXPRESSION, which would also
 # hide a failure: so only when nothing failed).
 if [ "$failed" -eq 0 ] && [ "$skipped" -gt 0 ]; then

@@ -1,8 +1,10 @@
 # The end-to-end MoE tests' common part, sourced by test_moe_net.sh and test_moe_scale.sh
 # after they set run (strata-run) and check (moe_net_check): a seed every case shares
 # (STRATA_TEST_SEED to replay one), a scratch folder removed at exit, and case_run, which
-# runs one case on simulated nodes and counts it. Exits 0 with SKIP where network namespaces
-# cannot be made.
+# runs one case on simulated nodes and counts it (in a sanitizer build, where that build
+# takes it: ../common/case_share.sh). Exits 0 with SKIP where network namespaces cannot be
+# made.
+. "$(dirname "${BASH_SOURCE[0]}")/../common/case_share.sh"
 passed=0 failed=0
 seed=${STRATA_TEST_SEED:-$(( $(date +%s) % 100000 ))}
 export STRATA_TEST_SEED=$seed
@@ -27,6 +29,7 @@ case_run() { # case_run NAME EXPECTED_COUNT PATTERN -- env... -- run options... 
     local envs=() opts=()
     while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
     while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
+    case_taken || return 0
     local start=$SECONDS
     env STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE="${STRATA_TEST_NET_IFACE-eth0}" STRATA_TOPO_FILE="$topology" "${envs[@]}" \
         "$run" --timeout 400 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1

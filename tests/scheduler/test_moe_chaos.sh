@@ -44,4 +44,5 @@ case_run "chaos, 2x2 hierarchical, streamed, 1-token rounds" 4 "streamed exchang
 case_run "chaos, 2x2 hierarchical, streamed, node-reduce" 4 "node-reduce combine, streamed exchange in" -- $calm $chaos $log_info STRATA_MOE_EXCHANGE=streamed STRATA_MOE_CAPACITY_FACTOR=0 STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 20)
 
 echo "$passed passed, $failed failed (seed $seed)"
+cases_left_line
 [ "$failed" -eq 0 ]

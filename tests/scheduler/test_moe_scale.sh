@@ -57,4 +57,5 @@ for route in flat hierarchical; do
 done
 
 echo "$passed passed, $failed failed"
+cases_left_line
 [ "$failed" -eq 0 ]
