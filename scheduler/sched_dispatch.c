@@ -231,6 +231,8 @@ static strata_status_t sched_dispatch_round(sched_moe_t *moe, int round,
                        &step.num_own);
     step.aug_base_dev = moe->net.num_aug + 1; /* NET_RECV's count of the earlier rounds */
     step.more_rounds  = round + 1 < moe->geo.rounds;
+    step.round        = round;
+    step.step_counts  = moe->net.step_counts; /* NET_RECV's sum in the step's first round */
     if (status == STRATA_OK) {
         status = intra_moe_enqueue_dispatch(moe->intra, &step);
     }

@@ -8,6 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A header: its fields, the bits of our experts' modes, and in rounds the step's counts. */
+static void sched_size_header(sched_geometry_t *geo)
+{
+    geo->header_bytes = sched_round_up(sizeof(intra_net_header_t) +
+                                           sizeof(uint64_t) * (size_t)geo->own_words +
+                                           sizeof(int32_t) * (size_t)geo->header_counts,
+                                       INTRA_NET_CTRL_BYTES);
+}
+
 static size_t sched_elem_size(strata_dtype_t dtype)
 {
     return dtype == STRATA_DTYPE_FP32 ? 4 : dtype == STRATA_DTYPE_FP8_E4M3 ? 1 : 2;
@@ -173,9 +182,7 @@ static void sched_size_rows(sched_geometry_t *geo, const strata_moe_params_t *p)
     geo->max_entries  = p->max_tokens * UTIL_MAX(UTIL_MIN(geo->num_peers, p->topk), 1);
     geo->mask_words   = (p->num_experts + 63) / 64;
     geo->own_words    = (geo->experts_per_rank + 63) / 64;
-    geo->header_bytes = sched_round_up(sizeof(intra_net_header_t) +
-                                           sizeof(uint64_t) * (size_t)geo->own_words,
-                                       INTRA_NET_CTRL_BYTES);
+    sched_size_header(geo);
     geo->board_bytes  = sched_round_up(sizeof(uint64_t) * (size_t)(8 + geo->mask_words),
                                        INTRA_NET_CTRL_BYTES);
 }
@@ -226,12 +233,16 @@ void sched_geometry_window(sched_geometry_t *geo, bool streamed, uint64_t window
     geo->streamed      = streamed;
     geo->window_tokens = geo->max_tokens;
     geo->rounds        = 1;
+    geo->header_counts = 0;
+    sched_size_header(geo);
     if (!streamed || geo->num_peers == 0) {
         return; /* one node: nothing crosses a network */
     }
     geo->window_tokens = (int)UTIL_MAX(UTIL_MIN(tokens, (uint64_t)geo->max_tokens), 1);
     geo->rounds        = (geo->max_tokens + geo->window_tokens - 1) / geo->window_tokens;
     geo->spec_tokens   = UTIL_MIN(geo->spec_tokens, geo->window_tokens);
+    geo->header_counts = geo->rounds > 1 ? geo->experts_per_node : 0;
+    sched_size_header(geo);
 }
 
 void sched_geometry_cleanup(sched_geometry_t *geo)

@@ -39,6 +39,8 @@ typedef struct sched_geometry {
      * of max_tokens otherwise, and on one node). */
     bool               streamed;
     int                window_tokens, rounds;
+    int                header_counts; /* rounds > 1: the step's counts a first round's
+                                       * header carries, one per expert of a node */
     int                max_entries; /* a plan's entries: tokens x min(peers, topk) */
     int                spec_tokens;
     int                scale_count;
@@ -129,6 +131,7 @@ typedef struct sched_net {
     int32_t           *node_ranks;  /* [world] */
     int32_t           *rank_node;   /* [world] */
     int64_t           *round_seg;   /* streamed: [rounds][num_peers + 1][3] */
+    int32_t           *step_counts; /* rounds > 1: [experts_per_node] (intra_net_args_t) */
     intra_net_args_t   args;        /* the launches' arguments; per-step fields set each step */
 } sched_net_t;
 
@@ -213,17 +216,22 @@ struct strata_moe_layout {
     int32_t           *tokens;      /* per peer, in token order */
     int32_t           *experts;     /* [entries][topk] node-local ids at the peer, or -1 */
     int64_t           *peer_terms;  /* [num_peers] (token, slot) pairs the peer returns */
+    /* in rounds (geo.header_counts > 0): [num_peers + 1][header_counts] the (token, slot)
+     * pairs sent to each peer's node, by expert there, then this node's own; else NULL */
+    int32_t           *step_counts;
     int32_t           *masked;      /* [num_tokens] slots naming a masked expert (recreated) */
     int64_t            masked_slots;
     void              *device_mem;  /* the device copies below, one allocation */
     int64_t           *d_clean_idx, *d_node_idx, *d_peer_terms;
-    int32_t           *d_peer_first, *d_tokens, *d_experts;
+    int32_t           *d_peer_first, *d_tokens, *d_experts, *d_step_counts;
 };
 
 /* Fill plan (sized for at most plan->capacity entries, or allocated exactly when 0) from
  * topk_idx on the geometry; no device memory. */
 strata_status_t sched_plan_build(const sched_geometry_t *geo, const int64_t *topk_idx,
                                  int num_tokens, bool skip_bad, sched_plan_t *plan);
+/* Bytes of a plan's step counts (none but in rounds). */
+size_t          sched_plan_step_counts_bytes(const sched_geometry_t *geo);
 /* The host arrays of a plan (not the struct). */
 void            sched_plan_release(sched_plan_t *plan);
 /* Host arrays for up to num_tokens tokens, and for up to entries entries. */

@@ -171,7 +171,8 @@ static strata_status_t sched_net_ring(sched_moe_t *moe)
 
 /* Offsets of the network kernels' tables in their one device allocation. */
 typedef struct sched_net_tables_place {
-    size_t state, peers, ticket, slots, tsrc, entry, atopk, naug, mask, ranks, nodes, segs;
+    size_t state, peers, ticket, slots, tsrc, entry, atopk, naug, mask, ranks, nodes, segs,
+        counts;
     size_t total;
 } sched_net_tables_place_t;
 
@@ -194,6 +195,9 @@ static void sched_net_tables_place(const sched_geometry_t *geo, sched_net_tables
                                                        ((size_t)geo->num_peers + 1) * 3 *
                                                        sizeof(int64_t))
                                 : 0;
+    t->counts = geo->header_counts > 0
+                    ? sched_place(&cursor, (size_t)geo->header_counts * sizeof(int32_t))
+                    : 0;
     t->total  = cursor;
 }
 
@@ -237,6 +241,7 @@ static strata_status_t sched_net_tables(sched_moe_t *moe)
         net->node_ranks = (int32_t *)(base + t.ranks);
         net->rank_node  = (int32_t *)(base + t.nodes);
         net->round_seg  = geo->rounds > 1 ? (int64_t *)(base + t.segs) : NULL;
+        net->step_counts = geo->header_counts > 0 ? (int32_t *)(base + t.counts) : NULL;
         status = d->mem_set(base, 0, t.total);
     }
     for (int p = 0; p < geo->num_peers && status == STRATA_OK; ++p) {
@@ -286,6 +291,7 @@ static void sched_net_args(sched_moe_t *moe)
         .spec_tokens = geo->spec_tokens, .max_tokens = geo->max_tokens,
         .rounds = geo->rounds, .window_tokens = geo->window_tokens,
         .round_seg = net->round_seg,
+        .header_counts = geo->header_counts, .step_counts = net->step_counts,
         .pull_read = moe->pull_read,
         .host_stamps = moe->world.device->memory == INTRA_MEMORY_HOST, .bounce = net->bounce,
         .entry_bytes = (int32_t)geo->entry_bytes, .record_bytes = (int32_t)geo->record_bytes,
@@ -501,6 +507,7 @@ strata_status_t sched_net_prepare(sched_moe_t *moe)
     a->clean_idx  = plan->d_clean_idx;
     a->node_idx   = plan->d_node_idx;
     a->peer_terms = plan->d_peer_terms;
+    a->plan_counts = plan->d_step_counts;
     a->x          = moe->cur.x;
     a->x_scales   = moe->cur.x_scales;
     a->digest     = m->digest;

@@ -144,22 +144,37 @@ static int sched_slot_peer(const sched_geometry_t *geo, const int64_t *ids, int 
     return peer;
 }
 
-/* Counting pass: node-local slots, entries and terms per peer (peer_first[p + 1]). */
+/* In rounds: one (token, slot) pair more for the node-local expert `local` of peer's node
+ * (num_peers: this node). */
+static void sched_plan_step_count(const sched_geometry_t *geo, sched_plan_t *plan, int peer,
+                                  int64_t local)
+{
+    if (plan->step_counts != NULL && local >= 0) {
+        ++plan->step_counts[(size_t)peer * (size_t)geo->header_counts + (size_t)local];
+    }
+}
+
+/* Counting pass: node-local slots, entries and terms per peer (peer_first[p + 1]); in rounds
+ * the step's counts by node and expert. */
 static int sched_plan_count(const sched_geometry_t *geo, sched_plan_t *plan)
 {
     int topk = geo->topk, entries = 0;
 
     memset(plan->peer_first, 0, sizeof(int32_t) * (size_t)(geo->num_peers + 1));
     memset(plan->peer_terms, 0, sizeof(int64_t) * (size_t)UTIL_MAX(geo->num_peers, 1));
+    if (plan->step_counts != NULL) {
+        memset(plan->step_counts, 0, sched_plan_step_counts_bytes(geo));
+    }
     for (int t = 0; t < plan->num_tokens; ++t) {
         const int64_t *ids = &plan->clean_idx[(size_t)t * (size_t)topk];
 
         for (int k = 0; k < topk; ++k) {
             bool first;
             int peer = sched_slot_peer(geo, ids, k, &first);
+            int64_t local = ids[k] >= 0 ? sched_local_expert(geo, (int)ids[k]) : -1;
 
-            plan->node_idx[(size_t)t * (size_t)topk + (size_t)k] =
-                (ids[k] >= 0 && peer < 0) ? sched_local_expert(geo, (int)ids[k]) : -1;
+            plan->node_idx[(size_t)t * (size_t)topk + (size_t)k] = peer < 0 ? local : -1;
+            sched_plan_step_count(geo, plan, peer < 0 ? geo->num_peers : peer, local);
             if (peer >= 0) {
                 plan->peer_terms[peer] += 1;
                 plan->peer_first[peer + 1] += first;
@@ -207,16 +222,24 @@ static void sched_plan_fill(const sched_geometry_t *geo, sched_plan_t *plan)
     plan->peer_first[0] = 0;
 }
 
+size_t sched_plan_step_counts_bytes(const sched_geometry_t *geo)
+{
+    return ((size_t)geo->num_peers + 1) * (size_t)geo->header_counts * sizeof(int32_t);
+}
+
 strata_status_t sched_plan_alloc_ids(const sched_geometry_t *geo, sched_plan_t *plan,
                                      int num_tokens)
 {
     size_t slots = (size_t)UTIL_MAX(num_tokens, 1) * (size_t)geo->topk;
+    size_t counts = sched_plan_step_counts_bytes(geo);
 
-    plan->clean_idx  = malloc(sizeof(int64_t) * slots);
-    plan->node_idx   = malloc(sizeof(int64_t) * slots);
-    plan->peer_first = calloc((size_t)geo->num_peers + 1, sizeof(int32_t));
-    plan->peer_terms = calloc((size_t)UTIL_MAX(geo->num_peers, 1), sizeof(int64_t));
-    return plan->clean_idx && plan->node_idx && plan->peer_first && plan->peer_terms
+    plan->clean_idx   = malloc(sizeof(int64_t) * slots);
+    plan->node_idx    = malloc(sizeof(int64_t) * slots);
+    plan->peer_first  = calloc((size_t)geo->num_peers + 1, sizeof(int32_t));
+    plan->peer_terms  = calloc((size_t)UTIL_MAX(geo->num_peers, 1), sizeof(int64_t));
+    plan->step_counts = counts > 0 ? calloc(1, counts) : NULL;
+    return plan->clean_idx && plan->node_idx && plan->peer_first && plan->peer_terms &&
+                   (counts == 0 || plan->step_counts)
                ? STRATA_OK : STRATA_ERR_NO_MEMORY;
 }
 
@@ -277,6 +300,7 @@ void sched_plan_release(sched_plan_t *plan)
     free(plan->node_idx);
     free(plan->peer_first);
     free(plan->peer_terms);
+    free(plan->step_counts);
     free(plan->tokens);
     free(plan->experts);
 }
@@ -286,7 +310,7 @@ void sched_plan_release(sched_plan_t *plan)
 /* Offsets of a plan's device arrays (up to max_tokens tokens and entries entries) in their
  * one allocation. */
 typedef struct sched_plan_place {
-    size_t clean, node, terms, first, toks, exps, total;
+    size_t clean, node, terms, first, toks, exps, counts, total;
 } sched_plan_place_t;
 
 static void sched_plan_place(const sched_geometry_t *geo, int max_tokens, int entries,
@@ -301,6 +325,8 @@ static void sched_plan_place(const sched_geometry_t *geo, int max_tokens, int en
     p->first = sched_place(&cursor, (peers + 1) * sizeof(int32_t));
     p->toks  = sched_place(&cursor, (size_t)entries * sizeof(int32_t));
     p->exps  = sched_place(&cursor, (size_t)entries * (size_t)geo->topk * sizeof(int32_t));
+    p->counts = geo->header_counts > 0 ? sched_place(&cursor, sched_plan_step_counts_bytes(geo))
+                                       : 0;
     p->total = cursor;
 }
 
@@ -331,6 +357,7 @@ strata_status_t sched_plan_device_alloc(const sched_moe_t *moe, sched_plan_t *pl
     plan->d_peer_first = (int32_t *)(base + p.first);
     plan->d_tokens     = (int32_t *)(base + p.toks);
     plan->d_experts    = (int32_t *)(base + p.exps);
+    plan->d_step_counts = moe->geo.header_counts > 0 ? (int32_t *)(base + p.counts) : NULL;
     return STRATA_OK;
 }
 
@@ -362,6 +389,10 @@ static strata_status_t sched_plan_upload(const sched_moe_t *moe, const sched_pla
     }
     if (status == STRATA_OK && entries > 0) {
         status = intra_moe_write(d, plan->d_experts, plan->experts, experts * sizeof(int32_t));
+    }
+    if (status == STRATA_OK && plan->step_counts != NULL) {
+        status = intra_moe_write(d, plan->d_step_counts, plan->step_counts,
+                                 sched_plan_step_counts_bytes(&moe->geo));
     }
     return status;
 }

@@ -94,6 +94,64 @@ KERNEL_FN int moe_marked(const intra_moe_args_t *a, int local, uint64_t step)
 }
 
 /*
+ * One thread of the owner, in the first dispatch round of a step across nodes in rounds:
+ * once every source's counts are in (not waited for: the caller tries again later), the
+ * rows each local expert gets over the whole step, from the step counts the sources
+ * published with them, for the host before any round's rows are in (the last round checks
+ * them, moe_check_announced). Marks nothing.
+ */
+KERNEL_FN void moe_announce_counts(const intra_moe_args_t *a, uint64_t step)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    int32_t *announced = MOE_AT(a, a->rank, announced, int32_t);
+
+    if (a->step_counts == 0 || a->later_round || !a->more_rounds ||
+        kernel_load_relaxed_u64(&control->announced_step) == step) {
+        return;
+    }
+    for (int source = 0; source < a->num_ranks; ++source) {
+        if (kernel_load_relaxed_u64(&control->counts_flag[source]) < step) {
+            return;
+        }
+    }
+    kernel_fence_acquire(); /* the step counts, released before the flags */
+    for (int l = 0; l < a->experts_per_rank; ++l) {
+        int64_t rows = 0;
+
+        for (int source = 0; source < a->num_ranks; ++source) {
+            rows += MOE_AT(a, source, step_sent, int32_t)[a->rank * a->experts_per_rank + l];
+        }
+        announced[l]        = (int32_t)(rows < INT32_MAX ? rows : INT32_MAX);
+        a->marks.routed[l]  = announced[l];
+    }
+    kernel_store_release_u64(a->marks.counts_step, step); /* the counts, to the host */
+    control->announced_step = step; /* read by this thread alone */
+}
+
+/*
+ * One thread of the owner, in the last round of a step: whether its first round announced
+ * the counts (the host may be reading them: they are not written again). If so, whether
+ * local expert l was sent the rows announced (rows: the step's); where not (a rank changed
+ * its routing during the step, or a peer's header counted other rows than it sent), the
+ * step fails: the host was told other counts.
+ */
+KERNEL_FN int moe_check_announced(const intra_moe_args_t *a, int l, int64_t rows, uint64_t step)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    const int32_t *announced = MOE_AT(a, a->rank, announced, int32_t);
+
+    if (a->step_counts == 0 || !a->later_round ||
+        kernel_load_relaxed_u64(&control->announced_step) != step - (uint64_t)a->round) {
+        return 0; /* none announced in this step (its first round gave up before) */
+    }
+    if (rows != announced[l]) {
+        moe_report(&control->dispatch_status, INTRA_MOE_KERNEL_COUNTS, l, announced[l], -1,
+                   rows);
+    }
+    return 1;
+}
+
+/*
  * One thread of the owner, in the last dispatch round of a step: once every source's
  * counts are in (not waited for: the caller tries again later), the rows each local expert
  * has when complete (earlier rounds' and this one's, at most its capacity unless the
@@ -126,7 +184,9 @@ KERNEL_FN int moe_settle_expected(const intra_moe_args_t *a, uint64_t step)
             rows += MOE_AT(a, source, sent_count, int32_t)[a->rank * a->experts_per_rank + l];
         }
         expected[l] = (int32_t)(rows < a->capacity || a->exact ? rows : a->capacity);
-        a->marks.routed[l] = (int32_t)rows;
+        if (!moe_check_announced(a, l, rows, step)) {
+            a->marks.routed[l] = (int32_t)rows;
+        }
     }
     kernel_store_release_u64(a->marks.counts_step, step); /* the counts, to the host */
     control->expected_step = step; /* read by this thread alone */
@@ -144,6 +204,7 @@ KERNEL_FN void moe_watch_experts(const intra_moe_args_t *a, uint64_t step)
     const uint32_t *landed = MOE_AT(a, a->rank, landed, uint32_t);
     const int32_t *expected = MOE_AT(a, a->rank, expected, int32_t);
 
+    moe_announce_counts(a, step);
     if (!moe_settle_expected(a, step) ||
         kernel_load_relaxed_u64(&moe_control(a, a->rank)->failed_step) >= step) {
         return; /* no expert of a step whose waits gave up (an earlier round's, carried) */

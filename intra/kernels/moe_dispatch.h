@@ -166,6 +166,20 @@ KERNEL_FN int moe_pull_count(const intra_moe_args_t *a, int source, int local)
     return offset[expert + 1] - offset[expert];
 }
 
+/* Source role, one thread, in a step's first round across nodes in rounds: the rows this
+ * rank sends each expert of the node over the step, published with the round's counts. */
+KERNEL_FN void moe_publish_step_counts(const intra_moe_args_t *a)
+{
+    int32_t *step_sent = MOE_AT(a, a->rank, step_sent, int32_t);
+
+    if (a->step_counts == 0 || a->later_round || !a->more_rounds) {
+        return;
+    }
+    for (int e = 0; e < a->num_experts; ++e) {
+        step_sent[e] = a->step_counts[e];
+    }
+}
+
 /* Source role, one thread: the counts out to every owner, before any row. */
 KERNEL_FN void moe_publish_counts(const intra_moe_args_t *a, uint64_t step)
 {
@@ -433,6 +447,7 @@ KERNEL_FN void intra_moe_dispatch_body(const intra_moe_args_t *a, kernel_grid_t 
         control->digest   = a->digest;   /* published by the fence before our flags */
         control->aug_base = moe_aug_base(a); /* and where this round's Pull rows start */
         moe_build_pull_lists(a, num_tokens);
+        moe_publish_step_counts(a);
         moe_publish_counts(a, step);
     }
     if (a->origin_offset >= 0) {

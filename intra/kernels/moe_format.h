@@ -50,6 +50,8 @@ enum {
                                            waiting in its dispatch and returned nothing
                                            (value: expert) */
     INTRA_MOE_KERNEL_TERMS_GAVE_UP = 14, /* as TERMS_WITHHELD, where an owner there gave up */
+    INTRA_MOE_KERNEL_COUNTS       = 15, /* value: the local expert; token: the rows the step's
+                                           counts announced; count: the rows sent */
 };
 
 typedef struct intra_moe_status {
@@ -86,6 +88,9 @@ typedef struct intra_moe_control {
      * published to us, and the last step whose expected rows we settled. */
     uint64_t counts_flag[INTRA_MOE_MAX_RANKS];
     uint64_t expected_step;
+    /* Across nodes in rounds: the first round (its step) whose sources' step counts this
+     * owner summed for the host (moe_announce_counts); its last round checks them. */
+    uint64_t announced_step;
     /* [source]: last step whose rows for Pull experts it published to us, and the blocks
      * of this rank done publishing, summed over steps. */
     uint64_t pull_flag[INTRA_MOE_MAX_RANKS];
@@ -120,7 +125,11 @@ typedef struct intra_moe_heap_offsets {
     size_t pull_offset;   /* int32[num_experts + 1]: CSR of this rank's pull entries */
     size_t pull_cursor;   /* int32[num_experts]: scratch for building it */
     size_t pull_entry;    /* int32[max_tokens * topk]: token * topk + k, by expert */
-    size_t sent_count;    /* int32[num_experts]: rows this rank sends each expert this step */
+    size_t sent_count;    /* int32[num_experts]: rows this rank sends each expert this step
+                             (in rounds: this round) */
+    size_t step_sent;     /* int32[num_experts]: across nodes in rounds, the rows this rank
+                             sends each expert over the whole step, published in its first */
+    size_t announced;     /* int32[experts_per_rank]: those summed over the sources */
     size_t landed;        /* uint32[experts_per_rank]: rows landed this step, owner zeroes */
     size_t expected;      /* int32[experts_per_rank]: rows each expert gets this step */
     size_t round_base;    /* int32[experts_per_rank]: rows each expert was sent in the
@@ -177,6 +186,12 @@ typedef struct intra_moe_args {
     int32_t  own_base;
     int32_t  more_rounds;  /* nonzero: another round of this step's dispatch follows */
     int32_t  later_round;  /* nonzero: a round of this step's dispatch came before */
+    int32_t  round;        /* the round's index in its step */
+    /* Across nodes in rounds, every round: [num_experts] the rows this rank sends each
+     * expert of the node over the whole step (its own and those it received), which the
+     * first round publishes before any row, so that the owners know the step's counts
+     * then and the last round checks them against the rows sent. NULL: one round. */
+    const int32_t *step_counts;
     int32_t  row_bytes;    /* dispatched token row, a multiple of 16 */
     int32_t  scale_count;  /* fp32 scales per row, 0 without */
     int32_t  scale_stride; /* bytes between scale rows in the heap, a multiple of 16 */

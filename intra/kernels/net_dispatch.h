@@ -118,7 +118,8 @@ KERNEL_FN void net_pack_peer(const intra_moe_args_t *a, int p, char *staging, ke
     }
 }
 
-/* One thread: the header: the round's counts, our modes, where our tokens' terms return. */
+/* One thread: the header: the round's counts, our modes, where our tokens' terms return;
+ * in a step's first round in rounds, the step's counts. */
 KERNEL_FN int net_send_header(const intra_moe_args_t *a, int p, uint64_t step)
 {
     const intra_net_args_t *n = &a->net;
@@ -136,6 +137,13 @@ KERNEL_FN int net_send_header(const intra_moe_args_t *a, int p, uint64_t step)
     h->ret_at      = (int64_t)net_ret_at(a, p);
     for (int w = 0; w < n->own_words; ++w) {
         next[w] = n->next[w];
+    }
+    if (n->header_counts > 0 && n->round == 0) { /* the layout's counts for p's node */
+        int32_t *counts = (int32_t *)(next + n->own_words);
+
+        for (int e = 0; e < n->header_counts; ++e) {
+            counts[e] = n->plan_counts[(size_t)p * (size_t)n->header_counts + (size_t)e];
+        }
     }
     if (!net_post(a, UTIL_WORK_WRITE_IMM, peer->rank, out,
                   n->headers + ((uint64_t)n->rank * 2 + (step & 1)) * (uint64_t)n->header_bytes,
@@ -298,12 +306,29 @@ KERNEL_FN int32_t net_round_limit(const intra_net_args_t *n)
     return left < n->window_tokens ? (int32_t)left : n->window_tokens;
 }
 
+/* One thread, in a step's first round in rounds: our own tokens' rows into our node over
+ * the whole step, per expert of the node (the layout's), which the peers' header counts then
+ * add to. */
+KERNEL_FN void net_own_step_counts(const intra_net_args_t *n)
+{
+    const int32_t *own = n->plan_counts + (size_t)n->num_peers * (size_t)n->header_counts;
+
+    for (int e = 0; e < n->header_counts; ++e) {
+        n->step_counts[e] = own[e];
+    }
+}
+
 /* Every peer's header for this wire step (a round, in rounds): its counts, checked against
- * the round's tokens (so a step's entries never pass max_tokens), and its modes agreeing. */
+ * the round's tokens (so a step's entries never pass max_tokens), and its modes agreeing;
+ * in a step's first round in rounds, its step counts, summed into step_counts. */
 KERNEL_FN int net_read_headers(const intra_moe_args_t *a, uint64_t step)
 {
     const intra_net_args_t *n = &a->net;
+    int step_counts = n->header_counts > 0 && n->round == 0;
 
+    if (step_counts) {
+        net_own_step_counts(n);
+    }
     for (int p = 0; p < n->num_peers; ++p) {
         intra_net_peer_t *peer = &n->peers[p];
         const volatile intra_net_header_t *wire = (const volatile intra_net_header_t *)(
@@ -324,6 +349,15 @@ KERNEL_FN int net_read_headers(const intra_moe_args_t *a, uint64_t step)
         }
         if (verdict == NET_WIRE_OTHER_MODES) {
             moe_report(net_status(a), INTRA_MOE_KERNEL_MODES, peer->rank, -1, -1, 0);
+            return 0;
+        }
+        if (step_counts &&
+            !net_header_counts_add((const volatile int32_t *)((const volatile uint64_t *)(
+                                       wire + 1) + n->own_words),
+                                   n->header_counts,
+                                   (int64_t)n->max_tokens * (int64_t)n->entry_terms,
+                                   n->step_counts)) {
+            net_protocol_error(a, peer->rank, INTRA_NET_BAD_COUNTS, h.step);
             return 0;
         }
         peer->recv_push = h.num_push;

@@ -65,10 +65,12 @@ enum {
     INTRA_NET_BAD_ENTRY, /* protocol: a record with a token or expert out of range */
     INTRA_NET_WAIT_WEIGHTS,
     INTRA_NET_WAIT_ROUND, /* a dispatch round's header from the peer: its credit for round one */
+    INTRA_NET_BAD_COUNTS, /* protocol: a header's step counts out of range */
 };
 
 /* What a source writes to each peer first, every step, even with no tokens; followed by
- * own_words of the bits of its own experts' modes decided for the step after next. */
+ * own_words of the bits of its own experts' modes decided for the step after next, then
+ * (the streamed exchange in rounds) the step's counts (intra_net_args_t header_counts). */
 typedef struct intra_net_header {
     uint32_t magic;
     uint32_t pad;
@@ -165,6 +167,16 @@ typedef struct intra_net_args {
     int32_t  bounce;      /* the area is not in the heap: terms are copied into it */
     int32_t  entry_bytes, record_bytes, scale_bytes, header_bytes, own_words;
     int32_t  experts_per_rank, local_size, experts_per_node;
+    /*
+     * The streamed exchange in rounds: a header of the step's first round carries, after
+     * its modes, header_counts int32 counts, one per expert of the receiver's node: the
+     * rows (token and top-k slot) the source sends there over the whole step, so that the
+     * node's owners know the step's counts before any round's rows (0: no counts, one
+     * round). step_counts: [header_counts], this rank's rows into its node over the step
+     * (its own tokens' and every peer's counts), summed by NET_RECV in the first round.
+     */
+    int32_t  header_counts;
+    int32_t *step_counts;
     uint32_t imm_base;
     uint64_t chunk_bytes; /* every transfer is cut into commands of at most this */
     /* Offsets in the area. */
@@ -197,6 +209,8 @@ typedef struct intra_net_args {
     const int64_t *clean_idx;   /* [num_own][topk] global ids, -1 none */
     const int64_t *node_idx;    /* [num_own][topk] node-local ids on this node, -1 elsewhere */
     const int64_t *peer_terms;  /* [num_peers] terms each peer returns */
+    const int32_t *plan_counts; /* header_counts > 0: [num_peers + 1][header_counts] the
+                                 * step's counts for each peer's node, then our own */
     const int32_t *node_ranks;  /* [nodes][local_size] global rank */
     const uint64_t *mask;       /* the step's global dispatch mask (bit: Pull) */
     const int32_t  *rank_node;  /* [world] node of each rank */

@@ -46,6 +46,29 @@ KERNEL_FN int net_header_check(const intra_net_header_t *h, uint64_t step, int32
     return h->mask_digest == digest ? NET_WIRE_OK : NET_WIRE_OTHER_MODES;
 }
 
+/*
+ * A header's step counts (the streamed exchange in rounds), each read once, added into
+ * sums[0..count): whether every one is at least 0, their total at most limit (the rows a
+ * peer can send: its tokens times the terms an entry holds), and no sum passes INT32_MAX.
+ * Where not, sums are partly added: the step fails.
+ */
+KERNEL_FN int net_header_counts_add(const volatile int32_t *wire, int count, int64_t limit,
+                                    int32_t *sums)
+{
+    int64_t total = 0;
+
+    for (int e = 0; e < count; ++e) {
+        int32_t c = wire[e];
+
+        total += c;
+        if (c < 0 || total > limit || (int64_t)sums[e] + c > INT32_MAX) {
+            return 0;
+        }
+        sums[e] += c;
+    }
+    return 1;
+}
+
 /* The grant a receiver wrote, each field read once. */
 KERNEL_FN intra_net_grant_t net_grant_read(const volatile intra_net_grant_t *g)
 {

@@ -114,6 +114,8 @@ static void moe_place_heap(const intra_moe_args_t *a, size_t max_tokens, size_t 
     l->pull_cursor  = moe_place(&cursor, sizeof(int32_t) * (size_t)a->num_experts);
     l->pull_entry   = moe_place(&cursor, sizeof(int32_t) * entries);
     l->sent_count   = moe_place(&cursor, sizeof(int32_t) * (size_t)a->num_experts);
+    l->step_sent    = moe_place(&cursor, sizeof(int32_t) * (size_t)a->num_experts);
+    l->announced    = moe_place(&cursor, sizeof(int32_t) * (size_t)a->experts_per_rank);
     l->landed       = moe_place(&cursor, sizeof(uint32_t) * (size_t)a->experts_per_rank);
     l->expected     = moe_place(&cursor, sizeof(int32_t) * (size_t)a->experts_per_rank);
     l->round_base   = moe_place(&cursor, sizeof(int32_t) * (size_t)a->experts_per_rank);
@@ -451,10 +453,11 @@ strata_status_t intra_moe_counts_ready(const intra_moe_t *moe, bool *ready_p, in
     if (moe->captured) {
         return moe_refuse_captured();
     }
-    /* acquire: pairs with the kernels' release of the step after the counts */
+    /* acquire: pairs with the kernels' release of the step after the counts (across
+     * nodes in rounds, in the step's first round) */
     *ready_p = moe->dispatches > 0 &&
                atomic_load_explicit((_Atomic uint64_t *)moe->marks.counts_step,
-                                    memory_order_acquire) >= moe->dispatches;
+                                    memory_order_acquire) >= moe->step_dispatch;
     for (int e = 0; e < experts; ++e) {
         counts[e] = *ready_p ? moe->marks.routed[e] : 0;
     }

@@ -167,6 +167,11 @@ typedef struct intra_moe_step {
     int             own_base;       /**< rounds: row of x and topk_idx of the first own token */
     int             aug_base;       /**< rounds: the step's index of the round's first token */
     bool            more_rounds;    /**< rounds: another dispatch of this step follows */
+    int             round;          /**< rounds: this dispatch's index in its step */
+    /** across nodes in rounds, every round: [num_experts] the rows this rank sends each
+     *  expert of the node over the whole step, device memory, ready by the first round's
+     *  launch (the owners then know the step's counts before any row); NULL: one round */
+    const int32_t  *step_counts;
     const int32_t  *num_tokens_dev; /**< received: own + received, written by the device */
     /** received, in rounds: the round's aug_base as the device counts it (aug_base is then
      *  not read) */

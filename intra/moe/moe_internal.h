@@ -31,6 +31,8 @@ struct intra_moe {
     bool                      waited_local; /* waited_for is a local rank, else a global one */
     int32_t                  *counts;    /* [experts_per_rank], host copy */
     uint64_t                  dispatches; /* dispatch kernels launched */
+    uint64_t                  step_dispatch; /* dispatches, at the step's first (in rounds,
+                                              * where its counts are marked) */
     bool                      captured;   /* a dispatch was captured: replays go uncounted */
     bool                      pulled_into; /* exact receive: the step's rows were loaded */
     /* Queues of the expert-wait kernel, each bound to one caller's stream for good (a

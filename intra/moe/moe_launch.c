@@ -102,6 +102,17 @@ static bool moe_round_valid(const intra_moe_t *moe, const intra_moe_step_t *s)
                        s->num_own, moe->args.round_tokens);
         return false;
     }
+    if ((s->round > 0) != moe->rounds_open) {
+        UTIL_LOG_ERROR("intra moe: dispatch round %d of a step %s", s->round,
+                       moe->rounds_open ? "whose rounds are under way: not its first"
+                                        : "not yet begun: its first is round 0");
+        return false;
+    }
+    if (s->step_counts != NULL && s->aug_entry == NULL) {
+        UTIL_LOG_ERROR("intra moe: a step's counts come from the network: a dispatch with "
+                       "step counts needs received tokens");
+        return false;
+    }
     if (!moe->rounds_open && (s->own_base != 0 || s->aug_base != 0)) {
         UTIL_LOG_ERROR("intra moe: a step's first dispatch round starts at token 0, not at "
                        "row %d (step token %d)", s->own_base, s->aug_base);
@@ -154,6 +165,8 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
     a->own_base       = s->own_base;
     a->more_rounds    = s->more_rounds;
     a->later_round    = moe->rounds_open;
+    a->round          = s->round;
+    a->step_counts    = s->step_counts;
     a->x              = s->x;
     a->x_scales       = s->x_scales;
     a->topk_idx       = s->topk_idx;
@@ -171,6 +184,7 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
     status   = moe_launch(moe, INTRA_MOE_KERNEL_DISPATCH, a);
     if (status == STRATA_OK) {
         moe->dispatches += captured ? 0 : 1; /* the kernels' count grows with each replay */
+        moe->step_dispatch = moe->rounds_open ? moe->step_dispatch : moe->dispatches;
         moe->captured    = moe->captured || captured;
         moe->rounds_open = s->more_rounds;
         moe->pulled_into = false;
@@ -377,6 +391,7 @@ static strata_status_t moe_launch_rounds(intra_moe_t *moe, intra_moe_step_t *ste
         step->aug_base    = first;
         step->num_own     = (int)((int64_t)num_tokens * (r + 1) / rounds) - first;
         step->more_rounds = r + 1 < rounds;
+        step->round       = r;
         status = intra_moe_enqueue_dispatch(moe, step);
     }
     return status;

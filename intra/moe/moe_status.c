@@ -21,6 +21,7 @@ static const char *const moe_net_waits[] = {
     [INTRA_NET_BAD_ENTRY] = "a token entry",
     [INTRA_NET_WAIT_WEIGHTS] = "combine weights",
     [INTRA_NET_WAIT_ROUND] = "a peer's header of the next dispatch round",
+    [INTRA_NET_BAD_COUNTS] = "step counts",
 };
 
 static const char *moe_net_what(int32_t what)
@@ -59,6 +60,12 @@ static strata_status_t moe_net_status(intra_moe_t *moe, const intra_moe_status_t
         break;
     case INTRA_MOE_KERNEL_NET_PROTOCOL:
         status = STRATA_ERR_INTERNAL;
+        if (st->token == INTRA_NET_BAD_COUNTS) {
+            UTIL_LOG_ERROR("moe: step %" PRIu64 ": rank %d's header (step %" PRId64 ") counts "
+                           "rows out of range: a count below 0, or more rows than its tokens "
+                           "can have", moe->step, st->value, st->count);
+            break;
+        }
         UTIL_LOG_ERROR("moe: step %" PRIu64 ": rank %d's %s (step %" PRId64 ") does not match "
                        "ours: the ranks are not in the same step", moe->step, st->value,
                        moe_net_what(st->token), st->count);
@@ -146,6 +153,13 @@ static strata_status_t moe_kernel_status(intra_moe_t *moe, const intra_moe_statu
         UTIL_LOG_ERROR("moe: %s %d moves the experts of step %" PRIu64 " in other modes than "
                        "this rank: every rank must set the same pull masks and mode",
                        net ? "rank" : "local rank", st->value, moe->step);
+        moe->state = MOE_FAILED;
+        return STRATA_ERR_INTERNAL;
+    case INTRA_MOE_KERNEL_COUNTS:
+        UTIL_LOG_ERROR("moe: local expert %d was sent %" PRId64 " rows in step %" PRIu64
+                       ", not the %d its first round counted: a rank changed its routing "
+                       "during the step, or a peer's header counts are wrong; the object can "
+                       "only be destroyed", st->value, st->count, moe->step, st->token);
         moe->state = MOE_FAILED;
         return STRATA_ERR_INTERNAL;
     default:

@@ -1,17 +1,43 @@
 /*
  * What peers write into this rank's network area in a MoE step across nodes, as the kernels
- * check it (intra/kernels/net_wire.h): a source's header, a receiver's grant, a token
+ * check it (intra/kernels/net_wire.h): a source's header (and a first round's step counts
+ * after it), a receiver's grant, a token
  * entry's record, and where a header puts our returns. The first byte picks the check; the
  * next ones set this rank's side (step, sizes), the rest is what the peer wrote (zeros past
  * the input). Whatever a check accepts must be safe to use as the kernels use it.
  */
 #include "fuzz_input.h"
 
+#include <string.h>
+
 #include "intra/kernels/net_wire.h"
 
 #define FUZZ_TOPK_MAX 16
+#define FUZZ_COUNTS_MAX 8
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* A first round's step counts after the header, added to sums already there: accepted,
+ * every sum grew by a count of at least 0, within the limit in all, and below INT32_MAX. */
+static void fuzz_step_counts(const uint8_t *data, size_t size, size_t at, int32_t max_tokens)
+{
+    int32_t wire[FUZZ_COUNTS_MAX], sums[FUZZ_COUNTS_MAX], before[FUZZ_COUNTS_MAX];
+    int64_t limit = (int64_t)max_tokens * FUZZ_TOPK_MAX, total = 0;
+    uint8_t count;
+
+    fuzz_take(data, size, &at, &count, sizeof(count));
+    fuzz_take(data, size, &at, before, sizeof(before));
+    fuzz_take(data, size, &at, wire, sizeof(wire));
+    count = (uint8_t)(count % (FUZZ_COUNTS_MAX + 1));
+    memcpy(sums, before, sizeof(sums));
+    if (net_header_counts_add(wire, count, limit, sums)) {
+        for (int e = 0; e < count; ++e) {
+            FUZZ_CHECK(wire[e] >= 0 && (int64_t)sums[e] == (int64_t)before[e] + wire[e]);
+            total += wire[e];
+        }
+        FUZZ_CHECK(total <= limit);
+    }
+}
 
 static void fuzz_header(const uint8_t *data, size_t size, size_t at)
 {
@@ -27,6 +53,7 @@ static void fuzz_header(const uint8_t *data, size_t size, size_t at)
     if (net_header_check(&h, step, max_tokens, 0x5eed) != NET_WIRE_BAD) {
         FUZZ_CHECK(h.step == step && h.num_push >= 0 && h.num_pull >= 0);
         FUZZ_CHECK(h.num_push <= max_tokens && h.num_pull <= max_tokens - h.num_push);
+        fuzz_step_counts(data, size, at, max_tokens);
     }
 }
 

@@ -227,18 +227,29 @@ static void test_call_order_and_arguments(void **state)
     assert_int_equal(intra_moe_dispatch_rounds(moe, x, NULL, idx, 16, 17, NULL, &recv),
                      STRATA_ERR_INVALID);
     {
+        static const int32_t round_counts[8];
         intra_moe_step_t round = {.x = x, .topk_idx = idx, .num_own = 4, .own_base = 4,
                                   .aug_base = 4, .more_rounds = true};
 
         assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID);
         round.own_base = round.aug_base = 0;
+        round.round = 1; /* a step's first round is its round 0 */
+        assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID);
+        round.round = 0;
+        round.step_counts = round_counts; /* step counts need received tokens */
+        assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID);
+        round.step_counts = NULL;
         assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_OK);
         assert_int_equal(intra_moe_enqueue_combine(moe, recv.expert_y, w, NULL, out),
                          STRATA_ERR_INVALID);
         round.own_base = round.aug_base = 13; /* 13 + 4 > 16 */
         round.more_rounds = false;
+        round.round = 1;
         assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID);
         round.own_base = round.aug_base = 4;
+        round.round = 0; /* a later round is not round 0 */
+        assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID);
+        round.round = 1;
         assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_OK);
         assert_int_equal(intra_moe_synchronize(moe), STRATA_OK);
         assert_int_equal(intra_moe_combine(moe, recv.expert_y, w, NULL, out), STRATA_OK);

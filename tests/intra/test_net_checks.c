@@ -6,7 +6,9 @@
  * send an entry with no term here. Headers and grants must be for this step, with counts
  * and places in range however large the numbers a peer writes (intra/kernels/net_wire.h).
  * A kernel's status lets a failure replace a code the object survives (moe_report), and a
- * round of a streamed step that gave up marks the step's later rounds.
+ * round of a streamed step that gave up marks the step's later rounds. In rounds a header's
+ * step counts are checked as they are summed, and the owners' sums of them against the
+ * rows sent.
  */
 #include "intra/kernels/moe_kernels.h"
 
@@ -116,6 +118,23 @@ static void test_headers(void **state)
     h       = header(1, 1);
     h.magic = 0;
     assert_int_equal(net_header_check(&h, 5, 64, 0xabc), NET_WIRE_BAD);
+}
+
+/* A first round's step counts: each at least 0, their total within what the peer's tokens
+ * can have, no sum past INT32_MAX. */
+static void test_header_step_counts(void **state)
+{
+    int32_t sums[3] = {1, 2, 3};
+    const int32_t good[3] = {4, 0, 6}, negative[3] = {5, -1, 7}, huge[3] = {0, 0, INT32_MAX};
+
+    (void)state;
+    assert_int_equal(net_header_counts_add(good, 3, 10, sums), 1);
+    assert_int_equal(sums[0], 5);
+    assert_int_equal(sums[1], 2);
+    assert_int_equal(sums[2], 9);
+    assert_int_equal(net_header_counts_add(good, 3, 9, sums), 0); /* 10 rows, 9 at most */
+    assert_int_equal(net_header_counts_add(negative, 3, 100, sums), 0);
+    assert_int_equal(net_header_counts_add(huge, 3, INT64_MAX, sums), 0); /* 9 + INT32_MAX */
 }
 
 static intra_net_grant_t grant(int64_t offset, int32_t first, int32_t count)
@@ -247,6 +266,67 @@ static void test_withheld_ranks(void **state)
     assert_int_equal(net_withheld_word(6u, 3), 3); /* aborts alone: not flagged */
 }
 
+/*
+ * Across nodes in rounds the owner sums its sources' step counts in the step's first round,
+ * once every source's counts are in, for the host; the last round checks them against the
+ * rows sent and fails the step where they differ; a step whose first round announced
+ * nothing is not checked.
+ */
+static void test_step_counts_announced(void **state)
+{
+    enum { RANKS = 2, EXPERTS = 4, PER_RANK = 2 };
+    enum { SENT = sizeof(intra_moe_control_t), ANNOUNCED = SENT + 64, PART = ANNOUNCED + 64 };
+    static char parts[RANKS][PART];
+    const int32_t announced_sent[RANKS][EXPERTS] = {{3, 1, 9, 9}, {4, 0, 9, 9}};
+    int32_t routed[PER_RANK] = {0, 0}, step_counts[EXPERTS] = {0};
+    uint64_t counts_step = 0;
+    const uint64_t step = 11;
+    intra_moe_control_t *control = (intra_moe_control_t *)parts[0];
+    intra_moe_args_t a;
+
+    (void)state;
+    memset(&a, 0, sizeof(a));
+    memset(parts, 0, sizeof(parts));
+    a.num_ranks        = RANKS;
+    a.num_experts      = EXPERTS;
+    a.experts_per_rank = PER_RANK;
+    a.rank             = 0;
+    a.heap_offsets.step_sent = SENT;
+    a.heap_offsets.announced = ANNOUNCED;
+    for (int r = 0; r < RANKS; ++r) {
+        a.heap[r] = parts[r];
+        memcpy(parts[r] + SENT, announced_sent[r], sizeof(announced_sent[r]));
+    }
+    a.marks.routed      = routed;
+    a.marks.counts_step = &counts_step;
+    a.step_counts       = step_counts;
+    a.more_rounds       = 1; /* the first of 3 rounds */
+    control->counts_flag[0] = step;
+    control->counts_flag[1] = step - 1; /* rank 1's counts not in yet */
+    moe_announce_counts(&a, step);
+    assert_int_equal(counts_step, 0);
+    control->counts_flag[1] = step;
+    moe_announce_counts(&a, step);
+    assert_int_equal(counts_step, step);
+    assert_int_equal(routed[0], 7);
+    assert_int_equal(routed[1], 1);
+    /* the last round, step + 2: rows as announced pass, others fail the step */
+    a.more_rounds = 0;
+    a.later_round = 1;
+    a.round       = 2;
+    assert_true(moe_check_announced(&a, 0, 7, step + 2));
+    assert_true(moe_check_announced(&a, 1, 1, step + 2));
+    assert_int_equal(control->dispatch_status.code, INTRA_MOE_KERNEL_OK);
+    /* another step's first round announced: nothing checked, the counts are the last
+     * round's to write */
+    assert_false(moe_check_announced(&a, 1, 2, step + 5));
+    assert_int_equal(control->dispatch_status.code, INTRA_MOE_KERNEL_OK);
+    assert_true(moe_check_announced(&a, 1, 2, step + 2));
+    assert_int_equal(control->dispatch_status.code, INTRA_MOE_KERNEL_COUNTS);
+    assert_int_equal(control->dispatch_status.value, 1);
+    assert_int_equal(control->dispatch_status.count, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +334,8 @@ int main(void)
         cmocka_unit_test(test_node_reduce_counts_entries),
         cmocka_unit_test(test_entry_records),
         cmocka_unit_test(test_headers),
+        cmocka_unit_test(test_header_step_counts),
+        cmocka_unit_test(test_step_counts_announced),
         cmocka_unit_test(test_grants),
         cmocka_unit_test(test_status_failure_over_soft),
         cmocka_unit_test(test_round_carries_failure),

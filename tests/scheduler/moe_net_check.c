@@ -61,7 +61,11 @@
  * the host for that stream) before the dispatch is known to be done, and copies each
  * expert's rows the moment its wait returns: after the dispatch those copies must equal
  * the expert's rows then, as many as it counts (a mark set before the last row landed
- * fails here; with --streams the kernels are still running when the waits begin).
+ * fails here; with --streams the kernels are still running when the waits begin). With
+ * --streams and --counts-first RANK:DIR, on the steps of split halves, RANK (on another node
+ * than rank 0) holds back its dispatch_recv, and with it its later rounds, until rank 0's
+ * strata_moe_dispatch_counts has returned the step's counts (rank 0 leaves a file in DIR):
+ * across nodes in rounds those come after every rank's first round, before the others.
  */
 #include "scheduler/moe_net_check.h"
 #include "intra/intra.h"
@@ -217,6 +221,7 @@ static void parse(int argc, char **argv, options_t *o)
         else if (!strcmp(k, "--refused")) o->refused = v;
         else if (!strcmp(k, "--streams")) o->streams = atoi(v) != 0;
         else if (!strcmp(k, "--expert-wait")) g_expert_wait = atoi(v);
+        else if (!strcmp(k, "--counts-first")) { g_counts_first = atoi(v); g_counts_dir = strchr(v, ':') ? strchr(v, ':') + 1 : "."; }
         else if (!strcmp(k, "--capacity-factor")) o->capacity_factor = v;
         else if (!strcmp(k, "--exact")) o->exact = atoi(v) != 0;
         else CHECK(0, "unknown option %s", k);
@@ -473,6 +478,7 @@ int main(int argc, char **argv)
         }
     }
     r.moe = objects[0];
+    CHECK(g_counts_first < 0 || o.streams, "--counts-first needs --streams");
     if (o.streams) {
         stream_run_start(&sr, comm, &r);
     }

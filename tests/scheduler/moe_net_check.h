@@ -89,6 +89,8 @@ typedef struct stream_run {
 /* --expert-wait: 0 none; 1 each expert waited for on the host; 2 on g_wait_stream, a
  * stream of g_comm's, which the host then waits for (moe_net_steps.c). */
 extern int            g_expert_wait;
+extern int            g_counts_first; /* --counts-first: the rank that holds back, or -1 */
+extern const char    *g_counts_dir;
 extern void          *g_wait_stream;
 extern strata_comm_t *g_comm;
 

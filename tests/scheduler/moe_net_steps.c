@@ -16,6 +16,8 @@
 #include <string.h>
 
 int            g_expert_wait; /* moe_net_check.h */
+int            g_counts_first = -1;
+const char    *g_counts_dir;
 void          *g_wait_stream;
 strata_comm_t *g_comm;
 
@@ -346,6 +348,51 @@ static rank_state_t *stream_step_begin(stream_run_t *sr, int *n, const void **x)
     return r;
 }
 
+/* --counts-first: the file rank 0 leaves once it has this step's counts. */
+static void counts_file(char *path, size_t size)
+{
+    snprintf(path, size, "%s/counts-%d", g_counts_dir, g_step);
+}
+
+/* --counts-first: rank 0 says it has the step's counts. */
+static void counts_seen(void)
+{
+    char path[4096];
+    FILE *f;
+
+    if (g_counts_first < 0 || g_rank != 0) {
+        return;
+    }
+    counts_file(path, sizeof(path));
+    f = fopen(path, "w");
+    CHECK(f != NULL && fclose(f) == 0, "cannot write %s", path);
+}
+
+/* --counts-first: that rank holds back its dispatch_recv (its rounds after the first)
+ * until rank 0 has the step's counts, 30 s at most. */
+static void counts_hold(const rank_state_t *r)
+{
+    char path[4096];
+    uint64_t start = util_clock_now_ns();
+    FILE *f = NULL;
+
+    if (g_rank != g_counts_first) {
+        return;
+    }
+    /* rank 0's first round needs nothing of ours but what dispatch_send sent (round one
+     * holds a round's entries, Pull rows are read): on its node it would need our counts */
+    CHECK(r->rank_node[g_rank] != r->rank_node[0], "--counts-first: rank %d is on rank 0's "
+          "node", g_rank);
+    counts_file(path, sizeof(path));
+    while ((f = fopen(path, "r")) == NULL &&
+           util_clock_now_ns() - start < 30 * UTIL_NSEC_PER_SEC) {
+        util_sleep_ns(UTIL_NSEC_PER_MSEC);
+    }
+    CHECK(f != NULL, "step %d: rank 0 had no counts within 30 s while this rank held its "
+          "later rounds back", g_step);
+    fclose(f);
+}
+
 strata_status_t run_stream_step(stream_run_t *sr, int kill)
 /* kill: 0 no, else the signal this rank raises before its dispatch: the others' experts then
  * lack its counts and rows, whatever the timing (its last step's combine may still be
@@ -369,6 +416,7 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
                                               r->scales ? r->x_scales : NULL);
         }
         if (status == STRATA_OK) {
+            counts_hold(r);
             status = strata_moe_dispatch_recv(r->moe, &recv);
         }
     } else {
@@ -378,6 +426,9 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
     if (status == STRATA_OK) { /* the counts, while the rows may still be moving */
         CHECK(recv.num_local_experts <= MAX_LOCAL_EXPERTS, "too many local experts");
         status = strata_moe_dispatch_counts(r->moe, -1, counts);
+    }
+    if (status == STRATA_OK && g_step % 2 == 1) {
+        counts_seen(); /* the counts are checked below, once the rows are in */
     }
     if (status == STRATA_OK && g_expert_wait) {
         status = copy_experts(r, &recv, &copies);

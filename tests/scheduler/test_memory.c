@@ -58,7 +58,7 @@ static strata_moe_memory_t hand(const shape_t *s)
     uint64_t P = N == 1 ? 0 : flat ? W - LOCAL : N - 1;
     uint64_t entry = up(4 * (1 + K), 16) + row, aug = T * (1 + P);
     uint64_t entries = T * (P < K ? (P > 0 ? P : 1) : K), mask_words = (EXPERTS + 63) / 64;
-    uint64_t header = up(sizeof(intra_net_header_t) + 8 * ((epr + 63) / 64), 64);
+    uint64_t header;
     uint64_t board = up(8 * (8 + mask_words), 64), net = 0, heap;
     uint64_t terms = K < (flat ? epr : epn) ? K : (flat ? epr : epn);
     /* streamed: a window's tokens, as many as fit of, per token, 4 entries per peer (round
@@ -73,6 +73,9 @@ static strata_moe_memory_t hand(const shape_t *s)
         rounds   = (T + Tw - 1) / Tw;
         stagings = rounds > 1 ? 2 : 1;
     }
+    /* a header's fields, its modes' bits and, in rounds, a count per expert of a node */
+    header = up(sizeof(intra_net_header_t) + 8 * ((epr + 63) / 64) + (rounds > 1 ? 4 * epn : 0),
+                64);
 
     m.expert_rows = up(rows * row, ALIGN) + up(rows * sizeof(intra_moe_source_t), ALIGN) +
                     up(rows * y, ALIGN);
@@ -93,15 +96,16 @@ static strata_moe_memory_t hand(const shape_t *s)
         m.tables = arr(sizeof(intra_net_state_t)) + arr(P * sizeof(intra_net_peer_t)) + arr(8) +
                    arr(4 * entries) + arr(8 * T * K) + arr(8 * aug) + arr(8 * aug * K) +
                    arr(8) + arr(8 * mask_words) + 2 * arr(4 * W) +
-                   (rounds > 1 ? arr(rounds * (P + 1) * 3 * 8) : 0); /* each round's record */
+                   (rounds > 1 ? arr(rounds * (P + 1) * 3 * 8) : 0) + /* each round's record */
+                   (rounds > 1 ? arr(4 * epn) : 0); /* and the step's counts */
     }
     /* the intra tier's object for the node's experts, with aug tokens per rank; the rows
      * published for Pull hold one round's (Tw of its own and of each peer's) */
-    /* counter, recv_count, landed, expected and round_base per local expert, and marked
-     * (8 bytes); pull_cursor and sent_count per expert of the node */
-    heap = up(up(sizeof(intra_moe_control_t), ALIGN) + up(4 * epr, ALIGN) * 5 +
+    /* counter, recv_count, landed, expected, round_base and announced per local expert,
+     * and marked (8 bytes); pull_cursor, sent_count and step_sent per expert of the node */
+    heap = up(up(sizeof(intra_moe_control_t), ALIGN) + up(4 * epr, ALIGN) * 6 +
               up(8 * epr, ALIGN) +
-              up(4 * (epn + 1), ALIGN) + up(4 * epn, ALIGN) * 2 + 3 * up(4 * aug * K, ALIGN) +
+              up(4 * (epn + 1), ALIGN) + up(4 * epn, ALIGN) * 3 + 3 * up(4 * aug * K, ALIGN) +
               up(Tw * (1 + P) * row, ALIGN) + m.expert_rows + (P > 0 ? 0 : aug * K * y), ALIGN) + ALIGN;
     /* the scheduler's parts beside it */
     /* the own tokens' terms: not in rounds, which read them where their owners put them */
@@ -109,7 +113,9 @@ static strata_moe_memory_t hand(const shape_t *s)
             (P > 0 && rounds == 1 ? arr(T * K * y) : 0) + (P > 0 ? arr(net) : 0);
     m.node_rows = heap - m.expert_rows - net;
     m.tables += 2 * arr(8 * T * K) + arr(8 * (P > 0 ? P : 1)) + arr(4 * (P + 1)) +
-                arr(4 * entries) + arr(4 * entries * K) + (rows ? rows : 1) * 12 + 4 * epr + 4 +
+                arr(4 * entries) + arr(4 * entries * K) +
+                (rounds > 1 ? arr(4 * (P + 1) * epn) : 0) + /* the plan's step counts */
+                (rows ? rows : 1) * 12 + 4 * epr + 4 +
                 16 * epr + 16; /* the completion marks: a step, a row count and the
                                 * rows sent per local expert; the count of stream waits
                                 * that expired and the counts' step */

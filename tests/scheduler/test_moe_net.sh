@@ -7,8 +7,8 @@
 # one rank; a rank aborting its step (strata_moe_abort_step) at three points; a rank killed, and one stopped, mid-step; one that dispatches past the object's
 # bound on streams; steps on host streams that change every
 # step, each rank waiting for its experts one by one meanwhile; the network area in a pinned host
-# bounce buffer; node-reduce combine, and where it is refused; and the exact receive
-# (dispatch_recv_into). Where strata has ucx, a
+# bounce buffer; node-reduce combine, and where it is refused; the streamed exchange in rounds
+# (its step counts before the later rounds); and the exact receive (dispatch_recv_into). Where strata has ucx, a
 # few cases again over it (STRATA_INTER_TRANSPORT=ucx, tcp between the nodes), a kill among
 # them.
 set -u
@@ -206,6 +206,12 @@ case_run "streamed: 2x2 hierarchical, fp8, no round one, 3 blocks" 4 "$sok" -- $
 case_run "streamed: 3x2 hierarchical, pull by read, 6 experts, topk 6" 6 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_MODE=pull STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 30) --experts 6 --topk 6
 case_run "streamed: 2x2 flat, pull by request, bounce buffer, work ring of 2 slots" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=48k STRATA_MOE_MODE=pull STRATA_MOE_PULL_READ=off STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_RING_SLOTS=2 STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 30)
 case_run "streamed: 2x2 hierarchical, streams changing every step, experts waited for on a stream" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 30) --streams 1 --expert-wait 2
+# The step's counts come with the first round: rank 3 holds back its dispatch_recv, and with
+# it its later rounds, until rank 0's dispatch_counts has returned the step's counts.
+mkdir -p "$dir/counts-flat" "$dir/counts-hierarchical"
+for route in flat hierarchical; do
+    case_run "streamed: 2x2 $route, streams, rank 0's counts while rank 3 holds its later rounds back" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=$route -- -n 4 --nodes 2 -- --steps $(steps 20) --streams 1 --counts-first 3:"$dir/counts-$route"
+done
 case_run "streamed: 2x2 flat, adaptive on the drifting trace, rows past twice the mean load dropped" 4 "$short" -- $calm $st STRATA_MOE_WINDOW_BYTES=4k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 60) --trace "$dir/drift.trace" --mode adaptive
 case_run "streamed: 2x2 hierarchical, all tokens to expert 12, capacity 12" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 12:10 --expert-wait 1
 case_run "streamed: 2x2 flat, node 1's tokens to expert 0, capacity 12: only node 1 told" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --overflow 0:12:2

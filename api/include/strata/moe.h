@@ -371,7 +371,9 @@ STRATA_API strata_status_t strata_moe_expert_wait_stream(strata_moe_t *moe, int 
  * so on a stream this returns while the rows are still moving: on GPUs the host waits here
  * for the counts, not for the rows. Across nodes the node's dispatch starts once the
  * network has delivered the other nodes' rows, so there the counts come after that
- * exchange. Call it after dispatch_recv; without a stream it returns at once. timeout_ns,
+ * exchange; on the streamed exchange in rounds every rank's first round carries its counts
+ * for the whole step, so they come after the first round, before the later rounds' rows
+ * (a step whose rows then differ from them fails). Call it after dispatch_recv; without a stream it returns at once. timeout_ns,
  * STRATA_ERR_TIMEOUT (the step goes on), STRATA_ERR_PEER_FAILED and the refusals: as
  * strata_moe_expert_wait. counts: num_local_experts entries, zeros unless STRATA_OK.
  */
