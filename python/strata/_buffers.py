@@ -252,8 +252,11 @@ class Array:
         self._owner = owner
 
     def __dlpack__(self, stream=None):
+        # the capsule holds what keeps the memory, not this Array: strata reading its own
+        # Array (_dlpack.read keeps the capsule while the Array lives) would otherwise keep
+        # both alive for good
         return _dlpack.capsule(self.address, self.dtype, self.shape, self.strides,
-                               self.memory.kind, self.memory.device, self)
+                               self.memory.kind, self.memory.device, self._owner)
 
     def __dlpack_device__(self):
         return (_dlpack._DEVICE_TYPES[self.memory.kind], self.memory.device or 0)

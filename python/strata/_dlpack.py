@@ -119,19 +119,31 @@ _exported = {}  # address of a DLManagedTensor -> what it needs alive until its 
 _exported_lock = threading.RLock()  # a collection inside may run a capsule's destructor
 
 
-@_DELETER
-def _delete(managed):
-    with _exported_lock:
-        _exported.pop(ctypes.addressof(managed.contents), None)
+def _callbacks():
+    """The DLPack deleter and the capsule destructor. They hold what they use themselves:
+    at interpreter exit the module's globals are cleared before the last capsules go (a
+    capsule still held then would find no ctypes)."""
+    exported, lock = _exported, _exported_lock
+    addressof, cast, py_object = ctypes.addressof, ctypes.cast, ctypes.py_object
+    is_valid, get_pointer, name = _api.PyCapsule_IsValid, _api.PyCapsule_GetPointer, _NAME
+    managed_pointer = ctypes.POINTER(DLManagedTensor)
+
+    @_DELETER
+    def delete(managed):
+        with lock:
+            exported.pop(addressof(managed.contents), None)
+
+    @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    def capsule_destructor(capsule):
+        """A capsule that nobody consumed (still named "dltensor") frees what it holds."""
+        obj = cast(capsule, py_object)
+        if is_valid(obj, name):
+            delete(cast(get_pointer(obj, name), managed_pointer))
+
+    return delete, capsule_destructor
 
 
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_destructor(capsule):
-    """A capsule that nobody consumed (still named "dltensor") frees what it holds."""
-    obj = ctypes.cast(capsule, ctypes.py_object)
-    if _api.PyCapsule_IsValid(obj, _NAME):
-        _delete(ctypes.cast(_api.PyCapsule_GetPointer(obj, _NAME),
-                            ctypes.POINTER(DLManagedTensor)))
+_delete, _capsule_destructor = _callbacks()
 
 
 def capsule(address, dtype, shape, strides, device, device_id, owner):

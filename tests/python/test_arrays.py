@@ -8,6 +8,8 @@ named by the runtime's number for it wherever the package talks to the runtime o
 import contextlib
 import ctypes
 import gc
+import subprocess
+import sys
 import unittest
 from unittest import mock
 
@@ -246,10 +248,16 @@ class TestExport(unittest.TestCase):
         bf16 = _buffers.view(0x10000, "bfloat16", (4, 8), "array", owner=owner,
                              memory=Memory("cuda", 0))
         self.assertFalse(hasattr(bf16, "__cuda_array_interface__"))
+        before = _dlpack.live_exports()
         t = _dlpack.read(array, "array")
         self.assertEqual((t.device, t.device_id, t.dtype, t.shape, t.strides, t.address),
                          ("cuda", 0, "float32", (2, 3, 4), (24, 8, 1), 0x10000))
         self.assertFalse(t.contiguous())  # 8 floats between rows of 4
+        # strata reading its own Array keeps the capsule as long as the Array lives, no
+        # longer: nothing of it is left once the Array is gone
+        del array, t
+        gc.collect()
+        self.assertEqual(_dlpack.live_exports(), before)
 
     def test_host_export_is_read_by_numpy_and_torch(self):
         """An Array over host memory: numpy and torch read the same bytes through DLPack,
@@ -265,6 +273,23 @@ class TestExport(unittest.TestCase):
         del tensor, unused
         gc.collect()
         self.assertEqual(_dlpack.live_exports(), before)
+
+
+    def test_capsule_held_until_exit(self):
+        """A capsule nobody consumed, still held as the interpreter exits, is freed without
+        an error (its destructor runs after the package's module globals are cleared)."""
+        program = ("import numpy as np\n"
+                   "from strata import _buffers, _dlpack\n"
+                   "data = np.zeros(4, dtype=np.float32)\n"
+                   "array = _buffers.Array(data.ctypes.data, 'float32', (4,), None,\n"
+                   "                       _buffers.HOST, data)\n"
+                   "# freed as the package's own module is cleared\n"
+                   "_dlpack.held_at_exit = array.__dlpack__()\n")
+        done = subprocess.run([sys.executable, "-c", program], capture_output=True,
+                              text=True, timeout=60, check=False)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertNotIn("Exception ignored", done.stderr)
+        self.assertNotIn("Error", done.stderr)
 
 
 class TestStreams(unittest.TestCase):
