@@ -11,7 +11,9 @@ class GroupBootstrap:
 
     The group's backend moves the bytes: gloo on CPU tensors, NCCL on tensors of the
     current CUDA device. A collective that raises returns STRATA_ERR_BOOTSTRAP to the
-    library, and the exception is kept in .error for the caller's message.
+    library, and the exception is kept in .error for the caller's message; a
+    KeyboardInterrupt or SystemExit is raised again once the library call returns
+    (raise_interrupt), rather than lost inside the callback.
     """
 
     def __init__(self, group):
@@ -54,14 +56,32 @@ class GroupBootstrap:
                 block = block.cpu()
                 ctypes.memmove(recv + r * size, block.data_ptr(), size)
             return 0
-        except Exception as err:  # no exception may cross into the library
-            self.error = err
-            return int(t.Status.STRATA_ERR_BOOTSTRAP)
+        except BaseException as err:  # nothing may cross into the library, Ctrl-C included
+            return self._failed(err)
 
     def _barrier(self, ctx):
         try:
             self._dist.barrier(group=self._group)
             return 0
-        except Exception as err:
-            self.error = err
-            return int(t.Status.STRATA_ERR_BOOTSTRAP)
+        except BaseException as err:
+            return self._failed(err)
+
+    def _failed(self, err):
+        """The status a collective that raised err returns to the library; err is kept."""
+        self.error = err
+        return int(t.Status.STRATA_ERR_BOOTSTRAP)
+
+    def raise_interrupt(self):
+        """After a library call that may run the group's collectives: raise the
+        KeyboardInterrupt or SystemExit that stopped one of them, if any (once)."""
+        err = self.error
+        if err is not None and not isinstance(err, Exception):
+            self.error = None
+            raise err
+
+
+def raise_interrupt(comm):
+    """GroupBootstrap.raise_interrupt for comm's group, where it was made on one."""
+    group = getattr(comm, "_group", None)
+    if group is not None:
+        group.raise_interrupt()

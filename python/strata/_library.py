@@ -74,6 +74,7 @@ _PROTOTYPES = {
     "strata_request_test": (_c_status, [_p]),
     "strata_request_wait": (_c_status, [_p, ctypes.c_uint64]),
     "strata_request_length": (ctypes.c_size_t, [_p]),
+    "strata_request_source": (_int, [_p]),
     "strata_request_cancel": (None, [_p]),
     "strata_request_free": (None, [_p]),
     "strata_transfer_plan_create": (_c_status, [_p, _p, _p, ctypes.c_size_t, ctypes.c_uint32,

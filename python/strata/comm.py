@@ -61,8 +61,11 @@ class Communicator(PointToPoint):
             self._bootstrap = bootstrap
         comm = ctypes.c_void_p()
         try:
-            check(self._lib.strata_comm_create(ctypes.byref(config), bootstrap,
-                                               ctypes.byref(comm)), "strata_comm_create")
+            status = self._lib.strata_comm_create(ctypes.byref(config), bootstrap,
+                                                  ctypes.byref(comm))
+            if status != 0 and self._group is not None:
+                self._group.raise_interrupt()  # Ctrl-C in the group's collective wins
+            check(status, "strata_comm_create")
         except StrataError as err:
             self.close()
             if self._group is not None and self._group.error is not None:
@@ -182,12 +185,15 @@ class Communicator(PointToPoint):
         check(self._lib.strata_barrier(self.handle, timeout_ms), "strata_barrier")
 
     def close(self):
-        """Destroy every Moe made on it, then the communicator and its bootstrap. Idempotent."""
+        """Destroy every Moe made on it, cancel and give back its point-to-point requests
+        and deregister its regions (p2p.Region), then destroy the communicator and its
+        bootstrap. Idempotent."""
         for moe in list(self._moes):
             moe.close()
         for stream in list(getattr(self, "_streams", ())):
             stream.close()
         if self._comm is not None:
+            self._p2p_close()  # requests given back, regions deregistered (p2p.py)
             self._lib.strata_comm_destroy(self._comm)
             self._comm = None
         if self._bootstrap is not None:
@@ -239,6 +245,10 @@ class Stream:
               "strata_comm_stream_create")
         self.handle = handle
         self._users = weakref.WeakSet()  # Moe objects whose work it runs
+        # Library objects of Moe objects closed mid-step, kept (by arrays over their memory)
+        # and still running on it: it is destroyed once the last of them is.
+        self._keepers = 0
+        self._close_asked = False
 
     def synchronize(self):
         """Wait on the host for everything enqueued on it (strata_comm_stream_synchronize)."""
@@ -249,13 +259,28 @@ class Stream:
 
     def close(self):
         """Wait for its work, then free it; the Moe objects that used it run without a
-        stream from then on (StrataError, and nothing freed, while one is in a step).
-        Idempotent."""
+        stream from then on (StrataError, and nothing freed, while one is in a step). Where
+        a Moe closed mid-step still runs on it (arrays of its Recvs keep its memory), it is
+        freed once that Moe's library object is destroyed. Idempotent."""
         for moe in list(self._users):
             moe._leave_stream()
+        self._close_asked = True
+        if self._keepers > 0:
+            return
         if self.handle is not None and self._comm._comm is not None:
             self._lib.strata_comm_stream_destroy(self._comm.handle, self.handle)
+        # (after the communicator's destroy the stream is left to the process: the call
+        # needs the communicator)
         self.handle = None
+
+    def _keep(self):
+        """A library object closed mid-step runs on it until it is destroyed (_release)."""
+        self._keepers += 1
+
+    def _release(self):
+        self._keepers -= 1
+        if self._keepers == 0 and self._close_asked:
+            self.close()
 
     def __enter__(self):
         return self

@@ -5,6 +5,7 @@ import dataclasses
 import weakref
 
 from . import _buffers as b
+from . import _group
 from . import _gpu
 from . import _types as t
 from . import _work
@@ -190,16 +191,27 @@ class _Kept:
     every array over its memory, which holds this through its buffer. So an array read after
     close() reads memory that is still mapped, never freed memory."""
 
-    __slots__ = ("_destroy", "_handle", "_also")
+    __slots__ = ("_destroy", "_handle", "_also", "_stream")
 
     def __init__(self, destroy, handle, also=None):
         self._destroy, self._handle = destroy, handle
         self._also = also  # what the library object may still call (a group's bootstrap)
+        self._stream = None  # the stream it still runs on, where closed mid-step
+
+    def keep_stream(self, stream):
+        """The library object still runs on stream (its Moe was closed mid-step): the
+        stream stays until the object is destroyed (a strata Stream: not destroyed before)."""
+        self._stream = stream
+        if hasattr(stream, "_keep"):
+            stream._keep()
 
     def __del__(self):
         if self._handle is not None:
             self._destroy(self._handle)
             self._handle = None
+        stream, self._stream = self._stream, None
+        if stream is not None and hasattr(stream, "_release"):
+            stream._release()
 
 
 class Layout:
@@ -325,8 +337,10 @@ class Moe:
                              receive=int(t.Receive(receive)))
         lib = library()
         handle = ctypes.c_void_p()
-        check(lib.strata_moe_create(comm.handle, ctypes.byref(params), ctypes.byref(handle)),
-              "strata_moe_create")
+        status = lib.strata_moe_create(comm.handle, ctypes.byref(params), ctypes.byref(handle))
+        if status != 0:
+            _group.raise_interrupt(comm)  # Ctrl-C in a group communicator's collective wins
+        check(status, "strata_moe_create")
         self._adopt(lib, handle, comm)
 
     def recreate(self, comm, expert_owner=None):
@@ -929,7 +943,7 @@ class Moe:
                 if self._lib.strata_moe_set_stream(self._moe, None) != 0:
                     # Refused mid-step: the library object (kept by views, maybe) still runs
                     # on the stream, so the stream stays as long as the object.
-                    self._kept._also = (self._kept._also, self._stream)
+                    self._kept.keep_stream(self._stream)
                 if isinstance(self._stream, Stream):
                     self._stream._users.discard(self)
                 self._stream, self._stream_handle = None, None

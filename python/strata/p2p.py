@@ -7,15 +7,31 @@ on a communicator of a GPU backend, device memory of that backend (CUDA or ROCm 
 arrays), which the network then reads and writes in place where its rails can register it.
 """
 import ctypes
+import time
+import weakref
 
 import numpy as np
 
 from . import _buffers as b
 from ._library import check
+from .errors import StrataError
 
 DESC_SIZE = 128  # STRATA_MEM_DESC_SIZE
 WRITE_IMM = 1    # STRATA_WRITE_IMM
 _DEFAULT_TIMEOUT_S = 60.0
+_INPROGRESS = 1  # STRATA_INPROGRESS
+_CANCELLED = -5  # STRATA_ERR_CANCELLED
+# How long a call that gave up on its request waits for the cancel to end it (a cancelled
+# receive ends at the engine's next sweep), and how long close() waits for every request
+# left (a cancelled write ends once its chunks with the transport do, or its peer is
+# declared failed, after STRATA_INTER_PEER_TIMEOUT). Past them nothing is freed early: the
+# communicator holds what the request uses.
+_CANCEL_WAIT_S = 1.0
+_CLOSE_WAIT_S = 10.0
+# What requests still in flight when their communicator closed used: the engine may reach
+# it until it is torn down, which a communicator sharing it may outlive, so it stays to the
+# process's exit.
+_kept_to_exit = []
 
 
 class Descriptor:
@@ -45,9 +61,14 @@ class Region:
     """A buffer registered with the communicator's engine (strata_mem_register): the source
     of writes from this rank, and, through its descriptor, their destination from a peer.
     Host memory, or device memory of the communicator's GPU backend (StrataError with
-    STRATA_ERR_UNSUPPORTED where its rails cannot register device memory). Keeps the buffer
-    alive; close() (or the end of a with block) deregisters it, which must
-    wait until no request uses it."""
+    STRATA_ERR_UNSUPPORTED where its rails cannot register device memory).
+
+    It stays registered, and its buffer alive, until close() (or the end of a with block)
+    or the communicator's close(): the communicator holds it, so dropping it deregisters
+    and frees nothing (a peer holding its descriptor may still write there). close() must
+    wait until no request of the caller's uses it; where a request given up in flight
+    (dropped or closed before it ended) still reads from it, the deregistration waits for
+    that request to end."""
 
     def __init__(self, comm, buffer):
         memory = b.memory_of(comm)
@@ -63,23 +84,29 @@ class Region:
         if self.nbytes == 0:
             raise ValueError("buffer is empty")
         self._comm, self.buffer, self._mem = comm, buffer, ctypes.c_void_p()
+        self._open = False
+        comm._p2p_reap()
         check(comm._lib.strata_mem_register(comm.handle, ctypes.c_void_p(d.address),
                                             self.nbytes, ctypes.byref(self._mem)),
               "strata_mem_register")
+        self._open = True
+        comm._p2p.regions[id(self)] = self  # until deregistered (_p2p_deregister)
         raw = (ctypes.c_uint8 * DESC_SIZE)()
         comm._lib.strata_mem_descriptor(self._mem, raw)
         self.descriptor = Descriptor(bytes(raw))
 
     @property
     def handle(self):
-        if not self._mem:
+        if not self._open:
             raise ValueError("the region is closed")
         return self._mem
 
     def close(self):
-        if self._mem:
-            self._comm._lib.strata_mem_deregister(self._comm.handle, self._mem)
-            self._mem = ctypes.c_void_p()
+        """Deregister it (once no request given up in flight reads from it) and let the
+        communicator drop it. Idempotent; after the communicator's close(), nothing to do."""
+        if self._open:
+            self._open = False
+            self._comm._p2p_close_region(self)
 
     def __enter__(self):
         return self
@@ -88,41 +115,64 @@ class Region:
         self.close()
 
     def __repr__(self):
-        state = "closed" if not self._mem else f"{self.nbytes} bytes"
+        state = "closed" if not self._open else f"{self.nbytes} bytes"
         return f"<strata.Region {state}>"
 
 
 class Request:
-    """A transfer in flight (strata_request_t): wait() for it; close() gives it back (once
-    done, or after cancel()). The regions and lists it uses stay referenced until then."""
+    """A transfer in flight (strata_request_t): wait() for it; close() gives it back. The
+    regions and lists it uses stay referenced until it has ended: one closed (or dropped)
+    while in flight is cancelled, and where the cancel has not ended it yet, the
+    communicator holds it, and what it uses, until it ends or the communicator closes."""
 
     def __init__(self, comm, handle, keep):
         self._comm, self._req, self._keep = comm, handle, keep
+        comm._p2p.requests.add(self)
+
+    @property
+    def handle(self):
+        if not self._req:
+            raise ValueError("the request is closed")
+        self._comm.handle  # ValueError once the communicator is closed
+        return self._req
 
     def test(self):
         """True once done (raising StrataError if it failed), False while in flight."""
-        status = self._comm._lib.strata_request_test(self._req)
-        if status == 1:  # STRATA_INPROGRESS
+        status = self._comm._lib.strata_request_test(self.handle)
+        if status == _INPROGRESS:
             return False
         check(status, "strata_request_test")
         return True
 
     def wait(self, timeout=_DEFAULT_TIMEOUT_S):
         """Wait until done; StrataError of STRATA_ERR_TIMEOUT leaves it running."""
-        check(self._comm._lib.strata_request_wait(self._req, _timeout_ms(timeout)),
+        check(self._comm._lib.strata_request_wait(self.handle, _timeout_ms(timeout)),
               "strata_request_wait")
 
     def cancel(self):
-        self._comm._lib.strata_request_cancel(self._req)
+        """Parts not yet posted are dropped; it ends with STRATA_ERR_CANCELLED (a receive
+        at the engine's next sweep, a write once its posted chunks are done)."""
+        if self._req and self._comm._comm is not None:
+            self._comm._lib.strata_request_cancel(self._req)
 
     def close(self):
-        if self._req:
-            self._comm._lib.strata_request_free(self._req)
+        """Give it back; one still in flight is cancelled first (above). Idempotent."""
+        self._release(0.0)
+
+    def _release(self, wait_s):
+        """close(), waiting up to wait_s for the cancel of one in flight to end it."""
+        req, keep = self._req, self._keep
+        if req:
             self._req, self._keep = None, None
+            self._comm._p2p.requests.discard(self)
+            self._comm._p2p_give_back(req, keep, wait_s)
 
     def __del__(self):
-        if getattr(self, "_req", None) and getattr(self, "_comm", None) is not None:
-            self.close()
+        try:
+            if getattr(self, "_req", None) and getattr(self, "_comm", None) is not None:
+                self.close()  # never waits: cancels, or hands it to the communicator
+        except Exception:  # the interpreter is exiting
+            pass
 
 
 def _timeout_ms(timeout):
@@ -163,11 +213,15 @@ class TransferPlan:
     def handle(self):
         if not self._plan:
             raise ValueError("the plan is closed")
+        self._comm.handle  # the plan runs on the communicator: ValueError once it is closed
         return self._plan
 
     def execute(self, timeout=_DEFAULT_TIMEOUT_S):
         """One round: a source writes its pieces and returns once they are written."""
-        check(self._comm._lib.strata_transfer_plan_execute(self.handle, _timeout_ms(timeout)),
+        plan = self.handle
+        if self._region is not None:
+            self._region.handle  # ValueError once closed: the plan writes from it
+        check(self._comm._lib.strata_transfer_plan_execute(plan, _timeout_ms(timeout)),
               "strata_transfer_plan_execute")
 
     def wait_tensor(self, tensor, timeout=_DEFAULT_TIMEOUT_S):
@@ -192,6 +246,30 @@ class TransferPlan:
     def __exit__(self, *exc):
         self.close()
 
+    def __del__(self):  # the plan's own memory (no round runs once it is unreachable)
+        try:
+            if getattr(self, "_plan", None):
+                self.close()
+        except Exception:  # the interpreter is exiting
+            pass
+
+
+class _State:
+    """What a communicator holds for point-to-point: every registered Region (until it is
+    deregistered), those of them closed but waiting for a request to end (closing), the
+    Request objects alive (weakly), and the requests given up while in flight, each as
+    (handle, what it uses), until they end."""
+
+    def __init__(self):
+        self.regions = {}
+        self.closing = {}
+        self.requests = weakref.WeakSet()
+        self.held = []
+
+
+def _uses(keep, region):
+    return keep is region or (isinstance(keep, tuple) and any(k is region for k in keep))
+
 
 class _ScatterEntry(ctypes.Structure):
     _fields_ = [("src_offset", ctypes.c_size_t), ("dst_offset", ctypes.c_size_t),
@@ -200,6 +278,109 @@ class _ScatterEntry(ctypes.Structure):
 
 class PointToPoint:
     """The communicator's point-to-point calls (mixed into Communicator)."""
+
+    @property
+    def _p2p(self):
+        state = self.__dict__.get("_p2p_state")
+        if state is None:
+            state = self.__dict__.setdefault("_p2p_state", _State())
+        return state
+
+    def _p2p_give_back(self, req, keep, wait_s):
+        """Free req once ended; one in flight is cancelled and waited for up to wait_s,
+        then, where still in flight, held with keep until it ends (_p2p_reap)."""
+        lib = self._lib
+        if self._comm is None:  # closed without seeing it: the engine's state is unknown
+            _kept_to_exit.append(keep)
+            return
+        if lib.strata_request_test(req) == _INPROGRESS:
+            lib.strata_request_cancel(req)
+            if wait_s > 0:
+                lib.strata_request_wait(req, _timeout_ms(wait_s))
+            if lib.strata_request_test(req) == _INPROGRESS:
+                self._p2p.held.append((req, keep))
+                return
+        lib.strata_request_free(req)
+
+    def _p2p_reap(self):
+        """Free the requests given up in flight that have ended since, then deregister
+        the closed regions none of those left reads from."""
+        state = self.__dict__.get("_p2p_state")
+        if state is None or self._comm is None or not (state.held or state.closing):
+            return
+        lib = self._lib
+        held, state.held, still = state.held, [], []
+        try:
+            while held:
+                if lib.strata_request_test(held[-1][0]) == _INPROGRESS:
+                    still.append(held.pop())
+                else:
+                    lib.strata_request_free(held.pop()[0])
+        finally:
+            state.held.extend(still)
+            state.held.extend(held)
+        for region in list(state.closing.values()):
+            if not any(_uses(keep, region) for _, keep in state.held):
+                self._p2p_deregister(region)
+
+    def _p2p_deregister(self, region):
+        state = self._p2p
+        state.closing.pop(id(region), None)
+        if state.regions.pop(id(region), None) is not None and region._mem:
+            self._lib.strata_mem_deregister(self.handle, region._mem)
+            region._mem = ctypes.c_void_p()
+
+    def _p2p_close_region(self, region):
+        """region.close(): deregistered now, or once the requests given up in flight that
+        read from it end (waited for up to _CANCEL_WAIT_S here)."""
+        if self._comm is None:
+            return
+        self._p2p.closing[id(region)] = region
+        self._p2p_reap()
+        deadline = time.monotonic() + _CANCEL_WAIT_S
+        for req, keep in list(self._p2p.held):
+            if _uses(keep, region):
+                left = max(deadline - time.monotonic(), 0.0)
+                self._lib.strata_request_wait(req, _timeout_ms(left))
+        self._p2p_reap()
+
+    def _p2p_close(self):
+        """Before the communicator is destroyed: every request cancelled and waited for (up
+        to _CLOSE_WAIT_S in all), then given back; every region deregistered. What a
+        request still in flight uses stays to the process's exit (_kept_to_exit), and its
+        regions registered until the engine is torn down."""
+        state = self.__dict__.get("_p2p_state")
+        if state is None or self._comm is None:
+            return
+        lib = self._lib
+        pending = []
+        for request in list(state.requests):
+            if request._req:
+                pending.append((request._req, request._keep))
+                request._req, request._keep = None, None
+        state.requests = weakref.WeakSet()
+        pending.extend(state.held)
+        state.held = []
+        for req, _ in pending:
+            if lib.strata_request_test(req) == _INPROGRESS:
+                lib.strata_request_cancel(req)
+        deadline = time.monotonic() + _CLOSE_WAIT_S
+        stuck = []
+        for req, keep in pending:
+            if lib.strata_request_test(req) == _INPROGRESS:
+                lib.strata_request_wait(req, _timeout_ms(max(deadline - time.monotonic(), 0)))
+            if lib.strata_request_test(req) == _INPROGRESS:
+                stuck.append(keep)
+            lib.strata_request_free(req)
+        _kept_to_exit.extend(stuck)
+        for region in list(state.regions.values()):
+            region._open = False
+            if any(_uses(keep, region) for keep in stuck):
+                state.regions.pop(id(region))
+                state.closing.pop(id(region), None)
+                _kept_to_exit.append(region)  # its buffer; registered to the engine's end
+            else:
+                self._p2p_deregister(region)
 
     def register(self, buffer):
         """A Region of buffer (host memory, or the communicator's GPU memory), whose
@@ -214,6 +395,7 @@ class PointToPoint:
                                                                              "dst_pages")
         if src_arr.size != dst_arr.size:
             raise ValueError(f"src_pages has {src_arr.size} pages, dst_pages {dst_arr.size}")
+        self._p2p_reap()
         req = ctypes.c_void_p()
         check(self._lib.strata_write_paged(
                   self.handle, int(peer), src.handle, dst._struct(), int(page_bytes),
@@ -230,6 +412,7 @@ class PointToPoint:
         if not entries:
             raise ValueError("entries must not be empty")
         table = (_ScatterEntry * len(entries))(*[_ScatterEntry(*map(int, e)) for e in entries])
+        self._p2p_reap()
         req = ctypes.c_void_p()
         check(self._lib.strata_write_scatter(self.handle, int(peer), src.handle, dst._struct(),
                                              table, len(entries),
@@ -257,21 +440,47 @@ class PointToPoint:
                                         _timeout_ms(timeout)), "strata_imm_wait")
 
     def send_bytes(self, peer, data, timeout=_DEFAULT_TIMEOUT_S):
-        """A small message (at most STRATA_INTER_MSG_SIZE bytes) to peer, waited for."""
+        """A small message (at most STRATA_INTER_MSG_SIZE bytes) to peer, waited for. Where
+        the wait fails (STRATA_ERR_TIMEOUT, say), the send is cancelled: it may have gone
+        or not."""
         data = bytes(data)
+        _timeout_ms(timeout)  # checked before anything is sent
+        self._p2p_reap()
         req = ctypes.c_void_p()
         check(self._lib.strata_send(self.handle, int(peer), data, len(data), ctypes.byref(req)),
               "strata_send")
-        Request(self, req, data).wait(timeout)
+        request = Request(self, req, data)
+        try:
+            request.wait(timeout)
+        finally:
+            request._release(_CANCEL_WAIT_S)
 
     def recv_bytes(self, peer=-1, capacity=65536, timeout=_DEFAULT_TIMEOUT_S):
-        """The next message from peer (any with -1), as bytes."""
+        """The next message from peer (any with -1), as bytes. Where the wait fails
+        (STRATA_ERR_TIMEOUT, say), the receive is cancelled, and takes no later message; one
+        that landed while it was being cancelled is returned."""
+        _timeout_ms(timeout)  # checked before anything is posted
+        self._p2p_reap()
         buf = ctypes.create_string_buffer(capacity)
         req = ctypes.c_void_p()
         check(self._lib.strata_recv(self.handle, int(peer), buf, capacity, ctypes.byref(req)),
               "strata_recv")
         request = Request(self, req, buf)
-        request.wait(timeout)
+        try:
+            request.wait(timeout)
+        except StrataError:
+            request.cancel()
+            self._lib.strata_request_wait(req, _timeout_ms(_CANCEL_WAIT_S))
+            status = self._lib.strata_request_test(req)
+            if status in (0, _CANCELLED) and self._lib.strata_request_source(req) >= 0:
+                length = self._lib.strata_request_length(req)  # it came as it was cancelled
+                request.close()
+                return buf.raw[:length]
+            request.close()  # held, with buf, where the cancel has not ended it yet
+            raise
+        except BaseException:  # Ctrl-C: given up (held with buf until it ends), and raised
+            request.close()
+            raise
         length = self._lib.strata_request_length(req)
         request.close()
         return buf.raw[:length]

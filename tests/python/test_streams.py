@@ -2,7 +2,9 @@
 and its Work gives the results once done; calls ordered after another's Work
 (previous_event); the stream changing between steps; a call with a stream but without
 async_op complete on return, the halves and abort_step too; an error of the step raised by
-wait(); and a stream closed under a step refused, then closed once the step is done."""
+wait(); and a stream closed under a step refused, then closed once the step is done, or
+once the library object of a Moe closed mid-step is destroyed."""
+import gc
 import unittest
 
 import numpy as np
@@ -203,6 +205,22 @@ class TestStreams(one_rank.CommTestCase):
         comm = strata.Communicator()
         stream = comm.stream()
         comm.close()
+        self.assertIsNone(stream.handle)
+
+    def test_communicator_closed_under_a_kept_step(self):
+        """A Moe closed mid-step whose Recv is still held keeps its stream: the
+        communicator's close leaves the stream to the library object, which it is freed
+        after."""
+        comm = strata.Communicator()
+        stream = comm.stream()
+        moe = strata.Moe(comm, num_experts=EXPERTS, topk=TOPK, hidden=HIDDEN,
+                         max_tokens=TOKENS)
+        x, idx, _ = self.batch()
+        recv = moe.dispatch(x, idx, stream=stream)  # the step stays in progress
+        comm.close()
+        self.assertIsNotNone(stream.handle)  # the library object still runs on it
+        del recv, moe
+        gc.collect()
         self.assertIsNone(stream.handle)
 
     def test_stream_closed_under_a_step(self):
