@@ -233,14 +233,11 @@ void sched_geometry_window(sched_geometry_t *geo, bool streamed, uint64_t window
     geo->streamed      = streamed;
     geo->window_tokens = geo->max_tokens;
     geo->rounds        = 1;
-    geo->header_counts = 0;
-    sched_size_header(geo);
-    if (!streamed || geo->num_peers == 0) {
-        return; /* one node: nothing crosses a network */
+    if (streamed && geo->num_peers > 0) { /* on one node nothing crosses a network */
+        geo->window_tokens = (int)UTIL_MAX(UTIL_MIN(tokens, (uint64_t)geo->max_tokens), 1);
+        geo->rounds        = (geo->max_tokens + geo->window_tokens - 1) / geo->window_tokens;
+        geo->spec_tokens   = UTIL_MIN(geo->spec_tokens, geo->window_tokens);
     }
-    geo->window_tokens = (int)UTIL_MAX(UTIL_MIN(tokens, (uint64_t)geo->max_tokens), 1);
-    geo->rounds        = (geo->max_tokens + geo->window_tokens - 1) / geo->window_tokens;
-    geo->spec_tokens   = UTIL_MIN(geo->spec_tokens, geo->window_tokens);
     geo->header_counts = geo->rounds > 1 ? geo->experts_per_node : 0;
     sched_size_header(geo);
 }

@@ -13,14 +13,13 @@ import weakref
 import numpy as np
 
 from . import _buffers as b
+from . import _types as t
 from ._library import check
 from .errors import StrataError
 
 DESC_SIZE = 128  # STRATA_MEM_DESC_SIZE
 WRITE_IMM = 1    # STRATA_WRITE_IMM
 _DEFAULT_TIMEOUT_S = 60.0
-_INPROGRESS = 1  # STRATA_INPROGRESS
-_CANCELLED = -5  # STRATA_ERR_CANCELLED
 # How long a call that gave up on its request waits for the cancel to end it (a cancelled
 # receive ends at the engine's next sweep), and how long close() waits for every request
 # left (a cancelled write ends once its chunks with the transport do, or its peer is
@@ -139,7 +138,7 @@ class Request:
     def test(self):
         """True once done (raising StrataError if it failed), False while in flight."""
         status = self._comm._lib.strata_request_test(self.handle)
-        if status == _INPROGRESS:
+        if status == t.Status.STRATA_INPROGRESS:
             return False
         check(status, "strata_request_test")
         return True
@@ -267,6 +266,11 @@ class _State:
         self.held = []
 
 
+def _in_flight(lib, req):
+    """Whether request req has not ended yet."""
+    return lib.strata_request_test(req) == t.Status.STRATA_INPROGRESS
+
+
 def _uses(keep, region):
     return keep is region or (isinstance(keep, tuple) and any(k is region for k in keep))
 
@@ -293,11 +297,11 @@ class PointToPoint:
         if self._comm is None:  # closed without seeing it: the engine's state is unknown
             _kept_to_exit.append(keep)
             return
-        if lib.strata_request_test(req) == _INPROGRESS:
+        if _in_flight(lib, req):
             lib.strata_request_cancel(req)
             if wait_s > 0:
                 lib.strata_request_wait(req, _timeout_ms(wait_s))
-            if lib.strata_request_test(req) == _INPROGRESS:
+            if _in_flight(lib, req):
                 self._p2p.held.append((req, keep))
                 return
         lib.strata_request_free(req)
@@ -312,7 +316,7 @@ class PointToPoint:
         held, state.held, still = state.held, [], []
         try:
             while held:
-                if lib.strata_request_test(held[-1][0]) == _INPROGRESS:
+                if _in_flight(lib, held[-1][0]):
                     still.append(held.pop())
                 else:
                     lib.strata_request_free(held.pop()[0])
@@ -362,14 +366,14 @@ class PointToPoint:
         pending.extend(state.held)
         state.held = []
         for req, _ in pending:
-            if lib.strata_request_test(req) == _INPROGRESS:
+            if _in_flight(lib, req):
                 lib.strata_request_cancel(req)
         deadline = time.monotonic() + _CLOSE_WAIT_S
         stuck = []
         for req, keep in pending:
-            if lib.strata_request_test(req) == _INPROGRESS:
+            if _in_flight(lib, req):
                 lib.strata_request_wait(req, _timeout_ms(max(deadline - time.monotonic(), 0)))
-            if lib.strata_request_test(req) == _INPROGRESS:
+            if _in_flight(lib, req):
                 stuck.append(keep)
             lib.strata_request_free(req)
         _kept_to_exit.extend(stuck)
@@ -472,7 +476,8 @@ class PointToPoint:
             request.cancel()
             self._lib.strata_request_wait(req, _timeout_ms(_CANCEL_WAIT_S))
             status = self._lib.strata_request_test(req)
-            if status in (0, _CANCELLED) and self._lib.strata_request_source(req) >= 0:
+            landed = status in (t.Status.STRATA_OK, t.Status.STRATA_ERR_CANCELLED)
+            if landed and self._lib.strata_request_source(req) >= 0:
                 length = self._lib.strata_request_length(req)  # it came as it was cancelled
                 request.close()
                 return buf.raw[:length]
