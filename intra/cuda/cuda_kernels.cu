@@ -20,6 +20,7 @@ CUDA_MOE_ENTRY(combine, intra_moe_combine_body)
 CUDA_MOE_ENTRY(reduce, intra_moe_reduce_body)
 CUDA_MOE_ENTRY(sources, intra_moe_sources_body)
 CUDA_MOE_ENTRY(pull_into, intra_moe_pull_into_body)
+CUDA_MOE_ENTRY(combine_round, intra_moe_combine_round_body)
 CUDA_MOE_ENTRY(net_send, intra_net_send_body)
 CUDA_MOE_ENTRY(net_recv, intra_net_recv_body)
 CUDA_MOE_ENTRY(net_index, intra_net_index_body)
@@ -41,6 +42,8 @@ static void (*cuda_moe_entry(int kernel))(intra_moe_args_t)
         return cuda_moe_sources;
     case INTRA_MOE_KERNEL_PULL_INTO:
         return cuda_moe_pull_into;
+    case INTRA_MOE_KERNEL_COMBINE_ROUND:
+        return cuda_moe_combine_round;
     case INTRA_MOE_KERNEL_NET_SEND:
         return cuda_moe_net_send;
     case INTRA_MOE_KERNEL_NET_RECV:

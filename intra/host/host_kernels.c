@@ -29,6 +29,9 @@ void host_moe_run_block(intra_moe_kernel_t kernel, const intra_moe_args_t *args,
     case INTRA_MOE_KERNEL_PULL_INTO:
         intra_moe_pull_into_body(args, grid);
         break;
+    case INTRA_MOE_KERNEL_COMBINE_ROUND:
+        intra_moe_combine_round_body(args, grid);
+        break;
     case INTRA_MOE_KERNEL_NET_SEND:
         intra_net_send_body(args, grid);
         break;

@@ -11,6 +11,7 @@ typedef enum intra_moe_kernel {
     INTRA_MOE_KERNEL_REDUCE,     /* no peer involved: sums terms from wherever they landed */
     INTRA_MOE_KERNEL_SOURCES,    /* received rows' sources as the API names them */
     INTRA_MOE_KERNEL_PULL_INTO,  /* exact receive: every row, packed, into the caller's buffers */
+    INTRA_MOE_KERNEL_COMBINE_ROUND, /* exact receive in rounds: one round's terms to their places */
     /* The step across nodes (net_kernels.h), in launch order. */
     INTRA_MOE_KERNEL_NET_SEND,
     INTRA_MOE_KERNEL_NET_RECV,

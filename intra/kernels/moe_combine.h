@@ -237,6 +237,11 @@ KERNEL_FN const char *moe_result_row(const intra_moe_args_t *a, uint32_t held, i
     if (expert < 0 || row < 0 || moe_withheld(a, held, expert)) {
         return NULL;
     }
+    if (moe_exact_rounds(a)) { /* its owner wrote it where our term_dst says (COMBINE_ROUND) */
+        int64_t at = ((const int64_t *)(a->heap[a->rank] + a->term_dst_offset))[entry];
+
+        return at >= 0 ? a->heap[a->rank] + at : NULL;
+    }
     if (!moe_is_pull(a, expert)) {
         return MOE_AT(a, a->rank, combine_recv, char) + entry * (size_t)a->y_row_bytes;
     }
@@ -327,13 +332,14 @@ KERNEL_FN void moe_combine_direct(const intra_moe_args_t *a, int num_tokens, ker
     }
 }
 
-/* This combine's number among the object's combines, read once by thread 0 and shared. */
-KERNEL_FN uint64_t moe_combine_ordinal(const intra_moe_args_t *a, kernel_grid_t g)
+/* This launch's number among the object's launches of its kind: one past the count of
+ * them done (a word of this rank's control block), read once by thread 0 and shared. */
+KERNEL_FN uint64_t moe_next_ordinal(const uint64_t *done, kernel_grid_t g)
 {
     KERNEL_SHARED uint64_t ordinal;
 
     if (KERNEL_LEADER(g)) {
-        ordinal = kernel_load_relaxed_u64(&moe_control(a, a->rank)->combined) + 1;
+        ordinal = kernel_load_relaxed_u64(done) + 1;
     }
     kernel_block_sync();
     return ordinal;
@@ -342,7 +348,7 @@ KERNEL_FN uint64_t moe_combine_ordinal(const intra_moe_args_t *a, kernel_grid_t 
 KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     intra_moe_control_t *control = moe_control(a, a->rank);
-    uint64_t step = moe_step(a, 0, g), ordinal = moe_combine_ordinal(a, g);
+    uint64_t step = moe_step(a, 0, g), ordinal = moe_next_ordinal(&control->combined, g);
 
     /* after a dispatch whose wait gave up (on a stream the host has not learnt it yet) the
      * blocks may lack rows a late source still sends, and the sources' row_slot entries
@@ -354,17 +360,17 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
     if (moe_net_failed(a)) {
         return;
     }
-    if (!withhold && a->exact) {
-        moe_combine_send_packed(a, g);
-    } else if (!withhold) {
-        moe_combine_send(a, g);
-    } else if (g.block == 0 && KERNEL_LEADER(g)) {
+    if (withhold && g.block == 0 && KERNEL_LEADER(g)) {
         /* seen by the sources through the release of our flag below */
         if (gave_up) {
             control->gave_up = step;
         }
         kernel_store_release_u64(&control->withheld, step);
-    }
+    } else if (!withhold && !a->exact) {
+        moe_combine_send(a, g);
+    } else if (!withhold && !moe_exact_rounds(a)) {
+        moe_combine_send_packed(a, g);
+    } /* exact in rounds: each round's terms go in its own combine round (COMBINE_ROUND) */
     if (moe_last_block(&control->combine_send_done, ordinal, g)) {
         control->combined = ordinal; /* for the next combine, after this one on the queue */
         for (int source = 0; source < a->num_ranks; ++source) {
@@ -382,6 +388,140 @@ KERNEL_FN void intra_moe_combine_body(const intra_moe_args_t *a, kernel_grid_t g
         moe_combine_direct(a, moe_num_tokens(a), g);
     } else if (a->out != NULL) {
         moe_combine_reduce(a, g);
+    }
+}
+
+/* --- Exact receive in rounds: each round's terms in its own launch ---------------------- */
+
+/* Rows local expert `local` was sent in this round: the sum of the sources' kept lists. */
+KERNEL_FN int moe_round_rows(const intra_moe_args_t *a, int local)
+{
+    int expert = a->rank * a->experts_per_rank + local, rows = 0;
+
+    for (int source = 0; source < a->num_ranks; ++source) {
+        const int32_t *kept = moe_round_offsets(a, source, a->round);
+
+        rows += kept[expert + 1] - kept[expert];
+    }
+    return rows;
+}
+
+/*
+ * Owner role: the outputs of the rows the local experts got in this round, read from the
+ * caller's packed buffer where PULL_INTO loaded their rows (expert after expert, each
+ * from its rows of the earlier rounds on, round_base; sources in rank order, in their
+ * kept list order), each written where its gathering rank's term_dst says; none for a row
+ * that was dropped.
+ */
+KERNEL_FN void moe_push_round(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    const int32_t *before = MOE_AT(a, a->rank, round_base, int32_t);
+    size_t y = (size_t)a->y_row_bytes;
+    uint64_t seen = 0;
+    int64_t offset = 0; /* the expert's first row in the caller's buffer */
+
+    for (int local = 0; local < a->experts_per_rank; ++local) {
+        int expert = a->rank * a->experts_per_rank + local;
+        int64_t at = offset + before[local];
+
+        for (int source = 0; source < a->num_ranks; ++source) {
+            const int32_t *kept = moe_round_offsets(a, source, a->round);
+            const int32_t *entries = MOE_AT(a, source, pull_entry, int32_t) + kept[expert];
+            const int32_t *row_slot = MOE_AT(a, source, row_slot, int32_t);
+            const int64_t *term_dst = (const int64_t *)(a->heap[source] + a->term_dst_offset);
+            int n = kept[expert + 1] - kept[expert];
+            int first = (int)((g.block + g.num_blocks - seen % g.num_blocks) % g.num_blocks);
+
+            for (int i = first; i < n; i += (int)g.num_blocks) {
+                size_t entry = (size_t)entries[i];
+                int64_t dst = term_dst[entry];
+
+                if (row_slot[entry] >= 0 && dst >= 0) {
+                    kernel_copy_block(a->heap[source] + dst,
+                                      (const char *)a->expert_y + (size_t)(at + i) * y, y, g);
+                }
+            }
+            at   += n;
+            seen += (uint64_t)n;
+        }
+        offset += moe_step_rows(a, local);
+    }
+}
+
+/* Every thread of the block: the word of every local rank reaches this combine round
+ * (ready: each rank's round_ready, its places free for the round's terms; else this
+ * rank's round_flag of each owner, its terms written here). Where one never does, this
+ * rank's combine of the step gives up (combine_failed_step), as its combine's waits do:
+ * what it returns lacks the terms. */
+KERNEL_FN int moe_wait_round(const intra_moe_args_t *a, int ready, uint64_t ordinal,
+                             uint64_t step, kernel_grid_t g)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    KERNEL_SHARED int ok;
+
+    if (KERNEL_LEADER(g)) {
+        uint64_t start = kernel_timer();
+
+        ok = 1;
+        for (int r = 0; r < a->num_ranks && ok; ++r) {
+            const uint64_t *word = ready ? &moe_control(a, r)->round_ready
+                                         : &control->round_flag[r];
+
+            ok = moe_wait_word(a, word, ordinal, r, &control->combine_status, 0, start);
+        }
+        if (!ok) { /* moe_wait_word recorded the round's number: the step's, for the rest */
+            kernel_store_release_u64(&control->combine_failed_step, step);
+        }
+        kernel_fence_acquire();
+    }
+    kernel_block_sync();
+    return ok;
+}
+
+/*
+ * Exact receive in rounds, after combine (its round 0) or the round before's reduce on the
+ * same queue: this rank's places for the round's terms are free (the round before's were
+ * read), which every owner waits for; then each owner writes the round's terms there
+ * (none where it withheld the step) and says so, and each rank waits for every owner
+ * before its network kernels gather them (moe_result_row). An owner that gave up waiting
+ * does not say so: the ranks that wait for it give up in turn, rather than read terms it
+ * may not have written, and a rank that gave up in an earlier round of the step waits
+ * for none in the later ones (it returns none of their terms). The last block carries the experts' rows over to the next round
+ * (round_base; back to 0 after the step's last).
+ */
+KERNEL_FN void intra_moe_combine_round_body(const intra_moe_args_t *a, kernel_grid_t g)
+{
+    intra_moe_control_t *control = moe_control(a, a->rank);
+    uint64_t step = moe_step(a, 0, g), ordinal = moe_next_ordinal(&control->combine_rounds, g);
+    int withhold = kernel_load_relaxed_u64(&control->withheld) == step;
+    /* an earlier round (or the combine) of the step gave up here: no more waits */
+    int gave_up = kernel_load_relaxed_u64(&control->combine_failed_step) == step;
+
+    if (moe_net_failed(a)) {
+        return;
+    }
+    if (g.block == 0 && KERNEL_LEADER(g)) {
+        kernel_store_release_u64(&control->round_ready, ordinal);
+    }
+    if (!gave_up && moe_wait_round(a, 1, ordinal, step, g) && !withhold) {
+        moe_push_round(a, g);
+    }
+    if (moe_last_block(&control->round_push_done, ordinal, g)) {
+        int32_t *before = MOE_AT(a, a->rank, round_base, int32_t);
+
+        for (int local = 0; local < a->experts_per_rank; ++local) {
+            before[local] = a->more_rounds ? before[local] + moe_round_rows(a, local) : 0;
+        }
+        control->combine_rounds = ordinal; /* for the next round, after this one */
+        if (kernel_load_relaxed_u64(&control->combine_failed_step) != step) {
+            for (int r = 0; r < a->num_ranks; ++r) {
+                /* release: the terms written there */
+                kernel_store_release_u64(&moe_control(a, r)->round_flag[a->rank], ordinal);
+            }
+        }
+    }
+    if (!gave_up) {
+        moe_wait_round(a, 0, ordinal, step, g);
     }
 }
 

@@ -16,6 +16,20 @@ KERNEL_FN intra_moe_control_t *moe_control(const intra_moe_args_t *a, int rank)
     return MOE_AT(a, rank, control, intra_moe_control_t);
 }
 
+/* Exact receive in rounds: rank's pull offsets of round r of the current step. */
+KERNEL_FN int32_t *moe_round_offsets(const intra_moe_args_t *a, int rank, int r)
+{
+    return MOE_AT(a, rank, round_offset, int32_t) + (size_t)r * (size_t)(a->num_experts + 1);
+}
+
+/* Whether the object receives exactly in rounds across nodes (each round loaded after it,
+ * each round's terms returned in its own combine round; its dispatches come with the
+ * step's counts, moe_round_valid). */
+KERNEL_FN int moe_exact_rounds(const intra_moe_args_t *a)
+{
+    return a->exact_rounds > 1;
+}
+
 KERNEL_FN int moe_is_pull(const intra_moe_args_t *a, int expert)
 {
     return (int)((a->pull_mask[expert >> 6] >> (expert & 63)) & 1u);

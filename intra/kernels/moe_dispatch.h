@@ -124,7 +124,9 @@ KERNEL_FN void moe_dispatch_pass(const intra_moe_args_t *a, int num_tokens, int 
 
 /* Source role, one thread: how many rows each expert of the node gets from this rank in
  * this round, and the CSR of (token, k) entries per Pull expert, for the owners (tokens
- * numbered over the step: entry token * topk + k). */
+ * numbered over the step: entry token * topk + k). The round's lists lie from the place
+ * of its first entry on, so that each round's stay until the step ends; the exact receive
+ * in rounds keeps each round's offsets too, for its combine. */
 KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a, int num_tokens)
 {
     int32_t *offset = MOE_AT(a, a->rank, pull_offset, int32_t);
@@ -133,10 +135,10 @@ KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a, int num_tokens)
     int32_t *sent   = MOE_AT(a, a->rank, sent_count, int32_t);
     int entries = num_tokens * a->topk, first = moe_aug_base(a) * a->topk;
 
-    offset[a->num_experts] = 0;
+    offset[0] = first;
     for (int e = 0; e < a->num_experts; ++e) {
-        offset[e] = 0;
-        sent[e]   = 0;
+        offset[e + 1] = 0;
+        sent[e]       = 0;
     }
     for (int i = first; i < first + entries; ++i) {
         int64_t e = moe_token_expert(a, i / a->topk, i % a->topk);
@@ -153,6 +155,13 @@ KERNEL_FN void moe_build_pull_lists(const intra_moe_args_t *a, int num_tokens)
         int64_t e = moe_token_expert(a, i / a->topk, i % a->topk);
         if (e >= 0 && e < a->num_experts && moe_is_pull(a, (int)e)) {
             entry[cursor[e]++] = i;
+        }
+    }
+    if (a->round < a->exact_rounds) {
+        int32_t *kept = moe_round_offsets(a, a->rank, a->round);
+
+        for (int e = 0; e <= a->num_experts; ++e) {
+            kept[e] = offset[e];
         }
     }
 }
@@ -390,8 +399,10 @@ KERNEL_FN void moe_check_digests(const intra_moe_args_t *a)
 /*
  * Every thread of the block, in a later dispatch round of a step: every local rank has
  * finished the round before (its last block released dispatched), which read the sources'
- * counts and pull lists and set the owners' counters. A step's first round needs no such
- * wait: the step before ended with a combine, which every rank entered after its dispatch.
+ * counts and pull lists and set the owners' counters; receiving exactly, it has also
+ * loaded the round's rows (pulled_into), which read the sources' published rows. A step's
+ * first round needs no such wait: the step before ended with a combine, which every rank
+ * entered after its dispatch.
  */
 KERNEL_FN int moe_round_barrier(const intra_moe_args_t *a, uint64_t step, kernel_grid_t g)
 {
@@ -402,8 +413,10 @@ KERNEL_FN int moe_round_barrier(const intra_moe_args_t *a, uint64_t step, kernel
 
         ok = 1;
         for (int r = 0; r < a->num_ranks && ok; ++r) {
-            ok = moe_wait_word(a, &moe_control(a, r)->dispatched, step - 1, r,
-                               &moe_control(a, a->rank)->dispatch_status, 0, start);
+            const intra_moe_control_t *peer = moe_control(a, r);
+
+            ok = moe_wait_word(a, moe_exact_rounds(a) ? &peer->pulled_into : &peer->dispatched,
+                               step - 1, r, &moe_control(a, a->rank)->dispatch_status, 0, start);
         }
         kernel_fence_acquire();
     }
@@ -555,24 +568,93 @@ KERNEL_FN void moe_pull_into_row(const intra_moe_args_t *a, int source, int64_t 
     moe_pull_landed(a, local, step, g);
 }
 
+/* Owner role, exact receive: the rows local expert `local` has before this launch's (in
+ * rounds, those of the step's earlier rounds: its count so far, less this round's). */
+KERNEL_FN int moe_rows_before_round(const intra_moe_args_t *a, int local)
+{
+    int rows = MOE_AT(a, a->rank, recv_count, int32_t)[local];
+
+    if (!moe_exact_rounds(a)) {
+        return 0;
+    }
+    for (int source = 0; source < a->num_ranks; ++source) {
+        rows -= moe_pull_count(a, source, local);
+    }
+    return rows;
+}
+
+/* Owner role, exact receive: local expert `local`'s rows over the step (in rounds, as the
+ * step's first round announced them; its last round checked them). */
+KERNEL_FN int moe_step_rows(const intra_moe_args_t *a, int local)
+{
+    return moe_exact_rounds(a) ? MOE_AT(a, a->rank, announced, int32_t)[local]
+                               : MOE_AT(a, a->rank, recv_count, int32_t)[local];
+}
+
+/* Owner role, exact receive in rounds, one thread: a row past those the step's first
+ * round announced for its expert (a source sent other rows than it counted) has no place
+ * in the caller's buffers: it is dropped, and the step fails as the last round's check
+ * would fail it (moe_check_announced). */
+KERNEL_FN void moe_pull_into_excess(const intra_moe_args_t *a, int source, int local,
+                                    int index, int row)
+{
+    int expert = a->rank * a->experts_per_rank + local;
+    int32_t entry = MOE_AT(a, source, pull_entry, int32_t)
+                        [MOE_AT(a, source, pull_offset, int32_t)[expert] + index];
+
+    MOE_AT(a, source, row_slot, int32_t)[entry] = -1;
+    moe_report(&moe_control(a, a->rank)->dispatch_status, INTRA_MOE_KERNEL_COUNTS, local,
+               moe_step_rows(a, local), -1, (int64_t)row + 1);
+}
+
 /*
- * Owner role, exact receive, after the step's dispatch on the same queue (every source's
- * rows and lists are in: the dispatch waited for their flags): every row sent to the local
- * experts, packed expert after expert and, within an expert, sources in rank order, in
- * their list order. Experts are marked complete as their rows land; the last block marks
- * the rest and sets the landed counts back for the next step.
+ * Owner role, exact receive, the last block of a load: each expert whose rows of the step
+ * are all in the caller's buffers is marked complete (in rounds, as of the step's last
+ * round, whose number the marks carry: an expert may complete before it), unless the step
+ * failed or nothing was loaded; after the step's last round the rest are marked (their
+ * rows are all in) and the landed counts set back for the next step. In rounds, the
+ * next round's barrier learns that this rank's loads are done.
+ */
+KERNEL_FN void moe_pull_into_finish(const intra_moe_args_t *a, uint64_t step, int failed)
+{
+    uint32_t *landed = MOE_AT(a, a->rank, landed, uint32_t);
+    int last = !a->more_rounds;
+    uint64_t step_end = moe_exact_rounds(a) ? step + (uint64_t)(a->exact_rounds - 1 - a->round)
+                                            : step;
+
+    for (int local = 0; local < a->experts_per_rank; ++local) {
+        int32_t rows = moe_step_rows(a, local);
+
+        if ((a->into_x != 0 || rows == 0) && !failed && !moe_marked(a, local, step_end) &&
+            (last || kernel_load_relaxed_u32(&landed[local]) == (uint32_t)rows)) {
+            moe_mark_ready(a, local, rows, step_end);
+        }
+        if (last) {
+            landed[local] = 0;
+        }
+    }
+    if (moe_exact_rounds(a)) {
+        kernel_store_release_u64(&moe_control(a, a->rank)->pulled_into, step);
+    }
+}
+
+/*
+ * Owner role, exact receive, after the step's dispatch (in rounds: after each round's) on
+ * the same queue (every source's rows and lists are in: the dispatch waited for their
+ * flags): every row sent to the local experts, packed expert after expert and, within an
+ * expert, by round, then sources in rank order, in their list order. Experts are marked
+ * complete as their rows land (moe_pull_into_finish).
  */
 KERNEL_FN void intra_moe_pull_into_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     intra_moe_control_t *control = moe_control(a, a->rank);
-    const int32_t *count = MOE_AT(a, a->rank, recv_count, int32_t);
     uint64_t step = moe_step(a, 0, g), seen = 0;
     int64_t offset = 0; /* the expert's first row in the caller's buffer */
     /* the step failed: nothing to load (its combine withholds), the blocks still counted */
     int failed = moe_net_failed(a) || kernel_load_relaxed_u64(&control->failed_step) >= step;
 
     for (int local = 0; local < a->experts_per_rank && !failed; ++local) {
-        int row = 0;
+        int row = moe_rows_before_round(a, local);
 
         for (int source = 0; source < a->num_ranks; ++source) {
             int n = moe_pull_count(a, source, local);
@@ -580,21 +662,20 @@ KERNEL_FN void intra_moe_pull_into_body(const intra_moe_args_t *a, kernel_grid_t
             int64_t base = n > 0 ? moe_control(a, source)->aug_base : 0;
 
             for (int i = first; i < n; i += (int)g.num_blocks) {
-                moe_pull_into_row(a, source, base, local, i, offset + row + i, row + i, step, g);
+                if (row + i < moe_step_rows(a, local)) {
+                    moe_pull_into_row(a, source, base, local, i, offset + row + i, row + i,
+                                      step, g);
+                } else if (KERNEL_LEADER(g)) {
+                    moe_pull_into_excess(a, source, local, i, row + i);
+                }
             }
             row  += n;
             seen += (uint64_t)n;
         }
-        offset += count[local];
+        offset += moe_step_rows(a, local);
     }
     if (moe_last_block(&control->pull_into_done, step, g)) {
-        for (int local = 0; local < a->experts_per_rank; ++local) {
-            MOE_AT(a, a->rank, landed, uint32_t)[local] = 0;
-            if ((a->into_x != 0 || count[local] == 0) && !failed &&
-                !moe_marked(a, local, step)) {
-                moe_mark_ready(a, local, count[local], step);
-            }
-        }
+        moe_pull_into_finish(a, step, failed);
     }
 }
 

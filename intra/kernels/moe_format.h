@@ -96,6 +96,17 @@ typedef struct intra_moe_control {
     uint64_t pull_flag[INTRA_MOE_MAX_RANKS];
     uint64_t pull_published_done;
     uint64_t pull_into_done; /* exact receive: blocks done loading, summed over steps */
+    /* Exact receive in rounds: the last round (its step) whose rows this rank loaded, read
+     * by the next round's barrier (the sources then rewrite what the loads read). */
+    uint64_t pulled_into;
+    /* Exact receive in rounds, combine: this rank's combine rounds so far (combine_rounds,
+     * written by the last block of each, and the blocks done, summed); the last round
+     * whose terms this rank's areas may take (round_ready); [owner]: the last round whose
+     * terms that owner wrote here (round_flag). Numbered by combine_rounds + 1. */
+    uint64_t combine_rounds;
+    uint64_t round_push_done;
+    uint64_t round_ready;
+    uint64_t round_flag[INTRA_MOE_MAX_RANKS];
     uint64_t failed_step; /* the last step a wait of this rank's dispatch (or its rounds, or
                              the exact receive's loads) gave up in: its rows are not all in */
     /* The last step whose combine gave up here waiting for the node's owners' results:
@@ -124,7 +135,10 @@ typedef struct intra_moe_heap_offsets {
     size_t recv_count;    /* int32[experts_per_rank] */
     size_t pull_offset;   /* int32[num_experts + 1]: CSR of this rank's pull entries */
     size_t pull_cursor;   /* int32[num_experts]: scratch for building it */
-    size_t pull_entry;    /* int32[max_tokens * topk]: token * topk + k, by expert */
+    size_t pull_entry;    /* int32[max_tokens * topk]: token * topk + k, by expert; a
+                             round's lists from its first entry's place on */
+    size_t round_offset;  /* int32[exact_rounds][num_experts + 1]: each round's pull_offset,
+                             kept for the exact receive's combine in rounds */
     size_t sent_count;    /* int32[num_experts]: rows this rank sends each expert this step
                              (in rounds: this round) */
     size_t step_sent;     /* int32[num_experts]: across nodes in rounds, the rows this rank
@@ -206,6 +220,11 @@ typedef struct intra_moe_args {
      * the same way and pushes them back. Buffers in the device's memory.
      */
     int32_t  exact;
+    /* In rounds (exact_rounds > 1, across nodes: step_counts given) each round's rows are
+     * loaded after it, at their expert's place over the step (the first round's counts
+     * give the experts' places), and combine returns each round's terms in its round
+     * (COMBINE_ROUND) into the places the gathering rank's term_dst says. */
+    int32_t  exact_rounds;
     void    *into_x;                /* [rows][row_bytes] */
     float   *into_scales;           /* [rows][scale_count], fp8 only */
     intra_moe_source_t *into_src;   /* [rows], as the API names sources */

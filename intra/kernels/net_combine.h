@@ -105,7 +105,9 @@ KERNEL_FN int net_return_round(const intra_moe_args_t *a, int p, uint64_t step, 
             }
             term += 1;
             if (row != 0) {
-                kernel_copy_block(dst, row, y, g);
+                if (row != dst) { /* the exact receive's owners may have written it here */
+                    kernel_copy_block(dst, row, y, g);
+                }
                 continue;
             }
             for (size_t j = g.thread; j < y; j += g.num_threads) {

@@ -531,6 +531,13 @@ KERNEL_FN void intra_net_recv_body(const intra_moe_args_t *a, kernel_grid_t g)
 
 /* --- NET_INDEX ------------------------------------------------------------------------ */
 
+/* Whether the node's owners write the step's terms where term_dst says: in one round, and
+ * receiving exactly in rounds (each round's, into areas that hold one round's). */
+KERNEL_FN int net_terms_placed(const intra_moe_args_t *a)
+{
+    return a->net.rounds == 1 || moe_exact_rounds(a);
+}
+
 /* Whether what we return to the peer lies inside its ret_in where its header put it. */
 KERNEL_FN int net_returns_fit(const intra_moe_args_t *a, const intra_net_peer_t *peer)
 {
@@ -540,14 +547,27 @@ KERNEL_FN int net_returns_fit(const intra_moe_args_t *a, const intra_net_peer_t 
     return net_ret_at_check(peer->ret_at, rows, (uint64_t)a->y_row_bytes, a->net.ret_in_bytes);
 }
 
+/* Where the node's owners write the terms returned to peer p (net_terms_placed): its
+ * block of the stage in the heap; in rounds, where the area is in the heap, its block of
+ * the round's ret_out buffer itself (the round's wire step is the same in dispatch and in
+ * combine), else its block of the stage, which holds one round's. */
+KERNEL_FN int64_t net_stage_block(const intra_net_args_t *n, int p, uint64_t step)
+{
+    uint64_t buffer = n->rounds > 1 && !n->bounce ? net_ret_buffer(n, step) : 0;
+
+    return n->ret_stage +
+           (int64_t)((buffer * (uint64_t)n->num_peers + (uint64_t)p) * n->ret_out_block);
+}
+
 /* One thread: the peer's received entries checked and indexed for the node's kernels. In
- * rounds no term has a destination: combine gathers them where their owners publish them. */
+ * rounds no term has a destination (combine gathers them where their owners publish them)
+ * unless the object receives exactly: its owners write each round's terms. */
 KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
 {
     const intra_net_args_t *n = &a->net;
     intra_net_peer_t *peer = &n->peers[p];
     int first = peer->recv_push < n->spec_tokens ? peer->recv_push : n->spec_tokens;
-    int64_t stage = n->ret_stage + (int64_t)p * (int64_t)n->ret_out_block;
+    int64_t stage = net_stage_block(n, p, step);
     int terms = 0;
 
     for (int q = 0; q < peer->recv_push + peer->recv_pull; ++q) {
@@ -570,7 +590,8 @@ KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
         n->origin[2 * aug + 1] = token;
         for (int k = 0; k < a->topk; ++k) {
             n->term_dst[aug * (size_t)a->topk + (size_t)k] =
-                experts[k] < 0 || n->rounds > 1 ? -1 : stage + (int64_t)terms * a->y_row_bytes;
+                experts[k] < 0 || !net_terms_placed(a) ? -1
+                                                       : stage + (int64_t)terms * a->y_row_bytes;
             terms += experts[k] >= 0;
         }
     }
@@ -587,6 +608,8 @@ KERNEL_FN int net_index_peer(const intra_moe_args_t *a, int p, uint64_t step)
     return 1;
 }
 
+/* Own tokens' terms computed on this node go to the terms area (in rounds, which holds a
+ * round's: from the round's first slot), their index there is the slot's. */
 KERNEL_FN void intra_net_index_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
     const intra_net_args_t *n = &a->net;
@@ -594,14 +617,16 @@ KERNEL_FN void intra_net_index_body(const intra_moe_args_t *a, kernel_grid_t g)
     size_t first = (size_t)net_own_first(n) * (size_t)a->topk;
     size_t own = (size_t)net_own_end(n) * (size_t)a->topk - first;
     size_t base = (size_t)n->num_aug[1] * (size_t)a->topk; /* the round's own tokens */
+    size_t from = n->rounds > 1 ? first : 0;
 
     if (net_stopped(a)) {
         return;
     }
     for (size_t i = g.block * g.num_threads + g.thread; i < own;
          i += (size_t)g.num_blocks * g.num_threads) {
-        n->term_dst[base + i] = n->node_idx[first + i] >= 0 && n->rounds == 1
-                                    ? n->terms + (int64_t)(first + i) * a->y_row_bytes : -1;
+        n->term_dst[base + i] = n->node_idx[first + i] >= 0 && net_terms_placed(a)
+                                    ? n->terms + (int64_t)(first + i - from) * a->y_row_bytes
+                                    : -1;
     }
     for (int p = (int)g.block; KERNEL_LEADER(g) && p < n->num_peers; p += (int)g.num_blocks) {
         if (!net_index_peer(a, p, step)) {

@@ -83,9 +83,11 @@ static bool moe_params_valid(const intra_moe_params_t *p, int local_size)
                        p->dtype == STRATA_DTYPE_FP8_E4M3 ? ", and fp8 a multiple of 128" : "");
     } else if (p->max_tokens < 1 || p->max_tokens > (1 << 24) || p->capacity < 0 ||
                (int64_t)p->max_tokens * p->topk > INT32_MAX || p->round_tokens < 0 ||
-               p->round_tokens > p->max_tokens) {
-        UTIL_LOG_ERROR("intra moe: max_tokens %d, round_tokens %d (0..max_tokens) or "
-                       "capacity %d out of range", p->max_tokens, p->round_tokens, p->capacity);
+               p->round_tokens > p->max_tokens || p->exact_rounds < 0 ||
+               p->exact_rounds > p->max_tokens) {
+        UTIL_LOG_ERROR("intra moe: max_tokens %d, round_tokens %d (0..max_tokens), "
+                       "exact_rounds %d (0..max_tokens) or capacity %d out of range",
+                       p->max_tokens, p->round_tokens, p->exact_rounds, p->capacity);
     } else {
         return true;
     }
@@ -113,6 +115,8 @@ static void moe_place_heap(const intra_moe_args_t *a, size_t max_tokens, size_t 
     l->pull_offset  = moe_place(&cursor, sizeof(int32_t) * (size_t)(a->num_experts + 1));
     l->pull_cursor  = moe_place(&cursor, sizeof(int32_t) * (size_t)a->num_experts);
     l->pull_entry   = moe_place(&cursor, sizeof(int32_t) * entries);
+    l->round_offset = moe_place(&cursor, sizeof(int32_t) * (size_t)(a->num_experts + 1) *
+                                             (size_t)(a->exact_rounds > 1 ? a->exact_rounds : 0));
     l->sent_count   = moe_place(&cursor, sizeof(int32_t) * (size_t)a->num_experts);
     l->step_sent    = moe_place(&cursor, sizeof(int32_t) * (size_t)a->num_experts);
     l->announced    = moe_place(&cursor, sizeof(int32_t) * (size_t)a->experts_per_rank);
@@ -155,6 +159,8 @@ static bool moe_shape(const intra_moe_params_t *p, int local_size, intra_moe_arg
     a->y_elem           = moe_y_elem(p->combine_dtype);
     a->y_row_bytes      = (int32_t)((size_t)p->hidden * moe_elem_size(p->combine_dtype));
     a->round_tokens     = p->round_tokens > 0 ? p->round_tokens : p->max_tokens;
+    a->exact            = p->exact;
+    a->exact_rounds     = p->exact && p->exact_rounds > 1 ? p->exact_rounds : 0;
     moe_place_heap(a, (size_t)p->max_tokens, (size_t)a->round_tokens, p->terms_direct,
                    &a->heap_offsets);
     return a->heap_offsets.total < SIZE_MAX / 2;
@@ -285,12 +291,16 @@ static strata_status_t moe_alloc_ready(intra_moe_t *moe)
 static void moe_bind_heap(intra_moe_t *moe, intra_heap_t *heap, size_t base)
 {
     intra_moe_heap_offsets_t *l = &moe->args.heap_offsets;
-    size_t *fields[] = {&l->control,   &l->counter,     &l->recv_count, &l->pull_offset,
-                        &l->pull_cursor, &l->pull_entry, &l->sent_count, &l->landed,
-                        &l->expected,    &l->marked,     &l->route,      &l->row_slot,
-                        &l->send_x,    &l->send_scales, &l->recv_x,     &l->recv_scales,
-                        &l->recv_src,  &l->expert_y,    &l->combine_recv};
+    size_t *fields[] = {&l->control,     &l->counter,     &l->recv_count, &l->pull_offset,
+                        &l->pull_cursor, &l->pull_entry,  &l->round_offset, &l->sent_count,
+                        &l->step_sent,   &l->announced,   &l->landed,     &l->expected,
+                        &l->round_base,  &l->marked,      &l->route,      &l->row_slot,
+                        &l->send_x,      &l->send_scales, &l->recv_x,     &l->recv_scales,
+                        &l->recv_src,    &l->expert_y,    &l->combine_recv};
 
+    /* every offset but total */
+    _Static_assert(UTIL_ARRAY_SIZE(fields) + 1 == sizeof(*l) / sizeof(size_t),
+                   "moe_bind_heap rebases every buffer of the heap layout");
     for (size_t i = 0; i < UTIL_ARRAY_SIZE(fields); ++i) {
         *fields[i] += base;
     }

@@ -42,8 +42,11 @@ typedef struct intra_moe_params {
     bool           terms_direct;
     /** Exact receive: no capacity; each step's rows go, packed, into buffers the caller
      *  gives after the counts (intra_moe_enqueue_pull_into), and combine reads the outputs
-     *  packed the same way. One dispatch round per step; the pull masks are ignored. */
+     *  packed the same way. The pull masks are ignored. */
     bool           exact;
+    /** Exact receive across nodes in rounds: the most dispatch rounds of a step (each
+     *  round's pull lists are kept for its combine round). 0 or 1: one round a step. */
+    int            exact_rounds;
 } intra_moe_params_t;
 
 /** What a dispatch delivered to this rank's experts; valid until the next combine. */
@@ -129,7 +132,9 @@ strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
 
 /**
  * Exact receive (params.exact), after the step's dispatch and before its combine, once per
- * step: load every row sent to this rank's experts into x ([rows][hidden] in dtype,
+ * step (in rounds, params.exact_rounds: after each dispatch round, the round's rows, each
+ * at its expert's place over the step, the experts' rows as the step's counts say): load
+ * every row sent to this rank's experts into x ([rows][hidden] in dtype,
  * 16-byte aligned), x_scales ([rows][hidden / 128], fp8 only) and src ([rows], the sources
  * as the API names them), in the device's memory, packed: local expert e's rows from the
  * sum of the counts of the experts before it (intra_moe_counts_ready), sources in rank
@@ -139,6 +144,14 @@ strata_status_t intra_moe_combine(intra_moe_t *moe, const void *expert_y,
  */
 strata_status_t intra_moe_enqueue_pull_into(intra_moe_t *moe, void *x, float *x_scales,
                                             intra_moe_source_t *src);
+/**
+ * Exact receive in rounds (params.exact_rounds > 1), after the step's combine (or abort)
+ * and for each round r in order, each after the round before's reduce: the outputs of the
+ * rows this rank's experts got in dispatch round r, read from the packed buffer combine was
+ * given, written where their tokens' ranks' term_dst tables say; waits for every local
+ * rank's before the next launch on the queue.
+ */
+strata_status_t intra_moe_enqueue_combine_round(intra_moe_t *moe, int round);
 /** Whether the object receives exactly (params.exact). */
 bool            intra_moe_exact(const intra_moe_t *moe);
 

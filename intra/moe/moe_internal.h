@@ -34,7 +34,9 @@ struct intra_moe {
     uint64_t                  step_dispatch; /* dispatches, at the step's first (in rounds,
                                               * where its counts are marked) */
     bool                      captured;   /* a dispatch was captured: replays go uncounted */
-    bool                      pulled_into; /* exact receive: the step's rows were loaded */
+    bool                      pulled_into; /* exact receive: the round's rows were loaded */
+    bool                      combined;    /* the step's combine launched (its rounds follow) */
+    int                       combine_round; /* exact receive in rounds: the next to launch */
     /* Queues of the expert-wait kernel, each bound to one caller's stream for good (a
      * queue that changed streams would order the new stream after the old one). */
     struct {

@@ -81,6 +81,36 @@ static void moe_set_mask(intra_moe_args_t *a, const uint64_t *pull_mask, bool al
     }
 }
 
+/* Receiving exactly: one round a step, or in rounds across nodes exactly exact_rounds,
+ * each with the step's counts and each after the round before's pull_into. */
+static bool moe_exact_round_valid(const intra_moe_t *moe, const intra_moe_step_t *s)
+{
+    int rounds = moe->args.exact_rounds;
+
+    if (!moe->args.exact) {
+        return true;
+    }
+    if (rounds <= 1 && (s->more_rounds || moe->rounds_open)) {
+        UTIL_LOG_ERROR("intra moe: an object that receives exactly, made for one dispatch "
+                       "round a step, was given round %d", s->round);
+        return false;
+    }
+    if (rounds > 1 && (s->step_counts == NULL || s->round >= rounds ||
+                       s->more_rounds != (s->round + 1 < rounds))) {
+        UTIL_LOG_ERROR("intra moe: an object that receives exactly in %d rounds takes each "
+                       "step in %d rounds, each with the step's counts: not round %d%s%s",
+                       rounds, rounds, s->round, s->more_rounds ? " with more to come" : "",
+                       s->step_counts == NULL ? " without counts" : "");
+        return false;
+    }
+    if (moe->rounds_open && !moe->pulled_into) {
+        UTIL_LOG_ERROR("intra moe: dispatch round %d before the rows of the round before were "
+                       "loaded (intra_moe_enqueue_pull_into)", s->round);
+        return false;
+    }
+    return true;
+}
+
 /* A round's place in its step: the first starts at token 0, and its own tokens and its
  * tokens numbered over the step fit the object. */
 static bool moe_round_valid(const intra_moe_t *moe, const intra_moe_step_t *s)
@@ -92,9 +122,7 @@ static bool moe_round_valid(const intra_moe_t *moe, const intra_moe_step_t *s)
                        moe->max_tokens);
         return false;
     }
-    if (moe->args.exact && (s->more_rounds || moe->rounds_open)) {
-        UTIL_LOG_ERROR("intra moe: an object that receives exactly takes a step's dispatch "
-                       "in one round");
+    if (!moe_exact_round_valid(moe, s)) {
         return false;
     }
     if (s->num_own > moe->args.round_tokens) {
@@ -188,6 +216,7 @@ strata_status_t intra_moe_enqueue_dispatch(intra_moe_t *moe, const intra_moe_ste
         moe->captured    = moe->captured || captured;
         moe->rounds_open = s->more_rounds;
         moe->pulled_into = false;
+        moe->combined    = false;
         /* the step goes on even if this rank saw an error */
         moe->state = s->more_rounds ? MOE_EXPECT_DISPATCH : MOE_EXPECT_COMBINE;
     }
@@ -203,6 +232,7 @@ strata_status_t intra_moe_enqueue_sources(intra_moe_t *moe)
     return moe_launch(moe, INTRA_MOE_KERNEL_SOURCES, &moe->args);
 }
 
+/* The load of the round just dispatched (more_rounds and round are that round's). */
 static strata_status_t moe_launch_pull_into(intra_moe_t *moe, void *x, float *x_scales,
                                             intra_moe_source_t *src)
 {
@@ -211,7 +241,6 @@ static strata_status_t moe_launch_pull_into(intra_moe_t *moe, void *x, float *x_
     moe->args.into_x      = x;
     moe->args.into_scales = x_scales;
     moe->args.into_src    = src;
-    moe->args.more_rounds = 0;
     status = moe_launch(moe, INTRA_MOE_KERNEL_PULL_INTO, &moe->args);
     moe->args.into_x      = NULL;
     moe->args.into_scales = NULL;
@@ -229,12 +258,16 @@ strata_status_t intra_moe_enqueue_pull_into(intra_moe_t *moe, void *x, float *x_
         UTIL_LOG_ERROR("intra moe: pull_into needs an object that receives exactly");
         return STRATA_ERR_INVALID;
     }
-    status = moe_check_state(moe, MOE_EXPECT_COMBINE, "pull_into");
+    /* in rounds, after each: the dispatch expects the next round then */
+    status = moe_check_state(moe, moe->rounds_open ? MOE_EXPECT_DISPATCH : MOE_EXPECT_COMBINE,
+                             "pull_into");
     if (status != STRATA_OK) {
         return status;
     }
-    if (moe->pulled_into) {
-        UTIL_LOG_ERROR("intra moe: pull_into twice in one step");
+    if (moe->pulled_into || moe->dispatches == 0) {
+        UTIL_LOG_ERROR("intra moe: pull_into %s", moe->pulled_into
+                                                      ? "twice after one dispatch round"
+                                                      : "before any dispatch");
         return STRATA_ERR_INVALID;
     }
     if (x != NULL && (moe_misaligned(x) || src == NULL ||
@@ -276,7 +309,9 @@ static strata_status_t moe_launch_combine(intra_moe_t *moe, const void *expert_y
     status = moe_launch(moe, INTRA_MOE_KERNEL_COMBINE, &moe->args);
     moe->args.withhold = 0;
     if (moe->state != MOE_FAILED) {
-        moe->state = MOE_EXPECT_DISPATCH;
+        moe->state         = MOE_EXPECT_DISPATCH;
+        moe->combined      = status == STRATA_OK;
+        moe->combine_round = 0;
     }
     return status;
 }
@@ -318,6 +353,27 @@ strata_status_t intra_moe_enqueue_combine(intra_moe_t *moe, const void *expert_y
         return STRATA_ERR_INVALID;
     }
     return moe_launch_combine(moe, expert_y, topk_weights, pull_mask, out, false);
+}
+
+strata_status_t intra_moe_enqueue_combine_round(intra_moe_t *moe, int round)
+{
+    int rounds = moe == NULL ? 0 : moe->args.exact_rounds;
+
+    strata_status_t status;
+
+    if (rounds <= 1 || moe->state != MOE_EXPECT_DISPATCH || !moe->combined ||
+        round != moe->combine_round || moe->args.term_dst_offset < 0) {
+        UTIL_LOG_ERROR("intra moe: combine round %d needs an object that receives exactly in "
+                       "rounds (%d), its term_dst table, its combine or abort before, and "
+                       "the rounds in order (round %d next)", round, rounds,
+                       moe == NULL ? 0 : moe->combine_round);
+        return STRATA_ERR_INVALID;
+    }
+    moe->args.round       = round;
+    moe->args.more_rounds = round + 1 < rounds;
+    status = moe_launch(moe, INTRA_MOE_KERNEL_COMBINE_ROUND, &moe->args);
+    moe->combine_round += status == STRATA_OK ? 1 : 0;
+    return status;
 }
 
 strata_status_t intra_moe_enqueue_abort(intra_moe_t *moe, const void *expert_y,

@@ -160,6 +160,12 @@ static void test_bad_parameters(void **state)
     assert_int_equal(intra_moe_heap_size(&p, 2), 0);
     p = good, p.round_tokens = good.max_tokens + 1;
     assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p = good, p.exact = true, p.exact_rounds = -1;
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p.exact_rounds = good.max_tokens + 1;
+    assert_int_equal(intra_moe_heap_size(&p, 2), 0);
+    p.exact_rounds = 3; /* each round's pull offsets kept: 3 x 9 more words */
+    assert_true(intra_moe_heap_size(&p, 2) > intra_moe_heap_size(&good, 2));
     p = good, p.round_tokens = 4; /* the rows published for Pull: 12 fewer of 256 bytes */
     assert_int_equal(intra_moe_heap_size(&p, 2), intra_moe_heap_size(&good, 2) - 12 * 256);
     p.round_tokens = good.max_tokens; /* the same as 0 */
@@ -352,11 +358,67 @@ static void test_missing_peer_times_out(void **state)
     intra_heap_destroy(heap);
 }
 
+/*
+ * One rank alone, receiving exactly in 2 rounds: each round comes with the step's counts,
+ * the object's number of rounds holds, a later round waits for the round before's load,
+ * and combine rounds need an object made for them, its tables and its combine.
+ */
+static void test_exact_round_order(void **state)
+{
+    /* tokens 0..7 (4 a round), token t to experts 2t % 8 and (2t + 1) % 8: 2 rows each */
+    static const int32_t step_counts[8] = {2, 2, 2, 2, 2, 2, 2, 2};
+    static int64_t aug_entry[16], aug_topk[16 * 2];
+    static int32_t num_tokens = 4;
+    static char entries[64];
+    intra_moe_params_t p = good;
+    intra_heap_t *heap;
+    intra_moe_t *moe, *plain;
+    intra_moe_step_t round = {.x = g_alone.x, .topk_idx = g_alone.idx, .num_own = 4,
+                              .more_rounds = true, .num_tokens_dev = &num_tokens,
+                              .entry_base = entries, .aug_entry = aug_entry,
+                              .aug_topk = aug_topk, .record_bytes = 16};
+
+    (void)state;
+    p.exact        = true;
+    p.exact_rounds = 2;
+    heap = alone_heap(&p, "test-moe-exact-rounds");
+    assert_int_equal(intra_moe_create(&p, heap, &moe), STRATA_OK);
+    assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID); /* no counts */
+    round.step_counts = step_counts;
+    round.more_rounds = false; /* a step of 1 round, not 2 */
+    assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID);
+    round.more_rounds = true;
+    assert_int_equal(intra_moe_enqueue_pull_into(moe, NULL, NULL, NULL), STRATA_ERR_INVALID);
+    assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_OK);
+    round.round    = 1;
+    round.own_base = round.aug_base = 4;
+    round.more_rounds = false;
+    assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID); /* no load */
+    assert_int_equal(intra_moe_enqueue_combine_round(moe, 0), STRATA_ERR_INVALID);
+    assert_int_equal(intra_moe_enqueue_pull_into(moe, NULL, NULL, NULL), STRATA_OK);
+    assert_int_equal(intra_moe_enqueue_pull_into(moe, NULL, NULL, NULL), STRATA_ERR_INVALID);
+    round.more_rounds = true; /* round 1 of 2 is the last */
+    assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID);
+    round.more_rounds = false;
+    assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_OK);
+    assert_int_equal(intra_moe_enqueue_combine_round(moe, 0), STRATA_ERR_INVALID); /* no combine */
+    assert_int_equal(intra_moe_synchronize(moe), STRATA_OK);
+    intra_moe_destroy(moe);
+    intra_heap_destroy(heap);
+    /* an object made for one round a step: no combine rounds */
+    heap = alone_heap(&good, "test-moe-exact-plain");
+    assert_int_equal(intra_moe_create(&good, heap, &plain), STRATA_OK);
+    assert_int_equal(intra_moe_enqueue_combine_round(plain, 0), STRATA_ERR_INVALID);
+    intra_moe_destroy(plain);
+    intra_heap_destroy(heap);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_parameters),
         cmocka_unit_test(test_call_order_and_arguments),
+        cmocka_unit_test(test_exact_round_order),
         cmocka_unit_test(test_missing_peer_times_out),
         cmocka_unit_test(test_two_ranks),
         cmocka_unit_test(test_three_ranks),
