@@ -22,6 +22,21 @@ static strata_status_t sched_check_combine(const sched_moe_t *moe, sched_state_t
     return moe->cur.state == expected ? STRATA_OK : sched_refuse_mid_step(moe, call);
 }
 
+/* The terms of the current round (or of the step in one round) to the other nodes;
+ * receiving exactly in rounds, first the round's terms from the caller's packed outputs
+ * to the places each gathering rank named for them. */
+static strata_status_t sched_return_round(sched_moe_t *moe)
+{
+    strata_status_t status = STRATA_OK;
+
+    if (moe->geo.exact && moe->geo.rounds > 1) {
+        status = intra_moe_enqueue_combine_round(moe->intra, moe->net.args.round);
+    }
+    return status == STRATA_OK
+               ? intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_RETURN, &moe->net.args)
+               : status;
+}
+
 /*
  * This rank's terms, gathered in the node and (without node-reduce) sent to other nodes:
  * its experts' results, expert_y, or none where it is NULL (the step is being aborted:
@@ -32,6 +47,10 @@ static strata_status_t sched_send_terms(sched_moe_t *moe, const void *expert_y)
     uint64_t node_mask[SCHED_MASK_WORDS];
     strata_status_t status;
 
+    status = sched_drop_exact_rows(moe);
+    if (status != STRATA_OK) {
+        return status;
+    }
     moe->cur.expert_y = expert_y;
     moe->cur.mark_ns  = util_clock_now_ns();
     moe->cur.combine_start_ns = moe->cur.mark_ns;
@@ -58,10 +77,7 @@ static strata_status_t sched_send_terms(sched_moe_t *moe, const void *expert_y)
      * the terms leave from there. */
     status = moe->geo.node_reduce
                  ? sched_synchronize(moe, "gathering terms in the node")
-                 : sched_settle(moe, intra_moe_enqueue_net(moe->intra,
-                                                           INTRA_MOE_KERNEL_NET_RETURN,
-                                                           &moe->net.args),
-                                "returning terms to other nodes");
+                 : sched_settle(moe, sched_return_round(moe), "returning terms to other nodes");
     if (status != STRATA_OK) {
         return status;
     }
@@ -111,8 +127,7 @@ static strata_status_t sched_reduce_rounds(sched_moe_t *moe, const float *topk_w
 
         moe->net.args.round = round;
         if (round > 0 || moe->geo.node_reduce) {
-            status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_RETURN,
-                                           &moe->net.args);
+            status = sched_return_round(moe);
         }
         if (status == STRATA_OK) {
             status = intra_moe_enqueue_net(moe->intra, INTRA_MOE_KERNEL_NET_TERMS,

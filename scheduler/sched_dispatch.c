@@ -239,9 +239,18 @@ static strata_status_t sched_dispatch_round(sched_moe_t *moe, int round,
     return status;
 }
 
-/* The streamed exchange: every round through the network and the node, then the sources;
- * nothing waits between rounds but the kernels. */
-static strata_status_t sched_dispatch_streamed(sched_moe_t *moe)
+/* The caller's buffers of the exact receive (x NULL: the rows are dropped). */
+typedef struct sched_into {
+    void                *x;
+    float               *x_scales;
+    intra_moe_source_t  *src;
+} sched_into_t;
+
+/* Rounds [from, to) of a streamed dispatch, through the network and the node; receiving
+ * exactly (into), each round's rows loaded into the caller's buffers after it, before the
+ * next round's sources publish theirs. */
+static strata_status_t sched_dispatch_rounds(sched_moe_t *moe, int from, int to,
+                                             const sched_into_t *into)
 {
     uint64_t node_mask[SCHED_MASK_WORDS];
     intra_moe_step_t whole;
@@ -249,13 +258,35 @@ static strata_status_t sched_dispatch_streamed(sched_moe_t *moe)
 
     sched_node_mask(moe, moe->modes.step_mask, node_mask);
     whole = sched_node_step(moe, node_mask);
-    for (int round = 0; round < moe->geo.rounds && status == STRATA_OK; ++round) {
+    for (int round = from; round < to && status == STRATA_OK; ++round) {
         status = sched_dispatch_round(moe, round, &whole);
+        if (status == STRATA_OK && into != NULL) {
+            status = intra_moe_enqueue_pull_into(moe->intra, into->x, into->x_scales,
+                                                 into->src);
+        }
     }
-    if (status == STRATA_OK) {
+    return status;
+}
+
+/* The streamed exchange: every round through the network and the node, then the sources;
+ * nothing waits between rounds but the kernels. Receiving exactly, the first round alone:
+ * its counts size the caller's buffers, and the later rounds come with their loads
+ * (sched_exact_rounds). */
+static strata_status_t sched_dispatch_streamed(sched_moe_t *moe)
+{
+    strata_status_t status;
+
+    status = sched_dispatch_rounds(moe, 0, moe->geo.exact ? 1 : moe->geo.rounds, NULL);
+    if (status == STRATA_OK && !moe->geo.exact) {
         status = intra_moe_enqueue_sources(moe->intra);
     }
     return sched_settle(moe, status, "dispatching in rounds");
+}
+
+/* Whether the step is received exactly in rounds (its later rounds follow the counts). */
+static bool sched_exact_rounds(const sched_moe_t *moe)
+{
+    return moe->geo.exact && moe->geo.rounds > 1;
 }
 
 /* The exact receive keeps no blocks: its recv has the counts (without a stream) alone. */
@@ -353,13 +384,21 @@ strata_status_t sched_moe_dispatch_recv(sched_moe_t *moe, strata_moe_recv_t *rec
             return sched_fail(moe, status, "publishing the owners' modes");
         }
         sched_modes_decide(moe);
-        if (moe->geo.num_peers > 0 && (status = sched_dispatch_stats(moe)) != STRATA_OK) {
+        /* in rounds, receiving exactly: after its last round (sched_rest_of_rounds) */
+        if (moe->geo.num_peers > 0 && !sched_exact_rounds(moe) &&
+            (status = sched_dispatch_stats(moe)) != STRATA_OK) {
             return sched_fail(moe, status, "reading the step's counts");
         }
     }
     sched_fill_recv(moe);
     moe->stats.dispatch_ns = util_clock_now_ns() - moe->cur.start_ns;
     moe->cur.state = SCHED_STEP_DISPATCHED;
+    /* in rounds, receiving exactly: the counts the first round announced (the sources
+     * kernel writes them after the last round) */
+    if (sched_exact_rounds(moe) && moe->stream == NULL &&
+        (status = sched_moe_dispatch_counts(moe, -1, moe->public_count)) != STRATA_OK) {
+        return sched_fail(moe, status, "reading the step's counts");
+    }
     *recv_p = moe->recv;
     status = moe->cur.status;
     if (status == STRATA_ERR_CAPACITY) {
@@ -404,10 +443,13 @@ static strata_status_t sched_step_rows(sched_moe_t *moe, int64_t *total_p)
     return status;
 }
 
+static strata_status_t sched_rest_of_rounds(sched_moe_t *moe, const sched_into_t *into);
+
 strata_status_t sched_moe_dispatch_recv_into(sched_moe_t *moe, void *x, float *x_scales,
                                              strata_moe_source_t *src, int64_t rows)
 {
     const char *problem;
+    sched_into_t into;
     int64_t total;
     strata_status_t status;
 
@@ -435,12 +477,52 @@ strata_status_t sched_moe_dispatch_recv_into(sched_moe_t *moe, void *x, float *x
                        total, rows, problem);
         return STRATA_ERR_INVALID;
     }
-    status = intra_moe_enqueue_pull_into(moe->intra, total > 0 ? x : NULL,
-                                         total > 0 ? x_scales : NULL, (intra_moe_source_t *)src);
+    into = (sched_into_t){total > 0 ? x : NULL, total > 0 ? x_scales : NULL,
+                          (intra_moe_source_t *)src};
+    status = intra_moe_enqueue_pull_into(moe->intra, into.x, into.x_scales, into.src);
     if (status == STRATA_ERR_INVALID) {
         return status; /* refused before anything started: the call may be made again */
     }
     moe->cur.received_into = status == STRATA_OK;
     moe->cur.into_rows     = status == STRATA_OK ? total : 0;
+    if (status == STRATA_OK && sched_exact_rounds(moe)) {
+        return sched_rest_of_rounds(moe, &into);
+    }
     return sched_settle(moe, status, "receiving the step's rows");
+}
+
+/*
+ * Receiving exactly in rounds, once the first round's rows were loaded (or dropped): the
+ * later rounds, each loaded into the same buffers after it (into NULL: dropped), then the
+ * counts for the API, and (without a stream) the step's statistics.
+ */
+static strata_status_t sched_rest_of_rounds(sched_moe_t *moe, const sched_into_t *into)
+{
+    strata_status_t status = sched_dispatch_rounds(moe, 1, moe->geo.rounds, into);
+
+    if (status == STRATA_OK) {
+        status = intra_moe_enqueue_sources(moe->intra);
+    }
+    status = sched_settle(moe, status, "receiving the step's rows in rounds");
+    if (status == STRATA_OK && moe->stream == NULL && (status = sched_dispatch_stats(moe)) !=
+                                                          STRATA_OK) {
+        return sched_fail(moe, status, "reading the step's counts");
+    }
+    return status;
+}
+
+strata_status_t sched_drop_exact_rows(sched_moe_t *moe)
+{
+    static const sched_into_t none = {NULL, NULL, NULL};
+    strata_status_t status;
+
+    if (!sched_exact_rounds(moe) || moe->cur.received_into) {
+        return STRATA_OK; /* in one round the node's combine drops them itself */
+    }
+    moe->cur.received_into = true;
+    UTIL_LOG_ERROR("moe: step %" PRIu64 " goes on without dispatch_recv_into: this rank's "
+                   "experts drop its rows", moe->cur.step);
+    status = intra_moe_enqueue_pull_into(moe->intra, NULL, NULL, NULL);
+    return status == STRATA_OK ? sched_rest_of_rounds(moe, &none)
+                               : sched_fail(moe, status, "dropping the step's rows");
 }

@@ -87,13 +87,11 @@ bool sched_params_valid(const strata_moe_params_t *p, const sched_moe_world_t *w
 
 strata_status_t sched_receive_supported(const sched_geometry_t *geo)
 {
-    if (!geo->exact || (geo->rounds == 1 && !geo->node_reduce)) {
+    if (!geo->exact || !geo->node_reduce) {
         return STRATA_OK;
     }
-    UTIL_LOG_ERROR("moe: the exact receive takes a step in one round with exact combine: not "
-                   "%s (set STRATA_MOE_EXCHANGE=worst-case and STRATA_MOE_COMBINE=exact, or "
-                   "receive into the experts' blocks)",
-                   geo->rounds > 1 ? "the streamed exchange, in rounds" : "node-reduce combine");
+    UTIL_LOG_ERROR("moe: the exact receive combines exactly, not with node-reduce (set "
+                   "STRATA_MOE_COMBINE=exact, or receive into the experts' blocks)");
     return STRATA_ERR_UNSUPPORTED;
 }
 
@@ -220,14 +218,17 @@ void sched_geometry_window(sched_geometry_t *geo, bool streamed, uint64_t window
     /* a round's areas, two of each buffer a round fills while its peer may read the one
      * before: per peer round one, overflow, staging and the terms returned (at most t a
      * token), with node-reduce the weights sent and received; and the terms returned to
-     * our own tokens (at most topk) */
+     * our own tokens (at most topk). Receiving exactly, one more of the latter: where the
+     * owners write a round's terms of our own tokens (those returned to peers they write
+     * in ret_out; with a bounce buffer in a stage of one round beside the window). */
     uint64_t terms = (uint64_t)UTIL_MIN(geo->topk, geo->route == STRATA_MOE_ROUTE_FLAT
                                                        ? geo->experts_per_rank
                                                        : geo->experts_per_node);
     uint64_t weights = node_reduce ? 4 * (uint64_t)geo->topk * sizeof(float) : 0;
+    uint64_t own = geo->exact ? 3 : 2;
     uint64_t per_token = (uint64_t)geo->num_peers * (4 * geo->entry_bytes +
                                                      2 * terms * geo->y_row_bytes + weights) +
-                         2 * (uint64_t)geo->topk * geo->y_row_bytes;
+                         own * (uint64_t)geo->topk * geo->y_row_bytes;
     uint64_t tokens = per_token > 0 ? window_bytes / per_token : 0;
 
     geo->streamed      = streamed;

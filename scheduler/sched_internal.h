@@ -419,6 +419,14 @@ strata_status_t sched_refuse_mid_step(const sched_moe_t *moe, const char *call);
 /* What a launch returned: OK; INVALID when refused before this rank took part (it may
  * retry); anything else fails the object. */
 strata_status_t sched_launched(sched_moe_t *moe, strata_status_t status, const char *what);
+/* Across nodes, the heap's stage for the terms this rank returns to other nodes, where the
+ * network area is not in the heap (with it, the area's ret_out is the stage); in rounds,
+ * only receiving exactly, one round's (sched_moe.c). 0: none. */
+size_t          sched_stage_bytes(const sched_moe_t *moe, bool area_in_heap);
+/* Receiving exactly in rounds, before combine: a step whose rows the caller did not ask
+ * for (dispatch_recv_into) runs its later rounds now, as the peers wait for them, and
+ * drops its rows (in one round the node's combine drops them itself). */
+strata_status_t sched_drop_exact_rows(sched_moe_t *moe);
 /* A step failed for good: the object can only be destroyed. */
 strata_status_t sched_fail(sched_moe_t *moe, strata_status_t status, const char *what);
 /* An intra-tier step that timed out: PEER_FAILED if the engine sees a dead rank within its

@@ -27,6 +27,7 @@ void sched_intra_params(const sched_moe_t *moe, intra_moe_params_t *ip)
         .failure       = moe->failure_dev,
         .terms_direct  = geo->num_peers > 0, /* the term_dst table says where terms go */
         .exact         = geo->exact,
+        .exact_rounds  = geo->exact && geo->rounds > 1 ? geo->rounds : 0,
     };
 }
 
@@ -68,9 +69,9 @@ strata_status_t sched_memory_of(sched_moe_t *moe, bool area_in_heap, strata_moe_
     sched_memory_net(&moe->net.offsets, m);
     m->expert_rows = intra_moe_expert_bytes(&ip, geo->local_size);
     m->node_rows   = heap - m->expert_rows - (area_in_heap ? net : 0);
-    if (!area_in_heap && geo->num_peers > 0 && geo->rounds == 1) { /* the returned terms'
-                                                                    * stage in the heap */
-        size_t stage = sched_round_up(moe->net.offsets.ret_out_bytes, INTRA_DEVICE_ALIGNMENT);
+    if (sched_stage_bytes(moe, area_in_heap) > 0) { /* the returned terms' stage, in the heap */
+        size_t stage = sched_round_up(sched_stage_bytes(moe, area_in_heap),
+                                      INTRA_DEVICE_ALIGNMENT);
 
         m->node_rows   -= stage;
         m->net_returns += stage;

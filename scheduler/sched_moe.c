@@ -18,16 +18,48 @@ typedef struct sched_heap_part {
     size_t     *offset_p;
 } sched_heap_part_t;
 
-#define SCHED_HEAP_PARTS 5
+#define SCHED_HEAP_PARTS 6
+
+/* Across nodes, where the node's owners write the terms of this rank's own tokens: the
+ * step's in one round; receiving exactly in rounds, a round's (elsewhere in rounds
+ * combine reads the owners' rows where they publish them). 0: none. */
+static size_t sched_own_terms_bytes(const sched_geometry_t *geo)
+{
+    size_t slots = (size_t)geo->topk * geo->y_row_bytes;
+
+    if (geo->num_peers == 0) {
+        return 0;
+    }
+    if (geo->rounds == 1) {
+        return (size_t)geo->max_tokens * slots;
+    }
+    return geo->exact ? (size_t)geo->window_tokens * slots : 0;
+}
+
+size_t sched_stage_bytes(const sched_moe_t *moe, bool area_in_heap)
+{
+    const sched_geometry_t *geo = &moe->geo;
+
+    if (geo->num_peers == 0) {
+        return 0;
+    }
+    if (area_in_heap) {
+        return 0; /* ret_out itself */
+    }
+    if (geo->rounds == 1) {
+        return moe->net.offsets.ret_out_bytes;
+    }
+    return geo->exact ? (size_t)geo->num_peers * moe->net.offsets.ret_out_block : 0;
+}
 
 /* The parts in placing order: origins, term destinations, mode boards, and across nodes
- * the own tokens' terms and the network area (or, with a bounce buffer, the stage of the
- * returned terms), those two terms' parts in one round only. */
+ * the own tokens' terms, the network area and the stage of the terms returned to other
+ * nodes (sched_own_terms_bytes, sched_stage_bytes: each where there is one). */
 static int sched_heap_parts(sched_moe_t *moe, bool area_in_heap, sched_heap_part_t *parts)
 {
     const sched_geometry_t *geo = &moe->geo;
     size_t aug = (size_t)geo->max_aug, topk = (size_t)geo->topk;
-    size_t rows = (size_t)geo->max_tokens * topk * geo->y_row_bytes;
+    size_t own = sched_own_terms_bytes(geo), stage = sched_stage_bytes(moe, area_in_heap);
     int n = 0;
 
     parts[n++] = (sched_heap_part_t){"sched-origin", aug * 2 * sizeof(int32_t),
@@ -36,17 +68,15 @@ static int sched_heap_parts(sched_moe_t *moe, bool area_in_heap, sched_heap_part
                                      &moe->term_dst_offset};
     parts[n++] = (sched_heap_part_t){"sched-modes", 2 * geo->board_bytes,
                                      &moe->modes.board_offset};
-    /* In rounds combine reads the owners' rows where they publish them: no terms of its
-     * own, nor a stage for those it returns. */
-    if (geo->num_peers > 0 && geo->rounds == 1) {
-        parts[n++] = (sched_heap_part_t){"sched-terms", rows, &moe->terms_offset};
+    if (own > 0) {
+        parts[n++] = (sched_heap_part_t){"sched-terms", own, &moe->terms_offset};
     }
     if (geo->num_peers > 0 && area_in_heap) {
         parts[n++] = (sched_heap_part_t){"sched-net", moe->net.offsets.total,
                                          &moe->net.area_heap};
-    } else if (geo->num_peers > 0 && geo->rounds == 1) {
-        parts[n++] = (sched_heap_part_t){"sched-stage", moe->net.offsets.ret_out_bytes,
-                                         &moe->stage_offset};
+    }
+    if (stage > 0) {
+        parts[n++] = (sched_heap_part_t){"sched-stage", stage, &moe->stage_offset};
     }
     return n;
 }

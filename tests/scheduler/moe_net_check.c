@@ -479,6 +479,8 @@ int main(int argc, char **argv)
     }
     r.moe = objects[0];
     CHECK(g_counts_first < 0 || o.streams, "--counts-first needs --streams");
+    CHECK(!o.exact || !g_expert_wait, "--expert-wait copies the experts' blocks, which an "
+          "object of --exact has none of");
     if (o.streams) {
         stream_run_start(&sr, comm, &r);
     }
@@ -585,7 +587,10 @@ int main(int argc, char **argv)
         }
         char streamed[128] = "";
 
-        if (o.exact) {
+        if (o.exact && stats.exchange == STRATA_MOE_EXCHANGE_STREAMED) {
+            snprintf(streamed, sizeof(streamed), ", exact receive, streamed exchange in %d "
+                     "rounds", stats.exchange_rounds);
+        } else if (o.exact) {
             snprintf(streamed, sizeof(streamed), ", exact receive");
         } else if (stats.exchange == STRATA_MOE_EXCHANGE_STREAMED) {
             snprintf(streamed, sizeof(streamed), ", streamed exchange in %d rounds, capacity "

@@ -77,12 +77,29 @@ typedef struct rank_state {
     bool              exact; /* --exact: the object receives exactly (dispatch_recv_into) */
 } rank_state_t;
 
+/** The most local experts the counts' checks take. */
+#define MAX_LOCAL_EXPERTS 256
+
+/*
+ * --exact: the step's rows as dispatch_recv_into delivers them, packed. To check them as
+ * any other dispatch's, they are laid out in blocks of the largest count (recv becomes that
+ * view); the outputs check_dispatch writes there go back packed the same way, for combine.
+ */
+typedef struct exact_step {
+    int32_t             counts[MAX_LOCAL_EXPERTS];
+    int64_t             rows, widest;
+    unsigned char      *x, *y, *block_x, *block_y;
+    float              *scales, *block_scales;
+    strata_moe_source_t *src, *block_src;
+} exact_step_t;
+
 /* --streams: the two streams, the buffers of the steps on each, and the step whose combine
  * is still to be checked (-1: none). */
 typedef struct stream_run {
     strata_comm_t *comm;
     void          *streams[2];
     rank_state_t   states[2];
+    exact_step_t   exact[2]; /* --exact: each state's buffers, until its next step */
     int            pending;
 } stream_run_t;
 
@@ -130,8 +147,6 @@ bool withheld(const rank_state_t *r, int64_t e);
 void make_inputs(rank_state_t *r);
 /** Every row this rank's experts received is the reference's, each seen once. */
 void check_dispatch(rank_state_t *r, const strata_moe_recv_t *recv);
-/** The most local experts the counts' checks take. */
-#define MAX_LOCAL_EXPERTS 256
 /** The step's counts (strata_moe_dispatch_counts) are the rows every rank routed to each
  *  local expert, before the capacity: at least what was delivered. */
 void check_counts(const rank_state_t *r, const strata_moe_recv_t *recv,

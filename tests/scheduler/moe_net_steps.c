@@ -79,18 +79,6 @@ static void check_expert_copies(const strata_moe_recv_t *recv, expert_copies_t *
     copies->x    = NULL;
 }
 
-/*
- * --exact: the step's rows as dispatch_recv_into delivers them, packed. To check them as
- * any other dispatch's, they are laid out in blocks of the largest count (recv becomes that
- * view); the outputs check_dispatch writes there go back packed the same way, for combine.
- */
-typedef struct exact_step {
-    int32_t             counts[MAX_LOCAL_EXPERTS];
-    int64_t             rows, widest;
-    unsigned char      *x, *y, *block_x, *block_y;
-    float              *scales, *block_scales;
-    strata_moe_source_t *src, *block_src;
-} exact_step_t;
 
 static void *exact_alloc(int64_t rows, size_t bytes)
 {
@@ -100,10 +88,11 @@ static void *exact_alloc(int64_t rows, size_t bytes)
     return p;
 }
 
+/* The counts; buffers of their size; the rows asked for (on a stream, still moving when
+ * this returns), with the refusals around that call checked. */
 static strata_status_t receive_exact(rank_state_t *r, strata_moe_recv_t *recv, exact_step_t *x)
 {
-    size_t scale_bytes = r->scales * sizeof(float), stride = (scale_bytes + 15) / 16 * 16;
-    int64_t at = 0;
+    size_t scale_bytes = r->scales * sizeof(float);
     strata_status_t status;
 
     memset(x, 0, sizeof(*x));
@@ -113,7 +102,6 @@ static strata_status_t receive_exact(rank_state_t *r, strata_moe_recv_t *recv, e
     if (status != STRATA_OK) {
         return status;
     }
-    check_counts(r, recv, x->counts);
     for (int e = 0; e < recv->num_local_experts; ++e) {
         x->rows  += x->counts[e];
         x->widest = UTIL_MAX(x->widest, x->counts[e]);
@@ -133,6 +121,16 @@ static strata_status_t receive_exact(rank_state_t *r, strata_moe_recv_t *recv, e
               STRATA_ERR_INVALID, "a second dispatch_recv_into in one step must be refused");
     CHECK(x->rows == 0 || strata_moe_combine_send(r->moe, NULL) == STRATA_ERR_INVALID,
           "combine_send without the outputs of %" PRId64 " rows must be refused", x->rows);
+    return STRATA_OK;
+}
+
+/* Once the rows are in (on a stream: after it was waited for), recv becomes the view of
+ * them in blocks. */
+static void exact_blocks(const rank_state_t *r, strata_moe_recv_t *recv, exact_step_t *x)
+{
+    size_t scale_bytes = r->scales * sizeof(float), stride = (scale_bytes + 15) / 16 * 16;
+    int64_t at = 0;
+
     x->block_x   = exact_alloc(x->widest * recv->num_local_experts, r->row_bytes);
     x->block_y   = exact_alloc(x->widest * recv->num_local_experts, r->y_row_bytes);
     x->block_src = exact_alloc(x->widest * recv->num_local_experts, sizeof(strata_moe_source_t));
@@ -157,7 +155,6 @@ static strata_status_t receive_exact(rank_state_t *r, strata_moe_recv_t *recv, e
     recv->scale_stride = stride;
     recv->src          = x->block_src;
     recv->expert_y     = x->block_y;
-    return STRATA_OK;
 }
 
 /* The outputs check_dispatch wrote in blocks, packed as the rows came. */
@@ -184,6 +181,7 @@ static void free_exact(exact_step_t *x)
     free(x->block_y);
     free(x->block_scales);
     free(x->block_src);
+    memset(x, 0, sizeof(*x));
 }
 
 /* --abort: this rank ends the step where it was told to, with strata_moe_abort_step; the
@@ -203,6 +201,8 @@ static strata_status_t run_aborted_step(rank_state_t *r)
     if (status == STRATA_OK && g_abort_at == ABORT_COMBINED && r->exact) {
         status = receive_exact(r, &recv, &exact);
         if (status == STRATA_OK) {
+            check_counts(r, &recv, exact.counts); /* recv.count: the dispatch's, no stream */
+            exact_blocks(r, &recv, &exact);
             check_dispatch(r, &recv);
             pack_outputs(r, &recv, &exact);
             status = strata_moe_combine_send(r->moe, exact.y);
@@ -279,6 +279,8 @@ strata_status_t run_step(rank_state_t *r, int kill, bool disagree)
     if (status == expect && r->exact) {
         status = receive_exact(r, &recv, &exact);
         if (status == STRATA_OK) {
+            check_counts(r, &recv, exact.counts); /* recv.count: the dispatch's, no stream */
+            exact_blocks(r, &recv, &exact);
             check_dispatch(r, &recv);
             pack_outputs(r, &recv, &exact);
             status = strata_moe_combine_send(r->moe, exact.y); /* read until combine_recv */
@@ -337,6 +339,7 @@ static rank_state_t *stream_step_begin(stream_run_t *sr, int *n, const void **x)
 
     strata_moe_layout_destroy(r->layout);
     r->layout = NULL;
+    free_exact(&sr->exact[g_step % 2]); /* its combine read them: checked since */
     CHECK(strata_moe_set_stream(r->moe, sr->streams[g_step % 2]) == STRATA_OK, "set_stream");
     if (r->masks == MASKS_BY_STEP) {
         gen_mask(r->c, g_step, 0, dmask);
@@ -405,6 +408,7 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
     const void *x;
     int n;
     rank_state_t *r = stream_step_begin(sr, &n, &x);
+    exact_step_t *exact = &sr->exact[g_step % 2];
 
     if (kill) {
         raise(kill);
@@ -430,6 +434,9 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
     if (status == STRATA_OK && g_step % 2 == 1) {
         counts_seen(); /* the counts are checked below, once the rows are in */
     }
+    if (status == STRATA_OK && r->exact) { /* the loads (and later rounds) enqueued */
+        status = receive_exact(r, &recv, exact);
+    }
     if (status == STRATA_OK && g_expert_wait) {
         status = copy_experts(r, &recv, &copies);
     }
@@ -445,9 +452,15 @@ strata_status_t run_stream_step(stream_run_t *sr, int kill)
     if (g_expert_wait) {
         check_expert_copies(&recv, &copies);
     }
+    if (r->exact) {
+        exact_blocks(r, &recv, exact);
+    }
     check_counts(r, &recv, counts);
     check_dispatch(r, &recv);
-    status = strata_moe_combine_send(r->moe, NULL);
+    if (r->exact) { /* the outputs stay until this state's next step: its combine reads them */
+        pack_outputs(r, &recv, exact);
+    }
+    status = strata_moe_combine_send(r->moe, r->exact ? exact->y : NULL);
     if (status == STRATA_OK) {
         status = strata_moe_combine_recv(r->moe, r->weights, r->out);
     }
@@ -556,6 +569,7 @@ void stream_run_free(stream_run_t *sr)
 {
     for (int i = 0; i < 2; ++i) {
         strata_comm_stream_destroy(sr->comm, sr->streams[i]);
+        free_exact(&sr->exact[i]);
     }
     free_state(&sr->states[1]);
 }

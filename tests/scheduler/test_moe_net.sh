@@ -241,7 +241,11 @@ case_run "streamed: 2x2 hierarchical, streams, rank 1's combine past its node's 
 # The exact receive: every row delivered, packed, into buffers sized from the step's
 # counts, none dropped whatever the load (every token to one expert), on one node and across
 # nodes on both routes, every dtype; an abort and a refused input on one rank; a rank killed
-# mid-step; refused with the streamed exchange in rounds and with node-reduce.
+# mid-step; on streams (the host waits for the counts, not for the rows); refused with
+# node-reduce. With the streamed exchange in rounds (windows of one or a few tokens here:
+# 8 to 48 rounds a step) each round's rows are loaded after it and each round's terms
+# returned in its own combine round: the same checks on both routes, on streams, with a
+# bounce buffer, an abort at each point, a rank killed mid-step.
 ex='exact receive'
 case_run "exact receive: 1x4, bf16" 4 "$ex" -- $calm -- -n 4 --nodes 1 -- --steps $(steps 40) --exact 1
 case_run "exact receive: 1x4, fp8 -> bf16, every token to expert 3, 3 blocks" 4 "$ex" -- $calm STRATA_INTRA_BLOCKS=3 -- -n 4 --nodes 1 -- --steps $(steps 20) --exact 1 --overflow 3 --tokens 64 --dtype fp8 --hidden 256
@@ -256,7 +260,16 @@ case_run "exact receive: 3x2 hierarchical, fp8 -> bf16, 24 experts, topk 6" 6 "$
 case_run "exact receive: 2x2 hierarchical, rank 1 aborts its step after dispatch_recv" 4 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --exact 1 --abort 1:dispatched
 case_run "exact receive: 2x2 hierarchical, rank 0 passes no x" 4 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --exact 1 --bad-input 0:null-x
 case_run "exact receive: 2x2 hierarchical, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --exact 1 --kill 3 --kill-bound-ms 12000
-case_run "exact receive: 2x2 streamed in rounds, refused" 4 "creation refused" -- $calm STRATA_MOE_EXCHANGE=streamed STRATA_MOE_WINDOW_BYTES=8k -- -n 4 --nodes 2 -- --exact 1 --refused "not supported"
+exr="exact receive, streamed exchange in"
+case_run "exact receive, streamed: 2x2 hierarchical, 24 rounds" 4 "$exr 24 rounds" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1
+case_run "exact receive, streamed: 2x2 flat, all tokens to expert 12" 4 "$exr" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --overflow 12 --tokens 48
+case_run "exact receive, streamed: 3x2 hierarchical, fp8 -> bf16, 24 experts, topk 6" 6 "$exr" -- $calm $st STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 12) --exact 1 --dtype fp8 --hidden 256 --experts 24 --topk 6
+case_run "exact receive: 2x2 hierarchical, streams" 4 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --streams 1
+case_run "exact receive, streamed: 2x2 hierarchical, streams" 4 "$exr 24 rounds" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --streams 1
+case_run "exact receive, streamed: 2x2 flat, bounce buffer" 4 "$exr" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1
+case_run "exact receive, streamed: 2x2 hierarchical, rank 1 aborts after dispatch_recv" 4 "$exr" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --exact 1 --abort 1:dispatched
+case_run "exact receive, streamed: 2x2 flat, rank 2 aborts after combine_send" 4 "$exr" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps 12 --exact 1 --abort 2:combined
+case_run "exact receive, streamed: 2x2 hierarchical, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --exact 1 --kill 3 --kill-bound-ms 12000
 case_run "exact receive: 2x2 hierarchical node-reduce, refused" 4 "creation refused" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --exact 1 --refused "not supported"
 
 # Over the UCX transport (where built): tcp between the simulated nodes, as real nodes would

@@ -95,14 +95,19 @@ out=$(STRATA_MOE_WINDOW_BYTES=3200 "$info" "${mem[@]}" --exchange streamed --com
 grep -q 'combine node-reduce, exchange streamed$' <<<"$(head -1 <<<"$out")" &&
     grep -q '^  net staging *512 bytes' <<<"$out" || fail "node-reduce's window of 1 token: $out"
 # --receive exact: no blocks of capacity rows, one row each (each array of 2 still rounded
-# up to 256 bytes: 768), named in the first line; refused with the streamed exchange in
-# rounds across nodes, with the reason.
+# up to 256 bytes: 768), named in the first line; the same with the streamed exchange in
+# rounds across nodes, whose own rows' terms and stage of returned terms hold one round's
+# (the network's returns then include the stage: more than the area's 2 x 1024 + drops).
 out=$("$info" "${mem[@]}" --receive exact) || fail "--receive exact exited $?"
 grep -q 'receive exact$' <<<"$(head -1 <<<"$out")" && grep -q '^  expert rows *768 bytes' <<<"$out" ||
     fail "the exact receive's one row per expert: $out"
-cli_run env STRATA_MOE_WINDOW_BYTES=3200 "$info" "${mem[@]}" --receive exact --exchange streamed
-[ $? -eq 1 ] && grep -q 'the exact receive takes a step in one round' "$cli_err" ||
-    { cli_show "the exact receive in rounds: expected exit 1 and the reason"; fail "refusal"; }
+out=$(STRATA_MOE_WINDOW_BYTES=3200 "$info" "${mem[@]}" --receive exact --exchange streamed) ||
+    fail "--receive exact --exchange streamed exited $?"
+grep -q 'exchange streamed, receive exact$' <<<"$(head -1 <<<"$out")" &&
+    grep -q '^  expert rows *768 bytes' <<<"$out" || fail "the exact receive in rounds: $out"
+cli_run "$info" "${mem[@]}" --receive exact --combine node-reduce
+[ $? -eq 1 ] && grep -q 'the exact receive combines exactly, not with node-reduce' "$cli_err" ||
+    { cli_show "the exact receive with node-reduce: expected exit 1 and the reason"; fail "refusal"; }
 # --capacity-factor F: F x an expert's mean load (8 x 2 / 8 x 4 = 8 rows), as --capacity
 # would give it, named in the first line; with --capacity, a usage error.
 out=$("$info" "${mem[@]/#16/0}" --capacity-factor 2) || fail "--capacity-factor exited $?"

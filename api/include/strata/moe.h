@@ -93,8 +93,8 @@ typedef enum strata_moe_receive {
     STRATA_MOE_RECEIVE_BLOCKS  = 1,
     /** every row, none dropped, packed into buffers the caller sizes from the step's counts
      *  (strata_moe_dispatch_counts, strata_moe_dispatch_recv_into); no capacity applies and
-     *  the object holds no experts' blocks. Across nodes on the worst-case exchange with
-     *  exact combine only in this version (creation: STRATA_ERR_UNSUPPORTED otherwise). */
+     *  the object holds no experts' blocks. Across nodes with exact combine only
+     *  (node-reduce: creation returns STRATA_ERR_UNSUPPORTED). */
     STRATA_MOE_RECEIVE_EXACT   = 2,
 } strata_moe_receive_t;
 
@@ -388,7 +388,8 @@ STRATA_API strata_status_t strata_moe_dispatch_counts(strata_moe_t *moe, int64_t
  * backend), packed: local expert e's rows start at the sum of counts[0..e-1] of
  * strata_moe_dispatch_counts, the rows of each expert by the rank of this node that holds
  * them (its own tokens, then those it received from other nodes; src names each row's
- * source). rows: how many the
+ * source); with the streamed exchange in rounds, by round first: this call then runs the
+ * step's rounds after its first, each loaded after it. rows: how many the
  * buffers hold, at least the counts' sum. The call waits for the counts (on GPUs the host
  * waits here, as with strata_moe_dispatch_counts) and, without a stream, for the rows;
  * with one it returns once the loads are enqueued, and strata_moe_expert_wait (after this
