@@ -92,10 +92,9 @@ void moe_measure_variants(bench_intra_t *b, strata_comm_t *comm,
         objs[i].route    = STRATA_MOE_ROUTE_HIERARCHICAL;
         objs[i].combine  = c->kind == MOE_VARIANT_COMBINE ? (strata_moe_combine_t)c->modes[i]
                                                           : STRATA_MOE_COMBINE_EXACT;
-        objs[i].exchange = c->kind == MOE_VARIANT_EXCHANGE
-                               ? (strata_moe_exchange_t)c->modes[i]
-                               : c->kind == MOE_VARIANT_RECEIVE ? STRATA_MOE_EXCHANGE_WORST_CASE
-                                                                : STRATA_MOE_EXCHANGE_DEFAULT;
+        /* --receive: on the exchange STRATA_MOE_EXCHANGE names (worst-case by default) */
+        objs[i].exchange = c->kind == MOE_VARIANT_EXCHANGE ? (strata_moe_exchange_t)c->modes[i]
+                                                           : STRATA_MOE_EXCHANGE_DEFAULT;
         objs[i].receive  = c->kind == MOE_VARIANT_RECEIVE ? (strata_moe_receive_t)c->modes[i]
                                                           : STRATA_MOE_RECEIVE_DEFAULT;
         moe_route_open(b, comm, &objs[i]);

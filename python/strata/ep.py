@@ -385,11 +385,11 @@ class Buffer:
             # every row delivered, as DeepEP's buffers do: normal mode receives exactly (no
             # capacity, rows packed into buffers of the step's size), low-latency mode into
             # per-expert blocks of the most an expert can receive. The exact receive needs
-            # the worst-case exchange and exact combine across nodes: named here, so that
-            # STRATA_MOE_EXCHANGE and STRATA_MOE_COMBINE, which choose for objects that
-            # leave them to the library, do not make these fail.
-            exact = dict(receive=t.Receive.EXACT, exchange=t.Exchange.WORST_CASE,
-                         combine=t.Combine.EXACT)
+            # exact combine across nodes: named here, so that STRATA_MOE_COMBINE, which
+            # chooses for objects that leave it to the library, does not make these fail.
+            # The exchange is the library's (STRATA_MOE_EXCHANGE: streamed keeps prefill's
+            # buffers to its window across many nodes).
+            exact = dict(receive=t.Receive.EXACT, combine=t.Combine.EXACT)
             if with_weights:
                 rows = dict(dtype="fp8_e4m3", combine_dtype="bf16") if dtype == _FP8 \
                     else dict(dtype=dtype)

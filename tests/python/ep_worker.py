@@ -465,17 +465,22 @@ def megatron_buffer(group, hidden_bytes):
 
 
 def check_across_nodes(rank, world):
-    """Each rank a node of its own, with the variables that choose the exchange and the
-    combine for objects that leave them to the library set to what the exact receive
-    cannot take across nodes (the streamed exchange in rounds of a few tokens, node-reduce
-    on the hierarchical route it needs): normal mode's objects name their own and are
-    exact."""
+    """Each rank a node of its own, with the streamed exchange in rounds of a few tokens
+    and node-reduce (on the hierarchical route it needs) for objects that leave the combine
+    to the library: normal mode's objects name exact combine, which the exact receive needs,
+    take the streamed exchange in rounds, and are exact."""
     os.environ.update(STRATA_NODE_NAME=f"ep-node-{rank}", STRATA_MOE_EXCHANGE="streamed",
                       STRATA_MOE_WINDOW_BYTES="4k", STRATA_MOE_COMBINE="node-reduce",
                       STRATA_MOE_ROUTE="hierarchical")
     buffer = strata.ep.Buffer(dist.group.WORLD, max_tokens=TOKENS)
     check(buffer.comm.num_nodes == world, f"{buffer.comm.num_nodes} nodes, not {world}")
     check_normal(buffer, rank, world)
+    for moe, weights in buffer._objects.values():
+        stats = moe.stats()
+        check(weights is None or (stats.exchange is strata.Exchange.STREAMED
+                                  and stats.exchange_rounds > 1),
+              f"normal mode across nodes: exchange {stats.exchange}, "
+              f"{stats.exchange_rounds} rounds")
     check_megatron_backward(buffer, rank, world)
     check_fp8(buffer, rank, world)
     check_num_worst_tokens(buffer, rank, world)
