@@ -443,11 +443,13 @@ static strata_status_t sched_step_rows(sched_moe_t *moe, int64_t *total_p)
     return status;
 }
 
-static strata_status_t sched_rest_of_rounds(sched_moe_t *moe, const sched_into_t *into);
+static strata_status_t sched_rest_of_rounds(sched_moe_t *moe, const sched_into_t *into,
+                                            uint64_t start_ns);
 
 strata_status_t sched_moe_dispatch_recv_into(sched_moe_t *moe, void *x, float *x_scales,
                                              strata_moe_source_t *src, int64_t rows)
 {
+    uint64_t start_ns = util_clock_now_ns();
     const char *problem;
     sched_into_t into;
     int64_t total;
@@ -486,7 +488,7 @@ strata_status_t sched_moe_dispatch_recv_into(sched_moe_t *moe, void *x, float *x
     moe->cur.received_into = status == STRATA_OK;
     moe->cur.into_rows     = status == STRATA_OK ? total : 0;
     if (status == STRATA_OK && sched_exact_rounds(moe)) {
-        return sched_rest_of_rounds(moe, &into);
+        return sched_rest_of_rounds(moe, &into, start_ns);
     }
     return sched_settle(moe, status, "receiving the step's rows");
 }
@@ -494,18 +496,25 @@ strata_status_t sched_moe_dispatch_recv_into(sched_moe_t *moe, void *x, float *x
 /*
  * Receiving exactly in rounds, once the first round's rows were loaded (or dropped): the
  * later rounds, each loaded into the same buffers after it (into NULL: dropped), then the
- * counts for the API, and (without a stream) the step's statistics.
+ * counts for the API, and (where dispatch_recv would) the step's statistics. The time
+ * from start_ns counts in the dispatch's, as the network's wait (the rounds interleave
+ * the two phases, as in dispatch_recv).
  */
-static strata_status_t sched_rest_of_rounds(sched_moe_t *moe, const sched_into_t *into)
+static strata_status_t sched_rest_of_rounds(sched_moe_t *moe, const sched_into_t *into,
+                                            uint64_t start_ns)
 {
     strata_status_t status = sched_dispatch_rounds(moe, 1, moe->geo.rounds, into);
+    uint64_t spent_ns;
 
     if (status == STRATA_OK) {
         status = intra_moe_enqueue_sources(moe->intra);
     }
-    status = sched_settle(moe, status, "receiving the step's rows in rounds");
-    if (status == STRATA_OK && moe->stream == NULL && (status = sched_dispatch_stats(moe)) !=
-                                                          STRATA_OK) {
+    status   = sched_settle(moe, status, "receiving the step's rows in rounds");
+    spent_ns = util_clock_now_ns() - start_ns;
+    moe->stats.dispatch_ns += spent_ns;
+    moe->stats.phase_ns[STRATA_MOE_PHASE_DISPATCH_WAIT] += spent_ns;
+    if (status == STRATA_OK && (moe->stream == NULL || moe->modes.decider != NULL) &&
+        (status = sched_dispatch_stats(moe)) != STRATA_OK) {
         return sched_fail(moe, status, "reading the step's counts");
     }
     return status;
@@ -523,6 +532,6 @@ strata_status_t sched_drop_exact_rows(sched_moe_t *moe)
     UTIL_LOG_ERROR("moe: step %" PRIu64 " goes on without dispatch_recv_into: this rank's "
                    "experts drop its rows", moe->cur.step);
     status = intra_moe_enqueue_pull_into(moe->intra, NULL, NULL, NULL);
-    return status == STRATA_OK ? sched_rest_of_rounds(moe, &none)
+    return status == STRATA_OK ? sched_rest_of_rounds(moe, &none, util_clock_now_ns())
                                : sched_fail(moe, status, "dropping the step's rows");
 }

@@ -452,7 +452,7 @@ KERNEL_FN void moe_push_round(const intra_moe_args_t *a, kernel_grid_t g)
  * (ready: each rank's round_ready, its places free for the round's terms; else this
  * rank's round_flag of each owner, its terms written here). Where one never does, this
  * rank's combine of the step gives up (combine_failed_step), as its combine's waits do:
- * what it returns lacks the terms. */
+ * what it returns lacks the terms. A rank that gave up in the step waits for none. */
 KERNEL_FN int moe_wait_round(const intra_moe_args_t *a, int ready, uint64_t ordinal,
                              uint64_t step, kernel_grid_t g)
 {
@@ -462,7 +462,7 @@ KERNEL_FN int moe_wait_round(const intra_moe_args_t *a, int ready, uint64_t ordi
     if (KERNEL_LEADER(g)) {
         uint64_t start = kernel_timer();
 
-        ok = 1;
+        ok = kernel_load_relaxed_u64(&control->combine_failed_step) != step;
         for (int r = 0; r < a->num_ranks && ok; ++r) {
             const uint64_t *word = ready ? &moe_control(a, r)->round_ready
                                          : &control->round_flag[r];
@@ -494,8 +494,6 @@ KERNEL_FN void intra_moe_combine_round_body(const intra_moe_args_t *a, kernel_gr
     intra_moe_control_t *control = moe_control(a, a->rank);
     uint64_t step = moe_step(a, 0, g), ordinal = moe_next_ordinal(&control->combine_rounds, g);
     int withhold = kernel_load_relaxed_u64(&control->withheld) == step;
-    /* an earlier round (or the combine) of the step gave up here: no more waits */
-    int gave_up = kernel_load_relaxed_u64(&control->combine_failed_step) == step;
 
     if (moe_net_failed(a)) {
         return;
@@ -503,7 +501,7 @@ KERNEL_FN void intra_moe_combine_round_body(const intra_moe_args_t *a, kernel_gr
     if (g.block == 0 && KERNEL_LEADER(g)) {
         kernel_store_release_u64(&control->round_ready, ordinal);
     }
-    if (!gave_up && moe_wait_round(a, 1, ordinal, step, g) && !withhold) {
+    if (moe_wait_round(a, 1, ordinal, step, g) && !withhold) {
         moe_push_round(a, g);
     }
     if (moe_last_block(&control->round_push_done, ordinal, g)) {
@@ -520,9 +518,7 @@ KERNEL_FN void intra_moe_combine_round_body(const intra_moe_args_t *a, kernel_gr
             }
         }
     }
-    if (!gave_up) {
-        moe_wait_round(a, 0, ordinal, step, g);
-    }
+    moe_wait_round(a, 0, ordinal, step, g);
 }
 
 /*

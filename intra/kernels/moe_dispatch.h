@@ -593,18 +593,16 @@ KERNEL_FN int moe_step_rows(const intra_moe_args_t *a, int local)
 
 /* Owner role, exact receive in rounds, one thread: a row past those the step's first
  * round announced for its expert (a source sent other rows than it counted) has no place
- * in the caller's buffers: it is dropped, and the step fails as the last round's check
- * would fail it (moe_check_announced). */
+ * in the caller's buffers: it is dropped. The last round's check of the counts fails the
+ * step (moe_check_announced: the rows sent over the step exceed the announced ones). */
 KERNEL_FN void moe_pull_into_excess(const intra_moe_args_t *a, int source, int local,
-                                    int index, int row)
+                                    int index)
 {
     int expert = a->rank * a->experts_per_rank + local;
     int32_t entry = MOE_AT(a, source, pull_entry, int32_t)
                         [MOE_AT(a, source, pull_offset, int32_t)[expert] + index];
 
     MOE_AT(a, source, row_slot, int32_t)[entry] = -1;
-    moe_report(&moe_control(a, a->rank)->dispatch_status, INTRA_MOE_KERNEL_COUNTS, local,
-               moe_step_rows(a, local), -1, (int64_t)row + 1);
 }
 
 /*
@@ -666,7 +664,7 @@ KERNEL_FN void intra_moe_pull_into_body(const intra_moe_args_t *a, kernel_grid_t
                     moe_pull_into_row(a, source, base, local, i, offset + row + i, row + i,
                                       step, g);
                 } else if (KERNEL_LEADER(g)) {
-                    moe_pull_into_excess(a, source, local, i, row + i);
+                    moe_pull_into_excess(a, source, local, i);
                 }
             }
             row  += n;

@@ -480,8 +480,15 @@ strata_status_t run_late_combine_step(stream_run_t *sr, unsigned late_ms)
     const void *x;
     int n;
     rank_state_t *r = stream_step_begin(sr, &n, &x);
+    exact_step_t *exact = &sr->exact[g_step % 2];
 
     status = strata_moe_dispatch(r->moe, x, r->scales ? r->x_scales : NULL, r->idx, n, &recv);
+    if (status == STRATA_OK && r->exact) { /* receive_exact reads the counts without a wait */
+        status = strata_moe_dispatch_counts(r->moe, -1, exact->counts);
+    }
+    if (status == STRATA_OK && r->exact) {
+        status = receive_exact(r, &recv, exact);
+    }
     if (status == STRATA_OK) {
         status = strata_moe_synchronize(r->moe);
     }
@@ -489,9 +496,15 @@ strata_status_t run_late_combine_step(stream_run_t *sr, unsigned late_ms)
         return status;
     }
     check_pending(sr);
+    if (r->exact) {
+        exact_blocks(r, &recv, exact);
+    }
     check_dispatch(r, &recv);
+    if (r->exact) {
+        pack_outputs(r, &recv, exact);
+    }
     util_sleep_ns((uint64_t)late_ms * UTIL_NSEC_PER_MSEC); /* the others' combines wait */
-    status = strata_moe_combine_send(r->moe, NULL);
+    status = strata_moe_combine_send(r->moe, r->exact ? exact->y : NULL);
     if (status == STRATA_OK) {
         status = strata_moe_combine_recv(r->moe, r->weights, r->out);
     }

@@ -389,7 +389,9 @@ STRATA_API strata_status_t strata_moe_dispatch_counts(strata_moe_t *moe, int64_t
  * strata_moe_dispatch_counts, the rows of each expert by the rank of this node that holds
  * them (its own tokens, then those it received from other nodes; src names each row's
  * source); with the streamed exchange in rounds, by round first: this call then runs the
- * step's rounds after its first, each loaded after it. rows: how many the
+ * step's rounds after its first, each loaded after it, so the other ranks wait for it (the
+ * time between dispatch_recv and this call counts against their STRATA_MOE_TIMEOUT and
+ * the peer timeout). rows: how many the
  * buffers hold, at least the counts' sum. The call waits for the counts (on GPUs the host
  * waits here, as with strata_moe_dispatch_counts) and, without a stream, for the rows;
  * with one it returns once the loads are enqueued, and strata_moe_expert_wait (after this
