@@ -270,10 +270,11 @@ strata_status_t intra_moe_enqueue_pull_into(intra_moe_t *moe, void *x, float *x_
                                                       : "before any dispatch");
         return STRATA_ERR_INVALID;
     }
-    if (x != NULL && (moe_misaligned(x) || src == NULL ||
+    if (x != NULL && (moe_misaligned(x) || src == NULL || moe->args.origin_offset < 0 ||
                       (moe->args.scale_count > 0) != (x_scales != NULL))) {
-        UTIL_LOG_ERROR("intra moe: pull_into needs x 16-byte aligned, src, and x_scales for "
-                       "fp8 tokens only");
+        UTIL_LOG_ERROR("intra moe: pull_into needs x 16-byte aligned, src, x_scales for fp8 "
+                       "tokens only, and the origins table (intra_moe_set_tables) that src "
+                       "is read from");
         return STRATA_ERR_INVALID;
     }
     return moe_launch_pull_into(moe, x, x_scales, src);

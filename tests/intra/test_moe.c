@@ -395,6 +395,10 @@ static void test_exact_round_order(void **state)
     round.more_rounds = false;
     assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID); /* no load */
     assert_int_equal(intra_moe_enqueue_combine_round(moe, 0), STRATA_ERR_INVALID);
+    /* rows into buffers need the origins the sources are read from: no tables here */
+    assert_int_equal(intra_moe_enqueue_pull_into(moe, g_alone.out, NULL,
+                                                 (intra_moe_source_t *)g_alone.w),
+                     STRATA_ERR_INVALID);
     assert_int_equal(intra_moe_enqueue_pull_into(moe, NULL, NULL, NULL), STRATA_OK);
     assert_int_equal(intra_moe_enqueue_pull_into(moe, NULL, NULL, NULL), STRATA_ERR_INVALID);
     round.more_rounds = true; /* round 1 of 2 is the last */
@@ -413,12 +417,77 @@ static void test_exact_round_order(void **state)
     intra_heap_destroy(heap);
 }
 
+/*
+ * One rank alone, receiving exactly in 2 rounds, whose step counts announce one row per
+ * expert where each gets two (one a round): the caller's buffers hold the announced 8
+ * rows; the second round's rows have no place and are dropped, nothing is written past
+ * the buffers, and the step fails (the last round's check of the counts).
+ */
+static void test_exact_rounds_past_the_counts(void **state)
+{
+    static const int32_t step_counts[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    static int64_t aug_entry[16], aug_topk[16 * 2];
+    static int32_t num_tokens = 4;
+    static char entries[64];
+    _Alignas(16) static uint16_t into[9 * 128];
+    static intra_moe_source_t src[9];
+    intra_moe_params_t p = good;
+    intra_heap_t *heap;
+    intra_moe_t *moe;
+    intra_moe_step_t round = {.x = g_alone.x, .topk_idx = g_alone.idx, .num_own = 4,
+                              .more_rounds = true, .num_tokens_dev = &num_tokens,
+                              .entry_base = entries, .aug_entry = aug_entry,
+                              .aug_topk = aug_topk, .record_bytes = 16,
+                              .step_counts = step_counts};
+
+    static intra_moe_source_t public_src[8];
+    static int32_t public_count[8];
+    intra_heap_params_t hp = {.device = intra_device_find("host"), .local_rank = 0,
+                              .local_size = 1, .job_key = "test-moe-exact-past",
+                              .timeout_ns = UTIL_NSEC_PER_SEC};
+    intra_moe_tables_t tables = {.origin_rank = 0, .term_dst_offset = -1,
+                                 .public_src = public_src, .public_count = public_count};
+    size_t origins;
+
+    (void)state;
+    p.exact        = true;
+    p.exact_rounds = 2;
+    memset(into, 0xa5, sizeof(into));
+    memset(src, 0xa5, sizeof(src));
+    hp.size = intra_moe_heap_size(&p, 1) + 4096; /* and the origins the loads read */
+    assert_int_equal(intra_heap_create(&hp, &heap), STRATA_OK);
+    assert_int_equal(intra_moe_create(&p, heap, &moe), STRATA_OK);
+    assert_int_equal(intra_heap_alloc(heap, "origins", 16 * 2 * sizeof(int32_t), 256, &origins),
+                     STRATA_OK);
+    tables.origin_offset = (int64_t)origins;
+    assert_int_equal(intra_moe_set_tables(moe, &tables), STRATA_OK);
+    assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_OK);
+    assert_int_equal(intra_moe_enqueue_pull_into(moe, into, NULL, src), STRATA_OK);
+    round.round    = 1;
+    round.own_base = round.aug_base = 4;
+    round.more_rounds = false;
+    assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_OK);
+    assert_int_equal(intra_moe_enqueue_pull_into(moe, into, NULL, src), STRATA_OK);
+    assert_int_equal(intra_moe_synchronize(moe), STRATA_ERR_INTERNAL);
+    for (int e = 0; e < 8; ++e) { /* round 0's token e / 2, slot e % 2 */
+        assert_int_equal(src[e].token, e / 2);
+        assert_int_equal(src[e].slot, e % 2);
+    }
+    for (int i = 0; i < 128; ++i) {
+        assert_int_equal(into[8 * 128 + i], 0xa5a5);
+    }
+    assert_int_equal(src[8].token, (int32_t)0xa5a5a5a5);
+    intra_moe_destroy(moe);
+    intra_heap_destroy(heap);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_parameters),
         cmocka_unit_test(test_call_order_and_arguments),
         cmocka_unit_test(test_exact_round_order),
+        cmocka_unit_test(test_exact_rounds_past_the_counts),
         cmocka_unit_test(test_missing_peer_times_out),
         cmocka_unit_test(test_two_ranks),
         cmocka_unit_test(test_three_ranks),
