@@ -4,7 +4,8 @@
  * sees the same moments of a shared machine, on routing that changes by step: Zipf with a
  * drifting hot set (adapt_trace_gen.c) or a replayed trace. Per mode: step p50/p99, the
  * experts' mode switches, and the adaptive layer's cost model's prediction of the step beside
- * the clock; then adaptive against the better fixed mode.
+ * the clock; then adaptive against the better fixed mode. With --expert-classes the objects
+ * run on streams and rank 0 times each local expert's completion, by class.
  */
 #include "strata_bench_mpi.h"
 #include "adaptive/adapt_trace.h"
@@ -20,6 +21,11 @@
 #define MODES_MAX    6
 #define MODES_WARMUP 5 /* untimed steps of each mode before the timed ones */
 
+/* --expert-classes: an expert's step by the rows it got, against the step's mean. */
+enum { MODES_IDLE, MODES_LIGHT, MODES_HEAVY, MODES_HOT, MODES_CLASSES };
+static const char *const modes_class_names[MODES_CLASSES] = {
+    "no rows", "under the mean", "mean to 4 x mean", "4 x mean or more"};
+
 /* One mode's object and what its steps measured. */
 typedef struct mode_run {
     char               name[64];
@@ -32,12 +38,15 @@ typedef struct mode_run {
     uint64_t           switches;                   /* changes of an expert's mode */
     uint64_t           pull_steps;                 /* expert-steps moved in Pull form */
     moe_breakdown_t   *bd;                         /* --breakdown: each phase */
+    void              *stream; /* --expert-classes, fixed modes: the object's stream */
+    util_histogram_t  *ready[MODES_CLASSES]; /* ns from dispatch_send to an expert's rows */
 } mode_run_t;
 
 typedef struct modes_bench {
     bench_intra_t      *b;
+    strata_comm_t      *comm;
     int                 per_node, num_nodes, num_modes, warmup;
-    bool                breakdown;
+    bool                breakdown, classes;
     strata_moe_route_t  route;
     adapt_trace_t     *trace;
     adapt_model_t       model;
@@ -168,6 +177,16 @@ static void modes_open(modes_bench_t *m, strata_comm_t *comm)
                                  .route = m->route, .mode = run->mode, .mode_file = run->file};
 
         BENCH_TRY(strata_moe_create(comm, &p, &run->moe));
+        if (m->classes) { /* every mode alike (adaptive's dispatch_recv waits anyway) */
+            BENCH_TRY(strata_comm_stream_create(comm, &run->stream));
+            BENCH_TRY(strata_moe_set_stream(run->moe, run->stream));
+            for (int c = 0; c < MODES_CLASSES; ++c) {
+                run->ready[c] = calloc(1, sizeof(*run->ready[c]));
+                if (run->ready[c] == NULL) {
+                    modes_fail("out of memory%s", "");
+                }
+            }
+        }
         run->clock = calloc(1, sizeof(*run->clock));
         run->model = calloc(1, sizeof(*run->model));
         run->bd    = m->breakdown ? calloc(1, sizeof(*run->bd)) : NULL;
@@ -240,7 +259,51 @@ static void modes_track(modes_bench_t *m, mode_run_t *run, const strata_moe_stat
     }
 }
 
-/* One step of one mode: a layout for the step's routing, dispatch and combine. */
+/* An expert's class by the rows it got; mean: the step's rows per expert. */
+static int modes_class(int32_t rows, double mean)
+{
+    if (rows == 0) {
+        return MODES_IDLE;
+    }
+    return rows < mean ? MODES_LIGHT : rows < 4.0 * mean ? MODES_HEAVY : MODES_HOT;
+}
+
+/* --expert-classes, on the object's stream after dispatch_recv: poll every local expert
+ * until each is complete (10 us between rounds, as --overlap: the host backend's kernels
+ * need the cores), and record (record: rank 0's timed steps) each one's time from t0 under
+ * its class. */
+static void modes_expert_ready(const modes_bench_t *m, mode_run_t *run, int experts,
+                               uint64_t t0, bool record)
+{
+    double mean = (double)m->b->tokens * m->b->topk * m->b->size / m->b->experts;
+    bool done[INTRA_MOE_MAX_EXPERTS] = {false};
+    int left = experts;
+
+    while (left > 0) {
+        for (int e = 0; e < experts; ++e) {
+            int32_t rows;
+            strata_status_t status = done[e] ? STRATA_ERR_TIMEOUT
+                                             : strata_moe_expert_wait(run->moe, e, 0, &rows);
+
+            if (status == STRATA_OK) {
+                done[e] = true;
+                left   -= 1;
+                if (record) {
+                    util_histogram_record(run->ready[modes_class(rows, mean)],
+                                          util_clock_now_ns() - t0);
+                }
+            } else if (status != STRATA_ERR_TIMEOUT) {
+                BENCH_TRY(status);
+            }
+        }
+        if (left > 0) {
+            util_sleep_ns(10 * UTIL_NSEC_PER_USEC);
+        }
+    }
+}
+
+/* One step of one mode: a layout for the step's routing, dispatch and combine (on a stream,
+ * each waited for: the clock is the step's either way). */
 static void modes_step(modes_bench_t *m, mode_run_t *run, bool record)
 {
     bench_intra_t *b = m->b;
@@ -255,7 +318,14 @@ static void modes_step(modes_bench_t *m, mode_run_t *run, bool record)
     t1 = util_clock_now_ns();
     BENCH_TRY(strata_moe_dispatch_send(run->moe, layout, b->x, NULL));
     BENCH_TRY(strata_moe_dispatch_recv(run->moe, &recv));
+    if (run->stream != NULL) {
+        modes_expert_ready(m, run, recv.num_local_experts, t1, record && b->rank == 0);
+        BENCH_TRY(strata_moe_synchronize(run->moe));
+    }
     BENCH_TRY(strata_moe_combine(run->moe, NULL, b->weights, b->out));
+    if (run->stream != NULL) {
+        BENCH_TRY(strata_moe_synchronize(run->moe));
+    }
     if (record) {
         util_histogram_record(run->clock, util_clock_now_ns() - t0);
     }
@@ -325,6 +395,40 @@ static void modes_print_agreement(const modes_bench_t *m)
            "model prices alike\n", alike, pairs, tied);
 }
 
+/* --expert-classes: per class, each mode's median time to an expert's completion (samples),
+ * and pull/push. */
+static void modes_print_classes(const modes_bench_t *m, const mode_run_t *push,
+                                const mode_run_t *pull)
+{
+    printf("# expert classes: rank 0's local experts each step, by the rows they got (the "
+           "step's mean: %.1f per expert); p50 us from dispatch_send to an expert's rows all "
+           "in (samples)\n%-20s", (double)m->b->tokens * m->b->topk * m->b->size /
+                                        m->b->experts, "# class");
+    for (int i = 0; i < m->num_modes; ++i) {
+        if (m->runs[i].stream != NULL) {
+            printf(" %22s", m->runs[i].name);
+        }
+    }
+    printf("%s\n", push != NULL && pull != NULL ? "  pull/push p50" : "");
+    for (int c = 0; c < MODES_CLASSES; ++c) {
+        printf("%-20s", modes_class_names[c]);
+        for (int i = 0; i < m->num_modes; ++i) {
+            const util_histogram_t *h = m->runs[i].ready[c];
+
+            if (m->runs[i].stream != NULL) {
+                printf(" %12.1f (%7llu)", (double)util_histogram_percentile(h, 50) / 1e3,
+                       (unsigned long long)h->count);
+            }
+        }
+        if (push != NULL && pull != NULL && push->ready[c]->count > 0 &&
+            pull->ready[c]->count > 0) {
+            printf("  %14.3f", (double)util_histogram_percentile(pull->ready[c], 50) /
+                                   (double)util_histogram_percentile(push->ready[c], 50));
+        }
+        printf("\n");
+    }
+}
+
 static void modes_print(const modes_bench_t *m)
 {
     const mode_run_t *push = modes_find((modes_bench_t *)m, STRATA_MOE_MODE_PUSH);
@@ -355,6 +459,9 @@ static void modes_print(const modes_bench_t *m)
     for (int i = 0; m->breakdown && i < m->num_modes; ++i) {
         moe_breakdown_print(m->runs[i].name, m->runs[i].bd, m->runs[i].clock_sum.p50);
     }
+    if (m->classes) {
+        modes_print_classes(m, push, pull);
+    }
     if (push != NULL && pull != NULL && adaptive != NULL) {
         best = pull->clock_sum.p50 < push->clock_sum.p50 ? pull : push;
         printf("adaptive/best fixed mode: step p50 %.3f, p99 %.3f (best fixed: %s)\n",
@@ -368,7 +475,16 @@ static void modes_close(modes_bench_t *m)
 {
     bench_barrier(m->b); /* nobody unmaps while a peer still reads */
     for (int i = 0; i < m->num_modes; ++i) {
+        if (m->runs[i].stream != NULL) {
+            BENCH_TRY(strata_moe_set_stream(m->runs[i].moe, NULL));
+        }
         strata_moe_destroy(m->runs[i].moe);
+        if (m->runs[i].stream != NULL) {
+            strata_comm_stream_destroy(m->comm, m->runs[i].stream);
+        }
+        for (int c = 0; c < MODES_CLASSES; ++c) {
+            free(m->runs[i].ready[c]);
+        }
         free(m->runs[i].clock);
         free(m->runs[i].model);
         free(m->runs[i].bd);
@@ -383,8 +499,9 @@ int bench_moe_modes(bench_intra_t *b, strata_comm_t *comm, int per_node,
 {
     static modes_bench_t m;
 
-    m = (modes_bench_t){.b = b, .per_node = per_node, .num_nodes = b->size / per_node,
-                        .route = o->route, .breakdown = o->breakdown};
+    m = (modes_bench_t){.b = b, .comm = comm, .per_node = per_node,
+                        .num_nodes = b->size / per_node, .route = o->route,
+                        .breakdown = o->breakdown, .classes = o->classes};
     b->row_bytes = (size_t)b->hidden * sizeof(uint16_t);
     modes_parse(&m, o->modes);
     modes_trace(&m, o->trace, o->zipf, o->seed);

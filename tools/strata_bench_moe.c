@@ -247,6 +247,7 @@ static void moe_usage(FILE *out)
                  "       mpirun -n N strata-bench moe --modes push,pull,adaptive[,fixed:FILE]\n"
                  "              [--ranks-per-node L] [--tokens N] [--experts E] [--topk K]\n"
                  "              [--zipf S] [--seed N] [--trace FILE] [--route flat|hier] [--iters N]\n"
+                 "              [--expert-classes]\n"
                  "Two-tier MoE dispatch+combine (bf16, uniform routing, all Push), flat and "
                  "hierarchical,\nagainst MPI_Alltoallv moving the same tokens. Ratios: "
                  "GB/s against MPI_Alltoallv.\n"
@@ -272,6 +273,10 @@ static void moe_usage(FILE *out)
                  "experts). Per mode: step p50/p99, the cost model's prediction, mode switches;\n"
                  "then adaptive's step over the better of push and pull. With\n"
                  "STRATA_ADAPTIVE_CALIBRATE=on the model is the one the adaptive object measured.\n"
+                 "--expert-classes: every object on a stream; each step rank 0 polls its local\n"
+                 "experts (strata_moe_expert_wait) until every one is complete, and prints per\n"
+                 "mode the median time to an expert's completion by the rows it got (none, under\n"
+                 "the step's mean, up to 4 x it, more): each mode's cost per class.\n"
                  "--progress: rank 0's progress line on stderr even where it is no terminal, as\n"
                  "under mpirun, which gives ranks pipes (without it: only on a terminal).\n"
                  "-h, --help: this text.\n");
@@ -303,6 +308,7 @@ static bool moe_option(bench_intra_t *b, bench_intra_opts_t *o, bench_modes_opts
     case 'V': return moe_parse_variants("--receive", arg, MOE_VARIANT_RECEIVE, c);
     case 'L': return tool_parse_int(MOE_TOOL, "--ranks-per-node", arg, 1, INT_MAX, per_node_p);
     case 'B': *breakdown_p = true; return true;
+    case 'E': m->classes = true; return true;
     case 'M': m->modes = arg; return true;
     case 'Z': return tool_parse_double(MOE_TOOL, "--zipf", arg, 0.0, 16.0, &m->zipf);
     case 'S': return tool_parse_u64(MOE_TOOL, "--seed", arg, 0, UINT64_MAX, &m->seed);
@@ -322,6 +328,7 @@ int bench_moe_main(int argc, char **argv)
         {"combine", required_argument, NULL, 'C'}, {"overlap", no_argument, NULL, 'O'},
         {"exchange", required_argument, NULL, 'X'},
         {"receive", required_argument, NULL, 'V'},
+        {"expert-classes", no_argument, NULL, 'E'},
         {NULL, 0, NULL, 0},
     };
     bench_modes_opts_t modes = {.zipf = 1.4, .seed = 1, .route = STRATA_MOE_ROUTE_DEFAULT};
@@ -340,7 +347,7 @@ int bench_moe_main(int argc, char **argv)
     double comm_ms;
 
     optind = 2;
-    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BM:Z:S:T:R:C:OX:V:", options,
+    while ((opt = getopt_long(argc, argv, ":" INTRA_BENCH_SHORT "L:BEM:Z:S:T:R:C:OX:V:", options,
                               NULL)) != -1) {
         if (opt == 'h') {
             moe_usage(stdout);
@@ -355,6 +362,9 @@ int bench_moe_main(int argc, char **argv)
     }
     if (optind < argc) {
         return tool_usage_error(MOE_TOOL, "unexpected argument '%s'", argv[optind]);
+    }
+    if (modes.classes && modes.modes == NULL) {
+        return tool_usage_error(MOE_TOOL, "--expert-classes measures the modes of --modes");
     }
     if (combine.overlap && (combine.count > 0 || modes.modes != NULL)) {
         return tool_usage_error(MOE_TOOL, "--overlap measures one object: not with --combine, "

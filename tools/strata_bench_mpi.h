@@ -181,6 +181,7 @@ typedef struct bench_modes_opts {
     uint64_t           seed;
     strata_moe_route_t route;
     bool               breakdown; /* per mode, the median of each phase */
+    bool               classes;   /* per mode and expert class, the experts' completion */
 } bench_modes_opts_t;
 
 /** The modes one step each in turn on routing that changes by step; rank 0 prints. */

@@ -115,6 +115,8 @@ if "$bench" intra --help >/dev/null 2>&1; then # built with MPI
         "$bench" moe --combine exact --exchange streamed
     check cli_usage_error "strata-bench moe: --receive 'exact,exact' is not blocks, exact or both, each once (see --help)" \
         "$bench" moe --receive exact,exact
+    check cli_usage_error "strata-bench moe: --expert-classes measures the modes of --modes (see --help)" \
+        "$bench" moe --expert-classes
 else
     check cli_usage_error "strata-bench: subcommand 'intra' is not built in: this strata-bench was built without MPI (see --help)" \
         "$bench" intra
@@ -224,7 +226,9 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
         exit 1
     fi
     # moe --modes: the same drifting Zipf routing through push, pull, adaptive and a fixed
-    # mask of 4 of 16 experts; each object's experts must have moved in its own modes.
+    # mask of 4 of 16 experts; each object's experts must have moved in its own modes. With
+    # --expert-classes, every one of rank 0's 4 experts of each of the 12 timed steps is
+    # timed in one class, in each mode (48 samples a column).
     mask=$(mktemp /tmp/strata-test-bench-mask-XXXXXX)
     trap 'rm -f "$mask"; cli_cleanup' EXIT
     echo '{"format": "strata-modes", "version": 1, "num_experts": 16, "pull": [1, 4, 9, 14]}' >"$mask"
@@ -232,13 +236,16 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
           mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \
           -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo \
           "$bench" moe --ranks-per-node 2 --modes fixed:"$mask",push,pull,adaptive --tokens 16 \
-          --experts 16 --topk 2 --hidden 256 --iters 12 --zipf 1.4 2>&1)
+          --experts 16 --topk 2 --hidden 256 --iters 12 --zipf 1.4 --expert-classes 2>&1)
     rc=$?
     # name, p50, p99, model p50, model p99, switches, pull %
     num='[0-9]+\.[0-9]'
     fixed_rows=$(grep -cE "^(push +($num +){4}0 +0\.0|pull +($num +){4}0 +100\.0|fixed:[^ ]+ +($num +){4}0 +25\.0)\$" <<<"$out")
     adaptive_row=$(grep -cE "^adaptive +($num +){4}[0-9]+ +$num\$" <<<"$out")
+    class_rows=$(grep -E "^(no rows|under the mean|mean to 4 x mean|4 x mean or more)( +$num \( *[0-9]+\)){4}( +[0-9.]+)?\$" <<<"$out")
+    samples=$(sed -E 's/[^(]*\( *([0-9]+)\).*/\1/' <<<"$class_rows" | awk '{s += $1} END {print s + 0}')
     if [ $rc -ne 0 ] || [ "$fixed_rows" -ne 3 ] || [ "$adaptive_row" -ne 1 ] ||
+       [ "$(grep -c . <<<"$class_rows")" -ne 4 ] || [ "$samples" -ne 48 ] ||
        ! grep -qE '^model against clock: [0-6] of [0-6] mode pairs in the same order \(by p50\); [0-6] pairs the model prices alike$' <<<"$out" ||
        ! grep -qE '^adaptive/best fixed mode: step p50 [0-9.]+, p99 [0-9.]+ \(best fixed: (push|pull)\)$' <<<"$out"; then
         echo "$out"
