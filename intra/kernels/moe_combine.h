@@ -485,9 +485,9 @@ KERNEL_FN int moe_wait_round(const intra_moe_args_t *a, int ready, uint64_t ordi
  * (none where it withheld the step) and says so, and each rank waits for every owner
  * before its network kernels gather them (moe_result_row). An owner that gave up waiting
  * does not say so: the ranks that wait for it give up in turn, rather than read terms it
- * may not have written, and a rank that gave up in an earlier round of the step waits
- * for none in the later ones (it returns none of their terms). The last block carries the experts' rows over to the next round
- * (round_base; back to 0 after the step's last).
+ * may not have written, and a rank that gave up in the step waits for none in its later
+ * rounds (it returns none of their terms). The last block carries the experts' rows over
+ * to the next round (round_base; back to 0 after the step's last).
  */
 KERNEL_FN void intra_moe_combine_round_body(const intra_moe_args_t *a, kernel_grid_t g)
 {
