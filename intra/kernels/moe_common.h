@@ -208,10 +208,42 @@ KERNEL_FN int moe_settle_expected(const intra_moe_args_t *a, uint64_t step)
 }
 
 /*
+ * One thread of the owner, in a dispatch round before the step's last across nodes, once
+ * the step's first round announced its counts (the exact receive marks its experts as it
+ * loads them): each local expert whose rows of the whole step have all landed already (at
+ * most its capacity; one that gets none at once) is marked complete, with the number of
+ * the step's last round, which the host and the waits on streams look for. No later round
+ * writes into its block: its sources have no more rows for it, or it is full.
+ */
+KERNEL_FN void moe_watch_early(const intra_moe_args_t *a, uint64_t step)
+{
+    const intra_moe_control_t *control = moe_control(a, a->rank);
+    const int32_t *announced = MOE_AT(a, a->rank, announced, int32_t);
+    const uint32_t *landed = MOE_AT(a, a->rank, landed, uint32_t);
+    uint64_t last;
+
+    if (!a->more_rounds || a->step_counts == 0 || a->exact ||
+        kernel_load_relaxed_u64(&control->announced_step) != step - (uint64_t)a->round ||
+        kernel_load_relaxed_u64(&control->failed_step) >= step) {
+        return;
+    }
+    last = step + (uint64_t)(a->net.rounds - 1 - a->round);
+    for (int l = 0; l < a->experts_per_rank; ++l) {
+        int32_t rows = announced[l] < a->capacity ? announced[l] : a->capacity;
+
+        if (!moe_marked(a, l, last) && kernel_load_relaxed_u32(&landed[l]) == (uint32_t)rows) {
+            kernel_fence_acquire(); /* the rows, written before they were counted */
+            moe_mark_ready(a, l, rows, last);
+        }
+    }
+}
+
+/*
  * One thread of the owner (block 0's): mark each local expert whose landed rows reached
  * what it expects. Push sources and the owner's Pull loads count a row as landed once it
  * is written; the count runs over the step's dispatch rounds. Nothing before every
- * source's counts are in, nor before the last round.
+ * source's counts are in; before the last round only experts whose rows of the whole step
+ * are in (moe_watch_early).
  */
 KERNEL_FN void moe_watch_experts(const intra_moe_args_t *a, uint64_t step)
 {
@@ -219,6 +251,7 @@ KERNEL_FN void moe_watch_experts(const intra_moe_args_t *a, uint64_t step)
     const int32_t *expected = MOE_AT(a, a->rank, expected, int32_t);
 
     moe_announce_counts(a, step);
+    moe_watch_early(a, step);
     if (!moe_settle_expected(a, step) ||
         kernel_load_relaxed_u64(&moe_control(a, a->rank)->failed_step) >= step) {
         return; /* no expert of a step whose waits gave up (an earlier round's, carried) */

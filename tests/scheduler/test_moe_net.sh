@@ -206,6 +206,9 @@ case_run "streamed: 2x2 hierarchical, fp8, no round one, 3 blocks" 4 "$sok" -- $
 case_run "streamed: 3x2 hierarchical, pull by read, 6 experts, topk 6" 6 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_MODE=pull STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 30) --experts 6 --topk 6
 case_run "streamed: 2x2 flat, pull by request, bounce buffer, work ring of 2 slots" 4 "$sok" -- $calm $st STRATA_MOE_WINDOW_BYTES=48k STRATA_MOE_MODE=pull STRATA_MOE_PULL_READ=off STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_RING_SLOTS=2 STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 30)
 case_run "streamed: 2x2 hierarchical, streams changing every step, experts waited for on a stream" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 30) --streams 1 --expert-wait 2
+# In 24 rounds an expert whose rows of the step are all in (or that gets none) is complete
+# before the last round: each is waited for on the host and copied, and must not change.
+case_run "streamed: 2x2 flat, 24 rounds, streams, experts waited for on the host" 4 "$sok" -- $calm $st $never STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --streams 1 --expert-wait 1
 # The step's counts come with the first round: rank 3 holds back its dispatch_recv, and with
 # it its later rounds, until rank 0's dispatch_counts has returned the step's counts.
 mkdir -p "$dir/counts-flat" "$dir/counts-hierarchical"
