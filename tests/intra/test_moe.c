@@ -358,6 +358,30 @@ static void test_missing_peer_times_out(void **state)
     intra_heap_destroy(heap);
 }
 
+/* An exact object's first dispatch round of 2 for one rank alone: the 4 first tokens of
+ * g_alone, none from the network (whose tables a round with step counts still needs). */
+static intra_moe_step_t exact_first_round(const int32_t *step_counts)
+{
+    static int64_t aug_entry[16], aug_topk[16 * 2];
+    static int32_t num_tokens = 4;
+    static char entries[64];
+
+    return (intra_moe_step_t){.x = g_alone.x, .topk_idx = g_alone.idx, .num_own = 4,
+                              .more_rounds = true, .num_tokens_dev = &num_tokens,
+                              .entry_base = entries, .aug_entry = aug_entry,
+                              .aug_topk = aug_topk, .record_bytes = 16,
+                              .step_counts = step_counts};
+}
+
+/* The round after it, the step's last: tokens 4..7. */
+static void exact_second_round(intra_moe_step_t *round)
+{
+    round->round       = 1;
+    round->own_base    = 4;
+    round->aug_base    = 4;
+    round->more_rounds = false;
+}
+
 /*
  * One rank alone, receiving exactly in 2 rounds: each round comes with the step's counts,
  * the object's number of rounds holds, a later round waits for the round before's load,
@@ -367,16 +391,10 @@ static void test_exact_round_order(void **state)
 {
     /* tokens 0..7 (4 a round), token t to experts 2t % 8 and (2t + 1) % 8: 2 rows each */
     static const int32_t step_counts[8] = {2, 2, 2, 2, 2, 2, 2, 2};
-    static int64_t aug_entry[16], aug_topk[16 * 2];
-    static int32_t num_tokens = 4;
-    static char entries[64];
     intra_moe_params_t p = good;
     intra_heap_t *heap;
     intra_moe_t *moe, *plain;
-    intra_moe_step_t round = {.x = g_alone.x, .topk_idx = g_alone.idx, .num_own = 4,
-                              .more_rounds = true, .num_tokens_dev = &num_tokens,
-                              .entry_base = entries, .aug_entry = aug_entry,
-                              .aug_topk = aug_topk, .record_bytes = 16};
+    intra_moe_step_t round = exact_first_round(NULL);
 
     (void)state;
     p.exact        = true;
@@ -390,9 +408,7 @@ static void test_exact_round_order(void **state)
     round.more_rounds = true;
     assert_int_equal(intra_moe_enqueue_pull_into(moe, NULL, NULL, NULL), STRATA_ERR_INVALID);
     assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_OK);
-    round.round    = 1;
-    round.own_base = round.aug_base = 4;
-    round.more_rounds = false;
+    exact_second_round(&round);
     assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_ERR_INVALID); /* no load */
     assert_int_equal(intra_moe_enqueue_combine_round(moe, 0), STRATA_ERR_INVALID);
     /* rows into buffers need the origins the sources are read from: no tables here */
@@ -426,19 +442,12 @@ static void test_exact_round_order(void **state)
 static void test_exact_rounds_past_the_counts(void **state)
 {
     static const int32_t step_counts[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-    static int64_t aug_entry[16], aug_topk[16 * 2];
-    static int32_t num_tokens = 4;
-    static char entries[64];
     _Alignas(16) static uint16_t into[9 * 128];
     static intra_moe_source_t src[9];
     intra_moe_params_t p = good;
     intra_heap_t *heap;
     intra_moe_t *moe;
-    intra_moe_step_t round = {.x = g_alone.x, .topk_idx = g_alone.idx, .num_own = 4,
-                              .more_rounds = true, .num_tokens_dev = &num_tokens,
-                              .entry_base = entries, .aug_entry = aug_entry,
-                              .aug_topk = aug_topk, .record_bytes = 16,
-                              .step_counts = step_counts};
+    intra_moe_step_t round = exact_first_round(step_counts);
 
     static intra_moe_source_t public_src[8];
     static int32_t public_count[8];
@@ -463,9 +472,7 @@ static void test_exact_rounds_past_the_counts(void **state)
     assert_int_equal(intra_moe_set_tables(moe, &tables), STRATA_OK);
     assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_OK);
     assert_int_equal(intra_moe_enqueue_pull_into(moe, into, NULL, src), STRATA_OK);
-    round.round    = 1;
-    round.own_base = round.aug_base = 4;
-    round.more_rounds = false;
+    exact_second_round(&round);
     assert_int_equal(intra_moe_enqueue_dispatch(moe, &round), STRATA_OK);
     assert_int_equal(intra_moe_enqueue_pull_into(moe, into, NULL, src), STRATA_OK);
     assert_int_equal(intra_moe_synchronize(moe), STRATA_ERR_INTERNAL);
