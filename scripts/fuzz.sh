@@ -3,7 +3,9 @@
 # its seed corpus and fuzzes it for SECONDS (0: replay the seeds only). A crash, leak, sanitizer
 # report or failed check stops the script; the input is kept in build-fuzz/artifacts/.
 # Usage: scripts/fuzz.sh [SECONDS (default 20)] [TARGET...]   (targets: tests/fuzz/fuzz_*.c)
-# STRATA_FUZZ_JOBS runs that many fuzzing processes per target (default 1).
+# STRATA_FUZZ_JOBS runs that many fuzzing processes per target (default 1);
+# STRATA_FUZZ_TARGETS_AT_ONCE, that many targets at a time (default: the number of cores,
+# each target one process).
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,13 +34,14 @@ cmake --build "$build" -j "$(nproc)" --target strata_fuzz
 # backtrace and leave *.btr files: libFuzzer reports crashes itself.
 export IPATH_NO_BACKTRACE=1
 mkdir -p "$build/artifacts"
-for t in "${targets[@]}"; do
-    bin="$build/tests/fuzz/fuzz_$t"
+
+# fuzz_one TARGET: runs it into build-fuzz/fuzz_TARGET.log; exits non-zero where it failed.
+fuzz_one() {
+    local t=$1 bin="$build/tests/fuzz/fuzz_$1" log="$build/fuzz_$1.log" args seeds
     seeds=("$top/tests/fuzz/corpus/$t")
     if [ "$t" = topo_xml ]; then # the topology test files are seeds too
         seeds+=("$top/tests/topo/fixtures" "$top/tests/topo/fixtures/hostile")
     fi
-    log="$build/fuzz_$t.log"
     if [ "$seconds" -eq 0 ]; then
         args=(-runs=0 "${seeds[@]}")
     else
@@ -46,16 +49,40 @@ for t in "${targets[@]}"; do
         mkdir -p "$build/corpus/$t"
         args=(-max_total_time="$seconds" "$build/corpus/$t" "${seeds[@]}")
     fi
-    echo "=== fuzz $t (${seconds}s)"
     if [ "${STRATA_FUZZ_JOBS:-1}" -gt 1 ] && [ "$seconds" -gt 0 ]; then
         args=(-jobs="$STRATA_FUZZ_JOBS" -workers="$STRATA_FUZZ_JOBS" "${args[@]}")
     fi
-    if ! (cd "$build" && "$bin" -artifact_prefix="$build/artifacts/$t-" -print_final_stats=1 \
-            "${args[@]}") >"$log" 2>&1; then
+    (cd "$build" && "$bin" -artifact_prefix="$build/artifacts/$t-" -print_final_stats=1 \
+        "${args[@]}") >"$log" 2>&1
+}
+
+# fuzz_report TARGET STATUS: its line, or its log's end and the script's end where it failed.
+fuzz_report() {
+    local t=$1 log="$build/fuzz_$1.log"
+    echo "=== fuzz $t (${seconds}s)"
+    if [ "$2" -ne 0 ]; then
         tail -n 60 "$log"
         echo "fuzz: $t failed; the input is in $build/artifacts/ (log: $log)"
+        wait # the targets still running end within their time
         exit 1
     fi
     grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$log" | tr '\n' ' '
     echo
+}
+
+# Targets a few at a time, reported in order.
+at_once=${STRATA_FUZZ_TARGETS_AT_ONCE:-$(nproc)}
+pids=() names=()
+for t in "${targets[@]}"; do
+    if [ "${#pids[@]}" -ge "$at_once" ]; then
+        status=0; wait "${pids[0]}" || status=$?
+        fuzz_report "${names[0]}" "$status"
+        pids=("${pids[@]:1}") names=("${names[@]:1}")
+    fi
+    fuzz_one "$t" &
+    pids+=("$!") names+=("$t")
+done
+for i in "${!pids[@]}"; do
+    status=0; wait "${pids[$i]}" || status=$?
+    fuzz_report "${names[$i]}" "$status"
 done

@@ -7,6 +7,7 @@
 # STRATA_TEST_SANITIZERS="address thread" (default) chooses the sanitizer builds; "" skips them.
 # The multi-process tests' cases alternate between the two sanitizer builds
 # (tests/common/case_share.sh); STRATA_TEST_ALL_CASES=1 runs every case in each.
+# STRATA_TEST_CASE_JOBS (default 2) is how many cases at once the scripts that allow it run.
 # STRATA_FUZZ_SECONDS (default 15) is how long each fuzz target runs after its seed corpus;
 # 0 replays the seeds only. Without clang the fuzz stage is skipped with a message.
 set -euo pipefail

@@ -453,7 +453,7 @@ strata_status_t job_step(strata_comm_t *comm, strata_moe_t *moe, const int *firs
 
 int main(int argc, char **argv)
 {
-    const char *dir = getenv("SHRINK_CHECK_DIR");
+    const char *dir = getenv("STRATA_TEST_CASE_DIR");
     int first_of[256], shrinks = 0, expected, step = 0;
     strata_bootstrap_t *bs;
     strata_comm_t *comm;
@@ -468,7 +468,7 @@ int main(int argc, char **argv)
     if (o.join_addr != NULL) {
         return run_joiner(&o);
     }
-    CHECK(dir != NULL, "SHRINK_CHECK_DIR is not set");
+    CHECK(dir != NULL, "STRATA_TEST_CASE_DIR (a folder of this case's own) is not set");
     if (o.slow >= 0 && getenv("RANK") != NULL && atoi(getenv("RANK")) == o.slow) {
         char timeout[32];
 

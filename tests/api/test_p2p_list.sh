@@ -11,7 +11,7 @@ run=$1 check=$2
 passed=0 failed=0 skipped=0
 seed=none # engine_cases.sh names it on a failure
 log=$(mktemp /tmp/strata-test-p2p-list-XXXXXX)
-trap 'rm -f "$log"' EXIT
+trap 'rm -rf "$log" "$log".*' EXIT
 
 . "$(dirname "$0")/../inter/engine_cases.sh"
 

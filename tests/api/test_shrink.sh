@@ -30,10 +30,10 @@ passed=0 failed=0 skipped=0
 seed=${STRATA_TEST_SEED:-$RANDOM} # engine_cases.sh names it on a failure
 at=$((seed % 6)) # the step at which the victim fails, where a case leaves it to chance
 log=$(mktemp /tmp/strata-test-shrink-XXXXXX)
-dir=$(mktemp -d /tmp/strata-test-shrink-dir-XXXXXX)
-trap 'rm -f "$log"; rm -rf "$dir"' EXIT
+trap 'rm -rf "$log" "$log".*' EXIT
 
 . "$(dirname "$0")/../inter/engine_cases.sh"
+case_parallel # two cases at a time: each waits on its peer timeout more than it computes
 
 ok='shrunk to'
 # The peer timeout, and the bounds on the time to the first good step: the timeout plus 5 s
@@ -43,7 +43,7 @@ ok='shrunk to'
 peer_s=2
 [ "${STRATA_TEST_SANITIZE:-}" = thread ] && peer_s=4
 one=$((peer_s * 1000 + 5000)) two=$((2 * peer_s * 1000 + 5000)) slow=$((peer_s * 1000 + 9000))
-quick="STRATA_INTER_PEER_TIMEOUT=${peer_s}s SHRINK_CHECK_DIR=$dir"
+quick="STRATA_INTER_PEER_TIMEOUT=${peer_s}s"
 lo="STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo"
 check_case "1 node x 4, rank 0 killed, registered" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 0 -- --victim 0 --at $at --registered --max-ms $one
 check_case "1 node x 4, rank 2 killed at step 0" 3 "$ok" -- $quick $lo -- -n 4 --allow-fail 2 -- --victim 2 --at 0 --max-ms $one

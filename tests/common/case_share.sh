@@ -30,3 +30,82 @@ cases_left_line() {
     [ "$cases_left" -gt 0 ] || return 0
     echo "$cases_left cases left to the other sanitizer build (STRATA_TEST_ALL_CASES=1 runs them here)"
 }
+
+# Cases at once. A script that calls case_parallel runs up to STRATA_TEST_CASE_JOBS of its
+# cases at a time (default 2; most cases wait on their peers, sockets and timeouts more than
+# they compute): case_spawn starts a case's job in the background, and its lines (its
+# "ok:"/"FAIL:" line, a failure's log) are printed, and the case counted in passed or
+# failed, in the order the cases started, once it and those before it ended. A script must
+# call case_drain before it reads a case's log or the counts. case_alone runs one case with
+# no other running (a case whose bounds are on time). Without case_parallel, case_spawn
+# runs each case before it returns.
+case_jobs=1 case_pids=() case_outs=()
+declare -A case_status=() # pid -> exit status, once ended
+
+case_parallel() {
+    case_jobs=${STRATA_TEST_CASE_JOBS:-2}
+}
+
+# case_spawn OUT COMMAND...: COMMAND's exit status says whether the case passed; its output
+# goes to the file OUT until it is printed.
+case_spawn() {
+    local out=$1; shift
+    while [ "$(case_running)" -ge "$case_jobs" ]; do
+        case_wait_any
+    done
+    "$@" >"$out" 2>&1 &
+    case_pids+=("$!") case_outs+=("$out")
+    [ "$case_jobs" -gt 1 ] || case_drain
+}
+
+case_running() {
+    local pid n=0
+    for pid in "${case_pids[@]}"; do
+        [[ -v case_status[$pid] ]] || n=$((n + 1))
+    done
+    echo "$n"
+}
+
+# Waits for any running case to end, then prints the cases at the front that ended.
+case_wait_any() {
+    local pid running=() ended
+    for pid in "${case_pids[@]}"; do
+        [[ -v case_status[$pid] ]] || running+=("$pid")
+    done
+    wait -n -p ended "${running[@]}"
+    case_status[$ended]=$?
+    case_print_ended
+}
+
+case_print_ended() {
+    while [ "${#case_pids[@]}" -gt 0 ] && [[ -v case_status[${case_pids[0]}] ]]; do
+        cat "${case_outs[0]}"
+        rm -f "${case_outs[0]}"
+        if [ "${case_status[${case_pids[0]}]}" -eq 0 ]; then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+        fi
+        unset "case_status[${case_pids[0]}]"
+        case_pids=("${case_pids[@]:1}") case_outs=("${case_outs[@]:1}")
+    done
+}
+
+case_drain() {
+    while [ "${#case_pids[@]}" -gt 0 ]; do
+        if ! [[ -v case_status[${case_pids[0]}] ]]; then
+            wait "${case_pids[0]}"
+            case_status[${case_pids[0]}]=$?
+        fi
+        case_print_ended
+    done
+}
+
+case_alone() {
+    local jobs=$case_jobs
+
+    case_drain
+    case_jobs=1
+    "$@"
+    case_jobs=$jobs
+}

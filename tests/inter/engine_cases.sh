@@ -11,17 +11,34 @@ check_case() {
     while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
     while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
     case_taken || return 0
+    case_spawn "$log.out.$case_number" check_job "$name" "$count" "$pattern" \
+        "$log.$case_number" "${#envs[@]}" "${envs[@]}" "${opts[@]}" -- "$@"
+}
+
+# check_job NAME EXPECTED_COUNT PATTERN LOG ENV_COUNT env... run options... -- args...: one
+# case's job, its output in LOG; the ranks may keep files in the folder
+# STRATA_TEST_CASE_DIR, the case's own. Both are removed at the end; exits 0 where it passed.
+check_job() {
+    local name=$1 count=$2 pattern=$3 log=$4 nenv=$5; shift 5
+    local envs=("${@:1:nenv}"); shift "$nenv"
+    local opts=()
+    while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
     local start=$SECONDS
-    env "${envs[@]}" "$run" --timeout 120 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1
+    mkdir -p "$log.d"
+    env STRATA_TEST_CASE_DIR="$log.d" "${envs[@]}" "$run" --timeout 120 "${opts[@]}" -- \
+        "$check" "$@" >"$log" 2>&1
     local rc=$? got teardown took=$((SECONDS - start))
+    rm -rf "$log.d"
     got=$(grep -c "$pattern" "$log")
     teardown=$(grep -c 'registrations still open\|ofi: closing the .* failed\|ucx: .*ucp_mem_unmap\|verbs: closing .* failed' "$log")
     if [ $rc -eq 0 ] && [ "$got" -eq "$count" ] && [ "$teardown" -eq 0 ]; then
-        passed=$((passed + 1)); echo "ok: $name (${took} s)"
+        echo "ok: $name (${took} s)"
+        rm -f "$log"
     else
-        failed=$((failed + 1))
         echo "FAIL: $name (exit $rc after ${took} s, $got of $count ranks reported, $teardown teardown errors; seed $seed)"
         grep -v 'error: engine:' "$log" | tail -30
+        rm -f "$log"
+        return 1
     fi
 }
 
@@ -29,6 +46,7 @@ check_case() {
 # that need network namespaces were skipped and nothing failed (ctest then shows the test
 # skipped), and the script's status.
 cases_summary() {
+    case_drain
     echo "$passed passed, $failed failed, $skipped skipped"
     cases_left_line
     if [ "$failed" -eq 0 ] && [ "$skipped" -gt 0 ]; then

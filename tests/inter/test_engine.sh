@@ -18,9 +18,10 @@ passed=0 failed=0 skipped=0
 seed=${STRATA_TEST_SEED:-$(( $(date +%s) % 100000 ))}
 export STRATA_TEST_SEED=$seed
 log=$(mktemp /tmp/strata-test-engine-XXXXXX)
-trap 'rm -f "$log"' EXIT
+trap 'rm -rf "$log" "$log".*' EXIT
 
 . "$(dirname "$0")/engine_cases.sh"
+case_parallel # two cases at a time (the counts of /dev/shm are taken with none running)
 
 if [ "$transport" = ucx ]; then
     if ! "$check" --built ucx; then
@@ -53,9 +54,11 @@ ring_on="the survivors' ring and watch went on"
 check_case "ucx tcp, rank 2 of 3 killed" 2 "$dead" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 check_case "ucx tcp, rank 2 of 3 killed, progress thread" 2 "$dead" -- $quick STRATA_INTER_PROGRESS=thread $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 check_case "ucx tcp, rank 1 of 3 killed under a work ring, the survivors' ring goes on" 2 "$ring_on" -- $quick $ucx $tcp_only STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 1 -- --kill-ring 1
+case_drain
 ucx_shm_before=$(ls /dev/shm 2>/dev/null | grep -c ucx)
 check_case "ucx, shared memory allowed, rank 1 of 3 killed" 2 "$dead" -- $quick $ucx -- -n 3 --allow-fail 1 -- --kill 1
 # UCX's own segments (its names say ucx; other jobs' are not counted) do not outlive the job.
+case_drain
 ucx_shm_after=$(ls /dev/shm 2>/dev/null | grep -c ucx)
 if [ "$ucx_shm_after" -le "$ucx_shm_before" ]; then
     passed=$((passed + 1)); echo "ok: no UCX shared memory left in /dev/shm"
@@ -137,11 +140,13 @@ check_case "tcp, shared memory forbidden" 2 "$forbid" -- $net STRATA_INTER_PROVI
 check_case "shm, shared memory forbidden (refused)" 2 "$forbid" -- STRATA_INTER_PROVIDER=shm STRATA_INTER_SHARED_MEMORY=no -- -n 2 -- --forbid-shm
 check_case "tcp, rank 2 of 3 killed" 2 "$dead" -- $quick $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
 check_case "tcp, rank 2 of 3 killed, progress thread" 2 "$dead" -- $quick STRATA_INTER_PROGRESS=thread $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo -- -n 3 --allow-fail 2 -- --kill 2
+case_drain
 shm_before=$(ls /dev/shm 2>/dev/null | wc -l)
 check_case "tcp, rank 1 of 3 killed under a work ring, rate control on, the survivors' ring goes on" 2 "$ring_on" -- $quick $net STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE=lo STRATA_INTER_RATE_CONTROL=on STRATA_INTER_STRIPE_MIN=16k -- -n 3 --allow-fail 1 -- --kill-ring 1
 check_case "shm, rank 1 of 3 killed" 2 "$dead" -- $quick STRATA_INTER_PROVIDER=shm -- -n 3 --allow-fail 1 -- --kill 1
 # The killed rank's shared memory (and the survivors', whose stuck transport stays open)
 # must not outlive the job: strata-run removes what its ranks left in /dev/shm.
+case_drain
 shm_after=$(ls /dev/shm 2>/dev/null | wc -l)
 if [ "$shm_after" -le "$shm_before" ]; then
     passed=$((passed + 1)); echo "ok: no shared memory left in /dev/shm"
@@ -159,6 +164,7 @@ else
 fi
 
 fi
+case_drain
 echo "$passed passed, $failed failed, $skipped skipped"
 cases_left_line
 # ctest reports the test skipped on this line (SKIP_REGULAR_EXPRESSION, which would also

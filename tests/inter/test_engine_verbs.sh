@@ -12,7 +12,7 @@ passed=0 failed=0
 seed=${STRATA_TEST_SEED:-$(( $(date +%s) % 100000 ))}
 export STRATA_TEST_SEED=$seed STRATA_INTER_TRANSPORT=verbs
 log=$(mktemp /tmp/strata-test-engine-verbs-XXXXXX)
-trap 'rm -f "$log"' EXIT
+trap 'rm -rf "$log" "$log".*' EXIT
 
 # The verbs probe, as strata-info reports it: "  verbs  <why> (score N)", or "not built in".
 probe=$("$info" 2>/dev/null | grep '^  verbs ')

@@ -30,6 +30,18 @@ case_run() { # case_run NAME EXPECTED_COUNT PATTERN -- env... -- run options... 
     while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
     while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
     case_taken || return 0
+    log=$dir/log.$case_number # the last case's, once case_drain returned
+    case_spawn "$dir/out.$case_number" case_job "$name" "$count" "$pattern" "$log" \
+        "${#envs[@]}" "${envs[@]}" "${opts[@]}" -- "$@"
+}
+
+# case_job NAME EXPECTED_COUNT PATTERN LOG ENV_COUNT env... run options... -- args...: one
+# case's job; exits 0 where it passed.
+case_job() {
+    local name=$1 count=$2 pattern=$3 log=$4 nenv=$5; shift 5
+    local envs=("${@:1:nenv}"); shift "$nenv"
+    local opts=()
+    while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
     local start=$SECONDS
     env STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE="${STRATA_TEST_NET_IFACE-eth0}" STRATA_TOPO_FILE="$topology" "${envs[@]}" \
         "$run" --timeout 400 "${opts[@]}" -- "$check" "$@" >"$log" 2>&1
@@ -38,10 +50,11 @@ case_run() { # case_run NAME EXPECTED_COUNT PATTERN -- env... -- run options... 
     # Where a case names its transport's line (over=...), every rank must have logged it.
     if [ -n "${over_line:-}" ]; then over=$(grep -c "$over_line" "$log"); fi
     if [ $rc -eq 0 ] && [ "$got" -eq "$count" ] && [ "$over" -ge "$count" ]; then
-        passed=$((passed + 1)); echo "ok: $name ($((SECONDS - start)) s)"
+        echo "ok: $name ($((SECONDS - start)) s)"
     else
-        failed=$((failed + 1)); echo "FAIL: $name (exit $rc, $got of $count ranks reported, $over transport lines; seed $seed)"
+        echo "FAIL: $name (exit $rc, $got of $count ranks reported, $over transport lines; seed $seed)"
         tail -40 "$log"
+        return 1
     fi
 }
 

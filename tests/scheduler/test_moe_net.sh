@@ -14,6 +14,7 @@
 set -u
 run=$1 check=$2 tune=$3
 . "$(dirname "$0")/moe_cases.sh"
+case_parallel # two cases at a time; those whose bounds are on time alone (case_alone)
 
 calm=STRATA_INTER_PEER_TIMEOUT=30s
 nr='steps passed (hierarchical route, node-reduce combine'
@@ -73,6 +74,7 @@ case_run "2x2 hierarchical, adaptive, policy file, calibrated" 4 "$ok" -- $calm 
 # STRATA_ADAPTIVE_SAVE: rank 0 wrote the policy it used: the file's parameters, and the
 # model as measured (docs/adaptive.md "Calibration"): no alpha in either mode or tier, and
 # Pull's round trip (a bandwidth may keep the policy's figure on a busy machine).
+case_drain
 if [ "$case_ran" = 0 ]; then
     : # the case that writes the file is left to the other sanitizer build
 elif python3 - "$dir/saved.json" <<'PY'
@@ -116,8 +118,8 @@ case_run "2x2, rank 2 with another round one" 4 "configuration differs" -- $calm
 # A live rank that stalls longer than the heartbeat bound (a debugger, a page-cache storm)
 # is waited for: the peer timeout ends waits only for ranks whose heartbeats stopped, and
 # STRATA_MOE_TIMEOUT (60 s) bounds the wait for a live one.
-case_run "1x4, rank 1 stalls 5 s, peer timeout 3 s" 4 "$ok" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 -- --steps 10 --stall 1:5000
-case_run "2x2 hierarchical, rank 2 stalls 5 s, peer timeout 3 s" 4 "$ok" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 10 --stall 2:5000
+case_alone case_run "1x4, rank 1 stalls 5 s, peer timeout 3 s" 4 "$ok" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 -- --steps 10 --stall 1:5000
+case_alone case_run "2x2 hierarchical, rank 2 stalls 5 s, peer timeout 3 s" 4 "$ok" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 10 --stall 2:5000
 # A rank killed mid-step: every survivor sees PEER_FAILED within the heartbeat bound (3 s),
 # inside the node too (the engine's failure watch ends the kernels' waits), with slack for
 # a loaded machine.
@@ -126,6 +128,7 @@ case_run "2x2, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_P
 # What each survivor logged: one step number in all its lines, and a last line that names
 # the rank that failed and its node: as the rank the failed wait was for, or among the
 # failed ones (a survivor that ended first may be the one this rank saw fail first).
+case_drain
 for r in 0 1 2; do
     [ "$case_ran" = 1 ] || break
     steps_seen=$(grep "^\[r$r\] .*error: .*step [0-9]" "$log" | grep -o 'step [0-9]*' | sort -u | wc -l)
@@ -155,8 +158,8 @@ case_run "2x2 hierarchical, streams, rank 3 dispatches past the bound" 4 "rank 3
 # rank 2's terms: those of rank 1's experts are a former step's, so they must go flagged as
 # given up, and rank 2 must fail (TIMEOUT), not sum them as the step's (a wrong result,
 # passed off as OK). A rank that passes is checked exact.
-case_run "2x2 hierarchical, streams, rank 1's combine past its node's bound" 4 "rank 1 combined late" -- STRATA_MOE_TIMEOUT=2s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 6 --streams 1 --late-combine 1:3000 --timeout-from 2:8s
-case_run "2x2 hierarchical node-reduce, streams, rank 1's combine past its node's bound" 4 "rank 1 combined late" -- STRATA_MOE_TIMEOUT=2s STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps 6 --streams 1 --late-combine 1:3000 --timeout-from 2:8s
+case_alone case_run "2x2 hierarchical, streams, rank 1's combine past its node's bound" 4 "rank 1 combined late" -- STRATA_MOE_TIMEOUT=2s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 6 --streams 1 --late-combine 1:3000 --timeout-from 2:8s
+case_alone case_run "2x2 hierarchical node-reduce, streams, rank 1's combine past its node's bound" 4 "rank 1 combined late" -- STRATA_MOE_TIMEOUT=2s STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps 6 --streams 1 --late-combine 1:3000 --timeout-from 2:8s
 # A rank stopped mid-step (SIGSTOP: alive, silent): the same bound, PEER_FAILED or TIMEOUT;
 # strata-run removes the stopped rank once the others are done.
 case_run "2x2 hierarchical, rank 1 stopped mid-step" 3 "rank 1 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 1 -- --steps 10 --stop 1 --kill-bound-ms 12000
@@ -239,7 +242,7 @@ case_run "streamed: 2x2 hierarchical, node-reduce, rank 2 killed mid-step" 3 "ra
 # rank 1's terms flagged as given up, and a rank that passes is checked exact. (Here rank 1
 # wrote its outputs in place before it slept, so terms read early would still be right:
 # this case checks the bounded failure; the two above check that nothing stale is summed.)
-case_run "streamed: 2x2 hierarchical, streams, rank 1's combine past its node's bound" 4 "rank 1 combined late" -- STRATA_MOE_TIMEOUT=2s $st STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_CAPACITY_FACTOR=0 STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 6 --streams 1 --late-combine 1:3000 --timeout-from 2:8s
+case_alone case_run "streamed: 2x2 hierarchical, streams, rank 1's combine past its node's bound" 4 "rank 1 combined late" -- STRATA_MOE_TIMEOUT=2s $st STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_CAPACITY_FACTOR=0 STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 6 --streams 1 --late-combine 1:3000 --timeout-from 2:8s
 
 # The exact receive: every row delivered, packed, into buffers sized from the step's
 # counts, none dropped whatever the load (every token to one expert), on one node and across
@@ -289,6 +292,7 @@ else
     echo "skipped: the ucx cases (strata built without -DSTRATA_WITH_UCX=ON)"
 fi
 
+case_drain
 echo "$passed passed, $failed failed"
 cases_left_line
 [ "$failed" -eq 0 ]
