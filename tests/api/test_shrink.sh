@@ -30,7 +30,7 @@ passed=0 failed=0 skipped=0
 seed=${STRATA_TEST_SEED:-$RANDOM} # engine_cases.sh names it on a failure
 at=$((seed % 6)) # the step at which the victim fails, where a case leaves it to chance
 log=$(mktemp /tmp/strata-test-shrink-XXXXXX)
-trap 'rm -rf "$log" "$log".*' EXIT
+trap 'case_drain; rm -rf "$log" "$log".*' EXIT # case_drain: cases still running
 
 . "$(dirname "$0")/../inter/engine_cases.sh"
 case_parallel # two cases at a time: each waits on its peer timeout more than it computes

@@ -18,7 +18,7 @@ passed=0 failed=0 skipped=0
 seed=${STRATA_TEST_SEED:-$(( $(date +%s) % 100000 ))}
 export STRATA_TEST_SEED=$seed
 log=$(mktemp /tmp/strata-test-engine-XXXXXX)
-trap 'rm -rf "$log" "$log".*' EXIT
+trap 'case_drain; rm -rf "$log" "$log".*' EXIT # case_drain: cases still running
 
 . "$(dirname "$0")/engine_cases.sh"
 case_parallel # two cases at a time (the counts of /dev/shm are taken with none running)

@@ -10,7 +10,8 @@ seed=${STRATA_TEST_SEED:-$(( $(date +%s) % 100000 ))}
 export STRATA_TEST_SEED=$seed
 dir=$(mktemp -d /tmp/strata-test-moe-XXXXXX)
 log=$dir/log
-trap 'rm -rf "$dir"' EXIT
+# A script that ends early still waits for the cases it started (case_drain).
+trap 'case_drain; rm -rf "$dir"' EXIT
 
 if ! "$run" -n 1 --nodes 1 -- true >/dev/null 2>&1; then
     echo "SKIP: network namespaces cannot be made here (need root and iproute2)"

@@ -11,6 +11,7 @@
 set -u
 run=$1 check=$2 tune=$3
 . "$(dirname "$0")/moe_cases.sh"
+case_parallel # two cases at a time
 
 if ! "$check" --built chaos 2>/dev/null; then
     echo "SKIP: strata was built without the chaos transport (-DSTRATA_WITH_CHAOS=ON)"
@@ -43,6 +44,7 @@ case_run "chaos, 2x2 flat, 2 rails, streams changing every step" 4 "$ok" -- $cal
 case_run "chaos, 2x2 hierarchical, streamed, 1-token rounds" 4 "streamed exchange in" -- $calm $chaos $log_info STRATA_MOE_EXCHANGE=streamed STRATA_MOE_CAPACITY_FACTOR=0 STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20)
 case_run "chaos, 2x2 hierarchical, streamed, node-reduce" 4 "node-reduce combine, streamed exchange in" -- $calm $chaos $log_info STRATA_MOE_EXCHANGE=streamed STRATA_MOE_CAPACITY_FACTOR=0 STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=hierarchical STRATA_MOE_COMBINE=node-reduce -- -n 4 --nodes 2 -- --steps $(steps 20)
 
+case_drain
 echo "$passed passed, $failed failed (seed $seed)"
 cases_left_line
 [ "$failed" -eq 0 ]
