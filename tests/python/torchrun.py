@@ -36,7 +36,8 @@ def run(case, script, nproc, env=None):
     # (--redirects 0); this shows stderr as the default would.
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                "--master_addr", "127.0.0.1", "--master_port", str(free_port_pair()),
-               "--redirects", "2", "--tee", "2", os.path.join(HERE, script)]
+               "--redirects", "2", "--tee", "2", "--monitor_interval", "0.1",
+               os.path.join(HERE, script)]
     environ = dict(os.environ, **(env or {}))
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")]))
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
