@@ -52,8 +52,10 @@ fuzz_one() {
     if [ "${STRATA_FUZZ_JOBS:-1}" -gt 1 ] && [ "$seconds" -gt 0 ]; then
         args=(-jobs="$STRATA_FUZZ_JOBS" -workers="$STRATA_FUZZ_JOBS" "${args[@]}")
     fi
-    (cd "$build" && "$bin" -artifact_prefix="$build/artifacts/$t-" -print_final_stats=1 \
-        "${args[@]}") >"$log" 2>&1
+    # Each target in a folder of its own: libFuzzer's -jobs workers write fuzz-<N>.log there.
+    mkdir -p "$build/run/$t"
+    (cd "$build/run/$t" && "$bin" -artifact_prefix="$build/artifacts/$t-" \
+        -print_final_stats=1 "${args[@]}") >"$log" 2>&1
 }
 
 # fuzz_report TARGET STATUS: its line, or its log's end and the script's end where it failed.
@@ -63,10 +65,12 @@ fuzz_report() {
     if [ "$2" -ne 0 ]; then
         tail -n 60 "$log"
         echo "fuzz: $t failed; the input is in $build/artifacts/ (log: $log)"
-        wait # the targets still running end within their time
+        kill "${pids[@]}" 2>/dev/null # the targets still running: this stage has failed
+        wait
         exit 1
     fi
-    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$log" | tr '\n' ' '
+    # (with -jobs the stats are in the workers' logs)
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$log" | tr '\n' ' ' || true
     echo
 }
 

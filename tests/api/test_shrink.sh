@@ -33,7 +33,9 @@ log=$(mktemp /tmp/strata-test-shrink-XXXXXX)
 trap 'case_drain; rm -rf "$log" "$log".*' EXIT # case_drain: cases still running
 
 . "$(dirname "$0")/../inter/engine_cases.sh"
-case_parallel # two cases at a time: each waits on its peer timeout more than it computes
+# Two cases at a time; one under ThreadSanitizer, where a rank's heartbeats were once held
+# back past the peer timeout with a single case running (below).
+[ "${STRATA_TEST_SANITIZE:-}" = thread ] || case_parallel
 
 ok='shrunk to'
 # The peer timeout, and the bounds on the time to the first good step: the timeout plus 5 s

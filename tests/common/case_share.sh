@@ -42,8 +42,18 @@ cases_left_line() {
 case_jobs=1 case_pids=() case_outs=()
 declare -A case_status=() # pid -> exit status, once ended
 
+# Needs bash 5.1 (wait -n -p); elsewhere, or with a count that is not a positive integer,
+# the cases run one at a time.
 case_parallel() {
-    case_jobs=${STRATA_TEST_CASE_JOBS:-2}
+    local jobs=${STRATA_TEST_CASE_JOBS:-2}
+
+    if [[ "$jobs" =~ ^[1-9][0-9]*$ ]] &&
+       { [ "${BASH_VERSINFO[0]}" -gt 5 ] ||
+         { [ "${BASH_VERSINFO[0]}" -eq 5 ] && [ "${BASH_VERSINFO[1]}" -ge 1 ]; }; }; then
+        case_jobs=$jobs
+    else
+        echo "cases one at a time (STRATA_TEST_CASE_JOBS=$jobs, bash $BASH_VERSION)"
+    fi
 }
 
 # case_spawn OUT COMMAND...: COMMAND's exit status says whether the case passed; its output
