@@ -74,19 +74,24 @@ fuzz_report() {
     echo
 }
 
+# The oldest target running: waited for and reported.
+fuzz_collect() {
+    local status=0
+    wait "${pids[0]}" || status=$?
+    fuzz_report "${names[0]}" "$status"
+    pids=("${pids[@]:1}") names=("${names[@]:1}")
+}
+
 # Targets a few at a time, reported in order.
 at_once=${STRATA_FUZZ_TARGETS_AT_ONCE:-$(nproc)}
 pids=() names=()
 for t in "${targets[@]}"; do
     if [ "${#pids[@]}" -ge "$at_once" ]; then
-        status=0; wait "${pids[0]}" || status=$?
-        fuzz_report "${names[0]}" "$status"
-        pids=("${pids[@]:1}") names=("${names[@]:1}")
+        fuzz_collect
     fi
     fuzz_one "$t" &
     pids+=("$!") names+=("$t")
 done
-for i in "${!pids[@]}"; do
-    status=0; wait "${pids[$i]}" || status=$?
-    fuzz_report "${names[$i]}" "$status"
+while [ "${#pids[@]}" -gt 0 ]; do
+    fuzz_collect
 done

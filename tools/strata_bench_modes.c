@@ -38,7 +38,7 @@ typedef struct mode_run {
     uint64_t           switches;                   /* changes of an expert's mode */
     uint64_t           pull_steps;                 /* expert-steps moved in Pull form */
     moe_breakdown_t   *bd;                         /* --breakdown: each phase */
-    void              *stream; /* --expert-classes, fixed modes: the object's stream */
+    void              *stream; /* --expert-classes: the object's stream */
     util_histogram_t  *ready[MODES_CLASSES]; /* ns from dispatch_send to an expert's rows */
 } mode_run_t;
 
@@ -259,7 +259,13 @@ static void modes_track(modes_bench_t *m, mode_run_t *run, const strata_moe_stat
     }
 }
 
-/* An expert's class by the rows it got; mean: the step's rows per expert. */
+/* The rows an expert gets in a step, on average. */
+static double modes_mean_rows(const modes_bench_t *m)
+{
+    return (double)m->b->tokens * m->b->topk * m->b->size / m->b->experts;
+}
+
+/* An expert's class by the rows it got; mean: modes_mean_rows. */
 static int modes_class(int32_t rows, double mean)
 {
     if (rows == 0) {
@@ -275,16 +281,19 @@ static int modes_class(int32_t rows, double mean)
 static void modes_expert_ready(const modes_bench_t *m, mode_run_t *run, int experts,
                                uint64_t t0, bool record)
 {
-    double mean = (double)m->b->tokens * m->b->topk * m->b->size / m->b->experts;
+    double mean = modes_mean_rows(m);
     bool done[INTRA_MOE_MAX_EXPERTS] = {false};
     int left = experts;
 
     while (left > 0) {
         for (int e = 0; e < experts; ++e) {
             int32_t rows;
-            strata_status_t status = done[e] ? STRATA_ERR_TIMEOUT
-                                             : strata_moe_expert_wait(run->moe, e, 0, &rows);
+            strata_status_t status;
 
+            if (done[e]) {
+                continue;
+            }
+            status = strata_moe_expert_wait(run->moe, e, 0, &rows);
             if (status == STRATA_OK) {
                 done[e] = true;
                 left   -= 1;
@@ -402,8 +411,7 @@ static void modes_print_classes(const modes_bench_t *m, const mode_run_t *push,
 {
     printf("# expert classes: rank 0's local experts each step, by the rows they got (the "
            "step's mean: %.1f per expert); p50 us from dispatch_send to an expert's rows all "
-           "in (samples)\n%-20s", (double)m->b->tokens * m->b->topk * m->b->size /
-                                        m->b->experts, "# class");
+           "in (samples)\n%-20s", modes_mean_rows(m), "# class");
     for (int i = 0; i < m->num_modes; ++i) {
         if (m->runs[i].stream != NULL) {
             printf(" %22s", m->runs[i].name);

@@ -57,36 +57,29 @@ case_parallel() {
 }
 
 # case_spawn OUT COMMAND...: COMMAND's exit status says whether the case passed; its output
-# goes to the file OUT until it is printed.
+# goes to the file OUT until it is printed. Where case_jobs cases run, it waits for any to
+# end first.
 case_spawn() {
-    local out=$1; shift
-    while [ "$(case_running)" -ge "$case_jobs" ]; do
-        case_wait_any
+    local out=$1 running ended; shift
+    while running=($(case_running)) && [ "${#running[@]}" -ge "$case_jobs" ]; do
+        wait -n -p ended "${running[@]}"
+        case_status[$ended]=$?
+        case_print_ended
     done
     "$@" >"$out" 2>&1 &
     case_pids+=("$!") case_outs+=("$out")
     [ "$case_jobs" -gt 1 ] || case_drain
 }
 
+# The pids of the cases that have not ended.
 case_running() {
-    local pid n=0
+    local pid
     for pid in "${case_pids[@]}"; do
-        [[ -v case_status[$pid] ]] || n=$((n + 1))
+        [[ -v case_status[$pid] ]] || echo "$pid"
     done
-    echo "$n"
 }
 
-# Waits for any running case to end, then prints the cases at the front that ended.
-case_wait_any() {
-    local pid running=() ended
-    for pid in "${case_pids[@]}"; do
-        [[ -v case_status[$pid] ]] || running+=("$pid")
-    done
-    wait -n -p ended "${running[@]}"
-    case_status[$ended]=$?
-    case_print_ended
-}
-
+# Prints and counts the cases at the front that ended.
 case_print_ended() {
     while [ "${#case_pids[@]}" -gt 0 ] && [[ -v case_status[${case_pids[0]}] ]]; do
         cat "${case_outs[0]}"

@@ -6,22 +6,17 @@
 # transport reports a registration left open or a close that failed.
 . "$(dirname "${BASH_SOURCE[0]}")/../common/case_share.sh"
 check_case() {
-    local name=$1 count=$2 pattern=$3; shift 3; shift
-    local envs=() opts=()
-    while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
-    while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
     case_taken || return 0
-    case_spawn "$log.out.$case_number" check_job "$name" "$count" "$pattern" \
-        "$log.$case_number" "${#envs[@]}" "${envs[@]}" "${opts[@]}" -- "$@"
+    case_spawn "$log.out.$case_number" check_job "$log.$case_number" "$@"
 }
 
-# check_job NAME EXPECTED_COUNT PATTERN LOG ENV_COUNT env... run options... -- args...: one
-# case's job, its output in LOG; the ranks may keep files in the folder
-# STRATA_TEST_CASE_DIR, the case's own. Both are removed at the end; exits 0 where it passed.
+# check_job LOG, then check_case's arguments: one case's job, its output in LOG; the ranks
+# may keep files in the folder STRATA_TEST_CASE_DIR, the case's own. Both are removed at
+# the end; exits 0 where it passed.
 check_job() {
-    local name=$1 count=$2 pattern=$3 log=$4 nenv=$5; shift 5
-    local envs=("${@:1:nenv}"); shift "$nenv"
-    local opts=()
+    local log=$1 name=$2 count=$3 pattern=$4; shift 5
+    local envs=() opts=()
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
     while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
     local start=$SECONDS
     mkdir -p "$log.d"

@@ -26,22 +26,16 @@ fi
 topology=$(cd "$(dirname "$0")/../topo/fixtures" && pwd)/no-gpu-no-nic.hwloc.xml
 
 case_run() { # case_run NAME EXPECTED_COUNT PATTERN -- env... -- run options... -- args...
-    local name=$1 count=$2 pattern=$3; shift 3; shift
-    local envs=() opts=()
-    while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
-    while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
     case_taken || return 0
     log=$dir/log.$case_number # the last case's, once case_drain returned
-    case_spawn "$dir/out.$case_number" case_job "$name" "$count" "$pattern" "$log" \
-        "${#envs[@]}" "${envs[@]}" "${opts[@]}" -- "$@"
+    case_spawn "$dir/out.$case_number" case_job "$log" "$@"
 }
 
-# case_job NAME EXPECTED_COUNT PATTERN LOG ENV_COUNT env... run options... -- args...: one
-# case's job; exits 0 where it passed.
+# case_job LOG, then case_run's arguments: one case's job; exits 0 where it passed.
 case_job() {
-    local name=$1 count=$2 pattern=$3 log=$4 nenv=$5; shift 5
-    local envs=("${@:1:nenv}"); shift "$nenv"
-    local opts=()
+    local log=$1 name=$2 count=$3 pattern=$4; shift 5
+    local envs=() opts=()
+    while [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
     while [ "$1" != -- ]; do opts+=("$1"); shift; done; shift
     local start=$SECONDS
     env STRATA_INTER_PROVIDER=tcp STRATA_INTER_IFACE="${STRATA_TEST_NET_IFACE-eth0}" STRATA_TOPO_FILE="$topology" "${envs[@]}" \
