@@ -28,7 +28,7 @@ static const char *const sched_route_names[] = {"auto", "flat", "hierarchical", 
 static const char *const sched_net_memory_names[] = {"auto", "heap", "bounce", NULL};
 static const char *const sched_flush_names[] = {"auto", "device", "read", NULL};
 static const char *const sched_combine_names[] = {"exact", "node-reduce", NULL};
-static const char *const sched_exchange_names[] = {"worst-case", "streamed", NULL};
+static const char *const sched_exchange_names[] = {"auto", "worst-case", "streamed", NULL};
 
 static const util_config_field_t sched_moe_config_fields[] = {
     {.name = "MOE_ROUTE", .default_value = "auto",
@@ -89,11 +89,13 @@ static const util_config_field_t sched_moe_config_fields[] = {
             "expert can receive, max_tokens times the world size, which never drops a row. "
             "auto: 2 on the streamed exchange, 0 on the worst-case one.",
      .type = UTIL_CONFIG_REAL, .offset = offsetof(sched_moe_config_t, capacity_factor)},
-    {.name = "MOE_EXCHANGE", .default_value = "worst-case",
+    {.name = "MOE_EXCHANGE", .default_value = "auto",
      .doc = "How a step's rows cross the network where params.exchange leaves it open: "
-            "worst-case (areas for every peer's every token, one pass) or streamed (rounds "
-            "of a slice of every rank's tokens through areas of STRATA_MOE_WINDOW_BYTES; "
-            "exact combine).",
+            "worst-case (areas for every peer's every token, one pass), streamed (rounds "
+            "of a slice of every rank's tokens through areas of STRATA_MOE_WINDOW_BYTES), "
+            "or auto (streamed for an object that receives exactly, which keeps every row "
+            "either way; worst-case for one that receives into its experts' blocks, whose "
+            "default capacity the exchange decides).",
      .type = UTIL_CONFIG_ENUM, .offset = offsetof(sched_moe_config_t, exchange),
      .enum_names = sched_exchange_names},
     {.name = "MOE_WINDOW_BYTES", .default_value = "256m",
@@ -154,6 +156,18 @@ static strata_status_t sched_resolve_mode(sched_moe_t *moe, const char *text)
     return STRATA_OK;
 }
 
+/* Whether the object streams: params.exchange, else STRATA_MOE_EXCHANGE (entry of
+ * sched_exchange_names), whose auto streams the exact receive. That receive drops nothing
+ * on either exchange, so only the memory differs (bounded by the window when streamed); the
+ * blocks' default capacity follows the exchange (sched_choose), so theirs stays worst-case. */
+static bool sched_exchange_streamed(const strata_moe_params_t *params, int variable)
+{
+    if (params->exchange != STRATA_MOE_EXCHANGE_DEFAULT) {
+        return params->exchange == STRATA_MOE_EXCHANGE_STREAMED;
+    }
+    return variable == 0 ? params->receive == STRATA_MOE_RECEIVE_EXACT : variable == 2;
+}
+
 /* The choices the variables make for params: route, round one, combine, network memory. */
 static strata_status_t sched_choose(const sched_moe_config_t *config,
                                     const strata_moe_params_t *params, sched_choices_t *c)
@@ -196,9 +210,7 @@ static strata_status_t sched_choose(const sched_moe_config_t *config,
                                           : STRATA_MOE_COMBINE_EXACT;
     }
     c->spec_tokens = (int)UTIL_MIN(config->spec_tokens, (int64_t)params->max_tokens);
-    c->streamed    = params->exchange == STRATA_MOE_EXCHANGE_DEFAULT
-                         ? config->exchange == 1
-                         : params->exchange == STRATA_MOE_EXCHANGE_STREAMED;
+    c->streamed    = sched_exchange_streamed(params, config->exchange);
     c->window_bytes = config->window_bytes;
     /* the streamed exchange's areas hold rounds, not the worst case: its experts' blocks
      * follow the load too, unless the variable asks otherwise */

@@ -7,6 +7,7 @@
 #include "tool_cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const moe_combine_names[] = {
@@ -21,6 +22,17 @@ static const char *const *const moe_variant_names[] = {
 static const char *const moe_variant_options[] = {
     [MOE_VARIANT_COMBINE] = "combine", [MOE_VARIANT_EXCHANGE] = "exchange",
     [MOE_VARIANT_RECEIVE] = "receive"};
+
+/* --receive compares the receives on one exchange: the streamed one where
+ * STRATA_MOE_EXCHANGE names it, else the worst-case one (the library's auto would stream
+ * the exact receive alone). */
+static strata_moe_exchange_t moe_receive_exchange(void)
+{
+    const char *name = getenv("STRATA_MOE_EXCHANGE");
+
+    return name != NULL && strcmp(name, "streamed") == 0 ? STRATA_MOE_EXCHANGE_STREAMED
+                                                         : STRATA_MOE_EXCHANGE_WORST_CASE;
+}
 
 /* The name of r's mode of c's kind (every table names modes 1 and 2). */
 static const char *moe_variant_name(const moe_variant_opts_t *c, const moe_route_t *r)
@@ -92,9 +104,9 @@ void moe_measure_variants(bench_intra_t *b, strata_comm_t *comm,
         objs[i].route    = STRATA_MOE_ROUTE_HIERARCHICAL;
         objs[i].combine  = c->kind == MOE_VARIANT_COMBINE ? (strata_moe_combine_t)c->modes[i]
                                                           : STRATA_MOE_COMBINE_EXACT;
-        /* --receive: on the exchange STRATA_MOE_EXCHANGE names (worst-case by default) */
-        objs[i].exchange = c->kind == MOE_VARIANT_EXCHANGE ? (strata_moe_exchange_t)c->modes[i]
-                                                           : STRATA_MOE_EXCHANGE_DEFAULT;
+        objs[i].exchange = c->kind == MOE_VARIANT_EXCHANGE  ? (strata_moe_exchange_t)c->modes[i]
+                           : c->kind == MOE_VARIANT_RECEIVE ? moe_receive_exchange()
+                                                            : STRATA_MOE_EXCHANGE_DEFAULT;
         objs[i].receive  = c->kind == MOE_VARIANT_RECEIVE ? (strata_moe_receive_t)c->modes[i]
                                                           : STRATA_MOE_RECEIVE_DEFAULT;
         moe_route_open(b, comm, &objs[i]);

@@ -55,8 +55,9 @@ void info_moe_memory_usage(FILE *out)
             "                 D: bf16 (default), fp16, fp32, fp8 (tokens only);\n"
             "                 R: auto (default: STRATA_MOE_ROUTE), flat, hierarchical;\n"
             "                 M: auto (default: STRATA_MOE_COMBINE), exact, node-reduce;\n"
-            "                 X: auto (default: STRATA_MOE_EXCHANGE), worst-case, streamed\n"
-            "                 (its areas sized by STRATA_MOE_WINDOW_BYTES);\n"
+            "                 X: auto (default: STRATA_MOE_EXCHANGE, whose auto streams\n"
+            "                 with --receive exact), worst-case, streamed (its areas sized\n"
+            "                 by STRATA_MOE_WINDOW_BYTES);\n"
             "                 --receive exact: rows into the caller's buffers, no experts'\n"
             "                 blocks (dispatch_recv_into; no capacity applies)\n");
 }

@@ -1,7 +1,7 @@
 /*
  * The exact receive on one rank (params.receive = STRATA_MOE_RECEIVE_EXACT): its refusals
  * (the receive's value, a mode, rounds, node-reduce, pull masks, an object with blocks),
- * what it allocates against the estimate, a step on a host stream with every expert waited
+ * the exchange it takes by default, what it allocates against the estimate, a step on a host stream with every expert waited
  * for and every row checked where the caller's buffers got it, a capture refused, and a
  * recreated object that receives exactly still.
  */
@@ -74,6 +74,48 @@ static void test_exact_receive_refusals(void **state)
                      STRATA_ERR_INVALID);
     assert_int_equal(strata_moe_dispatch_recv_into(NULL, NULL, NULL, NULL, 0),
                      STRATA_ERR_INVALID);
+}
+
+/* Where params.exchange and STRATA_MOE_EXCHANGE leave it open (auto), an exact object
+ * streams: every row arrives on either exchange, so it takes the one whose areas the window
+ * bounds. An object with blocks keeps the worst-case exchange, whose default capacity drops
+ * nothing; the variable, or params.exchange, still decides for both. The estimates across
+ * nodes show which areas each sized. */
+static void test_exact_receive_streams_by_default(void **state)
+{
+    fixture_t *f = *state;
+    strata_moe_params_t p = exact_params();
+    strata_moe_memory_t chosen, streamed, worst;
+    strata_moe_stats_t stats;
+    strata_moe_t *moe = NULL;
+
+    setenv("STRATA_MOE_WINDOW_BYTES", "8k", 1); /* several rounds: the areas differ */
+    p.exchange = STRATA_MOE_EXCHANGE_STREAMED;
+    assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &streamed), STRATA_OK);
+    p.exchange = STRATA_MOE_EXCHANGE_WORST_CASE;
+    assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &worst), STRATA_OK);
+    assert_true(streamed.total < worst.total);
+    p.exchange = STRATA_MOE_EXCHANGE_DEFAULT;
+    assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &chosen), STRATA_OK);
+    assert_memory_equal(&chosen, &streamed, sizeof(chosen));
+    setenv("STRATA_MOE_EXCHANGE", "worst-case", 1);
+    assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &chosen), STRATA_OK);
+    assert_memory_equal(&chosen, &worst, sizeof(chosen));
+    setenv("STRATA_MOE_EXCHANGE", "auto", 1);
+    assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &chosen), STRATA_OK);
+    assert_memory_equal(&chosen, &streamed, sizeof(chosen));
+    unsetenv("STRATA_MOE_WINDOW_BYTES");
+
+    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_OK);
+    assert_int_equal(strata_moe_get_stats(moe, &stats), STRATA_OK);
+    assert_int_equal(stats.exchange, STRATA_MOE_EXCHANGE_STREAMED);
+    strata_moe_destroy(moe);
+    p.receive = STRATA_MOE_RECEIVE_BLOCKS;
+    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_OK);
+    assert_int_equal(strata_moe_get_stats(moe, &stats), STRATA_OK);
+    assert_int_equal(stats.exchange, STRATA_MOE_EXCHANGE_WORST_CASE);
+    strata_moe_destroy(moe);
+    unsetenv("STRATA_MOE_EXCHANGE");
 }
 
 /* An exact step on a host stream: the counts, then the rows packed expert after expert,
@@ -177,6 +219,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_receive_refusals),
+        cmocka_unit_test(test_exact_receive_streams_by_default),
         cmocka_unit_test(test_exact_receive_on_a_stream),
         cmocka_unit_test(test_recreate_keeps_the_exact_receive),
     };

@@ -591,7 +591,7 @@ int main(int argc, char **argv)
             snprintf(streamed, sizeof(streamed), ", exact receive, streamed exchange in %d "
                      "rounds", stats.exchange_rounds);
         } else if (o.exact) {
-            snprintf(streamed, sizeof(streamed), ", exact receive");
+            snprintf(streamed, sizeof(streamed), ", exact receive, worst-case exchange");
         } else if (stats.exchange == STRATA_MOE_EXCHANGE_STREAMED) {
             snprintf(streamed, sizeof(streamed), ", streamed exchange in %d rounds, capacity "
                      "%d", stats.exchange_rounds, o.c.capacity);

@@ -253,6 +253,9 @@ case_alone case_run "streamed: 2x2 hierarchical, streams, rank 1's combine past 
 # returned in its own combine round: the same checks on both routes, on streams, with a
 # bounce buffer, an abort at each point, a rank killed mid-step.
 ex='exact receive'
+# across nodes the exact receive streams unless asked otherwise (STRATA_MOE_EXCHANGE=auto)
+wc=STRATA_MOE_EXCHANGE=worst-case
+exw='exact receive, worst-case exchange'
 case_run "exact receive: 1x4, bf16" 4 "$ex" -- $calm -- -n 4 --nodes 1 -- --steps $(steps 40) --exact 1
 case_run "exact receive: 1x4, fp8 -> bf16, every token to expert 3, 3 blocks" 4 "$ex" -- $calm STRATA_INTRA_BLOCKS=3 -- -n 4 --nodes 1 -- --steps $(steps 20) --exact 1 --overflow 3 --tokens 64 --dtype fp8 --hidden 256
 case_run "exact receive: 1x2, fp32" 2 "$ex" -- $calm -- -n 2 --nodes 1 -- --steps $(steps 20) --exact 1 --dtype fp32 --combine-dtype fp32 --hidden 64
@@ -260,17 +263,17 @@ case_run "exact receive: 1x4, rank 1 aborts its step after combine_send" 4 "$ex"
 case_run "exact receive: 1x4, rank 3 aborts its step after dispatch_recv" 4 "$ex" -- $calm -- -n 4 --nodes 1 -- --steps 12 --exact 1 --abort 3:dispatched
 case_run "exact receive: 1x4, rank 2 passes max_tokens + 1 tokens" 4 "$ex" -- $calm -- -n 4 --nodes 1 -- --steps 12 --exact 1 --bad-input 2:over
 case_run "exact receive: 1x4, rank 2 killed mid-step" 3 "rank 2 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s -- -n 4 --nodes 1 --allow-fail 2 -- --steps 10 --exact 1 --kill 2 --kill-bound-ms 12000
-case_run "exact receive: 2x2 flat, all tokens to expert 12" 4 "$ex" -- $calm STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --overflow 12 --tokens 48
-case_run "exact receive: 2x2 hierarchical, node 1's tokens to expert 0, round one of 3 tokens" 4 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --overflow 0:8:2
-case_run "exact receive: 3x2 hierarchical, fp8 -> bf16, 24 experts, topk 6" 6 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 20) --exact 1 --dtype fp8 --hidden 256 --experts 24 --topk 6
-case_run "exact receive: 2x2 hierarchical, rank 1 aborts its step after dispatch_recv" 4 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --exact 1 --abort 1:dispatched
-case_run "exact receive: 2x2 hierarchical, rank 0 passes no x" 4 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --exact 1 --bad-input 0:null-x
-case_run "exact receive: 2x2 hierarchical, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --exact 1 --kill 3 --kill-bound-ms 12000
+case_run "exact receive: 2x2 flat, all tokens to expert 12" 4 "$exw" -- $calm $wc STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --overflow 12 --tokens 48
+case_run "exact receive: 2x2 hierarchical, node 1's tokens to expert 0, round one of 3 tokens" 4 "$exw" -- $calm $wc STRATA_MOE_ROUTE=hierarchical STRATA_MOE_SPEC_TOKENS=3 -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --overflow 0:8:2
+case_run "exact receive: 3x2 hierarchical, fp8 -> bf16, 24 experts, topk 6" 6 "$exw" -- $calm $wc STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 20) --exact 1 --dtype fp8 --hidden 256 --experts 24 --topk 6
+case_run "exact receive: 2x2 hierarchical, rank 1 aborts its step after dispatch_recv" 4 "$exw" -- $calm $wc STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --exact 1 --abort 1:dispatched
+case_run "exact receive: 2x2 hierarchical, rank 0 passes no x" 4 "$exw" -- $calm $wc STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --exact 1 --bad-input 0:null-x
+case_run "exact receive: 2x2 hierarchical, rank 3 killed mid-step" 3 "rank 3 failed after" -- STRATA_INTER_PEER_TIMEOUT=3s $wc STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 --allow-fail 3 -- --steps 10 --exact 1 --kill 3 --kill-bound-ms 12000
 exr="exact receive, streamed exchange in"
 case_run "exact receive, streamed: 2x2 hierarchical, 24 rounds" 4 "$exr 24 rounds" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1
 case_run "exact receive, streamed: 2x2 flat, all tokens to expert 12" 4 "$exr" -- $calm $st STRATA_MOE_WINDOW_BYTES=16k STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --overflow 12 --tokens 48
 case_run "exact receive, streamed: 3x2 hierarchical, fp8 -> bf16, 24 experts, topk 6" 6 "$exr" -- $calm $st STRATA_MOE_WINDOW_BYTES=64k STRATA_MOE_ROUTE=hierarchical -- -n 6 --nodes 3 -- --steps $(steps 12) --exact 1 --dtype fp8 --hidden 256 --experts 24 --topk 6
-case_run "exact receive: 2x2 hierarchical, streams" 4 "$ex" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --streams 1
+case_run "exact receive, the default exchange (streamed, one round): 2x2 hierarchical, streams" 4 "$exr 1 rounds" -- $calm STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --streams 1
 case_run "exact receive, streamed: 2x2 hierarchical, streams" 4 "$exr 24 rounds" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1 --streams 1
 case_run "exact receive, streamed: 2x2 flat, bounce buffer" 4 "$exr" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_NET_MEMORY=bounce STRATA_MOE_ROUTE=flat -- -n 4 --nodes 2 -- --steps $(steps 20) --exact 1
 case_run "exact receive, streamed: 2x2 hierarchical, rank 1 aborts after dispatch_recv" 4 "$exr" -- $calm $st STRATA_MOE_WINDOW_BYTES=8k STRATA_MOE_ROUTE=hierarchical -- -n 4 --nodes 2 -- --steps 12 --exact 1 --abort 1:dispatched

@@ -210,16 +210,18 @@ if [ -z "$sanitize" ] && command -v mpirun >/dev/null 2>&1 && "$bench" intra --h
         echo "4 passed, 1 failed"
         exit 1
     fi
-    # moe --receive: blocks and exact on the worst-case exchange, one step of each in turn:
-    # the same rows cross nodes, exact's into buffers of the caller's, and the ratio line.
+    # moe --receive: blocks and exact both on the worst-case exchange (one round, where the
+    # window above would take the streamed one 4), one step of each in turn: the same rows
+    # cross nodes, exact's into buffers of the caller's, and the ratio line.
     out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 180 \
           mpirun --oversubscribe -n 4 --mca btl self,tcp --mca btl_tcp_if_include lo \
-          -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo \
+          -x STRATA_INTER_PROVIDER=tcp -x STRATA_INTER_IFACE=lo -x STRATA_MOE_WINDOW_BYTES=148992 \
           "$bench" moe --ranks-per-node 2 --tokens 32 --hidden 256 --iters 3 \
           --receive blocks,exact 2>&1)
     rc=$?
-    moved() { sed -nE "s/^ +32 receive $1: rank 0 to other nodes per step: ([0-9]+) rows, .*/\1/p" <<<"$out"; }
+    moved() { sed -nE "s/^ +32 receive $1: rank 0 to other nodes per step: ([0-9]+) rows, [0-9]+ payload bytes with combine; ([0-9]+) dispatch rounds; .*/\1 \2/p" <<<"$out"; }
     if [ $rc -ne 0 ] || [ -z "$(moved exact)" ] || [ "$(moved blocks)" != "$(moved exact)" ] ||
+       [ "$(moved exact | cut -d' ' -f2)" != 1 ] ||
        ! grep -qE '^exact/blocks: step p50 [0-9]+\.[0-9]+, p99 [0-9]+\.[0-9]+$' <<<"$out"; then
         echo "$out"
         echo "4 passed, 1 failed"

@@ -76,7 +76,9 @@ typedef enum strata_moe_combine {
 
 /** How a step's rows cross the network (docs/moe.md "The streamed exchange"). */
 typedef enum strata_moe_exchange {
-    STRATA_MOE_EXCHANGE_DEFAULT    = 0, /**< STRATA_MOE_EXCHANGE: worst-case or streamed */
+    /** STRATA_MOE_EXCHANGE: worst-case, streamed, or auto (its default): streamed for the
+     *  exact receive, worst-case for the blocks */
+    STRATA_MOE_EXCHANGE_DEFAULT    = 0,
     /** the network areas hold a whole step's worst case: every peer's every token */
     STRATA_MOE_EXCHANGE_WORST_CASE = 1,
     /** a step's dispatch and combine cross the network in rounds of a slice of every
@@ -124,7 +126,8 @@ typedef struct strata_moe_params {
     const char        *mode_file;
     /** how combine sums a token's terms across nodes: exact (the default) or node-reduce */
     strata_moe_combine_t combine;
-    /** how rows cross the network: worst-case areas (the default) or streamed */
+    /** how rows cross the network: worst-case areas or streamed; by default (and
+     *  STRATA_MOE_EXCHANGE=auto) streamed when receive is exact, else worst-case */
     strata_moe_exchange_t exchange;
     /** where a dispatch delivers the rows: the experts' blocks (the default) or, exact,
      *  the caller's buffers. An exact object moves every row its own way: it refuses a
