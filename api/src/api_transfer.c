@@ -331,19 +331,52 @@ typedef struct api_inflight {
     uint64_t         total;
 } api_inflight_t;
 
-static strata_status_t api_retire_oldest(api_inflight_t *f, uint64_t deadline)
+static void api_forget_oldest(api_inflight_t *f)
 {
-    uint64_t now = util_clock_now_ns();
-    inter_request_t *req = f->reqs[f->head];
-    strata_status_t status = inter_request_wait(req, now < deadline ? deadline - now : 0);
-
-    if (status == STRATA_ERR_TIMEOUT) {
-        inter_request_cancel(req);
-    }
-    inter_request_free(req);
+    inter_request_free(f->reqs[f->head]);
     f->total -= f->bytes[f->head];
     f->head = (f->head + 1) % API_TRANSFER_REQUESTS;
     f->count--;
+}
+
+/* Past the deadline: every write in flight is cancelled (the chunks not yet posted stay
+ * unposted), then waited for until the chunks posted have ended, so that once the round
+ * returns nothing reads the source region. The transport ends each of those within the peer
+ * timeout, with the peer's failure at worst; one that does not is logged. */
+static void api_cancel_inflight(strata_transfer_plan_t *plan, api_inflight_t *f)
+{
+    inter_engine_t *engine = plan->comm->engine;
+    uint64_t deadline = util_clock_now_ns() + inter_engine_peer_timeout_ns(engine);
+    unsigned lent = 0;
+
+    for (unsigned i = 0; i < f->count; ++i) {
+        inter_request_cancel(f->reqs[(f->head + i) % API_TRANSFER_REQUESTS]);
+    }
+    while (f->count > 0) {
+        uint64_t now = util_clock_now_ns();
+
+        lent += inter_request_wait(f->reqs[f->head], now < deadline ? deadline - now : 0) ==
+                STRATA_ERR_TIMEOUT;
+        api_forget_oldest(f);
+    }
+    if (lent > 0) {
+        UTIL_LOG_ERROR("transfer plan: %u writes cancelled at the round's deadline had not "
+                       "ended a peer timeout later: they may still read the source region",
+                       lent);
+    }
+}
+
+/* The oldest write's end (STRATA_ERR_TIMEOUT: it was still in flight at the deadline, and
+ * is still in the list). */
+static strata_status_t api_retire_oldest(api_inflight_t *f, uint64_t deadline)
+{
+    uint64_t now = util_clock_now_ns();
+    strata_status_t status =
+        inter_request_wait(f->reqs[f->head], now < deadline ? deadline - now : 0);
+
+    if (status != STRATA_ERR_TIMEOUT) {
+        api_forget_oldest(f);
+    }
     return status;
 }
 
@@ -377,7 +410,8 @@ static strata_status_t api_submit_group(strata_transfer_plan_t *plan,
 }
 
 /* This rank's groups, at most API_TRANSFER_REQUESTS and API_TRANSFER_INFLIGHT per rail in
- * flight; the first error, after every write in flight ended. */
+ * flight; the first error, after every write in flight ended (past the deadline, once
+ * cancelled). */
 static strata_status_t api_plan_send(strata_transfer_plan_t *plan, uint64_t deadline)
 {
     uint64_t budget = API_TRANSFER_INFLIGHT *
@@ -411,6 +445,9 @@ static strata_status_t api_plan_send(strata_transfer_plan_t *plan, uint64_t dead
     while (f.count > 0) {
         ended  = api_retire_oldest(&f, deadline);
         status = status == STRATA_OK ? ended : status;
+        if (ended == STRATA_ERR_TIMEOUT) {
+            api_cancel_inflight(plan, &f); /* every one of them, the oldest included */
+        }
     }
     return status;
 }

@@ -11,7 +11,10 @@
  * pieces writing the same bytes (STRATA_ERR_INVALID), and one rank passing other pieces
  * than the rest (STRATA_ERR_CONFIG). With --kill-trainer, rank 0 dies in the middle of a
  * round (rank 1 still sending its half), and the inference ranks' waits end with
- * STRATA_ERR_PEER_FAILED.
+ * STRATA_ERR_PEER_FAILED. With --late-writes (under the chaos transport, which holds each
+ * operation back), one round, then one whose trainers give up at once and overwrite their
+ * tensors: nothing overwritten may land, since a round that returns STRATA_ERR_TIMEOUT no
+ * longer reads the source.
  */
 #include <strata/strata.h>
 
@@ -39,6 +42,8 @@
 #define FILL     0xa5
 #define IMM_BASE 1000u
 #define WAIT_MS  30000u
+#define POISON   0xfe  /* never a value(): value() is below 253 */
+#define SETTLE_MS 500 /* longer than the chaos transport holds an operation in the test */
 
 static int g_rank;
 
@@ -234,6 +239,68 @@ static void receive_round(const model_t *m, strata_transfer_plan_t *plan,
     }
 }
 
+static void poison_sources(const model_t *m, unsigned char *buf)
+{
+    for (int t = g_rank; t < TENSORS; t += 2) {
+        memset(buf + m->src_off[t], POISON, m->size[t]);
+    }
+}
+
+/* The bytes of this inference rank's tensors that hold round's values; none may be POISON. */
+static size_t count_landed(const model_t *m, const unsigned char *buf, int round)
+{
+    size_t landed = 0;
+
+    for (int t = 0; t < TENSORS; ++t) {
+        size_t lo, hi;
+
+        landing(m, t, g_rank, &lo, &hi);
+        for (size_t b = lo; b < hi; ++b) {
+            size_t from = rotated(m, t) ? (b + m->size[t] / 2) % m->size[t] : b;
+
+            CHECK(buf[m->dst_off[t] + b] != POISON,
+                  "tensor %d byte %zu was read from its source after the round gave up", t, b);
+            landed += buf[m->dst_off[t] + b] == value(round, t, from);
+        }
+    }
+    return landed;
+}
+
+/* --late-writes: round 1 with a bound of 1 ms, which the chaos transport's held operations
+ * outlast; the trainers overwrite their tensors as soon as it returns. Once every operation
+ * the round posted has had time to land, an inference rank finds only round 0's or round
+ * 1's values, none of the overwritten ones. */
+static void late_round(const model_t *m, strata_comm_t *comm, strata_transfer_plan_t *plan,
+                       unsigned char *buf)
+{
+    strata_status_t status;
+
+    if (g_rank < 2) {
+        fill_sources(m, buf, 1);
+    }
+    CHECK(strata_barrier(comm, WAIT_MS) == STRATA_OK, "barrier");
+    status = strata_transfer_plan_execute(plan, 1);
+    if (g_rank < 2) {
+        CHECK(status == STRATA_ERR_TIMEOUT, "the late round's execute: %s, not a timeout",
+              strata_status_string(status));
+        poison_sources(m, buf);
+    }
+    CHECK(strata_barrier(comm, WAIT_MS) == STRATA_OK, "barrier");
+    usleep(SETTLE_MS * 1000);
+    CHECK(strata_barrier(comm, WAIT_MS) == STRATA_OK, "barrier");
+    if (g_rank >= 2) {
+        size_t landed = count_landed(m, buf, 1);
+
+        check_gaps(m, buf);
+        printf("rank %d: late round passed (%zu bytes of the round landed, none overwritten "
+               "after it gave up)\n", g_rank, landed);
+    } else {
+        printf("rank %d: late round passed (gave up: %s)\n", g_rank,
+               strata_status_string(status));
+    }
+    fflush(stdout);
+}
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -245,6 +312,8 @@ static double now_ms(void)
 int main(int argc, char **argv)
 {
     bool kill_trainer = argc > 1 && strcmp(argv[1], "--kill-trainer") == 0;
+    bool late_writes  = argc > 1 && strcmp(argv[1], "--late-writes") == 0;
+    int rounds        = late_writes ? 1 : 3;
     strata_transfer_piece_t *pieces;
     strata_transfer_plan_t *plan;
     strata_bootstrap_t *bs;
@@ -270,7 +339,7 @@ int main(int argc, char **argv)
     check_refusals(comm, region, pieces, n);
     status = strata_transfer_plan_create(comm, region, pieces, n, TENSORS, IMM_BASE, &plan);
     CHECK(status == STRATA_OK, "plan: %s", strata_status_string(status));
-    for (int round = 0; round < 3; ++round) {
+    for (int round = 0; round < rounds; ++round) {
         if (g_rank < 2) {
             fill_sources(&m, buf, round);
         }
@@ -299,9 +368,13 @@ int main(int argc, char **argv)
         }
         CHECK(strata_barrier(comm, WAIT_MS) == STRATA_OK, "barrier"); /* read before rewritten */
     }
-    printf("rank %d: 3 rounds passed (%d tensors, %zu pieces, %zu bytes %s)\n", g_rank,
-           TENSORS, n, g_rank < 2 ? m.src_bytes[g_rank] : m.dst_bytes,
-           g_rank < 2 ? "sent from" : "received into");
+    if (late_writes) {
+        late_round(&m, comm, plan, buf);
+    } else {
+        printf("rank %d: 3 rounds passed (%d tensors, %zu pieces, %zu bytes %s)\n", g_rank,
+               TENSORS, n, g_rank < 2 ? m.src_bytes[g_rank] : m.dst_bytes,
+               g_rank < 2 ? "sent from" : "received into");
+    }
     strata_transfer_plan_destroy(plan);
     strata_mem_deregister(comm, region);
     strata_comm_destroy(comm);

@@ -148,9 +148,15 @@ STRATA_API strata_status_t strata_transfer_plan_create(strata_comm_t *comm, stra
  * One round: every rank calls it. A source writes its pieces, grouped per tensor and
  * destination (pieces adjacent in both regions merged), destinations interleaved, at most
  * 64 MiB per rail in flight, and returns once they are all written (or at the first
- * failure, STRATA_ERR_PEER_FAILED and the like, or STRATA_ERR_TIMEOUT). A rank that sends
- * nothing returns at once. Either way the round's waits start. Before a source runs the
- * next round, its destinations must be done reading this one (a barrier, say).
+ * failure, STRATA_ERR_PEER_FAILED and the like, or STRATA_ERR_TIMEOUT). At the timeout the
+ * writes not yet posted are cancelled and those posted are waited for (up to
+ * STRATA_INTER_PEER_TIMEOUT; logged where one outlasts it): whatever it returns, the round
+ * no longer reads the region once it has returned, and a destination may have some of the
+ * round's tensors, not others (their immediates counted: a later round's wait would take
+ * them for its own, so the next round needs a new plan with another imm_base). A rank
+ * that sends nothing returns at once. Either way the
+ * round's waits start. Before a source runs the next round, its destinations must be done
+ * reading this one (a barrier, say).
  */
 STRATA_API strata_status_t strata_transfer_plan_execute(strata_transfer_plan_t *plan,
                                                         uint64_t timeout_ms);
