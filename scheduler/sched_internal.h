@@ -69,7 +69,8 @@ typedef struct sched_choices {
     sched_flush_t        flush;       /* as asked: auto, device or read */
     uint32_t             ring_slots;  /* of the work ring, a power of two */
     double               capacity_factor; /* STRATA_MOE_CAPACITY_FACTOR; 0: none */
-    bool                 streamed;     /* params.exchange, else STRATA_MOE_EXCHANGE */
+    bool                 streamed;     /* params.exchange, else STRATA_MOE_EXCHANGE (auto:
+                                          * the exact receive streams) */
     uint64_t             window_bytes; /* STRATA_MOE_WINDOW_BYTES */
 } sched_choices_t;
 

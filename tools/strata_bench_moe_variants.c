@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const moe_combine_names[] = {
     [STRATA_MOE_COMBINE_EXACT] = "exact", [STRATA_MOE_COMBINE_NODE_REDUCE] = "node-reduce"};
@@ -30,7 +31,7 @@ static strata_moe_exchange_t moe_receive_exchange(void)
 {
     const char *name = getenv("STRATA_MOE_EXCHANGE");
 
-    return name != NULL && strcmp(name, "streamed") == 0 ? STRATA_MOE_EXCHANGE_STREAMED
+    return name != NULL && strcasecmp(name, "streamed") == 0 ? STRATA_MOE_EXCHANGE_STREAMED
                                                          : STRATA_MOE_EXCHANGE_WORST_CASE;
 }
 

@@ -387,9 +387,9 @@ class Buffer:
             # per-expert blocks of the most an expert can receive. The exact receive needs
             # exact combine across nodes: named here, so that STRATA_MOE_COMBINE, which
             # chooses for objects that leave it to the library, does not make these fail.
-            # The exchange is the library's: an exact object streams unless
-            # STRATA_MOE_EXCHANGE=worst-case, which keeps prefill's buffers to the window
-            # across many nodes.
+            # The exchange is the library's: an exact object streams, its network buffers
+            # held to the window across many nodes whatever the step's size, unless
+            # STRATA_MOE_EXCHANGE=worst-case.
             exact = dict(receive=t.Receive.EXACT, combine=t.Combine.EXACT)
             if with_weights:
                 rows = dict(dtype="fp8_e4m3", combine_dtype="bf16") if dtype == _FP8 \

@@ -44,6 +44,7 @@ static void test_exact_receive_refusals(void **state)
     p.mode    = STRATA_MOE_MODE_PULL;
     assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_ERR_INVALID);
     p.mode = STRATA_MOE_MODE_DEFAULT;
+    setenv("STRATA_MOE_EXCHANGE", "worst-case", 1);
     assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &exact), STRATA_OK);
     setenv("STRATA_MOE_EXCHANGE", "streamed", 1);
     setenv("STRATA_MOE_WINDOW_BYTES", "8k", 1); /* rounds across nodes: no blocks either */
@@ -76,19 +77,28 @@ static void test_exact_receive_refusals(void **state)
                      STRATA_ERR_INVALID);
 }
 
+static void exchange_is(const strata_moe_t *moe, strata_moe_exchange_t exchange)
+{
+    strata_moe_stats_t stats;
+
+    assert_int_equal(strata_moe_get_stats(moe, &stats), STRATA_OK);
+    assert_int_equal(stats.exchange, exchange);
+}
+
 /* Where params.exchange and STRATA_MOE_EXCHANGE leave it open (auto), an exact object
  * streams: every row arrives on either exchange, so it takes the one whose areas the window
  * bounds. An object with blocks keeps the worst-case exchange, whose default capacity drops
  * nothing; the variable, or params.exchange, still decides for both. The estimates across
- * nodes show which areas each sized. */
+ * nodes show which areas each sized. A recreated object keeps the exchange it took, and a
+ * blocks object given STRATA_MOE_EXCHANGE=streamed streams. */
 static void test_exact_receive_streams_by_default(void **state)
 {
     fixture_t *f = *state;
     strata_moe_params_t p = exact_params();
     strata_moe_memory_t chosen, streamed, worst;
-    strata_moe_stats_t stats;
-    strata_moe_t *moe = NULL;
+    strata_moe_t *moe = NULL, *blocks = NULL, *again = NULL;
 
+    unsetenv("STRATA_MOE_EXCHANGE");
     setenv("STRATA_MOE_WINDOW_BYTES", "8k", 1); /* several rounds: the areas differ */
     p.exchange = STRATA_MOE_EXCHANGE_STREAMED;
     assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &streamed), STRATA_OK);
@@ -104,18 +114,28 @@ static void test_exact_receive_streams_by_default(void **state)
     setenv("STRATA_MOE_EXCHANGE", "auto", 1);
     assert_int_equal(strata_moe_memory_estimate(&p, 4, 2, &chosen), STRATA_OK);
     assert_memory_equal(&chosen, &streamed, sizeof(chosen));
+    unsetenv("STRATA_MOE_EXCHANGE");
     unsetenv("STRATA_MOE_WINDOW_BYTES");
 
+    /* the objects say which they took, a recreated one the same */
     assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_OK);
-    assert_int_equal(strata_moe_get_stats(moe, &stats), STRATA_OK);
-    assert_int_equal(stats.exchange, STRATA_MOE_EXCHANGE_STREAMED);
-    strata_moe_destroy(moe);
+    exchange_is(moe, STRATA_MOE_EXCHANGE_STREAMED);
     p.receive = STRATA_MOE_RECEIVE_BLOCKS;
-    assert_int_equal(strata_moe_create(f->comm, &p, &moe), STRATA_OK);
-    assert_int_equal(strata_moe_get_stats(moe, &stats), STRATA_OK);
-    assert_int_equal(stats.exchange, STRATA_MOE_EXCHANGE_WORST_CASE);
-    strata_moe_destroy(moe);
+    assert_int_equal(strata_moe_create(f->comm, &p, &blocks), STRATA_OK);
+    exchange_is(blocks, STRATA_MOE_EXCHANGE_WORST_CASE);
+    setenv("STRATA_MOE_EXCHANGE", "streamed", 1);
+    assert_int_equal(strata_moe_recreate(moe, f->comm, NULL, &again), STRATA_OK);
+    exchange_is(again, STRATA_MOE_EXCHANGE_STREAMED);
+    strata_moe_destroy(again);
+    assert_int_equal(strata_moe_recreate(blocks, f->comm, NULL, &again), STRATA_OK);
+    exchange_is(again, STRATA_MOE_EXCHANGE_WORST_CASE);
+    strata_moe_destroy(again);
+    assert_int_equal(strata_moe_create(f->comm, &p, &again), STRATA_OK);
+    exchange_is(again, STRATA_MOE_EXCHANGE_STREAMED);
     unsetenv("STRATA_MOE_EXCHANGE");
+    strata_moe_destroy(again);
+    strata_moe_destroy(blocks);
+    strata_moe_destroy(moe);
 }
 
 /* An exact step on a host stream: the counts, then the rows packed expert after expert,

@@ -46,9 +46,11 @@ case_run "16x8 hierarchical, node-reduce, streamed in 4 rounds" 16 \
     "node-reduce combine, streamed exchange in 4 rounds" -- $calm STRATA_MOE_ROUTE=hierarchical \
     STRATA_MOE_EXCHANGE=streamed STRATA_MOE_WINDOW_BYTES=26k -- "${world[@]}" -- \
     --steps $(steps 20 6) "${shape[@]}" --combine node-reduce
-# The exact receive across 8 nodes: every row into buffers of the step's size, both routes.
+# The exact receive across 8 nodes on the worst-case exchange (named: the exact receive
+# streams by default): every row into buffers of the step's size, both routes.
 for route in flat hierarchical; do
-    case_run "16x8 $route, exact receive" 16 "exact receive" -- $calm STRATA_MOE_ROUTE=$route \
+    case_run "16x8 $route, exact receive, worst-case exchange" 16 "exact receive, worst-case exchange" \
+        -- $calm STRATA_MOE_ROUTE=$route STRATA_MOE_EXCHANGE=worst-case \
         -- "${world[@]}" -- --steps $(steps 20 6) "${shape[@]}" --exact 1
 done
 # The exact receive in rounds across 8 nodes (4 a step): the step's counts from its first
