@@ -210,6 +210,9 @@ uint64_t    inter_engine_peer_timeout_ns(const inter_engine_t *engine);
 size_t      inter_engine_msg_size(const inter_engine_t *engine);
 /** Whether peer has been declared failed (by heartbeat silence or a transport error). */
 bool        inter_engine_peer_failed(const inter_engine_t *engine, int peer);
+/** Whether peer said it is leaving (its engine is being destroyed): calls that name it fail
+ *  with STRATA_ERR_PEER_FAILED, and its silence past the peer timeout is no news. */
+bool        inter_engine_peer_left(const inter_engine_t *engine, int peer);
 
 /** Rate control towards one peer, as the proxy estimates it (inter_engine_peer_rate). */
 typedef struct inter_peer_rate {

@@ -257,6 +257,9 @@ strata_status_t inter_engine_create(const inter_engine_params_t *params, inter_e
         status = inter_heartbeat_setup(engine);
     }
     if (status == STRATA_OK) {
+        status = inter_leave_setup(engine);
+    }
+    if (status == STRATA_OK) {
         status = inter_queues_init(&engine->pending, params->world_size);
     }
     if (status == STRATA_OK) {
@@ -299,6 +302,7 @@ void inter_engine_destroy(inter_engine_t *engine)
     if (engine->connected) {
         struct timespec deadline;
 
+        inter_engine_leave(engine); /* the peers have read what this rank sent */
         inter_proxy_stop(engine);
         clock_gettime(CLOCK_REALTIME, &deadline);
         deadline.tv_sec += 1 + (time_t)(engine->params.peer_timeout_ns / UTIL_NSEC_PER_SEC);
@@ -353,6 +357,7 @@ void inter_engine_destroy(inter_engine_t *engine)
     free(engine->peer_failed);
     free(engine->last_seen);
     free(engine->heard);
+    inter_leave_cleanup(engine);
     free(engine->rank_node);
     free(engine);
 }

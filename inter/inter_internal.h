@@ -29,7 +29,9 @@
 
 typedef enum inter_msg_type {
     INTER_MSG_HEARTBEAT = 1,
-    INTER_MSG_USER      = 2
+    INTER_MSG_USER      = 2,
+    INTER_MSG_LEAVING   = 3, /* the sender is closing its endpoints (inter_leave.c) */
+    INTER_MSG_LEFT_ACK  = 4  /* everything the leaver sent on this rail before it was read */
 } inter_msg_type_t;
 
 /* Precedes every message on the wire. */
@@ -374,6 +376,17 @@ struct inter_engine {
     struct inter_late_release *late_release; /* freed after the endpoints, at destroy */
     struct inter_ring     *rings;         /* proxy: attached work rings */
     struct inter_ring     *retired_rings; /* proxy: detached ones with commands in flight */
+    /* Leaving (inter_leave.c): set by destroy's thread, then the handshake's state. */
+    atomic_bool            leaving;       /* destroy asks the peers to answer */
+    atomic_bool            leave_sent;    /* every LEAVING went (or could not) */
+    bool                   leave_started; /* proxy-owned */
+    atomic_bool            leave_owing;   /* a message below is yet to go */
+    atomic_bool           *peer_left;     /* [world] it said it is leaving */
+    atomic_uint           *leave_acks;    /* [world] its answers to this rank's LEAVING */
+    atomic_uint           *leave_asked;   /* [world] the answers waited for: rails it went on */
+    uint32_t              *leave_owed;    /* [world] proxy-owned: rails LEAVING is yet to go on */
+    uint32_t              *acks_owed;     /* [world] proxy-owned: rails owed a LEFT_ACK */
+    uint32_t              *rails_used;    /* [world] proxy-owned: rails an operation went on */
 };
 
 /* The next open rail slot after r (start with -1), network rails first; -1 after the last. */
@@ -416,6 +429,15 @@ void inter_engine_wake(inter_engine_t *engine);
  *  fails); forget every watch (the engine's destroy). */
 void inter_engine_announce_failure(inter_engine_t *engine, int peer);
 void inter_engine_unwatch_all(inter_engine_t *engine);
+
+/* inter_leave.c: the handshake at destroy (the thread that destroys: inter_engine_leave;
+ * the proxy: the rest). */
+strata_status_t inter_leave_setup(inter_engine_t *engine);
+void  inter_leave_cleanup(inter_engine_t *engine);
+/* Tell every live peer this rank is leaving; wait (bounded) until each answered. */
+void  inter_engine_leave(inter_engine_t *engine);
+void  inter_leave_on_message(inter_engine_t *engine, int src, inter_msg_type_t type, int rail);
+int   inter_leave_progress(inter_engine_t *engine); /* owed messages out; how many went */
 
 /* inter_proxy.c */
 void *inter_proxy_main(void *arg);

@@ -28,7 +28,11 @@ void inter_proxy_fail_peer(inter_engine_t *engine, int peer, const char *why)
         atomic_exchange(&engine->peer_failed[peer], true)) {
         return;
     }
-    UTIL_LOG_WARN("engine: peer %d failed: %s", peer, why);
+    if (inter_engine_peer_left(engine, peer)) { /* as it said: no news */
+        UTIL_LOG_DEBUG("engine: peer %d, which said it was leaving, is gone: %s", peer, why);
+    } else {
+        UTIL_LOG_WARN("engine: peer %d failed: %s", peer, why);
+    }
     inter_ring_fail_peer(engine, peer, STRATA_ERR_PEER_FAILED);
     inter_engine_announce_failure(engine, peer);
     for (inter_request_t *req = engine->active; req != NULL; req = req->next_active) {
@@ -110,14 +114,16 @@ void inter_heartbeat(inter_engine_t *engine, uint64_t now)
         if (p == engine->params.rank || inter_engine_peer_failed(engine, p)) {
             continue;
         }
-        atomic_store_explicit(&engine->proxy_target, p, memory_order_relaxed);
-        status = engine->beat_by_send
-                     ? inter_heartbeat_send(engine, p, &beat)
-                     : engine->ops->inject(rail->tp, rail->peers[p], &beat, sizeof(beat));
-        atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
-        /* A full queue now is fine: the next beat will go. */
-        if (status != STRATA_OK && status != STRATA_ERR_BUSY) {
-            inter_heartbeat_refused(engine, p, status);
+        if (!inter_engine_peer_left(engine, p)) { /* no beats to a closing endpoint */
+            atomic_store_explicit(&engine->proxy_target, p, memory_order_relaxed);
+            status = engine->beat_by_send
+                         ? inter_heartbeat_send(engine, p, &beat)
+                         : engine->ops->inject(rail->tp, rail->peers[p], &beat, sizeof(beat));
+            atomic_store_explicit(&engine->proxy_target, -1, memory_order_relaxed);
+            /* A full queue now is fine: the next beat will go. */
+            if (status != STRATA_OK && status != STRATA_ERR_BUSY) {
+                inter_heartbeat_refused(engine, p, status);
+            }
         }
         if (now - engine->last_seen[p] > engine->params.peer_timeout_ns &&
             engine->last_seen[p] < now) {

@@ -137,6 +137,10 @@ strata_status_t inter_check_peer(inter_engine_t *engine, int peer)
         UTIL_LOG_ERROR("engine: peer %d has failed", peer);
         return STRATA_ERR_PEER_FAILED;
     }
+    if (inter_engine_peer_left(engine, peer)) {
+        UTIL_LOG_ERROR("engine: peer %d has left (its communicator was destroyed)", peer);
+        return STRATA_ERR_PEER_FAILED;
+    }
     return STRATA_OK;
 }
 

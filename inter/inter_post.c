@@ -76,6 +76,7 @@ static void inter_pending_posted(inter_engine_t *engine, int peer, uint64_t now)
     inter_op_t *op = inter_queues_head(&engine->pending, peer);
 
     inter_queues_pop(&engine->pending, peer);
+    engine->rails_used[peer] |= 1u << op->rail; /* where a goodbye must follow it */
     if (op->req != NULL) {
         op->req->ops_posted++;
     } else {

@@ -295,6 +295,8 @@ static void inter_on_message(inter_engine_t *engine, inter_op_t *rx, size_t leng
     }
     if (msg.type == INTER_MSG_USER) {
         inter_deliver(engine, msg.src, msg.channel, msg.payload, msg.length);
+    } else if (msg.type == INTER_MSG_LEAVING || msg.type == INTER_MSG_LEFT_ACK) {
+        inter_leave_on_message(engine, msg.src, msg.type, rx->rail);
     }
 }
 
@@ -478,6 +480,7 @@ static int inter_proxy_step(inter_engine_t *engine)
     INTER_FOR_EACH_RAIL(engine, r) {
         completions += inter_poll_rail(engine, r);
     }
+    work += inter_leave_progress(engine); /* answers to what this round heard, too */
     inter_ring_publish(engine); /* what the kernels wait for, after this round */
     work += completions;
     if (completions > 0) {

@@ -299,10 +299,6 @@ static void late_round(const model_t *m, strata_comm_t *comm, strata_transfer_pl
                strata_status_string(status));
     }
     fflush(stdout);
-    /* A rank that tears down as soon as the last barrier returns may leave a peer without
-     * its barrier write, under the chaos transport's delays (docs/reliability.md, "Leaving
-     * a job"): stay a while first. */
-    usleep(SETTLE_MS * 1000);
 }
 
 static double now_ms(void)

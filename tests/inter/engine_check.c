@@ -5,7 +5,8 @@
  * peer that dies mid-transfer: the survivors must see STRATA_ERR_PEER_FAILED within the
  * bound and exit 0. With --idle, ranks stay quiet for longer than the peer timeout and must
  * all still be alive (heartbeats flow); with --forbid-shm, STRATA_INTER_SHARED_MEMORY=no is
- * honoured where libfabric can and refused at creation where it cannot. Prints one line per
+ * honoured where libfabric can and refused at creation where it cannot; with --leave N, N
+ * engines in turn destroyed right after a barrier, then peers that left seen at once. Prints one line per
  * rank; exit 0 on success. With --built NAME (no launcher), exit 0 when transport NAME is
  * compiled in, 77 otherwise. Under STRATA_INTER_RATE_CONTROL=on the same checks run with
  * submissions paced, and every peer's rate figures are checked at the end.
@@ -95,7 +96,7 @@ static void check_peer_transports(void)
     }
 }
 
-static void setup(void)
+void connect_engine(void)
 {
     inter_engine_params_t params;
     strata_status_t status;
@@ -121,7 +122,11 @@ static void setup(void)
     CHECK(inter_engine_connect(g_engine, blobs) == STRATA_OK, "connect");
     free(mine);
     free(blobs);
+}
 
+static void setup(void)
+{
+    connect_engine();
     g_src = util_alloc_aligned(4096, SLOT);
     g_dst = util_alloc_aligned(4096, SLOT * (size_t)g_world);
     CHECK(g_src && g_dst, "memory");
@@ -456,6 +461,7 @@ int main(int argc, char **argv)
     int kill = (argc == 3 && strcmp(argv[1], "--kill") == 0) ? atoi(argv[2]) : -1;
     int kill_ring = (argc == 3 && strcmp(argv[1], "--kill-ring") == 0) ? atoi(argv[2]) : -1;
     bool idle = argc == 2 && strcmp(argv[1], "--idle") == 0;
+    int leave = (argc == 3 && strcmp(argv[1], "--leave") == 0) ? atoi(argv[2]) : 0;
 
     if (argc == 3 && strcmp(argv[1], "--built") == 0) {
         return inter_transport_find(argv[2]) != NULL ? 0 : 77; /* for the test scripts */
@@ -463,6 +469,11 @@ int main(int argc, char **argv)
     bootstrap();
     if (argc == 2 && strcmp(argv[1], "--forbid-shm") == 0) {
         forbid_shm_test();
+        strata_bootstrap_destroy(g_bs);
+        return 0;
+    }
+    if (leave > 0) {
+        leave_test(leave);
         strata_bootstrap_destroy(g_bs);
         return 0;
     }

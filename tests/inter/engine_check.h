@@ -53,8 +53,12 @@ void work_ring(bool flush_by_read); /* flush_by_read: the counts wait for loopba
 void work_ring_bad_command(void);
 int  kill_ring_test(int victim);
 
+/* An engine created and connected to every rank (g_engine), no memory registered. */
+void connect_engine(void);
+
 /* engine_check_faults.c */
 int kill_test(int victim);
+int leave_test(int times);
 int idle_test(void);
 int forbid_shm_test(void);
 

@@ -1,8 +1,10 @@
 /*
  * The engine check's faults: a peer killed mid-transfer, ranks quiet for longer than the
- * peer timeout, and STRATA_INTER_SHARED_MEMORY=no honoured or refused.
+ * peer timeout, STRATA_INTER_SHARED_MEMORY=no honoured or refused, and engines destroyed
+ * as soon as a barrier returns.
  */
 #include "inter/engine_check.h"
+
 
 #include <dirent.h>
 
@@ -166,5 +168,107 @@ int forbid_shm_test(void)
     inter_engine_destroy(engine);
     printf("rank %d: shared memory %s over %s, as expected\n", g_rank,
            can ? "forbidden" : "cannot be forbidden: creation refused", provider);
+    return 0;
+}
+
+/* What the leaving test counts in the library's log, from any thread. */
+static struct {
+    pthread_mutex_t lock;
+    int             unanswered; /* destroys that gave up waiting for answers */
+    int             peer_lines; /* warnings about a peer */
+    char            first[512];
+} g_leave_log = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void leave_log(strata_log_level_t level, const char *line, void *arg)
+{
+    bool unanswered = strstr(line, "yet to answer") != NULL;
+    bool peer_line  = level <= STRATA_LOG_LEVEL_WARN && strstr(line, "peer") != NULL &&
+                     strstr(line, "has left") == NULL;
+
+    (void)arg;
+    if (unanswered || peer_line) {
+        pthread_mutex_lock(&g_leave_log.lock);
+        g_leave_log.unanswered += unanswered;
+        g_leave_log.peer_lines += peer_line;
+        if (g_leave_log.first[0] == '\0') {
+            snprintf(g_leave_log.first, sizeof(g_leave_log.first), "%s", line);
+        }
+        pthread_mutex_unlock(&g_leave_log.lock);
+    }
+    if (level <= STRATA_LOG_LEVEL_WARN) {
+        fprintf(stderr, "%s\n", line);
+    }
+}
+
+/* Whether every other rank said it is leaving, waiting up to bound_ns. */
+static bool peers_left(uint64_t bound_ns)
+{
+    uint64_t deadline = util_clock_now_ns() + bound_ns;
+
+    for (int p = 0; p < g_world; ++p) {
+        while (p != g_rank && !inter_engine_peer_left(g_engine, p)) {
+            if (util_clock_now_ns() > deadline) {
+                return false;
+            }
+            usleep(1000);
+        }
+    }
+    return true;
+}
+
+/* Rank 0, whose peers left: a barrier with them fails at once, not at the peer timeout, and
+ * once they are silent past the timeout they are failed, without a warning. */
+static void stay_after_peers_left(void)
+{
+    inter_engine_params_t params;
+    strata_status_t status;
+    uint64_t start, took;
+
+    CHECK(inter_engine_params_from_env(&params) == STRATA_OK, "params");
+    CHECK(peers_left(WAIT_NS), "rank 0 did not hear every peer leave");
+    start  = util_clock_now_ns();
+    status = inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS);
+    took   = util_clock_now_ns() - start;
+    CHECK(status == STRATA_ERR_PEER_FAILED && took < UTIL_NSEC_PER_SEC,
+          "a barrier with peers that left: %s after %.0f ms", strata_status_string(status),
+          (double)took / 1e6);
+    usleep((useconds_t)(params.peer_timeout_ns * 3 / 2 / 1000));
+    for (int p = 1; p < g_world; ++p) {
+        CHECK(inter_engine_peer_failed(g_engine, p), "peer %d, silent past the peer timeout "
+              "after it left, is not failed", p);
+    }
+}
+
+/*
+ * `times` engines in turn, each destroyed as soon as a barrier over every rank returns: the
+ * others must still see that barrier complete (the destroy waits until they have read what
+ * it sent); the destroys that waited out their bound for the peers' answers are counted
+ * (none over a transport that delivers what it was given before the close). Then one more,
+ * which every rank but 0 leaves after the barrier while rank 0 stays (its answers end
+ * their waits): see stay_after_peers_left. No warning names a peer throughout.
+ */
+int leave_test(int times)
+{
+    strata_status_t status;
+
+    util_log_set_level(STRATA_LOG_LEVEL_INFO); /* the destroys' "yet to answer" lines */
+    util_log_set_handler(leave_log, NULL);
+    for (int i = 0; i <= times; ++i) {
+        connect_engine();
+        status = inter_engine_barrier(g_engine, (int[]){0, 1, 2, 3, 4, 5, 6, 7}, g_world, WAIT_NS);
+        CHECK(status == STRATA_OK, "engine %d: the barrier before its destroy: %s", i,
+              strata_status_string(status));
+        if (i == times && g_rank == 0) {
+            stay_after_peers_left();
+        }
+        inter_engine_destroy(g_engine);
+    }
+    util_log_set_handler(NULL, NULL);
+    CHECK(g_leave_log.peer_lines == 0, "%d warnings named a peer; the first: %s",
+          g_leave_log.peer_lines, g_leave_log.first);
+    printf("rank %d: left %d engines as soon as a barrier returned, every barrier complete, "
+           "%d destroys waited out the bound for answers%s\n", g_rank, times + 1,
+           g_leave_log.unanswered,
+           g_rank == 0 ? "; peers that left refused at once, failed quietly later" : "");
     return 0;
 }
