@@ -378,8 +378,7 @@ struct inter_engine {
     struct inter_ring     *retired_rings; /* proxy: detached ones with commands in flight */
     /* Leaving (inter_leave.c): set by destroy's thread, then the handshake's state. */
     atomic_bool            leaving;       /* destroy asks the peers to answer */
-    atomic_bool            leave_sent;    /* every LEAVING went (or could not) */
-    bool                   leave_started; /* proxy-owned */
+    atomic_bool            leave_started; /* set by the proxy once the LEAVINGs are owed */
     atomic_bool            leave_owing;   /* a message below is yet to go */
     atomic_bool           *peer_left;     /* [world] it said it is leaving */
     atomic_uint           *leave_acks;    /* [world] its answers to this rank's LEAVING */

@@ -134,23 +134,24 @@ static void inter_leave_start(inter_engine_t *engine)
         atomic_store_explicit(&engine->leave_asked[p], (unsigned)__builtin_popcount(rails),
                               memory_order_release);
     }
-    engine->leave_started = true;
     atomic_store_explicit(&engine->leave_owing, true, memory_order_relaxed);
+    atomic_store_explicit(&engine->leave_started, true, memory_order_release);
 }
 
 int inter_leave_progress(inter_engine_t *engine)
 {
-    bool all_sent = true, owing = false;
+    bool owing = false;
     int work = 0;
 
-    if (!engine->leave_started && atomic_load_explicit(&engine->leaving, memory_order_acquire)) {
+    if (!atomic_load_explicit(&engine->leave_started, memory_order_relaxed) &&
+        atomic_load_explicit(&engine->leaving, memory_order_acquire)) {
         inter_leave_start(engine);
     }
     if (!atomic_load_explicit(&engine->leave_owing, memory_order_relaxed)) {
         return 0;
     }
     for (int p = 0; p < engine->params.world_size; ++p) {
-        unsigned refused = 0;
+        unsigned refused = 0, unanswered = 0;
 
         if (inter_engine_peer_failed(engine, p)) { /* nothing more goes to it */
             engine->acks_owed[p] = engine->leave_owed[p] = 0;
@@ -158,24 +159,19 @@ int inter_leave_progress(inter_engine_t *engine)
             engine->leave_owed[p] = 0; /* it needs no goodbye; it waits for its answers */
         }
         if (engine->acks_owed[p] != 0) {
+            /* an answer that cannot go: the peer stops waiting at its bound */
             work += inter_leave_send(engine, p, &engine->acks_owed[p], INTER_MSG_LEFT_ACK,
-                                     &refused);
-            refused = 0; /* an answer that cannot go: the peer stops waiting at its bound */
+                                     &unanswered);
         }
         if (engine->leave_owed[p] != 0) {
             work += inter_leave_send(engine, p, &engine->leave_owed[p], INTER_MSG_LEAVING,
                                      &refused);
             /* no answer comes on a rail where it could not go */
             atomic_fetch_sub_explicit(&engine->leave_asked[p], refused, memory_order_acq_rel);
-            all_sent = all_sent && engine->leave_owed[p] == 0;
         }
         owing = owing || engine->acks_owed[p] != 0 || engine->leave_owed[p] != 0;
     }
     atomic_store_explicit(&engine->leave_owing, owing, memory_order_release);
-    if (engine->leave_started && all_sent &&
-        !atomic_load_explicit(&engine->leave_sent, memory_order_relaxed)) {
-        atomic_store_explicit(&engine->leave_sent, true, memory_order_release);
-    }
     return work;
 }
 
@@ -187,12 +183,13 @@ static bool inter_leave_settled(const inter_engine_t *engine, int peer)
                atomic_load_explicit(&engine->leave_asked[peer], memory_order_acquire);
 }
 
-/* The peers not settled yet; -1 while a LEAVING or an answer owed is yet to go. */
+/* The peers not settled yet; -1 while a LEAVING or an answer owed is yet to go (the proxy
+ * sets leave_owing before it publishes leave_started, and clears it once all went). */
 static int inter_leave_waiting(inter_engine_t *engine)
 {
     int waiting = 0;
 
-    if (!atomic_load_explicit(&engine->leave_sent, memory_order_acquire) ||
+    if (!atomic_load_explicit(&engine->leave_started, memory_order_acquire) ||
         atomic_load_explicit(&engine->leave_owing, memory_order_acquire)) {
         return -1;
     }
@@ -213,8 +210,7 @@ void inter_engine_leave(inter_engine_t *engine)
         return;
     }
     atomic_store_explicit(&engine->leaving, true, memory_order_release);
-    inter_engine_progress(engine); /* a round, unless the progress thread is in one */
-    for (;;) {
+    for (;;) { /* the progress thread runs the rounds, or, with caller progress, the idle */
         seq     = atomic_load_explicit(&engine->wake_seq, memory_order_acquire);
         waiting = inter_leave_waiting(engine);
         if (waiting == 0) {
@@ -227,7 +223,6 @@ void inter_engine_leave(inter_engine_t *engine)
                           waiting < 0 ? "messages of its own yet to go, and peers" : "peers");
             return;
         }
-        inter_engine_progress(engine);
         inter_engine_idle(engine, &spins, seq);
     }
 }

@@ -331,6 +331,14 @@ typedef struct api_inflight {
     uint64_t         total;
 } api_inflight_t;
 
+/* Wait for the oldest write until deadline. */
+static strata_status_t api_wait_oldest(const api_inflight_t *f, uint64_t deadline)
+{
+    uint64_t now = util_clock_now_ns();
+
+    return inter_request_wait(f->reqs[f->head], now < deadline ? deadline - now : 0);
+}
+
 static void api_forget_oldest(api_inflight_t *f)
 {
     inter_request_free(f->reqs[f->head]);
@@ -353,10 +361,7 @@ static void api_cancel_inflight(strata_transfer_plan_t *plan, api_inflight_t *f)
         inter_request_cancel(f->reqs[(f->head + i) % API_TRANSFER_REQUESTS]);
     }
     while (f->count > 0) {
-        uint64_t now = util_clock_now_ns();
-
-        lent += inter_request_wait(f->reqs[f->head], now < deadline ? deadline - now : 0) ==
-                STRATA_ERR_TIMEOUT;
+        lent += api_wait_oldest(f, deadline) == STRATA_ERR_TIMEOUT;
         api_forget_oldest(f);
     }
     if (lent > 0) {
@@ -370,9 +375,7 @@ static void api_cancel_inflight(strata_transfer_plan_t *plan, api_inflight_t *f)
  * is still in the list). */
 static strata_status_t api_retire_oldest(api_inflight_t *f, uint64_t deadline)
 {
-    uint64_t now = util_clock_now_ns();
-    strata_status_t status =
-        inter_request_wait(f->reqs[f->head], now < deadline ? deadline - now : 0);
+    strata_status_t status = api_wait_oldest(f, deadline);
 
     if (status != STRATA_ERR_TIMEOUT) {
         api_forget_oldest(f);
