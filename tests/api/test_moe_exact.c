@@ -1,9 +1,9 @@
 /*
  * The exact receive on one rank (params.receive = STRATA_MOE_RECEIVE_EXACT): its refusals
  * (the receive's value, a mode, rounds, node-reduce, pull masks, an object with blocks),
- * the exchange it takes by default, what it allocates against the estimate, a step on a host stream with every expert waited
- * for and every row checked where the caller's buffers got it, a capture refused, and a
- * recreated object that receives exactly still.
+ * the exchange it takes by default, what it allocates against the estimate, a step on a
+ * host stream with every expert waited for and every row checked where the caller's
+ * buffers got it, a capture refused, and a recreated object that receives exactly still.
  */
 #include <strata/strata.h>
 

@@ -6,8 +6,8 @@
  * bound and exit 0. With --idle, ranks stay quiet for longer than the peer timeout and must
  * all still be alive (heartbeats flow); with --forbid-shm, STRATA_INTER_SHARED_MEMORY=no is
  * honoured where libfabric can and refused at creation where it cannot; with --leave N, N
- * engines in turn destroyed right after a barrier, then peers that left seen at once. Prints one line per
- * rank; exit 0 on success. With --built NAME (no launcher), exit 0 when transport NAME is
+ * engines in turn destroyed right after a barrier, then peers that left seen at once.
+ * Prints one line per rank; exit 0 on success. With --built NAME (no launcher), exit 0 when transport NAME is
  * compiled in, 77 otherwise. Under STRATA_INTER_RATE_CONTROL=on the same checks run with
  * submissions paced, and every peer's rate figures are checked at the end.
  */
